@@ -1,0 +1,41 @@
+"""hccl-py: HCCL's collectives over ordinary processes, one process per simulated NPU card.
+
+    import numpy as np, hccl_py as hccl
+    comm = hccl.init()
+    x = np.full(1000, comm.rank, np.float32)
+    comm.all_reduce(x)
+"""
+
+from .communicator import Communicator
+from .dtypes import ReduceOp, bfloat16
+from .errors import (
+    HcclConnectError,
+    HcclError,
+    HcclInternalError,
+    HcclMemoryError,
+    HcclNotSupportedError,
+    HcclParamError,
+    HcclRemoteError,
+    HcclResult,
+    HcclSyscallError,
+    HcclTimeoutError,
+)
+from .runtime import init
+
+__all__ = [
+    "Communicator",
+    "HcclConnectError",
+    "HcclError",
+    "HcclInternalError",
+    "HcclMemoryError",
+    "HcclNotSupportedError",
+    "HcclParamError",
+    "HcclRemoteError",
+    "HcclResult",
+    "HcclSyscallError",
+    "HcclTimeoutError",
+    "ReduceOp",
+    "bfloat16",
+    "init",
+]
+__version__ = "0.1.0"

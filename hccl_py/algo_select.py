@@ -1,0 +1,112 @@
+"""Which algorithm serves a call: the caller's ``algo=``, else ``HCCL_ALGO``, else the auto rule.
+
+``HCCL_ALGO`` is read in HCCL's own syntax, globally (``level0:NA;level1:ring``) or per
+operator (``allreduce=level0:NA;level1:ring/allgather=level0:NA;level1:H-D_R``), and in the short
+per-operator form ``allreduce=ring/allgather=mesh``. HCCL's names map onto hccl-py's: ``ring``,
+``H-D_R`` -> ``hd``, ``fullmesh`` -> ``mesh``, ``NA`` -> automatic. HCCL algorithms hccl-py does not
+implement (NHR, NB, pipeline, ...) are accepted by the parser and refused, with
+``HcclNotSupportedError``, by the call that would use them — never silently replaced.
+"""
+
+from __future__ import annotations
+
+from .errors import HcclNotSupportedError, HcclParamError
+
+ALGOS = ("ring", "tree", "hd", "mesh")
+AUTO = "auto"
+# HCCL's operator names in HCCL_ALGO -> hccl-py's collective names
+_HCCL_OPS = {
+    "allreduce": "allreduce",
+    "allgather": "allgather",
+    "broadcast": "broadcast",
+    "reduce": "reduce",
+    "reducescatter": "reduce_scatter",
+    "reduce_scatter": "reduce_scatter",
+    "scatter": "scatter",
+    "alltoall": "alltoall",
+}
+_HCCL_ALGOS = {"na": AUTO, "auto": AUTO, "ring": "ring", "h-d_r": "hd", "hd": "hd", "tree": "tree", "mesh": "mesh", "fullmesh": "mesh"}
+HCCL_ONLY_ALGOS = {"nhr", "nhr_v1", "nb", "pipeline", "pairwise", "ahc", "star"}
+
+# Below this many bytes a call is latency-bound: logarithmic-step algorithms win; above it the
+# bandwidth-optimal ring does. (Issue: the cost model replaces this rule with an argmin.)
+SMALL_MESSAGE_BYTES = 256 * 1024
+
+
+def _parse_levels(text: str, where: str) -> str:
+    """'level0:NA;level1:ring' or 'ring' -> the algorithm name (level1 decides the flat case)."""
+    text = text.strip()
+    if ":" not in text:
+        return _algo_name(text, where)
+    chosen = AUTO
+    for part in filter(None, (p.strip() for p in text.split(";"))):
+        level, sep, value = part.partition(":")
+        if not sep or level.strip().lower() not in ("level0", "level1", "level2"):
+            raise HcclParamError(f"HCCL_ALGO: cannot read {part!r} in {where!r}; expected e.g. 'level0:NA;level1:ring'")
+        name = _algo_name(value, where)
+        if name != AUTO:
+            chosen = name
+    return chosen
+
+
+def _algo_name(value: str, where: str) -> str:
+    key = value.strip().lower()
+    if key in _HCCL_ALGOS:
+        return _HCCL_ALGOS[key]
+    if key in HCCL_ONLY_ALGOS:
+        return value.strip()  # refused by the call that needs it, with the reason
+    raise HcclParamError(f"HCCL_ALGO: unknown algorithm {value.strip()!r} in {where!r}; use ring, H-D_R (hd), tree, mesh or NA")
+
+
+def parse_hccl_algo(text: str | None) -> dict[str, str]:
+    """HCCL_ALGO -> {collective: algo}; key '*' holds the global setting.
+
+    >>> parse_hccl_algo("level0:NA;level1:ring")
+    {'*': 'ring'}
+    >>> parse_hccl_algo("allreduce=ring/allgather=level0:NA;level1:H-D_R")
+    {'allreduce': 'ring', 'allgather': 'hd'}
+    """
+    if not text or not text.strip():
+        return {}
+    if "=" not in text:
+        return {"*": _parse_levels(text, text)}
+    table = {}
+    for entry in filter(None, (e.strip() for e in text.split("/"))):
+        op, sep, levels = entry.partition("=")
+        op_key = op.strip().lower()
+        if not sep or op_key not in _HCCL_OPS:
+            raise HcclParamError(
+                f"HCCL_ALGO: cannot read {entry!r}; expected '<op>=<algo>' with <op> one of {', '.join(sorted(_HCCL_OPS))}"
+            )
+        table[_HCCL_OPS[op_key]] = _parse_levels(levels, entry)
+    return table
+
+
+def auto_algo(collective: str, nbytes: int, size: int) -> str:
+    """The algorithm ``algo="auto"`` picks for a call of ``nbytes`` on ``size`` ranks."""
+    if nbytes <= SMALL_MESSAGE_BYTES:
+        return "tree" if collective in ("broadcast", "reduce") else "hd"
+    return "ring"
+
+
+def resolve(collective: str, algo: str, nbytes: int, size: int, env_table: dict[str, str]) -> str:
+    """The concrete algorithm for one call; raises for names that cannot serve it."""
+    if not isinstance(algo, str):
+        raise HcclParamError(f"{collective}: algo must be a string, got {algo!r}")
+    name = algo.strip().lower()
+    if name == AUTO:
+        name = env_table.get(collective, env_table.get("*", AUTO))
+        source = "HCCL_ALGO"
+        if name == AUTO:
+            return auto_algo(collective, nbytes, size)
+    else:
+        source = "algo="
+        name = _HCCL_ALGOS.get(name, name)
+    if name in ALGOS:
+        return name
+    if name.lower() in HCCL_ONLY_ALGOS:
+        raise HcclNotSupportedError(
+            f"{collective}: {source} asks for HCCL's {name} algorithm, which hccl-py does not implement; "
+            f"use one of {', '.join(ALGOS)} or auto"
+        )
+    raise HcclParamError(f"{collective}: unknown algo {algo!r}; use one of {', '.join(ALGOS)} or auto")

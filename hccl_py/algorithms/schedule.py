@@ -1,0 +1,112 @@
+"""The schedule: what a collective algorithm *is* in hccl-py.
+
+An algorithm is a pure function ``schedule(rank, size, count, root) -> Schedule`` that lists,
+for one rank, the steps of the collective: local copies, then messages sent to and received
+from peers. It does no I/O. The same schedule is executed by the runtime (real bytes through a
+transport), timed by the cost model and simulated at cluster scale, so those can never disagree.
+
+Buffers are named, not passed: ``IN`` is the caller's input, ``OUT`` the caller's output and
+``TMP`` a scratch array of ``Schedule.tmp_count`` elements that the executor provides. For
+in-place collectives (allreduce, broadcast, reduce) ``IN`` and ``OUT`` are the *same* array, so
+a schedule must stay correct under that aliasing. Offsets and counts are in elements.
+
+Semantics, shared by the executor (``hccl_py/executor.py``) and the in-process player
+(``playback.py``):
+
+* A step first runs its ``copies`` in order, then all its sends and receives concurrently; it
+  completes when every send has left and every receive has been applied.
+* Matching is FIFO per ordered pair within one call: the k-th ``Send`` from rank a to rank b
+  (counting over a's steps) is the k-th ``Recv`` from a in b's steps. Their counts are equal.
+* A ``Recv`` writes ``dst = incoming`` (``reduce_with is None``) or
+  ``dst = reduce_with (op) incoming``; ``reduce_with`` may be ``dst`` itself (accumulate).
+* Within one step no receive writes a region that a send of the same step reads, and receives
+  whose destinations overlap have identical destinations; those are applied in list order, so
+  reduction order (and so float results) never depends on arrival order.
+* A zero-count transfer still moves a message (used for synchronisation, e.g. barrier);
+  collectives leave empty chunks out on both sides.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+
+class Buf(IntEnum):
+    IN = 0
+    OUT = 1
+    TMP = 2
+
+
+IN, OUT, TMP = Buf.IN, Buf.OUT, Buf.TMP
+
+
+@dataclass(frozen=True, slots=True)
+class Region:
+    """``count`` elements of buffer ``buf`` from element ``offset``."""
+
+    buf: Buf
+    offset: int
+    count: int
+
+    @property
+    def end(self) -> int:
+        return self.offset + self.count
+
+    def overlaps(self, other: "Region") -> bool:
+        return (
+            self.buf == other.buf
+            and self.count > 0
+            and other.count > 0
+            and self.offset < other.end
+            and other.offset < self.end
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    peer: int  # rank within the communicator
+    src: Region
+
+
+@dataclass(frozen=True, slots=True)
+class Recv:
+    peer: int
+    dst: Region
+    reduce_with: Region | None = None  # None: copy; else dst = reduce_with (op) incoming
+
+
+@dataclass(frozen=True, slots=True)
+class Copy:
+    src: Region
+    dst: Region
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    copies: tuple[Copy, ...] = ()
+    sends: tuple[Send, ...] = ()
+    recvs: tuple[Recv, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    steps: tuple[Step, ...]
+    tmp_count: int = 0
+
+    @property
+    def peers(self) -> frozenset[int]:
+        return frozenset(t.peer for s in self.steps for t in (*s.sends, *s.recvs))
+
+
+def chunk_bounds(count: int, parts: int) -> list[tuple[int, int]]:
+    """Split ``count`` elements into ``parts`` contiguous (offset, count) chunks whose sizes
+    differ by at most one, larger first; some are empty when ``count < parts``."""
+    base, extra = divmod(count, parts)
+    bounds = []
+    offset = 0
+    for i in range(parts):
+        n = base + (1 if i < extra else 0)
+        bounds.append((offset, n))
+        offset += n
+    return bounds

@@ -1,0 +1,338 @@
+"""The public communicator: argument checks, call signatures, algorithm choice, sub-groups.
+
+Every argument is checked before a byte moves, so bad input never hangs a peer or half-writes
+a buffer. Names follow HCCL's operators in Python style (``HcclAllReduce`` -> ``all_reduce``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Sequence
+
+import numpy as np
+
+from . import algo_select
+from .algorithms.registry import get_schedule
+from .dtypes import UFUNCS, ReduceOp, check_op_dtype, dtype_code
+from .errors import HcclError, HcclInternalError, HcclParamError
+from .executor import P2P_SEQ_BIT, CallContext, Engine, OpKind
+from .transport.base import CallSignature
+
+_ALGO_INDEX = {name: i for i, name in enumerate(algo_select.ALGOS)}
+_ALGO_NAMES = algo_select.ALGOS + ("dissemination",)
+_BARRIER_ALGO = len(algo_select.ALGOS)
+
+
+def _comm_id(*parts: object) -> int:
+    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1  # 63 bits: fits the header, never 0 by accident
+
+
+class Communicator:
+    """A group of ranks that run collectives together (an ``HcclComm``).
+
+    Obtain the world communicator from :func:`hccl_py.init`; derive others with
+    :meth:`split` or :meth:`create_group`. Usable as a context manager (destroys on exit)::
+
+        with hccl_py.init() as comm:
+            x = np.full(4, comm.rank, np.float32)
+            comm.all_reduce(x)          # x == sum of ranks on every rank
+    """
+
+    def __init__(self, engine: Engine, world_ranks: Sequence[int], comm_rank: int, comm_id: int, name: str, *,
+                 exec_timeout_s: float | None, algo_env: dict[str, str], on_destroy=None):
+        self._engine = engine
+        self._world_ranks = tuple(world_ranks)
+        self._rank = comm_rank
+        self._id = comm_id
+        self.name = name
+        self._timeout_s = exec_timeout_s
+        self._algo_env = algo_env
+        self._seq = 0
+        self._p2p_sent: dict[int, int] = {}
+        self._p2p_received: dict[int, int] = {}
+        self._closed_reason: str | None = None
+        self._on_destroy = on_destroy
+
+    # -- identity -------------------------------------------------------------------------------
+    @property
+    def rank(self) -> int:
+        """This process's rank in the communicator (0 .. size-1)."""
+        return self._rank
+
+    @property
+    def size(self) -> int:
+        """Number of ranks in the communicator."""
+        return len(self._world_ranks)
+
+    @property
+    def world_ranks(self) -> tuple[int, ...]:
+        """World rank of each member, in communicator-rank order."""
+        return self._world_ranks
+
+    def __repr__(self) -> str:
+        return f"<Communicator '{self.name}' rank {self.rank} of {self.size}>"
+
+    def __enter__(self) -> "Communicator":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.destroy()
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def abort(self, reason: str = "abort() was called") -> None:
+        """Stop using this communicator: pending messages are dropped, later calls fail at once."""
+        if self._closed_reason is None:
+            self._closed_reason = f"was aborted ({reason})"
+            if self._engine.transport is not None:
+                self._engine.abandon(self._id)
+
+    def destroy(self) -> None:
+        """Release the communicator (``HcclCommDestroy``); later calls fail at once."""
+        if self._closed_reason is None:
+            self._closed_reason = "was destroyed"
+            if self._engine.transport is not None:
+                self._engine.abandon(self._id)
+        if self._on_destroy is not None:
+            callback, self._on_destroy = self._on_destroy, None
+            callback()
+
+    def _check_usable(self, what: str) -> None:
+        if self._closed_reason is not None:
+            raise HcclInternalError(f"{what} on communicator '{self.name}': the communicator {self._closed_reason}; create a new one")
+        notice = self._engine.pending_notice(self._id)
+        if notice is not None:
+            self.abort("a peer reported a failed call")
+            code, _, message = notice[1].partition("|")
+            raise (HcclParamError if code == "1" else HcclInternalError)(f"{what}: earlier call failed on a peer: {message}")
+
+    # -- argument checks ---------------------------------------------------------------------------
+    def _array(self, x, what: str, *, writable: bool) -> np.ndarray:
+        if not isinstance(x, np.ndarray):
+            raise HcclParamError(f"{what}: buffer must be a numpy.ndarray, got {type(x).__name__}")
+        dtype_code(x.dtype, where=what)
+        if writable:
+            if not x.flags.c_contiguous:
+                raise HcclParamError(f"{what}: buffer must be C-contiguous (it is written in place); pass np.ascontiguousarray(x) and copy back")
+            if not x.flags.writeable:
+                raise HcclParamError(f"{what}: buffer is read-only but the operation writes it in place")
+        return x
+
+    def _root(self, root, what: str, name: str = "root") -> int:
+        if isinstance(root, bool) or not isinstance(root, (int, np.integer)) or not 0 <= root < self.size:
+            raise HcclParamError(f"{what}: {name}={root!r} is not a rank of communicator '{self.name}' (0..{self.size - 1})")
+        return int(root)
+
+    def _op(self, op, dtype: np.dtype, what: str) -> ReduceOp:
+        try:
+            redop = ReduceOp.parse(op)
+        except HcclParamError as err:
+            raise HcclParamError(f"{what}: {err.message}") from None
+        check_op_dtype(redop, dtype, where=what)
+        return redop
+
+    # -- the collective call path ---------------------------------------------------------------------
+    def _collective(self, kind: OpKind, collective: str, algo: str, bufs, count: int, dtype: np.dtype,
+                    redop: ReduceOp | None = None, root: int = 0) -> None:
+        nbytes = count * dtype.itemsize * (self.size if kind is OpKind.REDUCE_SCATTER else 1)
+        name = algo_select.resolve(collective, algo, nbytes, self.size, self._algo_env)
+        schedule = get_schedule(collective, name)(self._rank, self.size, count, root)
+        sig = CallSignature(kind, _ALGO_INDEX[name], dtype_code(dtype, where=collective), int(redop or 0), count, root)
+        self._execute(schedule, sig, bufs, dtype, redop)
+
+    def _execute(self, schedule, sig: CallSignature, bufs, dtype: np.dtype, redop: ReduceOp | None, seq: int | None = None) -> None:
+        if seq is None:
+            self._seq += 1
+            seq = self._seq
+        tmp = np.empty(schedule.tmp_count, dtype) if schedule.tmp_count else None
+        if not schedule.steps:
+            return
+        ctx = CallContext(self._id, self.name, seq, sig, self._world_ranks, self._rank, _ALGO_NAMES, self._timeout_s)
+        try:
+            self._engine.run(ctx, schedule, (bufs[0], bufs[1], tmp), UFUNCS.get(redop))
+        except HcclError as err:
+            self.abort(f"{ctx.what} failed: {err.message}")
+            raise
+
+    # -- collectives -----------------------------------------------------------------------------------
+    def all_reduce(self, x: np.ndarray, op: ReduceOp | str = "sum", *, algo: str = "auto") -> np.ndarray:
+        """Reduce ``x`` over all ranks, in place; returns ``x`` (``HcclAllReduce``).
+
+        >>> comm.all_reduce(np.ones(3, np.float32))   # doctest: +SKIP
+        array([4., 4., 4.], dtype=float32)            # with 4 ranks
+        """
+        what = f"all_reduce on '{self.name}'"
+        self._check_usable(what)
+        x = self._array(x, what, writable=True)
+        redop = self._op(op, x.dtype, what)
+        flat = x.reshape(-1)
+        self._collective(OpKind.ALLREDUCE, "allreduce", algo, (flat, flat), flat.size, x.dtype, redop)
+        return x
+
+    def all_gather(self, x: np.ndarray, *, algo: str = "auto") -> np.ndarray:
+        """Gather every rank's ``x`` into a new array of shape ``(size, *x.shape)`` (``HcclAllGather``)."""
+        what = f"all_gather on '{self.name}'"
+        self._check_usable(what)
+        x = self._array(x, what, writable=False)
+        flat = np.ascontiguousarray(x).reshape(-1)
+        out = np.empty((self.size, *x.shape), x.dtype)
+        self._collective(OpKind.ALLGATHER, "allgather", algo, (flat, out.reshape(-1)), flat.size, x.dtype)
+        return out
+
+    def broadcast(self, x: np.ndarray, root: int = 0, *, algo: str = "auto") -> np.ndarray:
+        """Copy root's ``x`` into ``x`` on every rank, in place; returns ``x`` (``HcclBroadcast``)."""
+        what = f"broadcast on '{self.name}'"
+        self._check_usable(what)
+        x = self._array(x, what, writable=True)
+        root = self._root(root, what)
+        flat = x.reshape(-1)
+        self._collective(OpKind.BROADCAST, "broadcast", algo, (flat, flat), flat.size, x.dtype, root=root)
+        return x
+
+    def reduce(self, x: np.ndarray, root: int = 0, op: ReduceOp | str = "sum", *, algo: str = "auto") -> np.ndarray:
+        """Reduce ``x`` over all ranks into ``x`` on ``root``, in place (``HcclReduce``).
+
+        Other ranks' ``x`` is left untouched. Returns ``x``.
+        """
+        what = f"reduce on '{self.name}'"
+        self._check_usable(what)
+        x = self._array(x, what, writable=True)
+        root = self._root(root, what)
+        redop = self._op(op, x.dtype, what)
+        flat = x.reshape(-1)
+        self._collective(OpKind.REDUCE, "reduce", algo, (flat, flat), flat.size, x.dtype, redop, root)
+        return x
+
+    def reduce_scatter(self, y: np.ndarray, op: ReduceOp | str = "sum", *, algo: str = "auto") -> np.ndarray:
+        """Reduce ``y`` over all ranks and return this rank's block (``HcclReduceScatter``).
+
+        ``y.size`` must divide by ``size``. The result has shape ``(y.shape[0] // size, *y.shape[1:])``
+        when the first axis divides, else ``(y.size // size,)``.
+        """
+        what = f"reduce_scatter on '{self.name}'"
+        self._check_usable(what)
+        y = self._array(y, what, writable=False)
+        redop = self._op(op, y.dtype, what)
+        if y.size % self.size:
+            raise HcclParamError(f"{what}: y.size={y.size} is not divisible by the communicator size {self.size}")
+        count = y.size // self.size
+        if y.ndim >= 1 and y.shape[0] % self.size == 0:
+            out = np.empty((y.shape[0] // self.size, *y.shape[1:]), y.dtype)
+        else:
+            out = np.empty(count, y.dtype)
+        flat = np.ascontiguousarray(y).reshape(-1)
+        self._collective(OpKind.REDUCE_SCATTER, "reduce_scatter", algo, (flat, out.reshape(-1)), count, y.dtype, redop)
+        return out
+
+    def barrier(self) -> None:
+        """Return once every rank of the communicator has entered the barrier (``HcclBarrier``)."""
+        what = f"barrier on '{self.name}'"
+        self._check_usable(what)
+        schedule = get_schedule("barrier", "dissemination")(self._rank, self.size, 0, 0)
+        dtype = np.dtype(np.uint8)
+        sig = CallSignature(OpKind.BARRIER, _BARRIER_ALGO, dtype_code(dtype, where=what), 0, 0, 0)
+        empty = np.empty(0, dtype)
+        self._execute(schedule, sig, (empty, empty), dtype, None)
+
+    # -- point to point ---------------------------------------------------------------------------------
+    def send(self, x: np.ndarray, dst: int) -> None:
+        """Send ``x`` to rank ``dst``, which posts a matching :meth:`recv` (``HcclSend``).
+
+        Returns once the data has been handed over (copied out of ``x``); a large message
+        waits for the receiver to drain it, as MPI's rendezvous protocol does.
+        """
+        what = f"send on '{self.name}'"
+        self._check_usable(what)
+        x = self._array(x, what, writable=False)
+        dst = self._root(dst, what, "dst")
+        if dst == self._rank:
+            raise HcclParamError(f"{what}: dst={dst} is this rank; send to another rank")
+        from .algorithms.schedule import IN, Region, Schedule, Send, Step
+
+        flat = np.ascontiguousarray(x).reshape(-1)
+        schedule = Schedule((Step(sends=(Send(dst, Region(IN, 0, flat.size)),)),))
+        seq = P2P_SEQ_BIT | self._next_p2p(self._p2p_sent, dst)
+        sig = CallSignature(OpKind.SEND, 0, dtype_code(x.dtype, where=what), 0, flat.size, self._rank)
+        self._execute(schedule, sig, (flat, flat), x.dtype, None, seq)
+
+    def recv(self, x: np.ndarray, src: int) -> np.ndarray:
+        """Receive into ``x`` from rank ``src``'s matching :meth:`send`, in place; returns ``x``."""
+        what = f"recv on '{self.name}'"
+        self._check_usable(what)
+        x = self._array(x, what, writable=True)
+        src = self._root(src, what, "src")
+        if src == self._rank:
+            raise HcclParamError(f"{what}: src={src} is this rank; receive from another rank")
+        from .algorithms.schedule import OUT, Recv, Region, Schedule, Step
+
+        flat = x.reshape(-1)
+        schedule = Schedule((Step(recvs=(Recv(src, Region(OUT, 0, flat.size)),)),))
+        seq = P2P_SEQ_BIT | self._next_p2p(self._p2p_received, src)
+        sig = CallSignature(OpKind.SEND, 0, dtype_code(x.dtype, where=what), 0, flat.size, src)
+        self._execute(schedule, sig, (flat, flat), x.dtype, None, seq)
+        return x
+
+    @staticmethod
+    def _next_p2p(counters: dict[int, int], peer: int) -> int:
+        # The n-th send to a peer is its n-th receive from us: both sides count one direction,
+        # and the mailbox key carries the sender, so the two directions never collide.
+        counters[peer] = counters.get(peer, 0) + 1
+        return counters[peer]
+
+    # -- sub-communicators ---------------------------------------------------------------------------------
+    def split(self, color: int | None, key: int = 0) -> "Communicator | None":
+        """Partition by ``color`` (``MPI_Comm_split``); ranks ordered by ``key`` then rank.
+
+        Every rank calls it; a rank with ``color=None`` takes part but gets ``None``::
+
+            sub = comm.split(color=comm.rank % 2, key=comm.rank)
+        """
+        what = f"split on '{self.name}'"
+        self._check_usable(what)
+        for name, value in (("color", color), ("key", key)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer))):
+                raise HcclParamError(f"{what}: {name} must be an int{' or None' if name == 'color' else ''}, got {value!r}")
+        if color is not None and color < 0:
+            raise HcclParamError(f"{what}: color must be >= 0 or None, got {color}")
+        mine = np.array([-1 if color is None else color, key], np.int64)
+        table = self.all_gather(mine)
+        seq = self._seq
+        if color is None:
+            return None
+        members = sorted((int(k), r) for r, (c, k) in enumerate(table) if c == color)
+        ranks = [r for _, r in members]
+        return self._child(ranks, _comm_id(self._id, seq, "split", int(color)), f"{self.name}/split({color})")
+
+    def create_group(self, ranks: Sequence[int]) -> "Communicator | None":
+        """A communicator of ``ranks`` (ranks of this communicator, in that order).
+
+        Like ``HcclCreateSubCommConfig``: every rank of this communicator calls it with the
+        same list; ranks outside the list get ``None``::
+
+            grp = comm.create_group([0, 2])
+        """
+        what = f"create_group on '{self.name}'"
+        self._check_usable(what)
+        try:
+            ranks = [int(r) for r in ranks]
+        except (TypeError, ValueError):
+            raise HcclParamError(f"{what}: ranks must be a sequence of ints, got {ranks!r}") from None
+        if not ranks:
+            raise HcclParamError(f"{what}: ranks is empty; a group needs at least one rank")
+        for r in ranks:
+            self._root(r, what, "rank")
+        if len(set(ranks)) != len(ranks):
+            raise HcclParamError(f"{what}: ranks {ranks} lists a rank twice")
+        digest = np.frombuffer(hashlib.blake2b(repr(ranks).encode(), digest_size=8).digest(), np.int64)
+        digests = self.all_gather(digest.copy()).reshape(-1)
+        seq = self._seq
+        differ = [r for r in range(self.size) if digests[r] != digests[0]]
+        if differ:
+            raise HcclParamError(f"{what}: ranks {differ} passed a different rank list than rank 0; every rank must pass the same list")
+        if self._rank not in ranks:
+            return None
+        return self._child(ranks, _comm_id(self._id, seq, "group", tuple(ranks)), f"{self.name}/group{ranks}")
+
+    def _child(self, ranks: list[int], comm_id: int, name: str) -> "Communicator":
+        return Communicator(self._engine, [self._world_ranks[r] for r in ranks], ranks.index(self._rank), comm_id, name,
+                            exec_timeout_s=self._timeout_s, algo_env=self._algo_env)

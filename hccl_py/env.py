@@ -1,0 +1,67 @@
+"""Environment variable names and their parsing: the one place both the runtime and
+hccl-launch read them from.
+
+HCCL and MindSpore name ranks ``RANK_ID``/``RANK_SIZE``/``DEVICE_ID``; torchrun names them
+``RANK``/``WORLD_SIZE``/``LOCAL_RANK``/``LOCAL_WORLD_SIZE``. hccl-launch sets both.
+"""
+
+from __future__ import annotations
+
+import os
+
+from .errors import HcclParamError
+
+RANK_ID = "RANK_ID"
+RANK_SIZE = "RANK_SIZE"
+DEVICE_ID = "DEVICE_ID"
+RANK = "RANK"
+WORLD_SIZE = "WORLD_SIZE"
+LOCAL_RANK = "LOCAL_RANK"
+LOCAL_WORLD_SIZE = "LOCAL_WORLD_SIZE"
+MASTER_ADDR = "MASTER_ADDR"
+MASTER_PORT = "MASTER_PORT"
+
+# hccl-py's own
+JOB_ID = "HCCL_PY_JOB_ID"  # names this job's sockets; set by the launcher
+STORE_HOSTED = "HCCL_PY_STORE_HOSTED"  # "1": someone else (hccl-launch, spawn) hosts the store
+
+# HCCL's, with HCCL's defaults
+HCCL_CONNECT_TIMEOUT = "HCCL_CONNECT_TIMEOUT"  # seconds, default 120
+HCCL_EXEC_TIMEOUT = "HCCL_EXEC_TIMEOUT"  # seconds, default 1836; 0 = no limit
+HCCL_BUFFSIZE = "HCCL_BUFFSIZE"  # MB of staging per rank
+HCCL_ALGO = "HCCL_ALGO"
+
+DEFAULT_CONNECT_TIMEOUT_S = 120.0
+DEFAULT_EXEC_TIMEOUT_S = 1836.0
+# HCCL's default is 200 MB per communicator on device memory. Here every card shares one
+# host's memory, so the default is smaller; large payloads stream through it in slices.
+DEFAULT_BUFFSIZE_MB = 32
+
+
+def _number(name: str, default: float, *, allow_zero: bool) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise HcclParamError(f"{name}={raw!r} is not a number of seconds/MB; unset it or give e.g. {name}={int(default)}") from None
+    if value < 0 or (value == 0 and not allow_zero):
+        raise HcclParamError(f"{name}={raw!r} must be {'>= 0' if allow_zero else '> 0'}")
+    return value
+
+
+def connect_timeout_s() -> float:
+    """HCCL_CONNECT_TIMEOUT in seconds (any positive value)."""
+    return _number(HCCL_CONNECT_TIMEOUT, DEFAULT_CONNECT_TIMEOUT_S, allow_zero=False)
+
+
+def exec_timeout_s() -> float | None:
+    """HCCL_EXEC_TIMEOUT in seconds; ``None`` for 0 (no limit)."""
+    value = _number(HCCL_EXEC_TIMEOUT, DEFAULT_EXEC_TIMEOUT_S, allow_zero=True)
+    return None if value == 0 else value
+
+
+def buffsize_bytes() -> int:
+    """HCCL_BUFFSIZE (MB) in bytes."""
+    return int(_number(HCCL_BUFFSIZE, DEFAULT_BUFFSIZE_MB, allow_zero=False) * 1024 * 1024)

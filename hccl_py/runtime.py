@@ -1,0 +1,122 @@
+"""``hccl_py.init``: the world communicator of this process, from the launcher's environment.
+
+Under hccl-launch (or ``launch.spawn``) the rank, world size and store address come from the
+environment and the launcher hosts the rendezvous store. Started another way with ``RANK``,
+``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` set (torchrun style), rank 0 hosts the store.
+Run plainly, the world is this one process.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import json
+import os
+import socket
+import time
+
+from . import env
+from .algo_select import parse_hccl_algo
+from .communicator import Communicator
+from .errors import HcclParamError, HcclTimeoutError
+from .executor import Engine
+from .transport.shm import ShmTransport
+
+WORLD_COMM_ID = 1
+DEFAULT_SPIN_US = 50.0
+
+_world: Communicator | None = None
+
+
+def _int_env(*names: str) -> int | None:
+    for name in names:
+        raw = os.environ.get(name)
+        if raw not in (None, ""):
+            try:
+                return int(raw)
+            except ValueError:
+                raise HcclParamError(f"{name}={raw!r} is not an integer") from None
+    return None
+
+
+def init() -> Communicator:
+    """Join the job and return the world communicator (``HcclCommInitClusterInfo``).
+
+    Blocks until every rank has joined, at most ``HCCL_CONNECT_TIMEOUT`` seconds; then raises
+    :class:`HcclTimeoutError` naming the ranks that never came. Calling it again returns the
+    same communicator until that one is destroyed::
+
+        import numpy as np, hccl_py as hccl
+        comm = hccl.init()
+        x = np.full(1000, comm.rank, np.float32)
+        comm.all_reduce(x)
+    """
+    global _world
+    if _world is not None and _world._closed_reason is None:
+        return _world
+    rank = _int_env(env.RANK_ID, env.RANK)
+    size = _int_env(env.RANK_SIZE, env.WORLD_SIZE)
+    connect_timeout_s = env.connect_timeout_s()
+    exec_timeout_s = env.exec_timeout_s()
+    algo_env = parse_hccl_algo(os.environ.get(env.HCCL_ALGO))
+    if size is None or size == 1:
+        if rank not in (None, 0):
+            raise HcclParamError(f"rank {rank} given for a world of size 1 (set RANK_SIZE/WORLD_SIZE)")
+        _world = Communicator(Engine(None), [0], 0, WORLD_COMM_ID, "world", exec_timeout_s=exec_timeout_s, algo_env=algo_env)
+        return _world
+    if rank is None or not 0 <= rank < size:
+        raise HcclParamError(f"RANK_ID/RANK={rank} is not in 0..{size - 1} (RANK_SIZE/WORLD_SIZE={size})")
+    if size > 65535:
+        raise HcclParamError(f"world size {size} exceeds the 65535 ranks one host can run")
+    _world = _connect(rank, size, connect_timeout_s, exec_timeout_s, algo_env)
+    return _world
+
+
+def _connect(rank: int, size: int, connect_timeout_s: float, exec_timeout_s: float | None, algo_env) -> Communicator:
+    from .store import StoreClient, StoreServer  # only multi-rank jobs need zmq
+
+    addr = os.environ.get(env.MASTER_ADDR) or "127.0.0.1"
+    port = _int_env(env.MASTER_PORT)
+    if port is None:
+        raise HcclParamError(f"{env.MASTER_PORT} is not set: run under hccl-launch, or set MASTER_ADDR/MASTER_PORT for the store")
+    deadline = time.monotonic() + connect_timeout_s
+    server = None
+    if rank == 0 and os.environ.get(env.STORE_HOSTED) != "1":
+        server = StoreServer(host=addr, port=port)
+        server.start()
+    job_id = os.environ.get(env.JOB_ID) or hashlib.blake2b(f"{addr}:{port}".encode(), digest_size=6).hexdigest()
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    spin_us = float(os.environ.get("HCCL_PY_SPIN_US", DEFAULT_SPIN_US))
+    transport = ShmTransport(job_id, rank, size, env.buffsize_bytes(), spin_s=spin_us * 1e-6, yield_when_spinning=size > cores)
+    client = StoreClient(f"tcp://{addr}:{port}")
+    try:
+        client.set(f"{job_id}/rank/{rank}", json.dumps({"pid": os.getpid(), "host": socket.gethostname()}).encode())
+        keys = [f"{job_id}/rank/{r}" for r in range(size)]
+        try:
+            client.wait(keys, max(deadline - time.monotonic(), 0.0))
+        except HcclTimeoutError:
+            present = client.check(keys)
+            missing = [r for r, ok in enumerate(present) if not ok]
+            raise HcclTimeoutError(
+                f"init: rank {rank}: rank(s) {missing} of {size} did not join within {connect_timeout_s:g} s "
+                f"(HCCL_CONNECT_TIMEOUT); check that they started and reach the store at {addr}:{port}"
+            ) from None
+        infos = {r: json.loads(client.get(k, max(deadline - time.monotonic(), 0.1))) for r, k in enumerate(keys)}
+        transport.connect({r: info["pid"] for r, info in infos.items() if r != rank}, deadline)
+    except BaseException:
+        transport.close()
+        client.close()
+        if server is not None:
+            server.close()
+        raise
+    client.close()
+    engine = Engine(transport)
+
+    def shutdown() -> None:
+        transport.close()
+        if server is not None:
+            server.close()
+
+    atexit.register(shutdown)
+    return Communicator(engine, range(size), rank, WORLD_COMM_ID, "world", exec_timeout_s=exec_timeout_s,
+                        algo_env=algo_env, on_destroy=shutdown)

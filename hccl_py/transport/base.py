@@ -1,0 +1,82 @@
+"""The narrow seam between the executor and a transport (gloo's ``Pair``, astra-sim's
+``sim_send``/``sim_recv``).
+
+A message is the data of one ``Send`` of a schedule; a transport may cut it into slices (it
+says how large with ``max_slice_bytes``). Every slice carries a ``SliceHeader`` that names the
+call it belongs to, so the receiver can match it and detect a peer whose call differs.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+
+@dataclass(frozen=True, slots=True)
+class CallSignature:
+    """What every rank of one collective call must agree on; sent in every slice."""
+
+    op: int  # OpKind
+    algo: int  # index into the registry's algorithm names; 0 for point-to-point
+    dtype: int  # HcclDataType code
+    redop: int  # ReduceOp, 0 when the op does not reduce
+    count: int
+    root: int
+
+
+# kind, src, comm_id, seq, msg_index, op, algo, dtype, redop, count, root, msg_count, offset,
+# nelem, slot, sender clock (modeled seconds)
+HEADER = struct.Struct("<BHQQIBBBBQIQQQqd")
+KIND_INLINE = 1  # payload follows the header in the same datagram
+KIND_SLOT = 2  # payload sits in the sender's shared segment at byte offset `slot`
+KIND_ACK = 3  # payload: slot offsets the receiver has finished with
+KIND_NOTICE = 4  # a peer tells the communicator it failed (mismatch, abort); payload: utf-8 text
+KIND_HELLO = 5  # connection setup; carries the sender's segment fd as ancillary data
+
+
+@dataclass(slots=True)
+class Incoming:
+    """One received slice (or a notice). ``array()`` views the payload without copying."""
+
+    kind: int
+    src: int
+    comm_id: int
+    seq: int
+    msg_index: int
+    sig: CallSignature
+    msg_count: int
+    offset: int
+    nelem: int
+    clock: float
+    payload: memoryview | None = None  # inline bytes, or the mapped slot
+    slot: int = -1
+
+    def array(self, dtype: np.dtype) -> np.ndarray:
+        return np.frombuffer(self.payload, dtype=dtype, count=self.nelem)
+
+
+class Transport(Protocol):
+    world_rank: int
+    world_size: int
+
+    def max_slice_bytes(self, peer: int) -> int: ...
+
+    def try_send(self, peer: int, fields: tuple, clock: float, data: np.ndarray) -> bool:
+        """Hand one slice to the transport. False when it cannot take it now (no free slot);
+        True once the data has been copied out of ``data`` (the caller may reuse it)."""
+
+    def progress(self, timeout_s: float) -> list[Incoming]:
+        """Move pending output and return what arrived, waiting up to ``timeout_s`` for
+        something to happen when nothing is ready."""
+
+    def release(self, incoming: Incoming) -> None:
+        """The executor has consumed ``incoming``; its slot may be reused by the sender."""
+
+    def notify(self, peer: int, comm_id: int, seq: int, text: str) -> None: ...
+
+    def peer_alive(self, peer: int) -> bool: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,295 @@
+"""Shared-memory transport for ranks on one host.
+
+Each rank owns one shared segment (a memfd: it has no name, so nothing can leak into
+/dev/shm, and the kernel frees it when the last rank holding it exits) cut into per-peer slots.
+Large slices are copied once into a slot; the receiver reduces or copies straight out of the
+mapped slot into its destination and then acknowledges the slot. Small slices travel inline.
+
+Control and doorbell: one unix datagram socket per rank in the abstract namespace (again no
+file to clean up). A datagram wakes the receiver in a few microseconds; before blocking, a
+waiting rank spins briefly, since a blocking wake-up costs ~20 us here while a spin costs ~3 us.
+When ranks outnumber cores the spin yields the CPU each turn so peers are not starved.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import select
+import socket
+import time
+from collections import deque
+
+import numpy as np
+
+from ..dtypes import DTYPES_BY_CODE
+from ..errors import HcclRemoteError, HcclSyscallError, HcclTimeoutError
+from .base import (
+    HEADER,
+    KIND_ACK,
+    KIND_HELLO,
+    KIND_INLINE,
+    KIND_NOTICE,
+    KIND_SLOT,
+    CallSignature,
+    Incoming,
+)
+
+INLINE_MAX_BYTES = 16 * 1024  # up to this, a slice rides in the datagram itself
+MAX_SLOT_BYTES = 4 * 1024 * 1024  # larger slots amortise the per-slice cost; smaller ones pipeline
+MIN_SLOT_BYTES = 64 * 1024
+SOCKET_BUFFER_BYTES = 4 * 1024 * 1024
+_RECV_BYTES = HEADER.size + INLINE_MAX_BYTES + 8 * 4096
+_ITEMSIZE = {code: dt.itemsize for code, dt in DTYPES_BY_CODE.items()}
+
+
+def socket_name(job_id: str, world_rank: int) -> bytes:
+    return f"\0hccl_py.{job_id}.{world_rank}".encode()
+
+
+def slot_layout(world_size: int, buffsize_bytes: int) -> tuple[int, int]:
+    """(slots per peer, bytes per slot) for a rank's segment of ``buffsize_bytes``."""
+    per_peer = max(buffsize_bytes // max(world_size - 1, 1), 2 * MIN_SLOT_BYTES)
+    slots = max(2, min(8, per_peer // MAX_SLOT_BYTES))
+    slot_bytes = max(MIN_SLOT_BYTES, (per_peer // slots) // 4096 * 4096)
+    return slots, min(slot_bytes, MAX_SLOT_BYTES)
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    return state not in (b"Z", b"X")
+
+
+class ShmTransport:
+    """Shared-memory slots plus unix-datagram doorbells between the ranks of one host."""
+
+    def __init__(self, job_id: str, world_rank: int, world_size: int, buffsize_bytes: int, *, spin_s: float, yield_when_spinning: bool):
+        self.job_id = job_id
+        self.world_rank = world_rank
+        self.world_size = world_size
+        self.spin_s = spin_s
+        self.yield_when_spinning = yield_when_spinning
+        self.slots_per_peer, self.slot_bytes = slot_layout(world_size, buffsize_bytes)
+        self._peers = [p for p in range(world_size) if p != world_rank]
+        region = self.slots_per_peer * self.slot_bytes
+        self._segment_bytes = max(region * len(self._peers), mmap.PAGESIZE)
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER_BYTES)
+        self._sock.bind(socket_name(job_id, world_rank))
+        self._sock.setblocking(False)
+        self._fd = os.memfd_create(f"hccl_py.{job_id}.{world_rank}", os.MFD_CLOEXEC)
+        os.ftruncate(self._fd, self._segment_bytes)
+        self._segment = mmap.mmap(self._fd, self._segment_bytes)
+        self._free: dict[int, list[int]] = {
+            p: [(i * region) + s * self.slot_bytes for s in reversed(range(self.slots_per_peer))]
+            for i, p in enumerate(self._peers)
+        }
+        self._out_socks: dict[int, socket.socket] = {}
+        self._outbox: dict[int, deque[bytes]] = {p: deque() for p in self._peers}
+        self._acks: dict[int, list[int]] = {p: [] for p in self._peers}
+        self._peer_segments: dict[int, memoryview] = {}
+        self._peer_maps: list[mmap.mmap] = []
+        self._peer_pids: dict[int, int] = {}
+        self._early: list[Incoming] = []
+        self._poll = select.poll()
+        self._poll.register(self._sock, select.POLLIN)
+        self._closed = False
+
+    # -- setup -----------------------------------------------------------------------------
+    def connect(self, peer_pids: dict[int, int], deadline: float) -> None:
+        """Open a socket to every peer, hand each our segment, and collect theirs."""
+        self._peer_pids = dict(peer_pids)
+        hello = HEADER.pack(KIND_HELLO, self.world_rank, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, self._segment_bytes, 0.0)
+        for peer in self._peers:
+            out = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            out.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER_BYTES)
+            try:
+                out.connect(socket_name(self.job_id, peer))
+            except (ConnectionRefusedError, FileNotFoundError):
+                out.close()
+                raise HcclRemoteError(f"init: rank {self.world_rank} cannot reach rank {peer}'s socket; did rank {peer} exit during init?") from None
+            out.setblocking(False)
+            self._out_socks[peer] = out
+            while True:
+                try:
+                    socket.send_fds(out, [hello], [self._fd])
+                    break
+                except BlockingIOError:
+                    self._wait_writable(out, deadline, peer)
+        missing = set(self._peers)
+        while missing:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise HcclTimeoutError(
+                    f"init: rank {self.world_rank} got no shared-memory handshake from rank(s) {sorted(missing)} "
+                    f"within HCCL_CONNECT_TIMEOUT; check that they are alive"
+                )
+            if not self._poll.poll(min(remaining, 0.5) * 1000):
+                continue
+            while True:
+                try:
+                    data, fds, _flags, _addr = socket.recv_fds(self._sock, _RECV_BYTES, 1)
+                except BlockingIOError:
+                    break
+                if data[0] == KIND_HELLO:
+                    fields = HEADER.unpack_from(data)
+                    peer, size = fields[1], fields[14]
+                    peer_map = mmap.mmap(fds[0], size, prot=mmap.PROT_READ)
+                    os.close(fds[0])
+                    self._peer_maps.append(peer_map)
+                    self._peer_segments[peer] = memoryview(peer_map)
+                    missing.discard(peer)
+                else:
+                    for fd in fds:
+                        os.close(fd)
+                    self._decode(data, self._early)
+
+    def _wait_writable(self, sock: socket.socket, deadline: float, peer: int) -> None:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise HcclTimeoutError(f"rank {self.world_rank}: rank {peer} does not drain its socket")
+        select.select([], [sock], [], min(remaining, 0.1))
+
+    # -- data path ---------------------------------------------------------------------------
+    def max_slice_bytes(self, peer: int) -> int:
+        return self.slot_bytes
+
+    def try_send(self, peer: int, fields: tuple, clock: float, data: np.ndarray) -> bool:
+        """``fields``: HEADER fields from src to nelem (see base.HEADER)."""
+        nbytes = data.nbytes
+        if nbytes <= INLINE_MAX_BYTES:
+            self._put(peer, HEADER.pack(KIND_INLINE, *fields, -1, clock) + data.tobytes())
+            return True
+        free = self._free[peer]
+        if not free:
+            return False
+        offset = free.pop()
+        slot = np.frombuffer(self._segment, dtype=data.dtype, count=data.size, offset=offset)
+        np.copyto(slot, data, casting="no")
+        self._put(peer, HEADER.pack(KIND_SLOT, *fields, offset, clock))
+        return True
+
+    def notify(self, peer: int, comm_id: int, seq: int, text: str) -> None:
+        header = HEADER.pack(KIND_NOTICE, self.world_rank, comm_id, seq, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, -1, 0.0)
+        try:
+            self._put(peer, header + text.encode()[:INLINE_MAX_BYTES])
+        except HcclRemoteError:
+            pass  # a notice to a rank that is gone has no one to tell
+
+    def release(self, incoming: Incoming) -> None:
+        if incoming.kind == KIND_SLOT:
+            self._acks[incoming.src].append(incoming.slot)
+
+    def _put(self, peer: int, datagram: bytes) -> None:
+        outbox = self._outbox[peer]
+        if outbox:
+            outbox.append(datagram)
+            return
+        try:
+            self._out_socks[peer].send(datagram)
+        except BlockingIOError:  # the peer's queue is full: keep it, progress() retries
+            outbox.append(datagram)
+        except (ConnectionRefusedError, ConnectionResetError, BrokenPipeError):
+            raise HcclRemoteError(f"rank {peer} is gone (its socket refused a message from rank {self.world_rank})") from None
+
+    def _flush(self) -> bool:
+        """Send queued acks and datagrams; True if anything is still waiting for space."""
+        for peer, acks in self._acks.items():
+            if acks:
+                self._put(peer, HEADER.pack(KIND_ACK, self.world_rank, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, len(acks), -1, 0.0) + np.array(acks, np.int64).tobytes())
+                acks.clear()
+        blocked = False
+        for peer, outbox in self._outbox.items():
+            sock = self._out_socks[peer]
+            while outbox:
+                try:
+                    sock.send(outbox[0])
+                except BlockingIOError:
+                    blocked = True
+                    break
+                except (ConnectionRefusedError, ConnectionResetError, BrokenPipeError):
+                    raise HcclRemoteError(f"rank {peer} is gone (its socket refused a message from rank {self.world_rank})") from None
+                outbox.popleft()
+        return blocked
+
+    def progress(self, timeout_s: float) -> list[Incoming]:
+        got: list[Incoming] = self._early
+        if got:
+            self._early = []
+        blocked = self._flush()
+        self._drain(got)
+        if got or timeout_s <= 0:
+            return got
+        spin_until = time.perf_counter() + min(self.spin_s, timeout_s)
+        while time.perf_counter() < spin_until:
+            if self.yield_when_spinning:
+                os.sched_yield()
+            self._drain(got)
+            if got:
+                return got
+        if blocked:
+            poll = select.poll()
+            poll.register(self._sock, select.POLLIN)
+            for peer, outbox in self._outbox.items():
+                if outbox:
+                    poll.register(self._out_socks[peer], select.POLLOUT)
+        else:
+            poll = self._poll
+        try:
+            poll.poll(timeout_s * 1000.0)
+        except InterruptedError:
+            pass
+        self._flush()
+        self._drain(got)
+        return got
+
+    def _drain(self, got: list[Incoming]) -> None:
+        recv = self._sock.recv
+        while True:
+            try:
+                data = recv(_RECV_BYTES)
+            except BlockingIOError:
+                return
+            self._decode(data, got)
+
+    def _decode(self, data: bytes, got: list[Incoming]) -> None:
+        (kind, src, comm_id, seq, msg_index, op, algo, dtype, redop, count, root, msg_count, offset, nelem, slot, clock) = HEADER.unpack_from(data)
+        if kind == KIND_ACK:
+            self._free[src].extend(np.frombuffer(data, np.int64, nelem, HEADER.size).tolist())
+            return
+        sig = CallSignature(op, algo, dtype, redop, count, root)
+        if kind == KIND_INLINE:
+            payload = memoryview(data)[HEADER.size :]
+        elif kind == KIND_SLOT:
+            payload = self._peer_segments[src][slot : slot + nelem * _ITEMSIZE[dtype]]
+        else:
+            payload = memoryview(data)[HEADER.size :]
+        got.append(Incoming(kind, src, comm_id, seq, msg_index, sig, msg_count, offset, nelem, clock, payload, slot))
+
+    def peer_alive(self, peer: int) -> bool:
+        pid = self._peer_pids.get(peer)
+        return pid is None or _process_alive(pid)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for sock in self._out_socks.values():
+            sock.close()
+        self._sock.close()
+        for view in self._peer_segments.values():
+            view.release()
+        for peer_map in self._peer_maps:
+            try:
+                peer_map.close()
+            except BufferError:
+                pass  # a caller still holds a view; the mapping goes with the process
+        try:
+            self._segment.close()
+        except BufferError:
+            pass
+        os.close(self._fd)
