@@ -10,9 +10,9 @@ implement (NHR, NB, pipeline, ...) are accepted by the parser and refused, with
 
 from __future__ import annotations
 
+from .algorithms.registry import ALGOS
 from .errors import HcclNotSupportedError, HcclParamError
 
-ALGOS = ("ring", "tree", "hd", "mesh")
 AUTO = "auto"
 # HCCL's operator names in HCCL_ALGO -> hccl-py's collective names
 _HCCL_OPS = {

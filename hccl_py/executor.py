@@ -164,6 +164,10 @@ class Engine:
     # -- execution ---------------------------------------------------------------------------
     def run(self, ctx: CallContext, schedule: Schedule, bufs: tuple[np.ndarray, np.ndarray, np.ndarray | None], ufunc) -> None:
         """Execute ``schedule`` for this rank; ``bufs`` are flat IN, OUT and TMP arrays."""
+        with np.errstate(all="ignore"):  # overflow and NaN are the user's data, as on the device
+            self._run(ctx, schedule, bufs, ufunc)
+
+    def _run(self, ctx: CallContext, schedule: Schedule, bufs, ufunc) -> None:
         deadline = None if ctx.timeout_s is None else time.monotonic() + ctx.timeout_s
         sent: dict[int, int] = {}
         received: dict[int, int] = {}

@@ -217,9 +217,7 @@ class ShmTransport:
         return blocked
 
     def progress(self, timeout_s: float) -> list[Incoming]:
-        got: list[Incoming] = self._early
-        if got:
-            self._early = []
+        got, self._early = self._early, []
         blocked = self._flush()
         self._drain(got)
         if got or timeout_s <= 0:

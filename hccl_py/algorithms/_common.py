@@ -1,0 +1,78 @@
+"""Helpers shared by the schedule modules: building a ``Schedule`` and naming chunk spans."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from .schedule import TMP, Buf, Region, Schedule, Step
+
+Bounds = Sequence[tuple[int, int]]  # (offset, count) per chunk, contiguous and in order
+
+
+def finish(steps: Iterable[Step]) -> Schedule:
+    """The schedule of ``steps`` with zero-count copies, sends and receives left out, then empty
+    steps; ``tmp_count`` is the end of the highest TMP region used.
+
+    Both ends of a transfer compute the same count, so dropping the empty ones here keeps FIFO
+    matching consistent and lets the algorithms be written without special cases for
+    ``count < size``. (Barrier messages carry one element, so they are kept.)
+    """
+    kept = []
+    for step in steps:
+        step = Step(
+            copies=tuple(c for c in step.copies if c.dst.count),
+            sends=tuple(s for s in step.sends if s.src.count),
+            recvs=tuple(r for r in step.recvs if r.dst.count),
+        )
+        if step.copies or step.sends or step.recvs:
+            kept.append(step)
+    regions = [
+        region
+        for step in kept
+        for region in (
+            *(c.src for c in step.copies),
+            *(c.dst for c in step.copies),
+            *(s.src for s in step.sends),
+            *(r.dst for r in step.recvs),
+            *(r.reduce_with for r in step.recvs if r.reduce_with is not None),
+        )
+    ]
+    tmp_count = max((r.end for r in regions if r.buf == TMP), default=0)
+    return Schedule(steps=tuple(kept), tmp_count=tmp_count)
+
+
+def span(buf: Buf, bounds: Bounds, lo: int, hi: int) -> Region:
+    """Region of ``buf`` covering chunks ``lo .. hi-1`` of ``bounds`` (empty when ``lo >= hi``)."""
+    if lo >= hi:
+        return Region(buf, 0, 0)
+    start = bounds[lo][0]
+    end = bounds[hi - 1][0] + bounds[hi - 1][1]
+    return Region(buf, start, end - start)
+
+
+def block_bounds(count: int, blocks: int) -> list[tuple[int, int]]:
+    """``blocks`` equal blocks of ``count`` elements: the per-rank layout of allgather's OUT and
+    reduce_scatter's IN."""
+    return [(i * count, count) for i in range(blocks)]
+
+
+def relative(rank: int, root: int, size: int) -> int:
+    """Rank renumbered so that ``root`` is 0 (how rooted trees and chains are laid out)."""
+    return (rank - root) % size
+
+
+def absolute(vrank: int, root: int, size: int) -> int:
+    """Inverse of ``relative``."""
+    return (vrank + root) % size
+
+
+def ring_indices(rank: int, size: int, shift: int) -> list[tuple[int, int]]:
+    """Chunk indices (sent, received) in each of the ``size - 1`` steps of one trip round the
+    ring, sending to ``rank + 1`` and receiving from ``rank - 1``.
+
+    In step s rank r sends chunk ``r + shift - s`` and receives chunk ``r + shift - s - 1``
+    (mod size): what it receives in one step is what it sends in the next. After the trip
+    (reduce-scatter) the rank has completed chunk ``r + shift + 1``; in an allgather it starts
+    owning chunk ``r + shift``.
+    """
+    return [((rank + shift - s) % size, (rank + shift - s - 1) % size) for s in range(size - 1)]

@@ -1,0 +1,25 @@
+"""Full-mesh allgather: every rank sends its IN to every other rank, in one step.
+
+Steps: 1 (plus the local copy of IN into block ``rank`` of OUT). Sent per rank: (size-1) * count
+elements in size-1 concurrent messages (as many received). TMP: none.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from ._common import block_bounds, finish
+from .schedule import IN, OUT, Copy, Recv, Region, Schedule, Send, Step
+
+
+@lru_cache(maxsize=256)
+def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
+    blocks = [Region(OUT, *b) for b in block_bounds(count, size)]
+    own = Region(IN, 0, count)
+    peers = [j for j in range(size) if j != rank]
+    step = Step(
+        copies=(Copy(own, blocks[rank]),),
+        sends=tuple(Send(j, own) for j in peers),
+        recvs=tuple(Recv(j, blocks[j]) for j in peers),
+    )
+    return finish([step])

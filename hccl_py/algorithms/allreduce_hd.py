@@ -1,0 +1,46 @@
+"""Halving-doubling allreduce (Rabenseifner): recursive-halving reduce-scatter, then
+recursive-doubling allgather, over p = the largest power of two <= size.
+
+Fold (size not a power of two, see ``_fold``): each extra sends its buffer to its proxy, which
+reduces it in. Core, on p newranks with OUT cut into p chunks: log2(p) halving steps, each
+sending the half not kept to the partner and reducing the partner's copy of the half kept,
+leave newrank v with chunk v reduced; log2(p) doubling steps swap the reduced ranges back.
+Unfold: each proxy sends the result to its extra. Every element is computed by one rank and
+then copied, so all ranks end bit-identical.
+
+Steps: 2*log2(p), plus 2 for the fold when size != p. Sent per core rank: 2*(p-1)/p * count
+elements (as many received); proxies also receive and send count in the fold; extras send and
+receive count. TMP: none (in place).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from ._common import finish, span
+from ._fold import Fold, doubling, halving
+from .schedule import OUT, Recv, Region, Schedule, Send, Step, chunk_bounds
+
+
+@lru_cache(maxsize=256)
+def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
+    fold = Fold(size)
+    whole = Region(OUT, 0, count)
+    if fold.is_extra(rank):
+        return finish([Step(sends=(Send(rank - 1, whole),)), Step(recvs=(Recv(rank - 1, whole),))])
+    chunks = chunk_bounds(count, fold.p)
+    v, extra = fold.newrank(rank), fold.extra_of(rank)
+    steps = []
+    if extra is not None:
+        steps.append(Step(recvs=(Recv(extra, whole, reduce_with=whole),)))
+    for partner, sent, kept in halving(v, fold.p):
+        peer, acc = fold.first(partner), span(OUT, chunks, *kept)
+        sends = (Send(peer, span(OUT, chunks, *sent)),)
+        steps.append(Step(sends=sends, recvs=(Recv(peer, acc, reduce_with=acc),)))
+    for partner, mine, theirs in doubling(v, fold.p):
+        peer = fold.first(partner)
+        sends = (Send(peer, span(OUT, chunks, *mine)),)
+        steps.append(Step(sends=sends, recvs=(Recv(peer, span(OUT, chunks, *theirs)),)))
+    if extra is not None:
+        steps.append(Step(sends=(Send(extra, whole),)))
+    return finish(steps)

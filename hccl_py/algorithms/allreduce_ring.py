@@ -1,0 +1,33 @@
+"""Ring allreduce: ring reduce-scatter, then ring allgather (gloo's allreduce_ring_chunked, NCCL's ring).
+
+OUT is cut into ``size`` chunks (``chunk_bounds``). Reduce-scatter, steps 0 .. size-2: rank r
+sends chunk r-s to r+1 and folds chunk r-s-1 from r-1 into OUT (``OUT = OUT op incoming``);
+after it, rank r holds chunk r+1 fully reduced. Allgather, size-1 more steps: the reduced chunks
+travel once more round the ring and are copied. Each result element is computed by exactly one
+rank and then copied, so every rank ends bit-identical.
+
+Steps: 2*(size-1). Sent per rank: 2*(size-1)/size * count elements (as many received).
+TMP: none (in place).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from ._common import finish, ring_indices
+from .schedule import OUT, Recv, Region, Schedule, Send, Step, chunk_bounds
+
+
+@lru_cache(maxsize=256)
+def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
+    chunks = chunk_bounds(count, size)
+    right, left = (rank + 1) % size, (rank - 1) % size
+    steps = []
+    for sent, got in ring_indices(rank, size, shift=0):
+        acc = Region(OUT, *chunks[got])
+        sends = (Send(right, Region(OUT, *chunks[sent])),)
+        steps.append(Step(sends=sends, recvs=(Recv(left, acc, reduce_with=acc),)))
+    for sent, got in ring_indices(rank, size, shift=1):
+        sends = (Send(right, Region(OUT, *chunks[sent])),)
+        steps.append(Step(sends=sends, recvs=(Recv(left, Region(OUT, *chunks[got])),)))
+    return finish(steps)

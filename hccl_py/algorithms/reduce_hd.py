@@ -1,0 +1,54 @@
+"""Halving-doubling reduce: recursive-halving reduce-scatter, then a binomial gather of the
+reduced chunks to the root; for any size (ranks relative to the root, folded as in ``_fold``;
+the root is always a core rank).
+
+Fold: each extra sends its buffer to its proxy, which reduces it in. Core, with the buffer cut
+into p chunks: log2(p) halving steps leave newrank v with chunk v reduced; then newrank v
+receives the reduced chunks of its binomial subtree [v, v + lowbit(v)) from its children,
+nearest first, and sends them to its parent. Non-root ranks keep partials in TMP (their
+buffer stays untouched), the root works in OUT. Every element is reduced by one rank.
+
+Steps: 2*log2(p), plus 1 when size != p. Sent per core rank: about (p-1)/p * count in the
+halving plus its subtree's chunks in the gather; extras send count.
+TMP: count elements on non-root core ranks, none on extras and the root.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from ._common import absolute, finish, relative, span
+from ._fold import Fold, halving
+from ._trees import children, parent, subtree
+from .schedule import IN, OUT, TMP, Recv, Region, Schedule, Send, Step, chunk_bounds
+
+
+@lru_cache(maxsize=256)
+def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
+    fold = Fold(size)
+    p = fold.p
+    u = relative(rank, root, size)
+
+    def peer(w: int) -> int:  # the rank that plays newrank w
+        return absolute(fold.first(w), root, size)
+
+    if fold.is_extra(u):
+        return finish([Step(sends=(Send(absolute(u - 1, root, size), Region(IN, 0, count)),))])
+    chunks = chunk_bounds(count, p)
+    acc = OUT if u == 0 else TMP  # where reduced data goes; on the root IN is OUT (in place)
+    src = OUT if u == 0 else IN  # where this rank's partial of the chunks still held lies
+    v = fold.newrank(u)
+    steps = []
+    extra = fold.extra_of(u)
+    if extra is not None:
+        recv = Recv(absolute(extra, root, size), Region(acc, 0, count), reduce_with=Region(src, 0, count))
+        steps.append(Step(recvs=(recv,)))
+        src = acc
+    for partner, sent, kept in halving(v, p):
+        recv = Recv(peer(partner), span(acc, chunks, *kept), reduce_with=span(src, chunks, *kept))
+        steps.append(Step(sends=(Send(peer(partner), span(src, chunks, *sent)),), recvs=(recv,)))
+        src = acc
+    steps += [Step(recvs=(Recv(peer(c), span(acc, chunks, *subtree(c, p))),)) for c in children(v, p)]
+    if v:
+        steps.append(Step(sends=(Send(peer(parent(v)), span(acc, chunks, *subtree(v, p))),)))
+    return finish(steps)

@@ -1,0 +1,38 @@
+"""Pipelined chain reduce towards the root (the reverse of broadcast_ring).
+
+The chain runs root+size-1 -> ... -> root+1 -> root; the buffer is cut into K = size chunks.
+With u = the distance from the tail, in step t a rank receives chunk t-u+1 from its predecessor
+(one further from the root) and reduces it with its own IN chunk, while forwarding chunk t-u.
+The tail sends its IN chunks as they are; middle ranks accumulate in TMP (they must not write
+their buffer); the root accumulates in OUT. Each chunk is reduced in chain order from the tail.
+
+Steps: the pipeline is 2*size - 2 steps long, each rank active in at most K + 1 of them (fewer
+when count < size). Sent per non-root rank: count elements; received per non-tail rank: count.
+TMP: count elements on the middle ranks of the chain, none on root and tail.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from ._common import absolute, finish, relative
+from .schedule import IN, OUT, TMP, Recv, Region, Schedule, Send, Step, chunk_bounds
+
+
+@lru_cache(maxsize=256)
+def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
+    chunks = chunk_bounds(count, size)
+    d = relative(rank, root, size)
+    u = size - 1 - d
+    towards, away = absolute(d - 1, root, size), absolute(d + 1, root, size)
+    acc = OUT if d == 0 else TMP
+    src = IN if u == 0 else acc  # the tail forwards its own data; others what they reduced
+    steps = []
+    for t in range(size + len(chunks) - 2):
+        sends = (Send(towards, Region(src, *chunks[t - u])),) if d > 0 and 0 <= t - u < len(chunks) else ()
+        recvs = ()
+        if u > 0 and 0 <= t - u + 1 < len(chunks):
+            chunk = chunks[t - u + 1]
+            recvs = (Recv(away, Region(acc, *chunk), reduce_with=Region(IN, *chunk)),)
+        steps.append(Step(sends=sends, recvs=recvs))
+    return finish(steps)

@@ -1,0 +1,30 @@
+"""Full-mesh reduce-scatter: every rank sends block j of IN to rank j, in one step.
+
+The owner reduces its own IN block with the incoming blocks in rank order into OUT (the first
+receive reads IN, the later ones accumulate in OUT; receives listed by peer rank), so the
+result never depends on arrival order.
+
+Steps: 1. Sent per rank: (size-1) * count elements in size-1 concurrent messages (as many
+received). TMP: none; IN is never written.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from ._common import block_bounds, finish
+from .schedule import IN, OUT, Copy, Recv, Region, Schedule, Send, Step
+
+
+@lru_cache(maxsize=256)
+def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
+    blocks = [Region(IN, *b) for b in block_bounds(count, size)]
+    mine = Region(OUT, 0, count)
+    peers = [j for j in range(size) if j != rank]
+    if not peers:
+        return finish([Step(copies=(Copy(blocks[rank], mine),))])
+    step = Step(
+        sends=tuple(Send(j, blocks[j]) for j in peers),
+        recvs=tuple(Recv(j, mine, reduce_with=mine if i else blocks[rank]) for i, j in enumerate(peers)),
+    )
+    return finish([step])

@@ -1,0 +1,39 @@
+"""One table from (collective, algorithm) to schedule function, shared by the runtime, the
+tests, the benchmarks and the simulator.
+
+Algorithm modules follow one naming rule, ``hccl_py/algorithms/<collective>_<algo>.py``, each
+exposing ``schedule(rank, size, count, root=0) -> Schedule``::
+
+    fn = get_schedule("allreduce", "ring")
+    steps = fn(rank, size, count).steps
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Callable
+
+from ..errors import HcclNotSupportedError
+from .schedule import Schedule
+
+ScheduleFn = Callable[..., Schedule]  # (rank, size, count, root=0) -> Schedule
+
+COLLECTIVES = ("allreduce", "allgather", "broadcast", "reduce", "reduce_scatter")
+ALGOS = ("ring", "tree", "hd", "mesh")
+
+SCHEDULES: dict[tuple[str, str], ScheduleFn] = {
+    (collective, algo): import_module(f"{__package__}.{collective}_{algo}").schedule
+    for collective, algo in [(c, a) for c in COLLECTIVES for a in ALGOS] + [("barrier", "dissemination")]
+}
+
+
+def get_schedule(collective: str, algo: str) -> ScheduleFn:
+    """The schedule function of ``algo`` for ``collective``; HcclNotSupportedError naming what
+    exists when there is none."""
+    try:
+        return SCHEDULES[(collective, algo)]
+    except (KeyError, TypeError):
+        known = "; ".join(
+            f"{c}: {', '.join(a for cc, a in SCHEDULES if cc == c)}" for c in dict.fromkeys(c for c, _ in SCHEDULES)
+        )
+        raise HcclNotSupportedError(f"no algorithm {algo!r} for collective {collective!r}; known: {known}") from None

@@ -1,0 +1,62 @@
+"""HCCL_ALGO parsing and the algorithm chosen for a call."""
+
+import pytest
+
+from hccl_py.algo_select import parse_hccl_algo, resolve
+from hccl_py.errors import HcclNotSupportedError, HcclParamError
+
+
+@pytest.mark.parametrize(
+    "text, table",
+    [
+        ("", {}),
+        ("level0:NA;level1:ring", {"*": "ring"}),
+        ("level0:NA;level1:H-D_R", {"*": "hd"}),
+        ("level0:NA;level1:NA", {"*": "auto"}),
+        ("allreduce=level0:NA;level1:ring/allgather=level0:NA;level1:H-D_R", {"allreduce": "ring", "allgather": "hd"}),
+        ("allreduce=ring/allgather=mesh", {"allreduce": "ring", "allgather": "mesh"}),
+        ("reducescatter=tree/broadcast=fullmesh", {"reduce_scatter": "tree", "broadcast": "mesh"}),
+    ],
+)
+def test_parse_hccl_algo(text, table):
+    assert parse_hccl_algo(text) == table
+
+
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("level1:bogus", "unknown algorithm 'bogus'"),
+        ("levelX:ring", "cannot read 'levelX:ring'"),
+        ("allreduz=ring", "cannot read 'allreduz=ring'"),
+        ("allreduce", "unknown algorithm 'allreduce'"),
+    ],
+)
+def test_malformed_hccl_algo_names_the_problem(text, fragment):
+    with pytest.raises(HcclParamError, match=fragment):
+        parse_hccl_algo(text)
+
+
+def test_env_choice_applies_to_auto_and_explicit_algo_wins():
+    env = parse_hccl_algo("allreduce=mesh")
+    assert resolve("allreduce", "auto", 1 << 30, 4, env) == "mesh"
+    assert resolve("allreduce", "tree", 1 << 30, 4, env) == "tree"
+    assert resolve("allgather", "auto", 1 << 30, 4, env) == "ring"  # not configured: automatic
+
+
+def test_hccl_algorithm_hccl_py_lacks_is_refused_not_replaced():
+    env = parse_hccl_algo("level0:NA;level1:NHR")
+    with pytest.raises(HcclNotSupportedError, match="NHR"):
+        resolve("allreduce", "auto", 1024, 4, env)
+    with pytest.raises(HcclNotSupportedError, match="pipeline"):
+        resolve("allreduce", "pipeline", 1024, 4, {})
+
+
+def test_unknown_algo_argument():
+    with pytest.raises(HcclParamError, match="unknown algo 'fast'"):
+        resolve("allreduce", "fast", 8, 2, {})
+
+
+def test_auto_rule_small_logarithmic_large_ring():
+    assert resolve("allreduce", "auto", 8, 8, {}) == "hd"
+    assert resolve("broadcast", "auto", 8, 8, {}) == "tree"
+    assert resolve("allreduce", "auto", 64 << 20, 8, {}) == "ring"

@@ -1,0 +1,111 @@
+"""Bad input is rejected with a clear HcclError before a byte moves, buffer untouched."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import hccl_py
+from hccl_py import HcclInternalError, HcclParamError, ReduceOp
+
+
+@pytest.fixture
+def comm(monkeypatch):
+    for name in ("RANK_ID", "RANK_SIZE", "RANK", "WORLD_SIZE", "HCCL_ALGO"):
+        monkeypatch.delenv(name, raising=False)
+    c = hccl_py.init()
+    yield c
+    c.destroy()
+
+
+def test_world_of_one_when_run_plainly(comm):
+    assert (comm.rank, comm.size) == (0, 1)
+    x = np.arange(5, dtype=np.float32)
+    assert comm.all_reduce(x) is x and np.array_equal(x, np.arange(5))
+    assert np.array_equal(comm.all_gather(x), x[None])
+    assert np.array_equal(comm.reduce_scatter(np.arange(4)), np.arange(4))
+    comm.barrier()
+
+
+BAD_CALLS = [
+    ("not an array", lambda c, x: c.all_reduce([1, 2, 3]), "must be a numpy.ndarray"),
+    ("unsupported dtype", lambda c, x: c.all_reduce(np.zeros(3, np.complex64)), "dtype complex64 is not supported"),
+    ("unsupported dtype bool", lambda c, x: c.all_gather(np.zeros(3, bool)), "dtype bool is not supported"),
+    ("non-contiguous", lambda c, x: c.all_reduce(np.zeros((4, 4), np.float32)[:, 1]), "C-contiguous"),
+    ("read-only", lambda c, x: c.broadcast(np.frombuffer(b"\0" * 16, np.float32)), "read-only"),
+    ("bad op", lambda c, x: c.all_reduce(x, op="avg"), "op='avg' is not a reduce op"),
+    ("prod on int16", lambda c, x: c.all_reduce(np.ones(3, np.int16), op="prod"), "does not take dtype int16"),
+    ("prod on bfloat16", lambda c, x: c.reduce(np.ones(3, hccl_py.bfloat16), op=ReduceOp.PROD), "does not take dtype bfloat16"),
+    ("root out of range", lambda c, x: c.broadcast(x, root=1), "root=1 is not a rank"),
+    ("negative root", lambda c, x: c.reduce(x, root=-1), "root=-1 is not a rank"),
+    ("root not int", lambda c, x: c.reduce(x, root=0.5), "root=0.5 is not a rank"),
+    ("send to self", lambda c, x: c.send(x, dst=0), "dst=0 is this rank"),
+    ("recv from self", lambda c, x: c.recv(x, src=0), "src=0 is this rank"),
+    ("peer out of range", lambda c, x: c.send(x, dst=3), "dst=3 is not a rank"),
+    ("unknown algo", lambda c, x: c.all_reduce(x, algo="fast"), "unknown algo 'fast'"),
+    ("empty group", lambda c, x: c.create_group([]), "ranks is empty"),
+    ("group rank out of range", lambda c, x: c.create_group([0, 5]), "rank=5 is not a rank"),
+    ("group duplicate", lambda c, x: c.create_group([0, 0]), "lists a rank twice"),
+    ("split color type", lambda c, x: c.split(color="a"), "color must be an int"),
+    ("split negative color", lambda c, x: c.split(color=-2), "color must be >= 0 or None"),
+]
+
+
+@pytest.mark.parametrize("case, call, fragment", BAD_CALLS, ids=[c[0] for c in BAD_CALLS])
+def test_bad_input_is_rejected_before_anything_moves(comm, case, call, fragment):
+    x = np.arange(6, dtype=np.float32)
+    before = x.copy()
+    with pytest.raises(HcclParamError, match=fragment) as info:
+        call(comm, x)
+    assert info.value.code == 1
+    assert np.array_equal(x, before)
+    comm.all_reduce(x)  # the communicator is still usable after rejected input
+
+
+def test_reduce_scatter_size_must_divide(monkeypatch):
+    # a world of one divides everything; the check itself is tested across processes
+    from hccl_py.communicator import Communicator
+    from hccl_py.executor import Engine
+
+    c = Communicator(Engine(None), [0, 1, 2], 0, 99, "fake", exec_timeout_s=1.0, algo_env={})
+    with pytest.raises(HcclParamError, match="y.size=7 is not divisible by the communicator size 3"):
+        c.reduce_scatter(np.zeros(7, np.float32))
+
+
+def test_calls_after_destroy_or_abort_fail_at_once(comm):
+    x = np.zeros(3, np.float32)
+    sub = comm.split(color=0)
+    sub.abort()
+    with pytest.raises(HcclInternalError, match="was aborted"):
+        sub.all_reduce(x)
+    comm.destroy()
+    with pytest.raises(HcclInternalError, match="was destroyed"):
+        comm.barrier()
+    assert hccl_py.init() is not comm  # a destroyed world can be replaced
+
+
+def test_context_manager_destroys(monkeypatch):
+    for name in ("RANK_ID", "RANK_SIZE", "RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    with hccl_py.init() as c:
+        c.barrier()
+    with pytest.raises(HcclInternalError):
+        c.barrier()
+
+
+@pytest.mark.parametrize("name, value", [("HCCL_EXEC_TIMEOUT", "abc"), ("HCCL_CONNECT_TIMEOUT", "0"), ("HCCL_CONNECT_TIMEOUT", "-5")])
+def test_bad_timeout_env(monkeypatch, name, value):
+    for n in ("RANK_ID", "RANK_SIZE", "RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(n, raising=False)
+    monkeypatch.setenv(name, value)
+    with pytest.raises(HcclParamError, match=name):
+        hccl_py.init()
+
+
+def test_error_codes_and_pickling():
+    import pickle
+
+    for cls, code in [(hccl_py.HcclParamError, 1), (hccl_py.HcclInternalError, 4), (hccl_py.HcclNotSupportedError, 5),
+                      (hccl_py.HcclTimeoutError, 9), (hccl_py.HcclRemoteError, 21)]:
+        err = pickle.loads(pickle.dumps(cls("boom")))
+        assert type(err) is cls and err.code == code and "boom" in str(err) and isinstance(err, hccl_py.HcclError)
