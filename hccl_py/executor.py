@@ -206,6 +206,16 @@ class Engine:
             self._run_step(ctx, index, len(schedule.steps), sends, recvs, ufunc, deadline)
 
     def _run_step(self, ctx, index, nsteps, sends, recvs, ufunc, deadline) -> None:
+        try:
+            self._progress_step(ctx, index, nsteps, sends, recvs, ufunc, deadline)
+        except HcclRemoteError:
+            # A peer that failed first may have told us why before it went: that is the root cause.
+            self._dispatch(self.transport.progress(0.0))
+            if self._notices.get(ctx.comm_id):
+                self._raise_notice(ctx)
+            raise
+
+    def _progress_step(self, ctx, index, nsteps, sends, recvs, ufunc, deadline) -> None:
         transport = self.transport
         sig = ctx.sig
         fields_head = (transport.world_rank, ctx.comm_id, ctx.seq)
@@ -257,6 +267,7 @@ class Engine:
             if notice:
                 self._raise_notice(ctx)
             if all(s.done for s in sends) and all(r.done for r in recvs):
+                transport.flush()  # release the peers' slots now, not at our next call
                 return
             if progressed:
                 continue

@@ -193,15 +193,24 @@ class ShmTransport:
             self._out_socks[peer].send(datagram)
         except BlockingIOError:  # the peer's queue is full: keep it, progress() retries
             outbox.append(datagram)
-        except (ConnectionRefusedError, ConnectionResetError, BrokenPipeError):
-            raise HcclRemoteError(f"rank {peer} is gone (its socket refused a message from rank {self.world_rank})") from None
+        except OSError as err:  # refused, reset, not connected: the peer's socket is gone
+            raise HcclRemoteError(f"rank {peer} is gone (its socket refused a message from rank {self.world_rank}: {err.strerror})") from None
+
+    def flush(self) -> None:
+        """Send what is queued now (acks above all: a peer may wait on them for free slots)."""
+        self._flush()
 
     def _flush(self) -> bool:
         """Send queued acks and datagrams; True if anything is still waiting for space."""
         for peer, acks in self._acks.items():
             if acks:
-                self._put(peer, HEADER.pack(KIND_ACK, self.world_rank, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, len(acks), -1, 0.0) + np.array(acks, np.int64).tobytes())
+                ack = HEADER.pack(KIND_ACK, self.world_rank, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, len(acks), -1, 0.0)
+                ack += np.array(acks, np.int64).tobytes()
                 acks.clear()
+                try:
+                    self._put(peer, ack)
+                except HcclRemoteError:
+                    pass  # a peer that has exited needs no acks; a send to it will say it is gone
         blocked = False
         for peer, outbox in self._outbox.items():
             sock = self._out_socks[peer]
@@ -211,23 +220,22 @@ class ShmTransport:
                 except BlockingIOError:
                     blocked = True
                     break
-                except (ConnectionRefusedError, ConnectionResetError, BrokenPipeError):
-                    raise HcclRemoteError(f"rank {peer} is gone (its socket refused a message from rank {self.world_rank})") from None
+                except OSError as err:
+                    raise HcclRemoteError(f"rank {peer} is gone (its socket refused a message from rank {self.world_rank}: {err.strerror})") from None
                 outbox.popleft()
         return blocked
 
     def progress(self, timeout_s: float) -> list[Incoming]:
         got, self._early = self._early, []
         blocked = self._flush()
-        self._drain(got)
-        if got or timeout_s <= 0:
+        # Return as soon as anything arrived, acks included: an ack frees a slot a send waits for.
+        if self._drain(got) or got or timeout_s <= 0:
             return got
         spin_until = time.perf_counter() + min(self.spin_s, timeout_s)
         while time.perf_counter() < spin_until:
             if self.yield_when_spinning:
                 os.sched_yield()
-            self._drain(got)
-            if got:
+            if self._drain(got):
                 return got
         if blocked:
             poll = select.poll()
@@ -245,13 +253,16 @@ class ShmTransport:
         self._drain(got)
         return got
 
-    def _drain(self, got: list[Incoming]) -> None:
+    def _drain(self, got: list[Incoming]) -> int:
+        """Decode every datagram waiting on the socket; how many there were."""
         recv = self._sock.recv
+        n = 0
         while True:
             try:
                 data = recv(_RECV_BYTES)
             except BlockingIOError:
-                return
+                return n
+            n += 1
             self._decode(data, got)
 
     def _decode(self, data: bytes, got: list[Incoming]) -> None:

@@ -54,8 +54,8 @@ def assert_matches(result: np.ndarray, expected: np.ndarray, op: ReduceOp | None
             raise AssertionError(f"{where}: element {i}: got {got.ravel()[i]!r}, expected {expected.ravel()[i]!r}")
     else:
         expected = np.asarray(expected).astype(result.dtype)
-        if not np.array_equal(result.view(np.uint8) if result.dtype == bfloat16 else result,
-                              expected.view(np.uint8) if expected.dtype == bfloat16 else expected):
+        if not np.array_equal(result.reshape(-1).view(np.uint8) if result.dtype == bfloat16 else result,
+                              expected.reshape(-1).view(np.uint8) if expected.dtype == bfloat16 else expected):
             bad = np.flatnonzero(result.ravel() != expected.ravel())
             i = int(bad[0]) if bad.size else -1
             raise AssertionError(f"{where}: first differing element {i}: got {result.ravel()[i]!r}, expected {expected.ravel()[i]!r}")

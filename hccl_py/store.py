@@ -1,0 +1,491 @@
+"""Rendezvous key-value store over pyzmq (the role torch's ``TCPStore`` plays).
+
+One :class:`StoreServer` per job (hosted by hccl-launch, by ``launch.spawn``, or by rank 0 when
+started without a launcher) and one :class:`StoreClient` per rank. Ranks publish their
+endpoints with ``set`` and find their peers' with ``get``/``wait``, which block on the server
+until the key exists: the server parks the request and answers it when a ``set`` arrives, so
+nothing polls.
+
+Example::
+
+    server = StoreServer()            # binds 127.0.0.1 on a free port
+    server.start()
+    client = StoreClient(server.address, timeout_s=5)
+    client.set("rank0/addr", b"tcp://127.0.0.1:5000")
+    client.get("rank0/addr", timeout_s=1)      # b"tcp://127.0.0.1:5000"
+    client.add("arrived")                      # 1
+    client.close(); server.close()
+
+Wire format (multipart zmq messages). Client -> server: ``[req_id, op, *args]``; server ->
+client: ``[req_id, status, *payload]`` with status ``b"\\x00"`` (ok) or ``b"\\x01"`` (error;
+payload is the message). The client is a DEALER so a request that timed out does not wedge the
+socket (a REQ socket would be stuck waiting for that reply): late replies carry an old
+``req_id`` and are dropped.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+
+import zmq
+
+from . import env
+from .errors import HcclConnectError, HcclParamError, HcclTimeoutError
+
+__all__ = ["StoreServer", "StoreClient", "store_address"]
+
+# Ops are single bytes: cheap to send and to compare.
+_SET = b"S"
+_GET = b"G"
+_CHECK = b"C"
+_ADD = b"A"
+_DELETE = b"D"
+_WAIT = b"W"
+_CANCEL = b"X"  # client gave up on a parked GET/WAIT; no reply
+
+_OK = b"\x00"
+_ERR = b"\x01"
+
+_REQ_ID = struct.Struct("<Q")
+
+_LIVENESS_CHECK_S = 0.5
+
+_HINT = "is hccl-launch running / is MASTER_ADDR:MASTER_PORT right?"
+
+
+def store_address(host: str, port: int) -> str:
+    """The zmq endpoint of a store at ``host:port``, e.g. ``store_address("127.0.0.1", 29500)``."""
+    return f"tcp://{host}:{int(port)}"
+
+
+# --------------------------------------------------------------------------------------- server
+
+
+@dataclass(eq=False)
+class _Waiter:
+    """A parked GET or WAIT: answered once every key in ``missing`` exists."""
+
+    identity: bytes
+    req_id: bytes
+    op: bytes
+    keys: tuple[str, ...]
+    missing: set[str] = field(default_factory=set)
+
+
+class StoreServer:
+    """Key-value store served by a zmq ROUTER socket from one daemon thread.
+
+    The socket is bound in the constructor (so :attr:`port` is known before :meth:`start`);
+    requests that arrive before ``start()`` wait in zmq's queue.
+
+    Example::
+
+        with StoreServer(port=0) as server:     # start() is called by __enter__
+            print(server.address)               # tcp://127.0.0.1:41234
+    """
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0):
+        self.host = host
+        self._ctx = zmq.Context(io_threads=1)
+        self._router = self._ctx.socket(zmq.ROUTER)
+        self._router.setsockopt(zmq.LINGER, 0)
+        try:
+            if port == 0:
+                self._router.bind(f"tcp://{host}:*")
+            else:
+                self._router.bind(store_address(host, port))
+        except zmq.ZMQError as err:
+            self._router.close(0)
+            self._ctx.term()
+            raise HcclConnectError(
+                f"store cannot bind tcp://{host}:{port}: {err.strerror}"
+                + (" (another job or store already uses this port; pick another --master-port or use 0)"
+                   if err.errno == zmq.EADDRINUSE else "")
+            ) from None
+        endpoint = self._router.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.port: int = int(endpoint.rsplit(":", 1)[1])
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self._lifecycle = threading.Lock()
+        # State below is touched only by the serving thread.
+        self._data: dict[str, bytes] = {}
+        self._waiting: dict[str, list[_Waiter]] = {}
+        self._by_request: dict[tuple[bytes, bytes], _Waiter] = {}
+
+    @property
+    def address(self) -> str:
+        """``tcp://host:port`` that clients connect to."""
+        return store_address(self.host, self.port)
+
+    def start(self) -> StoreServer:
+        """Serve requests from a daemon thread; returns ``self``."""
+        with self._lifecycle:
+            if self._closed:
+                raise HcclParamError("StoreServer.start() after close()")
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._serve, name=f"hccl-store:{self.port}", daemon=True)
+                self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Stop the serving thread and close the sockets. Idempotent."""
+        with self._lifecycle:
+            if self._closed:
+                return
+            self._closed = True
+            if self._thread is None:
+                self._router.close(0)
+            # term() makes the serving thread's blocking recv raise ContextTerminated; the thread
+            # then closes the router, which lets term() return. No wake-up socket, no polling.
+            self._ctx.term()
+            if self._thread is not None:
+                self._thread.join()
+
+    def __enter__(self) -> StoreServer:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    # -- serving thread --------------------------------------------------------------------
+
+    def _serve(self) -> None:
+        try:
+            while True:
+                self._handle(self._router.recv_multipart())
+        except zmq.ContextTerminated:
+            pass  # close() was called
+        finally:
+            self._router.close(0)
+
+    def _reply(self, identity: bytes, req_id: bytes, *payload: bytes) -> None:
+        self._router.send_multipart([identity, req_id, _OK, *payload])
+
+    def _error(self, identity: bytes, req_id: bytes, message: str) -> None:
+        self._router.send_multipart([identity, req_id, _ERR, message.encode()])
+
+    def _handle(self, frames: list[bytes]) -> None:
+        if len(frames) < 3:
+            return  # not our protocol; nothing sensible to answer
+        identity, req_id, op, args = frames[0], frames[1], frames[2], frames[3:]
+        try:
+            if op == _SET and len(args) == 2:
+                self._put(args[0].decode(), args[1])
+                self._reply(identity, req_id)
+            elif op == _GET and len(args) == 1:
+                key = args[0].decode()
+                if key in self._data:
+                    self._reply(identity, req_id, self._data[key])
+                else:
+                    self._park(_Waiter(identity, req_id, _GET, (key,), {key}))
+            elif op == _WAIT:
+                keys = tuple(a.decode() for a in args)
+                missing = {k for k in keys if k not in self._data}
+                if missing:
+                    self._park(_Waiter(identity, req_id, _WAIT, keys, missing))
+                else:
+                    self._reply(identity, req_id)
+            elif op == _CHECK:
+                self._reply(identity, req_id, *[b"1" if a.decode() in self._data else b"0" for a in args])
+            elif op == _ADD and len(args) == 2:
+                key = args[0].decode()
+                try:
+                    current = int(self._data.get(key, b"0"))
+                except ValueError:
+                    self._error(identity, req_id, f"store add({key!r}): current value {self._data[key]!r} is not an integer")
+                    return
+                value = current + int(args[1])
+                self._put(key, str(value).encode())
+                self._reply(identity, req_id, str(value).encode())
+            elif op == _DELETE and len(args) == 1:
+                existed = self._data.pop(args[0].decode(), None) is not None
+                self._reply(identity, req_id, b"1" if existed else b"0")
+            elif op == _CANCEL:
+                self._unpark(self._by_request.get((identity, req_id)))
+            else:
+                self._error(identity, req_id, f"store: unknown request {op!r} with {len(args)} argument(s)")
+        except (UnicodeDecodeError, ValueError) as err:
+            self._error(identity, req_id, f"store: malformed request {op!r}: {err}")
+        except zmq.ContextTerminated:
+            raise
+        except Exception as err:  # a bug here must not kill the thread and hang every client
+            self._error(identity, req_id, f"store: internal error on {op!r}: {type(err).__name__}: {err}")
+
+    def _put(self, key: str, value: bytes) -> None:
+        self._data[key] = value
+        waiters = self._waiting.pop(key, None)
+        if not waiters:
+            return
+        for waiter in waiters:
+            waiter.missing.discard(key)
+            if waiter.missing:
+                continue
+            self._unpark(waiter)
+            if waiter.op == _GET:
+                self._reply(waiter.identity, waiter.req_id, value)
+            else:
+                self._reply(waiter.identity, waiter.req_id)
+
+    def _park(self, waiter: _Waiter) -> None:
+        self._by_request[(waiter.identity, waiter.req_id)] = waiter
+        for key in waiter.missing:
+            self._waiting.setdefault(key, []).append(waiter)
+
+    def _unpark(self, waiter: _Waiter | None) -> None:
+        if waiter is None:
+            return
+        self._by_request.pop((waiter.identity, waiter.req_id), None)
+        for key in waiter.missing:
+            parked = self._waiting.get(key)
+            if parked is not None and waiter in parked:
+                parked.remove(waiter)
+                if not parked:
+                    del self._waiting[key]
+
+
+# --------------------------------------------------------------------------------------- client
+
+
+class StoreClient:
+    """Client of a :class:`StoreServer`; every call is bounded by a timeout.
+
+    ``timeout_s`` is the default bound for calls that do not pass their own; it defaults to
+    ``HCCL_CONNECT_TIMEOUT``. A client may be shared by threads, but calls are serialised (a
+    blocking ``get`` holds it): give each thread that waits on keys its own client.
+
+    Example::
+
+        client = StoreClient("tcp://127.0.0.1:29500", timeout_s=10)
+        client.set("rank1/ready", b"1")
+        client.wait(["rank0/ready", "rank1/ready"])   # raises HcclTimeoutError naming the missing
+        client.close()
+    """
+
+    def __init__(self, address: str, timeout_s: float | None = None):
+        self.address = address
+        self.timeout_s = float(timeout_s) if timeout_s is not None else env.connect_timeout_s()
+        if self.timeout_s <= 0:
+            raise HcclParamError(f"StoreClient timeout_s={timeout_s!r} must be > 0")
+        self._ctx = zmq.Context(io_threads=1)
+        self._sock = self._ctx.socket(zmq.DEALER)
+        self._sock.setsockopt(zmq.LINGER, 0)  # close() never waits for undelivered messages
+        # IMMEDIATE: queue only on completed connections, so "not writable" means "server not
+        # reachable" and we can say so instead of reporting a misleading key timeout.
+        self._sock.setsockopt(zmq.IMMEDIATE, 1)
+        try:
+            self._sock.connect(address)
+        except zmq.ZMQError as err:
+            self._sock.close(0)
+            self._ctx.term()
+            raise HcclConnectError(f"store address {address!r} is not valid: {err.strerror}; {_HINT}") from None
+        self._next_id = 0
+        self._lock = threading.Lock()
+        self._closed = False
+
+    @classmethod
+    def from_env(cls, timeout_s: float | None = None) -> StoreClient:
+        """Connect to the store named by ``MASTER_ADDR``/``MASTER_PORT`` (set by hccl-launch).
+
+        Example: ``client = StoreClient.from_env()``.
+        """
+        host, port = os.environ.get(env.MASTER_ADDR), os.environ.get(env.MASTER_PORT)
+        if not host or not port:
+            raise HcclParamError(
+                f"{env.MASTER_ADDR}/{env.MASTER_PORT} are not set; start the job with hccl-launch "
+                "or set both to the rendezvous store's host and port"
+            )
+        return cls(store_address(host, int(port)), timeout_s)
+
+    # -- public calls ------------------------------------------------------------------------
+
+    def set(self, key: str, value: bytes) -> None:
+        """Store ``value`` under ``key`` (overwrites) and wake every ``get``/``wait`` on it."""
+        self._request(_SET, [_key(key), _value(key, value)], None, f"set({key!r})")
+
+    def get(self, key: str, timeout_s: float | None = None) -> bytes:
+        """The value of ``key``, waiting up to ``timeout_s`` for some client to set it.
+
+        Raises :class:`HcclTimeoutError` naming the key and the timeout. ``timeout_s <= 0``
+        means "do not wait" (a deadline that already passed), not an error.
+        """
+        if timeout_s is not None and timeout_s <= 0:
+            self._expect_present([key], f"get({key!r})")
+            timeout_s = None  # present: the answer is immediate; bound the round trip as usual
+        return self._request(_GET, [_key(key)], timeout_s, f"get({key!r})", keys=(key,))[0]
+
+    def check(self, keys: Sequence[str]) -> list[bool]:
+        """For each key, whether it exists now (never waits for keys)."""
+        keys = _key_list(keys)
+        reply = self._request(_CHECK, [_key(k) for k in keys], None, f"check({keys!r})")
+        return [flag == b"1" for flag in reply]
+
+    def add(self, key: str, delta: int = 1) -> int:
+        """Atomically add ``delta`` to the integer under ``key`` (missing = 0); the new value."""
+        if isinstance(delta, bool) or not isinstance(delta, int):
+            raise HcclParamError(f"store add({key!r}, delta={delta!r}): delta must be an int")
+        return int(self._request(_ADD, [_key(key), str(delta).encode()], None, f"add({key!r})")[0])
+
+    def delete(self, key: str) -> bool:
+        """Remove ``key``; whether it existed."""
+        return self._request(_DELETE, [_key(key)], None, f"delete({key!r})")[0] == b"1"
+
+    def wait(self, keys: Sequence[str], timeout_s: float | None = None) -> None:
+        """Block until every key exists.
+
+        On expiry raises :class:`HcclTimeoutError` whose message (and ``missing_keys``
+        attribute) lists exactly the keys still missing.
+        """
+        keys = _key_list(keys)
+        if not keys:
+            return
+        if timeout_s is not None and timeout_s <= 0:
+            self._expect_present(keys, f"wait({keys!r})")
+            return
+        self._request(_WAIT, [_key(k) for k in keys], timeout_s, f"wait({keys!r})", keys=tuple(keys))
+
+    def _expect_present(self, keys: list[str], what: str) -> None:
+        # A timeout of 0 (a deadline already passed) means "do not wait": one CHECK decides.
+        missing = [k for k, present in zip(keys, self.check(keys)) if not present]
+        if missing:
+            error = HcclTimeoutError(
+                f"store {what} timed out (timeout 0 s: no waiting): key(s) {missing} not set "
+                f"(store {self.address})"
+            )
+            error.missing_keys = missing  # type: ignore[attr-defined]
+            raise error
+
+    def close(self) -> None:
+        """Close the socket and the zmq context (no lingering, no threads left). Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._sock.close(0)
+            self._ctx.term()
+
+    def __enter__(self) -> StoreClient:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    # -- machinery -------------------------------------------------------------------------
+
+    def _request(self, op: bytes, args: list[bytes], timeout_s: float | None, what: str,
+                 keys: tuple[str, ...] | None = None) -> list[bytes]:
+        timeout = self.timeout_s if timeout_s is None else float(timeout_s)
+        if timeout <= 0:
+            raise HcclParamError(f"store {what}: timeout_s={timeout_s!r} must be > 0")
+        with self._lock:
+            if self._closed:
+                raise HcclParamError(f"store {what} on a closed StoreClient")
+            deadline = time.monotonic() + timeout
+            self._next_id += 1
+            req_id = _REQ_ID.pack(self._next_id)
+            try:
+                self._sock.send_multipart([req_id, op, *args], zmq.NOBLOCK)
+            except zmq.Again:
+                # Not writable = no completed connection (IMMEDIATE): the server is not there
+                # (yet). Wait for the connection only on this slow path.
+                if not self._sock.poll(_ms(timeout), zmq.POLLOUT):
+                    raise HcclConnectError(
+                        f"store {what}: could not reach the rendezvous store at {self.address} "
+                        f"within {timeout:g} s; {_HINT}"
+                    ) from None
+                self._sock.send_multipart([req_id, op, *args], zmq.NOBLOCK)
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise self._timed_out(req_id, what, timeout, keys)
+                # Wake up now and then during long waits to notice a store that went away (its
+                # host crashed): the parked request died with it, so fail now, not at the timeout.
+                if not self._sock.poll(_ms(min(remaining, _LIVENESS_CHECK_S)), zmq.POLLIN):
+                    if not self._sock.poll(0, zmq.POLLOUT):
+                        raise self._timed_out(req_id, what, timeout, keys)
+                    continue
+                frames = self._sock.recv_multipart(zmq.NOBLOCK)
+                if len(frames) < 2 or frames[0] != req_id:
+                    continue  # reply to a request that already timed out
+                if frames[1] == _ERR:
+                    raise HcclParamError(frames[2].decode(errors="replace") if len(frames) > 2 else f"store {what} failed")
+                return frames[2:]
+
+    def _timed_out(self, req_id: bytes, what: str, timeout: float,
+                   keys: tuple[str, ...] | None) -> Exception:
+        if not self._sock.poll(0, zmq.POLLOUT):
+            return HcclConnectError(
+                f"store {what}: lost the connection to the rendezvous store at {self.address} "
+                f"while waiting for the answer; {_HINT}"
+            )
+        if keys is None:
+            # SET/CHECK/ADD/DELETE are answered at once; silence means the server is wedged or gone.
+            return HcclTimeoutError(
+                f"store {what}: no answer from the rendezvous store at {self.address} within "
+                f"{timeout:g} s; {_HINT}"
+            )
+        # Withdraw the parked request so the server does not answer it (and keep no state) later.
+        try:
+            self._sock.send_multipart([req_id, _CANCEL], zmq.NOBLOCK)
+        except zmq.Again:
+            pass
+        missing = self._still_missing(keys) if len(keys) > 1 else list(keys)
+        if len(keys) == 1:
+            error = HcclTimeoutError(
+                f"store {what} timed out after {timeout:g} s: no rank set key {keys[0]!r} "
+                f"(store {self.address})"
+            )
+        else:
+            error = HcclTimeoutError(
+                f"store wait timed out after {timeout:g} s: {len(missing)} of {len(keys)} key(s) "
+                f"still missing: {missing} (store {self.address})"
+            )
+        error.missing_keys = missing  # type: ignore[attr-defined]  # for callers that act on them
+        return error
+
+    def _still_missing(self, keys: tuple[str, ...]) -> list[str]:
+        """Ask once (briefly) which keys are still missing; all of them if the server is silent."""
+        self._next_id += 1
+        req_id = _REQ_ID.pack(self._next_id)
+        try:
+            self._sock.send_multipart([req_id, _CHECK, *[_key(k) for k in keys]], zmq.NOBLOCK)
+        except zmq.Again:
+            return list(keys)
+        deadline = time.monotonic() + 1.0
+        while (remaining := deadline - time.monotonic()) > 0 and self._sock.poll(_ms(remaining), zmq.POLLIN):
+            frames = self._sock.recv_multipart(zmq.NOBLOCK)
+            if frames[0] == req_id and frames[1] == _OK:
+                return [k for k, flag in zip(keys, frames[2:]) if flag != b"1"]
+        return list(keys)
+
+
+def _ms(seconds: float) -> int:
+    # zmq poll takes integer milliseconds; round up so a tiny remainder still waits.
+    return max(1, int(seconds * 1000 + 0.999))
+
+
+def _key(key: str) -> bytes:
+    if not isinstance(key, str):
+        raise HcclParamError(f"store keys are str, got {type(key).__name__}: {key!r}")
+    return key.encode()
+
+
+def _key_list(keys: Iterable[str]) -> list[str]:
+    if isinstance(keys, str):
+        raise HcclParamError(f"store expects a list of keys, got the single string {keys!r}")
+    return list(keys)
+
+
+def _value(key: str, value: bytes) -> bytes:
+    if not isinstance(value, (bytes, bytearray, memoryview)):
+        raise HcclParamError(
+            f"store set({key!r}): values are bytes, got {type(value).__name__}; encode it first"
+        )
+    return bytes(value)

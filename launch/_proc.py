@@ -1,0 +1,108 @@
+"""Process plumbing shared by the hccl-launch supervisor and ``launch.spawn``.
+
+Kept apart so both paths give ranks exactly the same environment and the same death guarantees.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import signal
+import uuid
+from collections.abc import Callable
+
+from hccl_py import env
+
+PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+
+
+def _resolve_prctl() -> Callable[..., int] | None:
+    # Resolved once at import, i.e. before any fork: a preexec_fn runs between fork and exec,
+    # where loading libraries or taking locks (as ctypes.util.find_library does) can deadlock.
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        prctl = libc.prctl
+    except (OSError, AttributeError):  # not Linux: no parent-death signal available
+        return None
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    return prctl
+
+
+_PRCTL = _resolve_prctl()
+
+
+def set_parent_death_signal(expected_parent: int | None = None, sig: int = signal.SIGKILL) -> None:
+    """Ask the kernel to send ``sig`` to this process when its parent dies (Linux only).
+
+    Called in the child. If ``expected_parent`` is given and the parent is already gone (it died
+    between fork and this call, so the signal will never come), exit at once.
+    Note that Linux delivers the signal when the *thread* that forked exits, so parents fork
+    from their main thread.
+    """
+    if _PRCTL is not None:
+        _PRCTL(PR_SET_PDEATHSIG, sig, 0, 0, 0)
+    if expected_parent is not None and os.getppid() != expected_parent:
+        os._exit(128 + sig)
+
+
+def pdeathsig_preexec() -> Callable[[], None]:
+    """A ``preexec_fn`` for ``subprocess.Popen`` that ties the child's life to this process."""
+    parent = os.getpid()
+
+    def preexec() -> None:
+        set_parent_death_signal(parent)
+
+    return preexec
+
+
+def new_job_id() -> str:
+    """A fresh job id (``HCCL_PY_JOB_ID``): names one job's sockets and shared-memory segments."""
+    return uuid.uuid4().hex[:12]
+
+
+def rank_env(rank: int, world_size: int, master_addr: str, master_port: int, job_id: str,
+             local_rank: int | None = None, local_world_size: int | None = None) -> dict[str, str]:
+    """The environment a rank starts with: HCCL/MindSpore names and torchrun names, both.
+
+    Example::
+
+        rank_env(1, 4, "127.0.0.1", 29500, "3f2a9c0d1b2e")["DEVICE_ID"]   # "1"
+    """
+    local_rank = rank if local_rank is None else local_rank
+    local_world_size = world_size if local_world_size is None else local_world_size
+    return {
+        env.RANK_ID: str(rank),
+        env.RANK_SIZE: str(world_size),
+        env.DEVICE_ID: str(local_rank),
+        env.RANK: str(rank),
+        env.WORLD_SIZE: str(world_size),
+        env.LOCAL_RANK: str(local_rank),
+        env.LOCAL_WORLD_SIZE: str(local_world_size),
+        env.MASTER_ADDR: master_addr,
+        env.MASTER_PORT: str(master_port),
+        env.JOB_ID: job_id,
+        env.STORE_HOSTED: "1",
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def signal_name(signum: int) -> str:
+    """``"SIGKILL"`` for 9; ``"signal 64"`` for numbers without a name."""
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def describe_returncode(returncode: int) -> str:
+    """``"exit code 3"`` or ``"signal SIGKILL (9)"`` for a ``Popen.returncode``-style value."""
+    if returncode < 0:
+        return f"signal {signal_name(-returncode)} ({-returncode})"
+    return f"exit code {returncode}"
+
+
+def shell_exit_code(returncode: int) -> int:
+    """The exit status a shell reports: the code itself, or 128+signum for a signal."""
+    return 128 - returncode if returncode < 0 else returncode

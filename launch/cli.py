@@ -1,0 +1,94 @@
+"""``hccl-launch``: run N ranks of a Python program on this host, torchrun-style.
+
+    hccl-launch -n 4 infer.py --batch 8
+    hccl-launch -n 4 -m mypkg.infer --batch 8
+    hccl-launch -n 8 --log-dir logs --timeout 600 infer.py
+
+Every rank gets RANK_ID/RANK_SIZE/DEVICE_ID (HCCL names), RANK/WORLD_SIZE/LOCAL_RANK/
+LOCAL_WORLD_SIZE (torchrun names), MASTER_ADDR/MASTER_PORT (the rendezvous store the launcher
+hosts) and HCCL_PY_JOB_ID. Output lines are prefixed with ``[rank] ``. If a rank fails, the
+others are stopped and a root-cause report is printed; the exit status is the failing rank's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from hccl_py.errors import HcclError
+
+from .config import LaunchConfig
+from .supervisor import EXIT_TIMEOUT, Supervisor
+
+__all__ = ["LaunchConfig", "build_parser", "parse_args", "main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser of hccl-launch (options first, then the program and its arguments)."""
+    parser = argparse.ArgumentParser(
+        prog="hccl-launch",
+        description="Run N ranks (one simulated Ascend NPU card each) of a Python program with hccl-py.",
+        epilog=(
+            f"exit status: 0 if every rank exits 0; the first failing rank's code (128+signal if it "
+            f"was killed); {EXIT_TIMEOUT} on --timeout; 130 on Ctrl-C."
+        ),
+    )
+    parser.add_argument("-n", "--nproc", "--nproc-per-node", dest="nproc", type=int, required=True,
+                        help="number of ranks (simulated cards) to start")
+    parser.add_argument("-m", "--module", dest="is_module", action="store_true",
+                        help="run the target as a module, like `python -m`")
+    parser.add_argument("--log-dir", type=Path, default=None, metavar="DIR",
+                        help="also write each rank's stdout+stderr to DIR/rank_<r>.log")
+    parser.add_argument("--grace", type=float, default=5.0, metavar="SECONDS",
+                        help="time between SIGTERM (or forwarded SIGINT) and SIGKILL when stopping ranks (default 5)")
+    parser.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                        help=f"wall-clock limit for the whole job; on expiry all ranks are stopped, exit {EXIT_TIMEOUT}")
+    parser.add_argument("--master-addr", default="127.0.0.1",
+                        help="address the rendezvous store binds and ranks connect to (default 127.0.0.1)")
+    parser.add_argument("--master-port", type=int, default=0,
+                        help="port of the rendezvous store (default: a free port)")
+    parser.add_argument("target", help="the script to run, or the module name with -m")
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to every rank")
+    return parser
+
+
+def parse_args(argv: Sequence[str] | None = None) -> LaunchConfig:
+    """Turn hccl-launch's command line into a :class:`LaunchConfig` (exits 2 on bad usage).
+
+    Example: ``parse_args(["-n", "2", "infer.py", "--batch", "8"]).args == ("--batch", "8")``.
+    """
+    parser = build_parser()
+    ns = parser.parse_args(argv)
+    if not ns.is_module and not Path(ns.target).is_file():
+        parser.error(f"script {ns.target!r} not found (use -m for a module)")
+    try:
+        return LaunchConfig(
+            nproc=ns.nproc,
+            target=ns.target,
+            args=tuple(ns.args),
+            is_module=ns.is_module,
+            log_dir=ns.log_dir,
+            grace_s=ns.grace,
+            timeout_s=ns.timeout,
+            master_addr=ns.master_addr,
+            master_port=ns.master_port,
+        )
+    except ValueError as err:
+        parser.error(str(err))
+        raise  # unreachable: parser.error exits
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``hccl-launch`` console script; returns the exit status."""
+    config = parse_args(argv)
+    try:
+        return Supervisor(config).run()
+    except (HcclError, OSError) as err:
+        print(f"hccl-launch: {err}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

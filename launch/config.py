@@ -1,0 +1,49 @@
+"""The launch configuration: what ``hccl-launch``'s command line means, as plain data.
+
+Kept apart from argparse (``launch/cli.py``) so the supervisor and tests build it directly::
+
+    cfg = LaunchConfig(nproc=4, target="infer.py", args=("--batch", "8"))
+    cfg.command()   # [sys.executable, "infer.py", "--batch", "8"]
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """One hccl-launch job: N ranks of the same program on this host.
+
+    ``target`` is a script path, or a module name when ``is_module`` (``python -m target``).
+    ``master_port`` 0 picks a free port for the rendezvous store. ``timeout_s`` ``None`` means no
+    wall-clock limit for the whole job; ``grace_s`` is the SIGTERM/SIGINT -> SIGKILL grace.
+    """
+
+    nproc: int
+    target: str
+    args: tuple[str, ...] = ()
+    is_module: bool = False
+    log_dir: Path | None = None
+    grace_s: float = 5.0
+    timeout_s: float | None = None
+    master_addr: str = "127.0.0.1"
+    master_port: int = 0
+    python: str = field(default_factory=lambda: sys.executable)
+
+    def __post_init__(self) -> None:
+        if self.nproc < 1:
+            raise ValueError(f"nproc must be >= 1, got {self.nproc}")
+        if self.grace_s < 0:
+            raise ValueError(f"grace must be >= 0 seconds, got {self.grace_s}")
+        if self.timeout_s is not None and self.timeout_s <= 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {self.timeout_s}")
+        if not 0 <= self.master_port <= 65535:
+            raise ValueError(f"master port must be in 0..65535, got {self.master_port}")
+
+    def command(self) -> list[str]:
+        """The argv every rank runs (identical for all ranks; ranks differ only by env)."""
+        head = [self.python, "-m", self.target] if self.is_module else [self.python, self.target]
+        return [*head, *self.args]

@@ -1,0 +1,286 @@
+"""Start, watch and stop the ranks of one hccl-launch job: all of them or none.
+
+The supervisor hosts the rendezvous store, starts each rank in its own session (so a terminal's
+Ctrl-C reaches only the launcher, which decides what the ranks get), tees every rank's output
+line by line with a ``[rank] `` prefix, and polls for exits. The first rank to fail is the root
+cause: the others get SIGTERM, then SIGKILL after the grace, and the launcher exits with the
+failing rank's status. Ranks carry PR_SET_PDEATHSIG=SIGKILL, so they die even if the launcher is
+SIGKILLed.
+
+Example::
+
+    code = Supervisor(LaunchConfig(nproc=2, target="infer.py")).run()
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from collections.abc import Callable
+from typing import BinaryIO
+
+from hccl_py.store import StoreServer
+
+from ._proc import new_job_id, pdeathsig_preexec, rank_env, shell_exit_code, signal_name
+from .config import LaunchConfig
+from .report import RankOutcome, format_failure, format_stopped
+
+POLL_INTERVAL_S = 0.05  # how often exits are checked: a crash is noticed within ~50 ms
+STDERR_TAIL_LINES = 20
+EXIT_TIMEOUT = 124  # as coreutils timeout(1)
+
+
+@dataclass(eq=False)
+class _Rank:
+    rank: int
+    popen: subprocess.Popen[bytes]
+    tail: collections.deque[str] = field(default_factory=lambda: collections.deque(maxlen=STDERR_TAIL_LINES))
+    readers: list[threading.Thread] = field(default_factory=list)
+    log: BinaryIO | None = None
+    log_path: Path | None = None
+    log_lock: threading.Lock = field(default_factory=threading.Lock)
+    returncode: int | None = None
+    exit_time: float | None = None
+    stopped_by: int | None = None
+
+    def outcome(self) -> RankOutcome:
+        return RankOutcome(self.rank, self.popen.pid, self.returncode, self.exit_time, self.stopped_by,
+                           tuple(self.tail), self.log_path)
+
+
+class _Tee:
+    """Writes whole lines to one of the launcher's streams; the lock keeps lines unbroken."""
+
+    def __init__(self, stream: BinaryIO):
+        self.stream = stream
+        self.lock = threading.Lock()
+
+    def write_line(self, line: bytes) -> None:
+        with self.lock:
+            try:
+                self.stream.write(line)
+                self.stream.flush()
+            except (BrokenPipeError, ValueError):
+                pass  # our reader went away (e.g. `| head`); keep draining so ranks never block
+
+
+class Supervisor:
+    """Runs one job described by a :class:`LaunchConfig`; :meth:`run` returns the exit status.
+
+    ``stdout``/``stderr`` are binary streams for the prefixed rank output and the report
+    (default: the launcher's own).
+    """
+
+    def __init__(self, config: LaunchConfig, stdout: BinaryIO | None = None, stderr: BinaryIO | None = None):
+        self.config = config
+        self.job_id = new_job_id()
+        self._out = _Tee(stdout if stdout is not None else sys.stdout.buffer)
+        self._err = _Tee(stderr if stderr is not None else sys.stderr.buffer)
+        self._ranks: list[_Rank] = []
+        self._store: StoreServer | None = None
+        self._signals: list[int] = []  # signals received by the launcher, in order
+        self._wake = threading.Event()
+        self.start_time = time.time()
+
+    # -- public ------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Start the ranks, supervise them to the end, and return the launcher's exit status."""
+        previous = self._install_signal_handlers()
+        try:
+            self._store = StoreServer(self.config.master_addr, self.config.master_port).start()
+            self._start_ranks()
+            return self._supervise()
+        finally:
+            # Whatever happened (including a bug here or a failed start), nothing outlives us.
+            self._stop_all(signal.SIGKILL, grace_s=0.0)
+            self._finish_io()
+            if self._store is not None:
+                self._store.close()
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+
+    # -- start -------------------------------------------------------------------------------
+
+    def _start_ranks(self) -> None:
+        cfg = self.config
+        assert self._store is not None
+        if cfg.log_dir is not None:
+            cfg.log_dir.mkdir(parents=True, exist_ok=True)
+        command = cfg.command()
+        for r in range(cfg.nproc):
+            child_env = {**os.environ, **rank_env(r, cfg.nproc, cfg.master_addr, self._store.port, self.job_id)}
+            popen = subprocess.Popen(
+                command,
+                env=child_env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                # Own session: Ctrl-C in the terminal reaches only the launcher, which forwards it,
+                # and the rank's whole process group can be signalled at once.
+                start_new_session=True,
+                preexec_fn=pdeathsig_preexec(),
+            )
+            rank = _Rank(r, popen)
+            if cfg.log_dir is not None:
+                rank.log_path = cfg.log_dir / f"rank_{r}.log"
+                rank.log = open(rank.log_path, "wb")
+            self._ranks.append(rank)
+            assert popen.stdout is not None and popen.stderr is not None
+            for pipe, tee, keep_tail in ((popen.stdout, self._out, False), (popen.stderr, self._err, True)):
+                reader = threading.Thread(target=self._pump, args=(rank, pipe, tee, keep_tail),
+                                          name=f"hccl-launch-tee-{r}", daemon=True)
+                reader.start()
+                rank.readers.append(reader)
+
+    def _pump(self, rank: _Rank, pipe: BinaryIO, tee: _Tee, keep_tail: bool) -> None:
+        prefix = f"[{rank.rank}] ".encode()
+        with pipe:
+            for line in iter(pipe.readline, b""):
+                if not line.endswith(b"\n"):
+                    line += b"\n"  # last line without newline: still print it whole
+                tee.write_line(prefix + line)
+                if keep_tail:
+                    rank.tail.append(line.decode(errors="replace").rstrip("\n"))
+                if rank.log is not None:
+                    with rank.log_lock:
+                        rank.log.write(line)
+                        rank.log.flush()
+
+    # -- supervise ---------------------------------------------------------------------------
+
+    def _supervise(self) -> int:
+        deadline = None if self.config.timeout_s is None else time.monotonic() + self.config.timeout_s
+        while True:
+            if self._signals:
+                return self._interrupted(self._signals[0])
+            root = self._reap_exited()
+            if root is not None:
+                self._stop_all(signal.SIGTERM, self.config.grace_s)
+                self._finish_io()
+                self._report(format_failure(self.job_id, [r.outcome() for r in self._ranks], root.rank, self.start_time))
+                assert root.returncode is not None
+                return shell_exit_code(root.returncode)
+            if all(r.returncode is not None for r in self._ranks):
+                return 0
+            if deadline is not None and time.monotonic() >= deadline:
+                self._stop_all(signal.SIGTERM, self.config.grace_s)
+                self._finish_io()
+                self._report(format_stopped(self.job_id, [r.outcome() for r in self._ranks],
+                                            f"--timeout {self.config.timeout_s:g} s exceeded"))
+                return EXIT_TIMEOUT
+            self._nap()
+
+    def _interrupted(self, signum: int) -> int:
+        # SIGINT (not SIGTERM) for both: Python ranks get KeyboardInterrupt and run their
+        # finally/atexit cleanup (shared-memory segments), as on a terminal Ctrl-C.
+        self._stop_all(signal.SIGINT, self.config.grace_s)
+        self._finish_io()
+        self._report(format_stopped(self.job_id, [r.outcome() for r in self._ranks],
+                                    f"launcher received {signal_name(signum)}; forwarded SIGINT to the ranks"))
+        return 128 + signum
+
+    def _reap_exited(self) -> _Rank | None:
+        """Record ranks that exited since the last look; the first failing one, if any."""
+        first_failure = None
+        for rank in self._ranks:
+            if rank.returncode is not None:
+                continue
+            returncode = self._exit_status(rank)
+            if returncode is None:
+                continue
+            rank.returncode, rank.exit_time = returncode, time.time()
+            if returncode != 0 and first_failure is None:
+                first_failure = rank
+        return first_failure
+
+    def _exit_status(self, rank: _Rank) -> int | None:
+        if rank.popen.returncode is not None:
+            return rank.popen.returncode
+        pid = rank.popen.pid
+        try:
+            # WNOWAIT: look without reaping, so the pid (and so the process-group id) stays
+            # ours while we kill whatever the rank left running in its group.
+            info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:  # already reaped
+            return rank.popen.poll()
+        if info is None:
+            return None
+        _killpg(pid, signal.SIGKILL)  # the rank is done; its leftover children must not outlive it
+        return rank.popen.wait()
+
+    def _stop_all(self, sig: int, grace_s: float) -> None:
+        """Send ``sig`` to every live rank's process group, SIGKILL what is left after the grace."""
+        self._reap_exited()
+        alive = [r for r in self._ranks if r.returncode is None]
+        if not alive:
+            return
+        for r in alive:
+            r.stopped_by = sig
+            _killpg(r.popen.pid, sig)
+        deadline = time.monotonic() + grace_s
+        seen_signals = len(self._signals)
+        while sig != signal.SIGKILL and time.monotonic() < deadline:
+            self._reap_exited()
+            if all(r.returncode is not None for r in alive):
+                return
+            if len(self._signals) > seen_signals:
+                break  # (another) Ctrl-C while stopping: do not wait out the grace
+            self._nap()
+        for r in alive:
+            if r.returncode is None:
+                r.stopped_by = signal.SIGKILL
+                _killpg(r.popen.pid, signal.SIGKILL)
+        for r in alive:
+            if r.returncode is None:
+                r.popen.wait()
+                r.returncode, r.exit_time = r.popen.returncode, time.time()
+
+    def _finish_io(self) -> None:
+        """Let the tee threads drain (so the report has the last stderr lines), close logs."""
+        deadline = time.monotonic() + 2.0
+        for rank in self._ranks:
+            for reader in rank.readers:
+                reader.join(max(0.0, deadline - time.monotonic()))
+            if rank.log is not None and not any(t.is_alive() for t in rank.readers):
+                with rank.log_lock:
+                    rank.log.close()
+                    rank.log = None
+
+    def _nap(self) -> None:
+        # The signal handler sets _wake, so a Ctrl-C is acted on at once, not after the nap.
+        self._wake.wait(POLL_INTERVAL_S)
+        self._wake.clear()
+
+    def _report(self, text: str) -> None:
+        self._err.write_line(("\n" + text + "\n").encode())
+
+    # -- signals -----------------------------------------------------------------------------
+
+    def _install_signal_handlers(self) -> dict[int, Callable[..., object] | int | None]:
+        if threading.current_thread() is not threading.main_thread():
+            return {}  # signal handlers can only be set from the main thread (e.g. in tests)
+
+        def handler(signum: int, frame: object) -> None:
+            self._signals.append(signum)
+            self._wake.set()
+
+        previous = {}
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            previous[signum] = signal.getsignal(signum)
+            signal.signal(signum, handler)
+        return previous
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass  # group already empty

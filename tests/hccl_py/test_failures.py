@@ -1,0 +1,147 @@
+"""Timeouts, mismatched calls, dead peers: a clear error on every rank involved, never a hang."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.mp import run_ranks
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _skip_one(skipper: int) -> dict:
+    import hccl_py
+
+    comm = hccl_py.init()
+    x = np.ones(100, np.float32)
+    comm.all_reduce(x)  # everyone takes part once
+    if comm.rank == skipper:
+        time.sleep(3.5)  # never calls the second all_reduce
+        return {"skipped": True}
+    start = time.monotonic()
+    try:
+        comm.all_reduce(x, algo="mesh")
+    except hccl_py.HcclTimeoutError as err:
+        waited = time.monotonic() - start
+        try:
+            comm.all_reduce(x)
+        except hccl_py.HcclInternalError as again:
+            return {"error": str(err), "code": err.code, "waited": waited, "after": str(again)}
+        return {"error": str(err), "after": "no error"}
+    return {"error": None}
+
+
+@pytest.mark.timeout(60)
+def test_rank_that_skips_a_collective_times_out_the_others():
+    results = run_ranks(_skip_one, 4, 2, env={"HCCL_EXEC_TIMEOUT": "1.5"}, timeout=50)
+    assert results[2] == {"skipped": True}
+    for rank in (0, 1, 3):
+        r = results[rank]
+        assert r["code"] == 9
+        assert "allreduce #2 on communicator 'world'" in r["error"]
+        assert "Waiting peer rank(s): 2" in r["error"]
+        assert "HCCL_EXEC_TIMEOUT" in r["error"]
+        assert 1.4 <= r["waited"] < 3.0  # fires at the deadline, well before the skipper wakes
+        assert "was aborted" in r["after"]
+
+
+MISMATCHES = {
+    "count": (lambda c: c.all_reduce(np.ones(100 if c.rank != 1 else 200, np.float32)), "count=200"),
+    "dtype": (lambda c: c.all_reduce(np.ones(100, np.float32 if c.rank != 1 else np.float64)), "dtype=float64"),
+    "op": (lambda c: c.all_reduce(np.ones(100, np.float32), op="max" if c.rank == 1 else "sum"), "op=max"),
+    "root": (lambda c: c.broadcast(np.ones(100, np.float32), root=1 if c.rank == 1 else 0), "root=1"),
+    "collective": (lambda c: (c.all_reduce if c.rank != 1 else c.broadcast)(np.ones(100, np.float32)), "broadcast("),
+}
+
+
+def _mismatch(kind: str) -> str:
+    import hccl_py
+
+    comm = hccl_py.init()
+    call, _ = MISMATCHES[kind]
+    try:
+        call(comm)
+        # A rank that only sends in the mismatched call (a broadcast root) has returned before a
+        # receiver could object; it learns at its next call on the communicator.
+        comm.barrier()
+    except hccl_py.HcclParamError as err:
+        return str(err)
+    except hccl_py.HcclError as err:
+        return f"wrong class {type(err).__name__}: {err}"
+    return "no error"
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", sorted(MISMATCHES))
+def test_mismatched_call_raises_param_error_naming_both_calls(kind):
+    results = run_ranks(_mismatch, 3, kind, env={"HCCL_EXEC_TIMEOUT": "20", "HCCL_ALGO": "level0:NA;level1:ring"}, timeout=50)
+    _, fragment = MISMATCHES[kind]
+    for rank, message in enumerate(results):
+        assert "call mismatch" in message, (rank, message)
+        assert fragment in message, (rank, message)
+        assert "[E_PARA=1]" in message
+
+
+PEER_DIES = """
+import json, os, sys, time
+import numpy as np
+import hccl_py
+
+comm = hccl_py.init()
+comm.barrier()
+if comm.rank == 1:
+    time.sleep(0.3)
+    os.kill(os.getpid(), 9)
+start = time.monotonic()
+try:
+    comm.all_reduce(np.ones(10, np.float32), algo="mesh")
+    print(json.dumps({"error": None}))
+except hccl_py.HcclError as err:
+    print(json.dumps({"class": type(err).__name__, "error": str(err), "waited": time.monotonic() - start}))
+"""
+
+
+@pytest.mark.timeout(60)
+def test_dead_peer_is_noticed_long_before_the_timeout(tmp_path):
+    """Started without a launcher (rank 0 hosts the store), so the survivors live to report."""
+    script = tmp_path / "peer_dies.py"
+    script.write_text(PEER_DIES)
+    results = run_plain(script, 3, env={"HCCL_EXEC_TIMEOUT": "30"}, timeout=40)
+    assert results[1].returncode == -9
+    for rank in (0, 2):
+        report = json.loads(results[rank].stdout.strip().splitlines()[-1])
+        assert report["class"] == "HcclRemoteError", report
+        assert "peer rank 1 exited" in report["error"]
+        assert report["waited"] < 5.0
+
+
+def run_plain(script, nprocs: int, *, env: dict, timeout: float) -> list[subprocess.CompletedProcess]:
+    """Start ``nprocs`` copies of ``script`` torchrun-style (RANK/WORLD_SIZE/MASTER_*), no launcher."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = []
+    for rank in range(nprocs):
+        rank_env = {**os.environ, **env, "RANK": str(rank), "WORLD_SIZE": str(nprocs), "MASTER_ADDR": "127.0.0.1",
+                    "MASTER_PORT": str(port), "PYTHONPATH": str(ROOT)}
+        procs.append(subprocess.Popen([sys.executable, str(script)], env=rank_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    results = []
+    try:
+        for rank, proc in enumerate(procs):
+            out, err = proc.communicate(timeout=timeout)
+            results.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return results

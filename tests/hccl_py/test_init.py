@@ -1,0 +1,77 @@
+"""Rendezvous, HCCL_CONNECT_TIMEOUT, and nothing left behind."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import pytest
+
+from tests.mp import run_ranks
+
+
+def _late_rank(late: int) -> dict:
+    import hccl_py
+
+    if int(os.environ["RANK"]) == late:
+        time.sleep(3.0)  # starts far beyond HCCL_CONNECT_TIMEOUT
+        return {"late": True}
+    start = time.monotonic()
+    try:
+        hccl_py.init()
+    except hccl_py.HcclTimeoutError as err:
+        return {"error": str(err), "code": err.code, "waited": time.monotonic() - start}
+    return {"error": None}
+
+
+@pytest.mark.timeout(60)
+def test_rank_that_never_joins_fails_init_on_the_others_naming_it():
+    results = run_ranks(_late_rank, 3, 2, env={"HCCL_CONNECT_TIMEOUT": "1"}, timeout=30)
+    assert results[2] == {"late": True}
+    for r in results[:2]:
+        assert r["code"] == 9
+        assert "rank(s) [2] of 3 did not join within 1 s (HCCL_CONNECT_TIMEOUT)" in r["error"]
+        assert r["waited"] < 2.5
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def _fds_released() -> tuple[int, int, int]:
+    import hccl_py
+
+    before = _open_fds()
+    comm = hccl_py.init()
+    x = np.ones(300_000, np.float32)
+    comm.all_reduce(x)
+    sub = comm.split(color=0)
+    sub.all_reduce(x)
+    during = _open_fds()
+    comm.destroy()
+    return before, during, _open_fds()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.usefixtures("no_leaks")
+def test_nothing_leaks_processes_shared_memory_or_descriptors():
+    shm_before = set(os.listdir("/dev/shm"))
+    for before, during, after in run_ranks(_fds_released, 4, timeout=50):
+        assert during > before  # sockets and the segment were open ...
+        assert after == before  # ... and destroy() closed every one
+    assert set(os.listdir("/dev/shm")) == shm_before
+
+
+def _init_twice() -> bool:
+    import hccl_py
+
+    comm = hccl_py.init()
+    same = hccl_py.init() is comm
+    comm.barrier()
+    return same
+
+
+@pytest.mark.timeout(60)
+def test_init_is_idempotent():
+    assert run_ranks(_init_twice, 2, timeout=30) == [True, True]

@@ -1,0 +1,189 @@
+"""hccl-launch end to end: rank environment, output tee, logs, failures, signals, no orphans."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from launch.cli import parse_args
+from tests.mp import is_gone
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+
+pytestmark = pytest.mark.usefixtures("no_leaks")
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    # The launcher and its ranks import launch/hccl_py and the -m test module from here.
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(SCRIPTS), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return env
+
+
+def _launcher(*args: str) -> list[str]:
+    return [sys.executable, "-m", "launch.cli", *args]
+
+
+def _run(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(_launcher(*args), env=_env(), cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def _by_rank(stdout: str) -> dict[int, dict[str, str]]:
+    ranks: dict[int, dict[str, str]] = {}
+    for line in stdout.splitlines():
+        match = re.fullmatch(r"\[(\d+)\] (\w+)=(.*)", line)
+        assert match, f"line without a [rank] prefix: {line!r}"
+        ranks.setdefault(int(match[1]), {})[match[2]] = match[3]
+    return ranks
+
+
+def _wait_for_pids(pid_dir: Path, n: int, timeout: float = 15) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        files = sorted(pid_dir.glob("rank_*.pid"))
+        if len(files) == n:
+            return [int(f.read_text()) for f in files]
+        time.sleep(0.05)
+    raise AssertionError(f"ranks did not all start: {sorted(p.name for p in pid_dir.iterdir())}")
+
+
+def _assert_all_gone(pids: list[int], within: float = 3.0) -> None:
+    deadline = time.monotonic() + within
+    while not all(is_gone(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert all(is_gone(p) for p in pids), f"rank processes survived: {[p for p in pids if not is_gone(p)]}"
+
+
+@pytest.mark.timeout(40)
+def test_every_rank_gets_its_environment_and_a_prefix() -> None:
+    done = _run("-n", "3", str(SCRIPTS / "print_env.py"), "a", "--flag")
+    assert done.returncode == 0, done.stderr
+    ranks = _by_rank(done.stdout)
+    assert sorted(ranks) == [0, 1, 2]
+    job_ids = {ranks[r]["HCCL_PY_JOB_ID"] for r in ranks}
+    ports = {ranks[r]["MASTER_PORT"] for r in ranks}
+    assert len(job_ids) == 1 and re.fullmatch(r"[0-9a-f]{12}", job_ids.pop())
+    assert len(ports) == 1 and 0 < int(ports.pop()) < 65536
+    for r, got in ranks.items():
+        for name in ("RANK_ID", "DEVICE_ID", "RANK", "LOCAL_RANK"):
+            assert got[name] == str(r), (name, got)
+        for name in ("RANK_SIZE", "WORLD_SIZE", "LOCAL_WORLD_SIZE"):
+            assert got[name] == "3", (name, got)
+        assert got["MASTER_ADDR"] == "127.0.0.1"
+        assert got["HCCL_PY_STORE_HOSTED"] == "1" and got["PYTHONUNBUFFERED"] == "1"
+        assert got["ARGV"] == "['a', '--flag']"
+    assert sorted(done.stderr.splitlines()) == [f"[{r}] stderr line of rank {r}" for r in range(3)]
+
+
+@pytest.mark.timeout(40)
+def test_module_mode_log_dir_and_fresh_job_ids(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    done = _run("-n", "2", "--log-dir", str(logs), "-m", "print_env", "x")
+    assert done.returncode == 0, done.stderr
+    ranks = _by_rank(done.stdout)
+    assert [ranks[r]["ARGV"] for r in (0, 1)] == ["['x']", "['x']"]
+    for r in (0, 1):
+        text = (logs / f"rank_{r}.log").read_text()
+        assert f"RANK_ID={r}\n" in text and f"stderr line of rank {r}\n" in text
+        assert "[" not in text.splitlines()[0]  # the per-rank file is not prefixed
+    again = _by_rank(_run("-n", "1", str(SCRIPTS / "print_env.py")).stdout)
+    assert again[0]["HCCL_PY_JOB_ID"] != ranks[0]["HCCL_PY_JOB_ID"]
+
+
+@pytest.mark.timeout(40)
+def test_ranks_reach_the_launchers_store() -> None:
+    done = _run("-n", "3", str(SCRIPTS / "ranks.py"), "--store-check")
+    assert done.returncode == 0, done.stderr
+    arrivals = sorted(int(m) for m in re.findall(r"arrivals=(\d+)", done.stdout))
+    assert arrivals == [1, 2, 3]
+
+
+@pytest.mark.timeout(40)
+def test_failing_rank_stops_the_others_and_is_the_root_cause(tmp_path: Path) -> None:
+    start = time.monotonic()
+    done = _run("-n", "3", "--grace", "2", str(SCRIPTS / "ranks.py"), "--fail-rank", "1", "--code", "3",
+                "--sleep", "60", "--pid-dir", str(tmp_path))
+    assert done.returncode == 3, done.stderr
+    assert time.monotonic() - start < 15  # the sleepers (60 s) were stopped
+    report = done.stderr[done.stderr.index("Root Cause (first observed failure)"):]
+    assert re.search(r"rank\s+: 1\n", report)
+    assert "exit code 3" in report
+    assert "| fatal: rank 1 gives up with code 3" in report
+    assert "diagnostic line 29" in report and "diagnostic line 5\n" not in report  # a bounded tail
+    assert re.search(r"rank 0 .*terminated by launcher \(SIGTERM\)", report)
+    assert re.search(r"rank 2 .*terminated by launcher \(SIGTERM\)", report)
+    _assert_all_gone(_wait_for_pids(tmp_path, 3, timeout=1))
+
+
+@pytest.mark.timeout(40)
+def test_rank_killed_by_a_signal_is_reported_by_name() -> None:
+    done = _run("-n", "2", "--grace", "2", str(SCRIPTS / "ranks.py"), "--sigkill-rank", "1", "--sleep", "60")
+    assert done.returncode == 128 + signal.SIGKILL, done.stderr
+    report = done.stderr[done.stderr.index("Root Cause"):]
+    assert "signal SIGKILL" in report and "rank 1 about to SIGKILL itself" in report
+
+
+@pytest.mark.timeout(40)
+def test_job_timeout_stops_everything_with_124() -> None:
+    start = time.monotonic()
+    done = _run("-n", "2", "--timeout", "1", "--grace", "1", str(SCRIPTS / "ranks.py"), "--sleep", "60")
+    assert done.returncode == 124, done.stderr
+    assert time.monotonic() - start < 15
+    assert "--timeout 1 s exceeded" in done.stderr
+
+
+@pytest.mark.timeout(40)
+def test_sigint_forwards_and_exits_130(tmp_path: Path) -> None:
+    launcher = subprocess.Popen(
+        _launcher("-n", "3", "--grace", "2", str(SCRIPTS / "ranks.py"), "--sleep", "60", "--pid-dir", str(tmp_path)),
+        env=_env(), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        pids = _wait_for_pids(tmp_path, 3)
+        launcher.send_signal(signal.SIGINT)
+        _, err = launcher.communicate(timeout=15)
+    finally:
+        launcher.kill()
+        launcher.wait()
+    assert launcher.returncode == 130, err
+    assert "KeyboardInterrupt" in err  # the ranks got SIGINT, not a silent kill
+    assert "received SIGINT" in err
+    _assert_all_gone(pids)
+
+
+@pytest.mark.timeout(40)
+def test_ranks_die_when_the_launcher_is_killed(tmp_path: Path) -> None:
+    launcher = subprocess.Popen(
+        _launcher("-n", "2", str(SCRIPTS / "ranks.py"), "--sleep", "60", "--pid-dir", str(tmp_path)),
+        env=_env(), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        pids = _wait_for_pids(tmp_path, 2)
+        launcher.kill()  # SIGKILL: no chance to clean up; PR_SET_PDEATHSIG must do it
+    finally:
+        launcher.kill()
+        launcher.wait()
+    _assert_all_gone(pids)
+
+
+def test_command_line_becomes_a_frozen_config() -> None:
+    script = str(SCRIPTS / "ranks.py")
+    cfg = parse_args(["-n", "4", "--grace", "1.5", "--timeout", "9", script, "--sleep", "1", "-n", "7"])
+    assert (cfg.nproc, cfg.grace_s, cfg.timeout_s, cfg.is_module) == (4, 1.5, 9.0, False)
+    assert cfg.args == ("--sleep", "1", "-n", "7")  # everything after the script is the script's
+    assert cfg.command() == [sys.executable, script, "--sleep", "1", "-n", "7"]
+    assert parse_args(["-n", "2", "-m", "pkg.mod", "a"]).command() == [sys.executable, "-m", "pkg.mod", "a"]
+    with pytest.raises(AttributeError):
+        cfg.nproc = 8  # type: ignore[misc]
+    with pytest.raises(SystemExit):
+        parse_args(["-n", "0", script])
+    with pytest.raises(SystemExit):
+        parse_args(["-n", "2", "no/such/script.py"])
