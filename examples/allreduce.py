@@ -31,6 +31,9 @@ with hccl.init() as comm:
     w = np.ones(4, np.int32)
     pairs.all_reduce(w)
 
+    if rank == size - 1:
+        assert np.all(z == 1)  # min over ranks of rank + 1; other ranks' z is left as it was
+
     comm.barrier()
-    print(f"rank {rank}/{size}: all_reduce -> {x[0]:g}, all_gather -> {gathered[:, 0].tolist()}, "
-          f"reduce(min) on rank {size - 1} -> {z[0]:g}, split group of {pairs.size} -> {w[0]}")
+    print(f"rank {rank}/{size}: all_reduce(sum) -> {x[0]:g}, all_gather -> {gathered[:, 0].tolist()}, "
+          f"reduce_scatter(max) -> {part.tolist()}, split group of {pairs.size} -> all_reduce {w[0]}")
