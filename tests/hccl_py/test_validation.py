@@ -109,3 +109,23 @@ def test_error_codes_and_pickling():
                       (hccl_py.HcclTimeoutError, 9), (hccl_py.HcclRemoteError, 21)]:
         err = pickle.loads(pickle.dumps(cls("boom")))
         assert type(err) is cls and err.code == code and "boom" in str(err) and isinstance(err, hccl_py.HcclError)
+
+
+def test_hccl_algo_env_reaches_the_runtime(monkeypatch):
+    for name in ("RANK_ID", "RANK_SIZE", "RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HCCL_ALGO", "allreduce=level0:NA;level1:NHR")
+    with hccl_py.init() as c:
+        x = np.ones(4, np.float32)
+        with pytest.raises(hccl_py.HcclNotSupportedError, match="NHR") as info:
+            c.all_reduce(x)
+        assert info.value.code == 5
+        assert np.array_equal(c.all_gather(x)[0], x)  # other operators stay automatic
+
+
+def test_malformed_hccl_algo_fails_init(monkeypatch):
+    for name in ("RANK_ID", "RANK_SIZE", "RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HCCL_ALGO", "allreduce:ring")
+    with pytest.raises(HcclParamError, match="HCCL_ALGO"):
+        hccl_py.init()
