@@ -10,7 +10,9 @@ implement (NHR, NB, pipeline, ...) are accepted by the parser and refused, with
 
 from __future__ import annotations
 
-from .algorithms.registry import ALGOS
+from typing import Callable
+
+from .algorithms.registry import ALL_ALGOS, SCHEDULES, algos_for
 from .errors import HcclNotSupportedError, HcclParamError
 
 AUTO = "auto"
@@ -25,13 +27,8 @@ _HCCL_OPS = {
     "scatter": "scatter",
     "alltoall": "alltoall",
 }
-_HCCL_ALGOS = {"na": AUTO, "auto": AUTO, "ring": "ring", "h-d_r": "hd", "hd": "hd", "tree": "tree", "mesh": "mesh", "fullmesh": "mesh"}
+_HCCL_ALGOS = {"na": AUTO, "auto": AUTO, "h-d_r": "hd", "fullmesh": "mesh", **{a: a for a in ALL_ALGOS}}
 HCCL_ONLY_ALGOS = {"nhr", "nhr_v1", "nb", "pipeline", "pairwise", "ahc", "star"}
-
-# Below this many bytes a call is latency-bound: logarithmic-step algorithms win; above it the
-# bandwidth-optimal ring does. (Issue: the cost model replaces this rule with an argmin.)
-SMALL_MESSAGE_BYTES = 256 * 1024
-
 
 def _parse_levels(text: str, where: str) -> str:
     """'level0:NA;level1:ring' or 'ring' -> the algorithm name (level1 decides the flat case)."""
@@ -82,15 +79,27 @@ def parse_hccl_algo(text: str | None) -> dict[str, str]:
     return table
 
 
-def auto_algo(collective: str, nbytes: int, size: int) -> str:
-    """The algorithm ``algo="auto"`` picks for a call of ``nbytes`` on ``size`` ranks."""
-    if nbytes <= SMALL_MESSAGE_BYTES:
-        return "tree" if collective in ("broadcast", "reduce") else "hd"
-    return "ring"
+def fastest(cost_model, collective: str, count: int, itemsize: int, world_ranks: tuple[int, ...], root: int = 0) -> str:
+    """``algo="auto"``: the algorithm with the least modeled time for this call on this topology
+    (an argmin over the cost model, as NCCL's tuning picks); ties go to the earlier in ALL_ALGOS."""
+    key = ("fastest", collective, count, itemsize, world_ranks, root)
+    cache = cost_model.choices
+    best = cache.get(key)
+    if best is None:
+        from .simulator import simulate
+
+        algos = algos_for(collective)
+        times = {algo: simulate(collective, algo, cost_model.topology, count, itemsize=itemsize, root=root,
+                                world_ranks=world_ranks, cost_model=cost_model).time_s for algo in algos}
+        best = cache[key] = min(algos, key=lambda algo: times[algo])
+    return best
 
 
-def resolve(collective: str, algo: str, nbytes: int, size: int, env_table: dict[str, str]) -> str:
-    """The concrete algorithm for one call; raises for names that cannot serve it."""
+def resolve(collective: str, algo: str, choose_auto: Callable[[], str], env_table: dict[str, str]) -> str:
+    """The concrete algorithm for one call; raises for names that cannot serve it.
+
+    ``choose_auto`` is called only when the call and HCCL_ALGO both leave the choice open.
+    """
     if not isinstance(algo, str):
         raise HcclParamError(f"{collective}: algo must be a string, got {algo!r}")
     name = algo.strip().lower()
@@ -98,15 +107,18 @@ def resolve(collective: str, algo: str, nbytes: int, size: int, env_table: dict[
         name = env_table.get(collective, env_table.get("*", AUTO))
         source = "HCCL_ALGO"
         if name == AUTO:
-            return auto_algo(collective, nbytes, size)
+            return choose_auto()
     else:
         source = "algo="
         name = _HCCL_ALGOS.get(name, name)
-    if name in ALGOS:
+    if (collective, name) in SCHEDULES:
         return name
+    if name in ALL_ALGOS:
+        raise HcclNotSupportedError(f"{collective}: algo {name!r} serves only {', '.join(c for c, a in SCHEDULES if a == name)}; "
+                                    f"use one of {', '.join(algos_for(collective))} or auto")
     if name.lower() in HCCL_ONLY_ALGOS:
         raise HcclNotSupportedError(
             f"{collective}: {source} asks for HCCL's {name} algorithm, which hccl-py does not implement; "
-            f"use one of {', '.join(ALGOS)} or auto"
+            f"use one of {', '.join(algos_for(collective))} or auto"
         )
-    raise HcclParamError(f"{collective}: unknown algo {algo!r}; use one of {', '.join(ALGOS)} or auto")
+    raise HcclParamError(f"{collective}: unknown algo {algo!r}; use one of {', '.join(algos_for(collective))} or auto")

@@ -7,20 +7,25 @@ a buffer. Names follow HCCL's operators in Python style (``HcclAllReduce`` -> ``
 from __future__ import annotations
 
 import hashlib
+import time
 from typing import Sequence
 
 import numpy as np
 
+from topology import Topology
+
 from . import algo_select
-from .algorithms.registry import get_schedule
+from .algorithms import p2p
+from .algorithms.registry import ALL_ALGOS, get_schedule
+from .context import RankContext
+from .device import Device
 from .dtypes import UFUNCS, ReduceOp, check_op_dtype, dtype_code
 from .errors import HcclError, HcclInternalError, HcclParamError
-from .executor import P2P_SEQ_BIT, CallContext, Engine, OpKind
+from .executor import P2P_SEQ_BIT, CallContext, OpKind
+from .records import CallRecord, CommStats
 from .transport.base import CallSignature
 
-_ALGO_INDEX = {name: i for i, name in enumerate(algo_select.ALGOS)}
-_ALGO_NAMES = algo_select.ALGOS + ("dissemination",)
-_BARRIER_ALGO = len(algo_select.ALGOS)
+_ALGO_INDEX = {name: i for i, name in enumerate(ALL_ALGOS)}
 
 
 def _comm_id(*parts: object) -> int:
@@ -39,15 +44,15 @@ class Communicator:
             comm.all_reduce(x)          # x == sum of ranks on every rank
     """
 
-    def __init__(self, engine: Engine, world_ranks: Sequence[int], comm_rank: int, comm_id: int, name: str, *,
-                 exec_timeout_s: float | None, algo_env: dict[str, str], on_destroy=None):
-        self._engine = engine
+    def __init__(self, rc: RankContext, world_ranks: Sequence[int], comm_rank: int, comm_id: int, name: str, *, on_destroy=None):
+        self._rc = rc
+        self._engine = rc.engine
         self._world_ranks = tuple(world_ranks)
         self._rank = comm_rank
         self._id = comm_id
         self.name = name
-        self._timeout_s = exec_timeout_s
-        self._algo_env = algo_env
+        self._timeout_s = rc.exec_timeout_s
+        self._algo_env = rc.algo_env
         self._seq = 0
         self._p2p_sent: dict[int, int] = {}
         self._p2p_received: dict[int, int] = {}
@@ -69,6 +74,29 @@ class Communicator:
     def world_ranks(self) -> tuple[int, ...]:
         """World rank of each member, in communicator-rank order."""
         return self._world_ranks
+
+    @property
+    def device(self) -> Device:
+        """The simulated card this rank hosts (shared by all its communicators)."""
+        return self._rc.device
+
+    @property
+    def clock(self) -> float:
+        """This rank's modeled clock, in modeled seconds (``device.clock``)."""
+        return self._rc.device.clock
+
+    @property
+    def topology(self) -> Topology:
+        """The modeled cluster."""
+        return self._rc.topology
+
+    def stats(self) -> CommStats:
+        """Totals of this communicator's calls on this rank: calls, bytes, modeled and wall seconds,
+        split per operation in ``by_op``::
+
+            s = comm.stats(); print(s.calls, s.modeled_s, s.by_op["allreduce"].nbytes)
+        """
+        return self._rc.recorder.totals.get(self.name, CommStats())
 
     def __repr__(self) -> str:
         return f"<Communicator '{self.name}' rank {self.rank} of {self.size}>"
@@ -134,25 +162,33 @@ class Communicator:
     # -- the collective call path ---------------------------------------------------------------------
     def _collective(self, kind: OpKind, collective: str, algo: str, bufs, count: int, dtype: np.dtype,
                     redop: ReduceOp | None = None, root: int = 0) -> None:
-        nbytes = count * dtype.itemsize * (self.size if kind is OpKind.REDUCE_SCATTER else 1)
-        name = algo_select.resolve(collective, algo, nbytes, self.size, self._algo_env)
-        schedule = get_schedule(collective, name)(self._rank, self.size, count, root)
+        name = algo_select.resolve(collective, algo, self._auto_chooser(collective, count, dtype.itemsize, root), self._algo_env)
+        fn = get_schedule(collective, name)
         sig = CallSignature(kind, _ALGO_INDEX[name], dtype_code(dtype, where=collective), int(redop or 0), count, root)
-        self._execute(schedule, sig, bufs, dtype, redop)
+        schedule = fn(self._rank, self.size, count, root)
+        costs = self._rc.cost_model.call_costs(fn, self.size, count, root, dtype.itemsize, self._world_ranks)[self._rank]
+        self._execute(collective, name, schedule, costs, sig, bufs, dtype, redop)
 
-    def _execute(self, schedule, sig: CallSignature, bufs, dtype: np.dtype, redop: ReduceOp | None, seq: int | None = None) -> None:
+    def _auto_chooser(self, collective: str, count: int, itemsize: int, root: int):
+        return lambda: algo_select.fastest(self._rc.cost_model, collective, count, itemsize, self._world_ranks, root)
+
+    def _execute(self, collective: str, algo: str, schedule, costs, sig: CallSignature, bufs, dtype: np.dtype,
+                 redop: ReduceOp | None, seq: int | None = None) -> None:
         if seq is None:
             self._seq += 1
             seq = self._seq
         tmp = np.empty(schedule.tmp_count, dtype) if schedule.tmp_count else None
-        if not schedule.steps:
-            return
-        ctx = CallContext(self._id, self.name, seq, sig, self._world_ranks, self._rank, _ALGO_NAMES, self._timeout_s)
+        device = self._rc.device
+        modeled_start, wall_start = device.clock, time.monotonic()
+        ctx = CallContext(self._id, self.name, seq, sig, self._world_ranks, self._rank, ALL_ALGOS, self._timeout_s)
         try:
-            self._engine.run(ctx, schedule, (bufs[0], bufs[1], tmp), UFUNCS.get(redop))
+            self._engine.run(ctx, schedule, (bufs[0], bufs[1], tmp), UFUNCS.get(redop), costs, device)
         except HcclError as err:
             self.abort(f"{ctx.what} failed: {err.message}")
             raise
+        nbytes = sig.count * dtype.itemsize * (self.size if sig.op == OpKind.REDUCE_SCATTER else 1)
+        self._rc.recorder.add(CallRecord(self.name, seq & ~P2P_SEQ_BIT, collective, algo, nbytes, modeled_start,
+                                         device.clock, wall_start, time.monotonic(), self._world_ranks))
 
     # -- collectives -----------------------------------------------------------------------------------
     def all_reduce(self, x: np.ndarray, op: ReduceOp | str = "sum", *, algo: str = "auto") -> np.ndarray:
@@ -228,11 +264,12 @@ class Communicator:
         """Return once every rank of the communicator has entered the barrier (``HcclBarrier``)."""
         what = f"barrier on '{self.name}'"
         self._check_usable(what)
-        schedule = get_schedule("barrier", "dissemination")(self._rank, self.size, 0, 0)
         dtype = np.dtype(np.uint8)
-        sig = CallSignature(OpKind.BARRIER, _BARRIER_ALGO, dtype_code(dtype, where=what), 0, 0, 0)
+        sig = CallSignature(OpKind.BARRIER, _ALGO_INDEX["dissemination"], dtype_code(dtype, where=what), 0, 0, 0)
         empty = np.empty(0, dtype)
-        self._execute(schedule, sig, (empty, empty), dtype, None)
+        fn = get_schedule("barrier", "dissemination")
+        costs = self._rc.cost_model.call_costs(fn, self.size, 0, 0, dtype.itemsize, self._world_ranks)[self._rank]
+        self._execute("barrier", "dissemination", fn(self._rank, self.size, 0, 0), costs, sig, (empty, empty), dtype, None)
 
     # -- point to point ---------------------------------------------------------------------------------
     def send(self, x: np.ndarray, dst: int) -> None:
@@ -247,13 +284,11 @@ class Communicator:
         dst = self._root(dst, what, "dst")
         if dst == self._rank:
             raise HcclParamError(f"{what}: dst={dst} is this rank; send to another rank")
-        from .algorithms.schedule import IN, Region, Schedule, Send, Step
-
         flat = np.ascontiguousarray(x).reshape(-1)
-        schedule = Schedule((Step(sends=(Send(dst, Region(IN, 0, flat.size)),)),))
         seq = P2P_SEQ_BIT | self._next_p2p(self._p2p_sent, dst)
         sig = CallSignature(OpKind.SEND, 0, dtype_code(x.dtype, where=what), 0, flat.size, self._rank)
-        self._execute(schedule, sig, (flat, flat), x.dtype, None, seq)
+        costs = self._rc.cost_model.p2p_costs(self._world_ranks[self._rank], self._world_ranks[dst], flat.nbytes, sender=True)
+        self._execute("send", "p2p", p2p.send_schedule(flat.size, dst), costs, sig, (flat, flat), x.dtype, None, seq)
 
     def recv(self, x: np.ndarray, src: int) -> np.ndarray:
         """Receive into ``x`` from rank ``src``'s matching :meth:`send`, in place; returns ``x``."""
@@ -263,13 +298,11 @@ class Communicator:
         src = self._root(src, what, "src")
         if src == self._rank:
             raise HcclParamError(f"{what}: src={src} is this rank; receive from another rank")
-        from .algorithms.schedule import OUT, Recv, Region, Schedule, Step
-
         flat = x.reshape(-1)
-        schedule = Schedule((Step(recvs=(Recv(src, Region(OUT, 0, flat.size)),)),))
         seq = P2P_SEQ_BIT | self._next_p2p(self._p2p_received, src)
         sig = CallSignature(OpKind.SEND, 0, dtype_code(x.dtype, where=what), 0, flat.size, src)
-        self._execute(schedule, sig, (flat, flat), x.dtype, None, seq)
+        costs = self._rc.cost_model.p2p_costs(self._world_ranks[src], self._world_ranks[self._rank], flat.nbytes, sender=False)
+        self._execute("recv", "p2p", p2p.recv_schedule(flat.size, src), costs, sig, (flat, flat), x.dtype, None, seq)
         return x
 
     @staticmethod
@@ -334,5 +367,4 @@ class Communicator:
         return self._child(ranks, _comm_id(self._id, seq, "group", tuple(ranks)), f"{self.name}/group{ranks}")
 
     def _child(self, ranks: list[int], comm_id: int, name: str) -> "Communicator":
-        return Communicator(self._engine, [self._world_ranks[r] for r in ranks], ranks.index(self._rank), comm_id, name,
-                            exec_timeout_s=self._timeout_s, algo_env=self._algo_env)
+        return Communicator(self._rc, [self._world_ranks[r] for r in ranks], ranks.index(self._rank), comm_id, name)

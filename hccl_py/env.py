@@ -25,6 +25,12 @@ MASTER_PORT = "MASTER_PORT"
 JOB_ID = "HCCL_PY_JOB_ID"  # names this job's sockets; set by the launcher
 STORE_HOSTED = "HCCL_PY_STORE_HOSTED"  # "1": someone else (hccl-launch, spawn) hosts the store
 
+HCCL_PY_TOPOLOGY = "HCCL_PY_TOPOLOGY"  # preset name (hccl-launch --topology)
+RANK_TABLE_FILE = "RANK_TABLE_FILE"  # HCCL's rank-table path (hccl-launch --rank-table)
+HCCL_PY_FIGURES = "HCCL_PY_FIGURES"  # JSON file overriding link/card figures
+HCCL_PY_TRACE_DIR = "HCCL_PY_TRACE_DIR"  # each rank writes its Chrome trace here at exit
+HCCL_PY_WALL_ORIGIN = "HCCL_PY_WALL_ORIGIN"  # time.monotonic() the job started: aligns wall timelines
+
 # HCCL's, with HCCL's defaults
 HCCL_CONNECT_TIMEOUT = "HCCL_CONNECT_TIMEOUT"  # seconds, default 120
 HCCL_EXEC_TIMEOUT = "HCCL_EXEC_TIMEOUT"  # seconds, default 1836; 0 = no limit

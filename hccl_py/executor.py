@@ -14,10 +14,13 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import Sequence
 
 import numpy as np
 
 from .algorithms.schedule import Schedule
+from .cost_model import StepCost, step_end
+from .device import Device
 from .dtypes import DTYPES_BY_CODE, ReduceOp
 from .errors import HcclError, HcclParamError, HcclRemoteError, HcclTimeoutError
 from .transport.base import KIND_NOTICE, CallSignature, Incoming, Transport
@@ -80,9 +83,10 @@ class CallContext:
 
 
 class _PendingSend:
-    __slots__ = ("peer", "data", "pos", "msg_index", "slice_elems", "sent_empty")
+    __slots__ = ("peer", "data", "pos", "msg_index", "slice_elems", "sent_empty", "stamps")
 
-    def __init__(self, peer: int, data: np.ndarray, msg_index: int, slice_elems: int):
+    def __init__(self, peer: int, data: np.ndarray, msg_index: int, slice_elems: int, stamps: tuple[float, float]):
+        self.stamps = stamps  # modeled (sent_at, arrival)
         self.peer = peer
         self.data = data
         self.pos = 0
@@ -96,7 +100,7 @@ class _PendingSend:
 
 
 class _PendingRecv:
-    __slots__ = ("peer", "dst", "reduce_with", "msg_index", "applied", "before", "seen_empty")
+    __slots__ = ("peer", "dst", "reduce_with", "msg_index", "applied", "before", "seen_empty", "sent_at", "arrival")
 
     def __init__(self, peer: int, dst: np.ndarray, reduce_with: np.ndarray | None, msg_index: int, before: "_PendingRecv | None"):
         self.peer = peer
@@ -106,10 +110,25 @@ class _PendingRecv:
         self.applied = 0
         self.before = before  # the receive into the same destination that must be applied first
         self.seen_empty = False
+        self.sent_at = 0.0  # modeled stamps of the message, from its first slice
+        self.arrival = 0.0
 
     @property
     def done(self) -> bool:
         return self.applied >= self.dst.size and (self.dst.size > 0 or self.seen_empty)
+
+
+def _waiting(t0: float, recvs: list[_PendingRecv], recv_s: Sequence[float]) -> float:
+    """Modeled seconds of a step spent waiting for peers that started their side late (a slow or
+    busy card), as opposed to moving data: the part of each wait before the sender even sent."""
+    t = t0
+    waited = 0.0
+    for recv, cost in zip(recvs, recv_s):
+        if recv.arrival > t:
+            waited += min(recv.arrival - t, max(0.0, recv.sent_at - t))
+            t = recv.arrival
+        t += cost
+    return waited
 
 
 class Engine:
@@ -162,30 +181,39 @@ class Engine:
         self.clear_notices(comm_id)
 
     # -- execution ---------------------------------------------------------------------------
-    def run(self, ctx: CallContext, schedule: Schedule, bufs: tuple[np.ndarray, np.ndarray, np.ndarray | None], ufunc) -> None:
-        """Execute ``schedule`` for this rank; ``bufs`` are flat IN, OUT and TMP arrays."""
-        with np.errstate(all="ignore"):  # overflow and NaN are the user's data, as on the device
-            self._run(ctx, schedule, bufs, ufunc)
+    def run(self, ctx: CallContext, schedule: Schedule, bufs: tuple[np.ndarray, np.ndarray, np.ndarray | None], ufunc,
+            step_costs: Sequence[StepCost], device: Device) -> None:
+        """Execute ``schedule`` for this rank; ``bufs`` are flat IN, OUT and TMP arrays.
 
-    def _run(self, ctx: CallContext, schedule: Schedule, bufs, ufunc) -> None:
+        ``step_costs`` (from the cost model) advance ``device.clock`` step by step with the same
+        arithmetic as the simulator: see ``cost_model.step_end``.
+        """
+        with np.errstate(all="ignore"):  # overflow and NaN are the user's data, as on the device
+            self._run(ctx, schedule, bufs, ufunc, step_costs, device)
+
+    def _run(self, ctx: CallContext, schedule: Schedule, bufs, ufunc, step_costs, device: Device) -> None:
         deadline = None if ctx.timeout_s is None else time.monotonic() + ctx.timeout_s
         sent: dict[int, int] = {}
         received: dict[int, int] = {}
         world = ctx.world_ranks
         for index, step in enumerate(schedule.steps):
+            cost = step_costs[index]
             for copy in step.copies:
                 src, dst = copy.src, copy.dst
                 np.copyto(bufs[dst.buf][dst.offset : dst.end], bufs[src.buf][src.offset : src.end])
+            t0 = device.clock + cost.copy_s
             if not step.sends and not step.recvs:
+                device.clock = t0
+                device.time.comm_s += cost.copy_s
                 continue
             sends = []
-            for send in step.sends:
+            for send, send_s in zip(step.sends, cost.send_s):
                 peer = world[send.peer]
                 msg_index = sent.get(peer, 0)
                 sent[peer] = msg_index + 1
                 data = bufs[send.src.buf][send.src.offset : send.src.end]
                 slice_elems = max(1, self.transport.max_slice_bytes(peer) // data.itemsize)
-                sends.append(_PendingSend(peer, data, msg_index, slice_elems))
+                sends.append(_PendingSend(peer, data, msg_index, slice_elems, (t0, t0 + send_s)))
             recvs = []
             last_into: dict[tuple[int, int], _PendingRecv] = {}
             for recv in step.recvs:
@@ -204,6 +232,11 @@ class Engine:
                 last_into[(dst.buf, dst.offset)] = state
                 recvs.append(state)
             self._run_step(ctx, index, len(schedule.steps), sends, recvs, ufunc, deadline)
+            start = device.clock
+            device.clock = end = step_end(t0, cost.send_s, [r.arrival for r in recvs], cost.recv_s)
+            waited = _waiting(t0, recvs, cost.recv_s)
+            device.time.wait_s += waited
+            device.time.comm_s += end - start - waited
 
     def _run_step(self, ctx, index, nsteps, sends, recvs, ufunc, deadline) -> None:
         try:
@@ -232,7 +265,7 @@ class Engine:
                 while not send.done:
                     n = min(total - send.pos, send.slice_elems)
                     fields = (*fields_head, send.msg_index, *sig_fields, total, send.pos, n)
-                    if not transport.try_send(send.peer, fields, 0.0, data[send.pos : send.pos + n]):
+                    if not transport.try_send(send.peer, fields, send.stamps, data[send.pos : send.pos + n]):
                         break
                     send.pos += n
                     send.sent_empty = True
@@ -250,6 +283,8 @@ class Engine:
                     if recv.before is not None and recv.before.applied < end:
                         break  # the earlier receive into this destination goes first
                     box.popleft()
+                    if not recv.seen_empty:
+                        recv.sent_at, recv.arrival = inc.sent_at, inc.arrival
                     if inc.nelem:
                         incoming = inc.array(recv.dst.dtype)
                         dst = recv.dst[inc.offset : end]

@@ -15,11 +15,16 @@ import os
 import socket
 import time
 
+from topology import Topology, TopologyError, default_preset, load_figures
+
 from . import env
 from .algo_select import parse_hccl_algo
 from .communicator import Communicator
+from .context import RankContext
+from .device import Device
 from .errors import HcclParamError, HcclTimeoutError
 from .executor import Engine
+from .records import write_chrome_trace
 from .transport.shm import ShmTransport
 
 WORLD_COMM_ID = 1
@@ -62,17 +67,68 @@ def init() -> Communicator:
     if size is None or size == 1:
         if rank not in (None, 0):
             raise HcclParamError(f"rank {rank} given for a world of size 1 (set RANK_SIZE/WORLD_SIZE)")
-        _world = Communicator(Engine(None), [0], 0, WORLD_COMM_ID, "world", exec_timeout_s=exec_timeout_s, algo_env=algo_env)
-        return _world
+        rank, size = 0, 1
     if rank is None or not 0 <= rank < size:
         raise HcclParamError(f"RANK_ID/RANK={rank} is not in 0..{size - 1} (RANK_SIZE/WORLD_SIZE={size})")
     if size > 65535:
         raise HcclParamError(f"world size {size} exceeds the 65535 ranks one host can run")
-    _world = _connect(rank, size, connect_timeout_s, exec_timeout_s, algo_env)
+    topology = load_topology(size)
+    wall_origin = float(os.environ.get(env.HCCL_PY_WALL_ORIGIN) or time.monotonic())
+
+    def context(engine: Engine) -> RankContext:
+        return RankContext(engine, Device(topology.card(rank), rank), topology, exec_timeout_s, algo_env, wall_origin)
+
+    if size == 1:
+        rc = context(Engine(None))
+        _world = Communicator(rc, [0], 0, WORLD_COMM_ID, "world", on_destroy=_finisher(rc, None, None))
+    else:
+        _world = _connect(rank, size, connect_timeout_s, context)
     return _world
 
 
-def _connect(rank: int, size: int, connect_timeout_s: float, exec_timeout_s: float | None, algo_env) -> Communicator:
+def load_topology(size: int) -> Topology:
+    """The modeled cluster: a rank table (RANK_TABLE_FILE), else a preset (HCCL_PY_TOPOLOGY),
+    else the default preset for ``size`` cards; figures overridden by HCCL_PY_FIGURES."""
+    try:
+        figures = load_figures(os.environ[env.HCCL_PY_FIGURES]) if os.environ.get(env.HCCL_PY_FIGURES) else None
+        table_path = os.environ.get(env.RANK_TABLE_FILE)
+        preset = os.environ.get(env.HCCL_PY_TOPOLOGY) or None
+        if table_path:
+            from topology import RankTable
+
+            topology = Topology.from_rank_table(RankTable.load(table_path), preset=preset, figures=figures)
+        else:
+            topology = Topology.preset(preset or default_preset(size), n=size, figures=figures)
+    except TopologyError as err:
+        raise HcclParamError(f"topology: {err}") from None
+    if topology.num_ranks != size:
+        raise HcclParamError(f"topology '{topology.name}' has {topology.num_ranks} cards but the job has {size} ranks; "
+                             f"choose a preset or rank table with {size} cards")
+    return topology
+
+
+def _finisher(rc: RankContext, transport: ShmTransport | None, server) -> "callable":
+    """What ends this rank's part in the job, once: the trace file, then sockets and memory."""
+    done = []
+
+    def finish() -> None:
+        if done:
+            return
+        done.append(True)
+        trace_dir = os.environ.get(env.HCCL_PY_TRACE_DIR)
+        if trace_dir:
+            write_chrome_trace(os.path.join(trace_dir, f"rank_{rc.device.rank}.trace.json"), rc.device.rank,
+                               rc.recorder.records, rc.wall_origin)
+        if transport is not None:
+            transport.close()
+        if server is not None:
+            server.close()
+
+    atexit.register(finish)
+    return finish
+
+
+def _connect(rank: int, size: int, connect_timeout_s: float, context) -> Communicator:
     from .store import StoreClient, StoreServer  # only multi-rank jobs need zmq
 
     addr = os.environ.get(env.MASTER_ADDR) or "127.0.0.1"
@@ -110,13 +166,5 @@ def _connect(rank: int, size: int, connect_timeout_s: float, exec_timeout_s: flo
             server.close()
         raise
     client.close()
-    engine = Engine(transport)
-
-    def shutdown() -> None:
-        transport.close()
-        if server is not None:
-            server.close()
-
-    atexit.register(shutdown)
-    return Communicator(engine, range(size), rank, WORLD_COMM_ID, "world", exec_timeout_s=exec_timeout_s,
-                        algo_env=algo_env, on_destroy=shutdown)
+    rc = context(Engine(transport))
+    return Communicator(rc, range(size), rank, WORLD_COMM_ID, "world", on_destroy=_finisher(rc, transport, server))

@@ -19,6 +19,8 @@ from pathlib import Path
 
 from hccl_py.errors import HcclError
 
+from topology import RankTable, Topology, TopologyError, default_preset
+
 from .config import LaunchConfig
 from .supervisor import EXIT_TIMEOUT, Supervisor
 
@@ -49,6 +51,12 @@ def build_parser() -> argparse.ArgumentParser:
                         help="address the rendezvous store binds and ranks connect to (default 127.0.0.1)")
     parser.add_argument("--master-port", type=int, default=0,
                         help="port of the rendezvous store (default: a free port)")
+    parser.add_argument("--topology", default=None, metavar="NAME",
+                        help="modeled cluster preset, e.g. ascend910-8p, mixed-4p, 2x8p-roce (default: one for N cards; see hccl-topo presets)")
+    parser.add_argument("--rank-table", type=Path, default=None, metavar="FILE",
+                        help="HCCL rank-table JSON describing the cluster (with --topology: the server wiring)")
+    parser.add_argument("--trace", type=Path, default=None, metavar="DIR",
+                        help="write a Chrome trace (modeled and wall timelines, one process per rank) to DIR/trace.json")
     parser.add_argument("target", help="the script to run, or the module name with -m")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to every rank")
     return parser
@@ -74,15 +82,38 @@ def parse_args(argv: Sequence[str] | None = None) -> LaunchConfig:
             timeout_s=ns.timeout,
             master_addr=ns.master_addr,
             master_port=ns.master_port,
+            topology=ns.topology,
+            rank_table=ns.rank_table,
+            trace_dir=ns.trace,
         )
     except ValueError as err:
         parser.error(str(err))
         raise  # unreachable: parser.error exits
 
 
+def describe_cluster(config: LaunchConfig) -> str:
+    """The modeled cluster the ranks will see, checked here so a bad name fails before any rank
+    starts: 'topology ascend910-8p (default for 4 cards)'."""
+    if config.rank_table is not None:
+        topo = Topology.from_rank_table(RankTable.load(config.rank_table), preset=config.topology)
+        how = f"rank table {config.rank_table}"
+    else:
+        name = config.topology or default_preset(config.nproc)
+        topo = Topology.preset(name, n=config.nproc)
+        how = f"topology {name}" + ("" if config.topology else f" (default for {config.nproc} cards)")
+    if topo.num_ranks != config.nproc:
+        raise TopologyError(f"{how} has {topo.num_ranks} cards but -n is {config.nproc}", field="nproc")
+    return how
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``hccl-launch`` console script; returns the exit status."""
     config = parse_args(argv)
+    try:
+        print(f"hccl-launch: {config.nproc} ranks on {describe_cluster(config)}", file=sys.stderr, flush=True)
+    except TopologyError as err:
+        print(f"hccl-launch: {err}", file=sys.stderr)
+        return 2
     try:
         return Supervisor(config).run()
     except (HcclError, OSError) as err:

@@ -31,6 +31,9 @@ class LaunchConfig:
     timeout_s: float | None = None
     master_addr: str = "127.0.0.1"
     master_port: int = 0
+    topology: str | None = None  # preset name; None: the default for nproc cards
+    rank_table: Path | None = None  # an HCCL rank-table JSON (RANK_TABLE_FILE)
+    trace_dir: Path | None = None  # every rank writes its Chrome trace here; merged into trace.json
     python: str = field(default_factory=lambda: sys.executable)
 
     def __post_init__(self) -> None:
@@ -42,6 +45,17 @@ class LaunchConfig:
             raise ValueError(f"timeout must be > 0 seconds, got {self.timeout_s}")
         if not 0 <= self.master_port <= 65535:
             raise ValueError(f"master port must be in 0..65535, got {self.master_port}")
+
+    def modeled_env(self) -> dict[str, str]:
+        """Environment that chooses the modeled cluster and the trace output for every rank."""
+        out = {}
+        if self.topology:
+            out["HCCL_PY_TOPOLOGY"] = self.topology
+        if self.rank_table is not None:
+            out["RANK_TABLE_FILE"] = str(self.rank_table.resolve())
+        if self.trace_dir is not None:
+            out["HCCL_PY_TRACE_DIR"] = str(self.trace_dir.resolve())
+        return out
 
     def command(self) -> list[str]:
         """The argv every rank runs (identical for all ranks; ranks differ only by env)."""

@@ -30,7 +30,7 @@ from hccl_py.store import StoreServer
 
 from ._proc import new_job_id, pdeathsig_preexec, rank_env, shell_exit_code, signal_name
 from .config import LaunchConfig
-from .report import RankOutcome, format_failure, format_stopped
+from .report import RankOutcome, format_failure, format_stopped, merge_traces
 
 POLL_INTERVAL_S = 0.05  # how often exits are checked: a crash is noticed within ~50 ms
 STDERR_TAIL_LINES = 20
@@ -88,6 +88,7 @@ class Supervisor:
         self._signals: list[int] = []  # signals received by the launcher, in order
         self._wake = threading.Event()
         self.start_time = time.time()
+        self._wall_origin = time.monotonic()  # ranks' wall timelines start here (one host: one clock)
 
     # -- public ------------------------------------------------------------------------------
 
@@ -104,6 +105,10 @@ class Supervisor:
             self._finish_io()
             if self._store is not None:
                 self._store.close()
+            if self.config.trace_dir is not None:
+                merged = merge_traces(self.config.trace_dir)
+                if merged is not None:
+                    self._report(f"hccl-launch: trace of {self.config.nproc} ranks written to {merged} (open in Perfetto)")
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
 
@@ -116,7 +121,8 @@ class Supervisor:
             cfg.log_dir.mkdir(parents=True, exist_ok=True)
         command = cfg.command()
         for r in range(cfg.nproc):
-            child_env = {**os.environ, **rank_env(r, cfg.nproc, cfg.master_addr, self._store.port, self.job_id)}
+            child_env = {**os.environ, **rank_env(r, cfg.nproc, cfg.master_addr, self._store.port, self.job_id),
+                         **cfg.modeled_env(), "HCCL_PY_WALL_ORIGIN": repr(self._wall_origin)}
             popen = subprocess.Popen(
                 command,
                 env=child_env,

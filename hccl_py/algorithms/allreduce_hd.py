@@ -16,10 +16,13 @@ receive count. TMP: none (in place).
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Iterator
+
+import numpy as np
 
 from ._common import finish, span
 from ._fold import Fold, doubling, halving
-from .schedule import OUT, Recv, Region, Schedule, Send, Step, chunk_bounds
+from .schedule import OUT, Recv, Region, Schedule, Send, Step, StepFlows, chunk_bounds
 
 
 @lru_cache(maxsize=256)
@@ -44,3 +47,28 @@ def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
     if extra is not None:
         steps.append(Step(sends=(Send(extra, whole),)))
     return finish(steps)
+
+
+def flows(size: int, count: int, root: int = 0) -> Iterator[StepFlows]:
+    """Every rank's steps at once (see ``StepFlows``); needs a power-of-two ``size`` (no fold)
+    and ``count >= size`` so no step is empty."""
+    if size < 2 or size & (size - 1) or count < size:
+        raise ValueError("hd flows need a power-of-two size >= 2 and count >= size")
+    prefix = np.concatenate(([0], np.cumsum([n for _, n in chunk_bounds(count, size)])))
+    v = np.arange(size)
+
+    def block(owner: np.ndarray, dist: int) -> np.ndarray:  # elements in the aligned block of `dist` chunks
+        lo = owner - owner % dist
+        return prefix[lo + dist] - prefix[lo]
+
+    dist = size // 2
+    while dist:  # halving: send the partner's half, reduce the partner's copy of ours
+        partner = v ^ dist
+        yield StepFlows(partner, block(partner, dist), partner, True)
+        dist //= 2
+    dist = 1
+    while dist < size:  # doubling: swap the reduced ranges
+        partner = v ^ dist
+        yield StepFlows(partner, block(v, dist), partner, False)
+        dist *= 2
+

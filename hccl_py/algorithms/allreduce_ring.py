@@ -13,9 +13,12 @@ TMP: none (in place).
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Iterator
+
+import numpy as np
 
 from ._common import finish, ring_indices
-from .schedule import OUT, Recv, Region, Schedule, Send, Step, chunk_bounds
+from .schedule import OUT, Recv, Region, Schedule, Send, Step, StepFlows, chunk_bounds
 
 
 @lru_cache(maxsize=256)
@@ -31,3 +34,16 @@ def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
         sends = (Send(right, Region(OUT, *chunks[sent])),)
         steps.append(Step(sends=sends, recvs=(Recv(left, Region(OUT, *chunks[got])),)))
     return finish(steps)
+
+
+def flows(size: int, count: int, root: int = 0) -> Iterator[StepFlows]:
+    """Every rank's steps at once (see ``StepFlows``); needs ``count >= size`` so no step is empty."""
+    if count < size or size < 2:
+        raise ValueError("ring flows need count >= size >= 2")
+    chunks = np.array([n for _, n in chunk_bounds(count, size)])
+    ranks = np.arange(size)
+    right, left = (ranks + 1) % size, (ranks - 1) % size
+    for shift, reduce in ((0, True), (1, False)):
+        for s in range(size - 1):
+            yield StepFlows(right, chunks[(ranks + shift - s) % size], left, reduce)
+

@@ -19,12 +19,23 @@ from .schedule import Schedule
 ScheduleFn = Callable[..., Schedule]  # (rank, size, count, root=0) -> Schedule
 
 COLLECTIVES = ("allreduce", "allgather", "broadcast", "reduce", "reduce_scatter")
-ALGOS = ("ring", "tree", "hd", "mesh")
+ALGOS = ("ring", "tree", "hd", "mesh")  # every collective has these
+EXTRA = (("allreduce", "rd"), ("barrier", "dissemination"))  # algorithms only some collectives have
+ALL_ALGOS = ALGOS + tuple(dict.fromkeys(algo for _, algo in EXTRA))  # stable indices for wire headers
 
-SCHEDULES: dict[tuple[str, str], ScheduleFn] = {
-    (collective, algo): import_module(f"{__package__}.{collective}_{algo}").schedule
-    for collective, algo in [(c, a) for c in COLLECTIVES for a in ALGOS] + [("barrier", "dissemination")]
+_MODULES = {
+    (collective, algo): import_module(f"{__package__}.{collective}_{algo}")
+    for collective, algo in [(c, a) for c in COLLECTIVES for a in ALGOS] + list(EXTRA)
 }
+SCHEDULES: dict[tuple[str, str], ScheduleFn] = {key: module.schedule for key, module in _MODULES.items()}
+# Algorithms that can also list every rank's steps at once (``StepFlows``), for the simulator at
+# cluster scale.
+FLOWS = {key: module.flows for key, module in _MODULES.items() if hasattr(module, "flows")}
+
+
+def algos_for(collective: str) -> tuple[str, ...]:
+    """The algorithms ``collective`` has, in ALL_ALGOS order (the order ties are broken in)."""
+    return tuple(a for a in ALL_ALGOS if (collective, a) in SCHEDULES)
 
 
 def get_schedule(collective: str, algo: str) -> ScheduleFn:

@@ -110,3 +110,18 @@ def chunk_bounds(count: int, parts: int) -> list[tuple[int, int]]:
         bounds.append((offset, n))
         offset += n
     return bounds
+
+
+@dataclass(frozen=True)
+class StepFlows:
+    """Step k of *every* rank at once, for simulating thousands of ranks without building each
+    rank's ``Schedule``: rank r sends ``send_count[r]`` elements to ``send_to[r]`` and receives
+    from ``recv_from[r]`` the message that rank sent in the same step (``reduce``: reduced in,
+    else copied). Only algorithms whose every rank sends one message and receives one in every
+    step have this form; a test holds it equal to ``schedule`` for every rank.
+    """
+
+    send_to: "np.ndarray"
+    send_count: "np.ndarray"
+    recv_from: "np.ndarray"
+    reduce: bool

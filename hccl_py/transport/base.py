@@ -28,8 +28,8 @@ class CallSignature:
 
 
 # kind, src, comm_id, seq, msg_index, op, algo, dtype, redop, count, root, msg_count, offset,
-# nelem, slot, sender clock (modeled seconds)
-HEADER = struct.Struct("<BHQQIBBBBQIQQQqd")
+# nelem, slot, then modeled seconds: when the sender posted the message and when it arrives
+HEADER = struct.Struct("<BHQQIBBBBQIQQQqdd")
 KIND_INLINE = 1  # payload follows the header in the same datagram
 KIND_SLOT = 2  # payload sits in the sender's shared segment at byte offset `slot`
 KIND_ACK = 3  # payload: slot offsets the receiver has finished with
@@ -50,7 +50,8 @@ class Incoming:
     msg_count: int
     offset: int
     nelem: int
-    clock: float
+    sent_at: float
+    arrival: float
     payload: memoryview | None = None  # inline bytes, or the mapped slot
     slot: int = -1
 
@@ -64,7 +65,7 @@ class Transport(Protocol):
 
     def max_slice_bytes(self, peer: int) -> int: ...
 
-    def try_send(self, peer: int, fields: tuple, clock: float, data: np.ndarray) -> bool:
+    def try_send(self, peer: int, fields: tuple, stamps: tuple[float, float], data: np.ndarray) -> bool:
         """Hand one slice to the transport. False when it cannot take it now (no free slot);
         True once the data has been copied out of ``data`` (the caller may reuse it)."""
 

@@ -103,7 +103,7 @@ class ShmTransport:
     def connect(self, peer_pids: dict[int, int], deadline: float) -> None:
         """Open a socket to every peer, hand each our segment, and collect theirs."""
         self._peer_pids = dict(peer_pids)
-        hello = HEADER.pack(KIND_HELLO, self.world_rank, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, self._segment_bytes, 0.0)
+        hello = HEADER.pack(KIND_HELLO, self.world_rank, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, self._segment_bytes, 0.0, 0.0)
         for peer in self._peers:
             out = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
             out.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER_BYTES)
@@ -158,11 +158,11 @@ class ShmTransport:
     def max_slice_bytes(self, peer: int) -> int:
         return self.slot_bytes
 
-    def try_send(self, peer: int, fields: tuple, clock: float, data: np.ndarray) -> bool:
-        """``fields``: HEADER fields from src to nelem (see base.HEADER)."""
+    def try_send(self, peer: int, fields: tuple, stamps: tuple[float, float], data: np.ndarray) -> bool:
+        """``fields``: HEADER fields from src to nelem; ``stamps``: (sent_at, arrival) modeled."""
         nbytes = data.nbytes
         if nbytes <= INLINE_MAX_BYTES:
-            self._put(peer, HEADER.pack(KIND_INLINE, *fields, -1, clock) + data.tobytes())
+            self._put(peer, HEADER.pack(KIND_INLINE, *fields, -1, *stamps) + data.tobytes())
             return True
         free = self._free[peer]
         if not free:
@@ -170,11 +170,11 @@ class ShmTransport:
         offset = free.pop()
         slot = np.frombuffer(self._segment, dtype=data.dtype, count=data.size, offset=offset)
         np.copyto(slot, data, casting="no")
-        self._put(peer, HEADER.pack(KIND_SLOT, *fields, offset, clock))
+        self._put(peer, HEADER.pack(KIND_SLOT, *fields, offset, *stamps))
         return True
 
     def notify(self, peer: int, comm_id: int, seq: int, text: str) -> None:
-        header = HEADER.pack(KIND_NOTICE, self.world_rank, comm_id, seq, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, -1, 0.0)
+        header = HEADER.pack(KIND_NOTICE, self.world_rank, comm_id, seq, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, -1, 0.0, 0.0)
         try:
             self._put(peer, header + text.encode()[:INLINE_MAX_BYTES])
         except HcclRemoteError:
@@ -204,7 +204,7 @@ class ShmTransport:
         """Send queued acks and datagrams; True if anything is still waiting for space."""
         for peer, acks in self._acks.items():
             if acks:
-                ack = HEADER.pack(KIND_ACK, self.world_rank, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, len(acks), -1, 0.0)
+                ack = HEADER.pack(KIND_ACK, self.world_rank, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, len(acks), -1, 0.0, 0.0)
                 ack += np.array(acks, np.int64).tobytes()
                 acks.clear()
                 try:
@@ -266,7 +266,7 @@ class ShmTransport:
             self._decode(data, got)
 
     def _decode(self, data: bytes, got: list[Incoming]) -> None:
-        (kind, src, comm_id, seq, msg_index, op, algo, dtype, redop, count, root, msg_count, offset, nelem, slot, clock) = HEADER.unpack_from(data)
+        (kind, src, comm_id, seq, msg_index, op, algo, dtype, redop, count, root, msg_count, offset, nelem, slot, sent_at, arrival) = HEADER.unpack_from(data)
         if kind == KIND_ACK:
             self._free[src].extend(np.frombuffer(data, np.int64, nelem, HEADER.size).tolist())
             return
@@ -277,7 +277,7 @@ class ShmTransport:
             payload = self._peer_segments[src][slot : slot + nelem * _ITEMSIZE[dtype]]
         else:
             payload = memoryview(data)[HEADER.size :]
-        got.append(Incoming(kind, src, comm_id, seq, msg_index, sig, msg_count, offset, nelem, clock, payload, slot))
+        got.append(Incoming(kind, src, comm_id, seq, msg_index, sig, msg_count, offset, nelem, sent_at, arrival, payload, slot))
 
     def peer_alive(self, peer: int) -> bool:
         pid = self._peer_pids.get(peer)

@@ -10,7 +10,8 @@ from hccl_py.dtypes import ReduceOp, bfloat16
 from tests.hccl_py.reference import ALL_DTYPES, assert_matches, digest, rank_input, reduce_reference
 from tests.mp import run_ranks
 
-ALGOS = ("ring", "tree", "hd", "mesh", "auto")
+from hccl_py.algorithms.registry import algos_for
+
 REDUCING = ("allreduce", "reduce", "reduce_scatter")
 COLLECTIVES = ("allreduce", "allgather", "broadcast", "reduce", "reduce_scatter")
 
@@ -31,7 +32,7 @@ def _cases(size: int):
     counts = _counts(size)
     i = 0
     for collective in COLLECTIVES:
-        for algo in ALGOS:
+        for algo in (*algos_for(collective), "auto"):
             for dtype in ALL_DTYPES:
                 ops = _ops_for(dtype) if collective in REDUCING else [None]
                 for op in ops:
@@ -118,8 +119,8 @@ def _large() -> list:
 
     comm = hccl_py.init()
     digests = []
-    for algo in ALGOS:
-        for collective in COLLECTIVES:
+    for collective in COLLECTIVES:
+        for algo in (*algos_for(collective), "auto"):
             for dtype, op in ((np.dtype(np.float32), ReduceOp.SUM), (np.dtype(np.int64), ReduceOp.MAX)):
                 case = f"large/{collective}/{algo}/{dtype}"
                 digests.append((case, run_case(comm, collective, algo, dtype, op, 400_003, 1 % comm.size, case)))

@@ -91,6 +91,26 @@ def test_mismatched_call_raises_param_error_naming_both_calls(kind):
         assert "[E_PARA=1]" in message
 
 
+def _bad_reduce_scatter() -> str:
+    import hccl_py
+
+    comm = hccl_py.init()
+    y = np.arange(7, dtype=np.float32)
+    try:
+        comm.reduce_scatter(y)
+    except hccl_py.HcclParamError as err:
+        message = str(err)
+    comm.all_reduce(y)  # rejected input left the communicator usable, and y untouched
+    assert np.array_equal(y, 3 * np.arange(7, dtype=np.float32))
+    return message
+
+
+@pytest.mark.timeout(60)
+def test_reduce_scatter_size_must_divide_by_the_world():
+    for message in run_ranks(_bad_reduce_scatter, 3, timeout=50):
+        assert "y.size=7 is not divisible by the communicator size 3" in message
+
+
 PEER_DIES = """
 import json, os, sys, time
 import numpy as np

@@ -8,21 +8,22 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hccl_py.algorithms.registry import algos_for
 from hccl_py.dtypes import ReduceOp, bfloat16
 from tests.hccl_py.reference import ALL_DTYPES, assert_matches, rank_input, reduce_reference
 from tests.mp import run_ranks
 
 COLLECTIVES = ("allreduce", "allgather", "broadcast", "reduce", "reduce_scatter")
-ALGOS = ("ring", "tree", "hd", "mesh", "auto")
 
 
 @st.composite
 def cases(draw):
     dtype = draw(st.sampled_from(ALL_DTYPES))
     ops = [op for op in ReduceOp if not (op is ReduceOp.PROD and dtype in (np.dtype(np.int16), bfloat16))]
+    collective = draw(st.sampled_from(COLLECTIVES))
     return (
-        draw(st.sampled_from(COLLECTIVES)),
-        draw(st.sampled_from(ALGOS)),
+        collective,
+        draw(st.sampled_from((*algos_for(collective), "auto"))),
         dtype.name if dtype != bfloat16 else "bfloat16",
         draw(st.sampled_from(ops)).name,
         tuple(draw(st.lists(st.sampled_from([0, 1, 2, 3, 5, 7, 13, 64, 257]), max_size=3))),

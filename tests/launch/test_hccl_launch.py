@@ -80,7 +80,9 @@ def test_every_rank_gets_its_environment_and_a_prefix() -> None:
         assert got["MASTER_ADDR"] == "127.0.0.1"
         assert got["HCCL_PY_STORE_HOSTED"] == "1" and got["PYTHONUNBUFFERED"] == "1"
         assert got["ARGV"] == "['a', '--flag']"
-    assert sorted(done.stderr.splitlines()) == [f"[{r}] stderr line of rank {r}" for r in range(3)]
+    lines = done.stderr.splitlines()
+    assert lines[0] == "hccl-launch: 3 ranks on topology ascend910-8p (default for 3 cards)"
+    assert sorted(lines[1:]) == [f"[{r}] stderr line of rank {r}" for r in range(3)]
 
 
 @pytest.mark.timeout(40)
@@ -187,3 +189,36 @@ def test_command_line_becomes_a_frozen_config() -> None:
         parse_args(["-n", "0", script])
     with pytest.raises(SystemExit):
         parse_args(["-n", "2", "no/such/script.py"])
+
+
+def test_topology_is_chosen_printed_and_checked_before_any_rank_starts(tmp_path):
+    done = _run("-n", "4", "--topology", "mixed-4p", str(SCRIPTS / "print_env.py"))
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines()[0] == "hccl-launch: 4 ranks on topology mixed-4p"
+    bad = _run("-n", "4", "--topology", "ascend999", str(SCRIPTS / "print_env.py"))
+    assert bad.returncode == 2 and "ascend999" in bad.stderr and "[0]" not in bad.stdout
+    too_many = _run("-n", "5", "--topology", "pcie-4p", str(SCRIPTS / "print_env.py"))
+    assert too_many.returncode == 2 and "pcie-4p" in too_many.stderr
+
+
+TRACED = """
+import numpy as np, hccl_py
+comm = hccl_py.init()
+x = np.ones(1000, np.float32)
+comm.all_reduce(x)
+comm.all_gather(x)
+"""
+
+
+def test_trace_dir_gets_one_merged_chrome_trace(tmp_path):
+    import json
+
+    script = tmp_path / "traced.py"
+    script.write_text(TRACED)
+    done = _run("-n", "2", "--trace", str(tmp_path / "trace"), str(script))
+    assert done.returncode == 0, done.stderr
+    trace = json.loads((tmp_path / "trace" / "trace.json").read_text())
+    spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert sorted({(e["pid"], e["tid"]) for e in spans}) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert "trace of 2 ranks written to" in done.stderr
+

@@ -13,13 +13,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hccl_py.algorithms.playback import ScheduleError, check, play, walk
-from hccl_py.algorithms.registry import ALGOS, COLLECTIVES, SCHEDULES, get_schedule
+from hccl_py.algorithms.registry import ALGOS, COLLECTIVES, EXTRA, SCHEDULES, get_schedule
 from hccl_py.algorithms.schedule import IN, OUT, TMP, Copy, Recv, Region, Schedule, Send, Step
 from hccl_py.dtypes import UFUNCS, ReduceOp
 from hccl_py.errors import HcclNotSupportedError
 
 SIZES = [*range(1, 10), 13, 16]
-PAIRS = [(c, a) for c in COLLECTIVES for a in ALGOS]
+PAIRS = [(c, a) for c in COLLECTIVES for a in ALGOS] + [(c, a) for c, a in EXTRA if c in COLLECTIVES]
 ROOTED = {"broadcast", "reduce"}
 REDUCING = {"allreduce", "reduce", "reduce_scatter"}
 INT32, FLOAT32 = np.dtype(np.int32), np.dtype(np.float32)
@@ -164,9 +164,10 @@ def test_barrier_dissemination(size: int) -> None:
 
 def test_registry() -> None:
     assert set(SCHEDULES) == {*PAIRS, ("barrier", "dissemination")}
+    assert ("allreduce", "rd") in SCHEDULES
     fn = get_schedule("allreduce", "ring")
     assert fn(1, 4, 10) is fn(1, 4, 10)  # cached: the runtime asks once per call
-    with pytest.raises(HcclNotSupportedError, match="allreduce: ring, tree, hd, mesh") as err:
+    with pytest.raises(HcclNotSupportedError, match="allreduce: ring, tree, hd, mesh, rd") as err:
         get_schedule("allreduce", "butterfly")
     assert err.value.code == 5
     with pytest.raises(HcclNotSupportedError, match="alltoall"):

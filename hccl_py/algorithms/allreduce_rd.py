@@ -1,0 +1,45 @@
+"""Recursive-doubling allreduce (MPICH's small-message allreduce): the whole vector is swapped
+with partners v^1, v^2, ..., v^(p/2) among p = the largest power of two <= size, and reduced
+after each swap.
+
+Fold (size not a power of two, see ``_fold``): each extra sends its buffer to its proxy, which
+reduces it in; at the end the proxy sends the result back. Buffers alternate between OUT and TMP
+so that no step's receive writes what its send reads; a last copy brings the result home when
+it ends in TMP. Partners compute ``a op b`` and ``b op a``, equal for IEEE sum, prod, max and
+min, so every rank ends bit-identical.
+
+Steps: log2(p), plus 2 for the fold when size != p. Sent per core rank: log2(p) * count elements:
+latency-optimal, bandwidth-poor, so the cost model picks it for small messages only.
+TMP: count (when size >= 2).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from ._common import finish
+from ._fold import Fold
+from .schedule import OUT, TMP, Copy, Recv, Region, Schedule, Send, Step
+
+
+@lru_cache(maxsize=256)
+def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
+    fold = Fold(size)
+    whole = Region(OUT, 0, count)
+    if fold.is_extra(rank):
+        return finish([Step(sends=(Send(rank - 1, whole),)), Step(recvs=(Recv(rank - 1, whole),))])
+    v, extra = fold.newrank(rank), fold.extra_of(rank)
+    steps = []
+    if extra is not None:
+        steps.append(Step(recvs=(Recv(extra, whole, reduce_with=whole),)))
+    held = OUT
+    dist = 1
+    while dist < fold.p:
+        peer = fold.first(v ^ dist)
+        mine, into = Region(held, 0, count), Region(TMP if held == OUT else OUT, 0, count)
+        steps.append(Step(sends=(Send(peer, mine),), recvs=(Recv(peer, into, reduce_with=mine),)))
+        held = into.buf
+        dist *= 2
+    home = (Copy(Region(held, 0, count), whole),) if held != OUT else ()
+    steps.append(Step(copies=home, sends=(Send(extra, whole),) if extra is not None else ()))
+    return finish(steps)

@@ -1,0 +1,194 @@
+"""Modeled time: the emulator's clocks equal the simulator's to the last bit, are deterministic,
+and follow HCCL's closed forms on uniform topologies."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from hccl_py.algorithms.registry import COLLECTIVES, algos_for
+from hccl_py.cost_model import CostModel
+from hccl_py.simulator import simulate
+from tests.mp import run_ranks
+from topology import Topology
+
+PRESET = "ascend910-8p"  # two HCCS islands joined over PCIe: links differ, shares matter
+COUNTS = (1, 37, 100_000)
+
+
+def _calls(size: int):
+    for collective in COLLECTIVES:
+        for algo in algos_for(collective):
+            for count in COUNTS:
+                yield collective, algo, count, (count + 1) % size
+
+
+def _clocked_calls(size: int) -> list:
+    import hccl_py
+
+    comm = hccl_py.init()
+    clocks = []
+    for collective, algo, count, root in _calls(size):
+        x = np.ones(count * (size if collective == "reduce_scatter" else 1), np.float32)
+        start = comm.clock
+        if collective == "allreduce":
+            comm.all_reduce(x, algo=algo)
+        elif collective == "allgather":
+            comm.all_gather(x, algo=algo)
+        elif collective == "broadcast":
+            comm.broadcast(x, root=root, algo=algo)
+        elif collective == "reduce":
+            comm.reduce(x, root=root, algo=algo)
+        else:
+            comm.reduce_scatter(x, algo=algo)
+        clocks.append((start, comm.clock))
+        if collective == "broadcast":
+            comm.device.run(flops=1e9 * (comm.rank + 1), nbytes=0)  # uneven compute: clocks diverge
+    return clocks
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("size", [2, 3, 5, 8])
+def test_simulator_equals_emulator_to_the_last_bit(size):
+    env = {"HCCL_PY_TOPOLOGY": PRESET}
+    per_rank = run_ranks(_clocked_calls, size, size, env=env, timeout=100)
+    again = run_ranks(_clocked_calls, size, size, env=env, timeout=100)
+    assert again == per_rank  # deterministic: same program, same topology, same clocks
+    topo = Topology.preset(PRESET, n=size)
+    model = CostModel(topo)
+    for i, (collective, algo, count, root) in enumerate(_calls(size)):
+        starts = [per_rank[r][i][0] for r in range(size)]
+        ends = [per_rank[r][i][1] for r in range(size)]
+        result = simulate(collective, algo, topo, count, itemsize=4, root=root, start_clocks=starts, cost_model=model)
+        assert list(result.end_clocks) == ends, (collective, algo, count)
+
+
+def _uniform_parameters(topo: Topology, nbytes: int) -> tuple[float, float, float]:
+    route = topo.route(0, 1)
+    card = topo.card(0)
+    return route.latency_s, 1.0 / route.bandwidth_Bps, 1.0 / card.vector_bandwidth_Bps
+
+
+@pytest.mark.parametrize("p", [2, 4, 8])
+def test_ring_allreduce_follows_hccl_closed_form(p):
+    topo = Topology.preset("ascend910b-8p", n=p)  # HCCS full mesh: every pair alike
+    n = 4 * 1024 * 1024 * p  # bytes, divisible into p chunks
+    alpha, beta, gamma = _uniform_parameters(topo, n)
+    expected = 2 * (p - 1) * alpha + 2 * (p - 1) / p * n * beta + (p - 1) / p * n * gamma
+    got = simulate("allreduce", "ring", topo, n // 4, itemsize=4).time_s
+    assert math.isclose(got, expected, rel_tol=1e-9)
+
+
+@pytest.mark.parametrize("p", [2, 4, 8])
+def test_mesh_allreduce_follows_hccl_closed_form(p):
+    topo = Topology.preset("ascend910b-8p", n=p)
+    n = 4 * 1024 * 1024 * p
+    alpha, beta, gamma = _uniform_parameters(topo, n)
+    expected = 2 * alpha + 2 / p * n * beta + (p - 1) / p * n * gamma
+    got = simulate("allreduce", "mesh", topo, n // 4, itemsize=4).time_s
+    assert math.isclose(got, expected, rel_tol=1e-9)
+
+
+def test_auto_is_the_argmin_of_the_model():
+    from hccl_py.algo_select import fastest
+
+    topo = Topology.preset("ascend910-8p")
+    model = CostModel(topo)
+    ranks = tuple(range(8))
+    times = lambda count: {a: simulate("allreduce", a, topo, count, itemsize=4, cost_model=model).time_s for a in algos_for("allreduce")}
+    large, small = times(64 << 20 >> 2), times(2)
+    assert fastest(model, "allreduce", 64 << 20 >> 2, 4, ranks) == min(large, key=large.get) == "ring"
+    assert fastest(model, "allreduce", 2, 4, ranks) == min(small, key=small.get)
+    assert fastest(model, "allreduce", 2, 4, ranks) in ("rd", "hd", "tree")  # latency-bound: log-step algorithms
+
+
+def _stats_and_trace(trace_dir: str) -> dict:
+    import os
+
+    import hccl_py
+
+    os.environ["HCCL_PY_TRACE_DIR"] = trace_dir
+    comm = hccl_py.init()
+    x = np.ones(1000, np.float32)
+    for _ in range(3):
+        comm.all_reduce(x, algo="ring")
+    comm.all_gather(x)
+    stats = comm.stats()
+    out = {"calls": stats.calls, "nbytes": stats.nbytes, "modeled": stats.modeled_s, "wall": stats.wall_s,
+           "allreduce_calls": stats.by_op["allreduce"].calls, "clock": comm.clock}
+    comm.destroy()
+    return out
+
+
+@pytest.mark.timeout(60)
+def test_stats_and_chrome_trace(tmp_path):
+    results = run_ranks(_stats_and_trace, 2, str(tmp_path), timeout=50)
+    for r in results:
+        assert r["calls"] == 4 and r["allreduce_calls"] == 3
+        assert r["nbytes"] == 3 * 4000 + 4000
+        assert 0 < r["modeled"] <= r["clock"]
+        assert r["wall"] > 0
+    trace = json.loads((tmp_path / "rank_1.trace.json").read_text())
+    spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert {e["tid"] for e in spans} == {0, 1}  # modeled and wall timelines
+    assert [e["name"] for e in spans if e["tid"] == 0] == ["allreduce #1", "allreduce #2", "allreduce #3", "allgather #4"]
+    assert all(e["pid"] == 1 for e in spans)
+
+
+def test_device_memory_and_roofline():
+    from hccl_py.device import Device
+    from hccl_py.errors import HcclMemoryError
+
+    card = Topology.preset("ascend910-8p").card(0)
+    dev = Device(card, rank=0)
+    a = dev.empty((1000, 1000), np.float32)
+    assert dev.used_bytes == 4_000_256  # rounded up to 512 bytes
+    with pytest.raises(HcclMemoryError) as info:
+        dev.malloc(card.hbm_bytes, "weights")
+    assert info.value.code == 3
+    assert "requested" in str(info.value) and "free" in str(info.value) and "peak" in str(info.value)
+    del a
+    assert dev.used_bytes == 0 and dev.peak_bytes == 4_000_256
+    x = np.ones((64, 128), np.float32)
+    w = np.ones((128, 32), np.float32)
+    y = dev.matmul(x, w)
+    assert np.array_equal(y, x @ w)
+    flops = 2 * 64 * 32 * 128
+    expected = max(flops / card.peak_fp16_flops, (x.nbytes + w.nbytes + y.nbytes) / card.hbm_bandwidth_Bps) + card.launch_overhead_s
+    assert dev.clock == pytest.approx(expected) and dev.time.compute_s == dev.clock
+
+
+@pytest.mark.parametrize("algo, sizes", [("ring", [2, 3, 5, 8, 16]), ("hd", [2, 4, 8, 16])])
+@pytest.mark.parametrize("preset", ["ascend910-8p", "2x8p-roce"])
+def test_all_ranks_at_once_equals_rank_by_rank(algo, sizes, preset):
+    from hccl_py.simulator import can_simulate_flows, simulate_flows
+
+    for size in sizes:
+        full = Topology.preset(preset)
+        if size > full.num_ranks:
+            continue
+        topo = Topology.preset(preset, n=size) if preset != "2x8p-roce" or size == 16 else None
+        if topo is None:
+            continue
+        for count in (size, 1000, 4097):
+            assert can_simulate_flows("allreduce", algo, size, count)
+            starts = [0.001 * ((r * 7) % 3) for r in range(size)]  # uneven arrival
+            generic = simulate("allreduce", algo, topo, count, itemsize=4, start_clocks=starts)
+            fast = simulate_flows("allreduce", algo, topo, count, itemsize=4, start_clocks=starts)
+            assert fast.end_clocks == generic.end_clocks, (size, count)
+    assert not can_simulate_flows("allreduce", "hd", 6, 100)  # folds: rank by rank only
+    assert not can_simulate_flows("allreduce", "ring", 8, 3)  # empty steps
+
+
+def test_hccl_sim_cli(capsys):
+    from hccl_py.sim_cli import main
+
+    assert main(["allreduce", "--preset", "2x8p-roce", "--bytes", "64M", "--algo", "ring"]) == 0
+    out = capsys.readouterr().out
+    assert "allreduce fp32 67108864 bytes on 2x8p-roce (16 ranks), algo ring" in out
+    assert "modeled time" in out and "busbw" in out and "peak memory" in out
+    assert main(["allreduce", "--preset", "2x8p-roce", "--bytes", "8", "--algo", "auto"]) == 0
+    assert main(["allgather", "--preset", "nope", "--bytes", "8"]) == 2

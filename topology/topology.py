@@ -1,0 +1,361 @@
+"""The cluster as a graph of cards, CPU/PCIe roots, NICs and switches, with routes between ranks.
+
+Node ids: ``card{rank}``, ``s{server}.pcie{k}`` (CPU socket / PCIe root k), ``s{server}.nic{d}``
+(RoCE port of device d, or ``nic0``: the host NIC), ``leaf{j}``, ``spine``. Every edge carries
+``spec``: a :class:`~topology.figures.LinkSpec` (bandwidth per direction, so a route's hops are
+directed ``(u, v)`` pairs and A->B never competes with B->A).
+
+Routes follow the wiring, the way HCCL picks links, not a search: a direct card-to-card link
+(HCCS island or bridge) if there is one; else through the PCIe root(s) of the server; across
+servers card -> NIC -> leaf [-> spine -> leaf] -> NIC -> card. Traffic between two cards of one
+server never leaves the server: HCCL uses PCIe there unless HCCL_INTRA_ROCE_ENABLE=1, even where
+the RoCE loop would be faster (two 910 islands of a multi-server job). With the default figures
+the routes are exactly the latency-shortest paths under that rule (tested); they are computed in
+O(hops) and cached, so the cluster-scale simulator can ask for the routes of 4096 ranks.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections import Counter
+from dataclasses import dataclass
+from typing import Iterable
+
+import networkx as nx
+
+from .errors import TopologyError
+from .figures import CardModel, FiguresArg, LinkSpec, resolve_figures
+from .presets import SERVERS_PER_LEAF, ServerTemplate, TEMPLATES, parse_preset
+from .rank_table import RankTable
+
+Hop = tuple[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """A path between two cards: directed ``hops`` in order, total ``latency_s`` (sum of the
+    hops' latencies) and ``bandwidth_Bps`` (the smallest hop bandwidth). The route from a card to
+    itself has no hops, latency 0 and infinite bandwidth.
+
+    >>> Topology.preset("ascend910-8p").route(0, 1)                 # doctest: +SKIP
+    Route(hops=(('card0', 'card1'),), latency_s=1e-06, bandwidth_Bps=30000000000.0)
+    """
+
+    hops: tuple[Hop, ...]
+    latency_s: float
+    bandwidth_Bps: float
+
+
+class Topology:
+    """A modeled Ascend cluster: which card each rank is, and how the cards are linked.
+
+    >>> topo = Topology.preset("ascend910-8p")
+    >>> topo.island_of(5), [topo.link(*h).kind for h in topo.route(0, 5).hops]
+    (1, ['PCIE', 'HOST', 'PCIE'])
+    """
+
+    def __init__(self, name: str, template: ServerTemplate, servers: list[list[tuple[int, int]]],
+                 figures: FiguresArg = None, rank_table: RankTable | None = None):
+        """Build the graph. ``servers[s]`` lists ``(rank, device_id)`` of server ``s``; ranks must
+        be 0..N-1 overall and device ids below ``template.num_cards``. Use :meth:`preset` or
+        :meth:`from_rank_table` rather than calling this directly."""
+        links, cards = resolve_figures(figures)
+        self.name = name
+        self.template = template
+        self.link_kinds = links
+        self.card_models = cards
+        self._card = cards[template.card]
+        self._rank_table = rank_table
+        num_ranks = sum(len(members) for members in servers)
+        self.num_ranks = num_ranks
+        self.num_servers = len(servers)
+        self._server = [0] * num_ranks
+        self._device = [0] * num_ranks
+        self._island: list[int | None] = [None] * num_ranks
+        self._root: list[str] = [""] * num_ranks
+        self._server_ranks: list[list[int]] = []
+        self._up: list[tuple[Hop, ...]] = [()] * num_ranks  # card -> its leaf, when multi-server
+        self._routes: dict[tuple[int, int], Route] = {}
+        self._spec: dict[str, dict[str, LinkSpec]] = {}
+        self.graph = nx.Graph(name=name)
+        self.num_islands = 0
+        self._build(template, servers, links)
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def preset(cls, name: str, n: int | None = None, figures: FiguresArg = None) -> "Topology":
+        """A named preset (see ``PRESETS``; any ``NxMp-roce[-910|-910b]``), optionally only its first
+        ``n`` cards (ranks 0..n-1, filling servers in order).
+
+        >>> Topology.preset("ascend910-8p", n=4).num_islands
+        1
+        """
+        spec = parse_preset(name)
+        total = spec.num_ranks
+        if n is None:
+            n = total
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise TopologyError(f"number of cards must be a positive integer, got {n!r}.", "n")
+        if n > total:
+            raise TopologyError(f"preset {spec.name} has {total} cards; {n} were asked for. "
+                                f"Fix: choose a larger preset (e.g. {math.ceil(n / 8)}x8p-roce) or fewer cards.", "n")
+        m = spec.cards_per_server
+        servers = [[(r, r - s * m) for r in range(s * m, min(n, (s + 1) * m))] for s in range(math.ceil(n / m))]
+        return cls(spec.name, spec.template, servers, figures)
+
+    @classmethod
+    def from_rank_table(cls, table: RankTable, preset: str | None = None, figures: FiguresArg = None) -> "Topology":
+        """The cluster a rank table describes. The table gives servers, devices and rank ids; the
+        preset gives each server's internal wiring and card model (its server and card counts are
+        ignored). Default: ``ascend910-8p`` wiring for a one-server table (as ``default_preset``
+        for up to 8 cards), ``ascend910b-8p`` for more servers.
+
+        >>> Topology.from_rank_table(RankTable.load("hccl_8p.json"), preset="ascend910b-8p")  # doctest: +SKIP
+        """
+        if not isinstance(table, RankTable):
+            raise TopologyError(f"expected a RankTable, got {type(table).__name__}. Fix: RankTable.load(path).", "rank_table")
+        if preset is None:
+            template = TEMPLATES["ascend910-8p" if table.server_count == 1 else "ascend910b-8p"]
+        else:
+            template = parse_preset(preset).template
+        servers = []
+        for i, server in enumerate(table.servers):
+            for j, dev in enumerate(server.devices):
+                if dev.device_id >= template.num_cards:
+                    raise TopologyError(
+                        f"server_list[{i}].device[{j}].device_id is {dev.device_id} but a {template.name} server has "
+                        f"device ids 0..{template.num_cards - 1}. Fix: pick a preset whose server wiring has that device, "
+                        "or correct the device_id.", f"server_list[{i}].device[{j}].device_id")
+            servers.append(sorted((dev.rank_id, dev.device_id) for dev in server.devices))
+        count = f"{table.server_count} x " if table.server_count > 1 else ""
+        return cls(f"rank table ({count}{template.name})", template, servers, figures, rank_table=table)
+
+    def _add_edge(self, u: str, v: str, spec: LinkSpec, edges: list) -> None:
+        edges.append((u, v, {"spec": spec}))
+        self._spec.setdefault(u, {})[v] = spec
+        self._spec.setdefault(v, {})[u] = spec
+
+    def _build(self, t: ServerTemplate, servers: list[list[tuple[int, int]]], links: dict[str, LinkSpec]) -> None:
+        nodes: list[tuple[str, dict]] = []
+        edges: list[tuple[str, str, dict]] = []
+        multi = len(servers) > 1
+        nic_spec = links[t.nic_kind]
+        leaf_ports: Counter = Counter()
+        seen_ranks: set[int] = set()
+        attrs: dict[int, dict] = {}
+        for s, members in enumerate(servers):
+            by_device = {}
+            for rank, device in members:
+                if not 0 <= rank < self.num_ranks or rank in seen_ranks:
+                    raise TopologyError(f"rank {rank} is out of 0..{self.num_ranks - 1} or listed twice.", "rank")
+                if not 0 <= device < t.num_cards or device in by_device:
+                    raise TopologyError(f"server {s}: device {device} is out of 0..{t.num_cards - 1} or listed twice.", "device")
+                seen_ranks.add(rank)
+                by_device[device] = rank
+                self._server[rank], self._device[rank] = s, device
+                attrs[rank] = {"type": "card", "rank": rank, "server": s, "device": device, "card": t.card, "island": None}
+                nodes.append((f"card{rank}", attrs[rank]))
+            self._server_ranks.append(sorted(by_device.values()))
+            roots = []
+            for k, group in enumerate(t.roots):
+                present = [d for d in group if d in by_device]
+                if not present:
+                    continue
+                root = f"s{s}.pcie{k}"
+                roots.append(root)
+                nodes.append((root, {"type": "pcie", "server": s}))
+                for d in present:
+                    self._root[by_device[d]] = root
+                    self._add_edge(f"card{by_device[d]}", root, links["PCIE"], edges)
+            for a in range(len(roots)):
+                for b in range(a + 1, len(roots)):
+                    self._add_edge(roots[a], roots[b], links["HOST"], edges)
+            for group in t.islands:
+                present = [by_device[d] for d in group if d in by_device]
+                if not present:
+                    continue
+                island = self.num_islands
+                self.num_islands += 1
+                for x, ra in enumerate(present):
+                    self._island[ra] = attrs[ra]["island"] = island
+                    for rb in present[x + 1:]:
+                        self._add_edge(f"card{ra}", f"card{rb}", links[t.island_kind], edges)
+            for da, db, kind in t.bridges:
+                if da in by_device and db in by_device:
+                    self._add_edge(f"card{by_device[da]}", f"card{by_device[db]}", links[kind], edges)
+            if multi:
+                leaf = f"leaf{s // SERVERS_PER_LEAF}"
+                if t.nic == "card":
+                    for d, rank in by_device.items():
+                        nic = f"s{s}.nic{d}"
+                        nodes.append((nic, {"type": "nic", "server": s}))
+                        self._add_edge(f"card{rank}", nic, nic_spec, edges)
+                        self._add_edge(nic, leaf, nic_spec, edges)
+                        leaf_ports[leaf] += 1
+                        self._up[rank] = ((f"card{rank}", nic), (nic, leaf))
+                else:
+                    nic = f"s{s}.nic0"
+                    nodes.append((nic, {"type": "nic", "server": s}))
+                    self._add_edge(roots[0], nic, links["HOST"], edges)
+                    self._add_edge(nic, leaf, nic_spec, edges)
+                    leaf_ports[leaf] += 1
+                    for rank in by_device.values():
+                        path = [(f"card{rank}", self._root[rank])]
+                        if self._root[rank] != roots[0]:
+                            path.append((self._root[rank], roots[0]))
+                        self._up[rank] = (*path, (roots[0], nic), (nic, leaf))
+        if multi:
+            for leaf in leaf_ports:
+                nodes.append((leaf, {"type": "leaf"}))
+            if len(leaf_ports) > 1:
+                nodes.append(("spine", {"type": "spine"}))
+                for leaf, ports in leaf_ports.items():
+                    trunk = LinkSpec(nic_spec.kind, nic_spec.bandwidth_Bps * ports, nic_spec.latency_s)
+                    self._add_edge(leaf, "spine", trunk, edges)
+        if len(seen_ranks) != self.num_ranks:
+            raise TopologyError(f"ranks must be 0..{self.num_ranks - 1}, each once.", "rank")
+        self.graph.add_nodes_from(nodes)
+        self.graph.add_edges_from(edges)
+
+    # ------------------------------------------------------------------ per-rank facts
+    def _check(self, rank: int) -> int:
+        """``rank`` as an ``int`` (numpy integers accepted), or TopologyError if it is not a rank here."""
+        try:
+            value = operator.index(rank)
+        except TypeError:
+            value = -1
+        if isinstance(rank, bool) or not 0 <= value < self.num_ranks:
+            raise TopologyError(f"rank {rank!r} is not in 0..{self.num_ranks - 1} of topology {self.name}.", "rank")
+        return value
+
+    def card(self, rank: int) -> CardModel:
+        """The card model of ``rank``."""
+        self._check(rank)
+        return self._card
+
+    def server_of(self, rank: int) -> int:
+        """Index of the server holding ``rank``."""
+        return self._server[self._check(rank)]
+
+    def device_of(self, rank: int) -> int:
+        """Device id (NPU physical id) of ``rank`` within its server."""
+        return self._device[self._check(rank)]
+
+    def island_of(self, rank: int) -> int | None:
+        """HCCS island id of ``rank`` (unique across the cluster), or ``None`` outside any island."""
+        return self._island[self._check(rank)]
+
+    def card_node(self, rank: int) -> str:
+        """The graph node id of ``rank``'s card."""
+        return f"card{self._check(rank)}"
+
+    def server_ranks(self, server: int) -> list[int]:
+        """The ranks on ``server``, ascending."""
+        if isinstance(server, bool) or not isinstance(server, int) or not 0 <= server < self.num_servers:
+            raise TopologyError(f"server {server!r} is not in 0..{self.num_servers - 1}.", "server")
+        return list(self._server_ranks[server])
+
+    # ------------------------------------------------------------------ links and routes
+    def link(self, u: str, v: str) -> LinkSpec:
+        """The spec of the link between nodes ``u`` and ``v`` (either direction)."""
+        try:
+            return self._spec[u][v]
+        except KeyError:
+            raise TopologyError(f"no link between {u!r} and {v!r} in topology {self.name}.", "link") from None
+
+    def route(self, src_rank: int, dst_rank: int) -> Route:
+        """The route from ``src_rank``'s card to ``dst_rank``'s (cached).
+
+        >>> [h for h in Topology.preset("2x8p-roce").route(0, 8).hops]          # doctest: +SKIP
+        [('card0', 's0.nic0'), ('s0.nic0', 'leaf0'), ('leaf0', 's1.nic0'), ('s1.nic0', 'card8')]
+        """
+        key = (src_rank, dst_rank)
+        found = self._routes.get(key)
+        if found is None:
+            a, b = self._check(src_rank), self._check(dst_rank)
+            found = self._routes[(a, b)] = self._make_route(a, b)
+        return found
+
+    def _make_route(self, a: int, b: int) -> Route:
+        if a == b:
+            return Route((), 0.0, math.inf)
+        ca, cb = f"card{a}", f"card{b}"
+        if self._server[a] == self._server[b]:
+            if cb in self._spec[ca]:
+                hops: tuple[Hop, ...] = ((ca, cb),)
+            elif self._root[a] == self._root[b]:
+                hops = ((ca, self._root[a]), (self._root[a], cb))
+            else:
+                hops = ((ca, self._root[a]), (self._root[a], self._root[b]), (self._root[b], cb))
+        else:
+            up, down = self._up[a], self._up[b]
+            leaf_a, leaf_b = up[-1][1], down[-1][1]
+            middle = () if leaf_a == leaf_b else ((leaf_a, "spine"), ("spine", leaf_b))
+            hops = up + middle + tuple((v, u) for u, v in reversed(down))
+        latency = 0.0
+        bandwidth = math.inf
+        for u, v in hops:
+            spec = self._spec[u][v]
+            latency += spec.latency_s
+            if spec.bandwidth_Bps < bandwidth:
+                bandwidth = spec.bandwidth_Bps
+        return Route(hops, latency, bandwidth)
+
+    # ------------------------------------------------------------------ rank tables and text
+    def to_rank_table(self, version: str = "1.0") -> RankTable:
+        """A rank table for this topology: the table it was built from (if any, same version),
+        else one generated with made-up addresses (:meth:`RankTable.generate`)."""
+        if self._rank_table is not None and self._rank_table.version == version:
+            return self._rank_table
+        return RankTable.generate(self, version)
+
+    def summary(self) -> str:
+        """One line: name, ranks, servers, card model, islands.
+
+        >>> Topology.preset("ascend910-8p").summary()
+        'ascend910-8p: 8 ranks on 1 server, ascend910 cards, 2 HCCS islands'
+        """
+        servers = "server" if self.num_servers == 1 else "servers"
+        islands = "island" if self.num_islands == 1 else "islands"
+        return (f"{self.name}: {self.num_ranks} ranks on {self.num_servers} {servers}, {self._card.name} cards, "
+                f"{self.num_islands} HCCS {islands}")
+
+    def describe(self, max_links: int = 200) -> str:
+        """The table ``hccl-topo show`` prints: every rank (server, device, card, island), the link
+        kinds with their figures, and each link when there are at most ``max_links``."""
+        lines = [self.summary(), ""]
+        rows = [("rank", "server", "device", "card", "island")]
+        rows += [(str(r), str(self._server[r]), str(self._device[r]), self._card.name,
+                  "-" if self._island[r] is None else str(self._island[r])) for r in range(self.num_ranks)]
+        lines += _table(rows, right=(0, 1, 2, 4))
+        kinds: dict[tuple[str, float, float], int] = Counter(
+            (spec.kind, spec.bandwidth_Bps, spec.latency_s) for _, _, spec in self.graph.edges(data="spec"))
+        lines += ["", "link kinds (bandwidth per direction):"]
+        rows = [("kind", "links", "GB/s", "latency us")]
+        rows += [(kind, str(count), f"{bw / 1e9:.1f}", f"{lat * 1e6:.2f}")
+                 for (kind, bw, lat), count in sorted(kinds.items())]
+        lines += _table(rows, right=(1, 2, 3))
+        count = self.graph.number_of_edges()
+        if count <= max_links:
+            lines += ["", "links:"]
+            rows = [("from", "to", "kind", "GB/s", "latency us")]
+            rows += [(u, v, spec.kind, f"{spec.bandwidth_Bps / 1e9:.1f}", f"{spec.latency_s * 1e6:.2f}")
+                     for u, v, spec in self.graph.edges(data="spec")]
+            lines += _table(rows, right=(3, 4))
+        else:
+            lines += ["", f"({count} links; only the summary above is shown)"]
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return f"<Topology {self.summary()}>"
+
+
+def _table(rows: Iterable[tuple[str, ...]], right: tuple[int, ...] = ()) -> list[str]:
+    rows = list(rows)
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    out = []
+    for row in rows:
+        cells = [cell.rjust(w) if i in right else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths))]
+        out.append("  ".join(cells).rstrip())
+    return out
