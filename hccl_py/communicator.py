@@ -12,7 +12,7 @@ from typing import Sequence
 
 import numpy as np
 
-from topology import Topology
+from topology import Topology, TopologyError, auto_partition, load_partition, validate_partition
 
 from . import algo_select
 from .algorithms import p2p
@@ -356,15 +356,45 @@ class Communicator:
             self._root(r, what, "rank")
         if len(set(ranks)) != len(ranks):
             raise HcclParamError(f"{what}: ranks {ranks} lists a rank twice")
-        digest = np.frombuffer(hashlib.blake2b(repr(ranks).encode(), digest_size=8).digest(), np.int64)
-        digests = self.all_gather(digest.copy()).reshape(-1)
-        seq = self._seq
-        differ = [r for r in range(self.size) if digests[r] != digests[0]]
-        if differ:
-            raise HcclParamError(f"{what}: ranks {differ} passed a different rank list than rank 0; every rank must pass the same list")
+        seq = self._agree(what, ranks, "rank list")
         if self._rank not in ranks:
             return None
         return self._child(ranks, _comm_id(self._id, seq, "group", tuple(ranks)), f"{self.name}/group{ranks}")
+
+    def create_groups(self, groups: "str | Sequence[Sequence[int]]" = "auto") -> "Communicator":
+        """Partition this communicator into groups in one call; returns this rank's group.
+
+        ``groups`` is ``"auto"`` (HCCL's rule on the topology: by server, then by HCCS island,
+        otherwise consecutive ranks), a list of rank lists, or the text form ``"0,2;1,3"``.
+        Every rank must pass the same partition; each rank must appear exactly once::
+
+            pair = comm.create_groups([[0, 2], [1, 3]])
+        """
+        what = f"create_groups on '{self.name}'"
+        self._check_usable(what)
+        try:
+            if isinstance(groups, str) and groups.strip().lower() == "auto":
+                by_world = auto_partition(self._rc.topology, list(self._world_ranks))
+                partition = [[self._world_ranks.index(w) for w in group] for group in by_world]
+            else:
+                partition = load_partition(groups, self.size) if isinstance(groups, str) else groups
+                partition = validate_partition(partition, self.size)
+        except TopologyError as err:
+            raise HcclParamError(f"{what}: {err}") from None
+        seq = self._agree(what, partition, "partition")
+        index = next(i for i, group in enumerate(partition) if self._rank in group)
+        mine = list(partition[index])
+        return self._child(mine, _comm_id(self._id, seq, "groups", index, tuple(mine)), f"{self.name}/groups[{index}]")
+
+    def _agree(self, what: str, value, name: str) -> int:
+        """Check that every rank passed the same ``value`` (one small allgather); returns the
+        call's sequence number, which names the communicators made from it."""
+        digest = np.frombuffer(hashlib.blake2b(repr(value).encode(), digest_size=8).digest(), np.int64)
+        digests = self.all_gather(digest.copy()).reshape(-1)
+        differ = [r for r in range(self.size) if digests[r] != digests[0]]
+        if differ:
+            raise HcclParamError(f"{what}: ranks {differ} passed a different {name} than rank 0; every rank must pass the same {name}")
+        return self._seq
 
     def _child(self, ranks: list[int], comm_id: int, name: str) -> "Communicator":
         return Communicator(self._rc, [self._world_ranks[r] for r in ranks], ranks.index(self._rank), comm_id, name)

@@ -55,6 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="modeled cluster preset, e.g. ascend910-8p, mixed-4p, 2x8p-roce (default: one for N cards; see hccl-topo presets)")
     parser.add_argument("--rank-table", type=Path, default=None, metavar="FILE",
                         help="HCCL rank-table JSON describing the cluster (with --topology: the server wiring)")
+    parser.add_argument("--figures", type=Path, default=None, metavar="FILE",
+                        help="JSON file overriding any link or card figure of the topology (see hccl-topo show)")
     parser.add_argument("--trace", type=Path, default=None, metavar="DIR",
                         help="write a Chrome trace (modeled and wall timelines, one process per rank) to DIR/trace.json")
     parser.add_argument("target", help="the script to run, or the module name with -m")
@@ -85,6 +87,7 @@ def parse_args(argv: Sequence[str] | None = None) -> LaunchConfig:
             topology=ns.topology,
             rank_table=ns.rank_table,
             trace_dir=ns.trace,
+            figures=ns.figures,
         )
     except ValueError as err:
         parser.error(str(err))
@@ -95,11 +98,11 @@ def describe_cluster(config: LaunchConfig) -> str:
     """The modeled cluster the ranks will see, checked here so a bad name fails before any rank
     starts: 'topology ascend910-8p (default for 4 cards)'."""
     if config.rank_table is not None:
-        topo = Topology.from_rank_table(RankTable.load(config.rank_table), preset=config.topology)
+        topo = Topology.from_rank_table(RankTable.load(config.rank_table), preset=config.topology, figures=config.figures)
         how = f"rank table {config.rank_table}"
     else:
         name = config.topology or default_preset(config.nproc)
-        topo = Topology.preset(name, n=config.nproc)
+        topo = Topology.preset(name, n=config.nproc, figures=config.figures)
         how = f"topology {name}" + ("" if config.topology else f" (default for {config.nproc} cards)")
     if topo.num_ranks != config.nproc:
         raise TopologyError(f"{how} has {topo.num_ranks} cards but -n is {config.nproc}", field="nproc")

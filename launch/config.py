@@ -34,6 +34,7 @@ class LaunchConfig:
     topology: str | None = None  # preset name; None: the default for nproc cards
     rank_table: Path | None = None  # an HCCL rank-table JSON (RANK_TABLE_FILE)
     trace_dir: Path | None = None  # every rank writes its Chrome trace here; merged into trace.json
+    figures: Path | None = None  # JSON overriding link/card figures (HCCL_PY_FIGURES)
     python: str = field(default_factory=lambda: sys.executable)
 
     def __post_init__(self) -> None:
@@ -55,6 +56,8 @@ class LaunchConfig:
             out["RANK_TABLE_FILE"] = str(self.rank_table.resolve())
         if self.trace_dir is not None:
             out["HCCL_PY_TRACE_DIR"] = str(self.trace_dir.resolve())
+        if self.figures is not None:
+            out["HCCL_PY_FIGURES"] = str(self.figures.resolve())
         return out
 
     def command(self) -> list[str]:

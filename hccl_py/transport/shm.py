@@ -101,7 +101,12 @@ class ShmTransport:
 
     # -- setup -----------------------------------------------------------------------------
     def connect(self, peer_pids: dict[int, int], deadline: float) -> None:
-        """Open a socket to every peer, hand each our segment, and collect theirs."""
+        """Open a socket to every peer, hand each our segment, and collect theirs.
+
+        Sending and receiving interleave: a peer's queue holds only a few datagrams
+        (net.unix.max_dgram_qlen), so a rank that only sent while everyone else also only sent
+        would wait forever.
+        """
         self._peer_pids = dict(peer_pids)
         hello = HEADER.pack(KIND_HELLO, self.world_rank, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, self._segment_bytes, 0.0, 0.0)
         for peer in self._peers:
@@ -114,45 +119,50 @@ class ShmTransport:
                 raise HcclRemoteError(f"init: rank {self.world_rank} cannot reach rank {peer}'s socket; did rank {peer} exit during init?") from None
             out.setblocking(False)
             self._out_socks[peer] = out
-            while True:
-                try:
-                    socket.send_fds(out, [hello], [self._fd])
-                    break
-                except BlockingIOError:
-                    self._wait_writable(out, deadline, peer)
+        unsent = list(self._peers)
         missing = set(self._peers)
-        while missing:
+        while unsent or missing:
+            for peer in list(unsent):
+                try:
+                    socket.send_fds(self._out_socks[peer], [hello], [self._fd])
+                except BlockingIOError:
+                    continue  # its queue is full; receive meanwhile and retry
+                except OSError as err:
+                    raise HcclRemoteError(f"init: rank {self.world_rank} cannot reach rank {peer}: {err.strerror}") from None
+                unsent.remove(peer)
+            self._receive_hellos(missing)
+            if not unsent and not missing:
+                break
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise HcclTimeoutError(
                     f"init: rank {self.world_rank} got no shared-memory handshake from rank(s) {sorted(missing)} "
-                    f"within HCCL_CONNECT_TIMEOUT; check that they are alive"
+                    f"(and could not reach rank(s) {sorted(unsent)}) within HCCL_CONNECT_TIMEOUT; check that they are alive"
                 )
-            if not self._poll.poll(min(remaining, 0.5) * 1000):
-                continue
-            while True:
-                try:
-                    data, fds, _flags, _addr = socket.recv_fds(self._sock, _RECV_BYTES, 1)
-                except BlockingIOError:
-                    break
-                if data[0] == KIND_HELLO:
-                    fields = HEADER.unpack_from(data)
-                    peer, size = fields[1], fields[14]
-                    peer_map = mmap.mmap(fds[0], size, prot=mmap.PROT_READ)
-                    os.close(fds[0])
-                    self._peer_maps.append(peer_map)
-                    self._peer_segments[peer] = memoryview(peer_map)
-                    missing.discard(peer)
-                else:
-                    for fd in fds:
-                        os.close(fd)
-                    self._decode(data, self._early)
+            poll = select.poll()
+            poll.register(self._sock, select.POLLIN)
+            for peer in unsent:
+                poll.register(self._out_socks[peer], select.POLLOUT)
+            poll.poll(min(remaining, 0.05) * 1000)
 
-    def _wait_writable(self, sock: socket.socket, deadline: float, peer: int) -> None:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise HcclTimeoutError(f"rank {self.world_rank}: rank {peer} does not drain its socket")
-        select.select([], [sock], [], min(remaining, 0.1))
+    def _receive_hellos(self, missing: set[int]) -> None:
+        while True:
+            try:
+                data, fds, _flags, _addr = socket.recv_fds(self._sock, _RECV_BYTES, 1)
+            except BlockingIOError:
+                return
+            if data[0] == KIND_HELLO:
+                fields = HEADER.unpack_from(data)
+                peer, size = fields[1], fields[14]
+                peer_map = mmap.mmap(fds[0], size, prot=mmap.PROT_READ)
+                os.close(fds[0])
+                self._peer_maps.append(peer_map)
+                self._peer_segments[peer] = memoryview(peer_map)
+                missing.discard(peer)
+            else:  # a peer that finished connecting already started a collective
+                for fd in fds:
+                    os.close(fd)
+                self._decode(data, self._early)
 
     # -- data path ---------------------------------------------------------------------------
     def max_slice_bytes(self, peer: int) -> int:

@@ -75,3 +75,19 @@ def _init_twice() -> bool:
 @pytest.mark.timeout(60)
 def test_init_is_idempotent():
     assert run_ranks(_init_twice, 2, timeout=30) == [True, True]
+
+
+def _many() -> float:
+    import hccl_py
+
+    comm = hccl_py.init()
+    x = np.ones(3, np.float32)
+    comm.all_reduce(x, algo="mesh")  # every rank sends to every other at once
+    return float(x[0])
+
+
+@pytest.mark.timeout(90)
+def test_more_ranks_than_a_socket_queue_holds():
+    """A unix datagram queue holds ~10 messages (net.unix.max_dgram_qlen): with 16 ranks the
+    handshake and mesh traffic overflow it, and must still complete."""
+    assert run_ranks(_many, 16, timeout=40) == [16.0] * 16

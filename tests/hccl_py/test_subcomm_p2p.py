@@ -116,3 +116,42 @@ def test_recv_of_a_different_size_is_refused():
     results = run_ranks(_p2p_mismatch, 2, timeout=50)
     assert "call mismatch" in results[1]
     assert "count=12" in results[1] and "count=10" in results[1]
+
+
+def _partitions() -> dict:
+    import hccl_py
+
+    comm = hccl_py.init()
+    out = {}
+    auto = comm.create_groups("auto")
+    out["auto"] = list(auto.world_ranks)
+    manual = comm.create_groups("1,2;0,3")
+    out["manual"] = list(manual.world_ranks)
+    x = np.full(2, comm.rank, np.int32)
+    manual.all_reduce(x)
+    out["manual_sum"] = int(x[0])
+    listed = comm.create_groups([[3, 2, 1, 0]])
+    out["listed"] = (listed.rank, listed.size)
+    for bad in ([[0, 1], [1, 2, 3]], [[0, 1]], "0,1;2,x"):
+        try:
+            comm.create_groups(bad)
+        except hccl_py.HcclParamError as err:
+            out.setdefault("errors", []).append(str(err))
+    try:  # ranks disagree: rank 3 passes another partition
+        comm.create_groups([[0, 1], [2, 3]] if comm.rank != 3 else [[0, 3], [1, 2]])
+    except hccl_py.HcclParamError as err:
+        out["disagree"] = str(err)
+    return out
+
+
+@pytest.mark.timeout(60)
+def test_create_groups_from_a_partition_in_one_call():
+    results = run_ranks(_partitions, 4, env={"HCCL_PY_TOPOLOGY": "mixed-4p"}, timeout=50)
+    assert [r["auto"] for r in results] == [[0, 1], [0, 1], [2, 3], [2, 3]]  # HCCL's rule misses the 1-2 bridge
+    assert [r["manual"] for r in results] == [[0, 3], [1, 2], [1, 2], [0, 3]]
+    assert [r["manual_sum"] for r in results] == [3, 3, 3, 3]
+    assert [r["listed"] for r in results] == [(3, 4), (2, 4), (1, 4), (0, 4)]
+    for r in results:
+        assert "rank 1 appears in groups 0 and 1" in r["errors"][0], r["errors"]
+        assert len(r["errors"]) == 3
+        assert "different partition than rank 0" in r["disagree"]

@@ -1,0 +1,24 @@
+"""AllGather: every rank ends with all ranks' buffers, in rank order (out of place).
+
+Size is the gathered buffer (n blocks), as in nccl-tests. busbw = algbw * (n-1)/n.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .base import Case, Collective, elements, pattern
+
+
+def counts(nbytes: int, itemsize: int, nranks: int) -> tuple[int, int, int]:
+    total = elements(nbytes, itemsize, unit=nranks)
+    return total // nranks, total // nranks, total
+
+
+def init(case: Case):
+    expected = np.concatenate([pattern(case.count, r, case.dtype) for r in range(case.nranks)])
+    return pattern(case.count, case.rank, case.dtype), expected
+
+
+COLLECTIVE = Collective("allgather", "AllGather", reduces=False, rooted=False, in_place=False,
+                        bus_factor=lambda n: (n - 1) / n, counts=counts, init=init)

@@ -1,0 +1,23 @@
+"""ReduceScatter: rank r ends with block r of the reduction of all ranks' buffers (out of place).
+
+Size is the whole input (n blocks), as in nccl-tests. busbw = algbw * (n-1)/n.
+"""
+
+from __future__ import annotations
+
+from .base import Case, Collective, elements, reduce_input, reduced
+
+
+def counts(nbytes: int, itemsize: int, nranks: int) -> tuple[int, int, int]:
+    total = elements(nbytes, itemsize, unit=nranks)
+    return total // nranks, total, total // nranks
+
+
+def init(case: Case):
+    n, count = case.nranks, case.count
+    return (reduce_input(n * count, case.rank, case.op, case.dtype),
+            reduced(count, n, case.op, case.dtype, start=case.rank * count))
+
+
+COLLECTIVE = Collective("reducescatter", "ReduceScatter", reduces=True, rooted=False, in_place=False,
+                        bus_factor=lambda n: (n - 1) / n, counts=counts, init=init)

@@ -1,0 +1,36 @@
+"""The implementations hccl-bench measures, behind one driver-side interface (:class:`Backend`)
+and one rank-side interface (:class:`benchmarks.harness.RankComm`):
+
+- ``hccl``: hccl-py itself, ranks started with launch.spawn (or in place under hccl-launch);
+- ``mpi``: mpi4py on the MPICH of the ``mpich`` wheel, ranks started with that wheel's mpiexec;
+- ``gloo``: torch.distributed with the gloo backend (CPU), one subprocess per rank.
+
+    backends(("mpi", "gloo"))    # [HcclBackend(), MpiBackend(), GlooBackend()]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from .base import Backend
+
+__all__ = ["Backend", "backends", "get_backend"]
+
+
+def get_backend(name: str) -> Backend:
+    """A new driver-side backend by name (hccl, mpi, gloo)."""
+    if name == "hccl":
+        from .hccl import HcclBackend
+        return HcclBackend()
+    if name == "mpi":
+        from .mpi import MpiBackend
+        return MpiBackend()
+    if name == "gloo":
+        from .gloo import GlooBackend
+        return GlooBackend()
+    raise ValueError(f"unknown implementation {name!r}; use hccl, mpi or gloo")
+
+
+def backends(peers: Iterable[str] = ()) -> list[Backend]:
+    """hccl-py first, then the peers in the order given."""
+    return [get_backend("hccl"), *(get_backend(p) for p in peers)]

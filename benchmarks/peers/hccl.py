@@ -1,0 +1,176 @@
+"""hccl-py itself: ranks started with ``launch.spawn`` (or already running under hccl-launch).
+
+Calls as a user writes them: ``all_reduce``/``broadcast``/``reduce`` in place on the buffer,
+``all_gather``/``reduce_scatter`` returning a new array (hccl_py's API has no output argument),
+every call with ``algo=--algo``.
+
+Extra columns (the hook for modeled time): list them in ``EXTRA_COLUMNS`` and fill the measured
+ones in ``HcclRankComm.extra_start``/``extra_stop``, e.g. once the communicator reports its
+modeled clock::
+
+    EXTRA_COLUMNS = (
+        ExtraColumn("modeled_us", "model(us)"),
+        ExtraColumn("modeled_busbw", "m.busbw", derive=lambda row: row.busbw_for(row.extra["modeled_us"])),
+    )
+    def extra_start(self):            return self.comm.stats().modeled_s
+    def extra_stop(self, start):      return {"modeled_us": (self.comm.stats().modeled_s - start) * 1e6}
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..collectives import Collective
+from ..collectives import get as get_collective
+from ..config import BenchConfig
+from ..harness import BackendError, ExtraColumn, RankComm, rank_main
+from .base import Backend
+
+__all__ = ["HcclBackend", "HcclRankComm", "EXTRA_COLUMNS"]
+
+EXTRA_COLUMNS: tuple[ExtraColumn, ...] = ()
+
+_HCCL_NAMES = {"reducescatter": "reduce_scatter"}  # hccl_py's collective names where they differ
+
+_CALLS = {
+    "allreduce": "all_reduce(x) in place",
+    "allgather": "all_gather(x) -> new array",
+    "broadcast": "broadcast(x) in place",
+    "reduce": "reduce(x) in place",
+    "reducescatter": "reduce_scatter(y) -> new array",
+}
+
+
+class HcclRankComm(RankComm):
+    """A rank's hccl_py communicator, as the harness drives it."""
+
+    extra_columns = EXTRA_COLUMNS
+
+    def __init__(self, comm: Any, algo: str):
+        self.comm = comm
+        self.algo = algo
+        self.rank = comm.rank
+        self.size = comm.size
+        self._scalar = np.zeros(1, np.float64)
+
+    def bind(self, coll: Collective, send: np.ndarray, recv: np.ndarray | None, op: str,
+             root: int) -> Callable[[], np.ndarray | None]:
+        c, algo = self.comm, self.algo
+        name = coll.name
+        if name == "allreduce":
+            return functools.partial(c.all_reduce, send, op, algo=algo)
+        if name == "broadcast":
+            return functools.partial(c.broadcast, send, root, algo=algo)
+        if name == "reduce":
+            return functools.partial(c.reduce, send, root, op, algo=algo)
+        if name == "allgather":
+            return functools.partial(c.all_gather, send, algo=algo)
+        if name == "reducescatter":
+            return functools.partial(c.reduce_scatter, send, op, algo=algo)
+        raise ValueError(f"hccl-py has no benchmark binding for {name}")
+
+    def barrier(self) -> None:
+        self.comm.barrier()
+
+    def allreduce_scalar(self, value: float, how: str) -> float:
+        self._scalar[0] = value
+        self.comm.all_reduce(self._scalar, how)
+        return float(self._scalar[0])
+
+
+def unsupported_reason(cfg: BenchConfig) -> str | None:
+    """Why hccl-py would refuse this run (an algorithm it lacks, an op the dtype cannot take)."""
+    from hccl_py.algorithms.registry import get_schedule
+    from hccl_py.dtypes import ReduceOp, check_op_dtype
+    from hccl_py.errors import HcclError
+
+    try:
+        if cfg.algo != "auto":
+            get_schedule(_HCCL_NAMES.get(cfg.collective, cfg.collective), cfg.algo)
+        if get_collective(cfg.collective).reduces:
+            check_op_dtype(ReduceOp.parse(cfg.op), cfg.dt.np, where=cfg.collective)
+    except HcclError as err:
+        return err.message
+    return None
+
+
+def rank_work(cfg: BenchConfig, progress_path: str | None, repeats: int = 1) -> list[list[dict[str, Any]]] | None:
+    """What each spawned rank runs (module level: launch.spawn pickles it by name)."""
+    import hccl_py
+
+    comm = hccl_py.init()
+    try:
+        return rank_main(HcclRankComm(comm, cfg.algo), cfg, progress_path, repeats)
+    finally:
+        comm.destroy()
+
+
+class HcclBackend(Backend):
+    name = "hccl"
+    label = "hccl-py"
+    extra_columns = EXTRA_COLUMNS
+
+    def unavailable(self) -> str | None:
+        return None
+
+    def unsupported(self, cfg: BenchConfig) -> str | None:
+        return unsupported_reason(cfg)
+
+    def version(self) -> str:
+        import hccl_py
+
+        return f"hccl-py {hccl_py.__version__}"
+
+    def mode(self, coll: Collective) -> str:
+        return _CALLS[coll.name]
+
+    def run(self, cfg: BenchConfig, progress_path: str | None, workdir: str) -> list[dict[str, Any]]:
+        import launch
+
+        try:
+            results = launch.spawn(rank_work, cfg.nranks, args=(cfg, progress_path), timeout=cfg.timeout_s)
+        except launch.SpawnError as err:
+            raise BackendError(f"hccl-py ranks failed: {err}") from err
+        assert isinstance(results, list) and results[0] is not None
+        return results[0][0]
+
+
+def in_place_env() -> dict[str, str] | None:
+    """If this process is a rank of a job started by someone else, the env hccl_py.init needs.
+
+    hccl-launch / torchrun: None needed beyond what is set (returns {}). mpiexec (MPICH's
+    PMI_RANK/PMI_SIZE, Open MPI's OMPI_COMM_WORLD_*): RANK/WORLD_SIZE from those, MASTER_ADDR
+    127.0.0.1 and MASTER_PORT as given, else chosen by rank 0 and shared through mpi4py.
+    Not under a launcher: None.
+    """
+    env = os.environ
+    if ("RANK_ID" in env and "RANK_SIZE" in env) or ("RANK" in env and "WORLD_SIZE" in env):
+        return {}
+    for rank_var, size_var in (("PMI_RANK", "PMI_SIZE"), ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE")):
+        if rank_var in env and size_var in env:
+            out = {"RANK": env[rank_var], "WORLD_SIZE": env[size_var],
+                   "MASTER_ADDR": env.get("MASTER_ADDR", "127.0.0.1")}
+            out["MASTER_PORT"] = env.get("MASTER_PORT") or _mpi_shared_port()
+            return out
+    return None
+
+
+def _mpi_shared_port() -> str:
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        raise SystemExit("hccl-bench under mpiexec: set MASTER_PORT for hccl-py's rendezvous "
+                         "(mpiexec -n 4 -genv MASTER_PORT 29555 hccl-bench ...) or install mpi4py") from None
+    import socket
+
+    port = None
+    if MPI.COMM_WORLD.rank == 0:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+    return str(MPI.COMM_WORLD.bcast(port, root=0))
