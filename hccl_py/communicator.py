@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import numpy as np
 
@@ -17,6 +17,7 @@ from topology import Topology, TopologyError, auto_partition, load_partition, va
 from . import algo_select
 from .algorithms import p2p
 from .algorithms.registry import ALL_ALGOS, get_schedule
+from .algorithms.schedule import Schedule
 from .context import RankContext
 from .device import Device
 from .dtypes import UFUNCS, ReduceOp, check_op_dtype, dtype_code
@@ -26,6 +27,22 @@ from .records import CallRecord, CommStats
 from .transport.base import CallSignature
 
 _ALGO_INDEX = {name: i for i, name in enumerate(ALL_ALGOS)}
+
+
+_BYTE = np.dtype(np.uint8)
+_NO_DATA = np.empty(0, _BYTE)
+
+
+class _Call(NamedTuple):
+    """One call shape on one communicator, resolved once (see ``Communicator._prepare``)."""
+
+    collective: str
+    algo: str
+    schedule: Schedule
+    costs: tuple
+    ufunc: object
+    nbytes: int
+    ctx: CallContext  # its seq is set per call
 
 
 def _comm_id(*parts: object) -> int:
@@ -54,6 +71,7 @@ class Communicator:
         self._timeout_s = rc.exec_timeout_s
         self._algo_env = rc.algo_env
         self._seq = 0
+        self._calls: dict[tuple, _Call] = {}  # per call shape: algorithm, schedule, costs, signature
         self._p2p_sent: dict[int, int] = {}
         self._p2p_received: dict[int, int] = {}
         self._closed_reason: str | None = None
@@ -96,7 +114,7 @@ class Communicator:
 
             s = comm.stats(); print(s.calls, s.modeled_s, s.by_op["allreduce"].nbytes)
         """
-        return self._rc.recorder.totals.get(self.name, CommStats())
+        return self._rc.recorder.totals(self.name)
 
     def __repr__(self) -> str:
         return f"<Communicator '{self.name}' rank {self.rank} of {self.size}>"
@@ -162,33 +180,51 @@ class Communicator:
     # -- the collective call path ---------------------------------------------------------------------
     def _collective(self, kind: OpKind, collective: str, algo: str, bufs, count: int, dtype: np.dtype,
                     redop: ReduceOp | None = None, root: int = 0) -> None:
-        name = algo_select.resolve(collective, algo, self._auto_chooser(collective, count, dtype.itemsize, root), self._algo_env)
+        key = (collective, algo, count, root, dtype, redop)
+        call = self._calls.get(key)
+        if call is None:
+            call = self._remember(key, self._prepare(kind, collective, algo, count, dtype, redop, root))
+        self._run_call(call, bufs, dtype)
+
+    def _prepare(self, kind: OpKind, collective: str, algo: str, count: int, dtype: np.dtype, redop: ReduceOp | None,
+                 root: int) -> "_Call":
+        """Everything about a call that depends only on its shape: resolved once per shape."""
+        itemsize = dtype.itemsize
+        name = algo_select.resolve(
+            collective, algo,
+            lambda: algo_select.fastest(self._rc.cost_model, collective, count, itemsize, self._world_ranks, root),
+            self._algo_env,
+        )
         fn = get_schedule(collective, name)
         sig = CallSignature(kind, _ALGO_INDEX[name], dtype_code(dtype, where=collective), int(redop or 0), count, root)
-        schedule = fn(self._rank, self.size, count, root)
-        costs = self._rc.cost_model.call_costs(fn, self.size, count, root, dtype.itemsize, self._world_ranks)[self._rank]
-        self._execute(collective, name, schedule, costs, sig, bufs, dtype, redop)
+        costs = self._rc.cost_model.call_costs(fn, self.size, count, root, itemsize, self._world_ranks)[self._rank] if self._rc.modeled else None
+        nbytes = count * itemsize * (self.size if kind is OpKind.REDUCE_SCATTER else 1)
+        return _Call(collective, name, fn(self._rank, self.size, count, root), costs, UFUNCS.get(redop), nbytes,
+                     CallContext(self._id, self.name, 0, sig, self._world_ranks, self._rank, ALL_ALGOS, self._timeout_s))
 
-    def _auto_chooser(self, collective: str, count: int, itemsize: int, root: int):
-        return lambda: algo_select.fastest(self._rc.cost_model, collective, count, itemsize, self._world_ranks, root)
+    def _remember(self, key: tuple, call: "_Call") -> "_Call":
+        if len(self._calls) >= 1024:  # a program with ever-new shapes keeps the latest ones
+            self._calls.clear()
+        self._calls[key] = call
+        return call
 
-    def _execute(self, collective: str, algo: str, schedule, costs, sig: CallSignature, bufs, dtype: np.dtype,
-                 redop: ReduceOp | None, seq: int | None = None) -> None:
+    def _run_call(self, call: "_Call", bufs, dtype: np.dtype, seq: int | None = None) -> None:
         if seq is None:
             self._seq += 1
             seq = self._seq
+        schedule = call.schedule
         tmp = np.empty(schedule.tmp_count, dtype) if schedule.tmp_count else None
         device = self._rc.device
         modeled_start, wall_start = device.clock, time.monotonic()
-        ctx = CallContext(self._id, self.name, seq, sig, self._world_ranks, self._rank, ALL_ALGOS, self._timeout_s)
+        ctx = call.ctx
+        ctx.seq = seq
         try:
-            self._engine.run(ctx, schedule, (bufs[0], bufs[1], tmp), UFUNCS.get(redop), costs, device)
+            self._engine.run(ctx, schedule, (bufs[0], bufs[1], tmp), call.ufunc, call.costs, device)
         except HcclError as err:
             self.abort(f"{ctx.what} failed: {err.message}")
             raise
-        nbytes = sig.count * dtype.itemsize * (self.size if sig.op == OpKind.REDUCE_SCATTER else 1)
-        self._rc.recorder.add(CallRecord(self.name, seq & ~P2P_SEQ_BIT, collective, algo, nbytes, modeled_start,
-                                         device.clock, wall_start, time.monotonic(), self._world_ranks))
+        self._rc.recorder.add(CallRecord(self.name, seq & ~P2P_SEQ_BIT, call.collective, call.algo, call.nbytes,
+                                         modeled_start, device.clock, wall_start, time.monotonic(), self._world_ranks))
 
     # -- collectives -----------------------------------------------------------------------------------
     def all_reduce(self, x: np.ndarray, op: ReduceOp | str = "sum", *, algo: str = "auto") -> np.ndarray:
@@ -264,12 +300,10 @@ class Communicator:
         """Return once every rank of the communicator has entered the barrier (``HcclBarrier``)."""
         what = f"barrier on '{self.name}'"
         self._check_usable(what)
-        dtype = np.dtype(np.uint8)
-        sig = CallSignature(OpKind.BARRIER, _ALGO_INDEX["dissemination"], dtype_code(dtype, where=what), 0, 0, 0)
-        empty = np.empty(0, dtype)
-        fn = get_schedule("barrier", "dissemination")
-        costs = self._rc.cost_model.call_costs(fn, self.size, 0, 0, dtype.itemsize, self._world_ranks)[self._rank]
-        self._execute("barrier", "dissemination", fn(self._rank, self.size, 0, 0), costs, sig, (empty, empty), dtype, None)
+        call = self._calls.get(("barrier",))
+        if call is None:
+            call = self._remember(("barrier",), self._prepare(OpKind.BARRIER, "barrier", "dissemination", 0, _BYTE, None, 0))
+        self._run_call(call, (_NO_DATA, _NO_DATA), _BYTE)
 
     # -- point to point ---------------------------------------------------------------------------------
     def send(self, x: np.ndarray, dst: int) -> None:
@@ -286,9 +320,7 @@ class Communicator:
             raise HcclParamError(f"{what}: dst={dst} is this rank; send to another rank")
         flat = np.ascontiguousarray(x).reshape(-1)
         seq = P2P_SEQ_BIT | self._next_p2p(self._p2p_sent, dst)
-        sig = CallSignature(OpKind.SEND, 0, dtype_code(x.dtype, where=what), 0, flat.size, self._rank)
-        costs = self._rc.cost_model.p2p_costs(self._world_ranks[self._rank], self._world_ranks[dst], flat.nbytes, sender=True)
-        self._execute("send", "p2p", p2p.send_schedule(flat.size, dst), costs, sig, (flat, flat), x.dtype, None, seq)
+        self._run_call(self._p2p_call("send", flat.size, x.dtype, dst), (flat, flat), x.dtype, seq)
 
     def recv(self, x: np.ndarray, src: int) -> np.ndarray:
         """Receive into ``x`` from rank ``src``'s matching :meth:`send`, in place; returns ``x``."""
@@ -300,10 +332,22 @@ class Communicator:
             raise HcclParamError(f"{what}: src={src} is this rank; receive from another rank")
         flat = x.reshape(-1)
         seq = P2P_SEQ_BIT | self._next_p2p(self._p2p_received, src)
-        sig = CallSignature(OpKind.SEND, 0, dtype_code(x.dtype, where=what), 0, flat.size, src)
-        costs = self._rc.cost_model.p2p_costs(self._world_ranks[src], self._world_ranks[self._rank], flat.nbytes, sender=False)
-        self._execute("recv", "p2p", p2p.recv_schedule(flat.size, src), costs, sig, (flat, flat), x.dtype, None, seq)
+        self._run_call(self._p2p_call("recv", flat.size, x.dtype, src), (flat, flat), x.dtype, seq)
         return x
+
+    def _p2p_call(self, kind: str, count: int, dtype: np.dtype, peer: int) -> "_Call":
+        key = (kind, count, dtype, peer)
+        call = self._calls.get(key)
+        if call is None:
+            sending = kind == "send"
+            src, dst = (self._rank, peer) if sending else (peer, self._rank)
+            sig = CallSignature(OpKind.SEND, 0, dtype_code(dtype, where=kind), 0, count, src)
+            costs = (self._rc.cost_model.p2p_costs(self._world_ranks[src], self._world_ranks[dst], count * dtype.itemsize, sender=sending)
+                     if self._rc.modeled else None)
+            schedule = p2p.send_schedule(count, peer) if sending else p2p.recv_schedule(count, peer)
+            ctx = CallContext(self._id, self.name, 0, sig, self._world_ranks, self._rank, ALL_ALGOS, self._timeout_s)
+            call = self._remember(key, _Call(kind, "p2p", schedule, costs, None, count * dtype.itemsize, ctx))
+        return call
 
     @staticmethod
     def _next_p2p(counters: dict[int, int], peer: int) -> int:

@@ -21,6 +21,7 @@ class RankContext:
     exec_timeout_s: float | None
     algo_env: dict[str, str]
     wall_origin: float
+    modeled: bool = True  # False: HCCL_PY_MODELED_TIME=0, clocks stay at 0 (to measure what modeling costs)
     cost_model: CostModel = field(init=False)
     recorder: Recorder = field(default_factory=Recorder)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 from topology import Topology
 
@@ -33,21 +33,34 @@ class StepCost:
     recv_s: tuple[float, ...]
 
 
-def step_end(t0: float, send_s: Sequence[float], arrivals: Sequence[float], recv_s: Sequence[float]) -> float:
-    """Clock at the end of a step that started (copies done) at ``t0``.
+class Arrival(NamedTuple):
+    """A received message's modeled stamps: when its sender posted it and when it arrives."""
 
-    Receives are taken in schedule order: wait for the data, then reduce it. The step is over
-    when its last receive is applied and its last send has left.
+    sent_at: float
+    arrival: float
+
+
+def step_end(t0: float, send_s: Sequence[float], arrivals: Sequence, recv_s: Sequence[float]) -> tuple[float, float]:
+    """(clock at the end, seconds spent waiting) of a step that started, copies done, at ``t0``.
+
+    ``arrivals`` holds one object with ``sent_at`` and ``arrival`` per receive, in schedule
+    order: wait for the data, then reduce it. The step is over when its last receive is applied
+    and its last send has left. *Waiting* is the part of a wait before the sender even sent (a
+    slow or busy peer), as opposed to moving data.
     """
     t = t0
-    for arrival, cost in zip(arrivals, recv_s):
+    waited = 0.0
+    for recv, cost in zip(arrivals, recv_s):
+        arrival = recv.arrival
         if arrival > t:
+            if recv.sent_at > t:
+                waited += (arrival if arrival < recv.sent_at else recv.sent_at) - t
             t = arrival
         t += cost
     for send in send_s:
         if t0 + send > t:
             t = t0 + send
-    return t
+    return t, waited
 
 
 def transfer_s(topology: Topology, src: int, dst: int, nbytes: int, load: Counter) -> float:

@@ -5,6 +5,12 @@ card's roofline.
     dev = comm.device
     w = dev.empty((256, 256), np.float32)      # counts against HBM; freed when w is collected
     y = dev.matmul(x, w)                        # real result; clock += max(flops/peak, bytes/BW) + launch
+    h = dev.gelu(dev.linear(x, w, b))           # the layer helpers a model needs (linear, softmax,
+                                                # layer_norm, gelu, embedding, mean), same roofline
+
+With ``dry=True`` a card runs the cost model only: every kernel advances the clock exactly as it
+would, but returns an uninitialised array of the right shape instead of computing it (planning,
+cost estimates, and scaling sweeps that need modeled time without the arithmetic).
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ class Device:
     rank: int = 0
     clock: float = 0.0
     slow_factor: float = 1.0  # > 1: a straggler card, its compute takes that much longer
+    dry: bool = False  # True: kernels advance the clock but skip the arithmetic (see module doc)
     used_bytes: int = 0
     peak_bytes: int = 0
     time: DeviceTime = field(default_factory=DeviceTime)
@@ -107,15 +114,131 @@ class Device:
         self.time.compute_s += seconds
         return seconds
 
+    def _exec(self, compute: Callable[[], np.ndarray], spec: Callable[[], tuple[tuple[int, ...], np.dtype]]) -> np.ndarray:
+        """One kernel's numpy result; on a ``dry`` card an uninitialised array of the
+        ``(shape, dtype)`` that ``spec()`` gives."""
+        if self.dry:
+            shape, dtype = spec()
+            return np.empty(shape, dtype)
+        return compute()
+
     def matmul(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """``a @ b`` (batched allowed): 2·m·n·k FLOPs, inputs and output through HBM."""
-        out = np.matmul(a, b)
+        out = self._exec(lambda: np.matmul(a, b), lambda: (_matmul_shape(a.shape, b.shape), np.result_type(a, b)))
         k = a.shape[-1]
         self.run(2.0 * out.size * k, a.nbytes + b.nbytes + out.nbytes)
         return out
 
     def elementwise(self, fn: Callable[..., np.ndarray], *arrays: np.ndarray, flops_per_element: float = 1.0) -> np.ndarray:
-        """``fn(*arrays)`` for a memory-bound elementwise kernel (GELU, add, scale, ...)."""
-        out = fn(*arrays)
+        """``fn(*arrays)`` for a memory-bound elementwise kernel (GELU, add, scale, ...).
+
+        On a ``dry`` card the result takes the broadcast shape and result type of ``arrays``."""
+        out = self._exec(lambda: fn(*arrays), lambda: (np.broadcast_shapes(*(a.shape for a in arrays)), np.result_type(*arrays)))
         self.run(flops_per_element * out.size, sum(a.nbytes for a in arrays) + out.nbytes)
         return out
+
+    # -- layer helpers: one fused kernel each, real numpy result, roofline cost ----------------
+    def linear(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
+        """``x @ w + b`` as one kernel (bias fused): 2·m·k·n (+ m·n) FLOPs.
+
+        >>> dev.linear(np.ones((2, 3), np.float32), np.ones((3, 4), np.float32)).shape   # doctest: +SKIP
+        (2, 4)
+        """
+
+        def compute() -> np.ndarray:
+            out = np.matmul(x, w)
+            if b is not None:
+                out += b
+            return out
+
+        out = self._exec(compute, lambda: (_matmul_shape(x.shape, w.shape), np.result_type(x, w)))
+        flops = 2.0 * out.size * x.shape[-1] + (out.size if b is not None else 0)
+        self.run(flops, x.nbytes + w.nbytes + (b.nbytes if b is not None else 0) + out.nbytes)
+        return out
+
+    def softmax(self, x: np.ndarray, axis: int = -1, scale: float = 1.0) -> np.ndarray:
+        """``softmax(scale * x)`` along ``axis``, numerically stable (max subtracted): 5 FLOPs per
+        element (scale, max, subtract, exp, divide; the sum rides along)."""
+
+        def compute() -> np.ndarray:
+            z = x * np.asarray(scale, x.dtype) if scale != 1.0 else x.copy()
+            z -= z.max(axis=axis, keepdims=True)
+            np.exp(z, out=z)
+            z /= z.sum(axis=axis, keepdims=True)
+            return z
+
+        out = self._exec(compute, lambda: (x.shape, x.dtype))
+        self.run(5.0 * out.size, x.nbytes + out.nbytes)
+        return out
+
+    def layer_norm(self, x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float = 1e-5) -> np.ndarray:
+        """LayerNorm over the last axis: ``(x - mean) / sqrt(var + eps) * gamma + beta``;
+        8 FLOPs per element (mean, centre, square, variance, normalise, scale, shift)."""
+
+        def compute() -> np.ndarray:
+            mean = x.mean(axis=-1, keepdims=True)
+            centred = x - mean
+            var = np.mean(centred * centred, axis=-1, keepdims=True)
+            centred /= np.sqrt(var + np.asarray(eps, x.dtype))
+            centred *= gamma
+            centred += beta
+            return centred
+
+        out = self._exec(compute, lambda: (x.shape, np.result_type(x, gamma, beta)))
+        self.run(8.0 * out.size, x.nbytes + gamma.nbytes + beta.nbytes + out.nbytes)
+        return out
+
+    def gelu(self, x: np.ndarray) -> np.ndarray:
+        """GELU, tanh form (as BERT/GPT-2): ``0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))``;
+        10 FLOPs per element."""
+
+        def compute() -> np.ndarray:
+            c = np.asarray(np.sqrt(2.0 / np.pi), x.dtype)
+            inner = x * x
+            inner *= np.asarray(0.044715, x.dtype)
+            inner += 1
+            inner *= x
+            inner *= c
+            np.tanh(inner, out=inner)
+            inner += 1
+            inner *= x
+            inner *= np.asarray(0.5, x.dtype)
+            return inner
+
+        out = self._exec(compute, lambda: (x.shape, x.dtype))
+        self.run(10.0 * out.size, x.nbytes + out.nbytes)
+        return out
+
+    def embedding(self, table: np.ndarray, ids: np.ndarray, positions: np.ndarray | None = None) -> np.ndarray:
+        """Row gather ``table[ids]`` (+ ``positions[:seq]`` broadcast over the batch, fused):
+        memory-bound, reads the gathered rows and the ids, writes the result."""
+        shape = (*ids.shape, table.shape[-1])
+
+        def compute() -> np.ndarray:
+            out = np.take(table, ids, axis=0)
+            if positions is not None:
+                out += positions[: ids.shape[-1]]
+            return out
+
+        out = self._exec(compute, lambda: (shape, table.dtype))
+        used = positions[: ids.shape[-1]].nbytes if positions is not None else 0
+        self.run(float(out.size) if positions is not None else 0.0, 2 * out.nbytes + ids.nbytes + used)
+        return out
+
+    def mean(self, x: np.ndarray, axis: int) -> np.ndarray:
+        """``x.mean(axis)`` (e.g. pooling over the sequence): one FLOP per input element."""
+        shape = x.shape[:axis % x.ndim] + x.shape[axis % x.ndim + 1:]
+        out = self._exec(lambda: x.mean(axis=axis, dtype=x.dtype), lambda: (shape, x.dtype))
+        self.run(float(x.size), x.nbytes + out.nbytes)
+        return out
+
+
+def _matmul_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape of ``np.matmul`` of operands with shapes ``a`` and ``b`` (numpy's rules)."""
+    if len(a) == 1 and len(b) == 1:
+        return ()
+    if len(a) == 1:
+        return (*b[:-2], b[-1])
+    if len(b) == 1:
+        return a[:-1]
+    return (*np.broadcast_shapes(a[:-2], b[:-2]), a[-2], b[-1])

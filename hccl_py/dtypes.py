@@ -43,11 +43,16 @@ class ReduceOp(IntEnum):
 
     @classmethod
     def parse(cls, op: "ReduceOp | str") -> "ReduceOp":
-        if isinstance(op, ReduceOp):
-            return op
+        try:
+            return _REDUCE_OPS[op]
+        except (KeyError, TypeError):
+            pass
         if isinstance(op, str) and op.upper() in cls.__members__:
             return cls[op.upper()]
         raise HcclParamError(f"op={op!r} is not a reduce op; use one of sum, prod, max, min (or hccl_py.ReduceOp)")
+
+
+_REDUCE_OPS = {**{op: op for op in ReduceOp}, **{op.name.lower(): op for op in ReduceOp}}
 
 
 UFUNCS = {ReduceOp.SUM: np.add, ReduceOp.PROD: np.multiply, ReduceOp.MAX: np.maximum, ReduceOp.MIN: np.minimum}

@@ -14,7 +14,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import numpy as np
 
@@ -25,7 +25,9 @@ from .dtypes import DTYPES_BY_CODE, ReduceOp
 from .errors import HcclError, HcclParamError, HcclRemoteError, HcclTimeoutError
 from .transport.base import KIND_NOTICE, CallSignature, Incoming, Transport
 
-LIVENESS_CHECK_S = 0.5  # how often a blocked wait checks that the peers it waits for still live
+_UNSTAMPED = (0.0, 0.0)
+LIVENESS_CHECK_S = 0.5
+NOTICE_FLUSH_S = 1.0  # how long a failing rank tries to deliver its notice to peers with full queues  # how often a blocked wait checks that the peers it waits for still live
 P2P_SEQ_BIT = 1 << 62  # point-to-point messages count in their own sequence space
 
 
@@ -83,24 +85,19 @@ class CallContext:
 
 
 class _PendingSend:
-    __slots__ = ("peer", "data", "pos", "msg_index", "slice_elems", "sent_empty", "stamps")
+    __slots__ = ("peer", "data", "pos", "msg_index", "stamps", "done")
 
-    def __init__(self, peer: int, data: np.ndarray, msg_index: int, slice_elems: int, stamps: tuple[float, float]):
-        self.stamps = stamps  # modeled (sent_at, arrival)
+    def __init__(self, peer: int, data: np.ndarray, msg_index: int, stamps: tuple[float, float]):
         self.peer = peer
         self.data = data
         self.pos = 0
         self.msg_index = msg_index
-        self.slice_elems = slice_elems
-        self.sent_empty = False
-
-    @property
-    def done(self) -> bool:
-        return self.pos >= self.data.size and (self.data.size > 0 or self.sent_empty)
+        self.stamps = stamps  # modeled (sent_at, arrival)
+        self.done = False
 
 
 class _PendingRecv:
-    __slots__ = ("peer", "dst", "reduce_with", "msg_index", "applied", "before", "seen_empty", "sent_at", "arrival")
+    __slots__ = ("peer", "dst", "reduce_with", "msg_index", "applied", "before", "started", "done", "sent_at", "arrival")
 
     def __init__(self, peer: int, dst: np.ndarray, reduce_with: np.ndarray | None, msg_index: int, before: "_PendingRecv | None"):
         self.peer = peer
@@ -109,26 +106,16 @@ class _PendingRecv:
         self.msg_index = msg_index
         self.applied = 0
         self.before = before  # the receive into the same destination that must be applied first
-        self.seen_empty = False
-        self.sent_at = 0.0  # modeled stamps of the message, from its first slice
+        self.started = False  # the first slice (with the message's modeled stamps) has been applied
+        self.done = False
+        self.sent_at = 0.0
         self.arrival = 0.0
 
-    @property
-    def done(self) -> bool:
-        return self.applied >= self.dst.size and (self.dst.size > 0 or self.seen_empty)
 
-
-def _waiting(t0: float, recvs: list[_PendingRecv], recv_s: Sequence[float]) -> float:
-    """Modeled seconds of a step spent waiting for peers that started their side late (a slow or
-    busy card), as opposed to moving data: the part of each wait before the sender even sent."""
-    t = t0
-    waited = 0.0
-    for recv, cost in zip(recvs, recv_s):
-        if recv.arrival > t:
-            waited += min(recv.arrival - t, max(0.0, recv.sent_at - t))
-            t = recv.arrival
-        t += cost
-    return waited
+class _StepPlan(NamedTuple):
+    copies: tuple  # (src buf, start, end, dst buf, start, end)
+    sends: tuple  # (world peer, buf, start, end, message index)
+    recvs: tuple  # (world peer, buf, start, end, reduce_with (buf, start, end) | None, message index, earlier recv | -1)
 
 
 class Engine:
@@ -139,6 +126,7 @@ class Engine:
         self._mailbox: dict[tuple[int, int, int, int], deque[Incoming]] = {}
         self._notices: dict[int, list[tuple[int, str]]] = {}
         self._abandoned: set[int] = set()
+        self._plans: dict[tuple, tuple[Schedule, list[_StepPlan]]] = {}
 
     # -- notices: a peer telling a communicator that a call failed -------------------------------
     def pending_notice(self, comm_id: int) -> tuple[int, str] | None:
@@ -156,6 +144,10 @@ class Engine:
         for world_peer in ctx.world_ranks:
             if world_peer != self.transport.world_rank:
                 self.transport.notify(world_peer, ctx.comm_id, ctx.seq, text)
+        # The caller raises next and may exit: give a full peer queue a moment to take the notice.
+        give_up = time.monotonic() + NOTICE_FLUSH_S
+        while not self.transport.flush() and time.monotonic() < give_up:
+            self._dispatch(self.transport.progress(0.01))
 
     def _dispatch(self, incoming: list[Incoming]) -> None:
         for inc in incoming:
@@ -182,61 +174,80 @@ class Engine:
 
     # -- execution ---------------------------------------------------------------------------
     def run(self, ctx: CallContext, schedule: Schedule, bufs: tuple[np.ndarray, np.ndarray, np.ndarray | None], ufunc,
-            step_costs: Sequence[StepCost], device: Device) -> None:
+            step_costs: Sequence[StepCost] | None, device: Device) -> None:
         """Execute ``schedule`` for this rank; ``bufs`` are flat IN, OUT and TMP arrays.
 
         ``step_costs`` (from the cost model) advance ``device.clock`` step by step with the same
-        arithmetic as the simulator: see ``cost_model.step_end``.
+        arithmetic as the simulator: see ``cost_model.step_end``; ``None`` leaves the clock alone.
         """
-        with np.errstate(all="ignore"):  # overflow and NaN are the user's data, as on the device
+        if (ufunc is np.add or ufunc is np.multiply) and bufs[0].dtype.kind not in "iu":
+            with np.errstate(all="ignore"):  # overflow and NaN are the user's data, as on the device
+                self._run(ctx, schedule, bufs, ufunc, step_costs, device)
+        else:
             self._run(ctx, schedule, bufs, ufunc, step_costs, device)
+
+    def _plan(self, schedule: Schedule, world: tuple[int, ...]) -> list[_StepPlan]:
+        """The schedule with world ranks, message indices and receive ordering resolved: the
+        part of the work that is the same on every call with this shape, done once."""
+        key = (id(schedule), world)
+        cached = self._plans.get(key)
+        if cached is not None and cached[0] is schedule:
+            return cached[1]
+        plans = []
+        sent: dict[int, int] = {}
+        received: dict[int, int] = {}
+        for step in schedule.steps:
+            sends = []
+            for send in step.sends:
+                peer = world[send.peer]
+                sends.append((peer, send.src.buf, send.src.offset, send.src.end, sent.get(peer, 0)))
+                sent[peer] = sends[-1][4] + 1
+            recvs = []
+            last_into: dict[tuple[int, int], int] = {}
+            for i, recv in enumerate(step.recvs):
+                peer = world[recv.peer]
+                dst, rw = recv.dst, recv.reduce_with
+                recvs.append((peer, dst.buf, dst.offset, dst.end, None if rw is None else (rw.buf, rw.offset, rw.end),
+                              received.get(peer, 0), last_into.get((dst.buf, dst.offset), -1)))
+                received[peer] = recvs[-1][5] + 1
+                last_into[(dst.buf, dst.offset)] = i
+            copies = tuple((c.src.buf, c.src.offset, c.src.end, c.dst.buf, c.dst.offset, c.dst.end) for c in step.copies)
+            plans.append(_StepPlan(copies, tuple(sends), tuple(recvs)))
+        if len(self._plans) > 4096:
+            self._plans.clear()
+        self._plans[key] = (schedule, plans)
+        return plans
 
     def _run(self, ctx: CallContext, schedule: Schedule, bufs, ufunc, step_costs, device: Device) -> None:
         deadline = None if ctx.timeout_s is None else time.monotonic() + ctx.timeout_s
-        sent: dict[int, int] = {}
-        received: dict[int, int] = {}
-        world = ctx.world_ranks
-        for index, step in enumerate(schedule.steps):
-            cost = step_costs[index]
-            for copy in step.copies:
-                src, dst = copy.src, copy.dst
-                np.copyto(bufs[dst.buf][dst.offset : dst.end], bufs[src.buf][src.offset : src.end])
-            t0 = device.clock + cost.copy_s
-            if not step.sends and not step.recvs:
-                device.clock = t0
-                device.time.comm_s += cost.copy_s
+        plans = self._plan(schedule, ctx.world_ranks)
+        times = device.time
+        for index, plan in enumerate(plans):
+            for sb, so, se, db, do, de in plan.copies:
+                np.copyto(bufs[db][do:de], bufs[sb][so:se])
+            if step_costs is None:  # modeled time switched off (HCCL_PY_MODELED_TIME=0)
+                cost, t0 = None, 0.0
+                stamps = [_UNSTAMPED] * len(plan.sends)
+            else:
+                cost = step_costs[index]
+                t0 = device.clock + cost.copy_s
+                stamps = [(t0, t0 + send_s) for send_s in cost.send_s]
+            if not plan.sends and not plan.recvs:
+                if cost is not None:
+                    device.clock = t0
+                    times.comm_s += cost.copy_s
                 continue
-            sends = []
-            for send, send_s in zip(step.sends, cost.send_s):
-                peer = world[send.peer]
-                msg_index = sent.get(peer, 0)
-                sent[peer] = msg_index + 1
-                data = bufs[send.src.buf][send.src.offset : send.src.end]
-                slice_elems = max(1, self.transport.max_slice_bytes(peer) // data.itemsize)
-                sends.append(_PendingSend(peer, data, msg_index, slice_elems, (t0, t0 + send_s)))
-            recvs = []
-            last_into: dict[tuple[int, int], _PendingRecv] = {}
-            for recv in step.recvs:
-                peer = world[recv.peer]
-                msg_index = received.get(peer, 0)
-                received[peer] = msg_index + 1
-                dst = recv.dst
-                rw = recv.reduce_with
-                state = _PendingRecv(
-                    peer,
-                    bufs[dst.buf][dst.offset : dst.end],
-                    None if rw is None else bufs[rw.buf][rw.offset : rw.end],
-                    msg_index,
-                    last_into.get((dst.buf, dst.offset)),
-                )
-                last_into[(dst.buf, dst.offset)] = state
-                recvs.append(state)
-            self._run_step(ctx, index, len(schedule.steps), sends, recvs, ufunc, deadline)
-            start = device.clock
-            device.clock = end = step_end(t0, cost.send_s, [r.arrival for r in recvs], cost.recv_s)
-            waited = _waiting(t0, recvs, cost.recv_s)
-            device.time.wait_s += waited
-            device.time.comm_s += end - start - waited
+            sends = [_PendingSend(peer, bufs[b][o:e], msg_index, stamp) for (peer, b, o, e, msg_index), stamp in zip(plan.sends, stamps)]
+            recvs: list[_PendingRecv] = []
+            for peer, b, o, e, rw, msg_index, before in plan.recvs:
+                recvs.append(_PendingRecv(peer, bufs[b][o:e], None if rw is None else bufs[rw[0]][rw[1]:rw[2]], msg_index,
+                                          None if before < 0 else recvs[before]))
+            self._run_step(ctx, index, len(plans), sends, recvs, ufunc, deadline)
+            if cost is not None:
+                end, waited = step_end(t0, cost.send_s, recvs, cost.recv_s)
+                times.comm_s += end - device.clock - waited
+                times.wait_s += waited
+                device.clock = end
 
     def _run_step(self, ctx, index, nsteps, sends, recvs, ufunc, deadline) -> None:
         try:
@@ -251,74 +262,99 @@ class Engine:
     def _progress_step(self, ctx, index, nsteps, sends, recvs, ufunc, deadline) -> None:
         transport = self.transport
         sig = ctx.sig
-        fields_head = (transport.world_rank, ctx.comm_id, ctx.seq)
+        head = (transport.world_rank, ctx.comm_id, ctx.seq)
         sig_fields = (sig.op, sig.algo, sig.dtype, sig.redop, sig.count, sig.root)
         mailbox = self._mailbox
+        notices = self._notices
+        comm_id, seq = ctx.comm_id, ctx.seq
+        sending = [s for s in sends]
+        receiving = [r for r in recvs]
         last_liveness = time.monotonic()
+        suspects: list[int] = []
         while True:
             progressed = False
-            for send in sends:
-                if send.done:
-                    continue
-                data = send.data
-                total = data.size
-                while not send.done:
-                    n = min(total - send.pos, send.slice_elems)
-                    fields = (*fields_head, send.msg_index, *sig_fields, total, send.pos, n)
-                    if not transport.try_send(send.peer, fields, send.stamps, data[send.pos : send.pos + n]):
-                        break
-                    send.pos += n
-                    send.sent_empty = True
-                    progressed = True
-            self._dispatch(transport.progress(0.0))
-            for recv in recvs:
-                if recv.done:
-                    continue
-                box = mailbox.get((ctx.comm_id, ctx.seq, recv.peer, recv.msg_index))
-                while box:
-                    inc = box[0]
-                    if inc.sig != sig or inc.msg_count != recv.dst.size:
-                        self._mismatch(ctx, inc)
-                    end = inc.offset + inc.nelem
-                    if recv.before is not None and recv.before.applied < end:
-                        break  # the earlier receive into this destination goes first
-                    box.popleft()
-                    if not recv.seen_empty:
-                        recv.sent_at, recv.arrival = inc.sent_at, inc.arrival
-                    if inc.nelem:
-                        incoming = inc.array(recv.dst.dtype)
-                        dst = recv.dst[inc.offset : end]
-                        if recv.reduce_with is None:
-                            np.copyto(dst, incoming)
-                        else:
-                            ufunc(recv.reduce_with[inc.offset : end], incoming, out=dst)
-                    transport.release(inc)
-                    recv.applied = end
-                    recv.seen_empty = True
-                    progressed = True
-                if not box and box is not None:
-                    del mailbox[(ctx.comm_id, ctx.seq, recv.peer, recv.msg_index)]
-            notice = self._notices.get(ctx.comm_id)
-            if notice:
+            if sending:
+                for send in sending:
+                    data = send.data
+                    total = data.size
+                    while True:
+                        n = min(total - send.pos, transport.max_slice_bytes(send.peer) // data.itemsize or 1)
+                        fields = (*head, send.msg_index, *sig_fields, total, send.pos, n)
+                        if not transport.try_send(send.peer, fields, send.stamps, data[send.pos : send.pos + n]):
+                            break
+                        send.pos += n
+                        progressed = True
+                        if send.pos >= total:
+                            send.done = True
+                            break
+                if progressed:
+                    sending = [s for s in sending if not s.done]
+            incoming = transport.progress(0.0)
+            if incoming:
+                self._dispatch(incoming)
+            if receiving and mailbox:
+                for recv in receiving:
+                    key = (comm_id, seq, recv.peer, recv.msg_index)
+                    box = mailbox.get(key)
+                    while box:
+                        inc = box[0]
+                        if inc.sig != sig or inc.msg_count != recv.dst.size:
+                            self._mismatch(ctx, inc)
+                        end = inc.offset + inc.nelem
+                        if recv.before is not None and recv.before.applied < end:
+                            break  # the earlier receive into this destination goes first
+                        box.popleft()
+                        if not recv.started:
+                            recv.started = True
+                            recv.sent_at, recv.arrival = inc.sent_at, inc.arrival
+                        if inc.nelem:
+                            incoming_data = inc.array(recv.dst.dtype)
+                            dst = recv.dst[inc.offset : end]
+                            if recv.reduce_with is None:
+                                np.copyto(dst, incoming_data)
+                            else:
+                                ufunc(recv.reduce_with[inc.offset : end], incoming_data, out=dst)
+                        transport.release(inc)
+                        recv.applied = end
+                        progressed = True
+                        if end >= recv.dst.size:
+                            recv.done = True
+                    if box is not None and not box:
+                        del mailbox[key]
+                if progressed:
+                    receiving = [r for r in receiving if not r.done]
+            if notices and comm_id in notices:
                 self._raise_notice(ctx)
-            if all(s.done for s in sends) and all(r.done for r in recvs):
-                transport.flush()  # release the peers' slots now, not at our next call
+            # Done once every datagram has left: one still queued for a full peer queue would be
+            # lost if this rank exited now. (Flushing also releases the peers' slots at once.)
+            if not sending and not receiving and transport.flush():
                 return
             if progressed:
                 continue
             now = time.monotonic()
             if deadline is not None and now >= deadline:
                 self._timeout(ctx, index, nsteps, sends, recvs)
-            wait = LIVENESS_CHECK_S if deadline is None else min(LIVENESS_CHECK_S, deadline - now)
-            self._dispatch(transport.progress(wait))
-            now = time.monotonic()
             if now - last_liveness >= LIVENESS_CHECK_S:
                 last_liveness = now
-                self._check_liveness(ctx, sends, recvs)
+                dead = self._dead_peers(sends, recvs)
+                if dead and dead == suspects:
+                    self._peer_died(ctx, dead)
+                suspects = dead
+                if dead:
+                    # A peer that sent its last data and left is not dead to us: everything it
+                    # sent is in our queue already, so drain and apply before concluding.
+                    incoming = transport.progress(0.0)
+                    if incoming:
+                        self._dispatch(incoming)
+                    continue
+            wait = LIVENESS_CHECK_S if deadline is None else min(LIVENESS_CHECK_S, deadline - now)
+            incoming = transport.progress(wait)
+            if incoming:
+                self._dispatch(incoming)
 
     # -- failures ----------------------------------------------------------------------------
     def _waiting_on(self, sends, recvs) -> list[int]:
-        return sorted({s.peer for s in sends if not s.done} | {r.peer for r in recvs if not r.done})
+        return sorted({s.peer for s in sends if not s.done} | {r.peer for r in recvs if not r.done} | set(self.transport.backlog()))
 
     def _timeout(self, ctx, index, nsteps, sends, recvs) -> None:
         peers = self._waiting_on(sends, recvs)
@@ -329,13 +365,14 @@ class Engine:
             f"(a rank that skipped it, or hangs or crashed before it, causes this); this communicator is now aborted"
         )
 
-    def _check_liveness(self, ctx, sends, recvs) -> None:
-        for peer in self._waiting_on(sends, recvs):
-            if not self.transport.peer_alive(peer):
-                raise HcclRemoteError(
-                    f"{ctx.what}: peer rank {ctx.peer_label(peer)} exited while this rank waited for it; "
-                    f"see that rank's own error for the root cause"
-                )
+    def _dead_peers(self, sends, recvs) -> list[int]:
+        return [peer for peer in self._waiting_on(sends, recvs) if not self.transport.peer_alive(peer)]
+
+    def _peer_died(self, ctx, dead: list[int]) -> None:
+        raise HcclRemoteError(
+            f"{ctx.what}: peer rank {ctx.peer_label(dead[0])} exited while this rank waited for it; "
+            f"see that rank's own error for the root cause"
+        )
 
     def _mismatch(self, ctx: CallContext, inc: Incoming) -> None:
         mine = describe_call(ctx.sig, ctx.algo_names)

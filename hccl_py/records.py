@@ -12,12 +12,12 @@ import json
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 MAX_RECORDS = 200_000  # a long job keeps its latest calls; stats() totals are kept apart, unbounded
 
 
-@dataclass(frozen=True, slots=True)
-class CallRecord:
+class CallRecord(NamedTuple):
     comm: str
     seq: int
     op: str
@@ -37,11 +37,6 @@ class OpStats:
     modeled_s: float = 0.0
     wall_s: float = 0.0
 
-    def add(self, record: CallRecord) -> None:
-        self.calls += 1
-        self.nbytes += record.nbytes
-        self.modeled_s += record.modeled_end - record.modeled_start
-        self.wall_s += record.wall_end - record.wall_start
 
 
 @dataclass
@@ -54,24 +49,36 @@ class CommStats:
     wall_s: float = 0.0
     by_op: dict[str, OpStats] = field(default_factory=dict)
 
-    def add(self, record: CallRecord) -> None:
-        self.calls += 1
-        self.nbytes += record.nbytes
-        self.modeled_s += record.modeled_end - record.modeled_start
-        self.wall_s += record.wall_end - record.wall_start
-        self.by_op.setdefault(record.op, OpStats()).add(record)
 
 
 class Recorder:
-    """Per-process log of calls: the latest ``MAX_RECORDS`` records and per-communicator totals."""
+    """Per-process log of calls: the latest ``MAX_RECORDS`` records and per-communicator totals
+    (kept as plain running sums: this runs on every call)."""
 
     def __init__(self) -> None:
         self.records: deque[CallRecord] = deque(maxlen=MAX_RECORDS)
-        self.totals: dict[str, CommStats] = {}
+        self._sums: dict[tuple[str, str], list] = {}  # (comm, op) -> [calls, nbytes, modeled_s, wall_s]
 
     def add(self, record: CallRecord) -> None:
         self.records.append(record)
-        self.totals.setdefault(record.comm, CommStats()).add(record)
+        sums = self._sums.get((record.comm, record.op))
+        if sums is None:
+            sums = self._sums[(record.comm, record.op)] = [0, 0, 0.0, 0.0]
+        sums[0] += 1
+        sums[1] += record.nbytes
+        sums[2] += record.modeled_end - record.modeled_start
+        sums[3] += record.wall_end - record.wall_start
+
+    def totals(self, comm: str) -> CommStats:
+        stats = CommStats()
+        for (name, op), (calls, nbytes, modeled_s, wall_s) in self._sums.items():
+            if name == comm:
+                stats.by_op[op] = OpStats(calls, nbytes, modeled_s, wall_s)
+                stats.calls += calls
+                stats.nbytes += nbytes
+                stats.modeled_s += modeled_s
+                stats.wall_s += wall_s
+        return stats
 
 
 def chrome_trace_events(rank: int, records, wall_origin: float) -> list[dict]:

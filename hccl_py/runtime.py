@@ -76,7 +76,8 @@ def init() -> Communicator:
     wall_origin = float(os.environ.get(env.HCCL_PY_WALL_ORIGIN) or time.monotonic())
 
     def context(engine: Engine) -> RankContext:
-        return RankContext(engine, Device(topology.card(rank), rank), topology, exec_timeout_s, algo_env, wall_origin)
+        return RankContext(engine, Device(topology.card(rank), rank), topology, exec_timeout_s, algo_env, wall_origin,
+                           modeled=os.environ.get(env.HCCL_PY_MODELED_TIME, "1") != "0")
 
     if size == 1:
         rc = context(Engine(None))

@@ -20,7 +20,7 @@ import numpy as np
 from topology import Topology
 
 from .algorithms.registry import FLOWS, get_schedule
-from .cost_model import CostModel, step_end
+from .cost_model import Arrival, CostModel, step_end
 
 
 @dataclass(frozen=True)
@@ -52,8 +52,8 @@ def simulate(collective: str, algo: str, topology: Topology, count: int, *, item
     schedules = [fn(r, size, count, root) for r in range(size)]
     clocks = [0.0] * size if start_clocks is None else [float(c) for c in start_clocks]
     start = tuple(clocks)
-    # Message k from a to b arrives at stamps[(a, b)][k]; each rank walks its steps in order.
-    stamps: dict[tuple[int, int], list[float]] = {}
+    # Message k from a to b has stamps[(a, b)][k]; each rank walks its steps in order.
+    stamps: dict[tuple[int, int], list[Arrival]] = {}
     taken = [dict() for _ in range(size)]  # per rank: peer -> messages received so far
     pos = [0] * size
     posted = [False] * size
@@ -68,7 +68,7 @@ def simulate(collective: str, algo: str, topology: Topology, count: int, *, item
                 if not posted[r]:
                     t0s[r] = clocks[r] + cost.copy_s
                     for send, send_s in zip(step.sends, cost.send_s):
-                        stamps.setdefault((r, send.peer), []).append(t0s[r] + send_s)
+                        stamps.setdefault((r, send.peer), []).append(Arrival(t0s[r], t0s[r] + send_s))
                     posted[r] = True
                     progressed = True
                 arrivals = []
@@ -82,7 +82,7 @@ def simulate(collective: str, algo: str, topology: Topology, count: int, *, item
                     break
                 for recv in step.recvs:
                     taken[r][recv.peer] = taken[r].get(recv.peer, 0) + 1
-                clocks[r] = step_end(t0s[r], cost.send_s, arrivals, cost.recv_s)
+                clocks[r] = step_end(t0s[r], cost.send_s, arrivals, cost.recv_s)[0]
                 pos[r] += 1
                 posted[r] = False
                 progressed = True

@@ -76,6 +76,12 @@ class Transport(Protocol):
     def release(self, incoming: Incoming) -> None:
         """The executor has consumed ``incoming``; its slot may be reused by the sender."""
 
+    def flush(self) -> bool:
+        """Push queued output; True when all of it has left (a step is done only then)."""
+
+    def backlog(self) -> list[int]:
+        """Peers that still have output of ours queued."""
+
     def notify(self, peer: int, comm_id: int, seq: int, text: str) -> None: ...
 
     def peer_alive(self, peer: int) -> bool: ...

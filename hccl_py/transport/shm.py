@@ -95,6 +95,7 @@ class ShmTransport:
         self._peer_maps: list[mmap.mmap] = []
         self._peer_pids: dict[int, int] = {}
         self._early: list[Incoming] = []
+        self._queued = False  # acks or datagrams wait in _acks/_outbox
         self._poll = select.poll()
         self._poll.register(self._sock, select.POLLIN)
         self._closed = False
@@ -193,6 +194,7 @@ class ShmTransport:
     def release(self, incoming: Incoming) -> None:
         if incoming.kind == KIND_SLOT:
             self._acks[incoming.src].append(incoming.slot)
+            self._queued = True
 
     def _put(self, peer: int, datagram: bytes) -> None:
         outbox = self._outbox[peer]
@@ -203,15 +205,24 @@ class ShmTransport:
             self._out_socks[peer].send(datagram)
         except BlockingIOError:  # the peer's queue is full: keep it, progress() retries
             outbox.append(datagram)
+            self._queued = True
         except OSError as err:  # refused, reset, not connected: the peer's socket is gone
             raise HcclRemoteError(f"rank {peer} is gone (its socket refused a message from rank {self.world_rank}: {err.strerror})") from None
 
-    def flush(self) -> None:
-        """Send what is queued now (acks above all: a peer may wait on them for free slots)."""
-        self._flush()
+    def flush(self) -> bool:
+        """Send what is queued now (acks above all: a peer may wait on them for free slots);
+        True when nothing is left waiting for room in a peer's queue."""
+        if self._queued:
+            self._flush()
+        return not self._queued
+
+    def backlog(self) -> list[int]:
+        """Peers whose socket queue is full with datagrams of ours still waiting to go."""
+        return [peer for peer, outbox in self._outbox.items() if outbox]
 
     def _flush(self) -> bool:
         """Send queued acks and datagrams; True if anything is still waiting for space."""
+        self._queued = False
         for peer, acks in self._acks.items():
             if acks:
                 ack = HEADER.pack(KIND_ACK, self.world_rank, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, len(acks), -1, 0.0, 0.0)
@@ -228,7 +239,7 @@ class ShmTransport:
                 try:
                     sock.send(outbox[0])
                 except BlockingIOError:
-                    blocked = True
+                    blocked = self._queued = True
                     break
                 except OSError as err:
                     raise HcclRemoteError(f"rank {peer} is gone (its socket refused a message from rank {self.world_rank}: {err.strerror})") from None
@@ -237,7 +248,7 @@ class ShmTransport:
 
     def progress(self, timeout_s: float) -> list[Incoming]:
         got, self._early = self._early, []
-        blocked = self._flush()
+        blocked = self._flush() if self._queued else False
         # Return as soon as anything arrived, acks included: an ack frees a slot a send waits for.
         if self._drain(got) or got or timeout_s <= 0:
             return got
@@ -259,7 +270,8 @@ class ShmTransport:
             poll.poll(timeout_s * 1000.0)
         except InterruptedError:
             pass
-        self._flush()
+        if self._queued:
+            self._flush()
         self._drain(got)
         return got
 
