@@ -14,7 +14,7 @@ $(BIN)/.installed: pyproject.toml
 install: $(BIN)/.installed
 
 demo: $(BIN)/.installed
-	$(BIN)/hccl-launch -n 4 examples/allreduce.py
+	$(BIN)/hccl-launch -n 4 examples/infer.py
 
 test: $(BIN)/.installed
 	$(BIN)/python -m pytest

@@ -20,7 +20,8 @@ from .errors import (
     HcclSyscallError,
     HcclTimeoutError,
 )
-from .runtime import init
+from .faults import Fault, parse_fault
+from .runtime import dump_flight_recorder, init
 
 __all__ = [
     "Communicator",
@@ -35,7 +36,10 @@ __all__ = [
     "HcclSyscallError",
     "HcclTimeoutError",
     "ReduceOp",
+    "Fault",
     "bfloat16",
+    "dump_flight_recorder",
     "init",
+    "parse_fault",
 ]
 __version__ = "0.1.0"

@@ -6,6 +6,7 @@ a buffer. Names follow HCCL's operators in Python style (``HcclAllReduce`` -> ``
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import time
 from typing import NamedTuple, Sequence
@@ -21,7 +22,7 @@ from .algorithms.schedule import Schedule
 from .context import RankContext
 from .device import Device
 from .dtypes import UFUNCS, ReduceOp, check_op_dtype, dtype_code
-from .errors import HcclError, HcclInternalError, HcclParamError
+from .errors import HcclError, HcclInternalError, HcclParamError, HcclTimeoutError
 from .executor import P2P_SEQ_BIT, CallContext, OpKind
 from .records import CallRecord, CommStats
 from .transport.base import CallSignature
@@ -43,6 +44,7 @@ class _Call(NamedTuple):
     ufunc: object
     nbytes: int
     ctx: CallContext  # its seq is set per call
+    notify_on_timeout: bool = False  # tell the peers why, when this rank times out (monitored barrier)
 
 
 def _comm_id(*parts: object) -> int:
@@ -149,7 +151,7 @@ class Communicator:
         notice = self._engine.pending_notice(self._id)
         if notice is not None:
             self.abort("a peer reported a failed call")
-            code, _, message = notice[1].partition("|")
+            code, _, message = notice[2].partition("|")
             raise (HcclParamError if code == "1" else HcclInternalError)(f"{what}: earlier call failed on a peer: {message}")
 
     # -- argument checks ---------------------------------------------------------------------------
@@ -214,17 +216,24 @@ class Communicator:
             seq = self._seq
         schedule = call.schedule
         tmp = np.empty(schedule.tmp_count, dtype) if schedule.tmp_count else None
-        device = self._rc.device
-        modeled_start, wall_start = device.clock, time.monotonic()
+        rc = self._rc
+        device = rc.device
         ctx = call.ctx
         ctx.seq = seq
+        record = rc.recorder.enter(CallRecord(self.name, seq & ~P2P_SEQ_BIT, call.collective, call.algo, dtype.name,
+                                              call.ctx.sig.count, call.nbytes, self._world_ranks, device.clock, time.monotonic()))
+        if rc.pending_faults:
+            rc.inject(record)
         try:
             self._engine.run(ctx, schedule, (bufs[0], bufs[1], tmp), call.ufunc, call.costs, device)
         except HcclError as err:
+            rc.recorder.fail(record, err, device.clock, time.monotonic())
             self.abort(f"{ctx.what} failed: {err.message}")
+            if call.notify_on_timeout and isinstance(err, HcclTimeoutError):
+                self._engine.notify(ctx, err)
+            rc.dump(f"{type(err).__name__} in {ctx.what}")
             raise
-        self._rc.recorder.add(CallRecord(self.name, seq & ~P2P_SEQ_BIT, call.collective, call.algo, call.nbytes,
-                                         modeled_start, device.clock, wall_start, time.monotonic(), self._world_ranks))
+        rc.recorder.complete(record, device.clock, time.monotonic())
 
     # -- collectives -----------------------------------------------------------------------------------
     def all_reduce(self, x: np.ndarray, op: ReduceOp | str = "sum", *, algo: str = "auto") -> np.ndarray:
@@ -296,13 +305,27 @@ class Communicator:
         self._collective(OpKind.REDUCE_SCATTER, "reduce_scatter", algo, (flat, out.reshape(-1)), count, y.dtype, redop)
         return out
 
-    def barrier(self) -> None:
-        """Return once every rank of the communicator has entered the barrier (``HcclBarrier``)."""
+    def barrier(self, *, monitored: bool = False) -> None:
+        """Return once every rank of the communicator has entered the barrier (``HcclBarrier``).
+
+        ``monitored=True`` (like torch's ``monitored_barrier``): every rank reports to rank 0,
+        which releases them; when ``HCCL_EXEC_TIMEOUT`` expires, rank 0's error names *every*
+        missing rank, and the other ranks raise with rank 0's finding::
+
+            comm.barrier(monitored=True)   # HcclTimeoutError: ... Waiting peer rank(s): 2, 3
+        """
         what = f"barrier on '{self.name}'"
         self._check_usable(what)
-        call = self._calls.get(("barrier",))
+        algo = "monitored" if monitored else "dissemination"
+        call = self._calls.get(("barrier", algo))
         if call is None:
-            call = self._remember(("barrier",), self._prepare(OpKind.BARRIER, "barrier", "dissemination", 0, _BYTE, None, 0))
+            call = self._prepare(OpKind.BARRIER, "barrier", algo, 0, _BYTE, None, 0)
+            if monitored:
+                # Rank 0 names the missing ranks and tells the others; they wait a little
+                # longer than rank 0 so that its finding, not their own timeout, reaches them.
+                timeout = None if self._timeout_s is None else (self._timeout_s if self._rank == 0 else self._timeout_s + 2.0)
+                call = call._replace(notify_on_timeout=self._rank == 0, ctx=dataclasses.replace(call.ctx, timeout_s=timeout))
+            call = self._remember(("barrier", algo), call)
         self._run_call(call, (_NO_DATA, _NO_DATA), _BYTE)
 
     # -- point to point ---------------------------------------------------------------------------------

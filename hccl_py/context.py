@@ -1,16 +1,22 @@
 """What every communicator of one rank shares: the executor engine, the simulated card, the
-topology and its cost model, the call records, and the settings read at init."""
+topology and its cost model, the flight recorder, the injected faults, and the settings read at
+init."""
 
 from __future__ import annotations
 
+import os
+import sys
+import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from topology import Topology
 
 from .cost_model import CostModel
 from .device import Device
 from .executor import Engine
-from .records import Recorder
+from .faults import Fault
+from .records import CallRecord, Recorder
 
 
 @dataclass
@@ -22,8 +28,58 @@ class RankContext:
     algo_env: dict[str, str]
     wall_origin: float
     modeled: bool = True  # False: HCCL_PY_MODELED_TIME=0, clocks stay at 0 (to measure what modeling costs)
+    faults: list[Fault] = field(default_factory=list)  # every fault of the job (all ranks)
+    flight_dir: str | None = None  # where dump() writes flight_rank<r>.json (HCCL_PY_FLIGHT_DIR)
     cost_model: CostModel = field(init=False)
     recorder: Recorder = field(default_factory=Recorder)
+    pending_faults: list[Fault] = field(init=False)  # this rank's call faults not yet fired
+    _reasons: list[str] = field(default_factory=list)  # why the flight recorder was dumped, in order
 
     def __post_init__(self) -> None:
-        self.cost_model = CostModel(self.topology)
+        rank = self.device.rank
+        degraded = {f.link: f.factor for f in self.faults if f.action == "degrade"}
+        self.cost_model = CostModel(self.topology, degraded=degraded)
+        for fault in self.faults:
+            if fault.action == "slow" and fault.rank == rank:
+                self.device.slow_factor = fault.factor
+        self.pending_faults = [f for f in self.faults if f.rank == rank and f.action in ("hang", "crash", "delay", "drop")]
+
+    def inject(self, record: CallRecord) -> None:
+        """Fire this rank's faults that match the call just entered (each fires once)."""
+        for fault in list(self.pending_faults):
+            if not fault.matches(record.op, record.seq, record.comm):
+                continue
+            self.pending_faults.remove(fault)
+            where = f"{record.op} #{record.seq} on communicator '{record.comm}'"
+            if fault.action == "delay":
+                time.sleep(fault.seconds)
+                self.device.clock += fault.seconds  # late in modeled time too: the same spec, the same outcome
+                self.device.time.compute_s += fault.seconds
+                record.modeled_start = self.device.clock
+            elif fault.action == "drop":
+                self.engine.drop_next_message = True
+            elif fault.action == "crash":
+                self.dump(f"injected crash ({fault.spec}) entering {where}")
+                print(f"hccl-py: rank {self.device.rank}: injected crash ({fault.spec}) entering {where}", file=sys.stderr, flush=True)
+                os._exit(1)
+            elif fault.action == "hang":
+                self.dump(f"injected hang ({fault.spec}) in {where}")
+                while True:  # until the launcher stops this rank
+                    time.sleep(3600)
+
+    def dump(self, reason: str) -> Path | None:
+        """Write the flight recorder to HCCL_PY_FLIGHT_DIR (set by hccl-launch), if any. A later
+        dump (say, on the SIGTERM that stops a hung rank) keeps the first reason: the cause."""
+        self._reasons.append(reason)
+        if not self.flight_dir:
+            return None
+        return self.recorder.dump(Path(self.flight_dir) / f"flight_rank{self.device.rank}.json", rank=self.device.rank,
+                                  reason=self._reasons[0], wall_origin=self.wall_origin,
+                                  extra={**self.summary(), "events": list(self._reasons)})
+
+    def summary(self) -> dict:
+        """Modeled clock and time split of this card, for reports."""
+        t = self.device.time
+        return {"clock": self.device.clock, "compute_s": t.compute_s, "comm_s": t.comm_s, "wait_s": t.wait_s,
+                "waited_for": {str(k): v for k, v in sorted(self.device.waited_for.items())},
+                "slow_factor": self.device.slow_factor, "peak_bytes": self.device.peak_bytes}

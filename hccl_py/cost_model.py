@@ -40,22 +40,27 @@ class Arrival(NamedTuple):
     arrival: float
 
 
-def step_end(t0: float, send_s: Sequence[float], arrivals: Sequence, recv_s: Sequence[float]) -> tuple[float, float]:
+def step_end(t0: float, send_s: Sequence[float], arrivals: Sequence, recv_s: Sequence[float],
+             waits: list | None = None) -> tuple[float, float]:
     """(clock at the end, seconds spent waiting) of a step that started, copies done, at ``t0``.
 
     ``arrivals`` holds one object with ``sent_at`` and ``arrival`` per receive, in schedule
     order: wait for the data, then reduce it. The step is over when its last receive is applied
     and its last send has left. *Waiting* is the part of a wait before the sender even sent (a
-    slow or busy peer), as opposed to moving data.
+    slow or busy peer), as opposed to moving data; ``waits``, if given, gets each receive's share.
     """
     t = t0
     waited = 0.0
     for recv, cost in zip(arrivals, recv_s):
         arrival = recv.arrival
+        wait = 0.0
         if arrival > t:
             if recv.sent_at > t:
-                waited += (arrival if arrival < recv.sent_at else recv.sent_at) - t
+                wait = (arrival if arrival < recv.sent_at else recv.sent_at) - t
+                waited += wait
             t = arrival
+        if waits is not None:
+            waits.append(wait)
         t += cost
     for send in send_s:
         if t0 + send > t:
@@ -63,21 +68,25 @@ def step_end(t0: float, send_s: Sequence[float], arrivals: Sequence, recv_s: Seq
     return t, waited
 
 
-def transfer_s(topology: Topology, src: int, dst: int, nbytes: int, load: Counter) -> float:
+def transfer_s(topology: Topology, src: int, dst: int, nbytes: int, load: Counter, factor: float = 1.0) -> float:
     """Seconds for ``nbytes`` from world rank ``src`` to ``dst`` when ``load`` counts the flows of
-    the same step on each directed link."""
+    the same step on each directed link; ``factor`` < 1 is a degraded route (fault injection)."""
     route = topology.route(src, dst)
     if nbytes == 0:
         return route.latency_s
     share = min(topology.link(u, v).bandwidth_Bps / load[(u, v)] for u, v in route.hops)
+    if factor != 1.0:
+        share *= factor
     return route.latency_s + nbytes / share
 
 
 class CostModel:
     """Modeled costs of schedules on one topology, cached per call shape."""
 
-    def __init__(self, topology: Topology):
+    def __init__(self, topology: Topology, degraded: dict[tuple[int, int], float] | None = None):
         self.topology = topology
+        # (rank a, rank b) -> share of bandwidth the route between them keeps, both directions
+        self.degraded = {**(degraded or {}), **{(b, a): f for (a, b), f in (degraded or {}).items()}}
         self._cache: dict[tuple, tuple[tuple[StepCost, ...], ...]] = {}
         self.choices: dict[tuple, str] = {}  # algo="auto" decisions, see algo_select.fastest
 
@@ -107,7 +116,7 @@ class CostModel:
                         load.update(topo.route(src, dst).hops)
             send_times: dict[int, list[float]] = {}
             for r, src, dst, nbytes in flows:
-                send_times.setdefault(r, []).append(transfer_s(topo, src, dst, nbytes, load))
+                send_times.setdefault(r, []).append(transfer_s(topo, src, dst, nbytes, load, self.degraded.get((src, dst), 1.0)))
             for r, schedule in enumerate(schedules):
                 if k >= len(schedule.steps):
                     continue
@@ -125,7 +134,8 @@ class CostModel:
             cost = self._cache.get(key)
             if cost is None:
                 route = self.topology.route(src, dst)
-                cost = self._cache[key] = (StepCost(0.0, (transfer_s(self.topology, src, dst, nbytes, Counter(route.hops)),), ()),)
+                factor = self.degraded.get((src, dst), 1.0)
+                cost = self._cache[key] = (StepCost(0.0, (transfer_s(self.topology, src, dst, nbytes, Counter(route.hops), factor),), ()),)
             return cost
         return _RECV_COST
 

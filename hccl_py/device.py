@@ -53,6 +53,7 @@ class Device:
     used_bytes: int = 0
     peak_bytes: int = 0
     time: DeviceTime = field(default_factory=DeviceTime)
+    waited_for: dict[int, float] = field(default_factory=dict)  # world rank -> modeled seconds spent waiting for it
     _allocations: dict[int, int] = field(default_factory=dict)
     _next_handle: int = 0
 

@@ -124,12 +124,13 @@ class Engine:
     def __init__(self, transport: Transport | None):
         self.transport = transport
         self._mailbox: dict[tuple[int, int, int, int], deque[Incoming]] = {}
-        self._notices: dict[int, list[tuple[int, str]]] = {}
+        self._notices: dict[int, list[tuple[int, int, str]]] = {}  # comm -> [(seq, world rank, "code|message")]
         self._abandoned: set[int] = set()
+        self.drop_next_message = False  # fault injection: the next message this rank sends is lost
         self._plans: dict[tuple, tuple[Schedule, list[_StepPlan]]] = {}
 
     # -- notices: a peer telling a communicator that a call failed -------------------------------
-    def pending_notice(self, comm_id: int) -> tuple[int, str] | None:
+    def pending_notice(self, comm_id: int) -> tuple[int, int, str] | None:
         notes = self._notices.get(comm_id)
         return notes[0] if notes else None
 
@@ -155,7 +156,7 @@ class Engine:
                 self.transport.release(inc)
                 continue
             if inc.kind == KIND_NOTICE:
-                self._notices.setdefault(inc.comm_id, []).append((inc.seq, bytes(inc.payload).decode(errors="replace")))
+                self._notices.setdefault(inc.comm_id, []).append((inc.seq, inc.src, bytes(inc.payload).decode(errors="replace")))
                 continue
             key = (inc.comm_id, inc.seq, inc.src, inc.msg_index)
             box = self._mailbox.get(key)
@@ -238,15 +239,23 @@ class Engine:
                     times.comm_s += cost.copy_s
                 continue
             sends = [_PendingSend(peer, bufs[b][o:e], msg_index, stamp) for (peer, b, o, e, msg_index), stamp in zip(plan.sends, stamps)]
+            if sends and self.drop_next_message:
+                self.drop_next_message = False
+                sends[0].done = True  # lost whole: the receiver must time out, never see part of it
             recvs: list[_PendingRecv] = []
             for peer, b, o, e, rw, msg_index, before in plan.recvs:
                 recvs.append(_PendingRecv(peer, bufs[b][o:e], None if rw is None else bufs[rw[0]][rw[1]:rw[2]], msg_index,
                                           None if before < 0 else recvs[before]))
             self._run_step(ctx, index, len(plans), sends, recvs, ufunc, deadline)
             if cost is not None:
-                end, waited = step_end(t0, cost.send_s, recvs, cost.recv_s)
+                waits: list[float] = []
+                end, waited = step_end(t0, cost.send_s, recvs, cost.recv_s, waits)
                 times.comm_s += end - device.clock - waited
-                times.wait_s += waited
+                if waited:
+                    times.wait_s += waited
+                    for recv, wait in zip(recvs, waits):
+                        if wait:
+                            device.waited_for[recv.peer] = device.waited_for.get(recv.peer, 0.0) + wait
                 device.clock = end
 
     def _run_step(self, ctx, index, nsteps, sends, recvs, ufunc, deadline) -> None:
@@ -267,7 +276,7 @@ class Engine:
         mailbox = self._mailbox
         notices = self._notices
         comm_id, seq = ctx.comm_id, ctx.seq
-        sending = [s for s in sends]
+        sending = [s for s in sends if not s.done]
         receiving = [r for r in recvs]
         last_liveness = time.monotonic()
         suspects: list[int] = []
@@ -387,8 +396,10 @@ class Engine:
         raise error
 
     def _raise_notice(self, ctx: CallContext) -> None:
-        seq, text = self._notices[ctx.comm_id][0]
+        seq, src, text = self._notices[ctx.comm_id][0]
         code, _, message = text.partition("|")
         if code == str(int(HcclParamError.code)):
             raise HcclParamError(message)
+        if code == str(int(HcclTimeoutError.code)):
+            raise HcclTimeoutError(f"{ctx.what}: rank {ctx.peer_label(src)} reported: {message}")
         raise HcclRemoteError(f"{ctx.what}: a peer reported: {message}")

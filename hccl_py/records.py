@@ -1,33 +1,56 @@
-"""What each collective call cost, in modeled and in wall time, kept per rank.
+"""The flight recorder: every collective call of this rank, from the moment it is entered.
 
-``comm.stats()`` sums the records of one communicator; :func:`write_chrome_trace` writes them as
-a Chrome-trace JSON (open it in Perfetto or chrome://tracing): one process per rank, one track
-for the modeled timeline and one for the wall-clock timeline. Modeled and wall seconds are never
-mixed: they sit in separate fields and separate tracks.
+Each call gets a :class:`CallRecord` when it is *entered* (before any byte moves), marked
+*completed* or *failed* when it ends. The recorder keeps the latest ``HCCL_PY_FLIGHT_RECORDS``
+(default 20,000) records plus running totals, so:
+
+* ``comm.stats()`` sums a communicator's calls (modeled and wall seconds, never mixed);
+* :func:`write_chrome_trace` writes a Chrome trace (Perfetto): one process per rank, one track
+  for the modeled timeline and one for the wall-clock timeline;
+* :meth:`Recorder.dump` writes the records as JSON when a call fails, on SIGTERM, on an uncaught
+  exception, or on demand (``hccl_py.dump_flight_recorder()``); hccl-launch merges the ranks'
+  dumps into one root-cause report: which rank failed first, which ranks never entered which
+  call.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import socket
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
 
-MAX_RECORDS = 200_000  # a long job keeps its latest calls; stats() totals are kept apart, unbounded
+DEFAULT_RECORDS = 20_000
 
 
-class CallRecord(NamedTuple):
-    comm: str
-    seq: int
-    op: str
-    algo: str
-    nbytes: int
-    modeled_start: float
-    modeled_end: float
-    wall_start: float
-    wall_end: float
-    peers: tuple[int, ...]  # world ranks of the communicator
+class CallRecord:
+    """One call: what it was, its state, and when (modeled and wall seconds, apart)."""
+
+    __slots__ = ("comm", "seq", "op", "algo", "dtype", "count", "nbytes", "peers", "state", "error",
+                 "modeled_start", "modeled_end", "wall_start", "wall_end")
+
+    def __init__(self, comm: str, seq: int, op: str, algo: str, dtype: str, count: int, nbytes: int,
+                 peers: tuple[int, ...], modeled_start: float, wall_start: float):
+        self.comm = comm
+        self.seq = seq
+        self.op = op
+        self.algo = algo
+        self.dtype = dtype
+        self.count = count
+        self.nbytes = nbytes
+        self.peers = peers  # world ranks of the communicator
+        self.state = "entered"
+        self.error: str | None = None
+        self.modeled_start = modeled_start
+        self.modeled_end: float | None = None
+        self.wall_start = wall_start  # time.monotonic()
+        self.wall_end: float | None = None
+
+    def to_dict(self) -> dict:
+        return {name: getattr(self, name) for name in self.__slots__}
 
 
 @dataclass
@@ -38,10 +61,9 @@ class OpStats:
     wall_s: float = 0.0
 
 
-
 @dataclass
 class CommStats:
-    """Totals of one communicator's calls on this rank; ``by_op`` splits them per operation."""
+    """Totals of one communicator's completed calls on this rank; ``by_op`` splits them."""
 
     calls: int = 0
     nbytes: int = 0
@@ -50,24 +72,35 @@ class CommStats:
     by_op: dict[str, OpStats] = field(default_factory=dict)
 
 
-
 class Recorder:
-    """Per-process log of calls: the latest ``MAX_RECORDS`` records and per-communicator totals
-    (kept as plain running sums: this runs on every call)."""
+    """Per-process flight recorder: the latest records and running totals (kept as plain sums:
+    this runs on every call)."""
 
-    def __init__(self) -> None:
-        self.records: deque[CallRecord] = deque(maxlen=MAX_RECORDS)
+    def __init__(self, capacity: int = DEFAULT_RECORDS) -> None:
+        self.records: deque[CallRecord] = deque(maxlen=capacity)
         self._sums: dict[tuple[str, str], list] = {}  # (comm, op) -> [calls, nbytes, modeled_s, wall_s]
 
-    def add(self, record: CallRecord) -> None:
+    def enter(self, record: CallRecord) -> CallRecord:
         self.records.append(record)
+        return record
+
+    def complete(self, record: CallRecord, modeled_end: float, wall_end: float) -> None:
+        record.state = "completed"
+        record.modeled_end = modeled_end
+        record.wall_end = wall_end
         sums = self._sums.get((record.comm, record.op))
         if sums is None:
             sums = self._sums[(record.comm, record.op)] = [0, 0, 0.0, 0.0]
         sums[0] += 1
         sums[1] += record.nbytes
-        sums[2] += record.modeled_end - record.modeled_start
-        sums[3] += record.wall_end - record.wall_start
+        sums[2] += modeled_end - record.modeled_start
+        sums[3] += wall_end - record.wall_start
+
+    def fail(self, record: CallRecord, error: BaseException, modeled_end: float, wall_end: float) -> None:
+        record.state = "failed"
+        record.error = f"{type(error).__name__}: {error}"
+        record.modeled_end = modeled_end
+        record.wall_end = wall_end
 
     def totals(self, comm: str) -> CommStats:
         stats = CommStats()
@@ -80,6 +113,26 @@ class Recorder:
                 stats.wall_s += wall_s
         return stats
 
+    def dump(self, path: str | Path, *, rank: int, reason: str, wall_origin: float, extra: dict | None = None) -> Path:
+        """Write this rank's records as JSON (atomically: a reader never sees half a file)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        now = time.monotonic()
+        doc = {
+            "rank": rank,
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "reason": reason,
+            "dumped_at_s": now - wall_origin,  # wall seconds since the job started
+            "wall_origin": wall_origin,
+            "records": [r.to_dict() for r in self.records],
+            **(extra or {}),
+        }
+        tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(doc))
+        os.replace(tmp, path)
+        return path
+
 
 def chrome_trace_events(rank: int, records, wall_origin: float) -> list[dict]:
     """Trace events of one rank: pid = rank, tid 0 = modeled timeline, tid 1 = wall timeline."""
@@ -89,7 +142,9 @@ def chrome_trace_events(rank: int, records, wall_origin: float) -> list[dict]:
         {"ph": "M", "name": "thread_name", "pid": rank, "tid": 1, "args": {"name": "wall time"}},
     ]
     for r in records:
-        args = {"comm": r.comm, "seq": r.seq, "algo": r.algo, "bytes": r.nbytes, "peers": list(r.peers)}
+        if r.modeled_end is None:
+            continue  # never finished: no span to draw
+        args = {"comm": r.comm, "seq": r.seq, "algo": r.algo, "bytes": r.nbytes, "state": r.state, "peers": list(r.peers)}
         name = f"{r.op} #{r.seq}"
         events.append({"ph": "X", "name": name, "cat": r.comm, "pid": rank, "tid": 0,
                        "ts": r.modeled_start * 1e6, "dur": (r.modeled_end - r.modeled_start) * 1e6, "args": args})

@@ -12,7 +12,10 @@ import atexit
 import hashlib
 import json
 import os
+import signal
 import socket
+import sys
+import threading
 import time
 
 from topology import Topology, TopologyError, default_preset, load_figures
@@ -22,7 +25,8 @@ from .algo_select import parse_hccl_algo
 from .communicator import Communicator
 from .context import RankContext
 from .device import Device
-from .errors import HcclParamError, HcclTimeoutError
+from .errors import HcclInternalError, HcclParamError, HcclTimeoutError
+from .faults import check_ranks, parse_faults
 from .executor import Engine
 from .records import write_chrome_trace
 from .transport.shm import ShmTransport
@@ -73,11 +77,16 @@ def init() -> Communicator:
     if size > 65535:
         raise HcclParamError(f"world size {size} exceeds the 65535 ranks one host can run")
     topology = load_topology(size)
+    faults = parse_faults(os.environ.get(env.HCCL_PY_FAULTS))
+    check_ranks(faults, size)
     wall_origin = float(os.environ.get(env.HCCL_PY_WALL_ORIGIN) or time.monotonic())
 
     def context(engine: Engine) -> RankContext:
-        return RankContext(engine, Device(topology.card(rank), rank), topology, exec_timeout_s, algo_env, wall_origin,
-                           modeled=os.environ.get(env.HCCL_PY_MODELED_TIME, "1") != "0")
+        rc = RankContext(engine, Device(topology.card(rank), rank), topology, exec_timeout_s, algo_env, wall_origin,
+                         modeled=os.environ.get(env.HCCL_PY_MODELED_TIME, "1") != "0", faults=faults,
+                         flight_dir=os.environ.get(env.HCCL_PY_FLIGHT_DIR) or None)
+        _install_dump_hooks(rc)
+        return rc
 
     if size == 1:
         rc = context(Engine(None))
@@ -106,6 +115,50 @@ def load_topology(size: int) -> Topology:
         raise HcclParamError(f"topology '{topology.name}' has {topology.num_ranks} cards but the job has {size} ranks; "
                              f"choose a preset or rank table with {size} cards")
     return topology
+
+
+_hooked: list[RankContext] = []
+
+
+def _install_dump_hooks(rc: RankContext) -> None:
+    """Dump the flight recorder when this rank dies of an uncaught exception or is stopped with
+    SIGTERM (how hccl-launch stops ranks), so the launcher can say what every rank was doing."""
+    _hooked[:] = [rc]
+    if not rc.flight_dir or getattr(_install_dump_hooks, "installed", False):
+        return
+    _install_dump_hooks.installed = True
+    previous_hook = sys.excepthook
+
+    def excepthook(kind, value, tb):
+        if _hooked and not isinstance(value, KeyboardInterrupt):
+            _hooked[0].dump(f"uncaught {kind.__name__}: {value}")
+        previous_hook(kind, value, tb)
+
+    sys.excepthook = excepthook
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        def on_sigterm(signum, frame):
+            if _hooked:
+                _hooked[0].dump("stopped by SIGTERM")
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        signal.signal(signal.SIGTERM, on_sigterm)
+
+
+def dump_flight_recorder(reason: str = "on demand", path: str | None = None) -> str | None:
+    """Write this rank's flight recorder (its latest collective calls, their state, modeled and
+    wall times) as JSON: to ``path``, else into HCCL_PY_FLIGHT_DIR (set by hccl-launch).
+    Returns the path written, or None when there is nowhere to write::
+
+        hccl_py.dump_flight_recorder(path="flight.json")
+    """
+    if not _hooked:
+        raise HcclInternalError("dump_flight_recorder: call hccl_py.init() first")
+    rc = _hooked[0]
+    if path is not None:
+        return str(rc.recorder.dump(path, rank=rc.device.rank, reason=reason, wall_origin=rc.wall_origin, extra=rc.summary()))
+    written = rc.dump(reason)
+    return None if written is None else str(written)
 
 
 def _finisher(rc: RankContext, transport: ShmTransport | None, server) -> "callable":

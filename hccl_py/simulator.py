@@ -106,7 +106,7 @@ def can_simulate_flows(collective: str, algo: str, size: int, count: int) -> boo
 
 
 def simulate_flows(collective: str, algo: str, topology: Topology, count: int, *, itemsize: int = 4,
-                   start_clocks: Sequence[float] | None = None) -> SimResult:
+                   start_clocks: Sequence[float] | None = None, cost_model: CostModel | None = None) -> SimResult:
     """:func:`simulate` for thousands of ranks: every rank's step at once, with numpy.
 
     Uses the algorithm's ``flows`` (one send and one receive per rank per step) and the cost
@@ -122,7 +122,7 @@ def simulate_flows(collective: str, algo: str, topology: Topology, count: int, *
     for flows in FLOWS[(collective, algo)](size, count):
         key = flows.send_to.tobytes()
         if key not in patterns:
-            patterns[key] = _route_pattern(topology, ranks, flows.send_to)
+            patterns[key] = _route_pattern(topology, ranks, flows.send_to, cost_model.degraded if cost_model else {})
         latency_s, share_Bps = patterns[key]
         send_s = latency_s + (flows.send_count * itemsize) / share_Bps
         arrival = (clock + send_s)[flows.recv_from]
@@ -133,13 +133,18 @@ def simulate_flows(collective: str, algo: str, topology: Topology, count: int, *
     return SimResult(start, tuple(clock.tolist()))
 
 
-def _route_pattern(topology: Topology, ranks: np.ndarray, send_to: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _route_pattern(topology: Topology, ranks: np.ndarray, send_to: np.ndarray, degraded: dict) -> tuple[np.ndarray, np.ndarray]:
     """Latency and bandwidth share of every flow r -> send_to[r] of one step (cost_model rules)."""
-    routes = [topology.route(int(src), int(dst)) for src, dst in zip(ranks, send_to)]
+    pairs = [(int(src), int(dst)) for src, dst in zip(ranks, send_to)]
+    routes = [topology.route(src, dst) for src, dst in pairs]
     load: Counter = Counter()
     for route in routes:
         load.update(route.hops)
     latency = np.array([route.latency_s for route in routes])
-    share = np.array([min(topology.link(u, v).bandwidth_Bps / load[(u, v)] for u, v in route.hops) for route in routes])
-    return latency, share
+    shares = []
+    for pair, route in zip(pairs, routes):
+        share = min(topology.link(u, v).bandwidth_Bps / load[(u, v)] for u, v in route.hops)
+        factor = degraded.get(pair, 1.0)
+        shares.append(share * factor if factor != 1.0 else share)
+    return latency, np.array(shares)
 

@@ -57,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="HCCL rank-table JSON describing the cluster (with --topology: the server wiring)")
     parser.add_argument("--figures", type=Path, default=None, metavar="FILE",
                         help="JSON file overriding any link or card figure of the topology (see hccl-topo show)")
+    parser.add_argument("--fault", action="append", default=[], metavar="SPEC",
+                        help="inject a fault (repeatable), e.g. rank=2,op=allreduce,seq=3,action=hang; "
+                             "actions: hang, crash, delay, slow, degrade, drop (see hccl_py/faults.py)")
     parser.add_argument("--trace", type=Path, default=None, metavar="DIR",
                         help="write a Chrome trace (modeled and wall timelines, one process per rank) to DIR/trace.json")
     parser.add_argument("target", help="the script to run, or the module name with -m")
@@ -88,6 +91,7 @@ def parse_args(argv: Sequence[str] | None = None) -> LaunchConfig:
             rank_table=ns.rank_table,
             trace_dir=ns.trace,
             figures=ns.figures,
+            faults=tuple(ns.fault),
         )
     except ValueError as err:
         parser.error(str(err))

@@ -12,6 +12,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hccl_py.errors import HcclParamError
+from hccl_py.faults import check_ranks, parse_fault
+
 
 @dataclass(frozen=True)
 class LaunchConfig:
@@ -35,6 +38,7 @@ class LaunchConfig:
     rank_table: Path | None = None  # an HCCL rank-table JSON (RANK_TABLE_FILE)
     trace_dir: Path | None = None  # every rank writes its Chrome trace here; merged into trace.json
     figures: Path | None = None  # JSON overriding link/card figures (HCCL_PY_FIGURES)
+    faults: tuple[str, ...] = ()  # fault specs (HCCL_PY_FAULTS), checked before any rank starts
     python: str = field(default_factory=lambda: sys.executable)
 
     def __post_init__(self) -> None:
@@ -46,6 +50,10 @@ class LaunchConfig:
             raise ValueError(f"timeout must be > 0 seconds, got {self.timeout_s}")
         if not 0 <= self.master_port <= 65535:
             raise ValueError(f"master port must be in 0..65535, got {self.master_port}")
+        try:
+            check_ranks([parse_fault(spec) for spec in self.faults], self.nproc)
+        except HcclParamError as err:
+            raise ValueError(err.message) from None
 
     def modeled_env(self) -> dict[str, str]:
         """Environment that chooses the modeled cluster and the trace output for every rank."""
@@ -58,6 +66,8 @@ class LaunchConfig:
             out["HCCL_PY_TRACE_DIR"] = str(self.trace_dir.resolve())
         if self.figures is not None:
             out["HCCL_PY_FIGURES"] = str(self.figures.resolve())
+        if self.faults:
+            out["HCCL_PY_FAULTS"] = ";".join(self.faults)
         return out
 
     def command(self) -> list[str]:

@@ -15,10 +15,13 @@ Example::
 from __future__ import annotations
 
 import collections
+import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -30,6 +33,7 @@ from hccl_py.store import StoreServer
 
 from ._proc import new_job_id, pdeathsig_preexec, rank_env, shell_exit_code, signal_name
 from .config import LaunchConfig
+from .diagnosis import diagnose, format_diagnosis, load_dumps
 from .report import RankOutcome, format_failure, format_stopped, merge_traces
 
 POLL_INTERVAL_S = 0.05  # how often exits are checked: a crash is noticed within ~50 ms
@@ -89,6 +93,13 @@ class Supervisor:
         self._wake = threading.Event()
         self.start_time = time.time()
         self._wall_origin = time.monotonic()  # ranks' wall timelines start here (one host: one clock)
+        # Ranks dump their flight recorders here when something fails; kept under --log-dir.
+        if config.log_dir is not None:
+            self._flight_dir = config.log_dir / "flight"
+            self._own_flight_dir = False
+        else:
+            self._flight_dir = Path(tempfile.mkdtemp(prefix=f"hccl-launch-{self.job_id}-"))
+            self._own_flight_dir = True
 
     # -- public ------------------------------------------------------------------------------
 
@@ -105,6 +116,8 @@ class Supervisor:
             self._finish_io()
             if self._store is not None:
                 self._store.close()
+            if self._own_flight_dir:
+                shutil.rmtree(self._flight_dir, ignore_errors=True)
             if self.config.trace_dir is not None:
                 merged = merge_traces(self.config.trace_dir)
                 if merged is not None:
@@ -122,7 +135,8 @@ class Supervisor:
         command = cfg.command()
         for r in range(cfg.nproc):
             child_env = {**os.environ, **rank_env(r, cfg.nproc, cfg.master_addr, self._store.port, self.job_id),
-                         **cfg.modeled_env(), "HCCL_PY_WALL_ORIGIN": repr(self._wall_origin)}
+                         **cfg.modeled_env(), "HCCL_PY_WALL_ORIGIN": repr(self._wall_origin),
+                         "HCCL_PY_FLIGHT_DIR": str(self._flight_dir)}
             popen = subprocess.Popen(
                 command,
                 env=child_env,
@@ -172,6 +186,7 @@ class Supervisor:
                 self._stop_all(signal.SIGTERM, self.config.grace_s)
                 self._finish_io()
                 self._report(format_failure(self.job_id, [r.outcome() for r in self._ranks], root.rank, self.start_time))
+                self._report_diagnosis()
                 assert root.returncode is not None
                 return shell_exit_code(root.returncode)
             if all(r.returncode is not None for r in self._ranks):
@@ -181,6 +196,7 @@ class Supervisor:
                 self._finish_io()
                 self._report(format_stopped(self.job_id, [r.outcome() for r in self._ranks],
                                             f"--timeout {self.config.timeout_s:g} s exceeded"))
+                self._report_diagnosis()
                 return EXIT_TIMEOUT
             self._nap()
 
@@ -264,6 +280,18 @@ class Supervisor:
         # The signal handler sets _wake, so a Ctrl-C is acted on at once, not after the nap.
         self._wake.wait(POLL_INTERVAL_S)
         self._wake.clear()
+
+    def _report_diagnosis(self) -> None:
+        """What the ranks' flight recorders say; also diagnosis.json under --log-dir."""
+        dumps = load_dumps(self._flight_dir)
+        if not dumps:
+            return
+        found = diagnose(dumps, self.config.nproc)
+        self._report(format_diagnosis(found))
+        if self.config.log_dir is not None:
+            path = self.config.log_dir / "diagnosis.json"
+            path.write_text(json.dumps(found, indent=2))
+            self._report(f"hccl-launch: diagnosis written to {path}")
 
     def _report(self, text: str) -> None:
         self._err.write_line(("\n" + text + "\n").encode())

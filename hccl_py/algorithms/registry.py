@@ -20,7 +20,7 @@ ScheduleFn = Callable[..., Schedule]  # (rank, size, count, root=0) -> Schedule
 
 COLLECTIVES = ("allreduce", "allgather", "broadcast", "reduce", "reduce_scatter")
 ALGOS = ("ring", "tree", "hd", "mesh")  # every collective has these
-EXTRA = (("allreduce", "rd"), ("barrier", "dissemination"))  # algorithms only some collectives have
+EXTRA = (("allreduce", "rd"), ("barrier", "dissemination"), ("barrier", "monitored"))  # algorithms only some collectives have
 ALL_ALGOS = ALGOS + tuple(dict.fromkeys(algo for _, algo in EXTRA))  # stable indices for wire headers
 
 _MODULES = {

@@ -43,7 +43,9 @@ from .timeline import Timeline
 class DataParallel:
     """Shard batches over ``comm``'s ranks; ``replica`` is a :class:`Model` (loaded whole onto this
     rank's card) or a runner. ``policy``: ``even``, ``proportional`` or ``work-stealing``;
-    ``chunk``: samples per work-stealing chunk (default: a quarter of an even share)."""
+    ``chunk``: samples per work-stealing chunk; by default the power of two (up to an even
+    share) whose modeled replay finishes first — small chunks balance finely, but every chunk
+    pays the kernels' fixed costs again."""
 
     def __init__(self, comm: Communicator, replica, *, policy: str = "even", chunk: int | None = None,
                  timeline: Timeline | None = None):
@@ -63,11 +65,9 @@ class DataParallel:
     # -- planning ---------------------------------------------------------------------------------
     def _gather_costs(self, sizes: list[int]) -> np.ndarray:
         """Every replica's modeled seconds for pieces of ``sizes``: shape (ranks, len(sizes))."""
-        mine = np.array(self.runner.piece_costs(sizes), np.float64)
-        if self.comm.size == 1:
-            return mine.reshape(1, -1)
-        with self.timeline.comm("all_gather costs"):
-            return self.comm.all_gather(mine)
+        with self.timeline.comm("plan: exchange costs"):
+            mine = np.array(self.runner.piece_costs(sizes), np.float64)  # a pipeline agrees over its stages
+            return mine.reshape(1, -1) if self.comm.size == 1 else self.comm.all_gather(mine)
 
     def make_plan(self, n: int) -> ShardPlan:
         """The shard plan for a batch of ``n`` (collective when the policy needs costs)."""
@@ -78,13 +78,19 @@ class DataParallel:
             ref = max(1, math.ceil(n / p))
             costs = self._gather_costs([ref])[:, 0]
             return proportional_plan(n, [ref / c if c > 0 else 1.0 for c in costs])
-        chunk = self.chunk or max(1, math.ceil(n / p / 4))
-        chunks = chunk_ranges(n, chunk)
-        sizes = sorted({b - a for a, b in chunks})
+        share = max(1, math.ceil(n / p))
+        candidates = [self.chunk] if self.chunk else sorted({*(2**k for k in range(share.bit_length()) if 2**k <= share), share})
+        cut = {c: chunk_ranges(n, c) for c in candidates}
+        sizes = sorted({b - a for chunks in cut.values() for a, b in chunks})
         table = self._gather_costs(sizes)
         column = {size: i for i, size in enumerate(sizes)}
-        costs = [[float(table[r, column[b - a]]) for a, b in chunks] for r in range(p)]
-        return work_stealing_plan(n, chunk, costs)
+        best = None
+        for c in candidates:  # chunk="auto": the chunk size whose replay finishes first (ties: larger)
+            costs = [[float(table[r, column[b - a]]) for a, b in cut[c]] for r in range(p)]
+            plan = work_stealing_plan(n, c, costs)
+            if best is None or max(plan.predicted_s, default=0.0) <= max(best.predicted_s, default=0.0):
+                best = plan
+        return best
 
     # -- forward ------------------------------------------------------------------------------------
     def forward(self, x: np.ndarray, *, on_piece: Callable[[int], None] | None = None) -> np.ndarray:

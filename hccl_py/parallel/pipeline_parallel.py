@@ -198,7 +198,8 @@ class PipelineParallel:
         if self.stages > 1:
             with tl.comm("broadcast output"):
                 comm.broadcast(out, root=last)
-            table = comm.all_gather(np.array([start, end, busy], np.float64))
+            with tl.comm("all_gather stage times"):
+                table = comm.all_gather(np.array([start, end, busy], np.float64))
         else:
             table = np.array([[start, end, busy]])
         span_start, span_end = float(table[:, 0].min()), float(table[:, 1].max())

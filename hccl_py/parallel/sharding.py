@@ -43,6 +43,7 @@ class ShardPlan:
     pieces: tuple[tuple[tuple[int, int], ...], ...]
     steals: tuple[int, ...] = ()
     predicted_s: tuple[float, ...] = ()
+    chunk: int = 0
 
     @property
     def counts(self) -> tuple[int, ...]:
@@ -128,4 +129,4 @@ def work_stealing_plan(n: int, chunk: int, chunk_costs: Sequence[Sequence[float]
         order[r].append(k)
         heapq.heappush(free, (t + float(chunk_costs[r][k]), r))
     pieces = tuple(tuple(chunks[k] for k in ks) for ks in order)
-    return ShardPlan("work-stealing", pieces, tuple(steals), tuple(finish))
+    return ShardPlan("work-stealing", pieces, tuple(steals), tuple(finish), chunk)

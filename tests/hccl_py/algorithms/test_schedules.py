@@ -162,8 +162,23 @@ def test_barrier_dissemination(size: int) -> None:
     assert play("barrier", "dissemination", size, [np.zeros(0, np.uint8)] * size)
 
 
+@pytest.mark.parametrize("size", [1, 2, 3, 5, 8, 13])
+def test_barrier_monitored(size: int) -> None:
+    steps = walk("barrier", "monitored", size, 0)
+    if size == 1:
+        assert steps == [[]]
+        return
+    # rank 0 hears from every rank in one step (so a timeout there names all missing ranks) ...
+    assert sorted(rv.peer for rv in steps[0][0].recvs) == list(range(1, size))
+    assert len({rv.dst.offset for rv in steps[0][0].recvs}) == size - 1  # no receive waits behind another
+    # ... and releases them only afterwards
+    assert sorted(s.peer for s in steps[0][1].sends) == list(range(1, size))
+    assert all([len(st.sends) for st in steps[r]] == [1, 0] for r in range(1, size))
+    assert play("barrier", "monitored", size, [np.zeros(0, np.uint8)] * size)
+
+
 def test_registry() -> None:
-    assert set(SCHEDULES) == {*PAIRS, ("barrier", "dissemination")}
+    assert set(SCHEDULES) == {*PAIRS, ("barrier", "dissemination"), ("barrier", "monitored")}
     assert ("allreduce", "rd") in SCHEDULES
     fn = get_schedule("allreduce", "ring")
     assert fn(1, 4, 10) is fn(1, 4, 10)  # cached: the runtime asks once per call

@@ -1,0 +1,181 @@
+"""Fault injection: the spec language, and what each action does to a real job."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hccl_py.errors import HcclParamError
+from hccl_py.faults import check_ranks, parse_fault, parse_faults
+from tests.mp import run_ranks
+
+
+@pytest.mark.parametrize("spec, expected", [
+    ("rank=2,op=allreduce,seq=3,action=hang", dict(action="hang", rank=2, op="allreduce", seq=3)),
+    ("rank=1,action=crash,at=allgather#2", dict(action="crash", rank=1, op="allgather", seq=2)),
+    ("rank=3,action=delay,seconds=2.5", dict(action="delay", rank=3, seconds=2.5)),
+    ("rank=1,action=slow,factor=1.8", dict(action="slow", rank=1, factor=1.8)),
+    ("link=0-1,action=degrade,factor=0.25", dict(action="degrade", link=(0, 1), factor=0.25)),
+    ("rank=0,action=drop", dict(action="drop", rank=0)),
+    (" rank = 0 , action = DROP , comm = world/split(1) ", dict(action="drop", rank=0, comm="world/split(1)")),
+    ("rank=0,action=hang,at=reducescatter#4", dict(op="reduce_scatter", seq=4)),
+])
+def test_valid_specs(spec, expected):
+    fault = parse_fault(spec)
+    for key, value in expected.items():
+        assert getattr(fault, key) == value
+
+
+@pytest.mark.parametrize("spec, problem", [
+    ("", "it is empty"),
+    ("rank=1", "action is missing"),
+    ("rank=1,action=explode", "unknown action 'explode'"),
+    ("rank=1,action=hang,colour=red", "unknown key 'colour'"),
+    ("rank=1,rank=2,action=hang", "rank is given twice"),
+    ("rank=1,action", "'action' is not key=value"),
+    ("rank=x,action=hang", "rank='x' is not an integer"),
+    ("rank=-1,action=hang", "rank='-1' must be >= 0"),
+    ("action=hang", "action=hang needs rank"),
+    ("rank=1,action=delay", "action=delay needs seconds"),
+    ("rank=1,action=delay,seconds=-2", "seconds='-2' must be >= 0"),
+    ("rank=1,action=slow,factor=0.5", "must be >= 1 for slow"),
+    ("link=0-1,action=degrade,factor=2", "must be in (0, 1] for degrade"),
+    ("link=0-0,action=degrade,factor=0.5", "link= must name two different ranks"),
+    ("link=a-b,action=degrade,factor=0.5", "link= must name two different ranks"),
+    ("rank=1,action=slow,factor=2,op=allreduce", "action=slow does not take op"),
+    ("rank=1,action=hang,op=alltoallv", "unknown op 'alltoallv'"),
+    ("rank=1,action=hang,at=allgather", "at= must look like allgather#2"),
+    ("rank=1,action=hang,at=allgather#2,seq=3", "either at=OP#SEQ or op= and seq="),
+    ("rank=1,action=slow,factor=nan", "must be > 0"),
+])
+def test_malformed_specs_name_the_exact_problem(spec, problem):
+    with pytest.raises(HcclParamError) as info:
+        parse_fault(spec)
+    assert problem in str(info.value) and info.value.code == 1
+
+
+def test_faults_naming_ranks_outside_the_job_are_rejected():
+    check_ranks(parse_faults("rank=3,action=drop;link=0-3,action=degrade,factor=0.5"), 4)
+    with pytest.raises(HcclParamError, match="rank 4 is not in this job"):
+        check_ranks(parse_faults("rank=4,action=drop"), 4)
+    with pytest.raises(HcclParamError, match="rank 7 is not in this job"):
+        check_ranks(parse_faults("link=0-7,action=degrade,factor=0.5"), 4)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="rankopseqactiohgdlyfr=,#-0123456789.;_ ", max_size=60))
+def test_fuzzed_specs_raise_only_the_documented_error(text):
+    try:
+        parse_faults(text)
+    except HcclParamError:
+        pass
+
+
+def _dropped() -> dict:
+    import hccl_py
+
+    comm = hccl_py.init()
+    y = np.zeros(1000, np.float32)
+    if comm.rank == 0:
+        comm.send(np.ones(1000, np.float32), dst=1)  # lost on the way
+        return {"sent": True}
+    try:
+        comm.recv(y, src=0)
+    except hccl_py.HcclTimeoutError as err:
+        return {"error": str(err), "untouched": bool(np.all(y == 0))}
+    return {"error": None}
+
+
+@pytest.mark.timeout(60)
+def test_dropped_message_times_out_the_peer_and_writes_nothing():
+    results = run_ranks(_dropped, 2, env={"HCCL_PY_FAULTS": "rank=0,action=drop", "HCCL_EXEC_TIMEOUT": "1"}, timeout=50)
+    assert "Waiting peer rank(s): 0" in results[1]["error"]
+    assert results[1]["untouched"]
+
+
+def _imbalanced(rounds: int) -> dict:
+    import hccl_py
+
+    comm = hccl_py.init()
+    x = np.ones(4096, np.float32)
+    for _ in range(rounds):
+        comm.device.run(flops=2e11, nbytes=0)  # the same work on every card
+        comm.all_reduce(x, algo="ring")
+    comm.barrier()
+    t = comm.device.time
+    return {"clock": comm.clock, "compute": t.compute_s, "wait": t.wait_s, "waited_for": dict(comm.device.waited_for)}
+
+
+@pytest.mark.timeout(90)
+def test_straggler_shows_as_others_waiting_for_it_deterministically():
+    env = {"HCCL_PY_FAULTS": "rank=2,action=slow,factor=3"}
+    first = run_ranks(_imbalanced, 4, 5, env=env, timeout=60)
+    assert run_ranks(_imbalanced, 4, 5, env=env, timeout=60) == first  # same spec, same modeled outcome
+    balanced = run_ranks(_imbalanced, 4, 5, timeout=60)
+    assert first[2]["compute"] == pytest.approx(3 * balanced[2]["compute"])
+    for rank in (0, 1, 3):
+        assert first[rank]["wait"] > 0.9 * 2 * first[rank]["compute"]  # idle while the slow card computes
+        assert max(first[rank]["waited_for"], key=first[rank]["waited_for"].get) in (2, (rank - 1) % 4)
+    assert first[2]["wait"] < first[0]["wait"] / 10
+    assert max(r["clock"] for r in first) > 2.5 * max(r["clock"] for r in balanced)
+
+
+def _timed_allreduce() -> float:
+    import hccl_py
+
+    comm = hccl_py.init()
+    x = np.ones(1 << 20, np.float32)
+    comm.all_reduce(x, algo="ring")
+    return comm.clock
+
+
+@pytest.mark.timeout(90)
+def test_degraded_link_slows_the_modeled_collective():
+    healthy = run_ranks(_timed_allreduce, 4, timeout=60)
+    degraded = run_ranks(_timed_allreduce, 4, env={"HCCL_PY_FAULTS": "link=0-1,action=degrade,factor=0.25"}, timeout=60)
+    assert degraded == run_ranks(_timed_allreduce, 4, env={"HCCL_PY_FAULTS": "link=0-1,action=degrade,factor=0.25"}, timeout=60)
+    assert min(degraded) > 1.5 * max(healthy)
+
+
+def _delayed() -> dict:
+    import hccl_py
+
+    comm = hccl_py.init()
+    start = time.monotonic()
+    x = np.ones(8, np.float32)
+    comm.all_reduce(x)
+    return {"wall": time.monotonic() - start, "clock": comm.clock, "wait": comm.device.time.wait_s}
+
+
+@pytest.mark.timeout(60)
+def test_delay_is_late_in_wall_and_in_modeled_time():
+    results = run_ranks(_delayed, 3, env={"HCCL_PY_FAULTS": "rank=1,action=delay,seconds=0.5"}, timeout=50)
+    for r in results:
+        assert r["wall"] >= 0.45 and r["clock"] >= 0.5
+    assert results[0]["wait"] >= 0.49 and results[2]["wait"] >= 0.49 and results[1]["wait"] < 0.01
+
+
+def _monitored(missing: tuple) -> str:
+    import hccl_py
+
+    comm = hccl_py.init()
+    if comm.rank in missing:
+        time.sleep(4)
+        return "skipped"
+    try:
+        comm.barrier(monitored=True)
+    except hccl_py.HcclTimeoutError as err:
+        return str(err)
+    return "passed"
+
+
+@pytest.mark.timeout(60)
+def test_monitored_barrier_names_every_missing_rank():
+    results = run_ranks(_monitored, 4, (2, 3), env={"HCCL_EXEC_TIMEOUT": "1"}, timeout=50)
+    assert results[2] == results[3] == "skipped"
+    assert "Waiting peer rank(s): 2, 3" in results[0]
+    assert "rank 0 reported" in results[1] and "Waiting peer rank(s): 2, 3" in results[1]

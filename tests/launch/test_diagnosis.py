@@ -1,0 +1,75 @@
+"""hccl-launch's root-cause report from the ranks' flight recorders, on the failure examples."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples" / "failures"
+
+pytestmark = pytest.mark.usefixtures("no_leaks")
+
+
+def _launch(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    return subprocess.run([sys.executable, "-m", "launch.cli", *args], env=full_env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.timeout(60)
+def test_hang_report_names_the_rank_that_never_entered(tmp_path):
+    done = _launch("-n", "4", "--log-dir", str(tmp_path), str(EXAMPLES / "hang.py"), env={"HCCL_EXEC_TIMEOUT": "2"})
+    assert done.returncode == 1
+    assert "world: rank 2 never entered allreduce #3 (its last call: allreduce #2, completed)" in done.stderr
+    assert "ranks 0, 1, 3 waited 2.0 s in allreduce #3 (HcclTimeoutError)" in done.stderr
+    found = json.loads((tmp_path / "diagnosis.json").read_text())
+    [world] = found["communicators"]
+    assert [m["rank"] for m in world["never_entered"]] == [2]
+    assert sorted(w["rank"] for w in world["waiting"]) == [0, 1, 3]
+    assert found["first_failure"]["op"] == "allreduce" and found["first_failure"]["seq"] == 3
+    assert sorted(p.name for p in (tmp_path / "flight").iterdir()) == [f"flight_rank{r}.json" for r in range(4)]
+
+
+@pytest.mark.timeout(60)
+def test_injected_hang_and_crash_are_diagnosed():
+    hang = _launch("-n", "3", "--fault", "rank=1,op=allreduce,seq=1,action=hang", str(ROOT / "examples" / "allreduce.py"),
+                   env={"HCCL_EXEC_TIMEOUT": "1.5"})
+    assert hang.returncode == 1
+    assert "rank 1: injected hang (rank=1,op=allreduce,seq=1,action=hang) in allreduce #1" in hang.stderr
+    crash = _launch("-n", "3", "--fault", "rank=2,action=crash,at=allgather#2", str(ROOT / "examples" / "allreduce.py"))
+    assert crash.returncode == 1
+    assert "rank       : 2" in crash.stderr  # the root cause is the crashed rank
+    assert "rank 2: injected crash (rank=2,action=crash,at=allgather#2) entering allgather #2" in crash.stderr
+
+
+@pytest.mark.timeout(60)
+def test_malformed_fault_is_rejected_before_any_rank_starts():
+    done = _launch("-n", "2", "--fault", "rank=5,action=drop", str(ROOT / "examples" / "allreduce.py"))
+    assert done.returncode == 2
+    assert "rank 5 is not in this job (ranks 0..1)" in done.stderr
+    assert "[0]" not in done.stdout
+
+
+@pytest.mark.timeout(90)
+def test_straggler_and_uneven_shard_examples_report_the_waiting():
+    slow = _launch("-n", "4", "--fault", "rank=1,action=slow,factor=1.8", str(EXAMPLES / "straggler.py"))
+    assert slow.returncode == 0, slow.stderr
+    assert "<- slow card x1.8" in slow.stdout and "rank 1 (" in slow.stdout
+    assert "of the throughput lost to waiting" in slow.stdout
+    uneven = _launch("-n", "4", str(EXAMPLES / "uneven_shards.py"))
+    even = _launch("-n", "4", str(EXAMPLES / "uneven_shards.py"), "--balanced")
+    share = lambda out: float(out.rsplit("waiting is ", 1)[1].split("%")[0])  # noqa: E731
+    assert share(uneven.stdout) > 20 and share(even.stdout) == 0
+
+
+@pytest.mark.timeout(60)
+def test_connect_timeout_example_names_the_late_rank():
+    done = _launch("-n", "3", str(EXAMPLES / "connect_timeout.py"), env={"HCCL_CONNECT_TIMEOUT": "1", "RANK_LATE": "2"})
+    assert done.returncode == 1
+    assert "rank(s) [2] of 3 did not join within 1 s (HCCL_CONNECT_TIMEOUT)" in done.stdout
