@@ -215,7 +215,7 @@ class Communicator:
             self._seq += 1
             seq = self._seq
         schedule = call.schedule
-        tmp = np.empty(schedule.tmp_count, dtype) if schedule.tmp_count else None
+        tmp = self._rc.scratch(schedule.tmp_count, dtype) if schedule.tmp_count else None
         rc = self._rc
         device = rc.device
         ctx = call.ctx
@@ -250,15 +250,23 @@ class Communicator:
         self._collective(OpKind.ALLREDUCE, "allreduce", algo, (flat, flat), flat.size, x.dtype, redop)
         return x
 
-    def all_gather(self, x: np.ndarray, *, algo: str = "auto") -> np.ndarray:
-        """Gather every rank's ``x`` into a new array of shape ``(size, *x.shape)`` (``HcclAllGather``)."""
+    def all_gather(self, x: np.ndarray, *, out: np.ndarray | None = None, algo: str = "auto") -> np.ndarray:
+        """Gather every rank's ``x`` into an array of shape ``(size, *x.shape)`` (``HcclAllGather``).
+
+        ``out`` (``HcclAllGather``'s recvBuf): a C-contiguous, writable array of ``size * x.size``
+        elements of ``x``'s dtype to gather into, reused across calls; otherwise a new array.
+        Returns the result, shaped ``(size, *x.shape)``::
+
+            buf = np.empty((comm.size, 1024), np.float32)
+            comm.all_gather(x, out=buf)
+        """
         what = f"all_gather on '{self.name}'"
         self._check_usable(what)
         x = self._array(x, what, writable=False)
         flat = np.ascontiguousarray(x).reshape(-1)
-        out = np.empty((self.size, *x.shape), x.dtype)
-        self._collective(OpKind.ALLGATHER, "allgather", algo, (flat, out.reshape(-1)), flat.size, x.dtype)
-        return out
+        result = self._out(out, self.size * flat.size, x.dtype, what)
+        self._collective(OpKind.ALLGATHER, "allgather", algo, (flat, result.reshape(-1)), flat.size, x.dtype)
+        return result.reshape((self.size, *x.shape))
 
     def broadcast(self, x: np.ndarray, root: int = 0, *, algo: str = "auto") -> np.ndarray:
         """Copy root's ``x`` into ``x`` on every rank, in place; returns ``x`` (``HcclBroadcast``)."""
@@ -284,11 +292,13 @@ class Communicator:
         self._collective(OpKind.REDUCE, "reduce", algo, (flat, flat), flat.size, x.dtype, redop, root)
         return x
 
-    def reduce_scatter(self, y: np.ndarray, op: ReduceOp | str = "sum", *, algo: str = "auto") -> np.ndarray:
+    def reduce_scatter(self, y: np.ndarray, op: ReduceOp | str = "sum", *, out: np.ndarray | None = None,
+                       algo: str = "auto") -> np.ndarray:
         """Reduce ``y`` over all ranks and return this rank's block (``HcclReduceScatter``).
 
         ``y.size`` must divide by ``size``. The result has shape ``(y.shape[0] // size, *y.shape[1:])``
-        when the first axis divides, else ``(y.size // size,)``.
+        when the first axis divides, else ``(y.size // size,)``; ``out`` (recvBuf): a C-contiguous,
+        writable array of ``y.size // size`` elements to write it into instead of a new array.
         """
         what = f"reduce_scatter on '{self.name}'"
         self._check_usable(what)
@@ -297,12 +307,19 @@ class Communicator:
         if y.size % self.size:
             raise HcclParamError(f"{what}: y.size={y.size} is not divisible by the communicator size {self.size}")
         count = y.size // self.size
-        if y.ndim >= 1 and y.shape[0] % self.size == 0:
-            out = np.empty((y.shape[0] // self.size, *y.shape[1:]), y.dtype)
-        else:
-            out = np.empty(count, y.dtype)
+        shape = (y.shape[0] // self.size, *y.shape[1:]) if y.ndim >= 1 and y.shape[0] % self.size == 0 else (count,)
+        result = self._out(out, count, y.dtype, what)
         flat = np.ascontiguousarray(y).reshape(-1)
-        self._collective(OpKind.REDUCE_SCATTER, "reduce_scatter", algo, (flat, out.reshape(-1)), count, y.dtype, redop)
+        self._collective(OpKind.REDUCE_SCATTER, "reduce_scatter", algo, (flat, result.reshape(-1)), count, y.dtype, redop)
+        return result.reshape(shape)
+
+    def _out(self, out: np.ndarray | None, count: int, dtype: np.dtype, what: str) -> np.ndarray:
+        """The caller's output buffer, checked, or a new one."""
+        if out is None:
+            return np.empty(count, dtype)
+        out = self._array(out, f"{what} (out=)", writable=True)
+        if out.dtype != dtype or out.size != count:
+            raise HcclParamError(f"{what}: out= must hold {count} elements of {dtype}, got {out.size} of {out.dtype}")
         return out
 
     def barrier(self, *, monitored: bool = False) -> None:

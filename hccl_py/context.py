@@ -10,6 +10,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from topology import Topology
 
 from .cost_model import CostModel
@@ -34,6 +36,7 @@ class RankContext:
     recorder: Recorder = field(default_factory=Recorder)
     pending_faults: list[Fault] = field(init=False)  # this rank's call faults not yet fired
     _reasons: list[str] = field(default_factory=list)  # why the flight recorder was dumped, in order
+    _scratch: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         rank = self.device.rank
@@ -43,6 +46,14 @@ class RankContext:
             if fault.action == "slow" and fault.rank == rank:
                 self.device.slow_factor = fault.factor
         self.pending_faults = [f for f in self.faults if f.rank == rank and f.action in ("hang", "crash", "delay", "drop")]
+
+    def scratch(self, count: int, dtype: np.dtype) -> np.ndarray:
+        """A scratch array (a schedule's TMP), reused from call to call: memory touched for the
+        first time is slow (page faults), and a call never needs two scratch arrays at once."""
+        need = count * dtype.itemsize
+        if self._scratch is None or self._scratch.nbytes < need:
+            self._scratch = np.empty(max(need, 4096), np.uint8)
+        return self._scratch[:need].view(dtype)
 
     def inject(self, record: CallRecord) -> None:
         """Fire this rank's faults that match the call just entered (each fires once)."""

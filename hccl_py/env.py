@@ -31,6 +31,7 @@ HCCL_PY_FIGURES = "HCCL_PY_FIGURES"  # JSON file overriding link/card figures
 HCCL_PY_TRACE_DIR = "HCCL_PY_TRACE_DIR"  # each rank writes its Chrome trace here at exit
 HCCL_PY_FAULTS = "HCCL_PY_FAULTS"  # fault specs separated by ';' (hccl-launch --fault)
 HCCL_PY_FLIGHT_DIR = "HCCL_PY_FLIGHT_DIR"  # ranks dump their flight recorder here on failure
+HCCL_PY_CMA = "HCCL_PY_CMA"  # "0": no single-copy reads between ranks, every payload through the slots
 HCCL_PY_MODELED_TIME = "HCCL_PY_MODELED_TIME"  # "0": no modeled clock (measures the bookkeeping's own cost)
 HCCL_PY_WALL_ORIGIN = "HCCL_PY_WALL_ORIGIN"  # time.monotonic() the job started: aligns wall timelines
 

@@ -317,12 +317,11 @@ class Engine:
                             recv.started = True
                             recv.sent_at, recv.arrival = inc.sent_at, inc.arrival
                         if inc.nelem:
-                            incoming_data = inc.array(recv.dst.dtype)
                             dst = recv.dst[inc.offset : end]
                             if recv.reduce_with is None:
-                                np.copyto(dst, incoming_data)
+                                inc.copy_into(dst)
                             else:
-                                ufunc(recv.reduce_with[inc.offset : end], incoming_data, out=dst)
+                                ufunc(recv.reduce_with[inc.offset : end], inc.array(dst.dtype), out=dst)
                         transport.release(inc)
                         recv.applied = end
                         progressed = True

@@ -197,7 +197,8 @@ def _connect(rank: int, size: int, connect_timeout_s: float, context) -> Communi
     job_id = os.environ.get(env.JOB_ID) or hashlib.blake2b(f"{addr}:{port}".encode(), digest_size=6).hexdigest()
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     spin_us = float(os.environ.get("HCCL_PY_SPIN_US", DEFAULT_SPIN_US))
-    transport = ShmTransport(job_id, rank, size, env.buffsize_bytes(), spin_s=spin_us * 1e-6, yield_when_spinning=size > cores)
+    transport = ShmTransport(job_id, rank, size, env.buffsize_bytes(), spin_s=spin_us * 1e-6, yield_when_spinning=size > cores,
+                             single_copy=os.environ.get(env.HCCL_PY_CMA, "1") != "0")
     client = StoreClient(f"tcp://{addr}:{port}")
     try:
         client.set(f"{job_id}/rank/{rank}", json.dumps({"pid": os.getpid(), "host": socket.gethostname()}).encode())

@@ -33,16 +33,21 @@ from .base import Backend
 
 __all__ = ["HcclBackend", "HcclRankComm", "EXTRA_COLUMNS"]
 
-EXTRA_COLUMNS: tuple[ExtraColumn, ...] = ()
+# Modeled time of the same calls on the job's topology (hccl-launch --topology / HCCL_PY_TOPOLOGY;
+# default: a preset for n cards), next to the measured wall time: per iteration, max over ranks.
+EXTRA_COLUMNS: tuple[ExtraColumn, ...] = (
+    ExtraColumn("modeled_us", "model(us)"),
+    ExtraColumn("modeled_busbw", "m.busbw", derive=lambda row: row.busbw_for(row.extra["modeled_us"])),
+)
 
 _HCCL_NAMES = {"reducescatter": "reduce_scatter"}  # hccl_py's collective names where they differ
 
 _CALLS = {
     "allreduce": "all_reduce(x) in place",
-    "allgather": "all_gather(x) -> new array",
+    "allgather": "all_gather(x, out=buf)",
     "broadcast": "broadcast(x) in place",
     "reduce": "reduce(x) in place",
-    "reducescatter": "reduce_scatter(y) -> new array",
+    "reducescatter": "reduce_scatter(y, out=buf)",
 }
 
 
@@ -57,11 +62,13 @@ class HcclRankComm(RankComm):
         self.rank = comm.rank
         self.size = comm.size
         self._scalar = np.zeros(1, np.float64)
+        self._collective = ""
 
     def bind(self, coll: Collective, send: np.ndarray, recv: np.ndarray | None, op: str,
              root: int) -> Callable[[], np.ndarray | None]:
         c, algo = self.comm, self.algo
         name = coll.name
+        self._collective = _HCCL_NAMES.get(name, name)
         if name == "allreduce":
             return functools.partial(c.all_reduce, send, op, algo=algo)
         if name == "broadcast":
@@ -69,13 +76,24 @@ class HcclRankComm(RankComm):
         if name == "reduce":
             return functools.partial(c.reduce, send, root, op, algo=algo)
         if name == "allgather":
-            return functools.partial(c.all_gather, send, algo=algo)
+            return functools.partial(c.all_gather, send, out=recv, algo=algo)
         if name == "reducescatter":
-            return functools.partial(c.reduce_scatter, send, op, algo=algo)
+            return functools.partial(c.reduce_scatter, send, op, out=recv, algo=algo)
         raise ValueError(f"hccl-py has no benchmark binding for {name}")
 
     def barrier(self) -> None:
         self.comm.barrier()
+
+    def _modeled_s(self) -> float:
+        # Only this collective's own calls: barriers and the harness's scalar reductions excluded.
+        by_op = self.comm.stats().by_op.get(self._collective)
+        return 0.0 if by_op is None else by_op.modeled_s
+
+    def extra_start(self) -> float:
+        return self._modeled_s()
+
+    def extra_stop(self, start: float) -> dict[str, float]:
+        return {"modeled_us": (self._modeled_s() - start) * 1e6}
 
     def allreduce_scalar(self, value: float, how: str) -> float:
         self._scalar[0] = value

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Callable, Protocol
 
 import numpy as np
 
@@ -35,6 +35,9 @@ KIND_SLOT = 2  # payload sits in the sender's shared segment at byte offset `slo
 KIND_ACK = 3  # payload: slot offsets the receiver has finished with
 KIND_NOTICE = 4  # a peer tells the communicator it failed (mismatch, abort); payload: utf-8 text
 KIND_HELLO = 5  # connection setup; carries the sender's segment fd as ancillary data
+KIND_CAPS = 6  # connection setup: "I can read your memory directly" (count=1) or not
+KIND_RNDV = 7  # payload stays in the sender's buffer at address `slot`; the receiver reads it (CMA)
+KIND_FIN = 8  # the receiver has read `nelem` rendezvous payloads: the sender's buffers are free
 
 
 @dataclass(slots=True)
@@ -54,9 +57,21 @@ class Incoming:
     arrival: float
     payload: memoryview | None = None  # inline bytes, or the mapped slot
     slot: int = -1
+    # rendezvous: fetch(dst or None, dtype, nelem) reads the payload into dst (or a scratch array) and returns it
+    fetch: Callable[[np.ndarray | None, np.dtype, int], np.ndarray] | None = None
 
     def array(self, dtype: np.dtype) -> np.ndarray:
+        """The payload as an array (a view where it can be; read into scratch for a rendezvous)."""
+        if self.fetch is not None:
+            return self.fetch(None, dtype, self.nelem)
         return np.frombuffer(self.payload, dtype=dtype, count=self.nelem)
+
+    def copy_into(self, dst: np.ndarray) -> None:
+        """Copy the payload into ``dst`` (a rendezvous reads straight into it: one copy)."""
+        if self.fetch is not None:
+            self.fetch(dst, dst.dtype, self.nelem)
+        else:
+            np.copyto(dst, np.frombuffer(self.payload, dtype=dst.dtype, count=self.nelem))
 
 
 class Transport(Protocol):

@@ -24,10 +24,14 @@ import numpy as np
 
 from ..dtypes import DTYPES_BY_CODE
 from ..errors import HcclRemoteError, HcclSyscallError, HcclTimeoutError
+from . import cma
 from .base import (
     HEADER,
     KIND_ACK,
+    KIND_CAPS,
+    KIND_FIN,
     KIND_HELLO,
+    KIND_RNDV,
     KIND_INLINE,
     KIND_NOTICE,
     KIND_SLOT,
@@ -36,6 +40,8 @@ from .base import (
 )
 
 INLINE_MAX_BYTES = 16 * 1024  # up to this, a slice rides in the datagram itself
+RNDV_MIN_BYTES = 2 * 1024 * 1024  # from this size, the receiver reads the sender's buffer directly (one copy)
+_PROBE_MAGIC = 0x48434C4C50594D41  # what a peer reads to check it may read this process
 MAX_SLOT_BYTES = 4 * 1024 * 1024  # larger slots amortise the per-slice cost; smaller ones pipeline
 MIN_SLOT_BYTES = 64 * 1024
 SOCKET_BUFFER_BYTES = 4 * 1024 * 1024
@@ -67,7 +73,8 @@ def _process_alive(pid: int) -> bool:
 class ShmTransport:
     """Shared-memory slots plus unix-datagram doorbells between the ranks of one host."""
 
-    def __init__(self, job_id: str, world_rank: int, world_size: int, buffsize_bytes: int, *, spin_s: float, yield_when_spinning: bool):
+    def __init__(self, job_id: str, world_rank: int, world_size: int, buffsize_bytes: int, *, spin_s: float, yield_when_spinning: bool,
+                 single_copy: bool = True):
         self.job_id = job_id
         self.world_rank = world_rank
         self.world_size = world_size
@@ -99,6 +106,15 @@ class ShmTransport:
         self._poll = select.poll()
         self._poll.register(self._sock, select.POLLIN)
         self._closed = False
+        # Single-copy rendezvous (cma.py): who may read whom, and reads not yet acknowledged.
+        self._single_copy = single_copy  # HCCL_PY_CMA=0 turns the rendezvous off (every payload via slots)
+        cma.allow_readers()
+        self._probe = np.full(1, _PROBE_MAGIC, np.uint64)
+        self._peer_probes: dict[int, int] = {}
+        self._peer_reads_me: dict[int, bool] = {}
+        self._rndv_out: dict[int, int] = {p: 0 for p in self._peers}
+        self._fins: dict[int, int] = {p: 0 for p in self._peers}
+        self._scratch = np.empty(0, np.uint8)
 
     # -- setup -----------------------------------------------------------------------------
     def connect(self, peer_pids: dict[int, int], deadline: float) -> None:
@@ -109,7 +125,8 @@ class ShmTransport:
         would wait forever.
         """
         self._peer_pids = dict(peer_pids)
-        hello = HEADER.pack(KIND_HELLO, self.world_rank, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, self._segment_bytes, 0.0, 0.0)
+        hello = HEADER.pack(KIND_HELLO, self.world_rank, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, self._probe.ctypes.data, 0,
+                            self._segment_bytes, 0.0, 0.0)
         for peer in self._peers:
             out = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
             out.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER_BYTES)
@@ -145,6 +162,24 @@ class ShmTransport:
             for peer in unsent:
                 poll.register(self._out_socks[peer], select.POLLOUT)
             poll.poll(min(remaining, 0.05) * 1000)
+        self._exchange_caps(deadline)
+
+    def _exchange_caps(self, deadline: float) -> None:
+        """Probe whether this rank may read each peer's memory, and learn which peers may read
+        ours: rendezvous sends go only to peers that said yes."""
+        for peer in self._peers:
+            ok = self._single_copy and peer in self._peer_pids and cma.can_read(self._peer_pids[peer], self._peer_probes[peer], _PROBE_MAGIC)
+            self._put(peer, HEADER.pack(KIND_CAPS, self.world_rank, 0, 0, 0, 0, 0, 0, 0, int(ok), 0, 0, 0, 0, -1, 0.0, 0.0))
+        while len(self._peer_reads_me) < len(self._peers):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                missing = sorted(set(self._peers) - set(self._peer_reads_me))
+                raise HcclTimeoutError(f"init: rank {self.world_rank} got no capability message from rank(s) {missing} within HCCL_CONNECT_TIMEOUT")
+            if self._queued:
+                self._flush()
+            self._receive_hellos(set())
+            if len(self._peer_reads_me) < len(self._peers):
+                self._poll.poll(min(remaining, 0.05) * 1000)
 
     def _receive_hellos(self, missing: set[int]) -> None:
         while True:
@@ -155,6 +190,7 @@ class ShmTransport:
             if data[0] == KIND_HELLO:
                 fields = HEADER.unpack_from(data)
                 peer, size = fields[1], fields[14]
+                self._peer_probes[peer] = fields[12]
                 peer_map = mmap.mmap(fds[0], size, prot=mmap.PROT_READ)
                 os.close(fds[0])
                 self._peer_maps.append(peer_map)
@@ -174,6 +210,12 @@ class ShmTransport:
         nbytes = data.nbytes
         if nbytes <= INLINE_MAX_BYTES:
             self._put(peer, HEADER.pack(KIND_INLINE, *fields, -1, *stamps) + data.tobytes())
+            return True
+        if nbytes >= RNDV_MIN_BYTES and self._peer_reads_me.get(peer):
+            # The peer reads it from where it is; this buffer stays untouched until its FIN
+            # (the step does not end before: flush() waits for it).
+            self._put(peer, HEADER.pack(KIND_RNDV, *fields, data.ctypes.data, *stamps))
+            self._rndv_out[peer] += 1
             return True
         free = self._free[peer]
         if not free:
@@ -195,6 +237,9 @@ class ShmTransport:
         if incoming.kind == KIND_SLOT:
             self._acks[incoming.src].append(incoming.slot)
             self._queued = True
+        elif incoming.kind == KIND_RNDV:
+            self._fins[incoming.src] += 1
+            self._queued = True
 
     def _put(self, peer: int, datagram: bytes) -> None:
         outbox = self._outbox[peer]
@@ -211,14 +256,15 @@ class ShmTransport:
 
     def flush(self) -> bool:
         """Send what is queued now (acks above all: a peer may wait on them for free slots);
-        True when nothing is left waiting for room in a peer's queue."""
+        True when nothing is left waiting for room in a peer's queue, and every peer has read
+        what it was to read from our buffers."""
         if self._queued:
             self._flush()
-        return not self._queued
+        return not self._queued and not any(self._rndv_out.values())
 
     def backlog(self) -> list[int]:
-        """Peers whose socket queue is full with datagrams of ours still waiting to go."""
-        return [peer for peer, outbox in self._outbox.items() if outbox]
+        """Peers with datagrams of ours waiting for room, or yet to read our buffers."""
+        return [peer for peer, outbox in self._outbox.items() if outbox or self._rndv_out[peer]]
 
     def _flush(self) -> bool:
         """Send queued acks and datagrams; True if anything is still waiting for space."""
@@ -232,6 +278,13 @@ class ShmTransport:
                     self._put(peer, ack)
                 except HcclRemoteError:
                     pass  # a peer that has exited needs no acks; a send to it will say it is gone
+        for peer, fins in self._fins.items():
+            if fins:
+                self._fins[peer] = 0
+                try:
+                    self._put(peer, HEADER.pack(KIND_FIN, self.world_rank, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, fins, -1, 0.0, 0.0))
+                except HcclRemoteError:
+                    pass
         blocked = False
         for peer, outbox in self._outbox.items():
             sock = self._out_socks[peer]
@@ -292,14 +345,38 @@ class ShmTransport:
         if kind == KIND_ACK:
             self._free[src].extend(np.frombuffer(data, np.int64, nelem, HEADER.size).tolist())
             return
+        if kind == KIND_FIN:
+            self._rndv_out[src] -= nelem
+            return
+        if kind == KIND_CAPS:
+            self._peer_reads_me[src] = bool(count)
+            return
         sig = CallSignature(op, algo, dtype, redop, count, root)
+        fetch = None
         if kind == KIND_INLINE:
             payload = memoryview(data)[HEADER.size :]
         elif kind == KIND_SLOT:
             payload = self._peer_segments[src][slot : slot + nelem * _ITEMSIZE[dtype]]
+        elif kind == KIND_RNDV:
+            payload, fetch = None, self._fetcher(src, slot)
         else:
             payload = memoryview(data)[HEADER.size :]
-        got.append(Incoming(kind, src, comm_id, seq, msg_index, sig, msg_count, offset, nelem, sent_at, arrival, payload, slot))
+        got.append(Incoming(kind, src, comm_id, seq, msg_index, sig, msg_count, offset, nelem, sent_at, arrival, payload, slot, fetch))
+
+    def _fetcher(self, src: int, address: int):
+        def fetch(dst: np.ndarray | None, dtype: np.dtype, nelem: int) -> np.ndarray:
+            if dst is None:  # to be reduced: read into scratch, reused call after call (warm pages)
+                need = nelem * np.dtype(dtype).itemsize
+                if self._scratch.nbytes < need:
+                    self._scratch = np.empty(need, np.uint8)
+                dst = self._scratch[:need].view(dtype)
+            try:
+                cma.read_into(self._peer_pids[src], address, dst)
+            except (ProcessLookupError, PermissionError) as err:
+                raise HcclRemoteError(f"rank {self.world_rank} cannot read rank {src}'s buffer: {err}") from None
+            return dst
+
+        return fetch
 
     def peer_alive(self, peer: int) -> bool:
         pid = self._peer_pids.get(peer)

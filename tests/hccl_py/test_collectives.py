@@ -110,11 +110,20 @@ def test_every_collective_algorithm_dtype_and_op(size):
 @pytest.mark.parametrize("size", [3, 4])
 def test_large_payloads_stream_through_small_staging(size):
     """HCCL_BUFFSIZE=1 (MB): messages are cut into many slot-sized slices and still exact."""
-    results = run_ranks(_large, size, timeout=110, env={"HCCL_BUFFSIZE": "1"})
+    results = run_ranks(_large, size, 400_003, timeout=110, env={"HCCL_BUFFSIZE": "1"})
     _assert_identical(results)
 
 
-def _large() -> list:
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("single_copy", ["1", "0"])
+def test_large_payloads_read_directly_or_through_slots(single_copy):
+    """Slices of >= 2 MiB are read straight from the sender's buffer (process_vm_readv), or, with
+    HCCL_PY_CMA=0, go through the shared slots: both exact."""
+    results = run_ranks(_large, 3, 1_500_007, timeout=110, env={"HCCL_PY_CMA": single_copy})
+    _assert_identical(results)
+
+
+def _large(count: int) -> list:
     import hccl_py
 
     comm = hccl_py.init()
@@ -123,5 +132,5 @@ def _large() -> list:
         for algo in (*algos_for(collective), "auto"):
             for dtype, op in ((np.dtype(np.float32), ReduceOp.SUM), (np.dtype(np.int64), ReduceOp.MAX)):
                 case = f"large/{collective}/{algo}/{dtype}"
-                digests.append((case, run_case(comm, collective, algo, dtype, op, 400_003, 1 % comm.size, case)))
+                digests.append((case, run_case(comm, collective, algo, dtype, op, count, 1 % comm.size, case)))
     return digests
