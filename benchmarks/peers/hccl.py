@@ -1,7 +1,7 @@
 """hccl-py itself: ranks started with ``launch.spawn`` (or already running under hccl-launch).
 
 Calls as a user writes them: ``all_reduce``/``broadcast``/``reduce`` in place on the buffer,
-``all_gather``/``reduce_scatter`` returning a new array (hccl_py's API has no output argument),
+``all_gather``/``reduce_scatter`` into the staged output buffer (``out=``),
 every call with ``algo=--algo``.
 
 Extra columns (the hook for modeled time): list them in ``EXTRA_COLUMNS`` and fill the measured
