@@ -3,6 +3,7 @@ MPI (mpi4py + MPICH) and torch.distributed gloo.
 
     hccl-bench allreduce -n 4 -b 8 -e 64M -f 2 -w 5 -i 20 -d fp32 -o sum --algo ring
     hccl-bench allgather -n 2 -b 1K -e 16M -f 4 --vs mpi,gloo --json ag.json --plot ag.png
+    hccl-bench partition --topology mixed-4p --workload dp-infer     # communication groups (benchmarks/partition.py)
 
 It starts its own ranks (launch.spawn, mpiexec, one process per gloo rank). Started as a rank of
 a job instead (``hccl-launch -n 4 hccl-bench ...``, ``mpiexec -n 4 hccl-bench ...``), it runs
@@ -49,7 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Measure hccl-py's collectives like nccl-tests (size sweep, algbw/busbw, #wrong), "
                     "optionally side by side with MPI (mpi4py+MPICH) and torch gloo.",
         epilog="Sizes take K/M/G suffixes (powers of 1024). Example: "
-               "hccl-bench allreduce -n 2 -b 8 -e 64M -f 4 --vs mpi,gloo --plot ar.png",
+               "hccl-bench allreduce -n 2 -b 8 -e 64M -f 4 --vs mpi,gloo --plot ar.png. "
+               "Communication groups: hccl-bench partition --help",
     )
     p.add_argument("collective", choices=list(COLLECTIVES), help="the collective to measure")
     p.add_argument("-n", "--nranks", type=int, default=2, help="ranks (simulated cards), default 2")
@@ -167,6 +169,11 @@ def _run_in_place(args: argparse.Namespace, env_updates: dict[str, str]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["partition"]:  # hccl-bench partition ...: auto vs manual vs optimized groups, simulated
+        from .partition import main as partition_main
+
+        return partition_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

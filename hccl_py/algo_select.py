@@ -3,7 +3,10 @@
 ``HCCL_ALGO`` is read in HCCL's own syntax, globally (``level0:NA;level1:ring``) or per
 operator (``allreduce=level0:NA;level1:ring/allgather=level0:NA;level1:H-D_R``), and in the short
 per-operator form ``allreduce=ring/allgather=mesh``. HCCL's names map onto hccl-py's: ``ring``,
-``H-D_R`` -> ``hd``, ``fullmesh`` -> ``mesh``, ``NA`` -> automatic. HCCL algorithms hccl-py does not
+``H-D_R`` -> ``hd``, ``fullmesh`` -> ``mesh``, ``NA`` -> automatic. Setting *both* levels
+(``level0:ring;level1:H-D_R``) asks for HCCL's two-level algorithm: ``hier:ring/hd``, level0
+inside the communicator's groups, level1 across them (``algorithms/hierarchical.py``; the groups
+are ``Communicator.partition``). ``algo="hier"`` is ``hier:ring/ring``. HCCL algorithms hccl-py does not
 implement (NHR, NB, pipeline, ...) are accepted by the parser and refused, with
 ``HcclNotSupportedError``, by the call that would use them — never silently replaced.
 """
@@ -12,10 +15,12 @@ from __future__ import annotations
 
 from typing import Callable
 
+from .algorithms.hierarchical import HIER_COLLECTIVES, LEVELS
 from .algorithms.registry import ALL_ALGOS, SCHEDULES, algos_for
 from .errors import HcclNotSupportedError, HcclParamError
 
 AUTO = "auto"
+HIER = "hier"
 # HCCL's operator names in HCCL_ALGO -> hccl-py's collective names
 _HCCL_OPS = {
     "allreduce": "allreduce",
@@ -36,13 +41,18 @@ def _parse_levels(text: str, where: str) -> str:
     if ":" not in text:
         return _algo_name(text, where)
     chosen = AUTO
+    levels = {}
     for part in filter(None, (p.strip() for p in text.split(";"))):
         level, sep, value = part.partition(":")
         if not sep or level.strip().lower() not in ("level0", "level1", "level2"):
             raise HcclParamError(f"HCCL_ALGO: cannot read {part!r} in {where!r}; expected e.g. 'level0:NA;level1:ring'")
         name = _algo_name(value, where)
+        levels[level.strip().lower()] = name
         if name != AUTO:
             chosen = name
+    inner, outer = levels.get("level0", AUTO), levels.get("level1", AUTO)
+    if AUTO not in (inner, outer) and inner.lower() not in HCCL_ONLY_ALGOS and outer.lower() not in HCCL_ONLY_ALGOS:
+        return f"{HIER}:{inner}/{outer}"  # both levels set: the two-level algorithm
     return chosen
 
 
@@ -95,6 +105,31 @@ def fastest(cost_model, collective: str, count: int, itemsize: int, world_ranks:
     return best
 
 
+def hier_levels(name: str) -> tuple[str, str] | None:
+    """``"hier"`` -> ``("ring", "ring")``, ``"hier:ring/H-D_R"`` -> ``("ring", "hd")`` (inner =
+    level0, outer = level1); ``None`` for any other name."""
+    head, sep, rest = name.strip().lower().partition(":")
+    if head != HIER:
+        return None
+    if not sep:
+        return "ring", "ring"
+    inner, slash, outer = rest.partition("/")
+    if not slash:
+        raise HcclParamError(f"algo {name!r}: write hier:<inner>/<outer>, e.g. hier:ring/hd")
+    return _HCCL_ALGOS.get(inner.strip(), inner.strip()), _HCCL_ALGOS.get(outer.strip(), outer.strip())
+
+
+def _resolve_hier(collective: str, levels: tuple[str, str]) -> str:
+    if collective not in HIER_COLLECTIVES:
+        raise HcclNotSupportedError(f"{collective}: no hierarchical algorithm; hier serves {', '.join(HIER_COLLECTIVES)}")
+    for level, algo, flat in zip(("inner (level0)", "outer (level1)"), levels, LEVELS[collective]):
+        for c in flat:
+            if (c, algo) not in SCHEDULES:
+                raise HcclNotSupportedError(f"{collective}: hier's {level} algorithm {algo!r} has no {c}; "
+                                            f"use one of {', '.join(algos_for(c))}")
+    return f"{HIER}:{levels[0]}/{levels[1]}"
+
+
 def resolve(collective: str, algo: str, choose_auto: Callable[[], str], env_table: dict[str, str]) -> str:
     """The concrete algorithm for one call; raises for names that cannot serve it.
 
@@ -111,6 +146,9 @@ def resolve(collective: str, algo: str, choose_auto: Callable[[], str], env_tabl
     else:
         source = "algo="
         name = _HCCL_ALGOS.get(name, name)
+    levels = hier_levels(name)
+    if levels is not None:
+        return _resolve_hier(collective, levels)
     if (collective, name) in SCHEDULES:
         return name
     if name in ALL_ALGOS:

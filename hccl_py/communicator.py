@@ -16,7 +16,7 @@ import numpy as np
 from topology import Topology, TopologyError, auto_partition, load_partition, validate_partition
 
 from . import algo_select
-from .algorithms import p2p
+from .algorithms import hierarchical, p2p
 from .algorithms.registry import ALL_ALGOS, get_schedule
 from .algorithms.schedule import Schedule
 from .context import RankContext
@@ -78,6 +78,7 @@ class Communicator:
         self._p2p_received: dict[int, int] = {}
         self._closed_reason: str | None = None
         self._on_destroy = on_destroy
+        self._partition: tuple[tuple[int, ...], ...] | None = None  # groups of algo="hier"; None: auto
 
     # -- identity -------------------------------------------------------------------------------
     @property
@@ -197,8 +198,9 @@ class Communicator:
             lambda: algo_select.fastest(self._rc.cost_model, collective, count, itemsize, self._world_ranks, root),
             self._algo_env,
         )
-        fn = get_schedule(collective, name)
-        sig = CallSignature(kind, _ALGO_INDEX[name], dtype_code(dtype, where=collective), int(redop or 0), count, root)
+        levels = algo_select.hier_levels(name)
+        fn = get_schedule(collective, name) if levels is None else hierarchical.schedule_for(collective, self.partition, *levels)
+        sig = CallSignature(kind, _ALGO_INDEX[name.partition(":")[0]], dtype_code(dtype, where=collective), int(redop or 0), count, root)
         costs = self._rc.cost_model.call_costs(fn, self.size, count, root, itemsize, self._world_ranks)[self._rank] if self._rc.modeled else None
         nbytes = count * itemsize * (self.size if kind is OpKind.REDUCE_SCATTER else 1)
         return _Call(collective, name, fn(self._rank, self.size, count, root), costs, UFUNCS.get(redop), nbytes,
@@ -456,19 +458,45 @@ class Communicator:
         """
         what = f"create_groups on '{self.name}'"
         self._check_usable(what)
-        try:
-            if isinstance(groups, str) and groups.strip().lower() == "auto":
-                by_world = auto_partition(self._rc.topology, list(self._world_ranks))
-                partition = [[self._world_ranks.index(w) for w in group] for group in by_world]
-            else:
-                partition = load_partition(groups, self.size) if isinstance(groups, str) else groups
-                partition = validate_partition(partition, self.size)
-        except TopologyError as err:
-            raise HcclParamError(f"{what}: {err}") from None
+        partition = self._partition_of(groups, what)
         seq = self._agree(what, partition, "partition")
         index = next(i for i, group in enumerate(partition) if self._rank in group)
         mine = list(partition[index])
         return self._child(mine, _comm_id(self._id, seq, "groups", index, tuple(mine)), f"{self.name}/groups[{index}]")
+
+    def _partition_of(self, groups: "str | Sequence[Sequence[int]]", what: str) -> list[list[int]]:
+        """``groups`` ("auto", rank lists or "0,2;1,3"; a file path too) as a checked partition."""
+        try:
+            if isinstance(groups, str) and groups.strip().lower() == "auto":
+                by_world = auto_partition(self._rc.topology, list(self._world_ranks))
+                return [[self._world_ranks.index(w) for w in group] for group in by_world]
+            partition = load_partition(groups, self.size) if isinstance(groups, str) else groups
+            return validate_partition(partition, self.size)
+        except TopologyError as err:
+            raise HcclParamError(f"{what}: {err}") from None
+
+    @property
+    def partition(self) -> tuple[tuple[int, ...], ...]:
+        """The groups ``algo="hier"`` runs on (ranks of this communicator): the last
+        :meth:`set_partition`, by default HCCL's automatic grouping of this communicator."""
+        if self._partition is None:
+            self._partition = tuple(tuple(g) for g in self._partition_of("auto", f"partition of '{self.name}'"))
+        return self._partition
+
+    def set_partition(self, groups: "str | Sequence[Sequence[int]]" = "auto") -> None:
+        """Set the groups of this communicator's hierarchical collectives (``algo="hier"``):
+        ``"auto"``, a list of rank lists, ``"0,2;1,3"`` or a file. Every rank calls it with the
+        same partition (checked with one small all_gather)::
+
+            comm.set_partition("1,2;0,3")
+            comm.all_reduce(x, algo="hier")     # reduce-scatter in {1,2} and {0,3}, allreduce across, allgather
+        """
+        what = f"set_partition on '{self.name}'"
+        self._check_usable(what)
+        partition = self._partition_of(groups, what)
+        self._agree(what, partition, "partition")
+        self._partition = tuple(tuple(g) for g in partition)
+        self._calls = {key: call for key, call in self._calls.items() if not call.algo.startswith("hier")}
 
     def _agree(self, what: str, value, name: str) -> int:
         """Check that every rank passed the same ``value`` (one small allgather); returns the

@@ -34,12 +34,24 @@ HCCL_PY_FLIGHT_DIR = "HCCL_PY_FLIGHT_DIR"  # ranks dump their flight recorder he
 HCCL_PY_CMA = "HCCL_PY_CMA"  # "0": no single-copy reads between ranks, every payload through the slots
 HCCL_PY_MODELED_TIME = "HCCL_PY_MODELED_TIME"  # "0": no modeled clock (measures the bookkeeping's own cost)
 HCCL_PY_WALL_ORIGIN = "HCCL_PY_WALL_ORIGIN"  # time.monotonic() the job started: aligns wall timelines
+HCCL_PY_TRANSPORT = "HCCL_PY_TRANSPORT"  # shm | tcp | mpi: overrides the automatic transport choice
+HCCL_PY_HOST_ID = "HCCL_PY_HOST_ID"  # which ranks share a host (shared memory); default: this kernel + namespaces
+HCCL_PY_NNODES = "HCCL_PY_NNODES"  # hccl-launch --nnodes (set for every rank)
+HCCL_PY_NODE_RANK = "HCCL_PY_NODE_RANK"  # hccl-launch --node-rank (set for every rank)
+
+# Started by an MPI launcher or Slurm: (rank, size, local rank) variables, first match wins
+MPI_LAUNCH_VARS = (
+    ("mpiexec (MPICH/Hydra)", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),
+    ("mpiexec (Open MPI)", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
+    ("srun (Slurm)", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
+)
 
 # HCCL's, with HCCL's defaults
 HCCL_CONNECT_TIMEOUT = "HCCL_CONNECT_TIMEOUT"  # seconds, default 120
 HCCL_EXEC_TIMEOUT = "HCCL_EXEC_TIMEOUT"  # seconds, default 1836; 0 = no limit
 HCCL_BUFFSIZE = "HCCL_BUFFSIZE"  # MB of staging per rank
 HCCL_ALGO = "HCCL_ALGO"
+HCCL_IF_IP = "HCCL_IF_IP"  # the address this rank's TCP transport listens on (HCCL: NIC for host traffic)
 
 DEFAULT_CONNECT_TIMEOUT_S = 120.0
 DEFAULT_EXEC_TIMEOUT_S = 1836.0

@@ -3,11 +3,15 @@
     hccl-launch -n 4 infer.py --batch 8
     hccl-launch -n 4 -m mypkg.infer --batch 8
     hccl-launch -n 8 --log-dir logs --timeout 600 infer.py
+    hccl-launch --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 --master-port 29500 -n 8 infer.py   # on host 1
+    hccl-launch --nnodes 2 --node-rank 1 --master-addr 10.0.0.1 --master-port 29500 -n 8 infer.py   # on host 2
 
 Every rank gets RANK_ID/RANK_SIZE/DEVICE_ID (HCCL names), RANK/WORLD_SIZE/LOCAL_RANK/
 LOCAL_WORLD_SIZE (torchrun names), MASTER_ADDR/MASTER_PORT (the rendezvous store the launcher
 hosts) and HCCL_PY_JOB_ID. Output lines are prefixed with ``[rank] ``. If a rank fails, the
 others are stopped and a root-cause report is printed; the exit status is the failing rank's.
+Across nodes, global rank = node_rank * nproc + local rank (or as the rank table places them),
+node 0's launcher hosts the store, and ranks use shared memory within a host and TCP across.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from pathlib import Path
 
 from hccl_py.errors import HcclError
 
-from topology import RankTable, Topology, TopologyError, default_preset
+from topology import RankTable, Topology, TopologyError
 
 from .config import LaunchConfig
 from .supervisor import EXIT_TIMEOUT, Supervisor
@@ -38,7 +42,11 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     parser.add_argument("-n", "--nproc", "--nproc-per-node", dest="nproc", type=int, required=True,
-                        help="number of ranks (simulated cards) to start")
+                        help="number of ranks (simulated cards) to start on this node")
+    parser.add_argument("--nnodes", type=int, default=1,
+                        help="number of nodes (hosts), each running one hccl-launch with -n ranks (default 1)")
+    parser.add_argument("--node-rank", type=int, default=0,
+                        help="this node's index in 0..nnodes-1; node 0 hosts the rendezvous store (default 0)")
     parser.add_argument("-m", "--module", dest="is_module", action="store_true",
                         help="run the target as a module, like `python -m`")
     parser.add_argument("--log-dir", type=Path, default=None, metavar="DIR",
@@ -48,9 +56,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
                         help=f"wall-clock limit for the whole job; on expiry all ranks are stopped, exit {EXIT_TIMEOUT}")
     parser.add_argument("--master-addr", default="127.0.0.1",
-                        help="address the rendezvous store binds and ranks connect to (default 127.0.0.1)")
+                        help="address the rendezvous store binds and ranks connect to; across nodes: node 0's address "
+                             "(default 127.0.0.1)")
     parser.add_argument("--master-port", type=int, default=0,
-                        help="port of the rendezvous store (default: a free port)")
+                        help="port of the rendezvous store (default: a free port; required with --nnodes > 1)")
     parser.add_argument("--topology", default=None, metavar="NAME",
                         help="modeled cluster preset, e.g. ascend910-8p, mixed-4p, 2x8p-roce (default: one for N cards; see hccl-topo presets)")
     parser.add_argument("--rank-table", type=Path, default=None, metavar="FILE",
@@ -92,6 +101,8 @@ def parse_args(argv: Sequence[str] | None = None) -> LaunchConfig:
             trace_dir=ns.trace,
             figures=ns.figures,
             faults=tuple(ns.fault),
+            nnodes=ns.nnodes,
+            node_rank=ns.node_rank,
         )
     except ValueError as err:
         parser.error(str(err))
@@ -101,23 +112,38 @@ def parse_args(argv: Sequence[str] | None = None) -> LaunchConfig:
 def describe_cluster(config: LaunchConfig) -> str:
     """The modeled cluster the ranks will see, checked here so a bad name fails before any rank
     starts: 'topology ascend910-8p (default for 4 cards)'."""
+    world = config.world_size
     if config.rank_table is not None:
         topo = Topology.from_rank_table(RankTable.load(config.rank_table), preset=config.topology, figures=config.figures)
         how = f"rank table {config.rank_table}"
     else:
-        name = config.topology or default_preset(config.nproc)
-        topo = Topology.preset(name, n=config.nproc, figures=config.figures)
-        how = f"topology {name}" + ("" if config.topology else f" (default for {config.nproc} cards)")
-    if topo.num_ranks != config.nproc:
-        raise TopologyError(f"{how} has {topo.num_ranks} cards but -n is {config.nproc}", field="nproc")
+        name = config.topology or config.default_topology()
+        topo = Topology.preset(name, n=world, figures=config.figures)
+        default = f"{config.nnodes} nodes x {config.nproc} cards" if config.nnodes > 1 else f"{config.nproc} cards"
+        how = f"topology {name}" + ("" if config.topology else f" (default for {default})")
+    if topo.num_ranks != world:
+        what = f"--nnodes {config.nnodes} x -n {config.nproc} = {world}" if config.nnodes > 1 else f"-n is {config.nproc}"
+        raise TopologyError(f"{how} has {topo.num_ranks} cards but {what}", field="nproc")
+    if config.nnodes > 1:
+        ranks = [r for r, _ in config.node_ranks()]
+        servers = sorted({topo.server_of(r) for r in ranks})
+        where = f"server {servers[0]}" if len(servers) == 1 else f"servers {servers}"
+        return f"node {config.node_rank} of {config.nnodes}: ranks {_span(ranks)} of {world}, modeled {where} of {how}"
     return how
+
+
+def _span(ranks: list[int]) -> str:
+    return f"{ranks[0]}-{ranks[-1]}" if ranks == list(range(ranks[0], ranks[-1] + 1)) and len(ranks) > 1 else ",".join(map(str, ranks))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``hccl-launch`` console script; returns the exit status."""
     config = parse_args(argv)
     try:
-        print(f"hccl-launch: {config.nproc} ranks on {describe_cluster(config)}", file=sys.stderr, flush=True)
+        if config.nnodes > 1:
+            print(f"hccl-launch: {describe_cluster(config)}", file=sys.stderr, flush=True)
+        else:
+            print(f"hccl-launch: {config.nproc} ranks on {describe_cluster(config)}", file=sys.stderr, flush=True)
     except TopologyError as err:
         print(f"hccl-launch: {err}", file=sys.stderr)
         return 2

@@ -4,6 +4,11 @@ Kept apart from argparse (``launch/cli.py``) so the supervisor and tests build i
 
     cfg = LaunchConfig(nproc=4, target="infer.py", args=("--batch", "8"))
     cfg.command()   # [sys.executable, "infer.py", "--batch", "8"]
+
+Several hosts form one job when each runs a launcher with the same ``nnodes``, its own
+``node_rank`` and the same master address and port (node 0 hosts the store there)::
+
+    LaunchConfig(nproc=4, target="infer.py", nnodes=2, node_rank=1, master_addr="10.0.0.1", master_port=29500)
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from pathlib import Path
 
 from hccl_py.errors import HcclParamError
 from hccl_py.faults import check_ranks, parse_fault
+from topology import RankTable, TopologyError, default_preset
 
 
 @dataclass(frozen=True)
@@ -39,6 +45,8 @@ class LaunchConfig:
     trace_dir: Path | None = None  # every rank writes its Chrome trace here; merged into trace.json
     figures: Path | None = None  # JSON overriding link/card figures (HCCL_PY_FIGURES)
     faults: tuple[str, ...] = ()  # fault specs (HCCL_PY_FAULTS), checked before any rank starts
+    nnodes: int = 1  # launchers (hosts) in the job; nproc ranks each
+    node_rank: int = 0  # this launcher's place among them; node 0 hosts the store
     python: str = field(default_factory=lambda: sys.executable)
 
     def __post_init__(self) -> None:
@@ -50,16 +58,58 @@ class LaunchConfig:
             raise ValueError(f"timeout must be > 0 seconds, got {self.timeout_s}")
         if not 0 <= self.master_port <= 65535:
             raise ValueError(f"master port must be in 0..65535, got {self.master_port}")
+        if self.nnodes < 1:
+            raise ValueError(f"nnodes must be >= 1, got {self.nnodes}")
+        if not 0 <= self.node_rank < self.nnodes:
+            raise ValueError(f"node rank must be in 0..{self.nnodes - 1} (--nnodes {self.nnodes}), got {self.node_rank}")
+        if self.nnodes > 1 and self.master_port == 0:
+            raise ValueError("--nnodes > 1 needs --master-port (and --master-addr: node 0's address): "
+                             "every node's launcher must find node 0's store there")
         try:
-            check_ranks([parse_fault(spec) for spec in self.faults], self.nproc)
+            check_ranks([parse_fault(spec) for spec in self.faults], self.world_size)
         except HcclParamError as err:
             raise ValueError(err.message) from None
+
+    @property
+    def world_size(self) -> int:
+        """Ranks in the whole job: ``nnodes * nproc``."""
+        return self.nnodes * self.nproc
+
+    def default_topology(self) -> str:
+        """The preset when none is given: one for ``nproc`` cards on one node; across nodes one
+        modeled server per node (``2x4p-roce`` for 2 nodes of 4), so ``server_of(rank)`` is the
+        rank's node."""
+        if self.nnodes > 1 and self.nproc <= 8:
+            return f"{self.nnodes}x{self.nproc}p-roce"
+        return default_preset(self.world_size)
+
+    def node_ranks(self) -> list[tuple[int, int]]:
+        """(world rank, device id) of the ranks this node runs, in local-rank order.
+
+        Without a rank table: ranks ``node_rank * nproc ...`` on devices 0..nproc-1. With one
+        across nodes, node k runs the ranks of the table's k-th server (``server_list[k]``) on
+        the devices the table gives them, so the table maps ranks to hosts.
+        """
+        if self.nnodes == 1 or self.rank_table is None:
+            base = self.node_rank * self.nproc
+            return [(base + i, i) for i in range(self.nproc)]
+        table = RankTable.load(self.rank_table)
+        if table.server_count != self.nnodes:
+            raise TopologyError(f"rank table {self.rank_table} has {table.server_count} servers but --nnodes is {self.nnodes}; "
+                                "each node runs one server's ranks", field="nnodes")
+        server = table.servers[self.node_rank]
+        if len(server.devices) != self.nproc:
+            raise TopologyError(f"rank table {self.rank_table}: server_list[{self.node_rank}] (server_id {server.server_id}) "
+                                f"has {len(server.devices)} devices but -n is {self.nproc}", field="nproc")
+        return sorted((dev.rank_id, dev.device_id) for dev in server.devices)
 
     def modeled_env(self) -> dict[str, str]:
         """Environment that chooses the modeled cluster and the trace output for every rank."""
         out = {}
         if self.topology:
             out["HCCL_PY_TOPOLOGY"] = self.topology
+        elif self.nnodes > 1 and self.rank_table is None:
+            out["HCCL_PY_TOPOLOGY"] = self.default_topology()  # ranks would otherwise guess one host
         if self.rank_table is not None:
             out["RANK_TABLE_FILE"] = str(self.rank_table.resolve())
         if self.trace_dir is not None:

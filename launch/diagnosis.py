@@ -34,8 +34,9 @@ def _rank_list(ranks: list[int]) -> str:
     return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(str(r) for r in ranks)
 
 
-def diagnose(dumps: dict[int, dict], world_size: int) -> dict:
-    """The findings as data (for diagnosis.json); :func:`format_diagnosis` words them."""
+def diagnose(dumps: dict[int, dict], world_size: int, local_ranks: list[int] | None = None) -> dict:
+    """The findings as data (for diagnosis.json); :func:`format_diagnosis` words them.
+    ``local_ranks``: the ranks this launcher ran (multi-node); the others' dumps are elsewhere."""
     origin = {r: d.get("wall_origin", 0.0) for r, d in dumps.items()}
     failures = []
     for rank, doc in dumps.items():
@@ -60,10 +61,10 @@ def diagnose(dumps: dict[int, dict], world_size: int) -> dict:
             continue
         stuck_seq = min(rec["seq"] for rec in unfinished)
         stuck = next(rec for rec in unfinished if rec["seq"] == stuck_seq)
-        entered, waited, missing, unknown = [], [], [], []
+        entered, waited, missing, unknown, elsewhere = [], [], [], [], []
         for r in members:
             if r not in dumps:
-                unknown.append(r)
+                (elsewhere if local_ranks is not None and r not in local_ranks else unknown).append(r)
                 continue
             recs = {rec["seq"]: rec for rec in per_rank.get(r, [])}
             rec = recs.get(stuck_seq)
@@ -77,7 +78,7 @@ def diagnose(dumps: dict[int, dict], world_size: int) -> dict:
                 end = rec["wall_end"] if rec["wall_end"] is not None else dumps[r].get("dumped_at_s", 0.0) + origin[r]
                 waited.append({"rank": r, "state": rec["state"], "waited_s": end - rec["wall_start"], "error": rec["error"]})
         communicators.append({"comm": comm, "op": stuck["op"], "seq": stuck_seq, "never_entered": missing,
-                              "waiting": waited, "completed": entered, "no_record": unknown})
+                              "waiting": waited, "completed": entered, "no_record": unknown, "other_nodes": elsewhere})
     imbalance = []
     for rank, doc in sorted(dumps.items()):
         waited_for = doc.get("waited_for") or {}
@@ -111,6 +112,8 @@ def format_diagnosis(found: dict) -> str:
             parts.append(f"{_rank_list([w['rank'] for w in inside])} were still in {call} when stopped (after {longest:.1f} s)")
         if c["no_record"]:
             parts.append(f"{_rank_list(c['no_record'])} left no flight record (killed before it could write one)")
+        if c.get("other_nodes"):
+            parts.append(f"{_rank_list(c['other_nodes'])} ran on other nodes (see their launchers' reports)")
         lines.append(f"  {c['comm']}: " + "; ".join(parts))
     for r in found["ranks"]:
         if r["reason"] and not r["reason"].startswith("stopped by SIGTERM"):

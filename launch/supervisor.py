@@ -29,7 +29,9 @@ from pathlib import Path
 from collections.abc import Callable
 from typing import BinaryIO
 
-from hccl_py.store import StoreServer
+from hccl_py import env
+from hccl_py.errors import HcclError, HcclTimeoutError
+from hccl_py.store import StoreClient, StoreServer, store_address
 
 from ._proc import new_job_id, pdeathsig_preexec, rank_env, shell_exit_code, signal_name
 from .config import LaunchConfig
@@ -39,6 +41,8 @@ from .report import RankOutcome, format_failure, format_stopped, merge_traces
 POLL_INTERVAL_S = 0.05  # how often exits are checked: a crash is noticed within ~50 ms
 STDERR_TAIL_LINES = 20
 EXIT_TIMEOUT = 124  # as coreutils timeout(1)
+JOB_ID_KEY = "hccl-launch/job_id"  # across nodes: node 0's launcher publishes the job id here
+NODE_KEY = "hccl-launch/node"  # and every other node's launcher checks in under NODE_KEY/<node rank>
 
 
 @dataclass(eq=False)
@@ -107,8 +111,18 @@ class Supervisor:
         """Start the ranks, supervise them to the end, and return the launcher's exit status."""
         previous = self._install_signal_handlers()
         try:
-            self._store = StoreServer(self.config.master_addr, self.config.master_port).start()
-            self._start_ranks()
+            if self.config.node_rank == 0:
+                self._store = StoreServer(self.config.master_addr, self.config.master_port).start()
+                port = self._store.port
+                if self.config.nnodes > 1:
+                    self._share_job_id()
+                    self._wait_for_nodes()
+            else:
+                port = self.config.master_port
+                self.job_id = self._join_node0()
+            if self._signals:
+                return self._interrupted(self._signals[0])
+            self._start_ranks(port)
             return self._supervise()
         finally:
             # Whatever happened (including a bug here or a failed start), nothing outlives us.
@@ -127,14 +141,60 @@ class Supervisor:
 
     # -- start -------------------------------------------------------------------------------
 
-    def _start_ranks(self) -> None:
-        cfg = self.config
+    def _share_job_id(self) -> None:
+        """Node 0: put the job id in the store, where the other nodes' launchers read it (every
+        rank of the job must name its keys and sockets alike)."""
         assert self._store is not None
+        with StoreClient(self._store.address, timeout_s=10) as client:
+            client.set(JOB_ID_KEY, self.job_id.encode())
+
+    def _wait_for_nodes(self) -> None:
+        """Node 0: start ranks only once every node's launcher has joined (HCCL_CONNECT_TIMEOUT),
+        so the store outlives every launcher's use of it even if node 0's ranks finish first."""
+        assert self._store is not None
+        keys = [f"{NODE_KEY}/{k}" for k in range(1, self.config.nnodes)]
+        deadline = time.monotonic() + env.connect_timeout_s()
+        with StoreClient(self._store.address, timeout_s=10) as client:
+            while not self._signals:
+                try:
+                    client.wait(keys, min(1.0, max(deadline - time.monotonic(), 0.01)))
+                    return
+                except HcclTimeoutError:
+                    if time.monotonic() >= deadline:
+                        missing = [k for k, ok in zip(range(1, self.config.nnodes), client.check(keys)) if not ok]
+                        raise HcclTimeoutError(
+                            f"node 0: node(s) {missing} of {self.config.nnodes} did not join within "
+                            f"{env.connect_timeout_s():g} s (HCCL_CONNECT_TIMEOUT); start hccl-launch --node-rank N "
+                            f"--master-addr {self.config.master_addr} --master-port {self._store.port} on each") from None
+
+    def _join_node0(self) -> str:
+        """Other nodes: check in with node 0 and take its job id, waiting for node 0 up to
+        HCCL_CONNECT_TIMEOUT."""
+        cfg = self.config
+        deadline = time.monotonic() + env.connect_timeout_s()
+        with StoreClient(store_address(cfg.master_addr, cfg.master_port), timeout_s=env.connect_timeout_s()) as client:
+            while True:  # in short waits, so a Ctrl-C meanwhile is acted on
+                try:
+                    job_id = client.get(JOB_ID_KEY, min(1.0, max(deadline - time.monotonic(), 0.01))).decode()
+                    client.set(f"{NODE_KEY}/{cfg.node_rank}", str(os.getpid()).encode())
+                    return job_id
+                except HcclError as err:
+                    if self._signals:
+                        return ""  # run() stops here, as interrupted
+                    if time.monotonic() >= deadline:
+                        raise type(err)(f"node {cfg.node_rank}: no job from node 0 at {cfg.master_addr}:{cfg.master_port} "
+                                        f"(start hccl-launch --node-rank 0 there, with the same --master-port): "
+                                        f"{err.message}") from None
+
+    def _start_ranks(self, port: int) -> None:
+        cfg = self.config
         if cfg.log_dir is not None:
             cfg.log_dir.mkdir(parents=True, exist_ok=True)
         command = cfg.command()
-        for r in range(cfg.nproc):
-            child_env = {**os.environ, **rank_env(r, cfg.nproc, cfg.master_addr, self._store.port, self.job_id),
+        nodes = {env.HCCL_PY_NNODES: str(cfg.nnodes), env.HCCL_PY_NODE_RANK: str(cfg.node_rank)} if cfg.nnodes > 1 else {}
+        for local, (r, device) in enumerate(cfg.node_ranks()):
+            child_env = {**os.environ, **rank_env(r, cfg.world_size, cfg.master_addr, port, self.job_id, local, cfg.nproc),
+                         env.DEVICE_ID: str(device), **nodes,
                          **cfg.modeled_env(), "HCCL_PY_WALL_ORIGIN": repr(self._wall_origin),
                          "HCCL_PY_FLIGHT_DIR": str(self._flight_dir)}
             popen = subprocess.Popen(
@@ -286,7 +346,8 @@ class Supervisor:
         dumps = load_dumps(self._flight_dir)
         if not dumps:
             return
-        found = diagnose(dumps, self.config.nproc)
+        local = [r.rank for r in self._ranks] if self.config.nnodes > 1 else None
+        found = diagnose(dumps, self.config.world_size, local)
         self._report(format_diagnosis(found))
         if self.config.log_dir is not None:
             path = self.config.log_dir / "diagnosis.json"

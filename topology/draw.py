@@ -14,8 +14,9 @@ from .errors import TopologyError
 # One colour per link kind, chosen to stay distinguishable in print and for common colour-blindness.
 KIND_COLORS = {"HCCS": "#d62728", "HCCS_910B": "#ff7f0e", "PCIE": "#1f77b4", "HOST": "#7f7f7f",
                "ROCE100": "#2ca02c", "ROCE200": "#9467bd"}
-NODE_COLORS = {"card": "#fdd49e", "pcie": "#c6dbef", "nic": "#c7e9c0", "leaf": "#dadaeb", "spine": "#dadaeb"}
-NODE_LABELS = {"pcie": "CPU\nPCIe", "nic": "NIC", "leaf": None, "spine": "spine"}
+NODE_COLORS = {"card": "#fdd49e", "pcie": "#c6dbef", "rc": "#c6dbef", "nic": "#c7e9c0", "leaf": "#dadaeb",
+               "spine": "#dadaeb"}
+NODE_LABELS = {"pcie": "CPU\nPCIe", "rc": "CPU root\ncomplex", "nic": "NIC", "leaf": None, "spine": "spine"}
 
 
 def draw_png(topo, path: str | os.PathLike, max_servers: int = 8) -> int:
@@ -55,10 +56,12 @@ def draw_png(topo, path: str | os.PathLike, max_servers: int = 8) -> int:
     for n, data in sub.nodes(data=True):
         kind = data["type"]
         x, y = pos[n]
-        size = {"card": 520, "pcie": 700, "nic": 260}.get(kind, 900)
+        size = {"card": 520, "pcie": 700, "rc": 700, "nic": 260}.get(kind, 900)
         ax.scatter([x], [y], s=size, c=NODE_COLORS.get(kind, "#ffffff"), edgecolors="#333333", linewidths=0.8, zorder=2,
                    marker="o" if kind == "card" else "s")
         label = str(data["rank"]) if kind == "card" else (NODE_LABELS.get(kind) or n)
+        if kind == "pcie" and topo.template.acs:
+            label = "PCIe\nswitch\n(ACS)"
         ax.text(x, y, label, ha="center", va="center", fontsize=9 if kind == "card" else 6.5, zorder=3)
     for s in range(shown):
         cx = s * 4.2
@@ -112,6 +115,10 @@ def _layout(topo, sub) -> dict[str, tuple[float, float]]:
                 pos[n] = (cx + 1.6, -1.9)
             leaf = next(v for v in sub[n] if sub.nodes[v]["type"] == "leaf")
             leaf_x.setdefault(leaf, []).append(cx)
+    for n, data in sub.nodes(data=True):
+        if data["type"] == "rc":  # beside its switch
+            switch = next(v for v in sub[n] if sub.nodes[v]["type"] == "pcie")
+            pos[n] = (pos[switch][0] + 1.4, pos[switch][1])
     for leaf, xs in leaf_x.items():
         pos[leaf] = (sum(xs) / len(xs), 3.7)
     if "spine" in sub:

@@ -17,6 +17,18 @@ Server wirings (one :class:`ServerTemplate` each):
 ``mixed-4p``      4 x Ascend 910 PCIe cards under one PCIe switch where only cards 1 and 2 share
                   a fast HCCS bridge. HCCL sees no island here, so its automatic grouping
                   pairs {0,1},{2,3} while the fast pair is {1,2} (the effect issue 7 measures).
+                  The switch has ACS on (``acs``): as on any host with the IOMMU enabled, the
+                  kernel turns on PCIe Access Control Services, which redirect peer-to-peer
+                  requests to the CPU root complex, so every card-to-card PCIe flow crosses the
+                  switch's one x16 uplink up and back down and concurrent PCIe flows share it.
+                  Huawei documents exactly this for NPUs behind a PCIe switch ("[P2P Bandwidth]
+                  Low Cross-Ring PIX Bandwidth Due to ACS Triggered by IOMMU", MindCluster
+                  toolbox guide, https://www.hiascend.com/document/detail/en/mindcluster/730/toolbox/toolboxug/toolboxug_0254.html:
+                  "the unidirectional bandwidth is almost the same as the bidirectional
+                  bandwidth"), as does NVIDIA for GPUs (NCCL user guide, Troubleshooting, "PCI
+                  Access Control Services (ACS)"). Without it the bridge could not matter: one
+                  HCCS port (30 GB/s) is no faster than a card's own PCIe gen4 x16 link (31.5
+                  GB/s), and pairs on separate switch ports would never compete.
 
 Multi-server clusters ``NxMp-roce[-910|-910b]``: N servers, the first M cards of each wired as
 ``ascend910b-8p`` (default, 200 GbE) or ``ascend910-8p`` (``-910``, 100 GbE). NIC choice: every
@@ -49,7 +61,9 @@ class ServerTemplate:
     ``islands``: groups of local device ids joined in an HCCS full mesh of ``island_kind``;
     ``bridges``: extra direct card links ``(a, b, kind)`` that form no island;
     ``roots``: the cards under each CPU socket / PCIe root (roots are joined by HOST links);
-    ``nic``: ``"card"`` = one RoCE NIC per card, ``"host"`` = one host NIC on the first root.
+    ``nic``: ``"card"`` = one RoCE NIC per card, ``"host"`` = one host NIC on the first root;
+    ``acs``: each root is a PCIe switch with ACS on, whose x16 uplink to the CPU root complex
+    every card-to-card PCIe flow under it crosses twice (up, then down).
     """
 
     name: str
@@ -61,6 +75,7 @@ class ServerTemplate:
     islands: tuple[tuple[int, ...], ...] = ()
     island_kind: str = "HCCS"
     bridges: tuple[tuple[int, int, str], ...] = ()
+    acs: bool = False
 
 
 TEMPLATES: dict[str, ServerTemplate] = {
@@ -74,14 +89,14 @@ TEMPLATES: dict[str, ServerTemplate] = {
         "pcie-4p", "ascend310p", 4, roots=((0, 1, 2, 3),), nic="host", nic_kind="ROCE100"),
     "mixed-4p": ServerTemplate(
         "mixed-4p", "ascend910", 4, roots=((0, 1, 2, 3),), nic="host", nic_kind="ROCE100",
-        bridges=((1, 2, "HCCS"),)),
+        bridges=((1, 2, "HCCS"),), acs=True),
 }
 
 PRESETS: dict[str, str] = {
     "ascend910-8p": "1 server, 8 x Ascend 910: HCCS islands 0-3 and 4-7 (4-card full mesh each), islands joined over PCIe and the host",
     "ascend910b-8p": "1 server, 8 x Ascend 910B: HCCS full mesh",
     "pcie-4p": "1 server, 4 x Ascend 310P under one PCIe switch, no HCCS",
-    "mixed-4p": "1 server, 4 x Ascend 910 on PCIe; only ranks 1 and 2 share a fast HCCS bridge (no island)",
+    "mixed-4p": "1 server, 4 x Ascend 910 under one PCIe switch (ACS: peer traffic shares its uplink); only ranks 1 and 2 share a fast HCCS bridge (no island)",
     "2x8p-roce": "2 servers like ascend910b-8p, one 200 GbE RoCE port per NPU, one leaf switch",
     "2x8p-roce-910": "2 servers like ascend910-8p, one 100 GbE RoCE port per NPU, one leaf switch",
     "64x8p-roce": "64 servers like ascend910b-8p (512 NPUs): 2 leaves of 32 servers under one spine",

@@ -1,13 +1,16 @@
 """The cluster as a graph of cards, CPU/PCIe roots, NICs and switches, with routes between ranks.
 
-Node ids: ``card{rank}``, ``s{server}.pcie{k}`` (CPU socket / PCIe root k), ``s{server}.nic{d}``
+Node ids: ``card{rank}``, ``s{server}.pcie{k}`` (CPU socket / PCIe root k; with ACS the PCIe
+switch under it, whose uplink goes to ``s{server}.rc{k}``, the CPU root complex), ``s{server}.nic{d}``
 (RoCE port of device d, or ``nic0``: the host NIC), ``leaf{j}``, ``spine``. Every edge carries
 ``spec``: a :class:`~topology.figures.LinkSpec` (bandwidth per direction, so a route's hops are
 directed ``(u, v)`` pairs and A->B never competes with B->A).
 
 Routes follow the wiring, the way HCCL picks links, not a search: a direct card-to-card link
 (HCCS island or bridge) if there is one; else through the PCIe root(s) of the server; across
-servers card -> NIC -> leaf [-> spine -> leaf] -> NIC -> card. Traffic between two cards of one
+servers card -> NIC -> leaf [-> spine -> leaf] -> NIC -> card. Under a PCIe switch with ACS
+(``mixed-4p``) a card-to-card PCIe route is card -> switch -> root complex -> switch -> card: ACS
+redirects peer requests upstream, so such routes are not shortest paths. Traffic between two cards of one
 server never leaves the server: HCCL uses PCIe there unless HCCL_INTRA_ROCE_ENABLE=1, even where
 the RoCE loop would be faster (two 910 islands of a multi-server job). With the default figures
 the routes are exactly the latency-shortest paths under that rule (tested); they are computed in
@@ -168,6 +171,9 @@ class Topology:
                 for d in present:
                     self._root[by_device[d]] = root
                     self._add_edge(f"card{by_device[d]}", root, links["PCIE"], edges)
+                if t.acs:  # the switch's x16 uplink to the CPU root complex
+                    nodes.append((f"s{s}.rc{k}", {"type": "rc", "server": s}))
+                    self._add_edge(root, f"s{s}.rc{k}", links["PCIE"], edges)
             for a in range(len(roots)):
                 for b in range(a + 1, len(roots)):
                     self._add_edge(roots[a], roots[b], links["HOST"], edges)
@@ -284,6 +290,10 @@ class Topology:
         if self._server[a] == self._server[b]:
             if cb in self._spec[ca]:
                 hops: tuple[Hop, ...] = ((ca, cb),)
+            elif self._root[a] == self._root[b] and self.template.acs:  # ACS: up to the root complex and back
+                switch = self._root[a]
+                rc = switch.replace(".pcie", ".rc")
+                hops = ((ca, switch), (switch, rc), (rc, switch), (switch, cb))
             elif self._root[a] == self._root[b]:
                 hops = ((ca, self._root[a]), (self._root[a], cb))
             else:

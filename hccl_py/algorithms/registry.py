@@ -21,7 +21,9 @@ ScheduleFn = Callable[..., Schedule]  # (rank, size, count, root=0) -> Schedule
 COLLECTIVES = ("allreduce", "allgather", "broadcast", "reduce", "reduce_scatter")
 ALGOS = ("ring", "tree", "hd", "mesh")  # every collective has these
 EXTRA = (("allreduce", "rd"), ("barrier", "dissemination"), ("barrier", "monitored"))  # algorithms only some collectives have
-ALL_ALGOS = ALGOS + tuple(dict.fromkeys(algo for _, algo in EXTRA))  # stable indices for wire headers
+# Stable indices for wire headers. "hier" (two-level, on a partition: ``hierarchical.py``) has no
+# entry in SCHEDULES: its schedule function comes from ``hierarchical.schedule_for``.
+ALL_ALGOS = ALGOS + tuple(dict.fromkeys(algo for _, algo in EXTRA)) + ("hier",)
 
 _MODULES = {
     (collective, algo): import_module(f"{__package__}.{collective}_{algo}")
@@ -38,9 +40,12 @@ def algos_for(collective: str) -> tuple[str, ...]:
     return tuple(a for a in ALL_ALGOS if (collective, a) in SCHEDULES)
 
 
-def get_schedule(collective: str, algo: str) -> ScheduleFn:
+def get_schedule(collective: str, algo: "str | ScheduleFn") -> ScheduleFn:
     """The schedule function of ``algo`` for ``collective``; HcclNotSupportedError naming what
-    exists when there is none."""
+    exists when there is none. A schedule function (e.g. a hierarchical one from
+    ``hierarchical.schedule_for``) is returned as it is."""
+    if callable(algo):
+        return algo
     try:
         return SCHEDULES[(collective, algo)]
     except (KeyError, TypeError):

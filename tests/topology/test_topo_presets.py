@@ -61,8 +61,10 @@ def test_mixed_4p_has_one_fast_pair_1_2_and_no_island():
     topo = Topology.preset("mixed-4p")
     assert [topo.island_of(r) for r in range(4)] == [None] * 4
     assert kinds(topo, 1, 2) == ["HCCS"]
-    for a, b in [(0, 1), (2, 3), (0, 2), (0, 3), (1, 3)]:
-        assert kinds(topo, a, b) == ["PCIE", "PCIE"], (a, b)
+    for a, b in [(0, 1), (2, 3), (0, 2), (0, 3), (1, 3)]:  # ACS: up to the root complex and back down
+        assert topo.route(a, b).hops == ((f"card{a}", "s0.pcie0"), ("s0.pcie0", "s0.rc0"), ("s0.rc0", "s0.pcie0"),
+                                         ("s0.pcie0", f"card{b}")), (a, b)
+        assert kinds(topo, a, b) == ["PCIE"] * 4
     fast, slow = topo.route(1, 2), topo.route(0, 1)
     assert fast.latency_s < slow.latency_s
 
@@ -144,7 +146,7 @@ def _shortest_paths_agree(topo):
 
 
 @pytest.mark.parametrize("name, n", [
-    ("ascend910-8p", None), ("ascend910-8p", 6), ("ascend910b-8p", None), ("pcie-4p", None), ("mixed-4p", None),
+    ("ascend910-8p", None), ("ascend910-8p", 6), ("ascend910b-8p", None), ("pcie-4p", None),  # not mixed-4p: ACS
     ("2x8p-roce", None), ("2x8p-roce-910", None), ("3x4p-roce-910", 10), ("34x2p-roce", None),
 ])
 def test_structural_routes_are_latency_shortest_paths(name, n):

@@ -1,0 +1,438 @@
+"""Hierarchical (two-level) collectives on a partition of the communicator into groups: HCCL's
+level0 (inside a group: a server or an HCCS island) and level1 (across groups) algorithms,
+composed from the flat schedules.
+
+A schedule function has the registry's signature ``(rank, size, count, root)``, which has no room
+for a partition, so hierarchical schedules come from a cached *factory*::
+
+    fn = schedule_for("allreduce", [[0, 1], [2, 3]], inner="ring", outer="hd")
+    fn(rank, 4, count)                       # a Schedule, like any flat algorithm's
+    simulate("allreduce", fn, topo, count)   # the simulator, cost model, executor and playback
+                                             # take the function like a registry name
+
+``schedule_for`` is cached per (collective, partition, inner, outer), so the same partition
+always yields the same function object and the per-function caches downstream keep working.
+
+Notation: groups G_0 .. G_{k-1} (in the order given), sizes g_i, m = max g_i; rank (i, t) is
+member t of G_i. ``inner`` names the flat algorithm of every intra-group phase, ``outer`` that of
+every inter-group phase.
+
+* **allreduce** (HCCL's hierarchical allreduce): the buffer is cut into m chunks; inner
+  reduce-scatter in every group leaves member t with the group's partial sum of chunk t; an outer
+  allreduce of chunk t among the k ranks holding it (one per group: the "same device id" across
+  servers); inner allgather. Each rank sends 2(k-1)/k * n/m elements across groups (n the
+  count) and 2(g-1)/g * n inside its group.
+* **reduce_scatter**: inner reduce-scatter, then outer reduce-scatter; **allgather**: outer
+  allgather, then inner allgather. In both the slow level moves the least data (the order of
+  HCCL's hierarchical *pipeline* AllGather: across servers among equal device ids first, then
+  inside). HCCL's plain hierarchical RS/AG take the other order to keep each level's chunks
+  contiguous in the user buffer; here a local copy re-arranges them instead (modeled at HBM
+  bandwidth).
+* **broadcast**: scatter from the root inside its group (direct: the root sends each member its
+  chunk in one step), outer broadcast of each chunk from its holder in the root's group to the
+  holders in the other groups, inner allgather in every group (the root only sends).
+* **reduce** mirrors broadcast: inner reduce-scatter, outer reduce of each chunk to its holder in
+  the root's group, gather to the root inside the root's group (direct, one step).
+
+Uneven groups (g_i < m): member t of G_i holds the chunks (allreduce, broadcast, reduce) or
+columns (allgather, reduce_scatter) j < m with j mod g_i == t, so some ranks take part in several
+outer phases, one after the other in order of j (every rank orders them alike, so FIFO matching
+holds and nothing deadlocks). Chunks that do not fill their slot are padded with a copy of real
+data, so a padded reduction never reduces uninitialised memory; padding is never copied out.
+
+Buffers: a phase's sub-schedule is renumbered to the group's ranks and its IN / OUT / TMP are
+mapped onto regions of the composite's buffers. When the chunks a phase needs lie contiguously in
+the user buffer (equal groups, and for allreduce / broadcast / reduce a count divisible by m) the
+phases work in place; otherwise they work on a staging area in TMP, with local copies in and out.
+
+Results equal the flat algorithms' (exactly for integers and max/min; float sums in another
+order) and are identical on every rank: each element is reduced by exactly one rank per level
+and then only copied.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Callable, Sequence
+
+from ..errors import HcclParamError
+from ._common import finish
+from .registry import get_schedule
+from .schedule import IN, OUT, TMP, Copy, Recv, Region, Schedule, Send, Step, chunk_bounds
+
+ScheduleFn = Callable[..., Schedule]
+Partition = tuple[tuple[int, ...], ...]
+
+HIER_COLLECTIVES = ("allreduce", "allgather", "broadcast", "reduce", "reduce_scatter")
+# Flat collectives each hierarchical collective runs: (inside groups, across groups).
+LEVELS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "allreduce": (("reduce_scatter", "allgather"), ("allreduce",)),
+    "allgather": (("allgather",), ("allgather",)),
+    "reduce_scatter": (("reduce_scatter",), ("reduce_scatter",)),
+    "broadcast": (("allgather",), ("broadcast",)),
+    "reduce": (("reduce_scatter",), ("reduce",)),
+}
+
+
+def normalize_partition(groups, size: int | None = None) -> Partition:
+    """``groups`` as a tuple of tuples of ints, checked to hold every rank 0..n-1 exactly once
+    (n = ``size``, or the number of ranks listed)."""
+    try:
+        out = tuple(tuple(int(r) for r in group) for group in groups)
+    except (TypeError, ValueError):
+        raise HcclParamError(f"partition must be a list of rank lists such as [[0, 1], [2, 3]], got {groups!r}") from None
+    ranks = sorted(r for group in out for r in group)
+    n = len(ranks) if size is None else size
+    if not out or any(not group for group in out) or ranks != list(range(n)):
+        raise HcclParamError(f"partition {[list(g) for g in out]} must put every rank 0..{n - 1} in exactly one non-empty group")
+    return out
+
+
+def format_partition(partition: Sequence[Sequence[int]]) -> str:
+    """The ``--groups`` text form: ``((0, 2), (1, 3))`` -> ``"0,2;1,3"``."""
+    return ";".join(",".join(str(r) for r in group) for group in partition)
+
+
+def schedule_for(collective: str, partition, inner: str = "ring", outer: str = "ring") -> ScheduleFn:
+    """The schedule function of ``collective`` on ``partition`` (a list of rank lists covering
+    0..size-1), with flat algorithm ``inner`` inside groups and ``outer`` across them. Cached:
+    the same arguments give the same function object."""
+    return _schedule_for(collective, normalize_partition(partition), inner, outer)
+
+
+@lru_cache(maxsize=512)
+def _schedule_for(collective: str, partition: Partition, inner: str, outer: str) -> ScheduleFn:
+    if collective not in LEVELS:
+        raise HcclParamError(f"no hierarchical algorithm for {collective!r}; use one of {', '.join(HIER_COLLECTIVES)}")
+    inner_names, outer_names = LEVELS[collective]
+    fns = {("inner", c): get_schedule(c, inner) for c in inner_names}
+    fns.update({("outer", c): get_schedule(c, outer) for c in outer_names})
+    plan = _Plan.of(partition)
+    build = _BUILDERS[collective]
+
+    @lru_cache(maxsize=256)
+    def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
+        if size != plan.size:
+            raise HcclParamError(f"hierarchical {collective} on partition {format_partition(partition)} "
+                                 f"serves {plan.size} ranks, not {size}")
+        if count == 0:
+            return finish([])
+        return build(plan, fns, rank, count, root)
+
+    schedule.__qualname__ = schedule.__name__ = f"hier[{format_partition(partition)}]:{inner}/{outer}"
+    schedule.collective, schedule.partition, schedule.inner, schedule.outer = collective, partition, inner, outer
+    return schedule
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """Facts about one partition shared by every rank's schedule."""
+
+    groups: Partition
+    size: int
+    where: tuple[tuple[int, int], ...]  # rank -> (group, index in group)
+    m: int  # largest group
+    uniform: bool
+
+    @classmethod
+    def of(cls, groups: Partition) -> "_Plan":
+        where = [(0, 0)] * sum(len(g) for g in groups)
+        for i, group in enumerate(groups):
+            for t, r in enumerate(group):
+                where[r] = (i, t)
+        m = max(len(g) for g in groups)
+        return cls(groups, len(where), tuple(where), m, all(len(g) == m for g in groups))
+
+    @property
+    def k(self) -> int:
+        return len(self.groups)
+
+    def holders(self, j: int) -> list[int]:
+        """The rank of every group (in group order) that holds chunk / column j < m."""
+        return [g[j % len(g)] for g in self.groups]
+
+    def slots(self, i: int, t: int) -> list[int]:
+        """The chunks / columns member t of group i holds, ascending."""
+        return list(range(t, self.m, len(self.groups[i])))
+
+    def per_member(self, i: int) -> int:
+        """Slots per member of group i (the most any member holds)."""
+        return math.ceil(self.m / len(self.groups[i]))
+
+    def columns_contiguous(self) -> bool:
+        """Whether the holders of column t are the ranks t*k .. t*k+k-1 in order, for every t
+        (then a member's column of blocks is one contiguous range of the user buffer)."""
+        k = self.k
+        return self.uniform and all(self.holders(t) == list(range(t * k, (t + 1) * k)) for t in range(self.m))
+
+
+class _Compose:
+    """One rank's composite schedule: sub-schedules run one after another, renumbered and with
+    their buffers mapped; pending local copies ride on the next step (copies run first)."""
+
+    def __init__(self, persistent: int = 0):
+        self.steps: list[Step] = []
+        self.pending: list[Copy] = []
+        self.scratch = persistent  # TMP of every sub-schedule starts here (phases never overlap in time)
+
+    def copy(self, src: Region, dst: Region) -> None:
+        if src.count and src != dst:
+            self.pending.append(Copy(src, dst))
+
+    def step(self, sends=(), recvs=()) -> None:
+        self.steps.append(Step(tuple(self.pending), tuple(sends), tuple(recvs)))
+        self.pending = []
+
+    def run(self, sub: Schedule, ranks: Sequence[int], in_base: Region, out_base: Region, *,
+            me: int = -1, deaf: int | None = None) -> None:
+        """Append ``sub`` (a schedule of sub-rank ``me`` over ``ranks``) with its IN mapped to
+        ``in_base``, OUT to ``out_base`` and TMP to the scratch area. Sub-rank ``deaf`` receives
+        nothing: messages to it are left out (it already holds everything it would receive)."""
+        bases = {IN: in_base, OUT: out_base, TMP: Region(TMP, self.scratch, sub.tmp_count)}
+
+        def at(r: Region) -> Region:
+            base = bases[r.buf]
+            return Region(base.buf, base.offset + r.offset, r.count)
+
+        for s in sub.steps:
+            copies = [Copy(at(c.src), at(c.dst)) for c in s.copies]
+            copies = [c for c in copies if c.src != c.dst]
+            sends = [Send(ranks[x.peer], at(x.src)) for x in s.sends if x.peer != deaf]
+            recvs = [] if me == deaf else [
+                Recv(ranks[x.peer], at(x.dst), None if x.reduce_with is None else at(x.reduce_with)) for x in s.recvs]
+            self.steps.append(Step(tuple(self.pending + copies), tuple(sends), tuple(recvs)))
+            self.pending = []
+
+    def done(self) -> Schedule:
+        if self.pending:
+            self.step()
+        return finish(self.steps)
+
+
+def _sub(fns, level: str, collective: str, rank: int, size: int, count: int, root: int = 0) -> Schedule:
+    return fns[(level, collective)](rank, size, count, root)
+
+
+# ---------------------------------------------------------------------------------------- chunked
+# allreduce, broadcast and reduce cut the buffer into m chunks; member t of G_i holds slots(i, t).
+
+@dataclass(frozen=True)
+class _Chunks:
+    plan: _Plan
+    count: int
+
+    @property
+    def bounds(self) -> list[tuple[int, int]]:
+        return chunk_bounds(self.count, self.plan.m)
+
+    @property
+    def q(self) -> int:  # slot width: the largest chunk
+        return self.bounds[0][1]
+
+    @property
+    def direct(self) -> bool:
+        """Every member holds one chunk and chunks are equal: work in place in the user buffer."""
+        return self.plan.uniform and self.count % self.plan.m == 0
+
+    def chunk(self, j: int) -> Region:
+        return Region(OUT, *self.bounds[j])
+
+    def bundle(self, i: int) -> int:  # staging elements per member of group i
+        return self.plan.per_member(i) * self.q
+
+    def slot(self, i: int, u: int, j: int, base: int) -> Region:
+        """Where chunk j of member u of group i lies in a staging area of group i at TMP ``base``."""
+        s = self.plan.slots(i, u).index(j)
+        return Region(TMP, base + u * self.bundle(i) + s * self.q, self.bounds[j][1])
+
+    def stage_in(self, c: _Compose, i: int, base: int, members: Sequence[int], pad: bool) -> None:
+        """Copy the chunks of ``members`` of group i from OUT into the staging area; ``pad`` fills
+        each slot's unused tail with real data (a reduction over it then stays harmless)."""
+        q = self.q
+        for u in members:
+            held = self.plan.slots(i, u)
+            for s in range(self.plan.per_member(i)):
+                at = base + u * self.bundle(i) + s * q
+                n = self.bounds[held[s]][1] if s < len(held) else 0
+                if n:
+                    c.copy(self.chunk(held[s]), Region(TMP, at, n))
+                if pad and n < q:
+                    c.copy(Region(OUT, 0, q - n), Region(TMP, at + n, q - n))
+
+
+def _allreduce(plan: _Plan, fns, rank: int, count: int, root: int) -> Schedule:
+    i, t = plan.where[rank]
+    group, g, k = plan.groups[i], len(plan.groups[i]), plan.k
+    ch = _Chunks(plan, count)
+    if ch.direct:
+        q = ch.q
+        held = Region(TMP, 0, q)
+        c = _Compose(persistent=q)
+        c.run(_sub(fns, "inner", "reduce_scatter", t, g, q), group, Region(OUT, 0, count), held, me=t)
+        c.run(_sub(fns, "outer", "allreduce", i, k, q), plan.holders(t), held, held, me=i)
+        c.run(_sub(fns, "inner", "allgather", t, g, q), group, held, Region(OUT, 0, count), me=t)
+        return c.done()
+    b = ch.bundle(i)
+    stage, held = Region(TMP, 0, g * b), Region(TMP, g * b, b)
+    c = _Compose(persistent=(g + 1) * b)
+    ch.stage_in(c, i, 0, range(g), pad=True)
+    c.run(_sub(fns, "inner", "reduce_scatter", t, g, b), group, stage, held, me=t)
+    for s, j in enumerate(plan.slots(i, t)):
+        n = ch.bounds[j][1]
+        if n:
+            mine = Region(TMP, held.offset + s * ch.q, n)
+            c.run(_sub(fns, "outer", "allreduce", i, k, n), plan.holders(j), mine, mine, me=i)
+    c.run(_sub(fns, "inner", "allgather", t, g, b), group, held, stage, me=t)
+    for u in range(g):
+        for j in plan.slots(i, u):
+            c.copy(ch.slot(i, u, j, 0), ch.chunk(j))
+    return c.done()
+
+
+def _broadcast(plan: _Plan, fns, rank: int, count: int, root: int) -> Schedule:
+    i, t = plan.where[rank]
+    i0, t0 = plan.where[root]
+    group, g, k = plan.groups[i], len(plan.groups[i]), plan.k
+    ch = _Chunks(plan, count)
+    deaf = t0 if i == i0 else None  # the root only sends in its group's allgather
+    if ch.direct:
+        c = _Compose()
+        mine = ch.chunk(t)
+        if i == i0:  # scatter inside the root's group
+            if rank == root:
+                c.step(sends=[Send(m, ch.chunk(u)) for u, m in enumerate(group) if u != t0])
+            else:
+                c.step(recvs=[Recv(root, mine)])
+        c.run(_sub(fns, "outer", "broadcast", i, k, ch.q, i0), plan.holders(t), mine, mine, me=i)
+        c.run(_sub(fns, "inner", "allgather", t, g, ch.q), group, mine, Region(OUT, 0, count), me=t, deaf=deaf)
+        return c.done()
+    b = ch.bundle(i)
+    stage = Region(TMP, 0, g * b)
+    c = _Compose(persistent=g * b)
+    if rank == root:
+        ch.stage_in(c, i, 0, range(g), pad=False)
+    if i == i0:
+        if rank == root:
+            c.step(sends=[Send(m, ch.chunk(j)) for u, m in enumerate(group) if u != t0 for j in plan.slots(i, u)
+                          if ch.bounds[j][1]])
+        else:
+            c.step(recvs=[Recv(root, ch.slot(i, t, j, 0)) for j in plan.slots(i, t) if ch.bounds[j][1]])
+    for j in plan.slots(i, t):
+        if ch.bounds[j][1]:
+            mine = ch.slot(i, t, j, 0)
+            c.run(_sub(fns, "outer", "broadcast", i, k, mine.count, i0), plan.holders(j), mine, mine, me=i)
+    c.run(_sub(fns, "inner", "allgather", t, g, b), group, Region(TMP, t * b, b), stage, me=t, deaf=deaf)
+    if rank != root:
+        for u in range(g):
+            for j in plan.slots(i, u):
+                c.copy(ch.slot(i, u, j, 0), ch.chunk(j))
+    return c.done()
+
+
+def _reduce(plan: _Plan, fns, rank: int, count: int, root: int) -> Schedule:
+    i, t = plan.where[rank]
+    i0, t0 = plan.where[root]
+    group, g, k = plan.groups[i], len(plan.groups[i]), plan.k
+    ch = _Chunks(plan, count)
+    if ch.direct:
+        q = ch.q
+        held = Region(TMP, 0, q)
+        c = _Compose(persistent=q)
+        c.run(_sub(fns, "inner", "reduce_scatter", t, g, q), group, Region(OUT, 0, count), held, me=t)
+        c.run(_sub(fns, "outer", "reduce", i, k, q, i0), plan.holders(t), held, held, me=i)
+        if i == i0:  # gather inside the root's group
+            if rank == root:
+                c.copy(held, ch.chunk(t))
+                c.step(recvs=[Recv(m, ch.chunk(u)) for u, m in enumerate(group) if u != t0])
+            else:
+                c.step(sends=[Send(root, held)])
+        return c.done()
+    b = ch.bundle(i)
+    stage, held = Region(TMP, 0, g * b), Region(TMP, g * b, b)
+    c = _Compose(persistent=(g + 1) * b)
+    ch.stage_in(c, i, 0, range(g), pad=True)
+    c.run(_sub(fns, "inner", "reduce_scatter", t, g, b), group, stage, held, me=t)
+    mine = {}
+    for s, j in enumerate(plan.slots(i, t)):
+        n = ch.bounds[j][1]
+        if n:
+            mine[j] = Region(TMP, held.offset + s * ch.q, n)
+            c.run(_sub(fns, "outer", "reduce", i, k, n, i0), plan.holders(j), mine[j], mine[j], me=i)
+    if i == i0:
+        if rank == root:
+            for j, region in mine.items():
+                c.copy(region, ch.chunk(j))
+            c.step(recvs=[Recv(m, ch.chunk(j)) for u, m in enumerate(group) if u != t0 for j in plan.slots(i, u)
+                          if ch.bounds[j][1]])
+        else:
+            c.step(sends=[Send(root, region) for region in mine.values()])
+    return c.done()
+
+
+# ---------------------------------------------------------------------------------------- blocked
+# allgather and reduce_scatter move per-rank blocks; column j < m is the blocks of G_i[j] for every
+# group i that has a member j, held by plan.holders(j); a column's slot is k blocks (group order).
+
+def _allgather(plan: _Plan, fns, rank: int, count: int, root: int) -> Schedule:
+    i, t = plan.where[rank]
+    group, g, k, p = plan.groups[i], len(plan.groups[i]), plan.k, plan.size
+    whole = Region(OUT, 0, p * count)
+    if plan.columns_contiguous():  # column t is the blocks of ranks t*k .. t*k+k-1: work in OUT
+        mine = Region(OUT, t * k * count, k * count)
+        c = _Compose()
+        c.run(_sub(fns, "outer", "allgather", i, k, count), plan.holders(t), Region(IN, 0, count), mine, me=i)
+        c.run(_sub(fns, "inner", "allgather", t, g, k * count), group, mine, whole, me=t)
+        return c.done()
+    slot = k * count
+    b = plan.per_member(i) * slot
+    c = _Compose(persistent=g * b)
+    for s, j in enumerate(plan.slots(i, t)):
+        c.run(_sub(fns, "outer", "allgather", i, k, count), plan.holders(j), Region(IN, 0, count),
+              Region(TMP, t * b + s * slot, slot), me=i)
+    c.run(_sub(fns, "inner", "allgather", t, g, b), group, Region(TMP, t * b, b), Region(TMP, 0, g * b), me=t)
+    for u in range(g):
+        for s, j in enumerate(plan.slots(i, u)):
+            for x, other in enumerate(plan.groups):
+                if j < len(other):
+                    c.copy(Region(TMP, u * b + s * slot + x * count, count), Region(OUT, other[j] * count, count))
+    return c.done()
+
+
+def _reduce_scatter(plan: _Plan, fns, rank: int, count: int, root: int) -> Schedule:
+    i, t = plan.where[rank]
+    group, g, k, p = plan.groups[i], len(plan.groups[i]), plan.k, plan.size
+    mine = Region(OUT, 0, count)
+    slot = k * count
+    if plan.columns_contiguous():  # column t is the blocks of ranks t*k .. t*k+k-1: read IN in place
+        held = Region(TMP, 0, slot)
+        c = _Compose(persistent=slot)
+        c.run(_sub(fns, "inner", "reduce_scatter", t, g, slot), group, Region(IN, 0, p * count), held, me=t)
+        c.run(_sub(fns, "outer", "reduce_scatter", i, k, count), plan.holders(t), held, mine, me=i)
+        return c.done()
+    b = plan.per_member(i) * slot
+    held, spare = g * b, (g + 1) * b  # TMP: staging [0, g*b), this member's sums, then a spare block
+    c = _Compose(persistent=spare + count)
+    for u in range(g):
+        held_cols = plan.slots(i, u)
+        for s in range(plan.per_member(i)):
+            for x, other in enumerate(plan.groups):
+                at = Region(TMP, u * b + s * slot + x * count, count)
+                real = s < len(held_cols) and held_cols[s] < len(other)
+                c.copy(Region(IN, (other[held_cols[s]] if real else 0) * count, count), at)
+    c.run(_sub(fns, "inner", "reduce_scatter", t, g, b), group, Region(TMP, 0, g * b), Region(TMP, held, b), me=t)
+    for s, j in enumerate(plan.slots(i, t)):
+        out = mine if j == t else Region(TMP, spare, count)  # j != t: a column this group has no member of
+        c.run(_sub(fns, "outer", "reduce_scatter", i, k, count), plan.holders(j), Region(TMP, held + s * slot, slot),
+              out, me=i)
+    return c.done()
+
+
+_BUILDERS = {
+    "allreduce": _allreduce,
+    "allgather": _allgather,
+    "broadcast": _broadcast,
+    "reduce": _reduce,
+    "reduce_scatter": _reduce_scatter,
+}

@@ -1,0 +1,376 @@
+"""TCP transport between ranks on different hosts (or all ranks, with HCCL_PY_TRANSPORT=tcp).
+
+Each rank listens on ``HCCL_IF_IP`` (default: the address its host uses to reach the rendezvous
+store) and publishes the endpoint through the store; every pair of ranks shares one TCP
+connection (the lower rank connects), which keeps each direction's slices in order. A frame is
+``LENGTH`` (payload bytes) + ``HEADER`` + payload.
+
+Plain nonblocking sockets rather than zmq: a slice counts as sent only once the kernel holds all
+of it, so ``flush()`` can say truthfully that a step's output has left, as the shared-memory
+transport does: a rank may exit right after its last step (``os._exit``, a crash) without
+taking undelivered messages with it, which zmq's user-space queues would. What the kernel does
+not take at once waits in a per-peer outbox (the unsent rest of a payload is copied there, so
+the caller may reuse its array). Large payloads are received straight into their own buffer.
+A peer that exits closes its connection: everything it sent before is read first, then EOF
+marks it gone, so ``peer_alive`` answers at once.
+
+Flow control mirrors the shared-memory slots: a slice larger than ``INLINE_MAX_BYTES`` takes one
+of the ``slots`` credits the sender holds for that peer, and the receiver returns credits
+(``KIND_ACK``) when the executor releases the slice, so at most ``HCCL_BUFFSIZE`` of slices
+wait at a receiver.
+"""
+
+from __future__ import annotations
+
+import select
+import socket
+import struct
+import time
+from collections import deque
+
+import numpy as np
+
+from ..errors import HcclConnectError, HcclRemoteError, HcclTimeoutError
+from .base import HEADER, KIND_ACK, KIND_HELLO, KIND_INLINE, KIND_NOTICE, CallSignature, Incoming
+from .common import INLINE_MAX_BYTES, process_alive, slice_layout
+
+LENGTH = struct.Struct("<Q")
+PREFIX = LENGTH.size + HEADER.size
+RECV_CHUNK = 64 * 1024  # payloads larger than what one read brings are received into their own buffer
+SOCKET_BUFFER_BYTES = 4 * 1024 * 1024
+_EMPTY = memoryview(b"")
+
+
+def advertised_address(master_addr: str, master_port: int, if_ip: str | None) -> str:
+    """The address peers reach this rank on: ``HCCL_IF_IP`` if set, else the local address of the
+    route to the rendezvous store (127.0.0.1 when the store is on loopback)."""
+    if if_ip:
+        return if_ip
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((master_addr, master_port or 9))  # UDP connect: picks a route, sends nothing
+            return probe.getsockname()[0]
+    except OSError:
+        return socket.gethostbyname(socket.gethostname())
+
+
+class _Reader:
+    """Receive state of one connection: bytes of a partial frame, or a large payload being filled."""
+
+    __slots__ = ("buf", "header", "payload", "filled")
+
+    def __init__(self) -> None:
+        self.buf = bytearray()
+        self.header: tuple | None = None
+        self.payload: np.ndarray | None = None
+        self.filled = 0
+
+
+class TcpTransport:
+    """One TCP connection to each peer in ``peers`` (world ranks); see the module doc."""
+
+    def __init__(self, world_rank: int, world_size: int, peers: list[int], host: str, buffsize_bytes: int,
+                 *, local_pids: dict[int, int] | None = None):
+        self.world_rank = world_rank
+        self.world_size = world_size
+        self.slots, self.slice_bytes = slice_layout(world_size, buffsize_bytes)
+        self._peers = list(peers)
+        self._local_pids = dict(local_pids or {})  # peers on this host: their pid tells if they live
+        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            self._listener.bind((host, 0))
+            self._listener.listen(max(len(self._peers), 16))
+        except OSError as err:
+            self._listener.close()
+            raise HcclConnectError(f"rank {world_rank}: cannot listen on {host} for TCP peers: {err.strerror} "
+                                   "(set HCCL_IF_IP to an address of this host)") from None
+        self.endpoint = f"{host}:{self._listener.getsockname()[1]}"
+        self._socks: dict[int, socket.socket] = {}
+        self._by_fd: dict[int, int] = {}
+        self._readers = {p: _Reader() for p in self._peers}
+        self._outbox: dict[int, deque] = {p: deque() for p in self._peers}
+        self._credits = {p: self.slots for p in self._peers}
+        self._acks = {p: 0 for p in self._peers}
+        self._gone: set[int] = set()
+        self._pool: dict[int, list[np.ndarray]] = {}  # large receive buffers, reused (first touch costs page faults)
+        self._poll = select.poll()
+        self._early: list[Incoming] = []
+        self._closed = False
+
+    # -- setup -----------------------------------------------------------------------------
+    def connect(self, endpoints: dict[int, str], deadline: float) -> None:
+        """One connection per pair: connect to higher ranks (their listen backlog takes it
+        before they accept), then accept the lower ones, each naming itself in a hello."""
+        hello = LENGTH.pack(0) + HEADER.pack(KIND_HELLO, self.world_rank, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, -1, 0.0, 0.0)
+        for peer in (p for p in self._peers if p > self.world_rank):
+            host, _, port = endpoints[peer].rpartition(":")
+            while True:
+                try:
+                    sock = socket.create_connection((host, int(port)), timeout=max(deadline - time.monotonic(), 0.01))
+                    sock.settimeout(max(deadline - time.monotonic(), 0.01))
+                    sock.sendall(hello)
+                    break
+                except OSError as err:
+                    if time.monotonic() >= deadline:
+                        raise HcclTimeoutError(
+                            f"init: rank {self.world_rank} could not reach rank {peer} at {endpoints[peer]} within "
+                            f"HCCL_CONNECT_TIMEOUT ({err.strerror or err}); check that it is alive and that its address "
+                            "(HCCL_IF_IP) is reachable from this host") from None
+                    time.sleep(0.05)
+            self._add(peer, sock)
+        waiting = {p for p in self._peers if p < self.world_rank}
+        while waiting:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise HcclTimeoutError(
+                    f"init: rank {self.world_rank} got no TCP connection from rank(s) {sorted(waiting)} within "
+                    "HCCL_CONNECT_TIMEOUT; check that they are alive and can reach this host")
+            self._listener.settimeout(remaining)
+            try:
+                sock, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            try:
+                sock.settimeout(max(deadline - time.monotonic(), 0.01))
+                frame = _recv_exactly(sock, PREFIX)
+            except OSError:  # timed out or reset: not a peer of ours that got through
+                sock.close()
+                continue
+            fields = HEADER.unpack_from(frame, LENGTH.size)
+            if fields[0] != KIND_HELLO or fields[1] not in waiting:
+                sock.close()
+                continue
+            waiting.discard(fields[1])
+            self._add(fields[1], sock)
+
+    def _add(self, peer: int, sock: socket.socket) -> None:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for opt in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+            sock.setsockopt(socket.SOL_SOCKET, opt, SOCKET_BUFFER_BYTES)
+        sock.setblocking(False)
+        self._socks[peer] = sock
+        self._by_fd[sock.fileno()] = peer
+        self._poll.register(sock, select.POLLIN)
+
+    # -- data path ---------------------------------------------------------------------------
+    def max_slice_bytes(self, peer: int) -> int:
+        return self.slice_bytes
+
+    def try_send(self, peer: int, fields: tuple, stamps: tuple[float, float], data: np.ndarray) -> bool:
+        nbytes = data.nbytes
+        large = nbytes > INLINE_MAX_BYTES
+        if large and not self._credits[peer]:
+            return False
+        if peer in self._gone:
+            raise HcclRemoteError(f"rank {peer} is gone (its TCP connection to rank {self.world_rank} was closed)")
+        head = LENGTH.pack(nbytes) + HEADER.pack(KIND_INLINE, *fields, -1, *stamps)
+        self._send(peer, head, data.reshape(-1).view(np.uint8) if nbytes else _EMPTY)
+        if large:
+            self._credits[peer] -= 1
+        return True
+
+    def notify(self, peer: int, comm_id: int, seq: int, text: str) -> None:
+        body = text.encode()[:INLINE_MAX_BYTES]
+        head = LENGTH.pack(len(body)) + HEADER.pack(KIND_NOTICE, self.world_rank, comm_id, seq, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                                    len(body), -1, 0.0, 0.0)
+        try:
+            self._send(peer, head, memoryview(body))
+        except HcclRemoteError:
+            pass  # a notice to a rank that is gone has no one to tell
+
+    def _send(self, peer: int, head: bytes, payload) -> None:
+        """Hand ``head`` + ``payload`` to the kernel now if the outbox is empty; what it does not
+        take waits in the outbox (the payload's rest copied: the caller may reuse its array)."""
+        if peer in self._gone:
+            return  # acks and notices for a rank that has left: no one to read them
+        out = self._outbox[peer]
+        sent = 0
+        if not out:
+            try:
+                sent = self._socks[peer].sendmsg([head, payload])
+            except BlockingIOError:
+                sent = 0
+            except OSError as err:
+                self._lost(peer)
+                raise HcclRemoteError(f"rank {peer} is gone (its TCP connection refused a message from rank "
+                                      f"{self.world_rank}: {err.strerror})") from None
+        if sent < len(head):
+            out.append(head[sent:])
+            if len(payload):
+                out.append(bytes(payload))
+        elif sent < len(head) + len(payload):
+            out.append(bytes(payload[sent - len(head):]))
+        else:
+            return
+        self._poll.modify(self._socks[peer], select.POLLIN | select.POLLOUT)
+
+    def release(self, incoming: Incoming) -> None:
+        if incoming.kind == KIND_INLINE and len(incoming.payload) > INLINE_MAX_BYTES:
+            self._acks[incoming.src] += 1
+            buf = incoming.payload.obj
+            if isinstance(buf, np.ndarray):
+                free = self._pool.setdefault(buf.nbytes, [])
+                if len(free) < 2 * self.slots:
+                    free.append(buf)
+
+    def flush(self) -> bool:
+        """Send credit returns and what waits in outboxes; True once the kernel holds all of it."""
+        self._write()
+        return not any(out for peer, out in self._outbox.items() if peer not in self._gone)
+
+    def backlog(self) -> list[int]:
+        return [peer for peer, out in self._outbox.items() if out and peer not in self._gone]
+
+    def _write(self) -> None:
+        for peer, count in self._acks.items():
+            if count:
+                self._acks[peer] = 0
+                ack = LENGTH.pack(0) + HEADER.pack(KIND_ACK, self.world_rank, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, count, -1, 0.0, 0.0)
+                try:
+                    self._send(peer, ack, _EMPTY)
+                except HcclRemoteError:
+                    pass  # a peer that has gone needs no credits back
+        for peer, out in self._outbox.items():
+            if not out or peer in self._gone:
+                continue
+            sock = self._socks[peer]
+            try:
+                while out:
+                    n = sock.send(out[0])
+                    if n < len(out[0]):
+                        out[0] = memoryview(out[0])[n:]
+                        break
+                    out.popleft()
+            except BlockingIOError:
+                pass
+            except OSError:
+                self._lost(peer)
+                continue
+            if not out:
+                self._poll.modify(sock, select.POLLIN)
+
+    def progress(self, timeout_s: float) -> list[Incoming]:
+        got, self._early = self._early, []
+        self._write()
+        if self._drain(got, 0) or got or timeout_s <= 0:
+            return got
+        self._drain(got, timeout_s)
+        return got
+
+    def _drain(self, got: list[Incoming], timeout_s: float) -> int:
+        """Read every connection that has data (waiting up to ``timeout_s`` for one); how many
+        connections had something (data, room for output, or EOF)."""
+        try:
+            events = self._poll.poll(timeout_s * 1000.0)
+        except InterruptedError:
+            return 0
+        for fd, mask in events:
+            peer = self._by_fd.get(fd)
+            if peer is None:
+                continue
+            if mask & select.POLLOUT:
+                self._write()
+            if mask & (select.POLLIN | select.POLLHUP | select.POLLERR):
+                self._read(peer, got)
+        return len(events)
+
+    def _read(self, peer: int, got: list[Incoming]) -> None:
+        sock, st = self._socks[peer], self._readers[peer]
+        while True:
+            try:
+                if st.payload is not None:  # a large payload: straight into its buffer
+                    n = sock.recv_into(memoryview(st.payload)[st.filled:])
+                    if n:
+                        st.filled += n
+                        if st.filled == st.payload.nbytes:
+                            self._deliver(st.header, memoryview(st.payload), got)
+                            st.header, st.payload = None, None
+                        continue
+                else:
+                    chunk = sock.recv(RECV_CHUNK)
+                    n = len(chunk)
+                    if n:
+                        st.buf += chunk
+                        self._parse(st, got)
+                        continue
+            except BlockingIOError:
+                return
+            except OSError:
+                n = 0
+            self._lost(peer)  # EOF or reset: everything the peer sent before has been read
+            return
+
+    def _parse(self, st: _Reader, got: list[Incoming]) -> None:
+        buf, pos = st.buf, 0
+        while len(buf) - pos >= PREFIX:
+            nbytes = LENGTH.unpack_from(buf, pos)[0]
+            header = HEADER.unpack_from(buf, pos + LENGTH.size)
+            start = pos + PREFIX
+            have = len(buf) - start
+            if have >= nbytes:
+                self._deliver(header, memoryview(bytes(buf[start:start + nbytes])), got)
+                pos = start + nbytes
+                continue
+            if nbytes > RECV_CHUNK:  # the rest goes straight into the payload's own buffer
+                free = self._pool.get(nbytes)
+                st.header, st.payload = header, (free.pop() if free else np.empty(nbytes, np.uint8))
+                st.payload[:have] = np.frombuffer(buf, np.uint8, have, start)
+                st.filled = have
+                pos = len(buf)
+            break
+        del buf[:pos]
+
+    def _deliver(self, header: tuple, payload: memoryview, got: list[Incoming]) -> None:
+        (kind, src, comm_id, seq, msg_index, op, algo, dtype, redop, count, root, msg_count, offset, nelem, slot,
+         sent_at, arrival) = header
+        if kind == KIND_ACK:
+            self._credits[src] += nelem
+            return
+        got.append(Incoming(kind, src, comm_id, seq, msg_index, CallSignature(op, algo, dtype, redop, count, root),
+                            msg_count, offset, nelem, sent_at, arrival, payload, slot))
+
+    def _lost(self, peer: int) -> None:
+        if peer in self._gone:
+            return
+        self._gone.add(peer)
+        self._outbox[peer].clear()
+        sock = self._socks[peer]
+        try:
+            self._poll.unregister(sock)
+        except (KeyError, ValueError):
+            pass
+
+    def peer_alive(self, peer: int) -> bool:
+        if peer in self._gone:
+            return False
+        pid = self._local_pids.get(peer)
+        return pid is None or process_alive(pid)
+
+    def close(self) -> None:
+        """Close every connection: read what is left first (closing over unread data would make
+        the kernel reset the connection), then a FIN the peer reads as EOF after our data."""
+        if self._closed:
+            return
+        self._closed = True
+        for peer, sock in self._socks.items():
+            try:
+                while sock.recv(RECV_CHUNK):
+                    pass
+            except OSError:
+                pass
+            try:
+                sock.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+            sock.close()
+        self._listener.close()
+
+
+def _recv_exactly(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise TimeoutError("connection closed during the handshake")
+        data += chunk
+    return data
