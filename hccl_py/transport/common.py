@@ -1,15 +1,16 @@
-"""Pieces the MPI and TCP transports share (the shm transport keeps its own)."""
+"""Pieces every transport shares: slice sizes cut from ``HCCL_BUFFSIZE``, the inline limit, and
+the liveness check of a peer process on this host."""
 
 from __future__ import annotations
 
-INLINE_MAX_BYTES = 16 * 1024  # up to this, a slice needs no credit (as shm sends it inline)
-MAX_SLICE_BYTES = 4 * 1024 * 1024
+INLINE_MAX_BYTES = 16 * 1024  # up to this, a slice rides inline (shm: in the datagram) and needs no credit
+MAX_SLICE_BYTES = 4 * 1024 * 1024  # larger slices amortise the per-slice cost; smaller ones pipeline
 MIN_SLICE_BYTES = 64 * 1024
 
 
 def slice_layout(world_size: int, buffsize_bytes: int) -> tuple[int, int]:
-    """(credits per peer, bytes per slice) from ``HCCL_BUFFSIZE``, cut as the shm slots are: a
-    sender parks at most ``credits`` slices larger than ``INLINE_MAX_BYTES`` at one receiver."""
+    """(slots or credits per peer, bytes per slice) from ``HCCL_BUFFSIZE``: a sender parks at most
+    that many slices larger than ``INLINE_MAX_BYTES`` at one receiver (shm: its slots)."""
     per_peer = max(buffsize_bytes // max(world_size - 1, 1), 2 * MIN_SLICE_BYTES)
     slots = max(2, min(8, per_peer // MAX_SLICE_BYTES))
     slice_bytes = max(MIN_SLICE_BYTES, (per_peer // slots) // 4096 * 4096)

@@ -25,6 +25,7 @@ import numpy as np
 from ..dtypes import DTYPES_BY_CODE
 from ..errors import HcclRemoteError, HcclSyscallError, HcclTimeoutError
 from . import cma
+from .common import INLINE_MAX_BYTES, process_alive, slice_layout
 from .base import (
     HEADER,
     KIND_ACK,
@@ -39,11 +40,8 @@ from .base import (
     Incoming,
 )
 
-INLINE_MAX_BYTES = 16 * 1024  # up to this, a slice rides in the datagram itself
 RNDV_MIN_BYTES = 2 * 1024 * 1024  # from this size, the receiver reads the sender's buffer directly (one copy)
 _PROBE_MAGIC = 0x48434C4C50594D41  # what a peer reads to check it may read this process
-MAX_SLOT_BYTES = 4 * 1024 * 1024  # larger slots amortise the per-slice cost; smaller ones pipeline
-MIN_SLOT_BYTES = 64 * 1024
 SOCKET_BUFFER_BYTES = 4 * 1024 * 1024
 _RECV_BYTES = HEADER.size + INLINE_MAX_BYTES + 8 * 4096
 _ITEMSIZE = {code: dt.itemsize for code, dt in DTYPES_BY_CODE.items()}
@@ -51,23 +49,6 @@ _ITEMSIZE = {code: dt.itemsize for code, dt in DTYPES_BY_CODE.items()}
 
 def socket_name(job_id: str, world_rank: int) -> bytes:
     return f"\0hccl_py.{job_id}.{world_rank}".encode()
-
-
-def slot_layout(world_size: int, buffsize_bytes: int) -> tuple[int, int]:
-    """(slots per peer, bytes per slot) for a rank's segment of ``buffsize_bytes``."""
-    per_peer = max(buffsize_bytes // max(world_size - 1, 1), 2 * MIN_SLOT_BYTES)
-    slots = max(2, min(8, per_peer // MAX_SLOT_BYTES))
-    slot_bytes = max(MIN_SLOT_BYTES, (per_peer // slots) // 4096 * 4096)
-    return slots, min(slot_bytes, MAX_SLOT_BYTES)
-
-
-def _process_alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            state = f.read().rsplit(b")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
-    return state not in (b"Z", b"X")
 
 
 class ShmTransport:
@@ -80,7 +61,7 @@ class ShmTransport:
         self.world_size = world_size
         self.spin_s = spin_s
         self.yield_when_spinning = yield_when_spinning
-        self.slots_per_peer, self.slot_bytes = slot_layout(world_size, buffsize_bytes)
+        self.slots_per_peer, self.slot_bytes = slice_layout(world_size, buffsize_bytes)
         self._peers = [p for p in range(world_size) if p != world_rank]
         region = self.slots_per_peer * self.slot_bytes
         self._segment_bytes = max(region * len(self._peers), mmap.PAGESIZE)
@@ -380,7 +361,7 @@ class ShmTransport:
 
     def peer_alive(self, peer: int) -> bool:
         pid = self._peer_pids.get(peer)
-        return pid is None or _process_alive(pid)
+        return pid is None or process_alive(pid)
 
     def close(self) -> None:
         if self._closed:
