@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from topology.draw import KIND_COLORS, NODE_COLORS, NODE_LABELS, _layout  # the layout of hccl-topo show --png
+from topology.draw import KIND_COLORS, NODE_COLORS, NODE_LABELS, drawn_part  # the layout of hccl-topo show --png
 
 __all__ = ["plot_partitions"]
 
@@ -23,14 +23,7 @@ def plot_partitions(topo, rows, path: str, workload: str, max_servers: int = 8) 
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 
-    shown = min(topo.num_servers, max_servers)
-    g = topo.graph
-    keep = {n for n, d in g.nodes(data=True) if "server" in d and d["server"] < shown}
-    keep |= {v for n in keep if g.nodes[n]["type"] == "nic" for v in g[n] if g.nodes[v]["type"] == "leaf"}
-    if "spine" in g:
-        keep.add("spine")
-    sub = g.subgraph(keep)
-    pos = _layout(topo, sub)
+    shown, sub, pos = drawn_part(topo, max_servers)
     best = min(r.time_s for r in rows)
     cols = 2 if shown == 1 else 1
     nrows = math.ceil(len(rows) / cols)

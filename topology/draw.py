@@ -36,14 +36,7 @@ def draw_png(topo, path: str | os.PathLike, max_servers: int = 8) -> int:
         raise TopologyError("--png needs matplotlib. Fix: pip install 'hccl-py[viz]' (or pip install matplotlib).",
                             "png") from None
 
-    shown = min(topo.num_servers, max_servers)
-    g = topo.graph
-    keep = {n for n, d in g.nodes(data=True) if "server" in d and d["server"] < shown}
-    keep |= {v for n in keep if g.nodes[n]["type"] == "nic" for v in g[n] if g.nodes[v]["type"] == "leaf"}
-    if "spine" in g:
-        keep.add("spine")
-    sub = g.subgraph(keep)
-    pos = _layout(topo, sub)
+    shown, sub, pos = drawn_part(topo, max_servers)
 
     fig, ax = plt.subplots(figsize=(3.0 + 3.6 * shown, 6.5), dpi=110)
     kinds_seen: dict[str, float] = {}
@@ -84,6 +77,19 @@ def draw_png(topo, path: str | os.PathLike, max_servers: int = 8) -> int:
     fig.savefig(os.fspath(path), bbox_inches="tight")  # keep the legend outside the axes in the file
     plt.close(fig)
     return shown
+
+
+def drawn_part(topo, max_servers: int):
+    """(servers shown, the subgraph drawn, node positions): the first ``max_servers`` servers with
+    their NICs' leaf switches and the spine. Shared by every picture of a topology."""
+    shown = min(topo.num_servers, max_servers)
+    g = topo.graph
+    keep = {n for n, d in g.nodes(data=True) if "server" in d and d["server"] < shown}
+    keep |= {v for n in keep if g.nodes[n]["type"] == "nic" for v in g[n] if g.nodes[v]["type"] == "leaf"}
+    if "spine" in g:
+        keep.add("spine")
+    sub = g.subgraph(keep)
+    return shown, sub, _layout(topo, sub)
 
 
 def _layout(topo, sub) -> dict[str, tuple[float, float]]:
