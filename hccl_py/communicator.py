@@ -30,6 +30,7 @@ from .transport.base import CallSignature
 _ALGO_INDEX = {name: i for i, name in enumerate(ALL_ALGOS)}
 
 
+_CHECKED_OPS: dict[tuple, ReduceOp] = {}  # (op as passed, dtype) -> ReduceOp, for pairs that passed the checks
 _BYTE = np.dtype(np.uint8)
 _NO_DATA = np.empty(0, _BYTE)
 
@@ -44,6 +45,7 @@ class _Call(NamedTuple):
     ufunc: object
     nbytes: int
     ctx: CallContext  # its seq is set per call
+    dtype_name: str = ""  # for the flight record (numpy's dtype.name is slow to compute)
     notify_on_timeout: bool = False  # tell the peers why, when this rank times out (monitored barrier)
 
 
@@ -174,10 +176,16 @@ class Communicator:
 
     def _op(self, op, dtype: np.dtype, what: str) -> ReduceOp:
         try:
+            return _CHECKED_OPS[(op, dtype)]
+        except (KeyError, TypeError):
+            pass
+        try:
             redop = ReduceOp.parse(op)
         except HcclParamError as err:
             raise HcclParamError(f"{what}: {err.message}") from None
         check_op_dtype(redop, dtype, where=what)
+        if isinstance(op, (str, ReduceOp)):
+            _CHECKED_OPS[(op, dtype)] = redop
         return redop
 
     # -- the collective call path ---------------------------------------------------------------------
@@ -204,7 +212,7 @@ class Communicator:
         costs = self._rc.cost_model.call_costs(fn, self.size, count, root, itemsize, self._world_ranks)[self._rank] if self._rc.modeled else None
         nbytes = count * itemsize * (self.size if kind is OpKind.REDUCE_SCATTER else 1)
         return _Call(collective, name, fn(self._rank, self.size, count, root), costs, UFUNCS.get(redop), nbytes,
-                     CallContext(self._id, self.name, 0, sig, self._world_ranks, self._rank, ALL_ALGOS, self._timeout_s))
+                     CallContext(self._id, self.name, 0, sig, self._world_ranks, self._rank, ALL_ALGOS, self._timeout_s), dtype.name)
 
     def _remember(self, key: tuple, call: "_Call") -> "_Call":
         if len(self._calls) >= 1024:  # a program with ever-new shapes keeps the latest ones
@@ -222,7 +230,7 @@ class Communicator:
         device = rc.device
         ctx = call.ctx
         ctx.seq = seq
-        record = rc.recorder.enter(CallRecord(self.name, seq & ~P2P_SEQ_BIT, call.collective, call.algo, dtype.name,
+        record = rc.recorder.enter(CallRecord(self.name, seq & ~P2P_SEQ_BIT, call.collective, call.algo, call.dtype_name or dtype.name,
                                               call.ctx.sig.count, call.nbytes, self._world_ranks, device.clock, time.monotonic()))
         if rc.pending_faults:
             rc.inject(record)

@@ -45,7 +45,8 @@ class OpKind(IntEnum):
         return self.name.lower()
 
 
-def describe_call(sig: CallSignature, algo_names: tuple[str, ...]) -> str:
+def describe_call(sig: tuple, algo_names: tuple[str, ...]) -> str:
+    sig = CallSignature(*sig)
     op = OpKind(sig.op)
     dtype = DTYPES_BY_CODE.get(sig.dtype, f"dtype#{sig.dtype}")
     parts = [f"count={sig.count}", f"dtype={dtype}"]
@@ -85,6 +86,8 @@ class CallContext:
 
 
 class _PendingSend:
+    """A send the transport could not take whole at once (no free slot yet, or several slices)."""
+
     __slots__ = ("peer", "data", "pos", "msg_index", "stamps", "done")
 
     def __init__(self, peer: int, data: np.ndarray, msg_index: int, stamps: tuple[float, float]):
@@ -222,34 +225,38 @@ class Engine:
     def _run(self, ctx: CallContext, schedule: Schedule, bufs, ufunc, step_costs, device: Device) -> None:
         deadline = None if ctx.timeout_s is None else time.monotonic() + ctx.timeout_s
         plans = self._plan(schedule, ctx.world_ranks)
+        nsteps = len(plans)
         times = device.time
         for index, plan in enumerate(plans):
             for sb, so, se, db, do, de in plan.copies:
                 np.copyto(bufs[db][do:de], bufs[sb][so:se])
             if step_costs is None:  # modeled time switched off (HCCL_PY_MODELED_TIME=0)
-                cost, t0 = None, 0.0
-                stamps = [_UNSTAMPED] * len(plan.sends)
+                cost, t0, send_costs = None, 0.0, None
             else:
                 cost = step_costs[index]
                 t0 = device.clock + cost.copy_s
-                stamps = [(t0, t0 + send_s) for send_s in cost.send_s]
+                send_costs = cost.send_s
             if not plan.sends and not plan.recvs:
                 if cost is not None:
                     device.clock = t0
                     times.comm_s += cost.copy_s
                 continue
-            sends = [_PendingSend(peer, bufs[b][o:e], msg_index, stamp) for (peer, b, o, e, msg_index), stamp in zip(plan.sends, stamps)]
-            if sends and self.drop_next_message:
-                self.drop_next_message = False
-                sends[0].done = True  # lost whole: the receiver must time out, never see part of it
             recvs: list[_PendingRecv] = []
             for peer, b, o, e, rw, msg_index, before in plan.recvs:
                 recvs.append(_PendingRecv(peer, bufs[b][o:e], None if rw is None else bufs[rw[0]][rw[1]:rw[2]], msg_index,
                                           None if before < 0 else recvs[before]))
-            self._run_step(ctx, index, len(plans), sends, recvs, ufunc, deadline)
+            try:
+                self._progress_step(ctx, index, nsteps, self._post_sends(ctx, plan.sends, bufs, t0, send_costs), recvs, ufunc,
+                                    deadline)
+            except HcclRemoteError:
+                # A peer that failed first may have told us why before it went: that is the root cause.
+                self._dispatch(self.transport.progress(0.0))
+                if self._notices.get(ctx.comm_id):
+                    self._raise_notice(ctx)
+                raise
             if cost is not None:
                 waits: list[float] = []
-                end, waited = step_end(t0, cost.send_s, recvs, cost.recv_s, waits)
+                end, waited = step_end(t0, send_costs, recvs, cost.recv_s, waits)
                 times.comm_s += end - device.clock - waited
                 if waited:
                     times.wait_s += waited
@@ -258,26 +265,33 @@ class Engine:
                             device.waited_for[recv.peer] = device.waited_for.get(recv.peer, 0.0) + wait
                 device.clock = end
 
-    def _run_step(self, ctx, index, nsteps, sends, recvs, ufunc, deadline) -> None:
-        try:
-            self._progress_step(ctx, index, nsteps, sends, recvs, ufunc, deadline)
-        except HcclRemoteError:
-            # A peer that failed first may have told us why before it went: that is the root cause.
-            self._dispatch(self.transport.progress(0.0))
-            if self._notices.get(ctx.comm_id):
-                self._raise_notice(ctx)
-            raise
+    def _post_sends(self, ctx: CallContext, plan_sends: tuple, bufs, t0: float, send_costs) -> list[_PendingSend]:
+        """Hand every send of the step to the transport as far as it takes them now (a small
+        message whole, at once); what is left, the step's progress loop sends as room appears."""
+        transport = self.transport
+        pending = []
+        for i, (peer, b, o, e, msg_index) in enumerate(plan_sends):
+            data = bufs[b][o:e]
+            stamps = _UNSTAMPED if send_costs is None else (t0, t0 + send_costs[i])
+            if self.drop_next_message:
+                self.drop_next_message = False  # lost whole: the receiver must time out, never see part of it
+                continue
+            total = data.size
+            slice_elems = transport.max_slice_bytes(peer) // data.itemsize or 1
+            if total <= slice_elems and transport.try_send(peer, (transport.world_rank, ctx.comm_id, ctx.seq, msg_index, *ctx.sig,
+                                                                 total, 0, total), stamps, data):
+                continue
+            pending.append(_PendingSend(peer, data, msg_index, stamps))
+        return pending
 
-    def _progress_step(self, ctx, index, nsteps, sends, recvs, ufunc, deadline) -> None:
+    def _progress_step(self, ctx, index, nsteps, sending: list[_PendingSend], recvs: list[_PendingRecv], ufunc, deadline) -> None:
         transport = self.transport
         sig = ctx.sig
         head = (transport.world_rank, ctx.comm_id, ctx.seq)
-        sig_fields = (sig.op, sig.algo, sig.dtype, sig.redop, sig.count, sig.root)
         mailbox = self._mailbox
         notices = self._notices
         comm_id, seq = ctx.comm_id, ctx.seq
-        sending = [s for s in sends if not s.done]
-        receiving = [r for r in recvs]
+        receiving = recvs
         last_liveness = time.monotonic()
         suspects: list[int] = []
         while True:
@@ -288,7 +302,7 @@ class Engine:
                     total = data.size
                     while True:
                         n = min(total - send.pos, transport.max_slice_bytes(send.peer) // data.itemsize or 1)
-                        fields = (*head, send.msg_index, *sig_fields, total, send.pos, n)
+                        fields = (*head, send.msg_index, *sig, total, send.pos, n)
                         if not transport.try_send(send.peer, fields, send.stamps, data[send.pos : send.pos + n]):
                             break
                         send.pos += n
@@ -341,10 +355,10 @@ class Engine:
                 continue
             now = time.monotonic()
             if deadline is not None and now >= deadline:
-                self._timeout(ctx, index, nsteps, sends, recvs)
+                self._timeout(ctx, index, nsteps, sending, recvs)
             if now - last_liveness >= LIVENESS_CHECK_S:
                 last_liveness = now
-                dead = self._dead_peers(sends, recvs)
+                dead = self._dead_peers(sending, recvs)
                 if dead and dead == suspects:
                     self._peer_died(ctx, dead)
                 suspects = dead

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Callable, NamedTuple, Protocol
 
 import numpy as np
 
 
-@dataclass(frozen=True, slots=True)
-class CallSignature:
-    """What every rank of one collective call must agree on; sent in every slice."""
+class CallSignature(NamedTuple):
+    """What every rank of one collective call must agree on; sent in every slice. A tuple, so a
+    receiver compares the header's fields with it as they come, without building one."""
 
     op: int  # OpKind
     algo: int  # index into the registry's algorithm names; 0 for point-to-point
@@ -49,7 +49,7 @@ class Incoming:
     comm_id: int
     seq: int
     msg_index: int
-    sig: CallSignature
+    sig: tuple  # the header's CallSignature fields, as a plain tuple
     msg_count: int
     offset: int
     nelem: int

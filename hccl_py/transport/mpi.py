@@ -34,7 +34,7 @@ from collections import deque
 import numpy as np
 
 from ..errors import HcclNotSupportedError, HcclRemoteError, HcclTimeoutError
-from .base import HEADER, KIND_ACK, KIND_INLINE, KIND_NOTICE, CallSignature, Incoming
+from .base import HEADER, KIND_ACK, KIND_INLINE, KIND_NOTICE, Incoming
 from .common import INLINE_MAX_BYTES, process_alive, slice_layout
 
 PREFIX = 128  # header bytes reserved at the front of each message; the payload starts aligned
@@ -263,7 +263,7 @@ class MpiTransport:
             self._credits[src] += nelem
             return
         payload = memoryview(buf)[PREFIX:]
-        got.append(Incoming(kind, src, comm_id, seq, msg_index, CallSignature(op, algo, dtype, redop, count, root),
+        got.append(Incoming(kind, src, comm_id, seq, msg_index, (op, algo, dtype, redop, count, root),
                             msg_count, offset, nelem, sent_at, arrival, payload, slot))
 
     def peer_alive(self, peer: int) -> bool:

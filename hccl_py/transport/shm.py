@@ -36,7 +36,6 @@ from .base import (
     KIND_INLINE,
     KIND_NOTICE,
     KIND_SLOT,
-    CallSignature,
     Incoming,
 )
 
@@ -310,39 +309,45 @@ class ShmTransport:
         return got
 
     def _drain(self, got: list[Incoming]) -> int:
-        """Decode every datagram waiting on the socket; how many there were."""
+        """Decode every datagram waiting on the socket; how many there were. (Asking poll first:
+        a receive on an empty socket raises, and raising costs more than the poll.)"""
+        ready = self._poll.poll
         recv = self._sock.recv
         n = 0
-        while True:
+        while ready(0):
             try:
                 data = recv(_RECV_BYTES)
             except BlockingIOError:
                 return n
             n += 1
             self._decode(data, got)
+        return n
 
     def _decode(self, data: bytes, got: list[Incoming]) -> None:
-        (kind, src, comm_id, seq, msg_index, op, algo, dtype, redop, count, root, msg_count, offset, nelem, slot, sent_at, arrival) = HEADER.unpack_from(data)
+        fields = HEADER.unpack_from(data)
+        kind, src = fields[0], fields[1]
+        if kind == KIND_INLINE:
+            got.append(Incoming(kind, src, fields[2], fields[3], fields[4], fields[5:11], fields[11], fields[12], fields[13],
+                                fields[15], fields[16], memoryview(data)[HEADER.size :]))
+            return
         if kind == KIND_ACK:
-            self._free[src].extend(np.frombuffer(data, np.int64, nelem, HEADER.size).tolist())
+            self._free[src].extend(np.frombuffer(data, np.int64, fields[13], HEADER.size).tolist())
             return
         if kind == KIND_FIN:
-            self._rndv_out[src] -= nelem
+            self._rndv_out[src] -= fields[13]
             return
         if kind == KIND_CAPS:
-            self._peer_reads_me[src] = bool(count)
+            self._peer_reads_me[src] = bool(fields[9])
             return
-        sig = CallSignature(op, algo, dtype, redop, count, root)
-        fetch = None
-        if kind == KIND_INLINE:
-            payload = memoryview(data)[HEADER.size :]
-        elif kind == KIND_SLOT:
-            payload = self._peer_segments[src][slot : slot + nelem * _ITEMSIZE[dtype]]
+        slot, fetch = fields[14], None
+        if kind == KIND_SLOT:
+            payload = self._peer_segments[src][slot : slot + fields[13] * _ITEMSIZE[fields[7]]]
         elif kind == KIND_RNDV:
             payload, fetch = None, self._fetcher(src, slot)
         else:
             payload = memoryview(data)[HEADER.size :]
-        got.append(Incoming(kind, src, comm_id, seq, msg_index, sig, msg_count, offset, nelem, sent_at, arrival, payload, slot, fetch))
+        got.append(Incoming(kind, src, fields[2], fields[3], fields[4], fields[5:11], fields[11], fields[12], fields[13],
+                            fields[15], fields[16], payload, slot, fetch))
 
     def _fetcher(self, src: int, address: int):
         def fetch(dst: np.ndarray | None, dtype: np.dtype, nelem: int) -> np.ndarray:

@@ -31,7 +31,7 @@ from collections import deque
 import numpy as np
 
 from ..errors import HcclConnectError, HcclRemoteError, HcclTimeoutError
-from .base import HEADER, KIND_ACK, KIND_HELLO, KIND_INLINE, KIND_NOTICE, CallSignature, Incoming
+from .base import HEADER, KIND_ACK, KIND_HELLO, KIND_INLINE, KIND_NOTICE, Incoming
 from .common import INLINE_MAX_BYTES, process_alive, slice_layout
 
 LENGTH = struct.Struct("<Q")
@@ -326,7 +326,7 @@ class TcpTransport:
         if kind == KIND_ACK:
             self._credits[src] += nelem
             return
-        got.append(Incoming(kind, src, comm_id, seq, msg_index, CallSignature(op, algo, dtype, redop, count, root),
+        got.append(Incoming(kind, src, comm_id, seq, msg_index, (op, algo, dtype, redop, count, root),
                             msg_count, offset, nelem, sent_at, arrival, payload, slot))
 
     def _lost(self, peer: int) -> None:
