@@ -88,14 +88,15 @@ class CallContext:
 class _PendingSend:
     """A send the transport could not take whole at once (no free slot yet, or several slices)."""
 
-    __slots__ = ("peer", "data", "pos", "msg_index", "stamps", "done")
+    __slots__ = ("peer", "data", "pos", "msg_index", "stamps", "copied_in", "done")
 
-    def __init__(self, peer: int, data: np.ndarray, msg_index: int, stamps: tuple[float, float]):
+    def __init__(self, peer: int, data: np.ndarray, msg_index: int, stamps: tuple[float, float], copied_in: bool):
         self.peer = peer
         self.data = data
         self.pos = 0
         self.msg_index = msg_index
         self.stamps = stamps  # modeled (sent_at, arrival)
+        self.copied_in = copied_in  # the receiver copies it in (does not reduce it)
         self.done = False
 
 
@@ -116,8 +117,9 @@ class _PendingRecv:
 
 
 class _StepPlan(NamedTuple):
-    copies: tuple  # (src buf, start, end, dst buf, start, end)
-    sends: tuple  # (world peer, buf, start, end, message index)
+    copies: tuple  # (src buf, start, end, dst buf, start, end), run before the step's sends
+    late_copies: tuple  # the same, for copies no send of the step reads: run once the sends are posted
+    sends: tuple  # (world peer, buf, start, end, message index, the receiver copies it in)
     recvs: tuple  # (world peer, buf, start, end, reduce_with (buf, start, end) | None, message index, earlier recv | -1)
 
 
@@ -178,19 +180,21 @@ class Engine:
 
     # -- execution ---------------------------------------------------------------------------
     def run(self, ctx: CallContext, schedule: Schedule, bufs: tuple[np.ndarray, np.ndarray, np.ndarray | None], ufunc,
-            step_costs: Sequence[StepCost] | None, device: Device) -> None:
+            step_costs: Sequence[StepCost] | None, device: Device, copied_in: Sequence[bool] = ()) -> None:
         """Execute ``schedule`` for this rank; ``bufs`` are flat IN, OUT and TMP arrays.
 
         ``step_costs`` (from the cost model) advance ``device.clock`` step by step with the same
         arithmetic as the simulator: see ``cost_model.step_end``; ``None`` leaves the clock alone.
+        ``copied_in``: per send, in schedule order, whether its receiver copies it rather than
+        reducing it (``schedule.receiver_copies``), a hint for the transport.
         """
         if (ufunc is np.add or ufunc is np.multiply) and bufs[0].dtype.kind not in "iu":
             with np.errstate(all="ignore"):  # overflow and NaN are the user's data, as on the device
-                self._run(ctx, schedule, bufs, ufunc, step_costs, device)
+                self._run(ctx, schedule, bufs, ufunc, step_costs, device, copied_in)
         else:
-            self._run(ctx, schedule, bufs, ufunc, step_costs, device)
+            self._run(ctx, schedule, bufs, ufunc, step_costs, device, copied_in)
 
-    def _plan(self, schedule: Schedule, world: tuple[int, ...]) -> list[_StepPlan]:
+    def _plan(self, schedule: Schedule, world: tuple[int, ...], copied_in: Sequence[bool]) -> list[_StepPlan]:
         """The schedule with world ranks, message indices and receive ordering resolved: the
         part of the work that is the same on every call with this shape, done once."""
         key = (id(schedule), world)
@@ -200,12 +204,15 @@ class Engine:
         plans = []
         sent: dict[int, int] = {}
         received: dict[int, int] = {}
+        nth_send = 0
         for step in schedule.steps:
             sends = []
             for send in step.sends:
                 peer = world[send.peer]
-                sends.append((peer, send.src.buf, send.src.offset, send.src.end, sent.get(peer, 0)))
+                sends.append((peer, send.src.buf, send.src.offset, send.src.end, sent.get(peer, 0),
+                              nth_send < len(copied_in) and copied_in[nth_send]))
                 sent[peer] = sends[-1][4] + 1
+                nth_send += 1
             recvs = []
             last_into: dict[tuple[int, int], int] = {}
             for i, recv in enumerate(step.recvs):
@@ -215,21 +222,30 @@ class Engine:
                               received.get(peer, 0), last_into.get((dst.buf, dst.offset), -1)))
                 received[peer] = recvs[-1][5] + 1
                 last_into[(dst.buf, dst.offset)] = i
-            copies = tuple((c.src.buf, c.src.offset, c.src.end, c.dst.buf, c.dst.offset, c.dst.end) for c in step.copies)
-            plans.append(_StepPlan(copies, tuple(sends), tuple(recvs)))
+            copies = [(c.src.buf, c.src.offset, c.src.end, c.dst.buf, c.dst.offset, c.dst.end) for c in step.copies]
+            # Copies up to the last one whose destination a send reads must come first; the rest
+            # overlap with the peers' reads of what this rank sends (receives still wait for them).
+            first = 1 + max((i for i, (_, _, _, db, do, de) in enumerate(copies)
+                             if any(send.src.buf == db and send.src.offset < de and do < send.src.end for send in step.sends)), default=-1)
+            plans.append(_StepPlan(tuple(copies[:first]), tuple(copies[first:]), tuple(sends), tuple(recvs)))
         if len(self._plans) > 4096:
             self._plans.clear()
         self._plans[key] = (schedule, plans)
         return plans
 
-    def _run(self, ctx: CallContext, schedule: Schedule, bufs, ufunc, step_costs, device: Device) -> None:
+    def _run(self, ctx: CallContext, schedule: Schedule, bufs, ufunc, step_costs, device: Device, copied_in) -> None:
         deadline = None if ctx.timeout_s is None else time.monotonic() + ctx.timeout_s
-        plans = self._plan(schedule, ctx.world_ranks)
+        plans = self._plan(schedule, ctx.world_ranks, copied_in)
         nsteps = len(plans)
         times = device.time
+        # Copies after the sends assume IN and OUT apart, as the schedule's regions name them.
+        late_ok = bufs[0] is not bufs[1] and not np.may_share_memory(bufs[0], bufs[1])
         for index, plan in enumerate(plans):
             for sb, so, se, db, do, de in plan.copies:
                 np.copyto(bufs[db][do:de], bufs[sb][so:se])
+            if plan.late_copies and not (late_ok and (plan.sends or plan.recvs)):
+                for sb, so, se, db, do, de in plan.late_copies:
+                    np.copyto(bufs[db][do:de], bufs[sb][so:se])
             if step_costs is None:  # modeled time switched off (HCCL_PY_MODELED_TIME=0)
                 cost, t0, send_costs = None, 0.0, None
             else:
@@ -246,8 +262,11 @@ class Engine:
                 recvs.append(_PendingRecv(peer, bufs[b][o:e], None if rw is None else bufs[rw[0]][rw[1]:rw[2]], msg_index,
                                           None if before < 0 else recvs[before]))
             try:
-                self._progress_step(ctx, index, nsteps, self._post_sends(ctx, plan.sends, bufs, t0, send_costs), recvs, ufunc,
-                                    deadline)
+                pending = self._post_sends(ctx, plan.sends, bufs, t0, send_costs)
+                if late_ok:
+                    for sb, so, se, db, do, de in plan.late_copies:
+                        np.copyto(bufs[db][do:de], bufs[sb][so:se])
+                self._progress_step(ctx, index, nsteps, pending, recvs, ufunc, deadline)
             except HcclRemoteError:
                 # A peer that failed first may have told us why before it went: that is the root cause.
                 self._dispatch(self.transport.progress(0.0))
@@ -270,7 +289,7 @@ class Engine:
         message whole, at once); what is left, the step's progress loop sends as room appears."""
         transport = self.transport
         pending = []
-        for i, (peer, b, o, e, msg_index) in enumerate(plan_sends):
+        for i, (peer, b, o, e, msg_index, copied_in) in enumerate(plan_sends):
             data = bufs[b][o:e]
             stamps = _UNSTAMPED if send_costs is None else (t0, t0 + send_costs[i])
             if self.drop_next_message:
@@ -279,9 +298,9 @@ class Engine:
             total = data.size
             slice_elems = transport.max_slice_bytes(peer) // data.itemsize or 1
             if total <= slice_elems and transport.try_send(peer, (transport.world_rank, ctx.comm_id, ctx.seq, msg_index, *ctx.sig,
-                                                                 total, 0, total), stamps, data):
+                                                                 total, 0, total), stamps, data, copied_in):
                 continue
-            pending.append(_PendingSend(peer, data, msg_index, stamps))
+            pending.append(_PendingSend(peer, data, msg_index, stamps, copied_in))
         return pending
 
     def _progress_step(self, ctx, index, nsteps, sending: list[_PendingSend], recvs: list[_PendingRecv], ufunc, deadline) -> None:
@@ -303,7 +322,7 @@ class Engine:
                     while True:
                         n = min(total - send.pos, transport.max_slice_bytes(send.peer) // data.itemsize or 1)
                         fields = (*head, send.msg_index, *sig, total, send.pos, n)
-                        if not transport.try_send(send.peer, fields, send.stamps, data[send.pos : send.pos + n]):
+                        if not transport.try_send(send.peer, fields, send.stamps, data[send.pos : send.pos + n], send.copied_in):
                             break
                         send.pos += n
                         progressed = True

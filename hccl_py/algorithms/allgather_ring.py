@@ -1,10 +1,10 @@
 """Ring allgather.
 
-Rank r first copies IN into block r of OUT; then in steps s = 0 .. size-2 it sends block r-s
-to r+1 and receives block r-s-1 from r-1 (what arrives in one step leaves in the next).
+Rank r copies IN into block r of OUT; in steps s = 0 .. size-2 it sends block r-s to r+1 and
+receives block r-s-1 from r-1 (what arrives in one step leaves in the next). The first step sends
+its own block straight from IN, so the local copy shares that step (and need not precede the send).
 
-Steps: size-1 (plus the local copy). Sent per rank: (size-1) * count elements (as many received).
-TMP: none.
+Steps: size-1. Sent per rank: (size-1) * count elements (as many received). TMP: none.
 """
 
 from __future__ import annotations
@@ -20,8 +20,11 @@ def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
     blocks = block_bounds(count, size)
     right, left = (rank + 1) % size, (rank - 1) % size
     own = Copy(Region(IN, 0, count), Region(OUT, *blocks[rank]))
-    steps = [Step(copies=(own,))]  # a copy-only step; the first ring step sends what it wrote
+    steps = []
     for sent, got in ring_indices(rank, size, shift=0):
-        sends = (Send(right, Region(OUT, *blocks[sent])),)
-        steps.append(Step(sends=sends, recvs=(Recv(left, Region(OUT, *blocks[got])),)))
+        first = not steps
+        src = Region(IN, 0, count) if first else Region(OUT, *blocks[sent])
+        steps.append(Step(copies=(own,) if first else (), sends=(Send(right, src),), recvs=(Recv(left, Region(OUT, *blocks[got])),)))
+    if not steps:  # a single rank
+        steps.append(Step(copies=(own,)))
     return finish(steps)
