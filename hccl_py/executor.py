@@ -227,6 +227,8 @@ class Engine:
             # overlap with the peers' reads of what this rank sends (receives still wait for them).
             first = 1 + max((i for i, (_, _, _, db, do, de) in enumerate(copies)
                              if any(send.src.buf == db and send.src.offset < de and do < send.src.end for send in step.sends)), default=-1)
+            if not step.sends and not step.recvs:
+                first = len(copies)  # a copy-only step: nothing to overlap with
             plans.append(_StepPlan(tuple(copies[:first]), tuple(copies[first:]), tuple(sends), tuple(recvs)))
         if len(self._plans) > 4096:
             self._plans.clear()
@@ -243,7 +245,7 @@ class Engine:
         for index, plan in enumerate(plans):
             for sb, so, se, db, do, de in plan.copies:
                 np.copyto(bufs[db][do:de], bufs[sb][so:se])
-            if plan.late_copies and not (late_ok and (plan.sends or plan.recvs)):
+            if plan.late_copies and not late_ok:
                 for sb, so, se, db, do, de in plan.late_copies:
                     np.copyto(bufs[db][do:de], bufs[sb][so:se])
             if step_costs is None:  # modeled time switched off (HCCL_PY_MODELED_TIME=0)

@@ -99,6 +99,8 @@ class ShmTransport:
         self._rndv_out: dict[int, int] = {p: 0 for p in self._peers}
         self._fins: dict[int, int] = {p: 0 for p in self._peers}
         self._scratch = np.empty(0, np.uint8)
+        # Slices sent per path beyond the inline one: "direct" (the peer reads our buffer), "slot".
+        self.sent_by_path = {"direct": 0, "slot": 0}
 
     # -- setup -----------------------------------------------------------------------------
     def connect(self, peer_pids: dict[int, int], deadline: float) -> None:
@@ -200,6 +202,7 @@ class ShmTransport:
             # (the step does not end before: flush() waits for it).
             self._put(peer, HEADER.pack(KIND_RNDV, *fields, data.ctypes.data, *stamps))
             self._rndv_out[peer] += 1
+            self.sent_by_path["direct"] += 1
             return True
         free = self._free[peer]
         if not free:
@@ -208,6 +211,7 @@ class ShmTransport:
         slot = np.frombuffer(self._segment, dtype=data.dtype, count=data.size, offset=offset)
         np.copyto(slot, data, casting="no")
         self._put(peer, HEADER.pack(KIND_SLOT, *fields, offset, *stamps))
+        self.sent_by_path["slot"] += 1
         return True
 
     def notify(self, peer: int, comm_id: int, seq: int, text: str) -> None:
