@@ -4,8 +4,8 @@ A message of ``n`` bytes over a route takes ``latency(route) + n / share``, wher
 smallest, over the route's directed links, of the link's bandwidth divided by the number of
 flows of the *same step* crossing that link in that direction (links are full duplex). Every
 rank can compute the whole step from the schedule, so the share never depends on OS scheduling.
-A reduction costs ``n / vector bandwidth`` of the receiving card; a local copy reads and writes,
-``2n / HBM bandwidth``.
+A reduction costs ``n / vector bandwidth`` of the receiving card (a local one, too); a local copy
+reads and writes, ``2n / HBM bandwidth``.
 
 Step k of a collective is the k-th step of every rank's schedule. The clock arithmetic of one
 step lives in :func:`step_end`, used verbatim by the executor and by the simulator, so the two
@@ -122,7 +122,8 @@ class CostModel:
                     continue
                 step = schedule.steps[k]
                 card = cards[r]
-                copy_s = sum(2 * c.src.count * itemsize / card.hbm_bandwidth_Bps for c in step.copies)
+                copy_s = sum(2 * c.src.count * itemsize / card.hbm_bandwidth_Bps if c.reduce_with is None
+                             else c.src.count * itemsize / card.vector_bandwidth_Bps for c in step.copies)
                 recv_s = tuple(0.0 if rv.reduce_with is None else rv.dst.count * itemsize / card.vector_bandwidth_Bps for rv in step.recvs)
                 per_rank[r].append(StepCost(copy_s, tuple(send_times.get(r, ())), recv_s))
         return tuple(tuple(steps) for steps in per_rank)

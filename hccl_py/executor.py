@@ -116,8 +116,17 @@ class _PendingRecv:
         self.arrival = 0.0
 
 
+def _copy(copies: tuple, bufs, ufunc) -> None:
+    """A step's local copies and reductions, in order."""
+    for sb, so, se, db, do, de, rw in copies:
+        if rw is None:
+            np.copyto(bufs[db][do:de], bufs[sb][so:se])
+        else:
+            ufunc(bufs[rw[0]][rw[1]:rw[2]], bufs[sb][so:se], out=bufs[db][do:de])
+
+
 class _StepPlan(NamedTuple):
-    copies: tuple  # (src buf, start, end, dst buf, start, end), run before the step's sends
+    copies: tuple  # (src buf, start, end, dst buf, start, end, reduce_with (buf, start, end) | None), before the sends
     late_copies: tuple  # the same, for copies no send of the step reads: run once the sends are posted
     sends: tuple  # (world peer, buf, start, end, message index, the receiver copies it in)
     recvs: tuple  # (world peer, buf, start, end, reduce_with (buf, start, end) | None, message index, earlier recv | -1)
@@ -222,10 +231,12 @@ class Engine:
                               received.get(peer, 0), last_into.get((dst.buf, dst.offset), -1)))
                 received[peer] = recvs[-1][5] + 1
                 last_into[(dst.buf, dst.offset)] = i
-            copies = [(c.src.buf, c.src.offset, c.src.end, c.dst.buf, c.dst.offset, c.dst.end) for c in step.copies]
+            copies = [(c.src.buf, c.src.offset, c.src.end, c.dst.buf, c.dst.offset, c.dst.end,
+                       None if c.reduce_with is None else (c.reduce_with.buf, c.reduce_with.offset, c.reduce_with.end))
+                      for c in step.copies]
             # Copies up to the last one whose destination a send reads must come first; the rest
             # overlap with the peers' reads of what this rank sends (receives still wait for them).
-            first = 1 + max((i for i, (_, _, _, db, do, de) in enumerate(copies)
+            first = 1 + max((i for i, (_, _, _, db, do, de, _) in enumerate(copies)
                              if any(send.src.buf == db and send.src.offset < de and do < send.src.end for send in step.sends)), default=-1)
             if not step.sends and not step.recvs:
                 first = len(copies)  # a copy-only step: nothing to overlap with
@@ -243,11 +254,10 @@ class Engine:
         # Copies after the sends assume IN and OUT apart, as the schedule's regions name them.
         late_ok = bufs[0] is not bufs[1] and not np.may_share_memory(bufs[0], bufs[1])
         for index, plan in enumerate(plans):
-            for sb, so, se, db, do, de in plan.copies:
-                np.copyto(bufs[db][do:de], bufs[sb][so:se])
+            if plan.copies:
+                _copy(plan.copies, bufs, ufunc)
             if plan.late_copies and not late_ok:
-                for sb, so, se, db, do, de in plan.late_copies:
-                    np.copyto(bufs[db][do:de], bufs[sb][so:se])
+                _copy(plan.late_copies, bufs, ufunc)
             if step_costs is None:  # modeled time switched off (HCCL_PY_MODELED_TIME=0)
                 cost, t0, send_costs = None, 0.0, None
             else:
@@ -265,9 +275,8 @@ class Engine:
                                           None if before < 0 else recvs[before]))
             try:
                 pending = self._post_sends(ctx, plan.sends, bufs, t0, send_costs)
-                if late_ok:
-                    for sb, so, se, db, do, de in plan.late_copies:
-                        np.copyto(bufs[db][do:de], bufs[sb][so:se])
+                if late_ok and plan.late_copies:
+                    _copy(plan.late_copies, bufs, ufunc)
                 self._progress_step(ctx, index, nsteps, pending, recvs, ufunc, deadline)
             except HcclRemoteError:
                 # A peer that failed first may have told us why before it went: that is the root cause.

@@ -32,6 +32,7 @@ def finish(steps: Iterable[Step]) -> Schedule:
         for region in (
             *(c.src for c in step.copies),
             *(c.dst for c in step.copies),
+            *(c.reduce_with for c in step.copies if c.reduce_with is not None),
             *(s.src for s in step.sends),
             *(r.dst for r in step.recvs),
             *(r.reduce_with for r in step.recvs if r.reduce_with is not None),

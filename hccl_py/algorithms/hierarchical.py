@@ -197,8 +197,8 @@ class _Compose:
             return Region(base.buf, base.offset + r.offset, r.count)
 
         for s in sub.steps:
-            copies = [Copy(at(c.src), at(c.dst)) for c in s.copies]
-            copies = [c for c in copies if c.src != c.dst]
+            copies = [Copy(at(c.src), at(c.dst), None if c.reduce_with is None else at(c.reduce_with)) for c in s.copies]
+            copies = [c for c in copies if c.src != c.dst or c.reduce_with is not None]
             sends = [Send(ranks[x.peer], at(x.src)) for x in s.sends if x.peer != deaf]
             recvs = [] if me == deaf else [
                 Recv(ranks[x.peer], at(x.dst), None if x.reduce_with is None else at(x.reduce_with)) for x in s.recvs]

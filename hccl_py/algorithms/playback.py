@@ -13,7 +13,8 @@ What ``check`` rejects, with a ``ScheduleError`` naming the schedule, rank and s
   is its input);
 * in-step hazards: a receive writing a region a send of the same step reads; overlapping but
   not identical receive destinations; a ``reduce_with`` that overlaps a receive destination
-  other than its own identical one; copies between overlapping but not identical regions
+  other than its own identical one; copies (and a local reduction's operand) between
+  overlapping but not identical regions
   (IN and OUT are the same memory for in-place collectives and are compared as such);
 * unmatched or count-mismatched messages, matched FIFO per ordered pair of ranks;
 * deadlock under *synchronous* semantics: a send completes only while its receiver executes
@@ -161,7 +162,10 @@ def play(
     for ev in plan.events:
         if isinstance(ev, Enter):
             for c in plan.schedules[ev.rank].steps[ev.step].copies:
-                view(ev.rank, c.dst)[...] = view(ev.rank, c.src)
+                if c.reduce_with is None:
+                    view(ev.rank, c.dst)[...] = view(ev.rank, c.src)
+                else:
+                    ufunc(view(ev.rank, c.reduce_with), view(ev.rank, c.src), out=view(ev.rank, c.dst))
         elif isinstance(ev, Transfer):
             send = plan.schedules[ev.src].steps[ev.src_step].sends[ev.send]
             incoming[(ev.dst, ev.dst_step, ev.recv)] = view(ev.src, send.src).copy()
@@ -238,6 +242,12 @@ def _check_step(collective: str, rank: int, size: int, root: int, step, limits: 
             raise ScheduleError(f"{where}: copy {_fmt(c.src)} -> {_fmt(c.dst)} changes the count")
         if mem(c.src).overlaps(mem(c.dst)) and mem(c.src) != mem(c.dst):
             raise ScheduleError(f"{where}: copy {_fmt(c.src)} -> {_fmt(c.dst)} between overlapping regions")
+        if c.reduce_with is not None:
+            w = mem(bounds(c.reduce_with, "copy reduce_with"))
+            if c.reduce_with.count != c.dst.count:
+                raise ScheduleError(f"{where}: copy reduce_with {_fmt(c.reduce_with)} and destination {_fmt(c.dst)} differ in count")
+            if w.overlaps(mem(c.dst)) and w != mem(c.dst):
+                raise ScheduleError(f"{where}: copy reduce_with {_fmt(c.reduce_with)} overlaps destination {_fmt(c.dst)} but differs")
     for s in step.sends:
         peer(s.peer, "send")
         bounds(s.src, "send source")

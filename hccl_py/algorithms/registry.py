@@ -20,7 +20,7 @@ ScheduleFn = Callable[..., Schedule]  # (rank, size, count, root=0) -> Schedule
 
 COLLECTIVES = ("allreduce", "allgather", "broadcast", "reduce", "reduce_scatter")
 ALGOS = ("ring", "tree", "hd", "mesh")  # every collective has these
-EXTRA = (("allreduce", "rd"), ("barrier", "dissemination"), ("barrier", "monitored"))  # algorithms only some collectives have
+EXTRA = (("allreduce", "rd"), ("allreduce", "oneshot"), ("barrier", "dissemination"), ("barrier", "monitored"))  # algorithms only some collectives have
 # Stable indices for wire headers. "hier" (two-level, on a partition: ``hierarchical.py``) has no
 # entry in SCHEDULES: its schedule function comes from ``hierarchical.schedule_for``.
 ALL_ALGOS = ALGOS + tuple(dict.fromkeys(algo for _, algo in EXTRA)) + ("hier",)

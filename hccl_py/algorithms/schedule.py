@@ -14,7 +14,9 @@ Semantics, shared by the executor (``hccl_py/executor.py``) and the in-process p
 (``playback.py``):
 
 * A step first runs its ``copies`` in order, then all its sends and receives concurrently; it
-  completes when every send has left and every receive has been applied.
+  completes when every send has left and every receive has been applied. A copy with
+  ``reduce_with`` is a local reduction, ``dst = reduce_with (op) src`` (a one-shot allreduce
+  folds what it received with it, in rank order).
 * Matching is FIFO per ordered pair within one call: the k-th ``Send`` from rank a to rank b
   (counting over a's steps) is the k-th ``Recv`` from a in b's steps. Their counts are equal.
 * A ``Recv`` writes ``dst = incoming`` (``reduce_with is None``) or
@@ -80,6 +82,7 @@ class Recv:
 class Copy:
     src: Region
     dst: Region
+    reduce_with: Region | None = None  # None: dst = src; else dst = reduce_with (op) src, a local reduction
 
 
 @dataclass(frozen=True, slots=True)

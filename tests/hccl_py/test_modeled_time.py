@@ -102,7 +102,8 @@ def test_auto_is_the_argmin_of_the_model():
     large, small = times(64 << 20 >> 2), times(2)
     assert fastest(model, "allreduce", 64 << 20 >> 2, 4, ranks) == min(large, key=large.get) == "ring"
     assert fastest(model, "allreduce", 2, 4, ranks) == min(small, key=small.get)
-    assert fastest(model, "allreduce", 2, 4, ranks) in ("rd", "hd", "tree")  # latency-bound: log-step algorithms
+    assert fastest(model, "allreduce", 2, 4, ranks) == "oneshot"  # latency-bound: one round of messages
+    assert fastest(model, "allreduce", 1 << 20, 4, ranks) != "oneshot"  # 4 MiB: sending 7 full buffers is not
 
 
 def _stats_and_trace(trace_dir: str) -> dict:

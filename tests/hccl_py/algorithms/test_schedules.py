@@ -256,6 +256,11 @@ BROKEN = {
     "non-root rank of reduce": ("reduce", per_rank(sched(Step(recvs=(recv(1),))), sched(Step(sends=(send(0),), recvs=(recv(0, off=2),))))),
     "root's buffer": ("broadcast", per_rank(sched(Step(recvs=(recv(1),))), sched(Step(sends=(send(0),))))),
     "peer 0": ("allreduce", per_rank(sched(Step(sends=(send(0),))), sched())),
+    # local reductions (one-shot's fold): the operand and the destination must not half-overlap
+    "overlaps destination OUT[1:3] but differs": (
+        "allreduce", per_rank(sched(Step(copies=(Copy(Region(TMP, 0, 2), Region(OUT, 1, 2), reduce_with=Region(OUT, 0, 2)),)), tmp=2), sched())),
+    "differ in count": (
+        "allreduce", per_rank(sched(Step(copies=(Copy(Region(TMP, 0, 2), Region(OUT, 0, 2), reduce_with=Region(OUT, 0, 1)),)), tmp=2), sched())),
     "not a Schedule": ("allreduce", per_rank(sched(), [])),
 }
 
@@ -280,3 +285,14 @@ def test_checker_accepts_accumulating_chain() -> None:
     )
     xs = [np.array([1, 2, 0, 0], np.int32), np.array([10, 20, 0, 0], np.int32), np.array([100, 200, 0, 0], np.int32)]
     assert play("allreduce", fn, 3, xs)[0].tolist() == [111, 222, 0, 0]
+
+
+def test_oneshot_folds_in_rank_order_on_every_rank() -> None:
+    """float32 sums are not associative: every rank must evaluate ((x0 + x1) + x2) + x3 itself."""
+    rng = rng_for("oneshot-order")
+    inputs = [rng.uniform(-1, 1, 1000).astype(np.float32) * 10.0 ** (3 * r) for r in range(4)]
+    expected = ((inputs[0] + inputs[1]) + inputs[2]) + inputs[3]
+    for out in play("allreduce", "oneshot", 4, inputs):
+        assert bits(out) == bits(expected)
+    sched0 = get_schedule("allreduce", "oneshot")(0, 4, 1000)
+    assert len(sched0.steps) == 2 and not sched0.steps[1].sends and len(sched0.steps[0].sends) == 3
