@@ -101,13 +101,13 @@ class _PendingSend:
 
 
 class _PendingRecv:
-    __slots__ = ("peer", "dst", "reduce_with", "msg_index", "applied", "before", "started", "done", "sent_at", "arrival")
+    __slots__ = ("peer", "dst", "reduce_with", "key", "applied", "before", "started", "done", "sent_at", "arrival")
 
-    def __init__(self, peer: int, dst: np.ndarray, reduce_with: np.ndarray | None, msg_index: int, before: "_PendingRecv | None"):
+    def __init__(self, peer: int, dst: np.ndarray, reduce_with: np.ndarray | None, key: tuple, before: "_PendingRecv | None"):
         self.peer = peer
         self.dst = dst
         self.reduce_with = reduce_with
-        self.msg_index = msg_index
+        self.key = key  # the mailbox key of its slices: (comm, seq, sender, message index)
         self.applied = 0
         self.before = before  # the receive into the same destination that must be applied first
         self.started = False  # the first slice (with the message's modeled stamps) has been applied
@@ -128,7 +128,7 @@ def _copy(copies: tuple, bufs, ufunc) -> None:
 class _StepPlan(NamedTuple):
     copies: tuple  # (src buf, start, end, dst buf, start, end, reduce_with (buf, start, end) | None), before the sends
     late_copies: tuple  # the same, for copies no send of the step reads: run once the sends are posted
-    sends: tuple  # (world peer, buf, start, end, message index, the receiver copies it in)
+    sends: tuple  # (world peer, buf, start, end, message index, the receiver copies it in, slice bytes)
     recvs: tuple  # (world peer, buf, start, end, reduce_with (buf, start, end) | None, message index, earlier recv | -1)
 
 
@@ -219,7 +219,7 @@ class Engine:
             for send in step.sends:
                 peer = world[send.peer]
                 sends.append((peer, send.src.buf, send.src.offset, send.src.end, sent.get(peer, 0),
-                              nth_send < len(copied_in) and copied_in[nth_send]))
+                              nth_send < len(copied_in) and copied_in[nth_send], self.transport.max_slice_bytes(peer)))
                 sent[peer] = sends[-1][4] + 1
                 nth_send += 1
             recvs = []
@@ -251,13 +251,17 @@ class Engine:
         plans = self._plan(schedule, ctx.world_ranks, copied_in)
         nsteps = len(plans)
         times = device.time
-        # Copies after the sends assume IN and OUT apart, as the schedule's regions name them.
-        late_ok = bufs[0] is not bufs[1] and not np.may_share_memory(bufs[0], bufs[1])
+        head = (self.transport.world_rank if self.transport is not None else 0, ctx.comm_id, ctx.seq)
+        comm_seq = (ctx.comm_id, ctx.seq)
+        late_ok = None
         for index, plan in enumerate(plans):
             if plan.copies:
                 _copy(plan.copies, bufs, ufunc)
-            if plan.late_copies and not late_ok:
-                _copy(plan.late_copies, bufs, ufunc)
+            if plan.late_copies:
+                if late_ok is None:  # copies after the sends assume IN and OUT apart, as the regions name them
+                    late_ok = bufs[0] is not bufs[1] and not np.may_share_memory(bufs[0], bufs[1])
+                if not late_ok:
+                    _copy(plan.late_copies, bufs, ufunc)
             if step_costs is None:  # modeled time switched off (HCCL_PY_MODELED_TIME=0)
                 cost, t0, send_costs = None, 0.0, None
             else:
@@ -271,10 +275,10 @@ class Engine:
                 continue
             recvs: list[_PendingRecv] = []
             for peer, b, o, e, rw, msg_index, before in plan.recvs:
-                recvs.append(_PendingRecv(peer, bufs[b][o:e], None if rw is None else bufs[rw[0]][rw[1]:rw[2]], msg_index,
-                                          None if before < 0 else recvs[before]))
+                recvs.append(_PendingRecv(peer, bufs[b][o:e], None if rw is None else bufs[rw[0]][rw[1]:rw[2]],
+                                          (*comm_seq, peer, msg_index), None if before < 0 else recvs[before]))
             try:
-                pending = self._post_sends(ctx, plan.sends, bufs, t0, send_costs)
+                pending = self._post_sends(head, ctx.sig, plan.sends, bufs, t0, send_costs) if plan.sends else ()
                 if late_ok and plan.late_copies:
                     _copy(plan.late_copies, bufs, ufunc)
                 self._progress_step(ctx, index, nsteps, pending, recvs, ufunc, deadline)
@@ -295,21 +299,20 @@ class Engine:
                             device.waited_for[recv.peer] = device.waited_for.get(recv.peer, 0.0) + wait
                 device.clock = end
 
-    def _post_sends(self, ctx: CallContext, plan_sends: tuple, bufs, t0: float, send_costs) -> list[_PendingSend]:
+    def _post_sends(self, head: tuple, sig: tuple, plan_sends: tuple, bufs, t0: float, send_costs) -> list[_PendingSend]:
         """Hand every send of the step to the transport as far as it takes them now (a small
         message whole, at once); what is left, the step's progress loop sends as room appears."""
-        transport = self.transport
+        try_send = self.transport.try_send
+        itemsize = bufs[1].itemsize
         pending = []
-        for i, (peer, b, o, e, msg_index, copied_in) in enumerate(plan_sends):
+        for i, (peer, b, o, e, msg_index, copied_in, slice_bytes) in enumerate(plan_sends):
             data = bufs[b][o:e]
             stamps = _UNSTAMPED if send_costs is None else (t0, t0 + send_costs[i])
             if self.drop_next_message:
                 self.drop_next_message = False  # lost whole: the receiver must time out, never see part of it
                 continue
-            total = data.size
-            slice_elems = transport.max_slice_bytes(peer) // data.itemsize or 1
-            if total <= slice_elems and transport.try_send(peer, (transport.world_rank, ctx.comm_id, ctx.seq, msg_index, *ctx.sig,
-                                                                 total, 0, total), stamps, data, copied_in):
+            total = e - o
+            if (total * itemsize <= slice_bytes or total <= 1) and try_send(peer, (*head, msg_index, *sig, total, 0, total), stamps, data, copied_in):
                 continue
             pending.append(_PendingSend(peer, data, msg_index, stamps, copied_in))
         return pending
@@ -347,7 +350,7 @@ class Engine:
                 self._dispatch(incoming)
             if receiving and mailbox:
                 for recv in receiving:
-                    key = (comm_id, seq, recv.peer, recv.msg_index)
+                    key = recv.key
                     box = mailbox.get(key)
                     while box:
                         inc = box[0]

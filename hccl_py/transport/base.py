@@ -70,7 +70,9 @@ class Incoming:
         """Copy the payload into ``dst`` (a rendezvous reads straight into it: one copy)."""
         if self.fetch is not None:
             self.fetch(dst, dst.dtype, self.nelem)
-        else:
+        elif dst.dtype.isbuiltin == 1 and len(self.payload) == dst.nbytes:  # numpy's own types (2: user-defined)
+            memoryview(dst).cast("B")[:] = self.payload  # a byte copy: a quarter of numpy's cost for a small slice
+        else:  # types without a buffer format (bfloat16)
             np.copyto(dst, np.frombuffer(self.payload, dtype=dst.dtype, count=self.nelem))
 
 
