@@ -69,7 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--algo", default="auto",
                    help=f"hccl-py's algorithm: {', '.join(ALGOS)} (or any other hccl-py has), default auto")
     p.add_argument("--vs", type=_peers, default=(), metavar="PEERS",
-                   help="also run these, alternating with hccl-py: mpi, gloo or mpi,gloo")
+                   help="also run these, alternating with hccl-py: mpi, gloo, unmodeled (hccl-py without "
+                        "modeled time), comma-separated")
     p.add_argument("--repeats", type=int, default=3,
                    help="whole sweeps per implementation (alternating); the median per size is reported. Default 3")
     p.add_argument("--json", metavar="FILE", help="write the results as JSON (schema hccl-bench/1)")

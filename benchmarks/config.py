@@ -22,7 +22,7 @@ __all__ = ["BenchConfig", "DType", "DTYPES", "OPS", "PEERS", "parse_size", "form
 
 # The same bfloat16 hccl_py uses (not imported from it: the peers' workers never load hccl_py).
 BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
-PEERS = ("mpi", "gloo")  # implementations --vs accepts; "hccl" (hccl-py) always runs
+PEERS = ("mpi", "gloo", "unmodeled")  # implementations --vs accepts; "hccl" (hccl-py) always runs
 OPS = ("sum", "prod", "max", "min")
 
 _SUFFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}

@@ -289,11 +289,12 @@ class Engine:
                     self._raise_notice(ctx)
                 raise
             if cost is not None:
-                waits: list[float] = []
-                end, waited = step_end(t0, send_costs, recvs, cost.recv_s, waits)
+                end, waited = step_end(t0, send_costs, recvs, cost.recv_s)
                 times.comm_s += end - device.clock - waited
                 if waited:
                     times.wait_s += waited
+                    waits: list[float] = []  # who it waited for: the same arithmetic again, rarely needed
+                    step_end(t0, send_costs, recvs, cost.recv_s, waits)
                     for recv, wait in zip(recvs, waits):
                         if wait:
                             device.waited_for[recv.peer] = device.waited_for.get(recv.peer, 0.0) + wait

@@ -3,7 +3,8 @@ and one rank-side interface (:class:`benchmarks.harness.RankComm`):
 
 - ``hccl``: hccl-py itself, ranks started with launch.spawn (or in place under hccl-launch);
 - ``mpi``: mpi4py on the MPICH of the ``mpich`` wheel, ranks started with that wheel's mpiexec;
-- ``gloo``: torch.distributed with the gloo backend (CPU), one subprocess per rank.
+- ``gloo``: torch.distributed with the gloo backend (CPU), one subprocess per rank;
+- ``unmodeled``: hccl-py with ``HCCL_PY_MODELED_TIME=0``, to measure what modeled time costs.
 
     backends(("mpi", "gloo"))    # [HcclBackend(), MpiBackend(), GlooBackend()]
 """
@@ -18,17 +19,20 @@ __all__ = ["Backend", "backends", "get_backend"]
 
 
 def get_backend(name: str) -> Backend:
-    """A new driver-side backend by name (hccl, mpi, gloo)."""
+    """A new driver-side backend by name (hccl, mpi, gloo, unmodeled)."""
     if name == "hccl":
         from .hccl import HcclBackend
         return HcclBackend()
+    if name == "unmodeled":
+        from .hccl import HcclUnmodeledBackend
+        return HcclUnmodeledBackend()
     if name == "mpi":
         from .mpi import MpiBackend
         return MpiBackend()
     if name == "gloo":
         from .gloo import GlooBackend
         return GlooBackend()
-    raise ValueError(f"unknown implementation {name!r}; use hccl, mpi or gloo")
+    raise ValueError(f"unknown implementation {name!r}; use hccl, mpi, gloo or unmodeled")
 
 
 def backends(peers: Iterable[str] = ()) -> list[Backend]:

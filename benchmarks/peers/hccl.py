@@ -147,11 +147,13 @@ class HcclBackend(Backend):
     def mode(self, coll: Collective) -> str:
         return _CALLS[coll.name]
 
+    env: dict[str, str] = {}  # rank environment on top of the caller's
+
     def run(self, cfg: BenchConfig, progress_path: str | None, workdir: str) -> list[dict[str, Any]]:
         import launch
 
         try:
-            results = launch.spawn(rank_work, cfg.nranks, args=(cfg, progress_path), timeout=cfg.timeout_s)
+            results = launch.spawn(rank_work, cfg.nranks, args=(cfg, progress_path), timeout=cfg.timeout_s, env=self.env)
         except launch.SpawnError as err:
             raise BackendError(f"hccl-py ranks failed: {err}") from err
         assert isinstance(results, list) and results[0] is not None
@@ -192,3 +194,16 @@ def _mpi_shared_port() -> str:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
     return str(MPI.COMM_WORLD.bcast(port, root=0))
+
+
+class HcclUnmodeledBackend(HcclBackend):
+    """hccl-py with the modeled clock switched off (``HCCL_PY_MODELED_TIME=0``): run alternating
+    with hccl-py in one invocation, its ratio is what the modeled-time bookkeeping costs, measured
+    under the same machine conditions (``--vs unmodeled``)."""
+
+    name = "unmodeled"
+    label = "hccl-py, unmodeled"
+    env = {"HCCL_PY_MODELED_TIME": "0"}
+
+    def version(self) -> str:
+        return f"{super().version()} with HCCL_PY_MODELED_TIME=0"

@@ -66,3 +66,15 @@ def test_alternating_repeats_with_mpi(tmp_path, capsys):
     for impl in result.ok:
         assert len(impl.runs) == 2 and all(len(r.times_us) == 2 for r in impl.rows)
         assert [r.wrong for r in impl.rows] == [0, 0]
+
+
+@pytest.mark.timeout(60)
+def test_unmodeled_peer_is_hccl_py_without_the_clock(tmp_path):
+    """--vs unmodeled: the same calls with HCCL_PY_MODELED_TIME=0, so the modeled columns read 0."""
+    cfg = _tiny("allreduce")
+    modeled = get_backend("hccl").run(cfg, None, str(tmp_path))
+    unmodeled = get_backend("unmodeled").run(cfg, None, str(tmp_path))
+    assert [r["wrong"] for r in unmodeled] == [0, 0]
+    assert all(r["extra"]["modeled_us"] > 0 for r in modeled)
+    assert all(r["extra"]["modeled_us"] == 0 for r in unmodeled)
+    assert "HCCL_PY_MODELED_TIME=0" in get_backend("unmodeled").version()
