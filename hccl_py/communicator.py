@@ -18,7 +18,7 @@ from topology import Topology, TopologyError, auto_partition, load_partition, va
 from . import algo_select
 from .algorithms import hierarchical, p2p
 from .algorithms.registry import ALL_ALGOS, get_schedule
-from .algorithms.schedule import Schedule, receiver_copies
+from .algorithms.schedule import Schedule
 from .context import RankContext
 from .device import Device
 from .dtypes import UFUNCS, ReduceOp, check_op_dtype, dtype_code
@@ -46,7 +46,6 @@ class _Call(NamedTuple):
     nbytes: int
     ctx: CallContext  # its seq is set per call
     dtype_name: str = ""  # for the flight record (numpy's dtype.name is slow to compute)
-    copied_in: tuple[bool, ...] = ()  # per send: its receiver copies it in (see schedule.receiver_copies)
     notify_on_timeout: bool = False  # tell the peers why, when this rank times out (monitored barrier)
 
 
@@ -213,8 +212,7 @@ class Communicator:
         costs = self._rc.cost_model.call_costs(fn, self.size, count, root, itemsize, self._world_ranks)[self._rank] if self._rc.modeled else None
         nbytes = count * itemsize * (self.size if kind is OpKind.REDUCE_SCATTER else 1)
         return _Call(collective, name, fn(self._rank, self.size, count, root), costs, UFUNCS.get(redop), nbytes,
-                     CallContext(self._id, self.name, 0, sig, self._world_ranks, self._rank, ALL_ALGOS, self._timeout_s), dtype.name,
-                     receiver_copies(fn, self._rank, self.size, count, root))
+                     CallContext(self._id, self.name, 0, sig, self._world_ranks, self._rank, ALL_ALGOS, self._timeout_s), dtype.name)
 
     def _remember(self, key: tuple, call: "_Call") -> "_Call":
         if len(self._calls) >= 1024:  # a program with ever-new shapes keeps the latest ones
@@ -237,7 +235,7 @@ class Communicator:
         if rc.pending_faults:
             rc.inject(record)
         try:
-            self._engine.run(ctx, schedule, (bufs[0], bufs[1], tmp), call.ufunc, call.costs, device, call.copied_in)
+            self._engine.run(ctx, schedule, (bufs[0], bufs[1], tmp), call.ufunc, call.costs, device)
         except HcclError as err:
             rc.recorder.fail(record, err, device.clock, time.monotonic())
             self.abort(f"{ctx.what} failed: {err.message}")
@@ -398,7 +396,7 @@ class Communicator:
                      if self._rc.modeled else None)
             schedule = p2p.send_schedule(count, peer) if sending else p2p.recv_schedule(count, peer)
             ctx = CallContext(self._id, self.name, 0, sig, self._world_ranks, self._rank, ALL_ALGOS, self._timeout_s)
-            call = self._remember(key, _Call(kind, "p2p", schedule, costs, None, count * dtype.itemsize, ctx, dtype.name, (sending,)))
+            call = self._remember(key, _Call(kind, "p2p", schedule, costs, None, count * dtype.itemsize, ctx, dtype.name))
         return call
 
     @staticmethod

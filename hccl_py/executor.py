@@ -88,15 +88,14 @@ class CallContext:
 class _PendingSend:
     """A send the transport could not take whole at once (no free slot yet, or several slices)."""
 
-    __slots__ = ("peer", "data", "pos", "msg_index", "stamps", "copied_in", "done")
+    __slots__ = ("peer", "data", "pos", "msg_index", "stamps", "done")
 
-    def __init__(self, peer: int, data: np.ndarray, msg_index: int, stamps: tuple[float, float], copied_in: bool):
+    def __init__(self, peer: int, data: np.ndarray, msg_index: int, stamps: tuple[float, float]):
         self.peer = peer
         self.data = data
         self.pos = 0
         self.msg_index = msg_index
         self.stamps = stamps  # modeled (sent_at, arrival)
-        self.copied_in = copied_in  # the receiver copies it in (does not reduce it)
         self.done = False
 
 
@@ -128,7 +127,7 @@ def _copy(copies: tuple, bufs, ufunc) -> None:
 class _StepPlan(NamedTuple):
     copies: tuple  # (src buf, start, end, dst buf, start, end, reduce_with (buf, start, end) | None), before the sends
     late_copies: tuple  # the same, for copies no send of the step reads: run once the sends are posted
-    sends: tuple  # (world peer, buf, start, end, message index, the receiver copies it in, slice bytes)
+    sends: tuple  # (world peer, buf, start, end, message index, slice bytes)
     recvs: tuple  # (world peer, buf, start, end, reduce_with (buf, start, end) | None, message index, earlier recv | -1)
 
 
@@ -189,21 +188,19 @@ class Engine:
 
     # -- execution ---------------------------------------------------------------------------
     def run(self, ctx: CallContext, schedule: Schedule, bufs: tuple[np.ndarray, np.ndarray, np.ndarray | None], ufunc,
-            step_costs: Sequence[StepCost] | None, device: Device, copied_in: Sequence[bool] = ()) -> None:
+            step_costs: Sequence[StepCost] | None, device: Device) -> None:
         """Execute ``schedule`` for this rank; ``bufs`` are flat IN, OUT and TMP arrays.
 
         ``step_costs`` (from the cost model) advance ``device.clock`` step by step with the same
         arithmetic as the simulator: see ``cost_model.step_end``; ``None`` leaves the clock alone.
-        ``copied_in``: per send, in schedule order, whether its receiver copies it rather than
-        reducing it (``schedule.receiver_copies``), a hint for the transport.
         """
         if (ufunc is np.add or ufunc is np.multiply) and bufs[0].dtype.kind not in "iu":
             with np.errstate(all="ignore"):  # overflow and NaN are the user's data, as on the device
-                self._run(ctx, schedule, bufs, ufunc, step_costs, device, copied_in)
+                self._run(ctx, schedule, bufs, ufunc, step_costs, device)
         else:
-            self._run(ctx, schedule, bufs, ufunc, step_costs, device, copied_in)
+            self._run(ctx, schedule, bufs, ufunc, step_costs, device)
 
-    def _plan(self, schedule: Schedule, world: tuple[int, ...], copied_in: Sequence[bool]) -> list[_StepPlan]:
+    def _plan(self, schedule: Schedule, world: tuple[int, ...]) -> list[_StepPlan]:
         """The schedule with world ranks, message indices and receive ordering resolved: the
         part of the work that is the same on every call with this shape, done once."""
         key = (id(schedule), world)
@@ -213,15 +210,12 @@ class Engine:
         plans = []
         sent: dict[int, int] = {}
         received: dict[int, int] = {}
-        nth_send = 0
         for step in schedule.steps:
             sends = []
             for send in step.sends:
                 peer = world[send.peer]
-                sends.append((peer, send.src.buf, send.src.offset, send.src.end, sent.get(peer, 0),
-                              nth_send < len(copied_in) and copied_in[nth_send], self.transport.max_slice_bytes(peer)))
+                sends.append((peer, send.src.buf, send.src.offset, send.src.end, sent.get(peer, 0), self.transport.max_slice_bytes(peer)))
                 sent[peer] = sends[-1][4] + 1
-                nth_send += 1
             recvs = []
             last_into: dict[tuple[int, int], int] = {}
             for i, recv in enumerate(step.recvs):
@@ -246,9 +240,9 @@ class Engine:
         self._plans[key] = (schedule, plans)
         return plans
 
-    def _run(self, ctx: CallContext, schedule: Schedule, bufs, ufunc, step_costs, device: Device, copied_in) -> None:
+    def _run(self, ctx: CallContext, schedule: Schedule, bufs, ufunc, step_costs, device: Device) -> None:
         deadline = None if ctx.timeout_s is None else time.monotonic() + ctx.timeout_s
-        plans = self._plan(schedule, ctx.world_ranks, copied_in)
+        plans = self._plan(schedule, ctx.world_ranks)
         nsteps = len(plans)
         times = device.time
         head = (self.transport.world_rank if self.transport is not None else 0, ctx.comm_id, ctx.seq)
@@ -306,16 +300,16 @@ class Engine:
         try_send = self.transport.try_send
         itemsize = bufs[1].itemsize
         pending = []
-        for i, (peer, b, o, e, msg_index, copied_in, slice_bytes) in enumerate(plan_sends):
+        for i, (peer, b, o, e, msg_index, slice_bytes) in enumerate(plan_sends):
             data = bufs[b][o:e]
             stamps = _UNSTAMPED if send_costs is None else (t0, t0 + send_costs[i])
             if self.drop_next_message:
                 self.drop_next_message = False  # lost whole: the receiver must time out, never see part of it
                 continue
             total = e - o
-            if (total * itemsize <= slice_bytes or total <= 1) and try_send(peer, (*head, msg_index, *sig, total, 0, total), stamps, data, copied_in):
+            if (total * itemsize <= slice_bytes or total <= 1) and try_send(peer, (*head, msg_index, *sig, total, 0, total), stamps, data):
                 continue
-            pending.append(_PendingSend(peer, data, msg_index, stamps, copied_in))
+            pending.append(_PendingSend(peer, data, msg_index, stamps))
         return pending
 
     def _progress_step(self, ctx, index, nsteps, sending: list[_PendingSend], recvs: list[_PendingRecv], ufunc, deadline) -> None:
@@ -337,7 +331,7 @@ class Engine:
                     while True:
                         n = min(total - send.pos, transport.max_slice_bytes(send.peer) // data.itemsize or 1)
                         fields = (*head, send.msg_index, *sig, total, send.pos, n)
-                        if not transport.try_send(send.peer, fields, send.stamps, data[send.pos : send.pos + n], send.copied_in):
+                        if not transport.try_send(send.peer, fields, send.stamps, data[send.pos : send.pos + n]):
                             break
                         send.pos += n
                         progressed = True

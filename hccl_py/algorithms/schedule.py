@@ -129,21 +129,3 @@ class StepFlows:
     recv_from: "np.ndarray"
     reduce: bool
 
-
-def receiver_copies(fn, rank: int, size: int, count: int, root: int = 0) -> tuple[bool, ...]:
-    """For each send of ``rank``'s schedule, in order: True when the receive it matches (FIFO per
-    ordered pair) copies the data in, False when it reduces it. A transport may then hand a
-    copied message over in one copy (the receiver reads the sender's buffer) where a reduced
-    one is better staged; see ``transport/shm.py``."""
-    kinds: dict[int, list[bool]] = {}
-    sent: dict[int, int] = {}
-    out = []
-    for step in fn(rank, size, count, root).steps:
-        for send in step.sends:
-            peer = send.peer
-            if peer not in kinds:
-                kinds[peer] = [r.reduce_with is None for st in fn(peer, size, count, root).steps for r in st.recvs if r.peer == rank]
-            k = sent.get(peer, 0)
-            sent[peer] = k + 1
-            out.append(k < len(kinds[peer]) and kinds[peer][k])
-    return tuple(out)

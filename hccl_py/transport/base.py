@@ -82,12 +82,11 @@ class Transport(Protocol):
 
     def max_slice_bytes(self, peer: int) -> int: ...
 
-    def try_send(self, peer: int, fields: tuple, stamps: tuple[float, float], data: np.ndarray, copied_in: bool = False) -> bool:
+    def try_send(self, peer: int, fields: tuple, stamps: tuple[float, float], data: np.ndarray) -> bool:
         """Hand one slice to the transport. False when it cannot take it now (no free slot);
         True once the data has been copied out of ``data`` (the caller may reuse it), or, for a
         transport whose peer reads ``data`` in place, once that read is arranged (``flush()``
-        stays False until it is done). ``copied_in``: the receiver copies this slice rather
-        than reducing it (a hint; a transport may ignore it)."""
+        stays False until it is done)."""
 
     def progress(self, timeout_s: float) -> list[Incoming]:
         """Move pending output and return what arrived, waiting up to ``timeout_s`` for

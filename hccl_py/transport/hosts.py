@@ -33,11 +33,11 @@ class HostSplitTransport:
         local = self._to_local.get(peer)
         return self.tcp.max_slice_bytes(peer) if local is None else self.shm.max_slice_bytes(local)
 
-    def try_send(self, peer: int, fields: tuple, stamps: tuple[float, float], data: np.ndarray, copied_in: bool = False) -> bool:
+    def try_send(self, peer: int, fields: tuple, stamps: tuple[float, float], data: np.ndarray) -> bool:
         local = self._to_local.get(peer)
         if local is None:
             return self.tcp.try_send(peer, fields, stamps, data)
-        return self.shm.try_send(local, (self._me, *fields[1:]), stamps, data, copied_in)
+        return self.shm.try_send(local, (self._me, *fields[1:]), stamps, data)
 
     def notify(self, peer: int, comm_id: int, seq: int, text: str) -> None:
         local = self._to_local.get(peer)

@@ -131,7 +131,7 @@ class MpiTransport:
     def max_slice_bytes(self, peer: int) -> int:
         return self.slice_bytes
 
-    def try_send(self, peer: int, fields: tuple, stamps: tuple[float, float], data: np.ndarray, copied_in: bool = False) -> bool:
+    def try_send(self, peer: int, fields: tuple, stamps: tuple[float, float], data: np.ndarray) -> bool:
         nbytes = data.nbytes
         large = nbytes > INLINE_MAX_BYTES
         if large:
