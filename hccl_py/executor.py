@@ -128,6 +128,7 @@ class _StepPlan(NamedTuple):
     copies: tuple  # (src buf, start, end, dst buf, start, end, reduce_with (buf, start, end) | None), before the sends
     late_copies: tuple  # the same, for copies no send of the step reads: run once the sends are posted
     sends: tuple  # (world peer, buf, start, end, message index, slice bytes)
+    fanouts: tuple  # send indices that send one region to several peers, e.g. ((0, 1, 2),): staged once if small
     recvs: tuple  # (world peer, buf, start, end, reduce_with (buf, start, end) | None, message index, earlier recv | -1)
 
 
@@ -234,7 +235,12 @@ class Engine:
                              if any(send.src.buf == db and send.src.offset < de and do < send.src.end for send in step.sends)), default=-1)
             if not step.sends and not step.recvs:
                 first = len(copies)  # a copy-only step: nothing to overlap with
-            plans.append(_StepPlan(tuple(copies[:first]), tuple(copies[first:]), tuple(sends), tuple(recvs)))
+            same_region: dict[tuple, list[int]] = {}
+            for i, send in enumerate(step.sends):
+                same_region.setdefault((send.src.buf, send.src.offset, send.src.end), []).append(i)
+            fanouts = tuple(tuple(group) for group in same_region.values() if len(group) > 1)
+            plans.append(_StepPlan(copies=tuple(copies[:first]), late_copies=tuple(copies[first:]), sends=tuple(sends),
+                                   fanouts=fanouts, recvs=tuple(recvs)))
         if len(self._plans) > 4096:
             self._plans.clear()
         self._plans[key] = (schedule, plans)
@@ -272,7 +278,7 @@ class Engine:
                 recvs.append(_PendingRecv(peer, bufs[b][o:e], None if rw is None else bufs[rw[0]][rw[1]:rw[2]],
                                           (*comm_seq, peer, msg_index), None if before < 0 else recvs[before]))
             try:
-                pending = self._post_sends(head, ctx.sig, plan.sends, bufs, t0, send_costs) if plan.sends else ()
+                pending = self._post_sends(head, ctx.sig, plan, bufs, t0, send_costs) if plan.sends else ()
                 if late_ok and plan.late_copies:
                     _copy(plan.late_copies, bufs, ufunc)
                 self._progress_step(ctx, index, nsteps, pending, recvs, ufunc, deadline)
@@ -294,13 +300,19 @@ class Engine:
                             device.waited_for[recv.peer] = device.waited_for.get(recv.peer, 0.0) + wait
                 device.clock = end
 
-    def _post_sends(self, head: tuple, sig: tuple, plan_sends: tuple, bufs, t0: float, send_costs) -> list[_PendingSend]:
+    def _post_sends(self, head: tuple, sig: tuple, plan: _StepPlan, bufs, t0: float, send_costs) -> list[_PendingSend]:
         """Hand every send of the step to the transport as far as it takes them now (a small
         message whole, at once); what is left, the step's progress loop sends as room appears."""
-        try_send = self.transport.try_send
+        transport = self.transport
+        try_send = transport.try_send
         itemsize = bufs[1].itemsize
         pending = []
-        for i, (peer, b, o, e, msg_index, slice_bytes) in enumerate(plan_sends):
+        posted = ()
+        if plan.fanouts and not self.drop_next_message and hasattr(transport, "try_send_shared"):
+            posted = self._post_fanouts(head, sig, plan, bufs, t0, send_costs)
+        for i, (peer, b, o, e, msg_index, slice_bytes) in enumerate(plan.sends):
+            if i in posted:
+                continue
             data = bufs[b][o:e]
             stamps = _UNSTAMPED if send_costs is None else (t0, t0 + send_costs[i])
             if self.drop_next_message:
@@ -311,6 +323,24 @@ class Engine:
                 continue
             pending.append(_PendingSend(peer, data, msg_index, stamps))
         return pending
+
+    def _post_fanouts(self, head: tuple, sig: tuple, plan: _StepPlan, bufs, t0: float, send_costs) -> set[int]:
+        """Sends of one region to several peers, staged once for all of them where the
+        transport can (``try_send_shared``); the indices of the sends it took."""
+        posted: set[int] = set()
+        for group in plan.fanouts:
+            first = plan.sends[group[0]]
+            b, o, e = first[1], first[2], first[3]
+            total = e - o
+            peers, fields, stamps = [], [], []
+            for i in group:
+                peer, _, _, _, msg_index, _ = plan.sends[i]
+                peers.append(peer)
+                fields.append((*head, msg_index, *sig, total, 0, total))
+                stamps.append(_UNSTAMPED if send_costs is None else (t0, t0 + send_costs[i]))
+            if self.transport.try_send_shared(peers, fields, stamps, bufs[b][o:e]):
+                posted.update(group)
+        return posted
 
     def _progress_step(self, ctx, index, nsteps, sending: list[_PendingSend], recvs: list[_PendingRecv], ufunc, deadline) -> None:
         transport = self.transport

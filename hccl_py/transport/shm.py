@@ -99,7 +99,8 @@ class ShmTransport:
         self._fins: dict[int, int] = {p: 0 for p in self._peers}
         self._scratch = np.empty(0, np.uint8)
         # Slices sent per path beyond the inline one: "direct" (the peer reads our buffer), "slot".
-        self.sent_by_path = {"direct": 0, "slot": 0}
+        self.sent_by_path = {"direct": 0, "slot": 0, "shared": 0}
+        self._shared: dict[int, list[int]] = {}  # slot offset read by several peers -> [acks still due, owning peer]
 
     # -- setup -----------------------------------------------------------------------------
     def connect(self, peer_pids: dict[int, int], deadline: float) -> None:
@@ -211,6 +212,27 @@ class ShmTransport:
         np.copyto(slot, data, casting="no")
         self._put(peer, HEADER.pack(KIND_SLOT, *fields, offset, *stamps))
         self.sent_by_path["slot"] += 1
+        return True
+
+    def try_send_shared(self, peers: list[int], fields: list[tuple], stamps: list[tuple[float, float]], data: np.ndarray) -> bool:
+        """One slice to several peers, staged once: every peer reads the same slot, which is free
+        again when the last of them has acknowledged it (a mesh allgather or broadcast sends one
+        block to every peer: one copy instead of one per peer). False when the slice does not go
+        through a slot (inline, direct) or no slot is free: then send it peer by peer."""
+        nbytes = data.nbytes
+        if nbytes <= INLINE_MAX_BYTES or nbytes > self.slot_bytes or (
+                nbytes >= RNDV_MIN_BYTES and any(self._peer_reads_me.get(p) for p in peers)):
+            return False
+        free = self._free[peers[0]]
+        if not free:
+            return False
+        offset = free.pop()
+        slot = np.frombuffer(self._segment, dtype=data.dtype, count=data.size, offset=offset)
+        np.copyto(slot, data, casting="no")
+        self._shared[offset] = [len(peers), peers[0]]
+        for peer, peer_fields, peer_stamps in zip(peers, fields, stamps):
+            self._put(peer, HEADER.pack(KIND_SLOT, *peer_fields, offset, *peer_stamps))
+        self.sent_by_path["shared"] += 1
         return True
 
     def notify(self, peer: int, comm_id: int, seq: int, text: str) -> None:
@@ -338,7 +360,19 @@ class ShmTransport:
                                 fields[15], fields[16], memoryview(data)[HEADER.size :]))
             return
         if kind == KIND_ACK:
-            self._free[src].extend(np.frombuffer(data, np.int64, fields[13], HEADER.size).tolist())
+            offsets = np.frombuffer(data, np.int64, fields[13], HEADER.size).tolist()
+            if not self._shared:
+                self._free[src].extend(offsets)
+                return
+            for offset in offsets:
+                shared = self._shared.get(offset)
+                if shared is None:
+                    self._free[src].append(offset)
+                else:
+                    shared[0] -= 1
+                    if not shared[0]:
+                        del self._shared[offset]
+                        self._free[shared[1]].append(offset)
             return
         if kind == KIND_FIN:
             self._rndv_out[src] -= fields[13]

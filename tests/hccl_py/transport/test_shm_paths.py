@@ -49,14 +49,47 @@ def _paths(collective: str, algo: str, count: int, in_place_gather: bool = False
 
 @pytest.mark.timeout(60)
 @pytest.mark.usefixtures("no_leaks")
-@pytest.mark.parametrize("algo", ["ring", "mesh"])
-@pytest.mark.parametrize("count, path", [(MID, "slot"), (LARGE, "direct")])
+@pytest.mark.parametrize("algo, count, path", [
+    ("ring", MID, "slot"),  # one block to one peer per step
+    ("mesh", MID, "shared"),  # one block to both peers: staged once, read by both
+    ("ring", LARGE, "direct"), ("mesh", LARGE, "direct"),
+])
 def test_slices_take_the_path_their_size_calls_for(algo, count, path):
     results = run_ranks(_paths, 3, "allgather", algo, count, timeout=50)
-    other = {"slot": "direct", "direct": "slot"}[path]
     for used, ok in results:
         assert ok
-        assert used[path] > 0 and used[other] == 0, used
+        assert used[path] > 0 and all(n == 0 for p, n in used.items() if p != path), used
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.usefixtures("no_leaks")
+def test_shared_slots_come_back_after_every_reader():
+    """Many fan-out calls in a row: a shared slot is free again only once every reader has
+    acknowledged it, so the sender never runs out (nor overwrites a slot still being read)."""
+    for used, ok, leftover in run_ranks(_fanout_loop, 4, timeout=50):
+        assert ok and used["shared"] > 0, used
+        assert leftover == (0, [2, 2, 2]), leftover  # no shared slot still owed; every peer's 2 slots free
+
+
+def _fanout_loop() -> tuple[dict, bool, tuple]:
+    import hccl_py
+
+    comm = hccl_py.init()
+    transport = comm._engine.transport
+    before = dict(transport.sent_by_path)
+    ok = True
+    for i in range(40):
+        x = np.full(MID // 4, comm.rank * 1000 + i, np.float32)
+        out = comm.all_gather(x, algo="mesh")
+        ok &= all(np.all(out[r] == r * 1000 + i) for r in range(comm.size))
+        y = np.full(MID // 4, i if comm.rank == i % comm.size else -1, np.float32)
+        comm.broadcast(y, root=i % comm.size, algo="mesh")
+        ok &= bool(np.all(y == i))
+    used = {k: v - before[k] for k, v in transport.sent_by_path.items()}
+    comm.barrier()  # every ack of the last call has arrived by now
+    leftover = (len(transport._shared), [len(transport._free[p]) for p in sorted(transport._free)])
+    comm.destroy()
+    return used, ok, leftover
 
 
 @pytest.mark.timeout(60)
