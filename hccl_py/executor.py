@@ -142,6 +142,8 @@ class Engine:
         self._abandoned: set[int] = set()
         self.drop_next_message = False  # fault injection: the next message this rank sends is lost
         self._plans: dict[tuple, tuple[Schedule, list[_StepPlan]]] = {}
+        # A transport that can stage one block once for several receivers (shm), else None.
+        self._send_shared = getattr(transport, "try_send_shared", None)
 
     # -- notices: a peer telling a communicator that a call failed -------------------------------
     def pending_notice(self, comm_id: int) -> tuple[int, int, str] | None:
@@ -281,7 +283,7 @@ class Engine:
                 pending = self._post_sends(head, ctx.sig, plan, bufs, t0, send_costs) if plan.sends else ()
                 if late_ok and plan.late_copies:
                     _copy(plan.late_copies, bufs, ufunc)
-                self._progress_step(ctx, index, nsteps, pending, recvs, ufunc, deadline)
+                self._progress_step(ctx, head, index, nsteps, pending, recvs, ufunc, deadline)
             except HcclRemoteError:
                 # A peer that failed first may have told us why before it went: that is the root cause.
                 self._dispatch(self.transport.progress(0.0))
@@ -303,12 +305,11 @@ class Engine:
     def _post_sends(self, head: tuple, sig: tuple, plan: _StepPlan, bufs, t0: float, send_costs) -> list[_PendingSend]:
         """Hand every send of the step to the transport as far as it takes them now (a small
         message whole, at once); what is left, the step's progress loop sends as room appears."""
-        transport = self.transport
-        try_send = transport.try_send
+        try_send = self.transport.try_send
         itemsize = bufs[1].itemsize
         pending = []
         posted = ()
-        if plan.fanouts and not self.drop_next_message and hasattr(transport, "try_send_shared"):
+        if plan.fanouts and self._send_shared is not None and not self.drop_next_message:
             posted = self._post_fanouts(head, sig, plan, bufs, t0, send_costs)
         for i, (peer, b, o, e, msg_index, slice_bytes) in enumerate(plan.sends):
             if i in posted:
@@ -338,14 +339,14 @@ class Engine:
                 peers.append(peer)
                 fields.append((*head, msg_index, *sig, total, 0, total))
                 stamps.append(_UNSTAMPED if send_costs is None else (t0, t0 + send_costs[i]))
-            if self.transport.try_send_shared(peers, fields, stamps, bufs[b][o:e]):
+            if self._send_shared(peers, fields, stamps, bufs[b][o:e]):
                 posted.update(group)
         return posted
 
-    def _progress_step(self, ctx, index, nsteps, sending: list[_PendingSend], recvs: list[_PendingRecv], ufunc, deadline) -> None:
+    def _progress_step(self, ctx, head: tuple, index, nsteps, sending: list[_PendingSend], recvs: list[_PendingRecv], ufunc,
+                       deadline) -> None:
         transport = self.transport
         sig = ctx.sig
-        head = (transport.world_rank, ctx.comm_id, ctx.seq)
         mailbox = self._mailbox
         notices = self._notices
         comm_id, seq = ctx.comm_id, ctx.seq

@@ -204,12 +204,9 @@ class ShmTransport:
             self._rndv_out[peer] += 1
             self.sent_by_path["direct"] += 1
             return True
-        free = self._free[peer]
-        if not free:
+        offset = self._stage(peer, data)
+        if offset is None:
             return False
-        offset = free.pop()
-        slot = np.frombuffer(self._segment, dtype=data.dtype, count=data.size, offset=offset)
-        np.copyto(slot, data, casting="no")
         self._put(peer, HEADER.pack(KIND_SLOT, *fields, offset, *stamps))
         self.sent_by_path["slot"] += 1
         return True
@@ -223,17 +220,23 @@ class ShmTransport:
         if nbytes <= INLINE_MAX_BYTES or nbytes > self.slot_bytes or (
                 nbytes >= RNDV_MIN_BYTES and any(self._peer_reads_me.get(p) for p in peers)):
             return False
-        free = self._free[peers[0]]
-        if not free:
+        offset = self._stage(peers[0], data)
+        if offset is None:
             return False
-        offset = free.pop()
-        slot = np.frombuffer(self._segment, dtype=data.dtype, count=data.size, offset=offset)
-        np.copyto(slot, data, casting="no")
         self._shared[offset] = [len(peers), peers[0]]
         for peer, peer_fields, peer_stamps in zip(peers, fields, stamps):
             self._put(peer, HEADER.pack(KIND_SLOT, *peer_fields, offset, *peer_stamps))
         self.sent_by_path["shared"] += 1
         return True
+
+    def _stage(self, peer: int, data: np.ndarray) -> int | None:
+        """Copy ``data`` into a free slot of ``peer``'s region; its offset, or None when none is free."""
+        free = self._free[peer]
+        if not free:
+            return None
+        offset = free.pop()
+        np.copyto(np.frombuffer(self._segment, dtype=data.dtype, count=data.size, offset=offset), data, casting="no")
+        return offset
 
     def notify(self, peer: int, comm_id: int, seq: int, text: str) -> None:
         header = HEADER.pack(KIND_NOTICE, self.world_rank, comm_id, seq, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, -1, 0.0, 0.0)
