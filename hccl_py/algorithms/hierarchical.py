@@ -247,6 +247,12 @@ class _Chunks:
         s = self.plan.slots(i, u).index(j)
         return Region(TMP, base + u * self.bundle(i) + s * self.q, self.bounds[j][1])
 
+    def stage_out(self, c: _Compose, i: int) -> None:
+        """Copy every member's slots of group i from the staging area back into OUT's chunks."""
+        for u in range(len(self.plan.groups[i])):
+            for j in self.plan.slots(i, u):
+                c.copy(self.slot(i, u, j, 0), self.chunk(j))
+
     def stage_in(self, c: _Compose, i: int, base: int, members: Sequence[int], pad: bool) -> None:
         """Copy the chunks of ``members`` of group i from OUT into the staging area; ``pad`` fills
         each slot's unused tail with real data (a reduction over it then stays harmless)."""
@@ -285,9 +291,7 @@ def _allreduce(plan: _Plan, fns, rank: int, count: int, root: int) -> Schedule:
             mine = Region(TMP, held.offset + s * ch.q, n)
             c.run(_sub(fns, "outer", "allreduce", i, k, n), plan.holders(j), mine, mine, me=i)
     c.run(_sub(fns, "inner", "allgather", t, g, b), group, held, stage, me=t)
-    for u in range(g):
-        for j in plan.slots(i, u):
-            c.copy(ch.slot(i, u, j, 0), ch.chunk(j))
+    ch.stage_out(c, i)
     return c.done()
 
 
@@ -325,9 +329,7 @@ def _broadcast(plan: _Plan, fns, rank: int, count: int, root: int) -> Schedule:
             c.run(_sub(fns, "outer", "broadcast", i, k, mine.count, i0), plan.holders(j), mine, mine, me=i)
     c.run(_sub(fns, "inner", "allgather", t, g, b), group, Region(TMP, t * b, b), stage, me=t, deaf=deaf)
     if rank != root:
-        for u in range(g):
-            for j in plan.slots(i, u):
-                c.copy(ch.slot(i, u, j, 0), ch.chunk(j))
+        ch.stage_out(c, i)
     return c.done()
 
 
