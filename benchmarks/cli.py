@@ -3,6 +3,7 @@ MPI (mpi4py + MPICH) and torch.distributed gloo.
 
     hccl-bench allreduce -n 4 -b 8 -e 64M -f 2 -w 5 -i 20 -d fp32 -o sum --algo ring
     hccl-bench allgather -n 2 -b 1K -e 16M -f 4 --vs mpi,gloo --json ag.json --plot ag.png
+    hccl-bench allreduce -n 2,4 -b 8 -e 16M -f 4 --vs mpi     # and how each scales from 2 to 4 ranks
     hccl-bench partition --topology mixed-4p --workload dp-infer     # communication groups (benchmarks/partition.py)
 
 It starts its own ranks (launch.spawn, mpiexec, one process per gloo rank). Started as a rank of
@@ -36,6 +37,16 @@ def _size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
+def _nranks(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"-n takes a rank count or a comma-separated list (2,4), not {text!r}") from None
+    if not values:
+        raise argparse.ArgumentTypeError("-n needs at least one rank count")
+    return tuple(sorted(set(values)))
+
+
 def _peers(text: str) -> tuple[str, ...]:
     names = tuple(p.strip().lower() for p in text.split(",") if p.strip())
     unknown = [p for p in names if p not in PEERS]
@@ -54,7 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
                "Communication groups: hccl-bench partition --help",
     )
     p.add_argument("collective", choices=list(COLLECTIVES), help="the collective to measure")
-    p.add_argument("-n", "--nranks", type=int, default=2, help="ranks (simulated cards), default 2")
+    p.add_argument("-n", "--nranks", type=_nranks, default=(2,),
+                   help="ranks (simulated cards), default 2; several (2,4) run the sweep at each, "
+                        "alternating, and print how each implementation's time scales")
     p.add_argument("-b", "--minbytes", type=_size, default=8, help="smallest size, default 8")
     p.add_argument("-e", "--maxbytes", type=_size, default=64 << 20, help="largest size, default 64M")
     p.add_argument("-f", "--stepfactor", type=int, default=2, help="multiply the size by this per step, default 2")
@@ -85,9 +98,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def config_from_args(args: argparse.Namespace, nranks: int | None = None) -> BenchConfig:
-    """The BenchConfig of parsed arguments (``nranks`` overrides -n when running in place)."""
+    """The BenchConfig of parsed arguments at ``nranks`` (default: the first -n; running in
+    place, the job's size)."""
     return BenchConfig(
-        collective=args.collective, nranks=args.nranks if nranks is None else nranks,
+        collective=args.collective, nranks=args.nranks[0] if nranks is None else nranks,
         minbytes=args.minbytes, maxbytes=args.maxbytes, stepfactor=args.stepfactor,
         warmup=args.warmup, iters=args.iters, dtype=parse_dtype(args.datatype).name, op=args.op,
         root=args.root, check=bool(args.check), algo=args.algo, peers=tuple(args.vs),
@@ -107,19 +121,23 @@ def _check_outputs(args: argparse.Namespace) -> str | None:
     return None
 
 
-def _emit(result, args: argparse.Namespace) -> int:
-    from .report import format_report, to_json
+def _emit(results, args: argparse.Namespace) -> int:
+    """Print one report per world size (and the scaling table for several); write --json/--plot."""
+    from .report import format_report, format_scaling, scaling_to_json, to_json
 
-    print(format_report(result), flush=True)
+    print("\n#\n".join(format_report(r) for r in results), flush=True)
+    if len(results) > 1:
+        print("#\n" + format_scaling(results), flush=True)
     if args.json:
-        Path(args.json).write_text(json.dumps(to_json(result), indent=1) + "\n")
+        doc = to_json(results[0]) if len(results) == 1 else scaling_to_json(results)
+        Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
         print(f"# wrote {args.json}")
     if args.plot:
         from .plot import plot_busbw
 
-        plot_busbw(result, args.plot)
+        plot_busbw(results, args.plot)
         print(f"# wrote {args.plot}")
-    wrong = [r.wrong for impl in result.ok for r in impl.rows if r.wrong]
+    wrong = [r.wrong for result in results for impl in result.ok for r in impl.rows if r.wrong]
     return 1 if wrong else 0
 
 
@@ -140,6 +158,9 @@ def _run_in_place(args: argparse.Namespace, env_updates: dict[str, str]) -> int:
     from .peers.hccl import EXTRA_COLUMNS, HcclBackend, HcclRankComm, unsupported_reason
 
     size = _world_size_from_env()
+    if len(args.nranks) > 1:
+        raise ValueError(f"-n {','.join(map(str, args.nranks))} starts ranks at each size; as ranks of a "
+                         f"launcher's job ({size} ranks) hccl-bench runs at that size only")
     cfg = config_from_args(args, nranks=size)
     reason = unsupported_reason(cfg)
     if reason:
@@ -166,7 +187,7 @@ def _run_in_place(args: argparse.Namespace, env_updates: dict[str, str]) -> int:
                       mode=backend.mode(get_collective(cfg.collective)) + " (ranks of a launcher's job)",
                       extra_columns=EXTRA_COLUMNS, runs=runs)
     impl.rows = aggregate(runs, get_collective(cfg.collective).bus_factor(cfg.nranks), EXTRA_COLUMNS)
-    return _emit(BenchResult(cfg, {"hccl": impl}), args)
+    return _emit([BenchResult(cfg, {"hccl": impl})], args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -195,17 +216,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(str(err))
 
     try:
-        cfg = config_from_args(args)
+        cfgs = [config_from_args(args, nranks=n) for n in args.nranks]
     except ValueError as err:
         parser.error(str(err))
 
-    from .harness import BackendError, run_benchmark
+    from .harness import BackendError, run_benchmarks
     from .peers import backends
 
-    print(f"# hccl-bench: running {', '.join(['hccl-py', *cfg.peers])} "
+    cfg = cfgs[0]
+    at = f" at -n {','.join(map(str, args.nranks))}" if len(cfgs) > 1 else ""
+    print(f"# hccl-bench: running {', '.join(['hccl-py', *cfg.peers])}{at} "
           f"({cfg.repeats} repeat{'s' if cfg.repeats != 1 else ''}, alternating)", flush=True)
     try:
-        result = run_benchmark(cfg, backends(cfg.peers), progress=not args.no_progress)
+        result = run_benchmarks(cfgs, backends(cfg.peers), progress=not args.no_progress)
     except BackendError as err:
         print(f"hccl-bench: {err}", file=sys.stderr)
         return 2

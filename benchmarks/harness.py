@@ -17,7 +17,8 @@ Timing, per size, on every rank (:func:`run_sweep`):
 
 The driver (:func:`run_benchmark`) runs the whole sweep ``--repeats`` times, alternating the
 implementations (hccl, mpi, gloo, hccl, mpi, gloo, ...), and reports per size the median over
-repeats.
+repeats. With several world sizes (``-n 2,4``, :func:`run_benchmarks`) the world sizes alternate
+too, so a slow stretch of the machine does not fall on one of them only.
 
 Extension point, extra columns: an implementation may report more per-size numbers (hccl-py's
 modeled time, say). It lists :class:`ExtraColumn` s (``Backend.extra_columns`` on the driver
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ExtraColumn", "RankComm", "Row", "ImplResult", "BenchResult", "BackendError",
     "sweep_sizes", "size_plan", "count_wrong", "run_sweep", "rank_main", "aggregate", "run_benchmark",
+    "run_benchmarks",
 ]
 
 
@@ -395,53 +397,69 @@ def run_benchmark(cfg: BenchConfig, backends: Sequence["Backend"], *, log: TextI
     installed, cannot run this dtype/op, or fails is reported on ``log`` (default stdout) in one
     line and left out.
     """
+    return run_benchmarks([cfg], backends, log=log, progress=progress, workdir=workdir)[0]
+
+
+def run_benchmarks(cfgs: Sequence[BenchConfig], backends: Sequence["Backend"], *, log: TextIO | None = None,
+                   progress: bool = True, workdir: str | None = None) -> list[BenchResult]:
+    """:func:`run_benchmark` for several configurations (``-n 2,4``: the same sweep at each world
+    size), interleaved so that slow and fast stretches of the machine fall on all of them alike:
+    repeat by repeat, configuration by configuration, backend by backend. One result per config."""
     import tempfile
 
     log = sys.stdout if log is None else log
-    coll = get_collective(cfg.collective)
-    impls: dict[str, ImplResult] = {}
-    runnable: list[Backend] = []
-    for i, b in enumerate(backends):
-        impl = ImplResult(b.name, b.label, extra_columns=tuple(b.extra_columns))
-        impls[b.name] = impl
-        reason = b.unavailable() or b.unsupported(cfg)
-        if reason:
-            if i == 0:
-                raise BackendError(f"{b.label}: {reason}")
-            impl.status, impl.reason = "skipped", reason
-            print(f"# skipping {b.name}: {reason}", file=log, flush=True)
-            continue
-        impl.version, impl.mode = b.version(), b.mode(coll)
-        runnable.append(b)
-    nsizes = len(size_plan(cfg))
-    bar = make_progress_bar(nsizes * cfg.repeats * len(runnable), progress, desc=cfg.collective)
+    coll = get_collective(cfgs[0].collective)
+    impls: list[dict[str, ImplResult]] = [{} for _ in cfgs]
+    runnable: list[list[Backend]] = [[] for _ in cfgs]
+    for k, cfg in enumerate(cfgs):
+        at = f" at -n {cfg.nranks}" if len(cfgs) > 1 else ""
+        for i, b in enumerate(backends):
+            impl = ImplResult(b.name, b.label, extra_columns=tuple(b.extra_columns))
+            impls[k][b.name] = impl
+            reason = b.unavailable() or b.unsupported(cfg)
+            if reason:
+                if i == 0:
+                    raise BackendError(f"{b.label}{at}: {reason}")
+                impl.status, impl.reason = "skipped", reason
+                print(f"# skipping {b.name}{at}: {reason}", file=log, flush=True)
+                continue
+            impl.version, impl.mode = b.version(), b.mode(coll)
+            runnable[k].append(b)
+    repeats = cfgs[0].repeats
+    bar = make_progress_bar(len(size_plan(cfgs[0])) * repeats * sum(map(len, runnable)), progress, desc=cfgs[0].collective)
     try:
         with tempfile.TemporaryDirectory(prefix="hccl-bench-", dir=workdir) as tmp:
-            for rep in range(cfg.repeats):
-                for b in list(runnable):
-                    impl = impls[b.name]
-                    if bar is not None:
-                        bar.set_description(f"{cfg.collective} {b.name} {rep + 1}/{cfg.repeats}")
-                    progress_path = str(Path(tmp) / f"progress-{b.name}-{rep}")
-                    Path(progress_path).touch()
-                    try:
+            for rep in range(repeats):
+                for k, cfg in enumerate(cfgs):
+                    for b in list(runnable[k]):
+                        impl = impls[k][b.name]
                         if bar is not None:
-                            with _ProgressWatcher(bar, progress_path):
-                                rows = b.run(cfg, progress_path, tmp)
-                        else:
-                            rows = b.run(cfg, None, tmp)
-                    except BackendError as err:
-                        if b is backends[0]:
-                            raise
-                        impl.status, impl.reason = "failed", str(err).strip().splitlines()[0]
-                        print(f"# {b.name} failed, left out: {err}", file=log, flush=True)
-                        runnable.remove(b)
-                        continue
-                    impl.runs.append(rows)
+                            where = f" -n {cfg.nranks}" if len(cfgs) > 1 else ""
+                            bar.set_description(f"{cfg.collective}{where} {b.name} {rep + 1}/{repeats}")
+                        progress_path = str(Path(tmp) / f"progress-{b.name}-{cfg.nranks}-{rep}")
+                        Path(progress_path).touch()
+                        try:
+                            if bar is not None:
+                                with _ProgressWatcher(bar, progress_path):
+                                    rows = b.run(cfg, progress_path, tmp)
+                            else:
+                                rows = b.run(cfg, None, tmp)
+                        except BackendError as err:
+                            if b is backends[0]:
+                                raise
+                            impl.status, impl.reason = "failed", str(err).strip().splitlines()[0]
+                            print(f"# {b.name} failed{' at -n ' + str(cfg.nranks) if len(cfgs) > 1 else ''}, "
+                                  f"left out: {err}", file=log, flush=True)
+                            runnable[k].remove(b)
+                            continue
+                        impl.runs.append(rows)
     finally:
         if bar is not None:
             bar.close()
-    for impl in impls.values():
-        if impl.status == "ok":
-            impl.rows = aggregate(impl.runs, coll.bus_factor(cfg.nranks), impl.extra_columns)
-    return BenchResult(cfg, impls)
+    results = []
+    for k, cfg in enumerate(cfgs):
+        for impl in impls[k].values():
+            if impl.status == "ok":
+                impl.rows = aggregate(impl.runs, coll.bus_factor(cfg.nranks), impl.extra_columns)
+        results.append(BenchResult(cfg, impls[k]))
+    return results

@@ -1,6 +1,9 @@
-"""``--plot FILE.png``: busbw against size (log2 axis), one line per implementation that ran."""
+"""``--plot FILE.png``: busbw against size (log2 axis), one line per implementation that ran (and
+per world size, for ``-n 2,4``: a line style each)."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from .collectives import get as get_collective
 from .config import format_size
@@ -9,26 +12,31 @@ from .harness import BenchResult
 __all__ = ["plot_busbw"]
 
 _STYLE = {"hccl": ("tab:red", "o"), "mpi": ("tab:blue", "s"), "gloo": ("tab:green", "^")}
+_LINES = ("-", "--", ":", "-.")
 
 
-def plot_busbw(result: BenchResult, path: str) -> None:
-    """Write the busbw-vs-size figure of ``result`` to ``path`` (PNG via matplotlib's Agg)."""
+def plot_busbw(results: BenchResult | Sequence[BenchResult], path: str) -> None:
+    """Write the busbw-vs-size figure of ``results`` (one, or one per world size) to ``path``
+    (PNG via matplotlib's Agg)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FixedLocator, NullLocator
 
-    cfg = result.cfg
+    results = [results] if isinstance(results, BenchResult) else list(results)
+    cfg = results[0].cfg
     coll = get_collective(cfg.collective)
     fig, ax = plt.subplots(figsize=(9, 5.2))
     sizes: set[int] = set()
-    for impl in result.ok:
-        color, marker = _STYLE.get(impl.name, (None, "o"))
-        xs = [r.size for r in impl.rows]
-        sizes.update(xs)
-        ax.plot(xs, [r.busbw for r in impl.rows], marker=marker, color=color, linewidth=1.6, markersize=4,
-                label=impl.version or impl.label)
+    for k, result in enumerate(results):
+        for impl in result.ok:
+            color, marker = _STYLE.get(impl.name, (None, "o"))
+            xs = [r.size for r in impl.rows]
+            sizes.update(xs)
+            label = (impl.version or impl.label) + (f", {result.cfg.nranks} ranks" if len(results) > 1 else "")
+            ax.plot(xs, [r.busbw for r in impl.rows], marker=marker, color=color, linestyle=_LINES[k % len(_LINES)],
+                    linewidth=1.6, markersize=4, label=label)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")  # busbw spans 5 decades from 8 B to 64 MiB
     ticks = sorted(sizes)
@@ -40,7 +48,8 @@ def plot_busbw(result: BenchResult, path: str) -> None:
     ax.set_xticklabels([format_size(t) for t in ticks], rotation=45, ha="right")
     ax.set_xlabel("message size (bytes)")
     ax.set_ylabel("bus bandwidth (GB/s)")
-    details = f"{cfg.nranks} ranks, {cfg.dt.label}" + (f", {cfg.op}" if coll.reduces else "") + f", algo {cfg.algo}"
+    ranks = ",".join(str(r.cfg.nranks) for r in results)
+    details = f"{ranks} ranks, {cfg.dt.label}" + (f", {cfg.op}" if coll.reduces else "") + f", algo {cfg.algo}"
     repeats = f"median of {cfg.repeats} repeats" if cfg.repeats != 1 else "1 run"
     ax.set_title(f"{coll.title} busbw vs size ({details}; {repeats})")
     ax.grid(True, which="major", alpha=0.35)

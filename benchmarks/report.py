@@ -16,9 +16,11 @@ from .collectives import get as get_collective
 from .config import BenchConfig
 from .harness import BenchResult, ImplResult, Row
 
-__all__ = ["format_table", "format_ratios", "format_report", "ratios", "to_json", "SCHEMA"]
+__all__ = ["format_table", "format_ratios", "format_report", "ratios", "to_json", "SCHEMA",
+           "scaling", "format_scaling", "scaling_to_json", "SCALING_SCHEMA"]
 
 SCHEMA = "hccl-bench/1"
+SCALING_SCHEMA = "hccl-bench-scaling/1"  # -n 2,4: one hccl-bench/1 document per world size, and the ratios
 
 _HEAD = ("size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong")
 _UNITS = ("(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "")
@@ -172,4 +174,68 @@ def to_json(result: BenchResult) -> dict[str, Any]:
         },
         "implementations": impls,
         "ratios": ratio_doc,
+    }
+
+
+def scaling(results: Sequence[BenchResult]) -> dict[str, list[dict[str, float]]]:
+    """Per implementation that ran at the first world size and at a later one, per size: time at
+    the later size / time at the first (``time_ratio``; 1.0 is perfect scaling of the time) and
+    busbw at the later / busbw at the first (``busbw_ratio``: the time per bus byte, as nccl-tests
+    normalises across world sizes)."""
+    first = results[0]
+    out: dict[str, list[dict[str, float]]] = {}
+    for base in first.ok:
+        rows = []
+        for later in results[1:]:
+            impl = later.impls.get(base.name)
+            if impl is None or impl.status != "ok":
+                continue
+            theirs = {r.size: r for r in impl.rows}
+            for r in base.rows:
+                p = theirs.get(r.size)
+                if p is not None:
+                    rows.append({"nranks": later.cfg.nranks, "size": r.size,
+                                 "time_ratio": p.time_us / r.time_us if r.time_us > 0 else math.inf,
+                                 "busbw_ratio": p.busbw / r.busbw if r.busbw > 0 else math.inf})
+        if rows:
+            out[base.name] = rows
+    return out
+
+
+def format_scaling(results: Sequence[BenchResult]) -> str:
+    """The -n 2,4 table: per size, every implementation's time at each later world size over its
+    time at the first (its own scaling, measured in the same invocation)."""
+    table = scaling(results)
+    if not table:
+        return ""
+    n0 = results[0].cfg.nranks
+    labels = {impl.name: impl.label for impl in results[0].ok}
+    later = [r.cfg.nranks for r in results[1:]]
+    columns = [(name, n) for name in table for n in later if any(d["nranks"] == n for d in table[name])]
+    heads = [f"{labels[name]} {n}/{n0}" for name, n in columns]
+    width = max(12, *(len(h) for h in heads))
+    lookup = {(name, d["nranks"], d["size"]): d for name, rows in table.items() for d in rows}
+    coll = get_collective(results[0].cfg.collective)
+    factors = ", ".join(f"{coll.bus_factor(r.cfg.nranks):g} at -n {r.cfg.nranks}" for r in results)
+    lines = [f"# scaling: each implementation's time at -n N / its time at -n {n0}, per size (medians of "
+             f"{results[0].cfg.repeats}, same invocation, alternating); busbw factor {factors}",
+             "#", "#" + ("size".rjust(12) + "".join("  " + h.rjust(width) for h in heads))[1:]]
+    for r in (results[0].impls.get("hccl") or results[0].ok[0]).rows:
+        line = str(r.size).rjust(12)
+        for name, n in columns:
+            d = lookup.get((name, n, r.size))
+            line += "  " + (_num(d["time_ratio"], width, 2) if d else "-".rjust(width))
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def scaling_to_json(results: Sequence[BenchResult]) -> dict[str, Any]:
+    """-n 2,4 as JSON (schema ``hccl-bench-scaling/1``): every world size's ``hccl-bench/1``
+    document, and the scaling ratios per implementation."""
+    return {
+        "schema": SCALING_SCHEMA,
+        "nranks": [r.cfg.nranks for r in results],
+        "results": [to_json(r) for r in results],
+        "scaling": {name: [{k: (_finite(v) if k not in ("size", "nranks") else v) for k, v in d.items()} for d in rows]
+                    for name, rows in scaling(results).items()},
     }

@@ -126,3 +126,31 @@ def run_threads(n: int, work: Callable[[ThreadComm], Any], comm_class: type[Thre
     if errors:
         raise errors[0]
     return results
+
+
+class ThreadBackend:
+    """A driver-side backend over the thread reference (``run_threads``): records which
+    (world size, repeat) it ran in ``log``, for tests of the driver's alternation."""
+
+    extra_columns = ()
+
+    def __init__(self, name: str, log: list[tuple[str, int]], *, refuse_nranks: int | None = None):
+        self.name, self.label, self.log, self.refuse_nranks = name, f"ref-{name}", log, refuse_nranks
+
+    def unavailable(self) -> str | None:
+        return None
+
+    def unsupported(self, cfg) -> str | None:
+        return f"not at {cfg.nranks} ranks" if cfg.nranks == self.refuse_nranks else None
+
+    def version(self) -> str:
+        return f"{self.label} 1.0"
+
+    def mode(self, coll) -> str:
+        return "in place"
+
+    def run(self, cfg, progress_path, workdir) -> list[dict[str, Any]]:
+        from benchmarks.harness import run_sweep
+
+        self.log.append((self.name, cfg.nranks))
+        return run_threads(cfg.nranks, lambda comm: run_sweep(comm, cfg))[0]

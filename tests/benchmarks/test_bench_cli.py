@@ -71,6 +71,7 @@ def test_missing_peer_is_skipped_with_one_line(monkeypatch, capsys, tmp_path, pe
     ("allreduce --vs nccl", "unknown peer"),
     ("alltoall", "invalid choice"),
     ("allreduce -b 64 -e 8", "-b <= -e"),
+    ("allreduce -n 2,x", "comma-separated list"),
 ])
 def test_bad_arguments_exit_2(capsys, args, words):
     with pytest.raises(SystemExit) as exc:
@@ -100,3 +101,36 @@ def test_runs_in_place_under_hccl_launch():
 def test_what_hccl_py_refuses_fails_before_any_rank_starts(capsys, args, words):
     assert cli.main(args.split() + ["--no-progress"]) == 2
     assert words in capsys.readouterr().err
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.usefixtures("no_leaks")
+def test_several_world_sizes_print_a_scaling_table(tmp_path):
+    out_json = tmp_path / "scaling.json"
+    cmd = _hccl_bench() + f"allreduce -n 3,2 -b 8 -e 512 -f 64 -w 1 -i 2 --repeats 1 --no-progress --json {out_json}".split()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=80, env=_env(), cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "# hccl-bench allreduce (AllReduce): 2 ranks" in proc.stdout
+    assert "# hccl-bench allreduce (AllReduce): 3 ranks" in proc.stdout
+    scaling = proc.stdout[proc.stdout.index("# scaling:"):]
+    assert "hccl-py 3/2" in scaling
+    rows = _data(scaling)
+    assert [r[0] for r in rows] == ["8", "512"] and all(float(r[1]) > 0 for r in rows)
+    import json
+
+    doc = json.loads(out_json.read_text())
+    assert doc["nranks"] == [2, 3]
+    assert all(row["wrong"] == 0 for d in doc["results"] for row in d["implementations"]["hccl"]["rows"])
+    assert [round(d["time_ratio"], 2) for d in doc["scaling"]["hccl"]] == [float(r[1]) for r in rows]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.usefixtures("no_leaks")
+def test_several_world_sizes_are_refused_in_place():
+    """Under a launcher the job's size is given: -n 2,4 cannot start ranks, so it says so."""
+    launcher = Path(sys.executable).parent / "hccl-launch"
+    cmd = ([str(launcher)] if launcher.is_file() else [sys.executable, "-m", "launch.cli"]) + \
+        "-n 2 -m benchmarks.cli allreduce -n 2,4 -b 8 -e 8".split()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=50, env=_env(), cwd=ROOT)
+    assert proc.returncode != 0
+    assert "as ranks of a launcher's job (2 ranks) hccl-bench runs at that size only" in proc.stdout + proc.stderr

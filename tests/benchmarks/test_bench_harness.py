@@ -3,6 +3,8 @@ memory budget, timing reductions, medians, the extra-columns hook."""
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
 import pytest
 
@@ -119,3 +121,25 @@ def test_extra_columns_hook():
     assert "fake(us)" in table and "fbusbw" in table
     data = [line.split() for line in table.splitlines() if not line.startswith("#")]
     assert data[0][-2:] == ["4.00", f"{row.extra['fake_busbw']:.2f}"]
+
+
+def test_several_world_sizes_alternate_repeat_by_repeat():
+    """-n 2,3: the driver interleaves world sizes and implementations in every repeat, so a slow
+    stretch of the machine falls on all of them; a peer refused at one size runs at the others."""
+    from benchmarks.harness import run_benchmarks
+    from tests.benchmarks.bench_fakes import ThreadBackend
+
+    order: list[tuple[str, int]] = []
+    cfgs = [_cfg(nranks=n, repeats=2, maxbytes=64) for n in (2, 3)]
+    log = io.StringIO()
+    results = run_benchmarks(cfgs, [ThreadBackend("hccl", order), ThreadBackend("mpi", order, refuse_nranks=3)],
+                             log=log, progress=False)
+    assert order == [("hccl", 2), ("mpi", 2), ("hccl", 3)] * 2
+    assert [r.cfg.nranks for r in results] == [2, 3]
+    assert [i.name for i in results[0].ok] == ["hccl", "mpi"] and [i.name for i in results[1].ok] == ["hccl"]
+    assert results[1].impls["mpi"].status == "skipped"
+    assert log.getvalue() == "# skipping mpi at -n 3: not at 3 ranks\n"
+    for result in results:
+        for impl in result.ok:
+            assert len(impl.runs) == 2 and [r.wrong for r in impl.rows] == [0] * len(impl.rows)
+            assert impl.rows[0].bus_factor == get("allreduce").bus_factor(result.cfg.nranks)

@@ -76,3 +76,45 @@ def test_plot_draws_a_png(tmp_path):
     out = tmp_path / "busbw.png"
     plot_busbw(_result(), str(out))
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
+
+
+def _scaling_results() -> list[BenchResult]:
+    """hccl-py and MPICH at 2 ranks; at 4 ranks MPICH failed: it has no scaling column."""
+    cfg2 = BenchConfig(nranks=2, minbytes=8, maxbytes=1 << 20, stepfactor=128, peers=("mpi",))
+    two = BenchResult(cfg2, {"hccl": _impl("hccl", "hccl-py", [20.0, 40.0, 400.0], factor=1.0),
+                             "mpi": _impl("mpi", "MPICH (mpi4py)", [5.0, 20.0, 800.0], factor=1.0)})
+    four = BenchResult(cfg2.replace(nranks=4), {"hccl": _impl("hccl", "hccl-py", [60.0, 200.0, 1000.0]),
+                                                "mpi": ImplResult("mpi", "MPICH (mpi4py)", status="failed", reason="x")})
+    return [two, four]
+
+
+def test_scaling_table_is_each_implementations_time_over_its_own_first():
+    from benchmarks.report import format_scaling
+
+    text = format_scaling(_scaling_results())
+    header = text.splitlines()[2]
+    assert "hccl-py 4/2" in header and "MPICH" not in header  # no column for the run that failed at 4
+    assert "busbw factor 1 at -n 2, 1.5 at -n 4" in text
+    assert [[float(v) for v in row] for row in _data(text)] == [[8, 3.0], [1024, 5.0], [1048576, 2.5]]
+
+
+def test_scaling_json_holds_every_world_size_and_the_ratios():
+    from benchmarks.report import SCALING_SCHEMA, scaling_to_json
+
+    doc = json.loads(json.dumps(scaling_to_json(_scaling_results())))
+    assert doc["schema"] == SCALING_SCHEMA == "hccl-bench-scaling/1"
+    assert doc["nranks"] == [2, 4] and [d["schema"] for d in doc["results"]] == [SCHEMA, SCHEMA]
+    assert [d["config"]["nranks"] for d in doc["results"]] == [2, 4]
+    assert set(doc["scaling"]) == {"hccl"}
+    first = doc["scaling"]["hccl"][0]
+    assert first["nranks"] == 4 and first["size"] == 8 and first["time_ratio"] == 3.0
+    assert first["busbw_ratio"] == pytest.approx(1.5 / 3.0)  # busbw per bus byte: factor 1.5 at 4 ranks
+
+
+def test_plot_draws_several_world_sizes(tmp_path):
+    pytest.importorskip("matplotlib", reason="matplotlib is not installed (pip install -e '.[bench]')")
+    from benchmarks.plot import plot_busbw
+
+    out = tmp_path / "scaling.png"
+    plot_busbw(_scaling_results(), str(out))
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
