@@ -19,6 +19,13 @@ def _hccl_bench() -> list[str]:
     return [str(script)] if script.is_file() else [sys.executable, "-m", "benchmarks.cli"]
 
 
+def _under_hccl_launch(args: str) -> subprocess.CompletedProcess:
+    """``hccl-launch <args>`` from the repository root; its output."""
+    launcher = Path(sys.executable).parent / "hccl-launch"
+    cmd = ([str(launcher)] if launcher.is_file() else [sys.executable, "-m", "launch.cli"]) + args.split()
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=50, env=_env(), cwd=ROOT)
+
+
 def _env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
@@ -83,10 +90,7 @@ def test_bad_arguments_exit_2(capsys, args, words):
 @pytest.mark.timeout(60)
 @pytest.mark.usefixtures("no_leaks")
 def test_runs_in_place_under_hccl_launch():
-    launcher = Path(sys.executable).parent / "hccl-launch"
-    cmd = ([str(launcher)] if launcher.is_file() else [sys.executable, "-m", "launch.cli"]) + \
-        "-n 2 -m benchmarks.cli reduce -r 1 -o max -b 8 -e 512 -f 64 -w 1 -i 2 --repeats 1".split()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=50, env=_env(), cwd=ROOT)
+    proc = _under_hccl_launch("-n 2 -m benchmarks.cli reduce -r 1 -o max -b 8 -e 512 -f 64 -w 1 -i 2 --repeats 1")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = [line[len("[0] "):] for line in proc.stdout.splitlines() if line.startswith("[0] ")]
     assert not [line for line in proc.stdout.splitlines() if line.startswith("[1] ")]  # rank 0 reports
@@ -128,9 +132,6 @@ def test_several_world_sizes_print_a_scaling_table(tmp_path):
 @pytest.mark.usefixtures("no_leaks")
 def test_several_world_sizes_are_refused_in_place():
     """Under a launcher the job's size is given: -n 2,4 cannot start ranks, so it says so."""
-    launcher = Path(sys.executable).parent / "hccl-launch"
-    cmd = ([str(launcher)] if launcher.is_file() else [sys.executable, "-m", "launch.cli"]) + \
-        "-n 2 -m benchmarks.cli allreduce -n 2,4 -b 8 -e 8".split()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=50, env=_env(), cwd=ROOT)
+    proc = _under_hccl_launch("-n 2 -m benchmarks.cli allreduce -n 2,4 -b 8 -e 8")
     assert proc.returncode != 0
     assert "as ranks of a launcher's job (2 ranks) hccl-bench runs at that size only" in proc.stdout + proc.stderr
