@@ -228,14 +228,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"# hccl-bench: running {', '.join(['hccl-py', *cfg.peers])}{at} "
           f"({cfg.repeats} repeat{'s' if cfg.repeats != 1 else ''}, alternating)", flush=True)
     try:
-        result = run_benchmarks(cfgs, backends(cfg.peers), progress=not args.no_progress)
+        results = run_benchmarks(cfgs, backends(cfg.peers), progress=not args.no_progress)
     except BackendError as err:
         print(f"hccl-bench: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("hccl-bench: interrupted", file=sys.stderr)
         return 130
-    return _emit(result, args)
+    return _emit(results, args)
 
 
 if __name__ == "__main__":

@@ -411,17 +411,19 @@ def run_benchmarks(cfgs: Sequence[BenchConfig], backends: Sequence["Backend"], *
     coll = get_collective(cfgs[0].collective)
     impls: list[dict[str, ImplResult]] = [{} for _ in cfgs]
     runnable: list[list[Backend]] = [[] for _ in cfgs]
+    def at(cfg: BenchConfig) -> str:  # which world size a line is about, when there are several
+        return f" at -n {cfg.nranks}" if len(cfgs) > 1 else ""
+
     for k, cfg in enumerate(cfgs):
-        at = f" at -n {cfg.nranks}" if len(cfgs) > 1 else ""
         for i, b in enumerate(backends):
             impl = ImplResult(b.name, b.label, extra_columns=tuple(b.extra_columns))
             impls[k][b.name] = impl
             reason = b.unavailable() or b.unsupported(cfg)
             if reason:
                 if i == 0:
-                    raise BackendError(f"{b.label}{at}: {reason}")
+                    raise BackendError(f"{b.label}{at(cfg)}: {reason}")
                 impl.status, impl.reason = "skipped", reason
-                print(f"# skipping {b.name}{at}: {reason}", file=log, flush=True)
+                print(f"# skipping {b.name}{at(cfg)}: {reason}", file=log, flush=True)
                 continue
             impl.version, impl.mode = b.version(), b.mode(coll)
             runnable[k].append(b)
@@ -434,8 +436,7 @@ def run_benchmarks(cfgs: Sequence[BenchConfig], backends: Sequence["Backend"], *
                     for b in list(runnable[k]):
                         impl = impls[k][b.name]
                         if bar is not None:
-                            where = f" -n {cfg.nranks}" if len(cfgs) > 1 else ""
-                            bar.set_description(f"{cfg.collective}{where} {b.name} {rep + 1}/{repeats}")
+                            bar.set_description(f"{cfg.collective}{at(cfg)} {b.name} {rep + 1}/{repeats}")
                         progress_path = str(Path(tmp) / f"progress-{b.name}-{cfg.nranks}-{rep}")
                         Path(progress_path).touch()
                         try:
@@ -448,8 +449,7 @@ def run_benchmarks(cfgs: Sequence[BenchConfig], backends: Sequence["Backend"], *
                             if b is backends[0]:
                                 raise
                             impl.status, impl.reason = "failed", str(err).strip().splitlines()[0]
-                            print(f"# {b.name} failed{' at -n ' + str(cfg.nranks) if len(cfgs) > 1 else ''}, "
-                                  f"left out: {err}", file=log, flush=True)
+                            print(f"# {b.name} failed{at(cfg)}, left out: {err}", file=log, flush=True)
                             runnable[k].remove(b)
                             continue
                         impl.runs.append(rows)

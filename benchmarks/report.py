@@ -216,14 +216,14 @@ def format_scaling(results: Sequence[BenchResult]) -> str:
     width = max(12, *(len(h) for h in heads))
     lookup = {(name, d["nranks"], d["size"]): d for name, rows in table.items() for d in rows}
     coll = get_collective(results[0].cfg.collective)
-    factors = ", ".join(f"{coll.bus_factor(r.cfg.nranks):g} at -n {r.cfg.nranks}" for r in results)
+    factors = ", ".join(f"{coll.bus_factor(r.cfg.nranks):.3g} at -n {r.cfg.nranks}" for r in results)
     lines = [f"# scaling: each implementation's time at -n N / its time at -n {n0}, per size (medians of "
              f"{results[0].cfg.repeats}, same invocation, alternating); busbw factor {factors}",
              "#", "#" + ("size".rjust(12) + "".join("  " + h.rjust(width) for h in heads))[1:]]
-    for r in (results[0].impls.get("hccl") or results[0].ok[0]).rows:
-        line = str(r.size).rjust(12)
+    for size in sorted({d["size"] for rows in table.values() for d in rows}):
+        line = str(size).rjust(12)
         for name, n in columns:
-            d = lookup.get((name, n, r.size))
+            d = lookup.get((name, n, size))
             line += "  " + (_num(d["time_ratio"], width, 2) if d else "-".rjust(width))
         lines.append(line)
     return "\n".join(lines)
