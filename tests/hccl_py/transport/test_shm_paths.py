@@ -1,8 +1,9 @@
 """Which way a slice travels through the shared-memory transport, and that every way is exact.
 
 A slice of 2 MiB or more goes direct (the receiver reads the sender's buffer, one copy); one of
-64 KiB or less rides in the datagram itself; those between through the sender's slots. The executor runs copies that no send reads after posting the
-sends, so a rank's own block is copied while its peers read what it sent.
+64 KiB or less rides in the datagram itself; those between through the sender's slots. The
+executor runs copies that no send reads after posting the sends, so a rank's own block is copied
+while its peers read what it sent.
 """
 
 from __future__ import annotations
