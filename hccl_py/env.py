@@ -32,7 +32,6 @@ HCCL_PY_TRACE_DIR = "HCCL_PY_TRACE_DIR"  # each rank writes its Chrome trace her
 HCCL_PY_FAULTS = "HCCL_PY_FAULTS"  # fault specs separated by ';' (hccl-launch --fault)
 HCCL_PY_FLIGHT_DIR = "HCCL_PY_FLIGHT_DIR"  # ranks dump their flight recorder here on failure
 HCCL_PY_CMA = "HCCL_PY_CMA"  # "0": no single-copy reads between ranks, every payload through the slots
-HCCL_PY_SHM_RING = "HCCL_PY_SHM_RING"  # "0": messages between ranks of a host by datagram, not shared-memory rings
 HCCL_PY_MODELED_TIME = "HCCL_PY_MODELED_TIME"  # "0": no modeled clock (measures the bookkeeping's own cost)
 HCCL_PY_WALL_ORIGIN = "HCCL_PY_WALL_ORIGIN"  # time.monotonic() the job started: aligns wall timelines
 HCCL_PY_TRANSPORT = "HCCL_PY_TRANSPORT"  # shm | tcp | mpi: overrides the automatic transport choice

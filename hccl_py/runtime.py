@@ -223,12 +223,6 @@ def _spin_settings(ranks_here: int) -> tuple[float, bool]:
     return spin_us * 1e-6, ranks_here > cores
 
 
-def _shm_options() -> dict[str, bool]:
-    """The shared-memory transport's switches: HCCL_PY_CMA=0, HCCL_PY_SHM_RING=0."""
-    return {"single_copy": os.environ.get(env.HCCL_PY_CMA, "1") != "0",
-            "rings": os.environ.get(env.HCCL_PY_SHM_RING, "1") != "0"}
-
-
 def _note_host_layout(rank: int, host_ids: list[str]) -> None:
     """LOCAL_RANK / LOCAL_WORLD_SIZE as torchrun means them, where the launcher did not set them
     (mpiexec, srun): code that sizes per-host resources reads them (e.g. BLAS threads per rank)."""
@@ -322,7 +316,7 @@ def _connect_one_host(client, job_id, rank, size, deadline, connect_timeout_s, r
     """Every rank on this host (the launcher says so): shared memory between all of them."""
     spin_s, yield_when_spinning = _spin_settings(size)
     transport = ShmTransport(job_id, rank, size, env.buffsize_bytes(), spin_s=spin_s, yield_when_spinning=yield_when_spinning,
-                             **_shm_options())
+                             single_copy=os.environ.get(env.HCCL_PY_CMA, "1") != "0")
     try:
         client.set(f"{job_id}/rank/{rank}", json.dumps({"pid": os.getpid(), "host": socket.gethostname()}).encode())
         infos = _join(client, [f"{job_id}/rank/{r}" for r in range(size)], rank, size, deadline, connect_timeout_s, where)
@@ -353,7 +347,8 @@ def _connect_hosts(client, job_id, rank, size, deadline, connect_timeout_s, requ
             # (HCCL_PY_HOST_ID) must not meet each other's local ranks.
             host_tag = hashlib.blake2b(me["host_id"].encode(), digest_size=4).hexdigest()
             shm = ShmTransport(f"{job_id}.{host_tag}", plan.local.index(rank), len(plan.local), env.buffsize_bytes(),
-                               spin_s=spin_s, yield_when_spinning=yield_when_spinning, **_shm_options())
+                               spin_s=spin_s, yield_when_spinning=yield_when_spinning,
+                               single_copy=os.environ.get(env.HCCL_PY_CMA, "1") != "0")
         if plan.remote:
             addr, _, port = where.rpartition(":")
             tcp = TcpTransport(rank, size, list(plan.remote), advertised_address(addr, int(port), os.environ.get(env.HCCL_IF_IP)),

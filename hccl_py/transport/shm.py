@@ -10,9 +10,6 @@ Control and doorbell: one unix datagram socket per rank in the abstract namespac
 file to clean up). A datagram wakes the receiver in a few microseconds; before blocking, a
 waiting rank spins briefly, since a blocking wake-up costs ~20 us here while a spin costs ~3 us.
 When ranks outnumber cores the spin yields the CPU each turn so peers are not starved.
-
-On x86-64 the messages themselves travel through shared-memory rings (``shm_ring.py``), one per
-ordered pair, and the socket only wakes a rank that sleeps: a message then costs no system call.
 """
 
 from __future__ import annotations
@@ -28,7 +25,7 @@ import numpy as np
 
 from ..dtypes import DTYPES_BY_CODE
 from ..errors import HcclRemoteError, HcclSyscallError, HcclTimeoutError
-from . import cma, shm_ring
+from . import cma
 from .common import INLINE_MAX_BYTES, process_alive, slice_layout
 from .base import (
     HEADER,
@@ -66,7 +63,7 @@ class ShmTransport:
     """Shared-memory slots plus unix-datagram doorbells between the ranks of one host."""
 
     def __init__(self, job_id: str, world_rank: int, world_size: int, buffsize_bytes: int, *, spin_s: float, yield_when_spinning: bool,
-                 single_copy: bool = True, rings: bool = True):
+                 single_copy: bool = True):
         self.job_id = job_id
         self.world_rank = world_rank
         self.world_size = world_size
@@ -76,11 +73,6 @@ class ShmTransport:
         self._peers = [p for p in range(world_size) if p != world_rank]
         region = self.slots_per_peer * self.slot_bytes
         self._segment_bytes = max(region * len(self._peers), mmap.PAGESIZE)
-        # The rings follow the slots, page-aligned (0: this rank sends and receives by datagram).
-        self._ring_base = 0
-        if rings and shm_ring.supported() and world_size > 1:  # HCCL_PY_SHM_RING=0: rings=False
-            self._ring_base = -(-self._segment_bytes // mmap.PAGESIZE) * mmap.PAGESIZE
-            self._segment_bytes = self._ring_base + shm_ring.area_bytes(world_size)
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER_BYTES)
         self._sock.bind(socket_name(job_id, world_rank))
@@ -88,9 +80,6 @@ class ShmTransport:
         self._fd = os.memfd_create(f"hccl_py.{job_id}.{world_rank}", os.MFD_CLOEXEC)
         os.ftruncate(self._fd, self._segment_bytes)
         self._segment = mmap.mmap(self._fd, self._segment_bytes)
-        self._rings = shm_ring.Rings(self._segment, self._ring_base, world_rank, world_size) if self._ring_base else None
-        self._ring_peers: set[int] = set()  # peers we exchange messages with through the rings
-        self._socket_peers: set[int] = set(self._peers)  # the others: datagrams
         self._free: dict[int, list[int]] = {
             p: [(i * region) + s * self.slot_bytes for s in reversed(range(self.slots_per_peer))]
             for i, p in enumerate(self._peers)
@@ -117,7 +106,6 @@ class ShmTransport:
         self._scratch = np.empty(0, np.uint8)
         # Slices sent per path beyond the inline one: "direct" (the peer reads our buffer), "slot".
         self.sent_by_path = {"direct": 0, "slot": 0, "shared": 0}
-        self.doorbells = 0  # datagrams that woke a peer sleeping on its rings
         self._shared: dict[int, list[int]] = {}  # slot offset read by several peers -> [acks still due, owning peer]
 
     # -- setup -----------------------------------------------------------------------------
@@ -129,8 +117,8 @@ class ShmTransport:
         would wait forever.
         """
         self._peer_pids = dict(peer_pids)
-        hello = HEADER.pack(KIND_HELLO, self.world_rank, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, self._probe.ctypes.data,
-                            self._ring_base, self._segment_bytes, 0.0, 0.0)
+        hello = HEADER.pack(KIND_HELLO, self.world_rank, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, self._probe.ctypes.data, 0,
+                            self._segment_bytes, 0.0, 0.0)
         for peer in self._peers:
             out = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
             out.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER_BYTES)
@@ -184,9 +172,6 @@ class ShmTransport:
             self._receive_hellos(set())
             if len(self._peer_reads_me) < len(self._peers):
                 self._poll.poll(min(remaining, 0.05) * 1000)
-        if self._rings is not None:  # from here on, messages to and from ring peers go by ring
-            self._ring_peers = set(self._rings.peers)
-            self._socket_peers = set(self._peers) - self._ring_peers
 
     def _receive_hellos(self, missing: set[int]) -> None:
         while True:
@@ -194,10 +179,6 @@ class ShmTransport:
                 data, fds, _flags, _addr = socket.recv_fds(self._sock, _RECV_BYTES, 1)
             except BlockingIOError:
                 return
-            if len(data) < HEADER.size:  # a doorbell
-                for fd in fds:
-                    os.close(fd)
-                continue
             if data[0] == KIND_HELLO:
                 fields = HEADER.unpack_from(data)
                 peer, size = fields[1], fields[14]
@@ -206,8 +187,6 @@ class ShmTransport:
                 os.close(fds[0])
                 self._peer_maps.append(peer_map)
                 self._peer_segments[peer] = memoryview(peer_map)
-                if self._rings is not None and fields[13]:  # both sides have rings: the pair uses them
-                    self._rings.attach(peer, peer_map, fields[13])
                 missing.discard(peer)
             else:  # a peer that finished connecting already started a collective
                 for fd in fds:
@@ -290,13 +269,6 @@ class ShmTransport:
         if outbox:
             outbox.append(datagram if payload is None else datagram + payload.tobytes())
             return
-        if peer in self._ring_peers:
-            if self._rings.write(peer, datagram, payload):
-                self._ring_doorbell(peer)
-            else:  # the ring is full: keep it, progress() retries
-                outbox.append(datagram if payload is None else datagram + payload.tobytes())
-                self._queued = True
-            return
         try:
             if payload is None:
                 self._out_socks[peer].send(datagram)
@@ -307,17 +279,6 @@ class ShmTransport:
             self._queued = True
         except OSError as err:  # refused, reset, not connected: the peer's socket is gone
             raise HcclRemoteError(f"rank {peer} is gone (its socket refused a message from rank {self.world_rank}: {err.strerror})") from None
-
-    def _ring_doorbell(self, peer: int) -> None:
-        """Wake ``peer`` if it sleeps (or is about to): a one-byte datagram on its socket."""
-        if self._rings.peer_sleeping(peer):
-            self.doorbells += 1
-            try:
-                self._out_socks[peer].send(b"\0")
-            except BlockingIOError:
-                pass  # its queue is full of doorbells already: it will wake
-            except OSError:
-                pass  # gone: the liveness check will say so
 
     def flush(self) -> bool:
         """Send what is queued now (acks above all: a peer may wait on them for free slots);
@@ -352,13 +313,6 @@ class ShmTransport:
                     pass
         blocked = False
         for peer, outbox in self._outbox.items():
-            if outbox and peer in self._ring_peers:
-                while outbox and self._rings.write(peer, outbox[0]):
-                    outbox.popleft()
-                self._ring_doorbell(peer)
-                if outbox:
-                    blocked = self._queued = True
-                continue
             sock = self._out_socks[peer]
             while outbox:
                 try:
@@ -383,21 +337,11 @@ class ShmTransport:
                 os.sched_yield()
             if self._drain(got):
                 return got
-        rings = self._rings if self._ring_peers else None
-        if rings is not None:
-            # Say we may sleep, then look once more: a sender that stored a message before it
-            # could see the flag has no reason to ring, so that message must be found now.
-            rings.set_sleeping(True)
-            if self._drain(got):
-                rings.set_sleeping(False)
-                return got
-            # A full ring has no file descriptor to wait on: look again soon.
-            timeout_s = min(timeout_s, 0.001 if blocked else shm_ring.MAX_SLEEP_S)
         if blocked:
             poll = select.poll()
             poll.register(self._sock, select.POLLIN)
             for peer, outbox in self._outbox.items():
-                if outbox and peer not in self._ring_peers:
+                if outbox:
                     poll.register(self._out_socks[peer], select.POLLOUT)
         else:
             poll = self._poll
@@ -405,29 +349,22 @@ class ShmTransport:
             poll.poll(timeout_s * 1000.0)
         except InterruptedError:
             pass
-        if rings is not None:
-            rings.set_sleeping(False)
         if self._queued:
             self._flush()
-        self._drain(got, woke=True)
+        self._drain(got)
         return got
 
-    def _drain(self, got: list[Incoming], woke: bool = False) -> int:
-        """Decode every message waiting in the rings and on the socket; how many there were.
-        The socket is read only for peers without rings, or after sleeping (its doorbells).
-        (Asking poll first: a receive on an empty socket raises, and raising costs more.)"""
-        n = self._rings.read(self._decode, got) if self._ring_peers else 0
-        if not self._socket_peers and not woke:
-            return n
+    def _drain(self, got: list[Incoming]) -> int:
+        """Decode every datagram waiting on the socket; how many there were. (Asking poll first:
+        a receive on an empty socket raises, and raising costs more than the poll.)"""
         ready = self._poll.poll
         recv = self._sock.recv
+        n = 0
         while ready(0):
             try:
                 data = recv(_RECV_BYTES)
             except BlockingIOError:
                 return n
-            if len(data) < HEADER.size:
-                continue  # a doorbell: what it rang for is in a ring
             n += 1
             self._decode(data, got)
         return n
@@ -496,8 +433,6 @@ class ShmTransport:
         for sock in self._out_socks.values():
             sock.close()
         self._sock.close()
-        if self._rings is not None:
-            self._rings.close()
         for view in self._peer_segments.values():
             view.release()
         for peer_map in self._peer_maps:
