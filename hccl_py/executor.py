@@ -349,7 +349,7 @@ class Engine:
         sig = ctx.sig
         mailbox = self._mailbox
         notices = self._notices
-        comm_id, seq = ctx.comm_id, ctx.seq
+        comm_id = ctx.comm_id
         receiving = recvs
         last_liveness = time.monotonic()
         suspects: list[int] = []

@@ -104,7 +104,8 @@ class ShmTransport:
         self._rndv_out: dict[int, int] = {p: 0 for p in self._peers}
         self._fins: dict[int, int] = {p: 0 for p in self._peers}
         self._scratch = np.empty(0, np.uint8)
-        # Slices sent per path beyond the inline one: "direct" (the peer reads our buffer), "slot".
+        # Slices sent per path beyond the inline one: "direct" (the peer reads our buffer), "slot",
+        # "shared" (one slot read by several peers).
         self.sent_by_path = {"direct": 0, "slot": 0, "shared": 0}
         self._shared: dict[int, list[int]] = {}  # slot offset read by several peers -> [acks still due, owning peer]
 
@@ -266,19 +267,18 @@ class ShmTransport:
         """Send ``datagram`` (followed by the bytes of ``payload``, a contiguous uint8 view,
         gathered by the kernel) to ``peer``, or queue it while the peer's queue is full."""
         outbox = self._outbox[peer]
-        if outbox:
-            outbox.append(datagram if payload is None else datagram + payload.tobytes())
-            return
-        try:
-            if payload is None:
-                self._out_socks[peer].send(datagram)
-            else:
-                self._out_socks[peer].sendmsg((datagram, payload))
-        except BlockingIOError:  # the peer's queue is full: keep it, progress() retries
-            outbox.append(datagram if payload is None else datagram + payload.tobytes())
-            self._queued = True
-        except OSError as err:  # refused, reset, not connected: the peer's socket is gone
-            raise HcclRemoteError(f"rank {peer} is gone (its socket refused a message from rank {self.world_rank}: {err.strerror})") from None
+        if not outbox:  # (else it queues behind what waits already: order per peer is kept)
+            try:
+                if payload is None:
+                    self._out_socks[peer].send(datagram)
+                else:
+                    self._out_socks[peer].sendmsg((datagram, payload))
+                return
+            except BlockingIOError:  # the peer's queue is full: keep it, progress() retries
+                self._queued = True
+            except OSError as err:  # refused, reset, not connected: the peer's socket is gone
+                raise HcclRemoteError(f"rank {peer} is gone (its socket refused a message from rank {self.world_rank}: {err.strerror})") from None
+        outbox.append(datagram if payload is None else datagram + payload.tobytes())
 
     def flush(self) -> bool:
         """Send what is queued now (acks above all: a peer may wait on them for free slots);
