@@ -45,7 +45,8 @@ def _parse_levels(text: str, where: str) -> str:
     for part in filter(None, (p.strip() for p in text.split(";"))):
         level, sep, value = part.partition(":")
         if not sep or level.strip().lower() not in ("level0", "level1", "level2"):
-            raise HcclParamError(f"HCCL_ALGO: cannot read {part!r} in {where!r}; expected e.g. 'level0:NA;level1:ring'")
+            raise HcclParamError(f"HCCL_ALGO: cannot read {part!r} in {where!r}; expected e.g. 'level0:NA;level1:ring'",
+                                 variable="HCCL_ALGO")
         name = _algo_name(value, where)
         levels[level.strip().lower()] = name
         if name != AUTO:
@@ -62,7 +63,8 @@ def _algo_name(value: str, where: str) -> str:
         return _HCCL_ALGOS[key]
     if key in HCCL_ONLY_ALGOS:
         return value.strip()  # refused by the call that needs it, with the reason
-    raise HcclParamError(f"HCCL_ALGO: unknown algorithm {value.strip()!r} in {where!r}; use ring, H-D_R (hd), tree, mesh or NA")
+    raise HcclParamError(f"HCCL_ALGO: unknown algorithm {value.strip()!r} in {where!r}; use ring, H-D_R (hd), tree, mesh or NA",
+                         variable="HCCL_ALGO")
 
 
 def parse_hccl_algo(text: str | None) -> dict[str, str]:
@@ -83,8 +85,8 @@ def parse_hccl_algo(text: str | None) -> dict[str, str]:
         op_key = op.strip().lower()
         if not sep or op_key not in _HCCL_OPS:
             raise HcclParamError(
-                f"HCCL_ALGO: cannot read {entry!r}; expected '<op>=<algo>' with <op> one of {', '.join(sorted(_HCCL_OPS))}"
-            )
+                f"HCCL_ALGO: cannot read {entry!r}; expected '<op>=<algo>' with <op> one of {', '.join(sorted(_HCCL_OPS))}",
+                variable="HCCL_ALGO")
         table[_HCCL_OPS[op_key]] = _parse_levels(levels, entry)
     return table
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
+import threading
 import time
 from typing import NamedTuple, Sequence
 
@@ -23,7 +25,7 @@ from .context import RankContext
 from .device import Device
 from .dtypes import UFUNCS, ReduceOp, check_op_dtype, dtype_code
 from .errors import HcclError, HcclInternalError, HcclParamError, HcclTimeoutError
-from .executor import P2P_SEQ_BIT, CallContext, OpKind
+from .executor import P2P_SEQ_BIT, CallContext, OpKind, error_from_notice
 from .records import CallRecord, CommStats
 from .transport.base import CallSignature
 
@@ -47,6 +49,24 @@ class _Call(NamedTuple):
     ctx: CallContext  # its seq is set per call
     dtype_name: str = ""  # for the flight record (numpy's dtype.name is slow to compute)
     notify_on_timeout: bool = False  # tell the peers why, when this rank times out (monitored barrier)
+
+
+def _byte_span(a: np.ndarray) -> tuple[int, int]:
+    start = a.__array_interface__["data"][0]
+    return start, start + a.nbytes
+
+
+def _apart_from(src: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """``src`` (a contiguous input), or a private copy of it when it shares bytes with ``out``.
+
+    Schedules of out-of-place collectives use OUT as scratch while later steps still read IN,
+    so an input that overlaps the output (NCCL's in-place forms, ``recvbuff = sendbuff + rank *
+    recvcount``, or any other offset) is copied once first: the result is always right."""
+    if not src.nbytes or not out.nbytes:
+        return src
+    a0, a1 = _byte_span(src)
+    b0, b1 = _byte_span(out)
+    return src.copy() if a0 < b1 and b0 < a1 else src
 
 
 def _comm_id(*parts: object) -> int:
@@ -149,13 +169,20 @@ class Communicator:
             callback()
 
     def _check_usable(self, what: str) -> None:
+        if self._engine.forked:
+            raise HcclInternalError(
+                f"{what}: communicator '{self.name}' belongs to process {self._engine.owner_pid} (rank {self._world_ranks[self._rank]}); "
+                f"this process ({os.getpid()}) is a child forked from it and cannot use it: the sockets and shared memory "
+                "are the parent's. Run collectives in the rank's own process; start workers that need their own "
+                "communicator as ranks (hccl-launch, launch.spawn) or with multiprocessing's 'spawn' start method")
         if self._closed_reason is not None:
             raise HcclInternalError(f"{what} on communicator '{self.name}': the communicator {self._closed_reason}; create a new one")
         notice = self._engine.pending_notice(self._id)
         if notice is not None:
             self.abort("a peer reported a failed call")
-            code, _, message = notice[2].partition("|")
-            raise (HcclParamError if code == "1" else HcclInternalError)(f"{what}: earlier call failed on a peer: {message}")
+            seq, src, body = notice
+            reporter = self._world_ranks.index(src) if src in self._world_ranks else src
+            raise error_from_notice(f"{what}: an earlier call failed on a peer", reporter, body, {"rank": self._rank, "comm": self.name})
 
     # -- argument checks ---------------------------------------------------------------------------
     def _array(self, x, what: str, *, writable: bool) -> np.ndarray:
@@ -221,6 +248,20 @@ class Communicator:
         return call
 
     def _run_call(self, call: "_Call", bufs, dtype: np.dtype, seq: int | None = None) -> None:
+        engine = self._engine
+        if not engine.busy.acquire(False):
+            op, seq, comm, thread = engine.busy_with
+            raise HcclParamError(
+                f"{call.collective} on communicator '{self.name}' (thread {threading.get_ident()}): this rank's "
+                f"communicators are in use by another thread ({op} #{seq} on '{comm}' in thread {thread}); a rank's "
+                "communicators belong to one thread at a time (as in HCCL and NCCL): call them from one thread, or "
+                "serialize the calls with a lock")
+        try:
+            self._run_locked(call, bufs, dtype, seq)
+        finally:
+            engine.busy.release()
+
+    def _run_locked(self, call: "_Call", bufs, dtype: np.dtype, seq: int | None) -> None:
         if seq is None:
             self._seq += 1
             seq = self._seq
@@ -230,6 +271,7 @@ class Communicator:
         device = rc.device
         ctx = call.ctx
         ctx.seq = seq
+        self._engine.busy_with = (call.collective, seq & ~P2P_SEQ_BIT, self.name, threading.get_ident())
         record = rc.recorder.enter(CallRecord(self.name, seq & ~P2P_SEQ_BIT, call.collective, call.algo, call.dtype_name or dtype.name,
                                               call.ctx.sig.count, call.nbytes, self._world_ranks, device.clock, time.monotonic()))
         if rc.pending_faults:
@@ -275,6 +317,7 @@ class Communicator:
         x = self._array(x, what, writable=False)
         flat = np.ascontiguousarray(x).reshape(-1)
         result = self._out(out, self.size * flat.size, x.dtype, what)
+        flat = _apart_from(flat, result)
         self._collective(OpKind.ALLGATHER, "allgather", algo, (flat, result.reshape(-1)), flat.size, x.dtype)
         return result.reshape((self.size, *x.shape))
 
@@ -319,7 +362,7 @@ class Communicator:
         count = y.size // self.size
         shape = (y.shape[0] // self.size, *y.shape[1:]) if y.ndim >= 1 and y.shape[0] % self.size == 0 else (count,)
         result = self._out(out, count, y.dtype, what)
-        flat = np.ascontiguousarray(y).reshape(-1)
+        flat = _apart_from(np.ascontiguousarray(y).reshape(-1), result)
         self._collective(OpKind.REDUCE_SCATTER, "reduce_scatter", algo, (flat, result.reshape(-1)), count, y.dtype, redop)
         return result.reshape(shape)
 

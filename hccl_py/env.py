@@ -7,7 +7,9 @@ HCCL and MindSpore name ranks ``RANK_ID``/``RANK_SIZE``/``DEVICE_ID``; torchrun 
 
 from __future__ import annotations
 
+import math
 import os
+from collections.abc import Mapping
 
 from .errors import HcclParamError
 
@@ -55,35 +57,148 @@ HCCL_IF_IP = "HCCL_IF_IP"  # the address this rank's TCP transport listens on (H
 
 DEFAULT_CONNECT_TIMEOUT_S = 120.0
 DEFAULT_EXEC_TIMEOUT_S = 1836.0
+# HCCL_EXEC_TIMEOUT's upper bound on Atlas A2 (a signed 32-bit count of seconds).
+MAX_TIMEOUT_S = 2147483647.0
 # HCCL's default is 200 MB per communicator on device memory. Here every card shares one
 # host's memory, so the default is smaller; large payloads stream through it in slices.
 DEFAULT_BUFFSIZE_MB = 32
+MAX_WORLD_SIZE = 65535  # ranks of one job (the wire header's rank field is 16 bits)
+MIN_BUFFSIZE_MB = 1  # as HCCL: HCCL_BUFFSIZE >= 1 (MB)
+MAX_BUFFSIZE_MB = 64 * 1024  # a staging area beyond host memory sizes is a typo
+HCCL_PY_SPIN_US = "HCCL_PY_SPIN_US"  # microseconds a waiting rank spins before it sleeps
+DEFAULT_SPIN_US = 50.0
+
+# Variables a user (or hccl-launch's caller) sets and hccl-launch passes through to every rank:
+# checked by hccl-launch before any rank starts (``check_user_settings``).
+USER_SETTINGS = (HCCL_CONNECT_TIMEOUT, HCCL_EXEC_TIMEOUT, HCCL_BUFFSIZE, HCCL_ALGO, HCCL_PY_SPIN_US, HCCL_PY_MODELED_TIME,
+                 HCCL_PY_CMA, HCCL_PY_TRANSPORT)
 
 
-def _number(name: str, default: float, *, allow_zero: bool) -> float:
-    raw = os.environ.get(name)
-    if raw is None or raw.strip() == "":
+def _raw(environ: Mapping[str, str], name: str) -> str | None:
+    raw = environ.get(name)
+    return None if raw is None or raw.strip() == "" else raw.strip()
+
+
+def number(name: str, default: float, *, low: float, high: float, low_open: bool = False, unit: str = "",
+           environ: Mapping[str, str] | None = None) -> float:
+    """``name`` as a finite number in ``[low, high]`` (``(low, high]`` with ``low_open``), or
+    ``default`` when unset; HcclParamError naming the variable and the accepted range otherwise
+    (``nan``, ``inf`` and words included)."""
+    raw = _raw(os.environ if environ is None else environ, name)
+    if raw is None:
         return default
+    accepted = f"{'(' if low_open else '['}{low:.10g}, {high:.10g}]{(' ' + unit) if unit else ''}"
     try:
         value = float(raw)
     except ValueError:
-        raise HcclParamError(f"{name}={raw!r} is not a number of seconds/MB; unset it or give e.g. {name}={int(default)}") from None
-    if value < 0 or (value == 0 and not allow_zero):
-        raise HcclParamError(f"{name}={raw!r} must be {'>= 0' if allow_zero else '> 0'}")
+        value = math.nan
+    if not math.isfinite(value) or value < low or (low_open and value == low) or value > high:
+        raise HcclParamError(f"{name}={raw!r} is not accepted: give a number in {accepted}, or unset it for the default "
+                             f"({default:.10g})", variable=name)
     return value
 
 
-def connect_timeout_s() -> float:
-    """HCCL_CONNECT_TIMEOUT in seconds (any positive value)."""
-    return _number(HCCL_CONNECT_TIMEOUT, DEFAULT_CONNECT_TIMEOUT_S, allow_zero=False)
+def integer(name: str, *, low: int, high: int, environ: Mapping[str, str] | None = None) -> int | None:
+    """``name`` as an integer in ``[low, high]``, ``None`` when unset; HcclParamError naming the
+    variable and the accepted range otherwise."""
+    raw = _raw(os.environ if environ is None else environ, name)
+    if raw is None:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        value = None
+    if value is None or not low <= value <= high:
+        raise HcclParamError(f"{name}={raw!r} is not accepted: give an integer in [{low}, {high}]", variable=name)
+    return value
 
 
-def exec_timeout_s() -> float | None:
+def flag(name: str, default: bool, environ: Mapping[str, str] | None = None) -> bool:
+    """``name`` as "0" (off) or "1" (on); HcclParamError for anything else."""
+    raw = _raw(os.environ if environ is None else environ, name)
+    if raw is None:
+        return default
+    if raw not in ("0", "1"):
+        raise HcclParamError(f"{name}={raw!r} is not accepted: give 0 (off) or 1 (on), or unset it (default {int(default)})",
+                             variable=name)
+    return raw == "1"
+
+
+def connect_timeout_s(environ: Mapping[str, str] | None = None) -> float:
+    """HCCL_CONNECT_TIMEOUT in seconds (any positive finite value)."""
+    return number(HCCL_CONNECT_TIMEOUT, DEFAULT_CONNECT_TIMEOUT_S, low=0, high=MAX_TIMEOUT_S, low_open=True, unit="s",
+                  environ=environ)
+
+
+def exec_timeout_s(environ: Mapping[str, str] | None = None) -> float | None:
     """HCCL_EXEC_TIMEOUT in seconds; ``None`` for 0 (no limit)."""
-    value = _number(HCCL_EXEC_TIMEOUT, DEFAULT_EXEC_TIMEOUT_S, allow_zero=True)
+    value = number(HCCL_EXEC_TIMEOUT, DEFAULT_EXEC_TIMEOUT_S, low=0, high=MAX_TIMEOUT_S, unit="s (0: no limit)",
+                   environ=environ)
     return None if value == 0 else value
 
 
-def buffsize_bytes() -> int:
+def buffsize_bytes(environ: Mapping[str, str] | None = None) -> int:
     """HCCL_BUFFSIZE (MB) in bytes."""
-    return int(_number(HCCL_BUFFSIZE, DEFAULT_BUFFSIZE_MB, allow_zero=False) * 1024 * 1024)
+    mb = number(HCCL_BUFFSIZE, DEFAULT_BUFFSIZE_MB, low=MIN_BUFFSIZE_MB, high=MAX_BUFFSIZE_MB, unit="MB", environ=environ)
+    return int(mb * 1024 * 1024)
+
+
+def spin_s(environ: Mapping[str, str] | None = None) -> float:
+    """HCCL_PY_SPIN_US in seconds."""
+    return number(HCCL_PY_SPIN_US, DEFAULT_SPIN_US, low=0, high=1e6, unit="us", environ=environ) * 1e-6
+
+
+def modeled_time(environ: Mapping[str, str] | None = None) -> bool:
+    """HCCL_PY_MODELED_TIME: False keeps every clock at 0 (measures the bookkeeping's cost)."""
+    return flag(HCCL_PY_MODELED_TIME, True, environ)
+
+
+def single_copy(environ: Mapping[str, str] | None = None) -> bool:
+    """HCCL_PY_CMA: False sends every payload through the shared slots (no direct reads)."""
+    return flag(HCCL_PY_CMA, True, environ)
+
+
+def wall_origin(environ: Mapping[str, str] | None = None) -> float | None:
+    """HCCL_PY_WALL_ORIGIN (a ``time.monotonic()`` reading of the launcher), ``None`` when unset."""
+    value = number(HCCL_PY_WALL_ORIGIN, math.nan, low=0, high=math.inf, environ=environ) if _raw(
+        os.environ if environ is None else environ, HCCL_PY_WALL_ORIGIN) is not None else None
+    return value
+
+
+def master_port(environ: Mapping[str, str] | None = None) -> int | None:
+    """MASTER_PORT, ``None`` when unset."""
+    return integer(MASTER_PORT, low=1, high=65535, environ=environ)
+
+
+def rank_and_size(environ: Mapping[str, str] | None = None) -> tuple[int | None, int | None]:
+    """(rank, world size) from RANK_ID/RANK and RANK_SIZE/WORLD_SIZE (HCCL's names first);
+    ``None`` for what is unset."""
+    environ = os.environ if environ is None else environ
+    rank = size = None
+    for name in (RANK_ID, RANK):
+        if _raw(environ, name) is not None:
+            rank = integer(name, low=0, high=MAX_WORLD_SIZE - 1, environ=environ)
+            break
+    for name in (RANK_SIZE, WORLD_SIZE):
+        if _raw(environ, name) is not None:
+            size = integer(name, low=1, high=MAX_WORLD_SIZE, environ=environ)
+            break
+    return rank, size
+
+
+
+def check_user_settings(environ: Mapping[str, str] | None = None) -> None:
+    """Parse every variable of ``USER_SETTINGS``: what hccl-launch checks before it starts a
+    rank, so a typo fails once, up front, instead of in every rank."""
+    connect_timeout_s(environ)
+    exec_timeout_s(environ)
+    buffsize_bytes(environ)
+    spin_s(environ)
+    modeled_time(environ)
+    single_copy(environ)
+    from .algo_select import parse_hccl_algo  # their grammars live with what they configure
+    from .transport.choice import requested_transport
+
+    environ = os.environ if environ is None else environ
+    parse_hccl_algo(environ.get(HCCL_ALGO))
+    requested_transport(environ)

@@ -11,6 +11,7 @@ the class or the code, as they would on the C return value::
 
 from __future__ import annotations
 
+import json
 from enum import IntEnum
 
 
@@ -43,19 +44,44 @@ class HcclResult(IntEnum):
 
 
 class HcclError(RuntimeError):
-    """Base of every hccl-py error; ``code`` is the ``HcclResult`` value."""
+    """Base of every hccl-py error; ``code`` is the ``HcclResult`` value.
+
+    Context travels as fields, so callers branch on facts rather than message text: ``rank``
+    (this rank in the communicator), ``peer`` (the rank it concerns), ``op``, ``seq``, ``step``,
+    ``comm`` and, where they apply, others (``variable`` for a bad environment value, ``ranks``
+    for several). A field that does not apply is ``None``::
+
+        except hccl_py.HcclRemoteError as err:
+            print(err.peer, err.op, err.seq)
+    """
 
     code: HcclResult = HcclResult.E_INTERNAL
+    FIELDS = ("rank", "peer", "op", "seq", "step", "comm")
 
-    def __init__(self, message: str):
+    def __init__(self, message: str, **fields):
         super().__init__(message)
         self.message = message
+        self.fields = fields
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        fields = self.__dict__.get("fields", {})
+        if name in fields:
+            return fields[name]
+        if name in HcclError.FIELDS:
+            return None
+        raise AttributeError(f"{type(self).__name__} has no field {name!r}")
 
     def __str__(self) -> str:
         return f"{self.message} [{self.code.name}={int(self.code)}]"
 
-    def __reduce__(self):  # keep the subclass (and message) across pickling between processes
-        return (type(self), (self.message,))
+    def __reduce__(self):  # keep the subclass, message and fields across pickling between processes
+        return (_rebuild, (type(self), self.message, self.fields))
+
+
+def _rebuild(cls: type, message: str, fields: dict) -> HcclError:
+    return cls(message, **fields)
 
 
 class HcclParamError(HcclError):
@@ -104,3 +130,32 @@ class HcclRemoteError(HcclError):
     """A peer failed or exited while this rank depended on it (HCCL_E_REMOTE)."""
 
     code = HcclResult.E_REMOTE
+
+
+_BY_CODE = {cls.code: cls for cls in (HcclParamError, HcclMemoryError, HcclInternalError, HcclNotSupportedError,
+                                      HcclSyscallError, HcclTimeoutError, HcclConnectError, HcclRemoteError)}
+WIRE_MESSAGE_CHARS = 4000  # an error crosses processes in one small datagram
+
+
+def error_class(code: int) -> type[HcclError]:
+    """The class of ``HcclResult`` ``code`` (HcclRemoteError for a code hccl-py never raises)."""
+    return _BY_CODE.get(code, HcclRemoteError)
+
+
+def to_wire(error: HcclError) -> bytes:
+    """``error`` as bytes for another process: its code, message and fields (the one wire form
+    of an error; :func:`from_wire` reads it back)::
+
+        from_wire(to_wire(HcclTimeoutError("late", peer=3))).peer   # 3
+    """
+    fields = {k: v for k, v in error.fields.items() if isinstance(v, (int, float, str, bool, list, tuple, type(None)))}
+    return json.dumps({"code": int(error.code), "message": error.message[:WIRE_MESSAGE_CHARS], "fields": fields}).encode()
+
+
+def from_wire(data: bytes) -> HcclError:
+    """The error :func:`to_wire` wrote; an HcclRemoteError saying so when ``data`` is not one."""
+    try:
+        decoded = json.loads(bytes(data).decode())
+        return error_class(int(decoded["code"]))(str(decoded["message"]), **dict(decoded.get("fields") or {}))
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        return HcclRemoteError(f"a peer sent an error report that cannot be read ({len(data)} bytes)")

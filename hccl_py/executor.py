@@ -10,6 +10,8 @@ bounds every wait by the call's deadline.
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -22,13 +24,19 @@ from .algorithms.schedule import Schedule
 from .cost_model import StepCost, step_end
 from .device import Device
 from .dtypes import DTYPES_BY_CODE, ReduceOp
-from .errors import HcclError, HcclParamError, HcclRemoteError, HcclTimeoutError
+from .errors import HcclError, HcclParamError, HcclRemoteError, HcclTimeoutError, from_wire, to_wire
 from .transport.base import KIND_NOTICE, CallSignature, Incoming, Transport
 
 _UNSTAMPED = (0.0, 0.0)
 LIVENESS_CHECK_S = 0.5
 NOTICE_FLUSH_S = 1.0  # how long a failing rank tries to deliver its notice to peers with full queues  # how often a blocked wait checks that the peers it waits for still live
 P2P_SEQ_BIT = 1 << 62  # point-to-point messages count in their own sequence space
+
+
+# This process's pid, kept current across fork() without a system call per collective: a
+# communicator whose engine was made in another process (the parent of a fork) must not be used.
+_this_process = [os.getpid()]
+os.register_at_fork(after_in_child=lambda: _this_process.__setitem__(0, os.getpid()))
 
 
 class OpKind(IntEnum):
@@ -80,6 +88,14 @@ class CallContext:
         seq = self.seq & ~P2P_SEQ_BIT
         return f"{op} #{seq} on communicator '{self.comm_name}' (rank {self.comm_rank} of {len(self.world_ranks)})"
 
+    def fields(self, **more) -> dict:
+        """This call as error fields: rank, op, seq, comm (and ``more``)."""
+        return {"rank": self.comm_rank, "op": OpKind(self.sig.op).label, "seq": self.seq & ~P2P_SEQ_BIT, "comm": self.comm_name,
+                **more}
+
+    def comm_rank_of(self, world_peer: int) -> int:
+        return self.world_ranks.index(world_peer)
+
     def peer_label(self, world_peer: int) -> str:
         comm_peer = self.world_ranks.index(world_peer)
         return f"{comm_peer}" if comm_peer == world_peer else f"{comm_peer} (world rank {world_peer})"
@@ -100,12 +116,14 @@ class _PendingSend:
 
 
 class _PendingRecv:
-    __slots__ = ("peer", "dst", "reduce_with", "key", "applied", "before", "started", "done", "sent_at", "arrival")
+    __slots__ = ("peer", "dst", "reduce_with", "incoming_first", "key", "applied", "before", "started", "done", "sent_at", "arrival")
 
-    def __init__(self, peer: int, dst: np.ndarray, reduce_with: np.ndarray | None, key: tuple, before: "_PendingRecv | None"):
+    def __init__(self, peer: int, dst: np.ndarray, reduce_with: np.ndarray | None, key: tuple, before: "_PendingRecv | None",
+                 incoming_first: bool = False):
         self.peer = peer
         self.dst = dst
         self.reduce_with = reduce_with
+        self.incoming_first = incoming_first  # dst = incoming (op) reduce_with (Recv.incoming_first)
         self.key = key  # the mailbox key of its slices: (comm, seq, sender, message index)
         self.applied = 0
         self.before = before  # the receive into the same destination that must be applied first
@@ -129,7 +147,7 @@ class _StepPlan(NamedTuple):
     late_copies: tuple  # the same, for copies no send of the step reads: run once the sends are posted
     sends: tuple  # (world peer, buf, start, end, message index, slice bytes)
     fanouts: tuple  # send indices that send one region to several peers, e.g. ((0, 1, 2),): staged once if small
-    recvs: tuple  # (world peer, buf, start, end, reduce_with (buf, start, end) | None, message index, earlier recv | -1)
+    recvs: tuple  # (world peer, buf, start, end, reduce_with (buf, start, end, incoming first) | None, message index, earlier recv | -1)
 
 
 class Engine:
@@ -138,15 +156,25 @@ class Engine:
     def __init__(self, transport: Transport | None):
         self.transport = transport
         self._mailbox: dict[tuple[int, int, int, int], deque[Incoming]] = {}
-        self._notices: dict[int, list[tuple[int, int, str]]] = {}  # comm -> [(seq, world rank, "code|message")]
+        self._notices: dict[int, list[tuple[int, int, bytes]]] = {}  # comm -> [(seq, world rank, errors.to_wire)]
         self._abandoned: set[int] = set()
         self.drop_next_message = False  # fault injection: the next message this rank sends is lost
         self._plans: dict[tuple, tuple[Schedule, list[_StepPlan]]] = {}
         # A transport that can stage one block once for several receivers (shm), else None.
         self._send_shared = getattr(transport, "try_send_shared", None)
+        self.owner_pid = _this_process[0]
+        # Held while a call runs: a rank's communicators share this engine, its transport and
+        # scratch, so one thread at a time (as HCCL's and NCCL's communicators).
+        self.busy = threading.Lock()
+        self.busy_with: tuple = ()  # (op, seq, communicator, thread id) holding ``busy``, for another thread's error
+
+    @property
+    def forked(self) -> bool:
+        """True in a child forked from the process that made this engine (it must not be used)."""
+        return self.owner_pid != _this_process[0]
 
     # -- notices: a peer telling a communicator that a call failed -------------------------------
-    def pending_notice(self, comm_id: int) -> tuple[int, int, str] | None:
+    def pending_notice(self, comm_id: int) -> tuple[int, int, bytes] | None:
         notes = self._notices.get(comm_id)
         return notes[0] if notes else None
 
@@ -157,14 +185,17 @@ class Engine:
         """Tell every other member of the communicator that this call failed, and why."""
         if self.transport is None:
             return
-        text = f"{int(error.code)}|{error.message}"
+        body = to_wire(error)
         for world_peer in ctx.world_ranks:
             if world_peer != self.transport.world_rank:
-                self.transport.notify(world_peer, ctx.comm_id, ctx.seq, text)
+                self.transport.notify(world_peer, ctx.comm_id, ctx.seq, body)
         # The caller raises next and may exit: give a full peer queue a moment to take the notice.
         give_up = time.monotonic() + NOTICE_FLUSH_S
-        while not self.transport.flush() and time.monotonic() < give_up:
-            self._dispatch(self.transport.progress(0.01))
+        try:
+            while not self.transport.flush() and time.monotonic() < give_up:
+                self._dispatch(self.transport.progress(0.01))
+        except HcclRemoteError:
+            pass  # a peer that is gone cannot take it; the others have theirs
 
     def _dispatch(self, incoming: list[Incoming]) -> None:
         for inc in incoming:
@@ -172,7 +203,7 @@ class Engine:
                 self.transport.release(inc)
                 continue
             if inc.kind == KIND_NOTICE:
-                self._notices.setdefault(inc.comm_id, []).append((inc.seq, inc.src, bytes(inc.payload).decode(errors="replace")))
+                self._notices.setdefault(inc.comm_id, []).append((inc.seq, inc.src, bytes(inc.payload)))
                 continue
             key = (inc.comm_id, inc.seq, inc.src, inc.msg_index)
             box = self._mailbox.get(key)
@@ -224,7 +255,7 @@ class Engine:
             for i, recv in enumerate(step.recvs):
                 peer = world[recv.peer]
                 dst, rw = recv.dst, recv.reduce_with
-                recvs.append((peer, dst.buf, dst.offset, dst.end, None if rw is None else (rw.buf, rw.offset, rw.end),
+                recvs.append((peer, dst.buf, dst.offset, dst.end, None if rw is None else (rw.buf, rw.offset, rw.end, recv.incoming_first),
                               received.get(peer, 0), last_into.get((dst.buf, dst.offset), -1)))
                 received[peer] = recvs[-1][5] + 1
                 last_into[(dst.buf, dst.offset)] = i
@@ -278,7 +309,8 @@ class Engine:
             recvs: list[_PendingRecv] = []
             for peer, b, o, e, rw, msg_index, before in plan.recvs:
                 recvs.append(_PendingRecv(peer, bufs[b][o:e], None if rw is None else bufs[rw[0]][rw[1]:rw[2]],
-                                          (*comm_seq, peer, msg_index), None if before < 0 else recvs[before]))
+                                          (*comm_seq, peer, msg_index), None if before < 0 else recvs[before],
+                                          rw is not None and rw[3]))
             try:
                 pending = self._post_sends(head, ctx.sig, plan, bufs, t0, send_costs) if plan.sends else ()
                 if late_ok and plan.late_copies:
@@ -393,6 +425,8 @@ class Engine:
                             dst = recv.dst[inc.offset : end]
                             if recv.reduce_with is None:
                                 inc.copy_into(dst)
+                            elif recv.incoming_first:
+                                ufunc(inc.array(dst.dtype), recv.reduce_with[inc.offset : end], out=dst)
                             else:
                                 ufunc(recv.reduce_with[inc.offset : end], inc.array(dst.dtype), out=dst)
                         transport.release(inc)
@@ -443,17 +477,24 @@ class Engine:
         raise HcclTimeoutError(
             f"{ctx.what}: timed out after {ctx.timeout_s:g} s (HCCL_EXEC_TIMEOUT) in step {index + 1} of {nsteps}. "
             f"Waiting peer rank(s): {labels}. Check that those ranks reached this call "
-            f"(a rank that skipped it, or hangs or crashed before it, causes this); this communicator is now aborted"
+            f"(a rank that skipped it, or hangs or crashed before it, causes this); this communicator is now aborted",
+            **ctx.fields(step=index + 1, ranks=[ctx.comm_rank_of(p) for p in peers])
         )
 
     def _dead_peers(self, sends, recvs) -> list[int]:
         return [peer for peer in self._waiting_on(sends, recvs) if not self.transport.peer_alive(peer)]
 
     def _peer_died(self, ctx, dead: list[int]) -> None:
-        raise HcclRemoteError(
-            f"{ctx.what}: peer rank {ctx.peer_label(dead[0])} exited while this rank waited for it; "
-            f"see that rank's own error for the root cause"
+        error = HcclRemoteError(
+            f"{ctx.what}: peer rank {ctx.peer_label(dead[0])} exited while rank {ctx.comm_rank} waited for it; "
+            f"see that rank's own error for the root cause",
+            **ctx.fields(peer=ctx.comm_rank_of(dead[0]))
         )
+        # Tell every other member at once: a rank blocked on someone else (a ring neighbour that
+        # waits for the dead rank) would otherwise learn only when that one gives up, one
+        # neighbour per liveness period.
+        self.notify(ctx, error)
+        raise error
 
     def _mismatch(self, ctx: CallContext, inc: Incoming) -> None:
         mine = describe_call(ctx.sig, ctx.algo_names)
@@ -462,16 +503,26 @@ class Engine:
             theirs += f" with a different schedule ({inc.msg_count} elements in message {inc.msg_index}, expected another size)"
         error = HcclParamError(
             f"{ctx.what}: call mismatch: rank {ctx.comm_rank} called {mine} but rank {ctx.peer_label(inc.src)} called {theirs}. "
-            f"Every rank of a communicator must make the same calls in the same order"
+            f"Every rank of a communicator must make the same calls in the same order",
+            **ctx.fields(peer=ctx.comm_rank_of(inc.src))
         )
         self.notify(ctx, error)
         raise error
 
     def _raise_notice(self, ctx: CallContext) -> None:
-        seq, src, text = self._notices[ctx.comm_id][0]
-        code, _, message = text.partition("|")
-        if code == str(int(HcclParamError.code)):
-            raise HcclParamError(message)
-        if code == str(int(HcclTimeoutError.code)):
-            raise HcclTimeoutError(f"{ctx.what}: rank {ctx.peer_label(src)} reported: {message}")
-        raise HcclRemoteError(f"{ctx.what}: a peer reported: {message}")
+        seq, src, body = self._notices[ctx.comm_id][0]
+        raise error_from_notice(ctx.what, ctx.world_ranks.index(src) if src in ctx.world_ranks else src, body, ctx.fields())
+
+
+def error_from_notice(what: str, reporter: int, body: bytes, here: dict) -> HcclError:
+    """The error a peer's notice (``errors.to_wire``) raises on this rank: the peer's mismatch
+    report as it is (it names both calls), its timeout as a timeout, any other failure as a
+    remote error. Fields: the peer's (``peer``: the rank it concerns, e.g. one that died), then
+    this rank's call (``here``) and ``reporter``, the rank that sent the notice."""
+    theirs = from_wire(body)
+    fields = {**theirs.fields, **here, "reporter": reporter}
+    if isinstance(theirs, HcclParamError):
+        return HcclParamError(theirs.message, **fields)
+    if isinstance(theirs, HcclTimeoutError):
+        return HcclTimeoutError(f"{what}: rank {reporter} reported: {theirs.message}", **fields)
+    return HcclRemoteError(f"{what}: rank {reporter} reported: {theirs.message}", **fields)

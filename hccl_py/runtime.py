@@ -37,20 +37,8 @@ from .transport.base import Transport
 from .transport.shm import ShmTransport
 
 WORLD_COMM_ID = 1
-DEFAULT_SPIN_US = 50.0
 
 _world: Communicator | None = None
-
-
-def _int_env(*names: str) -> int | None:
-    for name in names:
-        raw = os.environ.get(name)
-        if raw not in (None, ""):
-            try:
-                return int(raw)
-            except ValueError:
-                raise HcclParamError(f"{name}={raw!r} is not an integer") from None
-    return None
 
 
 def init() -> Communicator:
@@ -66,10 +54,16 @@ def init() -> Communicator:
         comm.all_reduce(x)
     """
     global _world
+    if _world is not None and _world._engine.forked:
+        raise HcclInternalError(
+            f"init: this process ({os.getpid()}) is a child forked from rank {_world.rank}'s process "
+            f"({_world._engine.owner_pid}), which is already in the job as that rank; a forked child cannot join the job "
+            "nor use the parent's communicators. Start ranks with hccl-launch or launch.spawn, and give workers of a "
+            "rank multiprocessing's 'spawn' start method")
     if _world is not None and _world._closed_reason is None:
         return _world
-    rank = _int_env(env.RANK_ID, env.RANK)
-    size = _int_env(env.RANK_SIZE, env.WORLD_SIZE)
+    env.check_user_settings()  # every setting, also those a world of one never uses: a typo fails at once
+    rank, size = env.rank_and_size()
     requested = requested_transport()
     launched = mpi_launch()
     launcher_env = rank is not None or size is not None  # hccl-launch, spawn, torchrun, or a wrapper's choice
@@ -84,16 +78,17 @@ def init() -> Communicator:
         rank, size = 0, 1
     if rank is None or not 0 <= rank < size:
         raise HcclParamError(f"RANK_ID/RANK={rank} is not in 0..{size - 1} (RANK_SIZE/WORLD_SIZE={size})")
-    if size > 65535:
-        raise HcclParamError(f"world size {size} exceeds the 65535 ranks one host can run")
     topology = load_topology(size)
     faults = parse_faults(os.environ.get(env.HCCL_PY_FAULTS))
     check_ranks(faults, size)
-    wall_origin = float(os.environ.get(env.HCCL_PY_WALL_ORIGIN) or time.monotonic())
+    wall_origin = env.wall_origin()
+    if wall_origin is None:
+        wall_origin = time.monotonic()
+    modeled = env.modeled_time()
 
     def context(engine: Engine) -> RankContext:
         rc = RankContext(engine, Device(topology.card(rank), rank), topology, exec_timeout_s, algo_env, wall_origin,
-                         modeled=os.environ.get(env.HCCL_PY_MODELED_TIME, "1") != "0", faults=faults,
+                         modeled=modeled, faults=faults,
                          flight_dir=os.environ.get(env.HCCL_PY_FLIGHT_DIR) or None)
         _install_dump_hooks(rc)
         return rc
@@ -197,9 +192,10 @@ def dump_flight_recorder(reason: str = "on demand", path: str | None = None) -> 
 def _finisher(rc: RankContext, transport: Transport | None, server) -> "callable":
     """What ends this rank's part in the job, once: the trace file, then sockets and memory."""
     done = []
+    owner = os.getpid()
 
     def finish() -> None:
-        if done:
+        if done or os.getpid() != owner:  # a forked child exits without touching the parent's job
             return
         done.append(True)
         trace_dir = os.environ.get(env.HCCL_PY_TRACE_DIR)
@@ -219,8 +215,7 @@ def _spin_settings(ranks_here: int) -> tuple[float, bool]:
     """(spin seconds, yield while spinning): spin ~50 us before blocking; yield the CPU each turn
     when this host runs more ranks than it has cores."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    spin_us = float(os.environ.get("HCCL_PY_SPIN_US", DEFAULT_SPIN_US))
-    return spin_us * 1e-6, ranks_here > cores
+    return env.spin_s(), ranks_here > cores
 
 
 def _note_host_layout(rank: int, host_ids: list[str]) -> None:
@@ -244,7 +239,7 @@ def _connect(rank: int, size: int, connect_timeout_s: float, context, requested:
 
     deadline = time.monotonic() + connect_timeout_s
     addr = os.environ.get(env.MASTER_ADDR) or "127.0.0.1"
-    port = _int_env(env.MASTER_PORT)
+    port = env.master_port()
     server = None
     if port is None and launched is not None:  # under mpiexec without a store address: rank 0 hosts one
         addr, port, server = _store_via_mpi(rank, addr, deadline)
@@ -316,7 +311,7 @@ def _connect_one_host(client, job_id, rank, size, deadline, connect_timeout_s, r
     """Every rank on this host (the launcher says so): shared memory between all of them."""
     spin_s, yield_when_spinning = _spin_settings(size)
     transport = ShmTransport(job_id, rank, size, env.buffsize_bytes(), spin_s=spin_s, yield_when_spinning=yield_when_spinning,
-                             single_copy=os.environ.get(env.HCCL_PY_CMA, "1") != "0")
+                             single_copy=env.single_copy())
     try:
         client.set(f"{job_id}/rank/{rank}", json.dumps({"pid": os.getpid(), "host": socket.gethostname()}).encode())
         infos = _join(client, [f"{job_id}/rank/{r}" for r in range(size)], rank, size, deadline, connect_timeout_s, where)
@@ -348,7 +343,7 @@ def _connect_hosts(client, job_id, rank, size, deadline, connect_timeout_s, requ
             host_tag = hashlib.blake2b(me["host_id"].encode(), digest_size=4).hexdigest()
             shm = ShmTransport(f"{job_id}.{host_tag}", plan.local.index(rank), len(plan.local), env.buffsize_bytes(),
                                spin_s=spin_s, yield_when_spinning=yield_when_spinning,
-                               single_copy=os.environ.get(env.HCCL_PY_CMA, "1") != "0")
+                               single_copy=env.single_copy())
         if plan.remote:
             addr, _, port = where.rpartition(":")
             tcp = TcpTransport(rank, size, list(plan.remote), advertised_address(addr, int(port), os.environ.get(env.HCCL_IF_IP)),

@@ -295,13 +295,13 @@ class StoreClient:
 
         Example: ``client = StoreClient.from_env()``.
         """
-        host, port = os.environ.get(env.MASTER_ADDR), os.environ.get(env.MASTER_PORT)
-        if not host or not port:
+        host, port = os.environ.get(env.MASTER_ADDR), env.master_port()
+        if not host or port is None:
             raise HcclParamError(
                 f"{env.MASTER_ADDR}/{env.MASTER_PORT} are not set; start the job with hccl-launch "
                 "or set both to the rendezvous store's host and port"
             )
-        return cls(store_address(host, int(port)), timeout_s)
+        return cls(store_address(host, port), timeout_s)
 
     # -- public calls ------------------------------------------------------------------------
 

@@ -21,6 +21,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from hccl_py import env
 from hccl_py.errors import HcclError
 
 from topology import RankTable, Topology, TopologyError
@@ -139,6 +140,11 @@ def _span(ranks: list[int]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``hccl-launch`` console script; returns the exit status."""
     config = parse_args(argv)
+    try:
+        env.check_user_settings()  # a bad HCCL_* value fails here once, not in every rank
+    except HcclError as err:
+        print(f"hccl-launch: {err}", file=sys.stderr)
+        return 2
     try:
         if config.nnodes > 1:
             print(f"hccl-launch: {describe_cluster(config)}", file=sys.stderr, flush=True)

@@ -22,12 +22,17 @@ from __future__ import annotations
 import multiprocessing.forkserver
 import multiprocessing.resource_tracker
 import os
+import socket
+import subprocess
+import sys
+import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import launch
 
-__all__ = ["run_ranks", "shm_entries", "child_pids", "process_state", "is_gone", "describe_pid", "mp_helper_pids"]
+__all__ = ["run_ranks", "run_plain", "shm_entries", "child_pids", "process_state", "is_gone", "describe_pid", "mp_helper_pids"]
 
 
 def run_ranks(fn: Callable[..., Any], nprocs: int, *args: Any, env: Mapping[str, str] | None = None,
@@ -42,6 +47,49 @@ def run_ranks(fn: Callable[..., Any], nprocs: int, *args: Any, env: Mapping[str,
     result = launch.spawn(fn, nprocs, args=args, env=env, timeout=timeout)
     assert isinstance(result, list)
     return result
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_plain(script, nprocs: int, *, env: Mapping[str, str] | None = None, timeout: float,
+              port: int | None = None, ranks: range | None = None) -> list[subprocess.CompletedProcess]:
+    """Start ``nprocs`` copies of ``script`` as torchrun would set them up (RANK, WORLD_SIZE,
+    MASTER_ADDR, MASTER_PORT), without any launcher: rank 0 hosts the store. Returns each rank's
+    completed process (stdout and stderr as text). ``timeout`` bounds the whole run; a rank
+    still running then is killed and shows returncode -9. ``ranks`` starts only those ranks
+    (of a world of ``nprocs``) on ``port``, e.g. to start one job in two halves.
+    """
+    port = free_port() if port is None else port
+    procs = []
+    for rank in (range(nprocs) if ranks is None else ranks):
+        rank_env = {**os.environ, **(env or {}), "RANK": str(rank), "WORLD_SIZE": str(nprocs), "MASTER_ADDR": "127.0.0.1",
+                    "MASTER_PORT": str(port), "PYTHONPATH": str(ROOT)}
+        procs.append(subprocess.Popen([sys.executable, str(script)], env=rank_env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    deadline = time.monotonic() + timeout
+    results = []
+    try:
+        for proc in procs:
+            try:
+                out, err = proc.communicate(timeout=max(deadline - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                out, err = proc.communicate()
+            results.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return results
 
 
 def shm_entries() -> set[str]:

@@ -5,8 +5,10 @@ after each swap.
 Fold (size not a power of two, see ``_fold``): each extra sends its buffer to its proxy, which
 reduces it in; at the end the proxy sends the result back. Buffers alternate between OUT and TMP
 so that no step's receive writes what its send reads; a last copy brings the result home when
-it ends in TMP. Partners compute ``a op b`` and ``b op a``, equal for IEEE sum, prod, max and
-min, so every rank ends bit-identical.
+it ends in TMP. Both partners compute ``lower op upper`` (the partial of the
+pair's lower half first, ``Recv.incoming_first`` on the upper rank): ``a op b`` and ``b op a``
+are equal in value but not in bits (NaN payloads, +0 against -0), so one order keeps every rank
+bit-identical.
 
 Steps: log2(p), plus 2 for the fold when size != p. Sent per core rank: log2(p) * count elements:
 latency-optimal, bandwidth-poor, so the cost model picks it for small messages only.
@@ -37,7 +39,9 @@ def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
     while dist < fold.p:
         peer = fold.first(v ^ dist)
         mine, into = Region(held, 0, count), Region(TMP if held == OUT else OUT, 0, count)
-        steps.append(Step(sends=(Send(peer, mine),), recvs=(Recv(peer, into, reduce_with=mine),)))
+        # Both partners compute (lower group's partial) op (upper group's): one order, one result.
+        upper = bool(v & dist)
+        steps.append(Step(sends=(Send(peer, mine),), recvs=(Recv(peer, into, reduce_with=mine, incoming_first=upper),)))
         held = into.buf
         dist *= 2
     home = (Copy(Region(held, 0, count), whole),) if held != OUT else ()

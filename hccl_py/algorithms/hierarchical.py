@@ -201,7 +201,8 @@ class _Compose:
             copies = [c for c in copies if c.src != c.dst or c.reduce_with is not None]
             sends = [Send(ranks[x.peer], at(x.src)) for x in s.sends if x.peer != deaf]
             recvs = [] if me == deaf else [
-                Recv(ranks[x.peer], at(x.dst), None if x.reduce_with is None else at(x.reduce_with)) for x in s.recvs]
+                Recv(ranks[x.peer], at(x.dst), None if x.reduce_with is None else at(x.reduce_with), x.incoming_first)
+                for x in s.recvs]
             self.steps.append(Step(tuple(self.pending + copies), tuple(sends), tuple(recvs)))
             self.pending = []
 

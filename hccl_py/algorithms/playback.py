@@ -159,6 +159,13 @@ def play(
         return bufs[rank][region.buf][region.offset : region.end]
 
     incoming: dict[tuple[int, int, int], np.ndarray] = {}
+    with np.errstate(all="ignore"):  # overflow and NaN are the data's, as in the executor
+        _replay(plan, view, incoming, ufunc)
+    return [b[OUT] for b in bufs]
+
+
+def _replay(plan: "Plan", view, incoming: dict, ufunc) -> None:
+    """Move the data of ``plan``'s events, in order (see :func:`play`)."""
     for ev in plan.events:
         if isinstance(ev, Enter):
             for c in plan.schedules[ev.rank].steps[ev.step].copies:
@@ -174,9 +181,10 @@ def play(
                 data = incoming.pop((ev.rank, ev.step, j))
                 if rv.reduce_with is None:
                     view(ev.rank, rv.dst)[...] = data
+                elif rv.incoming_first:
+                    ufunc(data, view(ev.rank, rv.reduce_with), out=view(ev.rank, rv.dst))
                 else:
                     ufunc(view(ev.rank, rv.reduce_with), data, out=view(ev.rank, rv.dst))
-    return [b[OUT] for b in bufs]
 
 
 def _fmt(r: Region) -> str:

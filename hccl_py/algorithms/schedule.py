@@ -20,7 +20,10 @@ Semantics, shared by the executor (``hccl_py/executor.py``) and the in-process p
 * Matching is FIFO per ordered pair within one call: the k-th ``Send`` from rank a to rank b
   (counting over a's steps) is the k-th ``Recv`` from a in b's steps. Their counts are equal.
 * A ``Recv`` writes ``dst = incoming`` (``reduce_with is None``) or
-  ``dst = reduce_with (op) incoming``; ``reduce_with`` may be ``dst`` itself (accumulate).
+  ``dst = reduce_with (op) incoming`` (``incoming (op) reduce_with`` with ``incoming_first``);
+  ``reduce_with`` may be ``dst`` itself (accumulate). IEEE sum and max are commutative in value
+  but not in bits (which NaN payload survives, +0 or -0), so a result that several ranks
+  compute must be computed with the operands in one order everywhere.
 * Within one step no receive writes a region that a send of the same step reads, and receives
   whose destinations overlap have identical destinations; those are applied in list order, so
   reduction order (and so float results) never depends on arrival order.
@@ -76,6 +79,9 @@ class Recv:
     peer: int
     dst: Region
     reduce_with: Region | None = None  # None: copy; else dst = reduce_with (op) incoming
+    # dst = incoming (op) reduce_with instead: two ranks that reduce the same pair of operands
+    # (recursive doubling) put them in one order, so NaN payloads and signed zeros agree bit for bit
+    incoming_first: bool = False
 
 
 @dataclass(frozen=True, slots=True)

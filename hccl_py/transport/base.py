@@ -33,7 +33,7 @@ HEADER = struct.Struct("<BHQQIBBBBQIQQQqdd")
 KIND_INLINE = 1  # payload follows the header in the same datagram
 KIND_SLOT = 2  # payload sits in the sender's shared segment at byte offset `slot`
 KIND_ACK = 3  # payload: slot offsets the receiver has finished with
-KIND_NOTICE = 4  # a peer tells the communicator it failed (mismatch, abort); payload: utf-8 text
+KIND_NOTICE = 4  # a peer tells the communicator it failed (mismatch, abort, a dead peer); payload: errors.to_wire
 KIND_HELLO = 5  # connection setup; carries the sender's segment fd as ancillary data
 KIND_CAPS = 6  # connection setup: "I can read your memory directly" (count=1) or not
 KIND_RNDV = 7  # payload stays in the sender's buffer at address `slot`; the receiver reads it (CMA)
@@ -101,7 +101,9 @@ class Transport(Protocol):
     def backlog(self) -> list[int]:
         """Peers that still have output of ours queued."""
 
-    def notify(self, peer: int, comm_id: int, seq: int, text: str) -> None: ...
+    def notify(self, peer: int, comm_id: int, seq: int, body: bytes) -> None:
+        """Send ``body`` (an error in its wire form, ``errors.to_wire``) to ``peer`` as a notice
+        for communicator ``comm_id``; a peer that is gone is skipped."""
 
     def peer_alive(self, peer: int) -> bool: ...
 

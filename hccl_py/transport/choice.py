@@ -31,7 +31,7 @@ def requested_transport(environ: Mapping[str, str] = os.environ) -> str | None:
         return None
     if raw not in TRANSPORTS:
         raise HcclParamError(f"{env.HCCL_PY_TRANSPORT}={environ[env.HCCL_PY_TRANSPORT]!r} is not one of "
-                             f"{', '.join(TRANSPORTS)} (or auto); unset it for the automatic choice")
+                             f"{', '.join(TRANSPORTS)} (or auto); unset it for the automatic choice", variable=env.HCCL_PY_TRANSPORT)
     return raw
 
 

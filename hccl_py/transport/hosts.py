@@ -39,12 +39,12 @@ class HostSplitTransport:
             return self.tcp.try_send(peer, fields, stamps, data)
         return self.shm.try_send(local, (self._me, *fields[1:]), stamps, data)
 
-    def notify(self, peer: int, comm_id: int, seq: int, text: str) -> None:
+    def notify(self, peer: int, comm_id: int, seq: int, body: bytes) -> None:
         local = self._to_local.get(peer)
         if local is None:
-            self.tcp.notify(peer, comm_id, seq, text)
+            self.tcp.notify(peer, comm_id, seq, body)
         else:
-            self.shm.notify(local, comm_id, seq, text)
+            self.shm.notify(local, comm_id, seq, body)
 
     def release(self, incoming: Incoming) -> None:
         local = self._to_local.get(incoming.src)

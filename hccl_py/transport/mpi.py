@@ -145,8 +145,8 @@ class MpiTransport:
         self._isend(peer, buf)
         return True
 
-    def notify(self, peer: int, comm_id: int, seq: int, text: str) -> None:
-        body = text.encode()[:INLINE_MAX_BYTES]
+    def notify(self, peer: int, comm_id: int, seq: int, body: bytes) -> None:
+        body = body[:INLINE_MAX_BYTES]
         buf = np.zeros(PREFIX + len(body), np.uint8)
         HEADER.pack_into(buf, 0, KIND_NOTICE, self.world_rank, comm_id, seq, 0, 0, 0, 0, 0, 0, 0, 0, 0, len(body), -1, 0.0, 0.0)
         buf[PREFIX:] = np.frombuffer(body, np.uint8)

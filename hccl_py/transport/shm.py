@@ -248,10 +248,10 @@ class ShmTransport:
         np.copyto(np.frombuffer(self._segment, dtype=data.dtype, count=data.size, offset=offset), data, casting="no")
         return offset
 
-    def notify(self, peer: int, comm_id: int, seq: int, text: str) -> None:
+    def notify(self, peer: int, comm_id: int, seq: int, body: bytes) -> None:
         header = HEADER.pack(KIND_NOTICE, self.world_rank, comm_id, seq, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, -1, 0.0, 0.0)
         try:
-            self._put(peer, header + text.encode()[:INLINE_MAX_BYTES])
+            self._put(peer, header + body[:INLINE_MAX_BYTES])
         except HcclRemoteError:
             pass  # a notice to a rank that is gone has no one to tell
 

@@ -169,8 +169,8 @@ class TcpTransport:
             self._credits[peer] -= 1
         return True
 
-    def notify(self, peer: int, comm_id: int, seq: int, text: str) -> None:
-        body = text.encode()[:INLINE_MAX_BYTES]
+    def notify(self, peer: int, comm_id: int, seq: int, body: bytes) -> None:
+        body = body[:INLINE_MAX_BYTES]
         head = LENGTH.pack(len(body)) + HEADER.pack(KIND_NOTICE, self.world_rank, comm_id, seq, 0, 0, 0, 0, 0, 0, 0, 0, 0,
                                                     len(body), -1, 0.0, 0.0)
         try:
