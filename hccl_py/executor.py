@@ -316,11 +316,16 @@ class Engine:
                 if late_ok and plan.late_copies:
                     _copy(plan.late_copies, bufs, ufunc)
                 self._progress_step(ctx, head, index, nsteps, pending, recvs, ufunc, deadline)
-            except HcclRemoteError:
+            except HcclRemoteError as err:
                 # A peer that failed first may have told us why before it went: that is the root cause.
-                self._dispatch(self.transport.progress(0.0))
+                try:
+                    self._dispatch(self.transport.progress(0.0))
+                except HcclRemoteError:
+                    pass
                 if self._notices.get(ctx.comm_id):
                     self._raise_notice(ctx)
+                if err.op is None and err.peer in ctx.world_ranks:  # the transport found a peer gone
+                    self._peer_died(ctx, [err.peer])
                 raise
             if cost is not None:
                 end, waited = step_end(t0, send_costs, recvs, cost.recv_s)

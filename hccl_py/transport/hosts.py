@@ -28,6 +28,7 @@ class HostSplitTransport:
         self._local = tuple(local)  # local number -> world rank
         self._to_local = {r: i for i, r in enumerate(local)}
         self._me = self._to_local[world_rank]
+        shm.world_of = self._local
 
     def max_slice_bytes(self, peer: int) -> int:
         local = self._to_local.get(peer)

@@ -67,6 +67,9 @@ class ShmTransport:
         self.job_id = job_id
         self.world_rank = world_rank
         self.world_size = world_size
+        # The job's rank of each rank this transport numbers 0..world_size-1 (they differ when it
+        # serves only one host's ranks, under HostSplitTransport): for messages and error fields.
+        self.world_of: tuple[int, ...] = tuple(range(world_size))
         self.spin_s = spin_s
         self.yield_when_spinning = yield_when_spinning
         self.slots_per_peer, self.slot_bytes = slice_layout(world_size, buffsize_bytes)
@@ -277,7 +280,8 @@ class ShmTransport:
             except BlockingIOError:  # the peer's queue is full: keep it, progress() retries
                 self._queued = True
             except OSError as err:  # refused, reset, not connected: the peer's socket is gone
-                raise HcclRemoteError(f"rank {peer} is gone (its socket refused a message from rank {self.world_rank}: {err.strerror})") from None
+                raise HcclRemoteError(f"rank {self.world_of[peer]} is gone (its socket refused a message from rank "
+                                      f"{self.world_of[self.world_rank]}: {err.strerror})", peer=self.world_of[peer]) from None
         outbox.append(datagram if payload is None else datagram + payload.tobytes())
 
     def flush(self) -> bool:
@@ -321,7 +325,8 @@ class ShmTransport:
                     blocked = self._queued = True
                     break
                 except OSError as err:
-                    raise HcclRemoteError(f"rank {peer} is gone (its socket refused a message from rank {self.world_rank}: {err.strerror})") from None
+                    raise HcclRemoteError(f"rank {self.world_of[peer]} is gone (its socket refused a message from rank "
+                                      f"{self.world_of[self.world_rank]}: {err.strerror})", peer=self.world_of[peer]) from None
                 outbox.popleft()
         return blocked
 
@@ -417,7 +422,8 @@ class ShmTransport:
             try:
                 cma.read_into(self._peer_pids[src], address, dst)
             except (ProcessLookupError, PermissionError) as err:
-                raise HcclRemoteError(f"rank {self.world_rank} cannot read rank {src}'s buffer: {err}") from None
+                raise HcclRemoteError(f"rank {self.world_of[self.world_rank]} cannot read rank {self.world_of[src]}'s buffer: {err}",
+                                      peer=self.world_of[src]) from None
             return dst
 
         return fetch
