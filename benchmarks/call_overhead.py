@@ -27,7 +27,7 @@ from hccl_py.executor import Engine
 from hccl_py.runtime import load_topology
 from hccl_py.transport.base import KIND_INLINE, Incoming
 
-from .config import parse_size
+from topology.units import parse_size
 
 
 class LoopbackTransport:

@@ -4,7 +4,7 @@ MPI (mpi4py + MPICH) and torch.distributed gloo.
     hccl-bench allreduce -n 4 -b 8 -e 64M -f 2 -w 5 -i 20 -d fp32 -o sum --algo ring
     hccl-bench allgather -n 2 -b 1K -e 16M -f 4 --vs mpi,gloo --json ag.json --plot ag.png
     hccl-bench allreduce -n 2,4 -b 8 -e 16M -f 4 --vs mpi     # and how each scales from 2 to 4 ranks
-    hccl-bench partition --topology mixed-4p --workload dp-infer     # communication groups (benchmarks/partition.py)
+    hccl-bench partition --topology mixed-4p --workload dp-infer     # communication groups (hccl_py/planning/partition_report.py)
 
 It starts its own ranks (launch.spawn, mpiexec, one process per gloo rank). Started as a rank of
 a job instead (``hccl-launch -n 4 hccl-bench ...``, ``mpiexec -n 4 hccl-bench ...``), it runs
@@ -23,7 +23,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .collectives import COLLECTIVES
-from .config import OPS, PEERS, BenchConfig, parse_dtype, parse_size
+from topology.units import parse_size
+
+from .config import OPS, PEERS, BenchConfig, parse_dtype
 
 __all__ = ["main", "build_parser", "config_from_args"]
 
@@ -193,7 +195,7 @@ def _run_in_place(args: argparse.Namespace, env_updates: dict[str, str]) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["partition"]:  # hccl-bench partition ...: auto vs manual vs optimized groups, simulated
-        from .partition import main as partition_main
+        from hccl_py.planning.partition_report import main as partition_main
 
         return partition_main(argv[1:])
     parser = build_parser()

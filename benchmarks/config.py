@@ -11,51 +11,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from dataclasses import dataclass
 from typing import Any
 
 import ml_dtypes
 import numpy as np
 
-__all__ = ["BenchConfig", "DType", "DTYPES", "OPS", "PEERS", "parse_size", "format_size", "parse_dtype"]
+__all__ = ["BenchConfig", "DType", "DTYPES", "OPS", "PEERS", "parse_dtype"]
 
 # The same bfloat16 hccl_py uses (not imported from it: the peers' workers never load hccl_py).
 BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 PEERS = ("mpi", "gloo", "unmodeled")  # implementations --vs accepts; "hccl" (hccl-py) always runs
 OPS = ("sum", "prod", "max", "min")
-
-_SUFFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
-
-
-def parse_size(text: str | int) -> int:
-    """Bytes from ``"8"``, ``"64K"``, ``"64M"``, ``"1G"`` (powers of 1024, as nccl-tests; ``KB``/``KiB`` too)."""
-    if isinstance(text, int):
-        value = text
-    else:
-        match = _SIZE_RE.match(text)
-        if not match:
-            raise ValueError(f"{text!r} is not a size; use e.g. 8, 64K, 64M or 1G")
-        number, suffix = match.groups()
-        exact = float(number) * _SUFFIX[suffix.upper()]
-        if exact != int(exact):
-            raise ValueError(f"{text!r} is not a whole number of bytes")
-        value = int(exact)
-    if value < 1:
-        raise ValueError(f"size {text!r} must be at least 1 byte")
-    return value
-
-
-def format_size(nbytes: int) -> str:
-    """``8`` -> ``"8B"``, ``65536`` -> ``"64K"``, ``1572864`` -> ``"1.5M"`` (axis labels, messages)."""
-    for suffix in ("G", "M", "K"):
-        unit = _SUFFIX[suffix]
-        if nbytes >= unit:
-            value = nbytes / unit
-            return f"{value:g}{suffix}"
-    return f"{nbytes}B"
-
 
 @dataclass(frozen=True)
 class DType:

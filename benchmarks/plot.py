@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .collectives import get as get_collective
-from .config import format_size
+from topology.units import format_size
 from .harness import BenchResult
 
 __all__ = ["plot_busbw"]

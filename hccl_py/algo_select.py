@@ -13,25 +13,18 @@ implement (NHR, NB, pipeline, ...) are accepted by the parser and refused, with
 
 from __future__ import annotations
 
+import weakref
 from typing import Callable
 
 from .algorithms.hierarchical import HIER_COLLECTIVES, LEVELS
 from .algorithms.registry import ALL_ALGOS, SCHEDULES, algos_for
+from .collectives import collective
 from .errors import HcclNotSupportedError, HcclParamError
 
 AUTO = "auto"
 HIER = "hier"
-# HCCL's operator names in HCCL_ALGO -> hccl-py's collective names
-_HCCL_OPS = {
-    "allreduce": "allreduce",
-    "allgather": "allgather",
-    "broadcast": "broadcast",
-    "reduce": "reduce",
-    "reducescatter": "reduce_scatter",
-    "reduce_scatter": "reduce_scatter",
-    "scatter": "scatter",
-    "alltoall": "alltoall",
-}
+# HCCL operators that HCCL_ALGO may name and hccl-py does not have (yet): accepted, never used
+_OTHER_HCCL_OPS = ("scatter", "alltoall")
 _HCCL_ALGOS = {"na": AUTO, "auto": AUTO, "h-d_r": "hd", "fullmesh": "mesh", **{a: a for a in ALL_ALGOS}}
 HCCL_ONLY_ALGOS = {"nhr", "nhr_v1", "nb", "pipeline", "pairwise", "ahc", "star"}
 
@@ -67,6 +60,16 @@ def _algo_name(value: str, where: str) -> str:
                          variable="HCCL_ALGO")
 
 
+def _hccl_op(name: str) -> str | None:
+    """hccl-py's collective name for an operator named in HCCL_ALGO, or None if unknown."""
+    if name in _OTHER_HCCL_OPS:
+        return name
+    try:
+        return collective(name).name
+    except HcclParamError:
+        return None
+
+
 def parse_hccl_algo(text: str | None) -> dict[str, str]:
     """HCCL_ALGO -> {collective: algo}; key '*' holds the global setting.
 
@@ -82,23 +85,29 @@ def parse_hccl_algo(text: str | None) -> dict[str, str]:
     table = {}
     for entry in filter(None, (e.strip() for e in text.split("/"))):
         op, sep, levels = entry.partition("=")
-        op_key = op.strip().lower()
-        if not sep or op_key not in _HCCL_OPS:
+        op_key = _hccl_op(op.strip().lower())
+        if not sep or op_key is None:
             raise HcclParamError(
-                f"HCCL_ALGO: cannot read {entry!r}; expected '<op>=<algo>' with <op> one of {', '.join(sorted(_HCCL_OPS))}",
+                f"HCCL_ALGO: cannot read {entry!r}; expected '<op>=<algo>' with <op> an HCCL operator (allreduce, allgather, broadcast, reduce, reducescatter, ...)",
                 variable="HCCL_ALGO")
-        table[_HCCL_OPS[op_key]] = _parse_levels(levels, entry)
+        table[op_key] = _parse_levels(levels, entry)
     return table
+
+
+# algo="auto" decisions per cost model (one per rank and topology), per call shape
+_choices: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def fastest(cost_model, collective: str, count: int, itemsize: int, world_ranks: tuple[int, ...], root: int = 0) -> str:
     """``algo="auto"``: the algorithm with the least modeled time for this call on this topology
     (an argmin over the cost model, as NCCL's tuning picks); ties go to the earlier in ALL_ALGOS."""
-    key = ("fastest", collective, count, itemsize, world_ranks, root)
-    cache = cost_model.choices
+    key = (collective, count, itemsize, world_ranks, root)
+    cache = _choices.get(cost_model)
+    if cache is None:
+        cache = _choices[cost_model] = {}
     best = cache.get(key)
     if best is None:
-        from .simulator import simulate
+        from .planning.simulator import simulate
 
         algos = algos_for(collective)
         times = {algo: simulate(collective, algo, cost_model.topology, count, itemsize=itemsize, root=root,

@@ -25,7 +25,8 @@ from .context import RankContext
 from .device import Device
 from .dtypes import UFUNCS, ReduceOp, check_op_dtype, dtype_code
 from .errors import HcclError, HcclInternalError, HcclParamError, HcclTimeoutError
-from .executor import P2P_SEQ_BIT, CallContext, OpKind, error_from_notice
+from .collectives import OpKind
+from .executor import P2P_SEQ_BIT, CallContext, error_from_notice
 from .records import CallRecord, CommStats
 from .transport.base import CallSignature
 

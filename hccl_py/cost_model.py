@@ -18,7 +18,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, NamedTuple, Sequence
 
-from topology import Topology
+from topology import CardModel, Topology
 
 from .algorithms.schedule import Schedule
 
@@ -68,16 +68,35 @@ def step_end(t0: float, send_s: Sequence[float], arrivals: Sequence, recv_s: Seq
     return t, waited
 
 
+def flow_load(routes) -> Counter:
+    """Flows per directed link when every route in ``routes`` carries one flow at once."""
+    load: Counter = Counter()
+    for route in routes:
+        load.update(route.hops)
+    return load
+
+
+def route_share(topology: Topology, route, load, factor: float = 1.0) -> float:
+    """Bytes/s one flow on ``route`` gets while ``load`` counts the flows on each directed link:
+    its slowest link's bandwidth split evenly among that link's flows; ``factor`` < 1 is a
+    degraded route (fault injection). The one link-share formula."""
+    share = min(topology.link(u, v).bandwidth_Bps / load[(u, v)] for u, v in route.hops)
+    return share * factor if factor != 1.0 else share
+
+
 def transfer_s(topology: Topology, src: int, dst: int, nbytes: int, load: Counter, factor: float = 1.0) -> float:
     """Seconds for ``nbytes`` from world rank ``src`` to ``dst`` when ``load`` counts the flows of
     the same step on each directed link; ``factor`` < 1 is a degraded route (fault injection)."""
     route = topology.route(src, dst)
     if nbytes == 0:
         return route.latency_s
-    share = min(topology.link(u, v).bandwidth_Bps / load[(u, v)] for u, v in route.hops)
-    if factor != 1.0:
-        share *= factor
-    return route.latency_s + nbytes / share
+    return route.latency_s + nbytes / route_share(topology, route, load, factor)
+
+
+def kernel_s(card: CardModel, flops: float, nbytes: float, slow_factor: float = 1.0) -> float:
+    """One device kernel: the roofline max(flops / peak, bytes / HBM bandwidth) plus the launch
+    overhead, times ``slow_factor`` (a straggler card, fault injection)."""
+    return slow_factor * (max(flops / card.peak_fp16_flops, nbytes / card.hbm_bandwidth_Bps) + card.launch_overhead_s)
 
 
 class CostModel:
@@ -88,7 +107,6 @@ class CostModel:
         # (rank a, rank b) -> share of bandwidth the route between them keeps, both directions
         self.degraded = {**(degraded or {}), **{(b, a): f for (a, b), f in (degraded or {}).items()}}
         self._cache: dict[tuple, tuple[tuple[StepCost, ...], ...]] = {}
-        self.choices: dict[tuple, str] = {}  # algo="auto" decisions, see algo_select.fastest
 
     def call_costs(self, fn: Callable[..., Schedule], size: int, count: int, root: int, itemsize: int,
                    world_ranks: tuple[int, ...]) -> tuple[tuple[StepCost, ...], ...]:

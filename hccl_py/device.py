@@ -23,6 +23,7 @@ import numpy as np
 
 from topology import CardModel
 
+from .cost_model import kernel_s
 from .errors import HcclMemoryError, HcclParamError
 
 ALIGNMENT = 512  # HBM allocations are rounded up to 512 bytes, as the Ascend runtime does
@@ -104,9 +105,9 @@ class Device:
 
     # -- compute -----------------------------------------------------------------------------
     def kernel_time_s(self, flops: float, nbytes: float) -> float:
-        """Roofline: the slower of compute and memory traffic, plus the launch overhead."""
-        model = self.model
-        return self.slow_factor * (max(flops / model.peak_fp16_flops, nbytes / model.hbm_bandwidth_Bps) + model.launch_overhead_s)
+        """Modeled seconds of one kernel on this card (``cost_model.kernel_s``: the roofline plus
+        the launch overhead, times the card's slow factor)."""
+        return kernel_s(self.model, flops, nbytes, self.slow_factor)
 
     def run(self, flops: float, nbytes: float) -> float:
         """Advance the clock by one kernel's modeled time; returns that time."""

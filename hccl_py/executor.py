@@ -15,12 +15,12 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from enum import IntEnum
 from typing import NamedTuple, Sequence
 
 import numpy as np
 
 from .algorithms.schedule import Schedule
+from .collectives import OpKind, of_kind
 from .cost_model import StepCost, step_end
 from .device import Device
 from .dtypes import DTYPES_BY_CODE, ReduceOp
@@ -39,28 +39,16 @@ _this_process = [os.getpid()]
 os.register_at_fork(after_in_child=lambda: _this_process.__setitem__(0, os.getpid()))
 
 
-class OpKind(IntEnum):
-    ALLREDUCE = 1
-    ALLGATHER = 2
-    BROADCAST = 3
-    REDUCE = 4
-    REDUCE_SCATTER = 5
-    BARRIER = 6
-    SEND = 7
-
-    @property
-    def label(self) -> str:
-        return self.name.lower()
-
-
 def describe_call(sig: tuple, algo_names: tuple[str, ...]) -> str:
+    """``allreduce(count=4, dtype=float32, op=sum, algo=ring)``: a call as an error names it."""
     sig = CallSignature(*sig)
     op = OpKind(sig.op)
+    spec = of_kind(op)
     dtype = DTYPES_BY_CODE.get(sig.dtype, f"dtype#{sig.dtype}")
     parts = [f"count={sig.count}", f"dtype={dtype}"]
-    if op in (OpKind.ALLREDUCE, OpKind.REDUCE, OpKind.REDUCE_SCATTER):
+    if spec is not None and spec.reduces:
         parts.append(f"op={ReduceOp(sig.redop).name.lower()}")
-    if op in (OpKind.BROADCAST, OpKind.REDUCE):
+    if spec is not None and spec.rooted:
         parts.append(f"root={sig.root}")
     if op is OpKind.SEND:
         parts.append(f"src={sig.root}")

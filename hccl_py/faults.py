@@ -21,10 +21,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from .collectives import COLLECTIVES, collective
 from .errors import HcclParamError
 
 ACTIONS = ("hang", "crash", "delay", "slow", "degrade", "drop")
-OPS = ("allreduce", "allgather", "broadcast", "reduce", "reduce_scatter", "barrier", "send", "recv")
+OPS = (*COLLECTIVES, "send", "recv")
 _KEYS = {"rank", "op", "seq", "at", "comm", "action", "seconds", "factor", "link"}
 _NEEDS = {"hang": {"rank"}, "crash": {"rank"}, "delay": {"rank", "seconds"}, "slow": {"rank", "factor"},
           "degrade": {"link", "factor"}, "drop": {"rank"}}
@@ -104,7 +105,12 @@ def parse_fault(spec: str) -> Fault:
         raise _error(spec, f"action={action} does not take {', '.join(sorted(extra))}")
     op = fields.get("op")
     if op is not None:
-        op = op.lower().replace("reducescatter", "reduce_scatter")
+        op = op.lower()
+        if op not in OPS:
+            try:
+                op = collective(op).name  # any spelling of a collective (reducescatter, all_reduce, ...)
+            except HcclParamError:
+                pass
         if op not in OPS:
             raise _error(spec, f"unknown op {fields['op']!r}; one of {', '.join(OPS)}")
     link = None

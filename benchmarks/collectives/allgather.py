@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from hccl_py.collectives import collective
+
 from .base import Case, Collective, elements, pattern
 
 
@@ -20,5 +22,4 @@ def init(case: Case):
     return pattern(case.count, case.rank, case.dtype), expected
 
 
-COLLECTIVE = Collective("allgather", "AllGather", reduces=False, rooted=False, in_place=False,
-                        bus_factor=lambda n: (n - 1) / n, counts=counts, init=init)
+COLLECTIVE = Collective("allgather", collective("allgather"), counts=counts, init=init)

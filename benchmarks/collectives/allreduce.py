@@ -5,6 +5,8 @@ busbw = algbw * 2(n-1)/n: a ring moves 2(n-1)/n of the buffer over each rank's l
 
 from __future__ import annotations
 
+from hccl_py.collectives import collective
+
 from .base import Case, Collective, elements, reduce_input, reduced
 
 
@@ -18,5 +20,4 @@ def init(case: Case):
             reduced(case.count, case.nranks, case.op, case.dtype))
 
 
-COLLECTIVE = Collective("allreduce", "AllReduce", reduces=True, rooted=False, in_place=True,
-                        bus_factor=lambda n: 2 * (n - 1) / n, counts=counts, init=init)
+COLLECTIVE = Collective("allreduce", collective("allreduce"), counts=counts, init=init)

@@ -19,6 +19,8 @@ from typing import Callable
 
 import numpy as np
 
+from hccl_py.collectives import Collective as CollectiveSpec
+
 __all__ = ["Case", "Collective", "pattern", "reduce_input", "reduced", "COPY_PERIOD", "REDUCE_PERIOD"]
 
 # Copies (gather, broadcast) use values 0..100: exact in int8 and bfloat16. A prime period keeps a
@@ -43,8 +45,10 @@ class Case:
 
 @dataclass(frozen=True)
 class Collective:
-    """A collective as the harness runs it.
+    """A collective as the harness runs it: what hccl-py says it is (``spec``, from
+    ``hccl_py.collectives``: rooted, reduces, in place, bus factor) plus the harness's own parts.
 
+    ``name`` is the CLI name (nccl-tests' spelling: ``reducescatter``).
     ``counts(nbytes, itemsize, nranks) -> (count, send_count, recv_count)``: ``count`` goes into
     :class:`Case`; send/recv counts are buffer lengths in elements. The row's size is
     ``max(send, recv) * itemsize`` (nccl-tests' convention: the whole gathered/scattered buffer).
@@ -53,14 +57,31 @@ class Collective:
     (reduce on non-roots).
     """
 
-    name: str  # CLI name: allreduce
-    title: str  # HCCL operator name: AllReduce
-    reduces: bool  # takes -o
-    rooted: bool  # takes -r
-    in_place: bool  # the result overwrites the input buffer (as hccl_py's call does)
-    bus_factor: Callable[[int], float]  # busbw = algbw * bus_factor(nranks)
+    name: str
+    spec: CollectiveSpec
     counts: Callable[[int, int, int], tuple[int, int, int]]
     init: Callable[[Case], tuple[np.ndarray, np.ndarray | None]]
+
+    @property
+    def title(self) -> str:
+        """HCCL's operator name without the prefix: ``ReduceScatter``."""
+        return self.spec.hccl_name.removeprefix("Hccl")
+
+    @property
+    def reduces(self) -> bool:
+        return self.spec.reduces
+
+    @property
+    def rooted(self) -> bool:
+        return self.spec.rooted
+
+    @property
+    def in_place(self) -> bool:
+        return self.spec.in_place
+
+    def bus_factor(self, nranks: int) -> float:
+        """busbw = algbw * bus_factor(nranks), as nccl-tests."""
+        return self.spec.bus_factor(nranks)
 
 
 def _fill_periodic(table: np.ndarray, count: int) -> np.ndarray:

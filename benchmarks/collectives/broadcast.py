@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from hccl_py.collectives import collective
+
 from .base import Case, Collective, elements, pattern
 
 
@@ -15,5 +17,4 @@ def init(case: Case):
     return pattern(case.count, case.rank, case.dtype), pattern(case.count, case.root, case.dtype)
 
 
-COLLECTIVE = Collective("broadcast", "Broadcast", reduces=False, rooted=True, in_place=True,
-                        bus_factor=lambda n: 1.0, counts=counts, init=init)
+COLLECTIVE = Collective("broadcast", collective("broadcast"), counts=counts, init=init)

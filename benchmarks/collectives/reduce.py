@@ -6,6 +6,8 @@ only root's is checked.
 
 from __future__ import annotations
 
+from hccl_py.collectives import collective
+
 from .base import Case, Collective, elements, reduce_input, reduced
 
 
@@ -19,5 +21,4 @@ def init(case: Case):
     return reduce_input(case.count, case.rank, case.op, case.dtype), expected
 
 
-COLLECTIVE = Collective("reduce", "Reduce", reduces=True, rooted=True, in_place=True,
-                        bus_factor=lambda n: 1.0, counts=counts, init=init)
+COLLECTIVE = Collective("reduce", collective("reduce"), counts=counts, init=init)

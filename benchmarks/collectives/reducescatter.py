@@ -5,6 +5,8 @@ Size is the whole input (n blocks), as in nccl-tests. busbw = algbw * (n-1)/n.
 
 from __future__ import annotations
 
+from hccl_py.collectives import collective
+
 from .base import Case, Collective, elements, reduce_input, reduced
 
 
@@ -19,5 +21,4 @@ def init(case: Case):
             reduced(count, n, case.op, case.dtype, start=case.rank * count))
 
 
-COLLECTIVE = Collective("reducescatter", "ReduceScatter", reduces=True, rooted=False, in_place=False,
-                        bus_factor=lambda n: (n - 1) / n, counts=counts, init=init)
+COLLECTIVE = Collective("reducescatter", collective("reduce_scatter"), counts=counts, init=init)

@@ -40,8 +40,6 @@ EXTRA_COLUMNS: tuple[ExtraColumn, ...] = (
     ExtraColumn("modeled_busbw", "m.busbw", derive=lambda row: row.busbw_for(row.extra["modeled_us"])),
 )
 
-_HCCL_NAMES = {"reducescatter": "reduce_scatter"}  # hccl_py's collective names where they differ
-
 _CALLS = {
     "allreduce": "all_reduce(x) in place",
     "allgather": "all_gather(x, out=buf)",
@@ -68,7 +66,7 @@ class HcclRankComm(RankComm):
              root: int) -> Callable[[], np.ndarray | None]:
         c, algo = self.comm, self.algo
         name = coll.name
-        self._collective = _HCCL_NAMES.get(name, name)
+        self._collective = coll.spec.name
         if name == "allreduce":
             return functools.partial(c.all_reduce, send, op, algo=algo)
         if name == "broadcast":
@@ -109,7 +107,7 @@ def unsupported_reason(cfg: BenchConfig) -> str | None:
 
     try:
         if cfg.algo != "auto":
-            get_schedule(_HCCL_NAMES.get(cfg.collective, cfg.collective), cfg.algo)
+            get_schedule(get_collective(cfg.collective).spec.name, cfg.algo)
         if get_collective(cfg.collective).reduces:
             check_op_dtype(ReduceOp.parse(cfg.op), cfg.dt.np, where=cfg.collective)
     except HcclError as err:

@@ -31,6 +31,7 @@ from typing import Callable, NamedTuple, Sequence, Union
 
 import numpy as np
 
+from ..collectives import collective as lookup
 from ..dtypes import UFUNCS, ReduceOp
 from ..errors import HcclParamError
 from .registry import get_schedule
@@ -38,8 +39,6 @@ from .schedule import IN, OUT, TMP, Recv, Region, Schedule, Send
 
 ScheduleFn = Callable[..., Schedule]
 
-IN_PLACE = frozenset({"allreduce", "broadcast", "reduce"})
-ALL_COLLECTIVES = frozenset({"allreduce", "allgather", "broadcast", "reduce", "reduce_scatter", "barrier"})
 
 
 class ScheduleError(AssertionError):
@@ -91,21 +90,10 @@ class StepIO(NamedTuple):
     recvs: tuple[Recv, ...]
 
 
-def buffer_counts(collective: str, size: int, count: int) -> tuple[int, int]:
-    """Element counts of (IN, OUT) for one rank."""
-    if collective == "allgather":
-        return count, size * count
-    if collective == "reduce_scatter":
-        return size * count, count
-    if collective == "barrier":
-        return 0, 0
-    return count, count
-
-
 def resolve(collective: str, algo: str | ScheduleFn) -> ScheduleFn:
-    if collective not in ALL_COLLECTIVES:
-        raise HcclParamError(f"unknown collective {collective!r}; use one of {', '.join(sorted(ALL_COLLECTIVES))}")
-    return get_schedule(collective, algo) if isinstance(algo, str) else algo
+    """The schedule function of ``algo`` (a registry name or a function) for ``collective``."""
+    spec = lookup(collective)
+    return get_schedule(spec.name, algo) if isinstance(algo, str) else algo
 
 
 def check(collective: str, algo: str | ScheduleFn, size: int, count: int, root: int = 0) -> Plan:
@@ -148,11 +136,11 @@ def play(
         count //= size
     plan = check(collective, algo, size, count, root)
     ufunc = UFUNCS[ReduceOp.parse(op)]
-    _, out_count = buffer_counts(collective, size, count)
+    _, out_count = lookup(collective).buffer_counts(size, count)
     bufs = []
     for r, sched in enumerate(plan.schedules):
         data = arrays[r].copy()
-        out = data if collective in IN_PLACE else _garbage(out_count, dtype)
+        out = data if lookup(collective).in_place else _garbage(out_count, dtype)
         bufs.append({IN: data, OUT: out, TMP: _garbage(sched.tmp_count, dtype)})
 
     def view(rank: int, region: Region) -> np.ndarray:
@@ -203,7 +191,7 @@ def _name(fn: ScheduleFn) -> str:
 @lru_cache(maxsize=256)  # plans hold every event; the simulator may play thousands of ranks
 def _check(collective: str, fn: ScheduleFn, size: int, count: int, root: int) -> Plan:
     where = f"{_name(fn)} ({collective}, size={size}, count={count}, root={root})"
-    in_count, out_count = buffer_counts(collective, size, count)
+    in_count, out_count = lookup(collective).buffer_counts(size, count)
     schedules = []
     for rank in range(size):
         sched = fn(rank, size, count, root)
@@ -219,7 +207,7 @@ def _check(collective: str, fn: ScheduleFn, size: int, count: int, root: int) ->
 
 
 def _check_step(collective: str, rank: int, size: int, root: int, step, limits: dict, where: str) -> None:
-    in_place = collective in IN_PLACE
+    in_place = lookup(collective).in_place
 
     def mem(r: Region) -> Region:  # IN and OUT are one array for in-place collectives
         return Region(OUT, r.offset, r.count) if in_place and r.buf == IN else r

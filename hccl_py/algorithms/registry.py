@@ -13,12 +13,12 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Callable
 
+from ..collectives import DATA_COLLECTIVES
 from ..errors import HcclNotSupportedError
 from .schedule import Schedule
 
 ScheduleFn = Callable[..., Schedule]  # (rank, size, count, root=0) -> Schedule
 
-COLLECTIVES = ("allreduce", "allgather", "broadcast", "reduce", "reduce_scatter")
 ALGOS = ("ring", "tree", "hd", "mesh")  # every collective has these
 EXTRA = (("allreduce", "rd"), ("allreduce", "oneshot"), ("barrier", "dissemination"), ("barrier", "monitored"))  # algorithms only some collectives have
 # Stable indices for wire headers. "hier" (two-level, on a partition: ``hierarchical.py``) has no
@@ -27,7 +27,7 @@ ALL_ALGOS = ALGOS + tuple(dict.fromkeys(algo for _, algo in EXTRA)) + ("hier",)
 
 _MODULES = {
     (collective, algo): import_module(f"{__package__}.{collective}_{algo}")
-    for collective, algo in [(c, a) for c in COLLECTIVES for a in ALGOS] + list(EXTRA)
+    for collective, algo in [(c, a) for c in DATA_COLLECTIVES for a in ALGOS] + list(EXTRA)
 }
 SCHEDULES: dict[tuple[str, str], ScheduleFn] = {key: module.schedule for key, module in _MODULES.items()}
 # Algorithms that can also list every rank's steps at once (``StepFlows``), for the simulator at

@@ -7,7 +7,8 @@ import dataclasses
 import pytest
 
 from benchmarks.collectives import COLLECTIVES, get
-from benchmarks.config import BenchConfig, format_size, parse_dtype, parse_size
+from benchmarks.config import BenchConfig, parse_dtype
+from topology.units import format_size, parse_size
 from benchmarks.harness import size_plan, sweep_sizes
 
 

@@ -12,10 +12,11 @@ import pytest
 from hccl_py.algorithms.hierarchical import schedule_for
 from hccl_py.cost_model import CostModel, transfer_s
 from hccl_py.errors import HcclParamError
-from hccl_py.partition import (CollectiveWorkload, DpInferWorkload, auto, bell, canonical, equal_partition_count,
+from hccl_py.parallel.workload import DpInferWorkload
+from hccl_py.planning.partition import (CollectiveWorkload, auto, bell, canonical, equal_partition_count,
                                equal_partitions, evaluate, heuristic_candidates, manual, optimize, pair_bandwidth,
                                parse_workload, set_partitions)
-from hccl_py.simulator import simulate
+from hccl_py.planning.simulator import simulate
 from topology import Topology
 
 

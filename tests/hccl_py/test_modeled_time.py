@@ -9,9 +9,10 @@ import math
 import numpy as np
 import pytest
 
-from hccl_py.algorithms.registry import COLLECTIVES, algos_for
+from hccl_py.algorithms.registry import algos_for
+from hccl_py.collectives import DATA_COLLECTIVES as COLLECTIVES
 from hccl_py.cost_model import CostModel
-from hccl_py.simulator import simulate
+from hccl_py.planning.simulator import simulate
 from tests.mp import run_ranks
 from topology import Topology
 
@@ -165,7 +166,7 @@ def test_device_memory_and_roofline():
 @pytest.mark.parametrize("algo, sizes", [("ring", [2, 3, 5, 8, 16]), ("hd", [2, 4, 8, 16])])
 @pytest.mark.parametrize("preset", ["ascend910-8p", "2x8p-roce"])
 def test_all_ranks_at_once_equals_rank_by_rank(algo, sizes, preset):
-    from hccl_py.simulator import can_simulate_flows, simulate_flows
+    from hccl_py.planning.simulator import can_simulate_flows, simulate_flows
 
     for size in sizes:
         full = Topology.preset(preset)
@@ -185,7 +186,7 @@ def test_all_ranks_at_once_equals_rank_by_rank(algo, sizes, preset):
 
 
 def test_hccl_sim_cli(capsys):
-    from hccl_py.sim_cli import main
+    from hccl_py.planning.cli import main
 
     assert main(["allreduce", "--preset", "2x8p-roce", "--bytes", "64M", "--algo", "ring"]) == 0
     out = capsys.readouterr().out

@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hccl_py.algorithms.playback import ScheduleError, check, play, walk
-from hccl_py.algorithms.registry import ALGOS, COLLECTIVES, EXTRA, SCHEDULES, get_schedule
+from hccl_py.algorithms.registry import ALGOS, EXTRA, SCHEDULES, get_schedule
+from hccl_py.collectives import DATA_COLLECTIVES as COLLECTIVES
 from hccl_py.algorithms.schedule import IN, OUT, TMP, Copy, Recv, Region, Schedule, Send, Step
 from hccl_py.dtypes import UFUNCS, ReduceOp
 from hccl_py.errors import HcclNotSupportedError

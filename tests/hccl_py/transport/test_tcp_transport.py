@@ -25,8 +25,6 @@ def test_tcp_gives_the_results_and_clocks_of_shm() -> None:
 
 def _peer_leaves():
     import os
-    import time
-
     import numpy as np
 
     import hccl_py
@@ -36,11 +34,10 @@ def _peer_leaves():
     comm = hccl_py.init()
     if comm.rank == 1:
         return "left"
-    start = time.monotonic()
     try:
         comm.all_reduce(np.ones(4, np.float32))
     except hccl_py.HcclRemoteError as err:
-        return ("HcclRemoteError", time.monotonic() - start, err.message)
+        return ("HcclRemoteError", err.peer, err.op)
     return "no error"
 
 
@@ -48,9 +45,8 @@ def _peer_leaves():
 def test_a_peer_that_leaves_is_noticed_over_tcp() -> None:
     got = run_ranks(_peer_leaves, 2, env={"HCCL_PY_TRANSPORT": "tcp", "HCCL_EXEC_TIMEOUT": "60"}, timeout=40)
     assert got[1] == "left"
-    kind, waited, message = got[0]
-    assert kind == "HcclRemoteError" and waited < 10, got[0]
-    assert "peer rank 1 exited while this rank waited for it" in message
+    # HCCL_EXEC_TIMEOUT (60 s) outlasts the spawn's bound (40 s): only noticing the loss passes
+    assert got[0] == ("HcclRemoteError", 1, "allreduce")
 
 
 SRUN_RANK = """

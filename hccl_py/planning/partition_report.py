@@ -9,11 +9,11 @@ hierarchical collectives on those groups, its throughput (samples/s for dp-infer
 collective), the speedup over one card (dp-infer) and its time relative to the best strategy.
 Strategies: ``auto`` (HCCL's grouping), ``manual`` (``--groups``, repeatable; by default a few
 groupings a user would try by hand, e.g. the fast pair {1,2} of mixed-4p), ``optimized``
-(``hccl_py.partition.optimize``: exhaustive for small clusters, a link-graph heuristic beyond;
+(``hccl_py.planning.partition.optimize``: exhaustive for small clusters, a link-graph heuristic beyond;
 the line under the table says which), and for reference ``flat`` (the flat ring, no groups).
 Everything is the simulator: no processes, deterministic, seconds even for 64 cards.
 
-Workloads (``hccl_py.partition``): ``dp-infer`` — one data-parallel inference step of the default
+Workloads (``hccl_py.planning.partition``): ``dp-infer`` — one data-parallel inference step of the default
 transformer encoder: each card's share in modeled compute, then the per-token outputs
 all-gathered to every card with the hierarchical all_gather (see ``DpInferWorkload``) — or one
 collective, ``allreduce:64M`` (``<collective>:<size per rank>``).
@@ -51,7 +51,7 @@ def manual_examples(topo) -> dict[str, str]:
     ``interleaved`` (member t of every auto group together: the transpose of HCCL's grouping)
     and ``halves`` (every auto group split in two)."""
     from hccl_py.algorithms.hierarchical import format_partition
-    from hccl_py.partition import auto
+    from hccl_py.planning.partition import auto
 
     if topo.name in MANUAL_EXAMPLES:
         return dict(MANUAL_EXAMPLES[topo.name])
@@ -68,7 +68,7 @@ def manual_examples(topo) -> dict[str, str]:
 def run(topo_name: str, workload, groups: Sequence[str] = (), budget: int | None = None):
     """(topology, rows, optimize choice) for one topology; rows in table order."""
     from hccl_py.cost_model import CostModel
-    from hccl_py.partition import DEFAULT_BUDGET, auto, manual, optimize
+    from hccl_py.planning.partition import DEFAULT_BUDGET, auto, manual, optimize
     from topology import Topology
 
     topo = Topology.preset(topo_name)
@@ -153,7 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _workload(args):
-    from hccl_py.partition import parse_workload
+    from hccl_py.planning.partition import parse_workload
 
     text = args.workload.strip().lower()
     itemsize = {"fp16": 2, "bf16": 2, "fp32": 4}

@@ -2,9 +2,8 @@
 
     hccl-sim allreduce --preset 64x8p-roce --bytes 256M --algo ring
 
-prints modeled time, algbw and busbw (nccl-tests factors: 2(n-1)/n for allreduce, (n-1)/n for
-allgather and reduce-scatter, 1 for broadcast and reduce), plus the simulator's own wall time
-and peak memory.
+prints modeled time, algbw and busbw (nccl-tests' bus factors, ``hccl_py.collectives``), plus
+the simulator's own wall time and peak memory.
 """
 
 from __future__ import annotations
@@ -16,40 +15,31 @@ import time
 
 from topology import PRESETS, Topology, TopologyError
 
-from .algorithms.registry import COLLECTIVES, algos_for
-from .algo_select import fastest
-from .cost_model import CostModel
+from topology.units import parse_size
+
+from ..algorithms.registry import algos_for
+from ..algo_select import fastest
+from ..collectives import COLLECTIVES, DATA_COLLECTIVES
+from ..collectives import collective as lookup
+from ..cost_model import CostModel
 from .simulator import can_simulate_flows, simulate, simulate_flows
 
 DTYPE_BYTES = {"int8": 1, "uint8": 1, "fp16": 2, "bf16": 2, "int16": 2, "fp32": 4, "int32": 4, "fp64": 8, "int64": 8}
-BUSBW_FACTOR = {
-    "allreduce": lambda n: 2 * (n - 1) / n,
-    "allgather": lambda n: (n - 1) / n,
-    "reduce_scatter": lambda n: (n - 1) / n,
-    "broadcast": lambda n: 1.0,
-    "reduce": lambda n: 1.0,
-}
 
 
-def parse_bytes(text: str) -> int:
-    """'256M' -> 268435456; K, M, G are powers of 1024, as nccl-tests reads them."""
-    text = text.strip().upper().removesuffix("B")
-    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
-    number = text[:-1] if text[-1:] in "KMG" else text
+def _size(text: str) -> int:
     try:
-        value = int(float(number) * scale)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a size like 8, 64K, 256M or 1G") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError("size must be >= 0")
-    return value
+        return parse_size(text, minimum=0)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hccl-sim", description="Modeled time of one collective on a cluster, no processes.")
-    parser.add_argument("collective", choices=[c.replace("_", "") for c in COLLECTIVES] + list(COLLECTIVES))
+    names = [alias for c in DATA_COLLECTIVES for alias in (c, *COLLECTIVES[c].aliases)]
+    parser.add_argument("collective", choices=names)
     parser.add_argument("--preset", required=True, help=f"topology preset, e.g. 2x8p-roce ({', '.join(sorted(PRESETS))}, NxMp-roce)")
-    parser.add_argument("--bytes", type=parse_bytes, required=True, help="message size per rank (allgather: per rank's input)")
+    parser.add_argument("--bytes", type=_size, required=True, help="message size per rank (allgather: per rank's input)")
     parser.add_argument("--algo", default="auto", help="ring, tree, hd, mesh, rd (allreduce), or auto")
     parser.add_argument("--dtype", default="fp32", choices=sorted(DTYPE_BYTES))
     parser.add_argument("--root", type=int, default=0)
@@ -58,7 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    collective = {c.replace("_", ""): c for c in COLLECTIVES}.get(args.collective, args.collective)
+    spec = lookup(args.collective)
+    collective = spec.name
     wall_start = time.perf_counter()
     try:
         topology = Topology.preset(args.preset)
@@ -66,10 +57,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"hccl-sim: {err}", file=sys.stderr)
         return 2
     itemsize = DTYPE_BYTES[args.dtype]
-    count = args.bytes // itemsize
-    if collective == "reduce_scatter":
-        count //= topology.num_ranks
     n = topology.num_ranks
+    count = spec.message_elements(args.bytes, itemsize, n)
     model = CostModel(topology)
     algo = args.algo
     if algo == "auto":
@@ -82,9 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     else:
         result, how = simulate(collective, algo, topology, count, itemsize=itemsize, root=args.root, cost_model=model), "rank by rank"
     wall_s = time.perf_counter() - wall_start
-    nbytes = count * itemsize * (n if collective == "reduce_scatter" else 1)
+    nbytes = spec.in_count(n, count) * itemsize
     algbw = nbytes / result.time_s if result.time_s > 0 else float("inf")
-    busbw = algbw * BUSBW_FACTOR[collective](n)
+    busbw = algbw * spec.bus_factor(n)
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"{collective} {args.dtype} {nbytes} bytes on {topology.name} ({n} ranks), algo {algo}")
     print(f"  modeled time  {result.time_s * 1e6:14.3f} us")

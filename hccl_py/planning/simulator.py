@@ -11,7 +11,6 @@ simulated clocks equal the emulator's to the last bit::
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -19,8 +18,8 @@ import numpy as np
 
 from topology import Topology
 
-from .algorithms.registry import FLOWS, get_schedule
-from .cost_model import Arrival, CostModel, step_end
+from ..algorithms.registry import FLOWS, get_schedule
+from ..cost_model import Arrival, CostModel, flow_load, route_share, step_end
 
 
 @dataclass(frozen=True)
@@ -137,14 +136,8 @@ def _route_pattern(topology: Topology, ranks: np.ndarray, send_to: np.ndarray, d
     """Latency and bandwidth share of every flow r -> send_to[r] of one step (cost_model rules)."""
     pairs = [(int(src), int(dst)) for src, dst in zip(ranks, send_to)]
     routes = [topology.route(src, dst) for src, dst in pairs]
-    load: Counter = Counter()
-    for route in routes:
-        load.update(route.hops)
+    load = flow_load(routes)
     latency = np.array([route.latency_s for route in routes])
-    shares = []
-    for pair, route in zip(pairs, routes):
-        share = min(topology.link(u, v).bandwidth_Bps / load[(u, v)] for u, v in route.hops)
-        factor = degraded.get(pair, 1.0)
-        shares.append(share * factor if factor != 1.0 else share)
+    shares = [route_share(topology, route, load, degraded.get(pair, 1.0)) for pair, route in zip(pairs, routes)]
     return latency, np.array(shares)
 

@@ -12,7 +12,8 @@
   Louvain communities — and the simulator picks the best of them. :class:`Choice` says which.
 
 Workloads (:class:`Workload`): :class:`CollectiveWorkload` (one hierarchical collective of a
-given size) and :class:`DpInferWorkload` (a data-parallel inference step, defined there)::
+given size) and ``dp-infer``, a data-parallel inference step
+(:class:`hccl_py.parallel.workload.DpInferWorkload`, with the inference drivers)::
 
     topo = Topology.preset("mixed-4p")
     w = CollectiveWorkload("allreduce", 64 << 20)
@@ -27,8 +28,7 @@ are canonical: each group ascending, groups by their first rank.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from functools import lru_cache
+from dataclasses import dataclass
 from itertools import combinations
 from typing import Iterator, Protocol, Sequence
 
@@ -36,9 +36,12 @@ import numpy as np
 
 from topology import Topology, auto_partition, load_partition, validate_partition
 
-from .algorithms.hierarchical import Partition, format_partition, schedule_for
-from .cost_model import CostModel
-from .errors import HcclParamError
+from topology.units import format_size, parse_size
+
+from ..algorithms.hierarchical import HIER_COLLECTIVES, Partition, format_partition, schedule_for
+from ..collectives import collective as lookup
+from ..cost_model import CostModel, flow_load, route_share
+from ..errors import HcclParamError
 from .simulator import simulate
 
 DEFAULT_BUDGET = 1200  # simulations an exhaustive search may take
@@ -55,15 +58,6 @@ class Workload(Protocol):
     def describe(self, topo: Topology) -> str: ...
 
 
-COUNT_OF = {  # elements per rank for a message of `nbytes` (hccl-sim's convention: the input per rank)
-    "allreduce": lambda nbytes, itemsize, n: nbytes // itemsize,
-    "broadcast": lambda nbytes, itemsize, n: nbytes // itemsize,
-    "reduce": lambda nbytes, itemsize, n: nbytes // itemsize,
-    "allgather": lambda nbytes, itemsize, n: nbytes // itemsize,
-    "reduce_scatter": lambda nbytes, itemsize, n: nbytes // itemsize // n,
-}
-
-
 @dataclass(frozen=True)
 class CollectiveWorkload:
     """One collective of ``nbytes`` per rank (allgather: each rank's input; reduce_scatter: the
@@ -77,15 +71,17 @@ class CollectiveWorkload:
     root: int = 0
 
     def __post_init__(self):
-        if self.collective not in COUNT_OF:
-            raise HcclParamError(f"workload collective {self.collective!r}: use one of {', '.join(COUNT_OF)}")
+        spec = lookup(self.collective)
+        if spec.name not in HIER_COLLECTIVES:
+            raise HcclParamError(f"workload collective {self.collective!r}: use one of {', '.join(HIER_COLLECTIVES)}")
+        object.__setattr__(self, "collective", spec.name)
 
     @property
     def name(self) -> str:
-        return f"{self.collective}:{_size(self.nbytes)}"
+        return f"{self.collective}:{format_size(self.nbytes)}"
 
     def count(self, n: int) -> int:
-        return COUNT_OF[self.collective](self.nbytes, self.itemsize, n)
+        return lookup(self.collective).message_elements(self.nbytes, self.itemsize, n)
 
     def time_s(self, topo: Topology, partition: Partition, model: CostModel) -> float:
         fn = schedule_for(self.collective, partition, self.inner, self.outer)
@@ -100,126 +96,27 @@ class CollectiveWorkload:
         return None
 
     def describe(self, topo: Topology) -> str:
-        return (f"one hierarchical {self.collective} of {_size(self.nbytes)} per rank ({self.itemsize}-byte elements), "
+        return (f"one hierarchical {self.collective} of {format_size(self.nbytes)} per rank ({self.itemsize}-byte elements), "
                 f"level0 {self.inner}, level1 {self.outer}")
-
-
-@dataclass(frozen=True)
-class DpInferWorkload:
-    """``dp-infer``: one step of data-parallel inference of the default model.
-
-    Every card holds the whole model (:class:`~hccl_py.parallel.TransformerEncoder` with its
-    default config unless ``model`` is given) and runs ``batch_per_card`` samples of the step's
-    global batch (``batch_per_card`` x cards): its modeled compute is ``Model.estimate`` on its own
-    card (the same roofline the cards use at run time). Then the step's outputs — the encoder's
-    per-token hidden states (``share x seq x d_model``, what a decoder or a token-level head on
-    every card consumes), or with ``output="logits"`` just the classifier's logits — are
-    all-gathered to every card with the *hierarchical* all_gather on the partition (level1
-    across groups, then level0 inside), ``dtype_bytes`` per element on the wire (2: fp16, as
-    Ascend inference runs). As :class:`~hccl_py.parallel.DataParallel` does, every card ends
-    with the whole output; the partition changes only which links carry it. Modeled step time =
-    the last card's end (compute and gather do not overlap); throughput = global batch / step
-    time. One card's throughput is ``batch_per_card`` / its compute time for that batch (one
-    card running the same batches back to back, no communication), so the speedup over one card
-    is ``cards x compute / step time``.
-    """
-
-    batch_per_card: int = 64
-    output: str = "hidden"
-    dtype_bytes: int = 2
-    inner: str = "ring"
-    outer: str = "ring"
-    model: object = field(default=None, compare=False)
-
-    name = "dp-infer"
-
-    def __post_init__(self):
-        if self.batch_per_card < 1:
-            raise HcclParamError(f"dp-infer: batch per card must be >= 1, got {self.batch_per_card}")
-        if self.output not in ("hidden", "logits"):
-            raise HcclParamError(f"dp-infer: output {self.output!r}: use hidden or logits")
-
-    def _model(self):
-        if self.model is None:
-            object.__setattr__(self, "model", _default_model())
-        return self.model
-
-    def compute_s(self, topo: Topology, rank: int) -> float:
-        """Modeled seconds of one card's share of the step."""
-        return float(sum(self._model().estimate(topo.card(rank), self.batch_per_card)[0]))
-
-    def count(self) -> int:
-        """Elements of one card's outputs."""
-        model = self._model()
-        index = len(model.blocks) - (1 if self.output == "hidden" else 0)
-        shape, _ = model.boundary_spec(self.batch_per_card, index)
-        return int(np.prod(shape))
-
-    def _starts(self, topo: Topology) -> list[float]:
-        return [self.compute_s(topo, r) for r in range(topo.num_ranks)]
-
-    def time_s(self, topo: Topology, partition: Partition, model: CostModel) -> float:
-        fn = schedule_for("allgather", partition, self.inner, self.outer)
-        return max(simulate("allgather", fn, topo, self.count(), itemsize=self.dtype_bytes, cost_model=model,
-                            start_clocks=self._starts(topo)).end_clocks)
-
-    def flat_time_s(self, topo: Topology, algo: str, model: CostModel) -> float:
-        return max(simulate("allgather", algo, topo, self.count(), itemsize=self.dtype_bytes, cost_model=model,
-                            start_clocks=self._starts(topo)).end_clocks)
-
-    def one_card_s(self, topo: Topology) -> float | None:
-        """Seconds one card takes for the same global batch at its own pace (per-card batches
-        back to back): cards x compute."""
-        return topo.num_ranks * self.compute_s(topo, 0)
-
-    def describe(self, topo: Topology) -> str:
-        model = self._model()
-        what = "per-token hidden states" if self.output == "hidden" else "logits"
-        per = self.count() * self.dtype_bytes
-        return (f"dp-infer: {model.describe()}; {self.batch_per_card} samples per card "
-                f"(global batch {self.batch_per_card * topo.num_ranks}); outputs ({what}, {_size(per)} per card) "
-                f"all-gathered to every card, hierarchical {self.inner}/{self.outer}")
-
-
-@lru_cache(maxsize=1)
-def _default_model():
-    from .parallel import TransformerEncoder
-
-    return TransformerEncoder()
 
 
 def parse_workload(text: str, **options) -> Workload:
     """``"dp-infer"`` or ``"<collective>:<size>"`` (``allreduce:64M``; K, M, G powers of 1024)."""
     text = text.strip().lower()
     if text in ("dp-infer", "dp_infer", "dpinfer"):
+        from ..parallel.workload import DpInferWorkload
+
         return DpInferWorkload(**options)
     name, sep, size = text.partition(":")
-    name = {"reducescatter": "reduce_scatter"}.get(name, name)
-    if not sep or name not in COUNT_OF:
-        raise HcclParamError(f"workload {text!r}: write dp-infer or <collective>:<size>, e.g. allreduce:64M "
-                             f"(collectives: {', '.join(COUNT_OF)})")
-    return CollectiveWorkload(name, _parse_size(size), **options)
-
-
-def _parse_size(text: str) -> int:
-    t = text.strip().upper().removesuffix("B")
-    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(t[-1:], 1)
     try:
-        value = int(float(t[:-1] if t[-1:] in "KMG" else t) * scale)
-    except ValueError:
-        raise HcclParamError(f"{text!r} is not a size like 64K, 64M or 1G") from None
-    if value <= 0:
-        raise HcclParamError(f"size must be > 0, got {text!r}")
-    return value
-
-
-def _size(nbytes: int) -> str:
-    """64 << 20 -> '64M', 1536 -> '1.5K' (powers of 1024, as the sizes are read)."""
-    for unit, scale in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
-        if nbytes >= scale:
-            value = nbytes / scale
-            return f"{value:.0f}{unit}" if value == int(value) else f"{value:.1f}{unit}"
-    return f"{nbytes}B"
+        name = lookup(name).name
+        nbytes = parse_size(size)
+    except (HcclParamError, ValueError):
+        name = None
+    if not sep or name not in HIER_COLLECTIVES:
+        raise HcclParamError(f"workload {text!r}: write dp-infer or <collective>:<size>, e.g. allreduce:64M "
+                             f"(collectives: {', '.join(HIER_COLLECTIVES)}; sizes like 64K, 64M, 1G)")
+    return CollectiveWorkload(name, nbytes, **options)
 
 
 # ----------------------------------------------------------------------------------------- strategies
@@ -319,18 +216,13 @@ def pair_bandwidth(topo: Topology) -> np.ndarray:
     that sees both link speed and how many ranks share a link (a server's NIC, the host path, a
     PCIe switch uplink under ACS), where raw link bandwidths look alike."""
     n = topo.num_ranks
-    load: dict = {}
     routes = [[topo.route(a, b) if a != b else None for b in range(n)] for a in range(n)]
-    for row in routes:
-        for route in row:
-            if route is not None:
-                for hop in route.hops:
-                    load[hop] = load.get(hop, 0) + 1
+    load = flow_load(route for row in routes for route in row if route is not None)
     out = np.zeros((n, n))
     for a in range(n):
         for b in range(n):
             if a != b:
-                out[a, b] = min(topo.link(u, v).bandwidth_Bps / load[(u, v)] for u, v in routes[a][b].hops)
+                out[a, b] = route_share(topo, routes[a][b], load)
     return out
 
 
@@ -419,7 +311,7 @@ def optimize(topo: Topology, workload: Workload, *, budget: int = DEFAULT_BUDGET
 
 
 __all__ = [
-    "Choice", "CollectiveWorkload", "DpInferWorkload", "Workload", "auto", "bell", "canonical", "equal_partition_count",
+    "Choice", "CollectiveWorkload", "Workload", "auto", "bell", "canonical", "equal_partition_count",
     "equal_partitions", "evaluate", "format_partition", "heuristic_candidates", "manual", "optimize", "pair_bandwidth",
     "parse_workload", "set_partitions",
 ]

@@ -1,0 +1,130 @@
+"""One description per collective: the single place that says what each operation is.
+
+The executor (wire op codes, call descriptions), the in-process player (buffer sizes, in-place
+rule), hierarchical composition, the partition search and hccl-sim (size conventions,
+bus-bandwidth factors), hccl-bench and the fault grammar (names) all read this table instead of
+keeping their own alias maps and factors::
+
+    spec = collective("reducescatter")       # HCCL's and nccl-tests' spelling
+    spec.name, spec.hccl_name                # ('reduce_scatter', 'HcclReduceScatter')
+    spec.buffer_counts(size=4, count=10)     # (40, 10): IN and OUT elements of one rank
+    spec.bus_factor(8)                       # 0.875 = (n-1)/n, as nccl-tests
+    spec.count_of(1 << 20, 4, 8)             # elements per rank for a 1 MiB message in hccl-sim's convention
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import IntEnum
+
+from .errors import HcclParamError
+
+
+class OpKind(IntEnum):
+    """Wire code of an operation (the header's ``op`` field)."""
+
+    ALLREDUCE = 1
+    ALLGATHER = 2
+    BROADCAST = 3
+    REDUCE = 4
+    REDUCE_SCATTER = 5
+    BARRIER = 6
+    SEND = 7
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+@dataclass(frozen=True)
+class Collective:
+    """What one collective is.
+
+    ``in_count(size, count)`` / ``out_count(size, count)``: elements of a rank's input and output
+    for a call of ``count`` (the call's count: per-rank block of allgather and reduce_scatter,
+    the whole buffer otherwise). ``in_place``: the call's input *is* its output (IN and OUT name
+    one array in the schedules). ``bus_factor(n)``: nccl-tests' busbw = algbw * factor.
+    ``message_elements(nbytes, itemsize, n)``: the call's count for a message of ``nbytes`` in the
+    convention of hccl-sim and the partition search: ``nbytes`` is each rank's input (allgather:
+    its block; reduce_scatter: the whole input it reduces).
+    """
+
+    name: str
+    kind: OpKind
+    hccl_name: str
+    rooted: bool
+    reduces: bool
+    in_place: bool
+    aliases: tuple[str, ...]
+    in_count: Callable[[int, int], int]
+    out_count: Callable[[int, int], int]
+    bus_factor: Callable[[int], float]
+    message_elements: Callable[[int, int, int], int]
+
+    def buffer_counts(self, size: int, count: int) -> tuple[int, int]:
+        """(IN, OUT) elements of one rank for a call of ``count`` on ``size`` ranks."""
+        return self.in_count(size, count), self.out_count(size, count)
+
+
+def _whole(size: int, count: int) -> int:
+    return count
+
+
+def _blocks(size: int, count: int) -> int:
+    return size * count
+
+
+def _none(size: int, count: int) -> int:
+    return 0
+
+
+def _per_element(nbytes: int, itemsize: int, n: int) -> int:
+    return nbytes // itemsize
+
+
+def _per_rank_block(nbytes: int, itemsize: int, n: int) -> int:
+    return nbytes // itemsize // n
+
+
+COLLECTIVES: dict[str, Collective] = {c.name: c for c in (
+    Collective("allreduce", OpKind.ALLREDUCE, "HcclAllReduce", rooted=False, reduces=True, in_place=True,
+               aliases=("all_reduce",), in_count=_whole, out_count=_whole,
+               bus_factor=lambda n: 2 * (n - 1) / n, message_elements=_per_element),
+    Collective("allgather", OpKind.ALLGATHER, "HcclAllGather", rooted=False, reduces=False, in_place=False,
+               aliases=("all_gather",), in_count=_whole, out_count=_blocks,
+               bus_factor=lambda n: (n - 1) / n, message_elements=_per_element),
+    Collective("broadcast", OpKind.BROADCAST, "HcclBroadcast", rooted=True, reduces=False, in_place=True,
+               aliases=("bcast",), in_count=_whole, out_count=_whole,
+               bus_factor=lambda n: 1.0, message_elements=_per_element),
+    Collective("reduce", OpKind.REDUCE, "HcclReduce", rooted=True, reduces=True, in_place=True,
+               aliases=(), in_count=_whole, out_count=_whole,
+               bus_factor=lambda n: 1.0, message_elements=_per_element),
+    Collective("reduce_scatter", OpKind.REDUCE_SCATTER, "HcclReduceScatter", rooted=False, reduces=True, in_place=False,
+               aliases=("reducescatter", "reduce-scatter"), in_count=_blocks, out_count=_whole,
+               bus_factor=lambda n: (n - 1) / n, message_elements=_per_rank_block),
+    Collective("barrier", OpKind.BARRIER, "HcclBarrier", rooted=False, reduces=False, in_place=False,
+               aliases=(), in_count=_none, out_count=_none,
+               bus_factor=lambda n: 0.0, message_elements=lambda nbytes, itemsize, n: 0),
+)}
+
+# Collectives whose calls move data by an algorithm (everything but the barrier)
+DATA_COLLECTIVES = tuple(name for name in COLLECTIVES if name != "barrier")
+
+_BY_ALIAS = {alias: c for c in COLLECTIVES.values() for alias in (c.name, *c.aliases, c.hccl_name.lower(),
+                                                                     c.hccl_name.lower().removeprefix("hccl"))}
+_BY_KIND = {c.kind: c for c in COLLECTIVES.values()}
+
+
+def collective(name: str) -> Collective:
+    """The collective called ``name`` in any of its spellings (hccl-py's ``reduce_scatter``,
+    nccl-tests' ``reducescatter``, HCCL's ``HcclReduceScatter``); HcclParamError otherwise."""
+    found = _BY_ALIAS.get(str(name).strip().lower())
+    if found is None:
+        raise HcclParamError(f"unknown collective {name!r}; use one of {', '.join(COLLECTIVES)}")
+    return found
+
+
+def of_kind(kind: int) -> Collective | None:
+    """The collective with wire code ``kind``; None for point-to-point (``OpKind.SEND``)."""
+    return _BY_KIND.get(kind)
