@@ -170,7 +170,7 @@ class Communicator:
             callback()
 
     def _check_usable(self, what: str) -> None:
-        if self._engine.forked:
+        if self._engine.forked:  # an attribute, set in a forked child: no system call per collective
             raise HcclInternalError(
                 f"{what}: communicator '{self.name}' belongs to process {self._engine.owner_pid} (rank {self._world_ranks[self._rank]}); "
                 f"this process ({os.getpid()}) is a child forked from it and cannot use it: the sockets and shared memory "
@@ -258,35 +258,32 @@ class Communicator:
                 "communicators belong to one thread at a time (as in HCCL and NCCL): call them from one thread, or "
                 "serialize the calls with a lock")
         try:
-            self._run_locked(call, bufs, dtype, seq)
+            if seq is None:
+                self._seq += 1
+                seq = self._seq
+            schedule = call.schedule
+            tmp = self._rc.scratch(schedule.tmp_count, dtype) if schedule.tmp_count else None
+            rc = self._rc
+            device = rc.device
+            ctx = call.ctx
+            ctx.seq = seq
+            engine.busy_with = (call.collective, seq & ~P2P_SEQ_BIT, self.name, threading.get_ident())
+            record = rc.recorder.enter(CallRecord(self.name, seq & ~P2P_SEQ_BIT, call.collective, call.algo, call.dtype_name or dtype.name,
+                                                  call.ctx.sig.count, call.nbytes, self._world_ranks, device.clock, time.monotonic()))
+            if rc.pending_faults:
+                rc.inject(record)
+            try:
+                engine.run(ctx, schedule, (bufs[0], bufs[1], tmp), call.ufunc, call.costs, device)
+            except HcclError as err:
+                rc.recorder.fail(record, err, device.clock, time.monotonic())
+                self.abort(f"{ctx.what} failed: {err.message}")
+                if call.notify_on_timeout and isinstance(err, HcclTimeoutError):
+                    engine.notify(ctx, err)
+                rc.dump(f"{type(err).__name__} in {ctx.what}")
+                raise
+            rc.recorder.complete(record, device.clock, time.monotonic())
         finally:
             engine.busy.release()
-
-    def _run_locked(self, call: "_Call", bufs, dtype: np.dtype, seq: int | None) -> None:
-        if seq is None:
-            self._seq += 1
-            seq = self._seq
-        schedule = call.schedule
-        tmp = self._rc.scratch(schedule.tmp_count, dtype) if schedule.tmp_count else None
-        rc = self._rc
-        device = rc.device
-        ctx = call.ctx
-        ctx.seq = seq
-        self._engine.busy_with = (call.collective, seq & ~P2P_SEQ_BIT, self.name, threading.get_ident())
-        record = rc.recorder.enter(CallRecord(self.name, seq & ~P2P_SEQ_BIT, call.collective, call.algo, call.dtype_name or dtype.name,
-                                              call.ctx.sig.count, call.nbytes, self._world_ranks, device.clock, time.monotonic()))
-        if rc.pending_faults:
-            rc.inject(record)
-        try:
-            self._engine.run(ctx, schedule, (bufs[0], bufs[1], tmp), call.ufunc, call.costs, device)
-        except HcclError as err:
-            rc.recorder.fail(record, err, device.clock, time.monotonic())
-            self.abort(f"{ctx.what} failed: {err.message}")
-            if call.notify_on_timeout and isinstance(err, HcclTimeoutError):
-                self._engine.notify(ctx, err)
-            rc.dump(f"{type(err).__name__} in {ctx.what}")
-            raise
-        rc.recorder.complete(record, device.clock, time.monotonic())
 
     # -- collectives -----------------------------------------------------------------------------------
     def all_reduce(self, x: np.ndarray, op: ReduceOp | str = "sum", *, algo: str = "auto") -> np.ndarray:

@@ -2,10 +2,13 @@
 
 One ``Engine`` per process holds the transport, the mailbox of slices that arrived before the
 receive they belong to was posted (a peer may be a step or a call ahead), and the notices peers
-sent. ``Engine.run`` executes one rank's schedule of one call: it matches messages FIFO per
-ordered pair, applies receives in schedule order where destinations overlap (so the reduction
-order never depends on arrival order), checks that every peer's call is the same call, and
-bounds every wait by the call's deadline.
+sent. A schedule is first resolved into ``StepPlan``s (``plan_steps``: world ranks, message
+numbers, receive order; once per call shape); a :class:`CallRun` then walks one call's steps
+(enter, progress, close), and :meth:`Engine.run` drives it to the end, waiting on the transport
+in between. Messages match FIFO per ordered pair; receives into one destination are applied in
+schedule order (so the reduction order never depends on arrival order); every slice is checked
+against the call's signature (a peer in another call is a mismatch error on every rank); every
+wait is bounded by the call's deadline, and a dead peer is named to every member.
 """
 
 from __future__ import annotations
@@ -13,13 +16,14 @@ from __future__ import annotations
 import os
 import threading
 import time
+import weakref
 from collections import deque
 from dataclasses import dataclass
 from typing import NamedTuple, Sequence
 
 import numpy as np
 
-from .algorithms.schedule import Schedule
+from .algorithms.schedule import Schedule, message_numbers
 from .collectives import OpKind, of_kind
 from .cost_model import StepCost, step_end
 from .device import Device
@@ -28,15 +32,23 @@ from .errors import HcclError, HcclParamError, HcclRemoteError, HcclTimeoutError
 from .transport.base import KIND_NOTICE, CallSignature, Incoming, Transport
 
 _UNSTAMPED = (0.0, 0.0)
+_NONE: list = []  # an empty list never appended to: "nothing pending" without allocating
 LIVENESS_CHECK_S = 0.5
 NOTICE_FLUSH_S = 1.0  # how long a failing rank tries to deliver its notice to peers with full queues  # how often a blocked wait checks that the peers it waits for still live
 P2P_SEQ_BIT = 1 << 62  # point-to-point messages count in their own sequence space
 
 
-# This process's pid, kept current across fork() without a system call per collective: a
-# communicator whose engine was made in another process (the parent of a fork) must not be used.
-_this_process = [os.getpid()]
-os.register_at_fork(after_in_child=lambda: _this_process.__setitem__(0, os.getpid()))
+# Every engine of this process: in a forked child each is marked ``forked`` (no system call per
+# collective): a communicator whose engine belongs to the parent of a fork must not be used.
+_engines: "weakref.WeakSet[Engine]" = weakref.WeakSet()
+
+
+def _mark_forked() -> None:
+    for engine in _engines:
+        engine.forked = True
+
+
+os.register_at_fork(after_in_child=_mark_forked)
 
 
 def describe_call(sig: tuple, algo_names: tuple[str, ...]) -> str:
@@ -104,6 +116,8 @@ class _PendingSend:
 
 
 class _PendingRecv:
+    """A receive of the current step: where its slices go, how far they have come."""
+
     __slots__ = ("peer", "dst", "reduce_with", "incoming_first", "key", "applied", "before", "started", "done", "sent_at", "arrival")
 
     def __init__(self, peer: int, dst: np.ndarray, reduce_with: np.ndarray | None, key: tuple, before: "_PendingRecv | None",
@@ -121,6 +135,49 @@ class _PendingRecv:
         self.arrival = 0.0
 
 
+class CopyPlan(NamedTuple):
+    """A local copy (``reduce_with`` None) or reduction ``dst = reduce_with (op) src``; regions
+    as (buffer, start, end)."""
+
+    src_buf: int
+    src_start: int
+    src_end: int
+    dst_buf: int
+    dst_start: int
+    dst_end: int
+    reduce_with: tuple[int, int, int] | None
+
+
+class SendPlan(NamedTuple):
+    peer: int  # world rank
+    buf: int
+    start: int
+    end: int
+    msg_index: int  # its number among this call's messages to ``peer`` (schedule.message_numbers)
+    slice_bytes: int  # the transport's largest slice to ``peer``
+
+
+class RecvPlan(NamedTuple):
+    peer: int  # world rank
+    buf: int
+    start: int
+    end: int
+    reduce_with: tuple[int, int, int] | None
+    incoming_first: bool
+    msg_index: int
+    before: int  # the earlier receive of the step into the same destination (applied first), or -1
+
+
+class StepPlan(NamedTuple):
+    """One step of a schedule with world ranks, message numbers and receive order resolved."""
+
+    copies: tuple[CopyPlan, ...]  # before the sends (a send reads what they write)
+    late_copies: tuple[CopyPlan, ...]  # no send of the step reads them: run once the sends are posted
+    sends: tuple[SendPlan, ...]
+    fanouts: tuple[tuple[int, ...], ...]  # send indices sending one region to several peers: staged once if small
+    recvs: tuple[RecvPlan, ...]
+
+
 def _copy(copies: tuple, bufs, ufunc) -> None:
     """A step's local copies and reductions, in order."""
     for sb, so, se, db, do, de, rw in copies:
@@ -130,12 +187,228 @@ def _copy(copies: tuple, bufs, ufunc) -> None:
             ufunc(bufs[rw[0]][rw[1]:rw[2]], bufs[sb][so:se], out=bufs[db][do:de])
 
 
-class _StepPlan(NamedTuple):
-    copies: tuple  # (src buf, start, end, dst buf, start, end, reduce_with (buf, start, end) | None), before the sends
-    late_copies: tuple  # the same, for copies no send of the step reads: run once the sends are posted
-    sends: tuple  # (world peer, buf, start, end, message index, slice bytes)
-    fanouts: tuple  # send indices that send one region to several peers, e.g. ((0, 1, 2),): staged once if small
-    recvs: tuple  # (world peer, buf, start, end, reduce_with (buf, start, end, incoming first) | None, message index, earlier recv | -1)
+def plan_steps(schedule: Schedule, world: tuple[int, ...], slice_bytes) -> list[StepPlan]:
+    """``schedule`` resolved for execution: world ranks, message numbers, receive order, which
+    copies can run after the sends, and sends of one region to several peers.
+    ``slice_bytes(world peer)`` is the transport's largest slice to that peer."""
+    plans = []
+    for step, (send_numbers, recv_numbers) in zip(schedule.steps, message_numbers(schedule)):
+        sends = tuple(SendPlan(world[send.peer], send.src.buf, send.src.offset, send.src.end, k, slice_bytes(world[send.peer]))
+                      for send, k in zip(step.sends, send_numbers))
+        recvs = []
+        last_into: dict[tuple[int, int], int] = {}
+        for i, (recv, k) in enumerate(zip(step.recvs, recv_numbers)):
+            dst, rw = recv.dst, recv.reduce_with
+            recvs.append(RecvPlan(world[recv.peer], dst.buf, dst.offset, dst.end, None if rw is None else (rw.buf, rw.offset, rw.end),
+                                  recv.incoming_first, k, last_into.get((dst.buf, dst.offset), -1)))
+            last_into[(dst.buf, dst.offset)] = i
+        copies = [CopyPlan(c.src.buf, c.src.offset, c.src.end, c.dst.buf, c.dst.offset, c.dst.end,
+                           None if c.reduce_with is None else (c.reduce_with.buf, c.reduce_with.offset, c.reduce_with.end))
+                  for c in step.copies]
+        # Copies up to the last one whose destination a send reads must come first; the rest
+        # overlap with the peers' reads of what this rank sends (receives still wait for them).
+        first = 1 + max((i for i, c in enumerate(copies)
+                         if any(send.src.buf == c.dst_buf and send.src.offset < c.dst_end and c.dst_start < send.src.end
+                                for send in step.sends)), default=-1)
+        if not step.sends and not step.recvs:
+            first = len(copies)  # a copy-only step: nothing to overlap with
+        same_region: dict[tuple, list[int]] = {}
+        for i, send in enumerate(step.sends):
+            same_region.setdefault((send.src.buf, send.src.offset, send.src.end), []).append(i)
+        fanouts = tuple(tuple(group) for group in same_region.values() if len(group) > 1)
+        plans.append(StepPlan(tuple(copies[:first]), tuple(copies[first:]), sends, fanouts, tuple(recvs)))
+    return plans
+
+
+class CallRun:
+    """One call of this rank in flight: which step it is in, what that step still sends and
+    receives. :meth:`advance` does everything possible without waiting; the engine's driver
+    (:meth:`Engine.run`) waits in between. A step runs in three phases:
+
+    1. enter: local copies, then every send handed to the transport as far as it takes it now,
+       then the copies no send reads (``StepPlan.late_copies``);
+    2. progress: the rest of the sends as room appears; arrived slices applied into their
+       destinations (reduced where the schedule says, in schedule order where destinations
+       overlap, so reduction order never depends on arrival order), each checked against the
+       call's signature;
+    3. close: once every send has left and every receive is applied, the modeled clock moves
+       by the cost model's ``step_end`` (the simulator's own arithmetic).
+    """
+
+    __slots__ = ("engine", "ctx", "plans", "nsteps", "bufs", "ufunc", "costs", "device", "index", "entered", "sending", "receiving",
+                 "recvs", "t0", "send_costs", "late_ok", "head", "deadline")
+
+    def __init__(self, engine: "Engine", ctx: CallContext, plans: list[StepPlan], bufs, ufunc,
+                 step_costs: Sequence[StepCost] | None, device: Device):
+        self.engine = engine
+        self.ctx = ctx
+        self.plans = plans
+        self.nsteps = len(plans)
+        self.bufs = bufs
+        self.ufunc = ufunc
+        self.costs = step_costs
+        self.device = device
+        self.index = 0  # the current step
+        self.entered = False  # the current step's copies ran and its sends were posted
+        self.sending: list[_PendingSend] = _NONE
+        self.receiving: list[_PendingRecv] = _NONE  # the current step's receives not yet applied
+        self.recvs: list[_PendingRecv] = _NONE  # all the current step's receives, in schedule order
+        self.t0 = 0.0  # modeled clock when the step's transfers start (its copies done)
+        self.send_costs = None
+        self.late_ok = None  # copies after the sends assume IN and OUT apart, as the regions name them
+        self.head = (engine.transport.world_rank if engine.transport is not None else 0, ctx.comm_id, ctx.seq)
+        self.deadline = None if ctx.timeout_s is None else time.monotonic() + ctx.timeout_s
+
+    @property
+    def done(self) -> bool:
+        return self.index >= self.nsteps
+
+    def advance(self) -> bool:
+        """Move the call as far as it goes without waiting; True once it is complete."""
+        while True:
+            if not self.entered:
+                if self.index >= self.nsteps:
+                    return True
+                if not self._enter(self.plans[self.index]):
+                    continue  # a copy-only step: done already
+            progressed = self._push_sends() if self.sending else False
+            engine = self.engine
+            incoming = engine.transport.progress(0.0)
+            if incoming:
+                engine._dispatch(incoming)
+            if self.receiving and engine._mailbox and self._apply_arrivals():
+                progressed = True
+            if engine._notices and self.ctx.comm_id in engine._notices:
+                engine._raise_notice(self.ctx)
+            # Done once every datagram has left: one still queued for a full peer queue would be
+            # lost if this rank exited now. (Flushing also releases the peers' slots at once.)
+            if not self.sending and not self.receiving and engine.transport.flush():
+                self._close()
+                continue
+            if not progressed:
+                return False
+
+    # -- phase 1: enter the step -------------------------------------------------------------
+    def _enter(self, plan: StepPlan) -> bool:
+        """Copies and sends of the current step; False when the step had nothing else to do."""
+        bufs, ufunc = self.bufs, self.ufunc
+        if plan.copies:
+            _copy(plan.copies, bufs, ufunc)
+        if plan.late_copies:
+            if self.late_ok is None:
+                self.late_ok = bufs[0] is not bufs[1] and not np.may_share_memory(bufs[0], bufs[1])
+            if not self.late_ok:
+                _copy(plan.late_copies, bufs, ufunc)
+        device = self.device
+        if self.costs is None:  # modeled time switched off (HCCL_PY_MODELED_TIME=0)
+            cost, self.t0, self.send_costs = None, 0.0, None
+        else:
+            cost = self.costs[self.index]
+            self.t0 = device.clock + cost.copy_s
+            self.send_costs = cost.send_s
+        if not plan.sends and not plan.recvs:
+            if cost is not None:
+                device.clock = self.t0
+                device.time.comm_s += cost.copy_s
+            self.index += 1
+            return False
+        comm_seq = self.head[1:]
+        recvs = self.recvs = []
+        for peer, b, o, e, rw, first, msg_index, before in plan.recvs:
+            recvs.append(_PendingRecv(peer, bufs[b][o:e], None if rw is None else bufs[rw[0]][rw[1]:rw[2]],
+                                      (*comm_seq, peer, msg_index), None if before < 0 else recvs[before], first))
+        self.receiving = recvs
+        self.sending = self.engine._post_sends(self.head, self.ctx.sig, plan, bufs, self.t0, self.send_costs) if plan.sends else _NONE
+        if self.late_ok and plan.late_copies:
+            _copy(plan.late_copies, bufs, ufunc)
+        self.entered = True
+        return True
+
+    # -- phase 2: progress -------------------------------------------------------------------
+    def _push_sends(self) -> bool:
+        """Slices of the pending sends, as far as the transport takes them; True if any left."""
+        transport = self.engine.transport
+        head, sig = self.head, self.ctx.sig
+        progressed = False
+        for send in self.sending:
+            data = send.data
+            total = data.size
+            while True:
+                n = min(total - send.pos, transport.max_slice_bytes(send.peer) // data.itemsize or 1)
+                fields = (*head, send.msg_index, *sig, total, send.pos, n)
+                if not transport.try_send(send.peer, fields, send.stamps, data[send.pos : send.pos + n]):
+                    break
+                send.pos += n
+                progressed = True
+                if send.pos >= total:
+                    send.done = True
+                    break
+        if progressed:
+            self.sending = [s for s in self.sending if not s.done]
+        return progressed
+
+    def _apply_arrivals(self) -> bool:
+        """Apply every slice in the mailbox that the step's receives can take now; True if any."""
+        engine = self.engine
+        mailbox, transport, ufunc, ctx = engine._mailbox, engine.transport, self.ufunc, self.ctx
+        sig = ctx.sig
+        progressed = False
+        for recv in self.receiving:
+            key = recv.key
+            box = mailbox.get(key)
+            while box:
+                inc = box[0]
+                if inc.sig != sig or inc.msg_count != recv.dst.size:
+                    engine._mismatch(ctx, inc)
+                end = inc.offset + inc.nelem
+                if recv.before is not None and recv.before.applied < end:
+                    break  # the earlier receive into this destination goes first
+                box.popleft()
+                if not recv.started:
+                    recv.started = True
+                    recv.sent_at, recv.arrival = inc.sent_at, inc.arrival
+                if inc.nelem:
+                    dst = recv.dst[inc.offset : end]
+                    if recv.reduce_with is None:
+                        inc.copy_into(dst)
+                    elif recv.incoming_first:
+                        ufunc(inc.array(dst.dtype), recv.reduce_with[inc.offset : end], out=dst)
+                    else:
+                        ufunc(recv.reduce_with[inc.offset : end], inc.array(dst.dtype), out=dst)
+                transport.release(inc)
+                recv.applied = end
+                progressed = True
+                if end >= recv.dst.size:
+                    recv.done = True
+            if box is not None and not box:
+                del mailbox[key]
+        if progressed:
+            self.receiving = [r for r in self.receiving if not r.done]
+        return progressed
+
+    # -- phase 3: close the step -------------------------------------------------------------
+    def _close(self) -> None:
+        """Advance the modeled clock over the finished step and move to the next one."""
+        if self.costs is not None:
+            device = self.device
+            times = device.time
+            recv_s = self.costs[self.index].recv_s
+            end, waited = step_end(self.t0, self.send_costs, self.recvs, recv_s)
+            times.comm_s += end - device.clock - waited
+            if waited:
+                times.wait_s += waited
+                waits: list[float] = []  # who it waited for: the same arithmetic again, rarely needed
+                step_end(self.t0, self.send_costs, self.recvs, recv_s, waits)
+                for recv, wait in zip(self.recvs, waits):
+                    if wait:
+                        device.waited_for[recv.peer] = device.waited_for.get(recv.peer, 0.0) + wait
+            device.clock = end
+        self.index += 1
+        self.entered = False
+
+    def waiting_on(self) -> list[int]:
+        """World ranks this call waits for now: pending sends and receives, full peer queues."""
+        return sorted({s.peer for s in self.sending} | {r.peer for r in self.receiving} | set(self.engine.transport.backlog()))
 
 
 class Engine:
@@ -147,19 +420,16 @@ class Engine:
         self._notices: dict[int, list[tuple[int, int, bytes]]] = {}  # comm -> [(seq, world rank, errors.to_wire)]
         self._abandoned: set[int] = set()
         self.drop_next_message = False  # fault injection: the next message this rank sends is lost
-        self._plans: dict[tuple, tuple[Schedule, list[_StepPlan]]] = {}
+        self._plans: dict[tuple, tuple[Schedule, list[StepPlan]]] = {}
         # A transport that can stage one block once for several receivers (shm), else None.
         self._send_shared = getattr(transport, "try_send_shared", None)
-        self.owner_pid = _this_process[0]
+        self.owner_pid = os.getpid()
+        self.forked = False  # True in a child forked from the process that made this engine: it must not be used
+        _engines.add(self)
         # Held while a call runs: a rank's communicators share this engine, its transport and
         # scratch, so one thread at a time (as HCCL's and NCCL's communicators).
         self.busy = threading.Lock()
         self.busy_with: tuple = ()  # (op, seq, communicator, thread id) holding ``busy``, for another thread's error
-
-    @property
-    def forked(self) -> bool:
-        """True in a child forked from the process that made this engine (it must not be used)."""
-        return self.owner_pid != _this_process[0]
 
     # -- notices: a peer telling a communicator that a call failed -------------------------------
     def pending_notice(self, comm_id: int) -> tuple[int, int, bytes] | None:
@@ -211,123 +481,69 @@ class Engine:
     # -- execution ---------------------------------------------------------------------------
     def run(self, ctx: CallContext, schedule: Schedule, bufs: tuple[np.ndarray, np.ndarray, np.ndarray | None], ufunc,
             step_costs: Sequence[StepCost] | None, device: Device) -> None:
-        """Execute ``schedule`` for this rank; ``bufs`` are flat IN, OUT and TMP arrays.
+        """Execute ``schedule`` for this rank, blocking; ``bufs`` are flat IN, OUT and TMP arrays.
 
         ``step_costs`` (from the cost model) advance ``device.clock`` step by step with the same
         arithmetic as the simulator: see ``cost_model.step_end``; ``None`` leaves the clock alone.
         """
+        call = CallRun(self, ctx, self._plan(schedule, ctx.world_ranks), bufs, ufunc, step_costs, device)
         if (ufunc is np.add or ufunc is np.multiply) and bufs[0].dtype.kind not in "iu":
             with np.errstate(all="ignore"):  # overflow and NaN are the user's data, as on the device
-                self._run(ctx, schedule, bufs, ufunc, step_costs, device)
+                self._drive(call)
         else:
-            self._run(ctx, schedule, bufs, ufunc, step_costs, device)
+            self._drive(call)
 
-    def _plan(self, schedule: Schedule, world: tuple[int, ...]) -> list[_StepPlan]:
-        """The schedule with world ranks, message indices and receive ordering resolved: the
-        part of the work that is the same on every call with this shape, done once."""
+    def _plan(self, schedule: Schedule, world: tuple[int, ...]) -> list[StepPlan]:
+        """``plan_steps`` of ``schedule``, once per call shape."""
         key = (id(schedule), world)
         cached = self._plans.get(key)
         if cached is not None and cached[0] is schedule:
             return cached[1]
-        plans = []
-        sent: dict[int, int] = {}
-        received: dict[int, int] = {}
-        for step in schedule.steps:
-            sends = []
-            for send in step.sends:
-                peer = world[send.peer]
-                sends.append((peer, send.src.buf, send.src.offset, send.src.end, sent.get(peer, 0), self.transport.max_slice_bytes(peer)))
-                sent[peer] = sends[-1][4] + 1
-            recvs = []
-            last_into: dict[tuple[int, int], int] = {}
-            for i, recv in enumerate(step.recvs):
-                peer = world[recv.peer]
-                dst, rw = recv.dst, recv.reduce_with
-                recvs.append((peer, dst.buf, dst.offset, dst.end, None if rw is None else (rw.buf, rw.offset, rw.end, recv.incoming_first),
-                              received.get(peer, 0), last_into.get((dst.buf, dst.offset), -1)))
-                received[peer] = recvs[-1][5] + 1
-                last_into[(dst.buf, dst.offset)] = i
-            copies = [(c.src.buf, c.src.offset, c.src.end, c.dst.buf, c.dst.offset, c.dst.end,
-                       None if c.reduce_with is None else (c.reduce_with.buf, c.reduce_with.offset, c.reduce_with.end))
-                      for c in step.copies]
-            # Copies up to the last one whose destination a send reads must come first; the rest
-            # overlap with the peers' reads of what this rank sends (receives still wait for them).
-            first = 1 + max((i for i, (_, _, _, db, do, de, _) in enumerate(copies)
-                             if any(send.src.buf == db and send.src.offset < de and do < send.src.end for send in step.sends)), default=-1)
-            if not step.sends and not step.recvs:
-                first = len(copies)  # a copy-only step: nothing to overlap with
-            same_region: dict[tuple, list[int]] = {}
-            for i, send in enumerate(step.sends):
-                same_region.setdefault((send.src.buf, send.src.offset, send.src.end), []).append(i)
-            fanouts = tuple(tuple(group) for group in same_region.values() if len(group) > 1)
-            plans.append(_StepPlan(copies=tuple(copies[:first]), late_copies=tuple(copies[first:]), sends=tuple(sends),
-                                   fanouts=fanouts, recvs=tuple(recvs)))
+        plans = plan_steps(schedule, world, self.transport.max_slice_bytes if self.transport is not None else None)
         if len(self._plans) > 4096:
             self._plans.clear()
         self._plans[key] = (schedule, plans)
         return plans
 
-    def _run(self, ctx: CallContext, schedule: Schedule, bufs, ufunc, step_costs, device: Device) -> None:
-        deadline = None if ctx.timeout_s is None else time.monotonic() + ctx.timeout_s
-        plans = self._plan(schedule, ctx.world_ranks)
-        nsteps = len(plans)
-        times = device.time
-        head = (self.transport.world_rank if self.transport is not None else 0, ctx.comm_id, ctx.seq)
-        comm_seq = (ctx.comm_id, ctx.seq)
-        late_ok = None
-        for index, plan in enumerate(plans):
-            if plan.copies:
-                _copy(plan.copies, bufs, ufunc)
-            if plan.late_copies:
-                if late_ok is None:  # copies after the sends assume IN and OUT apart, as the regions name them
-                    late_ok = bufs[0] is not bufs[1] and not np.may_share_memory(bufs[0], bufs[1])
-                if not late_ok:
-                    _copy(plan.late_copies, bufs, ufunc)
-            if step_costs is None:  # modeled time switched off (HCCL_PY_MODELED_TIME=0)
-                cost, t0, send_costs = None, 0.0, None
-            else:
-                cost = step_costs[index]
-                t0 = device.clock + cost.copy_s
-                send_costs = cost.send_s
-            if not plan.sends and not plan.recvs:
-                if cost is not None:
-                    device.clock = t0
-                    times.comm_s += cost.copy_s
-                continue
-            recvs: list[_PendingRecv] = []
-            for peer, b, o, e, rw, msg_index, before in plan.recvs:
-                recvs.append(_PendingRecv(peer, bufs[b][o:e], None if rw is None else bufs[rw[0]][rw[1]:rw[2]],
-                                          (*comm_seq, peer, msg_index), None if before < 0 else recvs[before],
-                                          rw is not None and rw[3]))
+    def _drive(self, call: CallRun) -> None:
+        """Advance ``call`` to its end, waiting for the transport in between; every wait bounded
+        by the call's deadline, and a peer found dead (twice, half a second apart) named."""
+        transport = self.transport
+        ctx = call.ctx
+        last_liveness = time.monotonic()
+        suspects: list[int] = []
+        try:
+            while not call.advance():
+                now = time.monotonic()
+                if call.deadline is not None and now >= call.deadline:
+                    self._timeout(call)
+                if now - last_liveness >= LIVENESS_CHECK_S:
+                    last_liveness = now
+                    dead = [peer for peer in call.waiting_on() if not transport.peer_alive(peer)]
+                    if dead and dead == suspects:
+                        self._peer_died(ctx, dead)
+                    suspects = dead
+                    if dead:
+                        # A peer that sent its last data and left is not dead to us: everything it
+                        # sent is in our queue already, so drain and apply before concluding.
+                        continue
+                wait = LIVENESS_CHECK_S if call.deadline is None else min(LIVENESS_CHECK_S, call.deadline - now)
+                incoming = transport.progress(wait)
+                if incoming:
+                    self._dispatch(incoming)
+        except HcclRemoteError as err:
+            # A peer that failed first may have told us why before it went: that is the root cause.
             try:
-                pending = self._post_sends(head, ctx.sig, plan, bufs, t0, send_costs) if plan.sends else ()
-                if late_ok and plan.late_copies:
-                    _copy(plan.late_copies, bufs, ufunc)
-                self._progress_step(ctx, head, index, nsteps, pending, recvs, ufunc, deadline)
-            except HcclRemoteError as err:
-                # A peer that failed first may have told us why before it went: that is the root cause.
-                try:
-                    self._dispatch(self.transport.progress(0.0))
-                except HcclRemoteError:
-                    pass
-                if self._notices.get(ctx.comm_id):
-                    self._raise_notice(ctx)
-                if err.op is None and err.peer in ctx.world_ranks:  # the transport found a peer gone
-                    self._peer_died(ctx, [err.peer])
-                raise
-            if cost is not None:
-                end, waited = step_end(t0, send_costs, recvs, cost.recv_s)
-                times.comm_s += end - device.clock - waited
-                if waited:
-                    times.wait_s += waited
-                    waits: list[float] = []  # who it waited for: the same arithmetic again, rarely needed
-                    step_end(t0, send_costs, recvs, cost.recv_s, waits)
-                    for recv, wait in zip(recvs, waits):
-                        if wait:
-                            device.waited_for[recv.peer] = device.waited_for.get(recv.peer, 0.0) + wait
-                device.clock = end
+                self._dispatch(transport.progress(0.0))
+            except HcclRemoteError:
+                pass
+            if self._notices.get(ctx.comm_id):
+                self._raise_notice(ctx)
+            if err.op is None and err.peer in ctx.world_ranks:  # the transport found a peer gone
+                self._peer_died(ctx, [err.peer])
+            raise
 
-    def _post_sends(self, head: tuple, sig: tuple, plan: _StepPlan, bufs, t0: float, send_costs) -> list[_PendingSend]:
+    def _post_sends(self, head: tuple, sig: tuple, plan: StepPlan, bufs, t0: float, send_costs) -> list[_PendingSend]:
         """Hand every send of the step to the transport as far as it takes them now (a small
         message whole, at once); what is left, the step's progress loop sends as room appears."""
         try_send = self.transport.try_send
@@ -350,122 +566,27 @@ class Engine:
             pending.append(_PendingSend(peer, data, msg_index, stamps))
         return pending
 
-    def _post_fanouts(self, head: tuple, sig: tuple, plan: _StepPlan, bufs, t0: float, send_costs) -> set[int]:
+    def _post_fanouts(self, head: tuple, sig: tuple, plan: StepPlan, bufs, t0: float, send_costs) -> set[int]:
         """Sends of one region to several peers, staged once for all of them where the
         transport can (``try_send_shared``); the indices of the sends it took."""
         posted: set[int] = set()
         for group in plan.fanouts:
             first = plan.sends[group[0]]
-            b, o, e = first[1], first[2], first[3]
-            total = e - o
+            total = first.end - first.start
             peers, fields, stamps = [], [], []
             for i in group:
-                peer, _, _, _, msg_index, _ = plan.sends[i]
-                peers.append(peer)
-                fields.append((*head, msg_index, *sig, total, 0, total))
+                send = plan.sends[i]
+                peers.append(send.peer)
+                fields.append((*head, send.msg_index, *sig, total, 0, total))
                 stamps.append(_UNSTAMPED if send_costs is None else (t0, t0 + send_costs[i]))
-            if self._send_shared(peers, fields, stamps, bufs[b][o:e]):
+            if self._send_shared(peers, fields, stamps, bufs[first.buf][first.start:first.end]):
                 posted.update(group)
         return posted
 
-    def _progress_step(self, ctx, head: tuple, index, nsteps, sending: list[_PendingSend], recvs: list[_PendingRecv], ufunc,
-                       deadline) -> None:
-        transport = self.transport
-        sig = ctx.sig
-        mailbox = self._mailbox
-        notices = self._notices
-        comm_id = ctx.comm_id
-        receiving = recvs
-        last_liveness = time.monotonic()
-        suspects: list[int] = []
-        while True:
-            progressed = False
-            if sending:
-                for send in sending:
-                    data = send.data
-                    total = data.size
-                    while True:
-                        n = min(total - send.pos, transport.max_slice_bytes(send.peer) // data.itemsize or 1)
-                        fields = (*head, send.msg_index, *sig, total, send.pos, n)
-                        if not transport.try_send(send.peer, fields, send.stamps, data[send.pos : send.pos + n]):
-                            break
-                        send.pos += n
-                        progressed = True
-                        if send.pos >= total:
-                            send.done = True
-                            break
-                if progressed:
-                    sending = [s for s in sending if not s.done]
-            incoming = transport.progress(0.0)
-            if incoming:
-                self._dispatch(incoming)
-            if receiving and mailbox:
-                for recv in receiving:
-                    key = recv.key
-                    box = mailbox.get(key)
-                    while box:
-                        inc = box[0]
-                        if inc.sig != sig or inc.msg_count != recv.dst.size:
-                            self._mismatch(ctx, inc)
-                        end = inc.offset + inc.nelem
-                        if recv.before is not None and recv.before.applied < end:
-                            break  # the earlier receive into this destination goes first
-                        box.popleft()
-                        if not recv.started:
-                            recv.started = True
-                            recv.sent_at, recv.arrival = inc.sent_at, inc.arrival
-                        if inc.nelem:
-                            dst = recv.dst[inc.offset : end]
-                            if recv.reduce_with is None:
-                                inc.copy_into(dst)
-                            elif recv.incoming_first:
-                                ufunc(inc.array(dst.dtype), recv.reduce_with[inc.offset : end], out=dst)
-                            else:
-                                ufunc(recv.reduce_with[inc.offset : end], inc.array(dst.dtype), out=dst)
-                        transport.release(inc)
-                        recv.applied = end
-                        progressed = True
-                        if end >= recv.dst.size:
-                            recv.done = True
-                    if box is not None and not box:
-                        del mailbox[key]
-                if progressed:
-                    receiving = [r for r in receiving if not r.done]
-            if notices and comm_id in notices:
-                self._raise_notice(ctx)
-            # Done once every datagram has left: one still queued for a full peer queue would be
-            # lost if this rank exited now. (Flushing also releases the peers' slots at once.)
-            if not sending and not receiving and transport.flush():
-                return
-            if progressed:
-                continue
-            now = time.monotonic()
-            if deadline is not None and now >= deadline:
-                self._timeout(ctx, index, nsteps, sending, recvs)
-            if now - last_liveness >= LIVENESS_CHECK_S:
-                last_liveness = now
-                dead = self._dead_peers(sending, recvs)
-                if dead and dead == suspects:
-                    self._peer_died(ctx, dead)
-                suspects = dead
-                if dead:
-                    # A peer that sent its last data and left is not dead to us: everything it
-                    # sent is in our queue already, so drain and apply before concluding.
-                    incoming = transport.progress(0.0)
-                    if incoming:
-                        self._dispatch(incoming)
-                    continue
-            wait = LIVENESS_CHECK_S if deadline is None else min(LIVENESS_CHECK_S, deadline - now)
-            incoming = transport.progress(wait)
-            if incoming:
-                self._dispatch(incoming)
-
     # -- failures ----------------------------------------------------------------------------
-    def _waiting_on(self, sends, recvs) -> list[int]:
-        return sorted({s.peer for s in sends if not s.done} | {r.peer for r in recvs if not r.done} | set(self.transport.backlog()))
-
-    def _timeout(self, ctx, index, nsteps, sends, recvs) -> None:
-        peers = self._waiting_on(sends, recvs)
+    def _timeout(self, call: CallRun) -> None:
+        ctx, index, nsteps = call.ctx, call.index, call.nsteps
+        peers = call.waiting_on()
         labels = ", ".join(ctx.peer_label(p) for p in peers)
         raise HcclTimeoutError(
             f"{ctx.what}: timed out after {ctx.timeout_s:g} s (HCCL_EXEC_TIMEOUT) in step {index + 1} of {nsteps}. "
@@ -473,9 +594,6 @@ class Engine:
             f"(a rank that skipped it, or hangs or crashed before it, causes this); this communicator is now aborted",
             **ctx.fields(step=index + 1, ranks=[ctx.comm_rank_of(p) for p in peers])
         )
-
-    def _dead_peers(self, sends, recvs) -> list[int]:
-        return [peer for peer in self._waiting_on(sends, recvs) if not self.transport.peer_alive(peer)]
 
     def _peer_died(self, ctx, dead: list[int]) -> None:
         error = HcclRemoteError(

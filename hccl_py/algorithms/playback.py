@@ -24,9 +24,7 @@ What ``check`` rejects, with a ``ScheduleError`` naming the schedule, rank and s
 
 from __future__ import annotations
 
-from collections import defaultdict
 from functools import lru_cache
-from itertools import zip_longest
 from typing import Callable, NamedTuple, Sequence, Union
 
 import numpy as np
@@ -35,7 +33,7 @@ from ..collectives import collective as lookup
 from ..dtypes import UFUNCS, ReduceOp
 from ..errors import HcclParamError
 from .registry import get_schedule
-from .schedule import IN, OUT, TMP, Recv, Region, Schedule, Send
+from .schedule import IN, OUT, TMP, Recv, Region, Schedule, Send, message_numbers
 
 ScheduleFn = Callable[..., Schedule]
 
@@ -275,35 +273,36 @@ def _check_step(collective: str, rank: int, size: int, root: int, step, limits: 
 
 
 def _match(schedules: list[Schedule], where: str):
-    """FIFO matching per ordered pair: {(rank, step, send index): (peer, step, recv index)} and back."""
-    sends: dict[tuple[int, int], list[tuple[int, int, int]]] = defaultdict(list)
-    recvs: dict[tuple[int, int], list[tuple[int, int, int]]] = defaultdict(list)
+    """FIFO matching per ordered pair (``schedule.message_numbers``): {(rank, step, send index):
+    (peer, step, recv index)} and back."""
+    sends: dict[tuple[int, int, int], tuple[int, int, int]] = {}
+    recvs: dict[tuple[int, int, int], tuple[int, int, int]] = {}
     for rank, sched in enumerate(schedules):
-        for i, step in enumerate(sched.steps):
-            for j, s in enumerate(step.sends):
-                sends[(rank, s.peer)].append((i, j, s.src.count))
-            for j, rv in enumerate(step.recvs):
-                recvs[(rv.peer, rank)].append((i, j, rv.dst.count))
+        for i, (step, (send_numbers, recv_numbers)) in enumerate(zip(sched.steps, message_numbers(sched))):
+            for j, (s, k) in enumerate(zip(step.sends, send_numbers)):
+                sends[(rank, s.peer, k)] = (i, j, s.src.count)
+            for j, (rv, k) in enumerate(zip(step.recvs, recv_numbers)):
+                recvs[(rv.peer, rank, k)] = (i, j, rv.dst.count)
     send_match, recv_match = {}, {}
-    for a, b in sorted(set(sends) | set(recvs)):
-        for k, (s, r) in enumerate(zip_longest(sends[(a, b)], recvs[(a, b)])):
-            if r is None:
-                raise ScheduleError(
-                    f"{where}: unmatched send: message #{k + 1} from rank {a} (step {s[0]}) to rank {b}, "
-                    f"which posts only {k} receive(s) from {a}"
-                )
-            if s is None:
-                raise ScheduleError(
-                    f"{where}: unmatched receive: rank {b} (step {r[0]}) waits for message #{k + 1} from rank {a}, "
-                    f"which sends only {k} message(s) to {b}"
-                )
-            if s[2] != r[2]:
-                raise ScheduleError(
-                    f"{where}: count mismatch: message #{k + 1} from rank {a} to {b} sends {s[2]} elements "
-                    f"(step {s[0]}), the receive expects {r[2]} (step {r[0]})"
-                )
-            send_match[(a, s[0], s[1])] = (b, r[0], r[1])
-            recv_match[(b, r[0], r[1])] = (a, s[0], s[1])
+    for a, b, k in sorted(set(sends) | set(recvs)):
+        s, r = sends.get((a, b, k)), recvs.get((a, b, k))
+        if r is None:
+            raise ScheduleError(
+                f"{where}: unmatched send: message #{k + 1} from rank {a} (step {s[0]}) to rank {b}, "
+                f"which posts only {k} receive(s) from {a}"
+            )
+        if s is None:
+            raise ScheduleError(
+                f"{where}: unmatched receive: rank {b} (step {r[0]}) waits for message #{k + 1} from rank {a}, "
+                f"which sends only {k} message(s) to {b}"
+            )
+        if s[2] != r[2]:
+            raise ScheduleError(
+                f"{where}: count mismatch: message #{k + 1} from rank {a} to {b} sends {s[2]} elements "
+                f"(step {s[0]}), the receive expects {r[2]} (step {r[0]})"
+            )
+        send_match[(a, s[0], s[1])] = (b, r[0], r[1])
+        recv_match[(b, r[0], r[1])] = (a, s[0], s[1])
     return send_match, recv_match
 
 

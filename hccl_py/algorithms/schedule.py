@@ -36,6 +36,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import IntEnum
 
+import numpy as np
+
 
 class Buf(IntEnum):
     IN = 0
@@ -108,6 +110,31 @@ class Schedule:
         return frozenset(t.peer for s in self.steps for t in (*s.sends, *s.recvs))
 
 
+def message_numbers(schedule: Schedule) -> tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]:
+    """The FIFO matching rule, once: per step, (the number of each send among this rank's sends
+    to that peer, the number of each receive among its receives from that peer), counted over
+    the whole schedule from 0. The k-th send from a to b meets the k-th receive from a on b; the
+    executor (message index in every header), the simulator and the player all number messages
+    with this function::
+
+        sends, recvs = message_numbers(schedule)[step]
+    """
+    sent: dict[int, int] = {}
+    received: dict[int, int] = {}
+    numbers = []
+    for step in schedule.steps:
+        send_numbers = []
+        for send in step.sends:
+            send_numbers.append(sent.get(send.peer, 0))
+            sent[send.peer] = send_numbers[-1] + 1
+        recv_numbers = []
+        for recv in step.recvs:
+            recv_numbers.append(received.get(recv.peer, 0))
+            received[recv.peer] = recv_numbers[-1] + 1
+        numbers.append((tuple(send_numbers), tuple(recv_numbers)))
+    return tuple(numbers)
+
+
 def chunk_bounds(count: int, parts: int) -> list[tuple[int, int]]:
     """Split ``count`` elements into ``parts`` contiguous (offset, count) chunks whose sizes
     differ by at most one, larger first; some are empty when ``count < parts``."""
@@ -130,8 +157,8 @@ class StepFlows:
     step have this form; a test holds it equal to ``schedule`` for every rank.
     """
 
-    send_to: "np.ndarray"
-    send_count: "np.ndarray"
-    recv_from: "np.ndarray"
+    send_to: np.ndarray
+    send_count: np.ndarray
+    recv_from: np.ndarray
     reduce: bool
 

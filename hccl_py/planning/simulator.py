@@ -19,6 +19,7 @@ import numpy as np
 from topology import Topology
 
 from ..algorithms.registry import FLOWS, get_schedule
+from ..algorithms.schedule import message_numbers
 from ..cost_model import Arrival, CostModel, flow_load, route_share, step_end
 
 
@@ -51,9 +52,9 @@ def simulate(collective: str, algo: str, topology: Topology, count: int, *, item
     schedules = [fn(r, size, count, root) for r in range(size)]
     clocks = [0.0] * size if start_clocks is None else [float(c) for c in start_clocks]
     start = tuple(clocks)
-    # Message k from a to b has stamps[(a, b)][k]; each rank walks its steps in order.
+    # Message k from a to b (``message_numbers``) has stamps[(a, b)][k]; each rank walks its steps in order.
+    numbers = [message_numbers(s) for s in schedules]
     stamps: dict[tuple[int, int], list[Arrival]] = {}
-    taken = [dict() for _ in range(size)]  # per rank: peer -> messages received so far
     pos = [0] * size
     posted = [False] * size
     t0s = [0.0] * size
@@ -71,16 +72,13 @@ def simulate(collective: str, algo: str, topology: Topology, count: int, *, item
                     posted[r] = True
                     progressed = True
                 arrivals = []
-                for recv in step.recvs:
+                for recv, k in zip(step.recvs, numbers[r][pos[r]][1]):
                     queue = stamps.get((recv.peer, r), ())
-                    index = taken[r].get(recv.peer, 0) + sum(1 for rv in step.recvs[: len(arrivals)] if rv.peer == recv.peer)
-                    if index >= len(queue):
+                    if k >= len(queue):
                         break
-                    arrivals.append(queue[index])
+                    arrivals.append(queue[k])
                 if len(arrivals) < len(step.recvs):
                     break
-                for recv in step.recvs:
-                    taken[r][recv.peer] = taken[r].get(recv.peer, 0) + 1
                 clocks[r] = step_end(t0s[r], cost.send_s, arrivals, cost.recv_s)[0]
                 pos[r] += 1
                 posted[r] = False

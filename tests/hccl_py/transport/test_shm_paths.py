@@ -8,13 +8,12 @@ while its peers read what it sent.
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from hccl_py.algorithms.registry import get_schedule
-from hccl_py.executor import Engine
+from hccl_py.executor import plan_steps
 from tests.mp import run_ranks
 
 SMALL = 12_000  # float32 elements: 48 KB per message, inline (above the 16 KiB the bytes are gathered by sendmsg)
@@ -143,10 +142,10 @@ def test_in_place_allgather_input_inside_output():
 
 
 def test_plan_runs_copies_no_send_reads_after_the_sends():
-    engine = Engine(SimpleNamespace(max_slice_bytes=lambda peer: 1 << 20))  # all _plan asks of a transport
+    slice_bytes = lambda peer: 1 << 20  # noqa: E731
     ag = get_schedule("allgather", "ring")(1, 3, 10, 0)
-    plan = engine._plan(ag, (0, 1, 2))
+    plan = plan_steps(ag, (0, 1, 2), slice_bytes)
     assert plan[0].copies == () and len(plan[0].late_copies) == 1  # own block IN -> OUT; the send reads IN
     rd = get_schedule("allreduce", "rd")(0, 2, 10, 0)
-    rd_plan = engine._plan(rd, (0, 1))
+    rd_plan = plan_steps(rd, (0, 1), slice_bytes)
     assert rd_plan[-1].copies and not rd_plan[-1].late_copies  # copy-only step: nothing to overlap
