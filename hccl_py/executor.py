@@ -316,11 +316,16 @@ class Engine:
                 if late_ok and plan.late_copies:
                     _copy(plan.late_copies, bufs, ufunc)
                 self._progress_step(ctx, head, index, nsteps, pending, recvs, ufunc, deadline)
-            except HcclRemoteError:
+            except HcclRemoteError as err:
                 # A peer that failed first may have told us why before it went: that is the root cause.
                 self._dispatch(self.transport.progress(0.0))
                 if self._notices.get(ctx.comm_id):
                     self._raise_notice(ctx)
+                if err.op is None and err.peer in ctx.world_ranks:
+                    # From the transport (a send to a peer that is gone): name this call, and the
+                    # peer as this communicator numbers it, as when the death is noticed waiting.
+                    raise HcclRemoteError(f"{ctx.what}: {err.message}",
+                                          **ctx.fields(peer=ctx.comm_rank_of(err.peer))) from None
                 raise
             if cost is not None:
                 end, waited = step_end(t0, send_costs, recvs, cost.recv_s)

@@ -41,7 +41,7 @@ from launch.spawn import helper_pids as spawn_helper_pids
 
 __all__ = ["run_ranks", "run_plain", "shm_entries", "child_pids", "descendants", "process_state", "is_gone",
            "describe_pid", "mp_helper_pids", "wait_until", "wait_for_files", "wait_for_file", "read_pids",
-           "assert_gone", "kill_all", "block_forever", "LIVENESS_S"]
+           "assert_gone", "kill_all", "block_forever", "store_barrier", "LIVENESS_S"]
 
 LIVENESS_S = 10.0  # how long a wait for something that must happen may take before the test fails
 
@@ -260,3 +260,16 @@ def assert_gone(pids: set[int] | list[int], within: float = LIVENESS_S) -> None:
         described = "; ".join(describe_pid(p) for p in survivors)
         kill_all(survivors)
         raise AssertionError(f"processes survived: {described}")
+
+
+def store_barrier(name: str, ranks: list[int] | range, rank: int | None = None, within: float = 60.0) -> None:
+    """Inside a rank started by ``run_ranks`` or hccl-launch (it hosts the store): wait until
+    every rank of ``ranks`` has reached the barrier ``name``. Use it before a call whose own
+    timeout must not include the ranks' start-up (e.g. ``hccl_py.init()`` under a short
+    HCCL_CONNECT_TIMEOUT)."""
+    from hccl_py.store import StoreClient
+
+    me = int(os.environ["RANK"]) if rank is None else rank
+    with StoreClient.from_env(timeout_s=within) as store:
+        store.set(f"tests.mp/barrier/{name}/{me}", b"1")
+        store.wait([f"tests.mp/barrier/{name}/{r}" for r in ranks], timeout_s=within)

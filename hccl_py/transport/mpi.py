@@ -159,7 +159,7 @@ class MpiTransport:
         try:
             request = self.comm.Isend([buf, self.MPI.BYTE], peer, TAG)
         except self.MPI.Exception as err:
-            raise HcclRemoteError(f"rank {self.world_rank} cannot send to rank {peer} over MPI: {err.Get_error_string()}") from None
+            raise HcclRemoteError(f"rank {self.world_rank} cannot send to rank {peer} over MPI: {err.Get_error_string()}", peer=peer) from None
         self._sends[peer].append((request, buf))
 
     def release(self, incoming: Incoming) -> None:

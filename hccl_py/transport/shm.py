@@ -277,7 +277,7 @@ class ShmTransport:
             except BlockingIOError:  # the peer's queue is full: keep it, progress() retries
                 self._queued = True
             except OSError as err:  # refused, reset, not connected: the peer's socket is gone
-                raise HcclRemoteError(f"rank {peer} is gone (its socket refused a message from rank {self.world_rank}: {err.strerror})") from None
+                raise HcclRemoteError(f"rank {peer} is gone (its socket refused a message from rank {self.world_rank}: {err.strerror})", peer=peer) from None
         outbox.append(datagram if payload is None else datagram + payload.tobytes())
 
     def flush(self) -> bool:
@@ -321,7 +321,7 @@ class ShmTransport:
                     blocked = self._queued = True
                     break
                 except OSError as err:
-                    raise HcclRemoteError(f"rank {peer} is gone (its socket refused a message from rank {self.world_rank}: {err.strerror})") from None
+                    raise HcclRemoteError(f"rank {peer} is gone (its socket refused a message from rank {self.world_rank}: {err.strerror})", peer=peer) from None
                 outbox.popleft()
         return blocked
 

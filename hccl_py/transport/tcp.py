@@ -162,7 +162,7 @@ class TcpTransport:
         if large and not self._credits[peer]:
             return False
         if peer in self._gone:
-            raise HcclRemoteError(f"rank {peer} is gone (its TCP connection to rank {self.world_rank} was closed)")
+            raise HcclRemoteError(f"rank {peer} is gone (its TCP connection to rank {self.world_rank} was closed)", peer=peer)
         head = LENGTH.pack(nbytes) + HEADER.pack(KIND_INLINE, *fields, -1, *stamps)
         self._send(peer, head, data.reshape(-1).view(np.uint8) if nbytes else _EMPTY)
         if large:
@@ -193,7 +193,7 @@ class TcpTransport:
             except OSError as err:
                 self._lost(peer)
                 raise HcclRemoteError(f"rank {peer} is gone (its TCP connection refused a message from rank "
-                                      f"{self.world_rank}: {err.strerror})") from None
+                                      f"{self.world_rank}: {err.strerror})", peer=peer) from None
         if sent < len(head):
             out.append(head[sent:])
             if len(payload):
