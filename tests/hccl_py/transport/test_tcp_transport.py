@@ -25,7 +25,6 @@ def test_tcp_gives_the_results_and_clocks_of_shm() -> None:
 
 def _peer_leaves():
     import os
-    import time
 
     import numpy as np
 
@@ -36,21 +35,20 @@ def _peer_leaves():
     comm = hccl_py.init()
     if comm.rank == 1:
         return "left"
-    start = time.monotonic()
     try:
         comm.all_reduce(np.ones(4, np.float32))
     except hccl_py.HcclRemoteError as err:
-        return ("HcclRemoteError", time.monotonic() - start, err.message)
+        return {"class": type(err).__name__, "peer": err.peer, "op": err.op}
     return "no error"
 
 
 @pytest.mark.timeout(60)
 def test_a_peer_that_leaves_is_noticed_over_tcp() -> None:
-    got = run_ranks(_peer_leaves, 2, env={"HCCL_PY_TRANSPORT": "tcp", "HCCL_EXEC_TIMEOUT": "60"}, timeout=40)
+    # HCCL_EXEC_TIMEOUT (600 s) is far beyond the call's bound: only noticing the dropped
+    # connection passes, whether rank 1 left before rank 0's send or while rank 0 waited.
+    got = run_ranks(_peer_leaves, 2, env={"HCCL_PY_TRANSPORT": "tcp", "HCCL_EXEC_TIMEOUT": "600"}, timeout=40)
     assert got[1] == "left"
-    kind, waited, message = got[0]
-    assert kind == "HcclRemoteError" and waited < 10, got[0]
-    assert "peer rank 1 exited while this rank waited for it" in message
+    assert got[0] == {"class": "HcclRemoteError", "peer": 1, "op": "allreduce"}
 
 
 SRUN_RANK = """
