@@ -84,8 +84,9 @@ def _many() -> float:
     return float(x[0])
 
 
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(180)
 def test_more_ranks_than_a_socket_queue_holds():
     """A unix datagram queue holds ~10 messages (net.unix.max_dgram_qlen): with 16 ranks the
-    handshake and mesh traffic overflow it, and must still complete."""
-    assert run_ranks(_many, 16, timeout=40) == [16.0] * 16
+    handshake and mesh traffic overflow it, and must still complete. (16 ranks on 2 loaded cores
+    took 32 s once: the bound is generous.)"""
+    assert run_ranks(_many, 16, timeout=150) == [16.0] * 16
