@@ -322,10 +322,13 @@ class Engine:
                 if self._notices.get(ctx.comm_id):
                     self._raise_notice(ctx)
                 if err.op is None and err.peer in ctx.world_ranks:
-                    # From the transport (a send to a peer that is gone): name this call, and the
-                    # peer as this communicator numbers it, as when the death is noticed waiting.
-                    raise HcclRemoteError(f"{ctx.what}: {err.message}",
-                                          **ctx.fields(peer=ctx.comm_rank_of(err.peer))) from None
+                    # From the transport (a send to a peer that is gone): as when the death is
+                    # noticed while waiting, name this call and the peer as this communicator
+                    # numbers it, and tell every other member at once. Otherwise a neighbour
+                    # that sends to this rank after it exits names this rank, not the dead one.
+                    error = HcclRemoteError(f"{ctx.what}: {err.message}", **ctx.fields(peer=ctx.comm_rank_of(err.peer)))
+                    self.notify(ctx, error)
+                    raise error from None
                 raise
             if cost is not None:
                 end, waited = step_end(t0, send_costs, recvs, cost.recv_s)
