@@ -302,7 +302,8 @@ def _join(client, keys: list[str], rank: int, size: int, deadline: float, connec
         missing = [r for r, ok in enumerate(present) if not ok]
         raise HcclTimeoutError(
             f"init: rank {rank}: rank(s) {missing} of {size} did not join within {connect_timeout_s:g} s "
-            f"(HCCL_CONNECT_TIMEOUT); check that they started and reach the store at {where}"
+            f"(HCCL_CONNECT_TIMEOUT); check that they started and reach the store at {where}",
+            rank=rank, ranks=missing,
         ) from None
     return [json.loads(client.get(k, max(deadline - time.monotonic(), 0.1))) for k in keys]
 

@@ -11,8 +11,12 @@ import os
 import signal
 import uuid
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from hccl_py import env
+
+if TYPE_CHECKING:
+    from ._watchdog import Watchdog
 
 PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
@@ -47,12 +51,18 @@ def set_parent_death_signal(expected_parent: int | None = None, sig: int = signa
         os._exit(128 + sig)
 
 
-def pdeathsig_preexec() -> Callable[[], None]:
-    """A ``preexec_fn`` for ``subprocess.Popen`` that ties the child's life to this process."""
+def pdeathsig_preexec(watchdog: Watchdog | None = None) -> Callable[[], None]:
+    """A ``preexec_fn`` for ``subprocess.Popen`` that ties the child's life to this process.
+
+    With a ``watchdog`` (and ``start_new_session=True``) the child also registers its session
+    there before it execs, so whatever it starts later is swept even if this process is SIGKILLed.
+    """
     parent = os.getpid()
 
     def preexec() -> None:
         set_parent_death_signal(parent)
+        if watchdog is not None:
+            watchdog.register_self()
 
     return preexec
 

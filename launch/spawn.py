@@ -12,6 +12,10 @@ Example::
 
     launch.spawn(work, 4, args=(10,))          # [0, 10, 20, 30]
 
+Each rank leads its own session and registers it with a watchdog process the caller starts
+once (launch/_watchdog.py), so whatever a rank starts is killed when the call ends, and also
+when the caller itself is SIGKILLed.
+
 If a rank raises or dies, the others are stopped (SIGTERM, then SIGKILL) and :class:`SpawnError`
 describes the first failure, keeping the original exception when it can be pickled::
 
@@ -29,7 +33,9 @@ import multiprocessing.connection
 import os
 import pickle
 import signal
+import socket
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
@@ -41,11 +47,13 @@ from typing import Any
 
 from hccl_py.store import StoreServer
 
+from . import _watchdog
 from ._proc import describe_returncode, new_job_id, rank_env, set_parent_death_signal
 
 __all__ = ["spawn", "SpawnContext", "SpawnError"]
 
 DEFAULT_GRACE_S = 3.0
+_SESSION_KILL_PATIENCE_S = 5.0  # ranks' leftovers still alive after this are left to the watchdog
 # What every rank imports anyway: loaded once in the forkserver, inherited by each fork.
 _FORKSERVER_PRELOAD = ["numpy", "zmq"]
 
@@ -115,13 +123,45 @@ class _ChildStdio:
                 pass
 
 
+class _WatchdogTicket:
+    """Pickles as a duplicate of the caller's end of its watchdog socket (or as nothing)."""
+
+    def __init__(self, watchdog: _watchdog.Watchdog | None):
+        self._watchdog = watchdog
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        if self._watchdog is None:
+            return (_ChildTicket, (None,))
+        return (_ChildTicket, (reduction.DupFd(self._watchdog.fileno()),))
+
+
+class _ChildTicket:
+    def __init__(self, dup: Any):
+        self._dup = dup
+
+    def register(self) -> None:
+        """Lead a new session and register it with the caller's watchdog, then drop the
+        socket (a process this rank forks later must not hold it open)."""
+        if self._dup is None:
+            return
+        fd = self._dup.detach()
+        self._dup = None
+        with socket.socket(fileno=fd) as sock:
+            try:
+                os.setsid()
+            except OSError:
+                return  # cannot lead a session: nothing to register
+            _watchdog.register(sock)
+
+
 def _child_main(fn: Callable[..., Any], args: tuple[Any, ...], rank: int, env: dict[str, str],
-                conn: multiprocessing.connection.Connection, stdio: _ChildStdio) -> None:
+                conn: multiprocessing.connection.Connection, stdio: _ChildStdio, ticket: _ChildTicket) -> None:
     # The parent is the forkserver (or the caller, with "spawn"); the forkserver exits when the
     # caller dies, so either way this rank dies with the caller instead of lingering.
     set_parent_death_signal()
     if os.getppid() == 1:  # parent already gone before the line above took effect
         os._exit(128 + signal.SIGKILL)
+    ticket.register()  # before any user code: whatever it starts is in this rank's session
     stdio.install()
     os.environ.clear()
     os.environ.update(env)
@@ -188,10 +228,32 @@ class _Child:
     result: Any = None
     has_result: bool = False
     error: dict[str, Any] | None = None
+    start_time: int | None = None  # /proc start time: with the pid, names the rank's session for good
 
 
 # Strong references: a context the caller dropped without joining must still be cleaned up.
 _live_contexts: set[SpawnContext] = set()
+
+# One watchdog per caller process, started by the first spawn(); it lives as long as the caller.
+_watchdog_lock = threading.Lock()
+_caller_watchdog: _watchdog.Watchdog | None = None
+
+
+def _get_watchdog() -> _watchdog.Watchdog | None:
+    global _caller_watchdog
+    if not _watchdog.supported():
+        return None
+    with _watchdog_lock:
+        dog = _caller_watchdog
+        if dog is None or dog.owner != os.getpid() or dog.process.poll() is not None:
+            dog = _caller_watchdog = _watchdog.Watchdog.start()
+        return dog
+
+
+def helper_pids() -> set[int]:
+    """Long-lived helper processes of this caller (its spawn watchdog): not leaks."""
+    dog = _caller_watchdog
+    return {dog.pid} if dog is not None and dog.owner == os.getpid() else set()
 
 
 @atexit.register
@@ -213,8 +275,12 @@ class SpawnContext:
     """
 
     def __init__(self, children: list[_Child], store: StoreServer, grace_s: float,
-                 timeout: float | None = None):
+                 timeout: float | None = None, watchdog: _watchdog.Watchdog | None = None):
         self._children = children
+        self._watchdog = watchdog
+        # Each rank's session: {pid: start time}, to sweep what the ranks left running.
+        self._sessions = {c.process.pid: c.start_time for c in children
+                          if watchdog is not None and c.process.pid is not None}
         self._store: StoreServer | None = store
         self.grace_s = grace_s
         self.timeout = timeout  # join()'s default: the timeout given to spawn()
@@ -266,6 +332,12 @@ class SpawnContext:
             c.process.join()
             c.conn.close()
             c.process.close()
+        # Whatever the ranks started (children, other process groups, orphaned grandchildren)
+        # is in their sessions: nothing a job started outlives it.
+        if self._sessions and self._watchdog is not None:
+            if not _watchdog.kill_sessions(self._sessions, patience_s=_SESSION_KILL_PATIENCE_S):
+                for pid in self._sessions:
+                    self._watchdog.forget(pid)
         if self._store is not None:
             self._store.close()
             self._store = None
@@ -394,6 +466,7 @@ def spawn(fn: Callable[..., Any], nprocs: int, args: tuple[Any, ...] = (), *,
     if nprocs < 1:
         raise ValueError(f"nprocs must be >= 1, got {nprocs}")
     ctx = _context(start_method)
+    watchdog = _get_watchdog()
     store = StoreServer().start()
     job_id = new_job_id()
     children: list[_Child] = []
@@ -404,7 +477,8 @@ def spawn(fn: Callable[..., Any], nprocs: int, args: tuple[Any, ...] = (), *,
             child_env = {**os.environ, **rank_env(rank, nprocs, "127.0.0.1", store.port, job_id)}
             child_env.update({str(k): str(v) for k, v in (env or {}).items()})
             reader, writer = ctx.Pipe(duplex=False)
-            process = ctx.Process(target=_child_main, args=(fn, tuple(args), rank, child_env, writer, _CallerStdio()),
+            process = ctx.Process(target=_child_main, args=(fn, tuple(args), rank, child_env, writer, _CallerStdio(),
+                                                            _WatchdogTicket(watchdog)),
                                   name=f"hccl-rank-{rank}")
             try:
                 process.start()
@@ -413,11 +487,12 @@ def spawn(fn: Callable[..., Any], nprocs: int, args: tuple[Any, ...] = (), *,
                 raise
             finally:
                 writer.close()  # the child holds the only write end: EOF here means it is gone
-            children.append(_Child(rank, process, reader))
+            assert process.pid is not None
+            children.append(_Child(rank, process, reader, start_time=_watchdog.start_time(process.pid)))
     except BaseException:
-        SpawnContext(children, store, grace_s).terminate(grace_s=0.0)
+        SpawnContext(children, store, grace_s, watchdog=watchdog).terminate(grace_s=0.0)
         raise
-    context = SpawnContext(children, store, grace_s, timeout)
+    context = SpawnContext(children, store, grace_s, timeout, watchdog)
     if not join:
         return context
     return context.join()

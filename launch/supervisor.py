@@ -5,7 +5,10 @@ Ctrl-C reaches only the launcher, which decides what the ranks get), tees every 
 line by line with a ``[rank] `` prefix, and polls for exits. The first rank to fail is the root
 cause: the others get SIGTERM, then SIGKILL after the grace, and the launcher exits with the
 failing rank's status. Ranks carry PR_SET_PDEATHSIG=SIGKILL, so they die even if the launcher is
-SIGKILLed.
+SIGKILLed, and whatever a rank started (children, grandchildren, other process groups) stays in the
+rank's session: the launcher kills that session when the rank exits, and a watchdog process
+(launch/_watchdog.py) kills it when the launcher dies, however it dies. Nothing a job started
+outlives it (short of a descendant calling setsid() itself).
 
 Example::
 
@@ -34,12 +37,14 @@ from hccl_py.errors import HcclError, HcclTimeoutError
 from hccl_py.store import StoreClient, StoreServer, store_address
 
 from ._proc import new_job_id, pdeathsig_preexec, rank_env, shell_exit_code, signal_name
+from ._watchdog import Watchdog, kill_sessions, start_time, supported
 from .config import LaunchConfig
 from .diagnosis import diagnose, format_diagnosis, load_dumps
 from .report import RankOutcome, format_failure, format_stopped, merge_traces
 
 POLL_INTERVAL_S = 0.05  # how often exits are checked: a crash is noticed within ~50 ms
 STDERR_TAIL_LINES = 20
+SESSION_KILL_PATIENCE_S = 5.0  # a rank's leftovers still alive after this are left to the watchdog
 EXIT_TIMEOUT = 124  # as coreutils timeout(1)
 JOB_ID_KEY = "hccl-launch/job_id"  # across nodes: node 0's launcher publishes the job id here
 NODE_KEY = "hccl-launch/node"  # and every other node's launcher checks in under NODE_KEY/<node rank>
@@ -57,6 +62,7 @@ class _Rank:
     returncode: int | None = None
     exit_time: float | None = None
     stopped_by: int | None = None
+    start_time: int | None = None  # /proc start time: with the pid, names the session leader for good
 
     def outcome(self) -> RankOutcome:
         return RankOutcome(self.rank, self.popen.pid, self.returncode, self.exit_time, self.stopped_by,
@@ -93,6 +99,7 @@ class Supervisor:
         self._err = _Tee(stderr if stderr is not None else sys.stderr.buffer)
         self._ranks: list[_Rank] = []
         self._store: StoreServer | None = None
+        self._watchdog: Watchdog | None = None
         self._signals: list[int] = []  # signals received by the launcher, in order
         self._wake = threading.Event()
         self.start_time = time.time()
@@ -111,6 +118,9 @@ class Supervisor:
         """Start the ranks, supervise them to the end, and return the launcher's exit status."""
         previous = self._install_signal_handlers()
         try:
+            if supported():
+                # First of all: from here on, nothing a rank starts can outlive this launcher.
+                self._watchdog = Watchdog.start()
             if self.config.node_rank == 0:
                 self._store = StoreServer(self.config.master_addr, self.config.master_port).start()
                 port = self._store.port
@@ -128,6 +138,8 @@ class Supervisor:
             # Whatever happened (including a bug here or a failed start), nothing outlives us.
             self._stop_all(signal.SIGKILL, grace_s=0.0)
             self._finish_io()
+            if self._watchdog is not None:
+                self._watchdog.close()  # it sweeps any session not cleaned up above, and exits
             if self._store is not None:
                 self._store.close()
             if self._own_flight_dir:
@@ -204,11 +216,13 @@ class Supervisor:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 # Own session: Ctrl-C in the terminal reaches only the launcher, which forwards it,
-                # and the rank's whole process group can be signalled at once.
+                # the rank's whole process group can be signalled at once, and everything the rank
+                # starts can be found by its session id (= its pid). The rank registers that
+                # session with the watchdog before it execs.
                 start_new_session=True,
-                preexec_fn=pdeathsig_preexec(),
+                preexec_fn=pdeathsig_preexec(self._watchdog),
             )
-            rank = _Rank(r, popen)
+            rank = _Rank(r, popen, start_time=start_time(popen.pid))
             if cfg.log_dir is not None:
                 rank.log_path = cfg.log_dir / f"rank_{r}.log"
                 rank.log = open(rank.log_path, "wb")
@@ -283,20 +297,33 @@ class Supervisor:
                 first_failure = rank
         return first_failure
 
-    def _exit_status(self, rank: _Rank) -> int | None:
+    def _exit_status(self, rank: _Rank, block: bool = False) -> int | None:
+        """The rank's exit status (``None`` while it runs, unless ``block``); collecting it
+        first kills whatever the rank left running."""
         if rank.popen.returncode is not None:
             return rank.popen.returncode
         pid = rank.popen.pid
         try:
-            # WNOWAIT: look without reaping, so the pid (and so the process-group id) stays
-            # ours while we kill whatever the rank left running in its group.
-            info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            # WNOWAIT: look without reaping, so the pid (and so the process-group and session
+            # ids) stays ours while we kill whatever the rank left running.
+            info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT | (0 if block else os.WNOHANG))
         except ChildProcessError:  # already reaped
             return rank.popen.poll()
         if info is None:
             return None
-        _killpg(pid, signal.SIGKILL)  # the rank is done; its leftover children must not outlive it
+        self._end_session(rank)
         return rank.popen.wait()
+
+    def _end_session(self, rank: _Rank) -> None:
+        """The rank exited (not reaped yet): its leftover processes must not outlive it. Its
+        process group goes at once; the rest of its session (other groups, orphaned
+        grandchildren) is found in /proc. Then the watchdog can forget the rank's pid."""
+        pid = rank.popen.pid
+        _killpg(pid, signal.SIGKILL)
+        if self._watchdog is None:
+            return
+        if not kill_sessions({pid: rank.start_time}, patience_s=SESSION_KILL_PATIENCE_S):
+            self._watchdog.forget(pid)
 
     def _stop_all(self, sig: int, grace_s: float) -> None:
         """Send ``sig`` to every live rank's process group, SIGKILL what is left after the grace."""
@@ -322,8 +349,7 @@ class Supervisor:
                 _killpg(r.popen.pid, signal.SIGKILL)
         for r in alive:
             if r.returncode is None:
-                r.popen.wait()
-                r.returncode, r.exit_time = r.popen.returncode, time.time()
+                r.returncode, r.exit_time = self._exit_status(r, block=True), time.time()
 
     def _finish_io(self) -> None:
         """Let the tee threads drain (so the report has the last stderr lines), close logs."""

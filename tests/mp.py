@@ -15,6 +15,11 @@
 A failing rank makes ``run_ranks`` raise ``launch.SpawnError`` (the first failure, with the rank's
 traceback; ``err.exception`` is the rank's exception object when picklable), after every other
 rank has been stopped.
+
+Tests never assert how long something took (speed is for benchmarks). Waits here are liveness
+bounds: generous, and only reached when something is broken. To make a rank deterministically
+late, have it wait for something that never comes (``block_forever``) or for a file another rank
+writes (``wait_for_file``), never sleep a guessed time.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from __future__ import annotations
 import multiprocessing.forkserver
 import multiprocessing.resource_tracker
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -31,8 +37,13 @@ from pathlib import Path
 from typing import Any
 
 import launch
+from launch.spawn import helper_pids as spawn_helper_pids
 
-__all__ = ["run_ranks", "run_plain", "shm_entries", "child_pids", "process_state", "is_gone", "describe_pid", "mp_helper_pids"]
+__all__ = ["run_ranks", "run_plain", "shm_entries", "child_pids", "descendants", "process_state", "is_gone",
+           "describe_pid", "mp_helper_pids", "wait_until", "wait_for_files", "wait_for_file", "read_pids",
+           "assert_gone", "kill_all", "block_forever", "store_barrier", "LIVENESS_S"]
+
+LIVENESS_S = 10.0  # how long a wait for something that must happen may take before the test fails
 
 
 def run_ranks(fn: Callable[..., Any], nprocs: int, *args: Any, env: Mapping[str, str] | None = None,
@@ -117,8 +128,9 @@ def _ppid_map() -> dict[int, int]:
 
 
 def mp_helper_pids() -> set[int]:
-    """multiprocessing's long-lived helpers (forkserver, resource tracker): not leaks."""
-    helpers = set()
+    """Long-lived helpers of this process (multiprocessing's forkserver and resource tracker,
+    launch.spawn's watchdog): not leaks."""
+    helpers = set(spawn_helper_pids())
     forkserver_pid = getattr(multiprocessing.forkserver._forkserver, "_forkserver_pid", None)
     tracker_pid = getattr(multiprocessing.resource_tracker._resource_tracker, "_pid", None)
     for pid in (forkserver_pid, tracker_pid):
@@ -127,22 +139,32 @@ def mp_helper_pids() -> set[int]:
     return helpers
 
 
-def child_pids(include_helpers: bool = False) -> set[int]:
-    """Pids of every descendant of this process (children, grandchildren, ...), from /proc.
+def descendants(root: int) -> set[int]:
+    """Pids of every live descendant of ``root`` (children, grandchildren, ...), from /proc.
 
-    multiprocessing's forkserver and resource tracker are left out unless ``include_helpers``,
-    but ranks forked by the forkserver are included (they are its children).
+    An orphan (its parent died) is re-parented to init and is no longer found here: to follow
+    such a process, have it record its pid in a file.
     """
     children: dict[int, list[int]] = {}
     for pid, ppid in _ppid_map().items():
         children.setdefault(ppid, []).append(pid)
     found: set[int] = set()
-    todo = [os.getpid()]
+    todo = [root]
     while todo:
         for child in children.get(todo.pop(), []):
             if child not in found:
                 found.add(child)
                 todo.append(child)
+    return found
+
+
+def child_pids(include_helpers: bool = False) -> set[int]:
+    """Pids of every descendant of this process (children, grandchildren, ...), from /proc.
+
+    The long-lived helpers (``mp_helper_pids``) are left out unless ``include_helpers``, but
+    ranks forked by the forkserver are included (they are its children).
+    """
+    found = descendants(os.getpid())
     return found if include_helpers else found - mp_helper_pids()
 
 
@@ -169,3 +191,85 @@ def describe_pid(pid: int) -> str:
     except OSError:
         cmd = "?"
     return f"{pid} ({cmd[:160]}) state {process_state(pid)}"
+
+
+def wait_until(predicate: Callable[[], Any], what: str, within: float = LIVENESS_S) -> Any:
+    """Poll ``predicate`` until it returns something true and return that; fail naming ``what``
+    after ``within`` seconds (a liveness bound, not a timing assertion)."""
+    deadline = time.monotonic() + within
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"not within {within:g} s: {what}")
+        time.sleep(0.02)
+
+
+def wait_for_files(folder: Path, pattern: str, n: int, within: float = 30.0) -> list[Path]:
+    """The ``n`` files matching ``pattern`` in ``folder`` (sorted), once all exist. Writers
+    should write a temporary name and rename, so a file that exists is complete."""
+    def found() -> list[Path] | None:
+        files = sorted(Path(folder).glob(pattern))
+        return files if len(files) >= n else None
+
+    return wait_until(found, f"{n} files {pattern} in {folder}", within)
+
+
+def wait_for_file(path: str | os.PathLike[str], within: float | None = None) -> None:
+    """Block until ``path`` exists (forever if ``within`` is None): a rank that must be late
+    waits here for a file another rank writes when it is done."""
+    deadline = None if within is None else time.monotonic() + within
+    while not os.path.exists(path):
+        if deadline is not None and time.monotonic() >= deadline:
+            raise TimeoutError(f"{path} did not appear within {within:g} s")
+        time.sleep(0.02)
+
+
+def block_forever() -> None:
+    """Wait for a signal, forever: a rank that must never finish on its own (SIGINT still
+    raises KeyboardInterrupt, SIGTERM still ends it)."""
+    while True:
+        signal.pause()
+
+
+def read_pids(files: list[Path]) -> set[int]:
+    """Every pid listed (one per line) in ``files``."""
+    return {int(line) for f in files for line in f.read_text().split()}
+
+
+def kill_all(pids: set[int] | list[int]) -> None:
+    """SIGKILL whichever of ``pids`` still run (cleanup after a failed assertion, so survivors
+    cannot disturb later tests)."""
+    for pid in pids:
+        if not is_gone(pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+def assert_gone(pids: set[int] | list[int], within: float = LIVENESS_S) -> None:
+    """Every process of ``pids`` ends within ``within`` seconds (a liveness bound); otherwise
+    fail naming the survivors, after killing them."""
+    deadline = time.monotonic() + within
+    while not all(is_gone(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    survivors = sorted(p for p in pids if not is_gone(p))
+    if survivors:
+        described = "; ".join(describe_pid(p) for p in survivors)
+        kill_all(survivors)
+        raise AssertionError(f"processes survived: {described}")
+
+
+def store_barrier(name: str, ranks: list[int] | range, rank: int | None = None, within: float = 60.0) -> None:
+    """Inside a rank started by ``run_ranks`` or hccl-launch (it hosts the store): wait until
+    every rank of ``ranks`` has reached the barrier ``name``. Use it before a call whose own
+    timeout must not include the ranks' start-up (e.g. ``hccl_py.init()`` under a short
+    HCCL_CONNECT_TIMEOUT)."""
+    from hccl_py.store import StoreClient
+
+    me = int(os.environ["RANK"]) if rank is None else rank
+    with StoreClient.from_env(timeout_s=within) as store:
+        store.set(f"tests.mp/barrier/{name}/{me}", b"1")
+        store.wait([f"tests.mp/barrier/{name}/{r}" for r in ranks], timeout_s=within)

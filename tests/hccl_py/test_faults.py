@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ from hypothesis import strategies as st
 
 from hccl_py.errors import HcclParamError
 from hccl_py.faults import check_ranks, parse_fault, parse_faults
-from tests.mp import run_ranks
+from tests.mp import run_ranks, wait_for_file
 
 
 @pytest.mark.parametrize("spec, expected", [
@@ -75,26 +76,30 @@ def test_fuzzed_specs_raise_only_the_documented_error(text):
         pass
 
 
-def _dropped() -> dict:
+def _dropped(folder: str) -> dict:
     import hccl_py
 
     comm = hccl_py.init()
     y = np.zeros(1000, np.float32)
+    done = Path(folder) / "receiver_done"
     if comm.rank == 0:
         comm.send(np.ones(1000, np.float32), dst=1)  # lost on the way
+        wait_for_file(done)  # alive until rank 1 is done: it must time out, not see rank 0 exit
         return {"sent": True}
     try:
         comm.recv(y, src=0)
     except hccl_py.HcclTimeoutError as err:
-        return {"error": str(err), "untouched": bool(np.all(y == 0))}
-    return {"error": None}
+        return {"class": type(err).__name__, "ranks": err.ranks, "untouched": bool(np.all(y == 0))}
+    finally:
+        done.touch()
+    return {"class": None}
 
 
 @pytest.mark.timeout(60)
-def test_dropped_message_times_out_the_peer_and_writes_nothing():
-    results = run_ranks(_dropped, 2, env={"HCCL_PY_FAULTS": "rank=0,action=drop", "HCCL_EXEC_TIMEOUT": "1"}, timeout=50)
-    assert "Waiting peer rank(s): 0" in results[1]["error"]
-    assert results[1]["untouched"]
+def test_dropped_message_times_out_the_peer_and_writes_nothing(tmp_path):
+    results = run_ranks(_dropped, 2, str(tmp_path), env={"HCCL_PY_FAULTS": "rank=0,action=drop", "HCCL_EXEC_TIMEOUT": "1"},
+                        timeout=50)
+    assert results[1] == {"class": "HcclTimeoutError", "ranks": [0], "untouched": True}
 
 
 def _imbalanced(rounds: int) -> dict:
@@ -145,37 +150,47 @@ def _delayed() -> dict:
     import hccl_py
 
     comm = hccl_py.init()
-    start = time.monotonic()
     x = np.ones(8, np.float32)
+    entered = time.monotonic()  # CLOCK_MONOTONIC: one clock for every process of the host
     comm.all_reduce(x)
-    return {"wall": time.monotonic() - start, "clock": comm.clock, "wait": comm.device.time.wait_s}
+    return {"entered": entered, "left": time.monotonic(), "clock": comm.clock, "wait": comm.device.time.wait_s}
 
 
 @pytest.mark.timeout(60)
 def test_delay_is_late_in_wall_and_in_modeled_time():
     results = run_ranks(_delayed, 3, env={"HCCL_PY_FAULTS": "rank=1,action=delay,seconds=0.5"}, timeout=50)
+    # Late in wall time, as an order of events rather than a duration: nobody can leave the
+    # allreduce before rank 1 has slept its 0.5 s inside it (true however loaded the machine is).
     for r in results:
-        assert r["wall"] >= 0.45 and r["clock"] >= 0.5
+        assert r["left"] >= results[1]["entered"] + 0.5
+        assert r["clock"] >= 0.5
     assert results[0]["wait"] >= 0.49 and results[2]["wait"] >= 0.49 and results[1]["wait"] < 0.01
 
 
-def _monitored(missing: tuple) -> str:
+def _monitored(missing: tuple, folder: str) -> dict | str:
     import hccl_py
 
     comm = hccl_py.init()
+    comm.barrier()  # all four meet first: the monitored barrier's timeout starts together
     if comm.rank in missing:
-        time.sleep(4)
+        # Skip the monitored barrier, and stay alive until the others have their error (an
+        # exited rank would be noticed as gone instead).
+        for r in range(comm.size):
+            if r not in missing:
+                wait_for_file(Path(folder) / f"reported_{r}")
         return "skipped"
     try:
         comm.barrier(monitored=True)
     except hccl_py.HcclTimeoutError as err:
-        return str(err)
+        return {"class": type(err).__name__, "ranks": err.ranks, "reporter": err.fields.get("reporter")}
+    finally:
+        (Path(folder) / f"reported_{comm.rank}").touch()
     return "passed"
 
 
 @pytest.mark.timeout(60)
-def test_monitored_barrier_names_every_missing_rank():
-    results = run_ranks(_monitored, 4, (2, 3), env={"HCCL_EXEC_TIMEOUT": "1"}, timeout=50)
+def test_monitored_barrier_names_every_missing_rank(tmp_path):
+    results = run_ranks(_monitored, 4, (2, 3), str(tmp_path), env={"HCCL_EXEC_TIMEOUT": "2"}, timeout=50)
     assert results[2] == results[3] == "skipped"
-    assert "Waiting peer rank(s): 2, 3" in results[0]
-    assert "rank 0 reported" in results[1] and "Waiting peer rank(s): 2, 3" in results[1]
+    assert results[0] == {"class": "HcclTimeoutError", "ranks": [2, 3], "reporter": None}  # rank 0 watches the barrier
+    assert results[1] == {"class": "HcclTimeoutError", "ranks": [2, 3], "reporter": 0}  # and tells the others

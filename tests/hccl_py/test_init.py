@@ -3,36 +3,34 @@
 from __future__ import annotations
 
 import os
-import time
 
 import numpy as np
 import pytest
 
-from tests.mp import run_ranks
+from tests.mp import run_ranks, store_barrier
 
 
-def _late_rank(late: int) -> dict:
+def _late_rank(late: int, size: int) -> dict:
     import hccl_py
 
     if int(os.environ["RANK"]) == late:
-        time.sleep(3.0)  # starts far beyond HCCL_CONNECT_TIMEOUT
-        return {"late": True}
-    start = time.monotonic()
+        return {"late": True}  # never calls init: deterministically later than any timeout
+    # The on-time ranks meet first, so HCCL_CONNECT_TIMEOUT does not include their start-up
+    # (a slow start of rank 1 must not make rank 0 name it too).
+    store_barrier("on-time", [r for r in range(size) if r != late])
     try:
         hccl_py.init()
     except hccl_py.HcclTimeoutError as err:
-        return {"error": str(err), "code": err.code, "waited": time.monotonic() - start}
+        return {"class": type(err).__name__, "code": int(err.code), "rank": err.rank, "ranks": err.ranks}
     return {"error": None}
 
 
 @pytest.mark.timeout(60)
 def test_rank_that_never_joins_fails_init_on_the_others_naming_it():
-    results = run_ranks(_late_rank, 3, 2, env={"HCCL_CONNECT_TIMEOUT": "1"}, timeout=30)
+    results = run_ranks(_late_rank, 3, 2, 3, env={"HCCL_CONNECT_TIMEOUT": "3"}, timeout=40)
     assert results[2] == {"late": True}
-    for r in results[:2]:
-        assert r["code"] == 9
-        assert "rank(s) [2] of 3 did not join within 1 s (HCCL_CONNECT_TIMEOUT)" in r["error"]
-        assert r["waited"] < 2.5
+    for rank, r in enumerate(results[:2]):
+        assert r == {"class": "HcclTimeoutError", "code": 9, "rank": rank, "ranks": [2]}
 
 
 def _open_fds() -> int:
@@ -86,8 +84,9 @@ def _many() -> float:
     return float(x[0])
 
 
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(180)
 def test_more_ranks_than_a_socket_queue_holds():
     """A unix datagram queue holds ~10 messages (net.unix.max_dgram_qlen): with 16 ranks the
-    handshake and mesh traffic overflow it, and must still complete."""
-    assert run_ranks(_many, 16, timeout=40) == [16.0] * 16
+    handshake and mesh traffic overflow it, and must still complete. (16 ranks on 2 loaded cores
+    took 32 s once: the bound is generous.)"""
+    assert run_ranks(_many, 16, timeout=150) == [16.0] * 16

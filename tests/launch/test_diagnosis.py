@@ -22,24 +22,28 @@ def _launch(*args: str, env: dict | None = None, timeout: float = 60) -> subproc
                           capture_output=True, text=True, timeout=timeout)
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(90)
 def test_hang_report_names_the_rank_that_never_entered(tmp_path):
-    done = _launch("-n", "4", "--log-dir", str(tmp_path), str(EXAMPLES / "hang.py"), env={"HCCL_EXEC_TIMEOUT": "2"})
+    # A long grace: every rank stopped by the launcher has time to dump its flight recorder.
+    # Which waiting ranks hit the timeout themselves before being stopped, and how long they
+    # waited in wall time, depends on the machine's load: the checks below do not.
+    done = _launch("-n", "4", "--grace", "30", "--log-dir", str(tmp_path), str(EXAMPLES / "hang.py"),
+                   env={"HCCL_EXEC_TIMEOUT": "2"})
     assert done.returncode == 1
     assert "world: rank 2 never entered allreduce #3 (its last call: allreduce #2, completed)" in done.stderr
-    assert "ranks 0, 1, 3 waited 2.0 s in allreduce #3 (HcclTimeoutError)" in done.stderr
     found = json.loads((tmp_path / "diagnosis.json").read_text())
     [world] = found["communicators"]
-    assert [m["rank"] for m in world["never_entered"]] == [2]
+    assert world["never_entered"] == [{"rank": 2, "last": "allreduce #2, completed"}]
     assert sorted(w["rank"] for w in world["waiting"]) == [0, 1, 3]
+    assert any(w["state"] == "failed" and w["error"].startswith("HcclTimeoutError") for w in world["waiting"])
     assert found["first_failure"]["op"] == "allreduce" and found["first_failure"]["seq"] == 3
     assert sorted(p.name for p in (tmp_path / "flight").iterdir()) == [f"flight_rank{r}.json" for r in range(4)]
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(90)
 def test_injected_hang_and_crash_are_diagnosed():
-    hang = _launch("-n", "3", "--fault", "rank=1,op=allreduce,seq=1,action=hang", str(ROOT / "examples" / "allreduce.py"),
-                   env={"HCCL_EXEC_TIMEOUT": "1.5"})
+    hang = _launch("-n", "3", "--grace", "30", "--fault", "rank=1,op=allreduce,seq=1,action=hang",
+                   str(ROOT / "examples" / "allreduce.py"), env={"HCCL_EXEC_TIMEOUT": "1.5"})
     assert hang.returncode == 1
     assert "rank 1: injected hang (rank=1,op=allreduce,seq=1,action=hang) in allreduce #1" in hang.stderr
     crash = _launch("-n", "3", "--fault", "rank=2,action=crash,at=allgather#2", str(ROOT / "examples" / "allreduce.py"))
@@ -68,8 +72,11 @@ def test_straggler_and_uneven_shard_examples_report_the_waiting():
     assert share(uneven.stdout) > 20 and share(even.stdout) == 0
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(90)
 def test_connect_timeout_example_names_the_late_rank():
-    done = _launch("-n", "3", str(EXAMPLES / "connect_timeout.py"), env={"HCCL_CONNECT_TIMEOUT": "1", "RANK_LATE": "2"})
+    # Ranks 0 and 1 start one after the other, and their HCCL_CONNECT_TIMEOUT counts from their
+    # own init(): it must cover how far apart they start on a loaded machine (10 s does),
+    # or rank 0 names rank 1 too. Rank 2 sleeps the timeout + 3 s: it is stopped long before.
+    done = _launch("-n", "3", str(EXAMPLES / "connect_timeout.py"), env={"HCCL_CONNECT_TIMEOUT": "10", "RANK_LATE": "2"})
     assert done.returncode == 1
-    assert "rank(s) [2] of 3 did not join within 1 s (HCCL_CONNECT_TIMEOUT)" in done.stdout
+    assert "rank(s) [2] of 3 did not join within 10 s (HCCL_CONNECT_TIMEOUT)" in done.stdout

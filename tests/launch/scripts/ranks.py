@@ -1,8 +1,10 @@
 """A rank whose behaviour the launcher tests choose from the command line.
 
-Every rank writes its pid to ``--pid-dir`` (if given), then: the ``--fail-rank`` exits with
-``--code`` after writing a few stderr lines, the ``--sigkill-rank`` kills itself with SIGKILL,
-everyone else sleeps ``--sleep`` seconds and exits 0.
+Every rank writes its pid to ``--pid-dir`` (if given) and checks in at the launcher's store,
+then: the ``--fail-rank`` waits until every rank has checked in (so the others really have to be
+stopped, however slowly they started) and exits with ``--code`` after writing a few stderr
+lines, the ``--sigkill-rank`` does the same and kills itself with SIGKILL, everyone else sleeps
+``--sleep`` seconds and exits 0, or with ``--block`` waits until it is stopped.
 """
 
 import argparse
@@ -17,6 +19,7 @@ parser.add_argument("--fail-rank", type=int, default=-1)
 parser.add_argument("--code", type=int, default=3)
 parser.add_argument("--sigkill-rank", type=int, default=-1)
 parser.add_argument("--sleep", type=float, default=0.0)
+parser.add_argument("--block", action="store_true", help="never finish on its own: wait until stopped")
 parser.add_argument("--store-check", action="store_true", help="use the launcher's store before anything else")
 opts = parser.parse_args()
 rank = int(os.environ["RANK_ID"])
@@ -35,17 +38,27 @@ if opts.pid_dir:
         f.write(str(os.getpid()))
     os.replace(path + ".tmp", path)  # readers never see a half-written file
 
+if opts.fail_rank >= 0 or opts.sigkill_rank >= 0:
+    # Check in; the rank about to fail waits for every rank first (no guessed sleep).
+    from hccl_py.store import StoreClient
+
+    with StoreClient.from_env(timeout_s=60) as store:
+        store.set(f"up/{rank}", b"1")
+        if rank in (opts.fail_rank, opts.sigkill_rank):
+            store.wait([f"up/{r}" for r in range(int(os.environ["RANK_SIZE"]))], timeout_s=60)
+
 if rank == opts.fail_rank:
-    time.sleep(0.2)  # let the others get going, so they really have to be stopped
     for i in range(30):
         print(f"rank {rank} diagnostic line {i}", file=sys.stderr)
     print(f"fatal: rank {rank} gives up with code {opts.code}", file=sys.stderr)
     sys.exit(opts.code)
 if rank == opts.sigkill_rank:
-    time.sleep(0.2)
     print(f"rank {rank} about to SIGKILL itself", file=sys.stderr)
     os.kill(os.getpid(), signal.SIGKILL)
 
-print(f"rank {rank} sleeping {opts.sleep}")
+print(f"rank {rank} sleeping {'until stopped' if opts.block else opts.sleep}")
+if opts.block:
+    while True:
+        signal.pause()
 time.sleep(opts.sleep)
 print(f"rank {rank} done")
