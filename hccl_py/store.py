@@ -466,6 +466,7 @@ class StoreClient:
         self._next_id = 0
         self._lock = threading.Lock()
         self._closed = False
+        self._refused: str | None = None  # why the store refused our handshake, once it has
 
     @classmethod
     def from_env(cls, timeout_s: float | None = None) -> StoreClient:
@@ -585,6 +586,8 @@ class StoreClient:
             if self._closed:
                 raise HcclParamError(f"store {what} on a closed StoreClient")
             deadline = time.monotonic() + timeout
+            if self._refused is not None:
+                self._check_refused(what)
             self._next_id += 1
             req_id = _REQ_ID.pack(self._next_id)
             try:
@@ -632,18 +635,21 @@ class StoreClient:
         return False
 
     def _check_refused(self, what: str) -> None:
-        """Raise HcclConnectError if the monitor reports a refused handshake."""
-        while self._monitor.poll(0, zmq.POLLIN):
+        """Raise HcclConnectError if the store refused our handshake (zmq does not reconnect
+        after that, so every later call fails the same way)."""
+        while self._refused is None and self._monitor.poll(0, zmq.POLLIN):
             event = recv_monitor_message(self._monitor, zmq.NOBLOCK)
             if event["event"] == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
-                raise HcclConnectError(
-                    f"store {what}: the store at {self.address} refused this process's job secret: it belongs to "
-                    f"another job, or this rank has another {env.JOB_SECRET} (or another user's secret file) than "
-                    f"the store's; give every rank of the job the same {env.JOB_SECRET}, or check MASTER_ADDR:MASTER_PORT")
-            if event["event"] == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:
-                raise HcclConnectError(
-                    f"store {what}: {self.address} does not speak this hccl-py version's store protocol (another "
-                    f"program on that port, or another hccl-py version); check MASTER_ADDR:MASTER_PORT")
+                self._refused = (
+                    f"the store at {self.address} refused this process's job secret: it belongs to another job, or "
+                    f"this rank has another {env.JOB_SECRET} (or another user's secret file) than the store's; give "
+                    f"every rank of the job the same {env.JOB_SECRET}, or check MASTER_ADDR:MASTER_PORT")
+            elif event["event"] == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:
+                self._refused = (
+                    f"{self.address} does not speak this hccl-py version's store protocol (another program on "
+                    "that port, or another hccl-py version); check MASTER_ADDR:MASTER_PORT")
+        if self._refused is not None:
+            raise HcclConnectError(f"store {what}: {self._refused}")
 
     def _timed_out(self, req_id: bytes, what: str, timeout: float,
                    keys: tuple[str, ...] | None) -> Exception:
