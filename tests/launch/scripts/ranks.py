@@ -1,6 +1,7 @@
 """A rank whose behaviour the launcher tests choose from the command line.
 
-Every rank writes its pid to ``--pid-dir`` (if given), then: the ``--fail-rank`` exits with
+Every rank joins the hccl-py job first with ``--init``, writes its pid to ``--pid-dir`` (if
+given), then: the ``--fail-rank`` exits with
 ``--code`` after writing a few stderr lines, the ``--sigkill-rank`` kills itself with SIGKILL,
 everyone else sleeps ``--sleep`` seconds and exits 0.
 """
@@ -18,8 +19,14 @@ parser.add_argument("--code", type=int, default=3)
 parser.add_argument("--sigkill-rank", type=int, default=-1)
 parser.add_argument("--sleep", type=float, default=0.0)
 parser.add_argument("--store-check", action="store_true", help="use the launcher's store before anything else")
+parser.add_argument("--init", action="store_true", help="hccl_py.init() first (each rank binds its socket)")
 opts = parser.parse_args()
 rank = int(os.environ["RANK_ID"])
+
+if opts.init:
+    import hccl_py
+
+    hccl_py.init()
 
 if opts.store_check:
     from hccl_py.store import StoreClient
