@@ -264,7 +264,11 @@ def _connect(rank: int, size: int, connect_timeout_s: float, context, requested:
     if port is None and launched is not None:  # under mpiexec without a store address: rank 0 hosts one
         addr, port, secret = _store_via_mpi(rank, addr, deadline, secret, own_id)
     elif port is not None and rank == 0 and os.environ.get(env.STORE_HOSTED) != "1":
-        _host_store(addr, port, own_id, secret)
+        try:
+            _host_store(addr, port, own_id, secret)
+        except HcclConnectError as err:
+            raise HcclConnectError(f"init: rank 0 hosts the job's store at MASTER_ADDR:MASTER_PORT={addr}:{port}, but "
+                                   f"{err.message}; if another job runs there, give each job its own MASTER_PORT") from None
         hosting = True
     if port is None:
         raise HcclParamError(f"{env.MASTER_PORT} is not set: run under hccl-launch, or set MASTER_ADDR/MASTER_PORT for the store")

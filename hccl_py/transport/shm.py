@@ -62,7 +62,6 @@ _RECV_BYTES = HEADER.size + SHM_INLINE_MAX_BYTES + 8 * 4096
 _ITEMSIZE = {code: dt.itemsize for code, dt in DTYPES_BY_CODE.items()}
 
 
-_KINDS = (KIND_INLINE, KIND_SLOT, KIND_ACK, KIND_NOTICE, KIND_HELLO, KIND_CAPS, KIND_RNDV, KIND_FIN)
 _SRC = struct.Struct("<BH")  # the start of HEADER: kind, src
 
 
@@ -107,9 +106,18 @@ class ShmTransport:
             self._sock.close()
             raise
         self._sock.setblocking(False)
-        self._fd = os.memfd_create(f"hccl_py.{job_id}.{world_rank}", os.MFD_CLOEXEC)
-        os.ftruncate(self._fd, self._segment_bytes)
-        self._segment = mmap.mmap(self._fd, self._segment_bytes)
+        try:
+            self._fd = os.memfd_create(f"hccl_py.{job_id}.{world_rank}", os.MFD_CLOEXEC)
+            try:
+                os.ftruncate(self._fd, self._segment_bytes)
+                self._segment = mmap.mmap(self._fd, self._segment_bytes)
+            except BaseException:
+                os.close(self._fd)
+                raise
+        except BaseException:
+            self._sock.close()
+            rundir.unbind(self._path, self._inode)
+            raise
         self._free: dict[int, list[int]] = {
             p: [(i * region) + s * self.slot_bytes for s in reversed(range(self.slots_per_peer))]
             for i, p in enumerate(self._peers)
