@@ -60,6 +60,8 @@ SOCKET_BUFFER_BYTES = 4 * 1024 * 1024
 SHM_INLINE_MAX_BYTES = max(64 * 1024, INLINE_MAX_BYTES)
 _RECV_BYTES = HEADER.size + SHM_INLINE_MAX_BYTES + 8 * 4096
 _ITEMSIZE = {code: dt.itemsize for code, dt in DTYPES_BY_CODE.items()}
+_ITEMSIZES = tuple(_ITEMSIZE.get(code, -1) for code in range(256))  # by the header's dtype byte; -1: unknown
+_HEADER_BYTES = HEADER.size
 
 
 _SRC = struct.Struct("<BH")  # the start of HEADER: kind, src
@@ -448,18 +450,19 @@ class ShmTransport:
             fields = HEADER.unpack_from(data)
         except struct.error:
             raise malformed(data, None, f"shorter than a message header ({HEADER.size} bytes)", self.world_rank) from None
+        nelem = fields[13]
+        # The common case first, checked in one expression: a well-formed inline slice of a peer.
+        if (fields[0] == KIND_INLINE and fields[1] in self._peer_set and fields[12] + nelem <= fields[11]
+                and len(data) - _HEADER_BYTES == nelem * _ITEMSIZES[fields[7]]):
+            got.append(Incoming(KIND_INLINE, fields[1], fields[2], fields[3], fields[4], fields[5:11], fields[11], fields[12],
+                                nelem, fields[15], fields[16], memoryview(data)[_HEADER_BYTES:]))
+            return
         kind, src = fields[0], fields[1]
         if src not in self._peer_set:
             raise malformed(data, None, f"a header claiming rank {src}, not a peer of rank {self.world_rank} "
                                         f"(world of {self.world_size})", self.world_rank)
-        nelem = fields[13]
         if kind == KIND_INLINE:
-            payload = memoryview(data)[HEADER.size :]
-            if len(payload) != nelem * _ITEMSIZE.get(fields[7], -1) or fields[12] + nelem > fields[11]:
-                raise self._bad_slice(data, fields, len(payload))
-            got.append(Incoming(kind, src, fields[2], fields[3], fields[4], fields[5:11], fields[11], fields[12], nelem,
-                                fields[15], fields[16], payload))
-            return
+            raise self._bad_slice(data, fields, len(data) - _HEADER_BYTES)
         if kind == KIND_ACK:
             if len(data) != HEADER.size + 8 * nelem:
                 raise malformed(data, src, f"an acknowledgement of {nelem} slot(s) in {len(data) - HEADER.size} bytes",
