@@ -24,7 +24,9 @@ MASTER_ADDR = "MASTER_ADDR"
 MASTER_PORT = "MASTER_PORT"
 
 # hccl-py's own
-JOB_ID = "HCCL_PY_JOB_ID"  # names this job's sockets; set by the launcher
+JOB_ID = "HCCL_PY_JOB_ID"  # this job's identity (store keys, socket directory); set by the launcher, or by hand
+JOB_SECRET = "HCCL_PY_JOB_SECRET"  # required on every store request; set by the launcher, else the per-user file
+RUN_DIR = "HCCL_PY_RUN_DIR"  # this user's 0700 directory for job sockets and the secret file
 STORE_HOSTED = "HCCL_PY_STORE_HOSTED"  # "1": someone else (hccl-launch, spawn) hosts the store
 
 HCCL_PY_TOPOLOGY = "HCCL_PY_TOPOLOGY"  # preset name (hccl-launch --topology)
@@ -47,6 +49,12 @@ MPI_LAUNCH_VARS = (
     ("mpiexec (Open MPI)", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
     ("srun (Slurm)", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
 )
+
+# Other launchers' job identities (see launcher_job_id)
+TORCHELASTIC_RUN_ID = "TORCHELASTIC_RUN_ID"  # torchrun's --rdzv-id ("none" when not given)
+SLURM_JOB_ID = "SLURM_JOB_ID"
+SLURM_STEP_ID = "SLURM_STEP_ID"
+XDG_RUNTIME_DIR = "XDG_RUNTIME_DIR"
 
 # HCCL's, with HCCL's defaults
 HCCL_CONNECT_TIMEOUT = "HCCL_CONNECT_TIMEOUT"  # seconds, default 120
@@ -202,3 +210,29 @@ def check_user_settings(environ: Mapping[str, str] | None = None) -> None:
     environ = os.environ if environ is None else environ
     parse_hccl_algo(environ.get(HCCL_ALGO))
     requested_transport(environ)
+
+
+def launcher_job_id(environ: Mapping[str, str] = os.environ) -> tuple[str, str] | None:
+    """(job id, where it came from) when a launcher names this job: ``HCCL_PY_JOB_ID``
+    (hccl-launch, ``launch.spawn``, or the user), torchrun's ``TORCHELASTIC_RUN_ID`` (unless
+    its default ``none``), Slurm's ``SLURM_JOB_ID`` + ``SLURM_STEP_ID`` inside an srun step;
+    else ``None`` (the ranks take the id of the store they meet at)::
+
+        launcher_job_id({"SLURM_JOB_ID": "812", "SLURM_STEP_ID": "0"})   # ("slurm-812.0", "SLURM_JOB_ID/SLURM_STEP_ID")
+    """
+    own = (environ.get(JOB_ID) or "").strip()
+    if own:
+        return own, JOB_ID
+    run = (environ.get(TORCHELASTIC_RUN_ID) or "").strip()
+    if run and run != "none":
+        return f"torchrun-{run}", TORCHELASTIC_RUN_ID
+    job, step = (environ.get(SLURM_JOB_ID) or "").strip(), (environ.get(SLURM_STEP_ID) or "").strip()
+    if job and step:
+        return f"slurm-{job}.{step}", f"{SLURM_JOB_ID}/{SLURM_STEP_ID}"
+    return None
+
+
+def job_secret(environ: Mapping[str, str] = os.environ) -> str | None:
+    """``HCCL_PY_JOB_SECRET`` if set (hccl-launch and ``launch.spawn`` set one per job), else None."""
+    secret = environ.get(JOB_SECRET)
+    return secret if secret else None

@@ -2,10 +2,19 @@
 
 Under hccl-launch (or ``launch.spawn``) the rank, world size and store address come from the
 environment and the launcher hosts the rendezvous store. Started another way with ``RANK``,
-``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` set (torchrun style), rank 0 hosts the store.
+``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` set (torchrun style), rank 0 hosts the store,
+and keeps it for the life of its process, so ranks that re-initialise later still find it.
 Started by ``mpiexec`` or ``srun``, rank and size come from MPI and the ranks meet and talk
 through it (``transport/mpi.py``). Run plainly, the world is this one process. Which transport
 a job uses is decided in ``transport/choice.py`` and printed once by rank 0.
+
+Who belongs to a job: its id is the launcher's (``env.launcher_job_id``: HCCL_PY_JOB_ID,
+torchrun's run id, Slurm's job and step), else the id of the store the ranks meet at (a random
+one when rank 0 hosts it). A rank whose id differs from its store's is refused at once, and every
+rank claims its slot atomically in the store, so a second process claiming the same rank (two
+jobs on one MASTER_PORT) fails with HcclConnectError naming the holder. Each ``init()`` of a
+process is a new generation: store keys and socket names carry it, so ranks may destroy and
+re-initialise at different moments.
 """
 
 from __future__ import annotations
@@ -14,6 +23,7 @@ import atexit
 import hashlib
 import json
 import os
+import secrets
 import signal
 import socket
 import sys
@@ -27,7 +37,7 @@ from .algo_select import parse_hccl_algo
 from .communicator import Communicator
 from .context import RankContext
 from .device import Device
-from .errors import HcclInternalError, HcclNotSupportedError, HcclParamError, HcclTimeoutError
+from .errors import HcclConnectError, HcclInternalError, HcclNotSupportedError, HcclParamError, HcclTimeoutError
 from .faults import check_ranks, parse_faults
 from .executor import Engine
 from .records import write_chrome_trace
@@ -39,6 +49,8 @@ from .transport.shm import ShmTransport
 WORLD_COMM_ID = 1
 
 _world: Communicator | None = None
+_generation = 0  # store rendezvous this process has made: the generation in keys and socket names
+_hosted: dict[tuple[str, int], object] = {}  # stores this process hosts (rank 0, no launcher), kept until exit
 
 
 def init() -> Communicator:
@@ -95,7 +107,7 @@ def init() -> Communicator:
 
     if size == 1:
         rc = context(Engine(None))
-        _world = Communicator(rc, [0], 0, WORLD_COMM_ID, "world", on_destroy=_finisher(rc, None, None))
+        _world = Communicator(rc, [0], 0, WORLD_COMM_ID, "world", on_destroy=_finisher(rc, None))
     elif _mpi_serves(requested, launched, launcher_env):
         _world = _connect_mpi(rank, size, launched, connect_timeout_s, context)
     else:
@@ -189,8 +201,9 @@ def dump_flight_recorder(reason: str = "on demand", path: str | None = None) -> 
     return None if written is None else str(written)
 
 
-def _finisher(rc: RankContext, transport: Transport | None, server) -> "callable":
-    """What ends this rank's part in the job, once: the trace file, then sockets and memory."""
+def _finisher(rc: RankContext, transport: Transport | None) -> "callable":
+    """What ends this rank's part in the job, once: the trace file, then sockets and memory
+    (a store this process hosts stays until exit, for ranks that re-initialise later)."""
     done = []
     owner = os.getpid()
 
@@ -204,8 +217,6 @@ def _finisher(rc: RankContext, transport: Transport | None, server) -> "callable
                                rc.recorder.records, rc.wall_origin)
         if transport is not None:
             transport.close()
-        if server is not None:
-            server.close()
 
     atexit.register(finish)
     return finish
@@ -235,42 +246,97 @@ def _announce(rank: int, text: str) -> None:
 def _connect(rank: int, size: int, connect_timeout_s: float, context, requested: str | None = None,
              launched: MpiLaunch | None = None) -> Communicator:
     """Meet through the store; shared memory within a host, TCP across hosts."""
-    from .store import StoreClient, StoreServer  # only multi-rank jobs need zmq
+    global _generation
+    from .store import StoreClient, store_address  # only multi-rank jobs need zmq
+    from .transport import rundir
 
     deadline = time.monotonic() + connect_timeout_s
     addr = os.environ.get(env.MASTER_ADDR) or "127.0.0.1"
     port = env.master_port()
-    server = None
+    secret = env.job_secret()  # None: this user's secret file (store.default_secret)
+    own_id = env.launcher_job_id()
+    hosting = False
     if port is None and launched is not None:  # under mpiexec without a store address: rank 0 hosts one
-        addr, port, server = _store_via_mpi(rank, addr, deadline)
+        addr, port, secret = _store_via_mpi(rank, addr, deadline, secret, own_id)
+    elif port is not None and rank == 0 and os.environ.get(env.STORE_HOSTED) != "1":
+        try:
+            _host_store(addr, port, own_id, secret)
+        except HcclConnectError as err:
+            raise HcclConnectError(f"init: rank 0 hosts the job's store at MASTER_ADDR:MASTER_PORT={addr}:{port}, but "
+                                   f"{err.message}; if another job runs there, give each job its own MASTER_PORT") from None
+        hosting = True
     if port is None:
         raise HcclParamError(f"{env.MASTER_PORT} is not set: run under hccl-launch, or set MASTER_ADDR/MASTER_PORT for the store")
-    if server is None and rank == 0 and os.environ.get(env.STORE_HOSTED) != "1":
-        server = StoreServer(host=addr, port=port)
-        server.start()
-    job_id = os.environ.get(env.JOB_ID) or hashlib.blake2b(f"{addr}:{port}".encode(), digest_size=6).hexdigest()
+    _generation += 1
+    where = f"{addr}:{port}"
     one_host = os.environ.get(env.LOCAL_WORLD_SIZE) == str(size)  # hccl-launch on one node, launch.spawn
     if one_host and requested in (None, "shm"):
         connect = _connect_one_host
     else:
         connect = _connect_hosts
-    client = StoreClient(f"tcp://{addr}:{port}")
+    client = StoreClient(store_address(addr, port), secret=secret)
     try:
-        transport, description = connect(client, job_id, rank, size, deadline, connect_timeout_s, requested, f"{addr}:{port}")
-    except BaseException:
+        job_id = _job_identity(client, own_id, rank, where)
+        if hosting:
+            rundir.sweep_stale(keep=job_id)  # no launcher cleans up after this user's crashed jobs
+        transport, description = connect(client, _Rendezvous(job_id, _generation, where), rank, size, deadline,
+                                         connect_timeout_s, requested)
+    finally:
         client.close()
-        if server is not None:
-            server.close()
-        raise
-    client.close()
     _announce(rank, description)
     rc = context(Engine(transport))
-    return Communicator(rc, range(size), rank, WORLD_COMM_ID, "world", on_destroy=_finisher(rc, transport, server))
+    return Communicator(rc, range(size), rank, WORLD_COMM_ID, "world", on_destroy=_finisher(rc, transport))
 
 
-def _store_via_mpi(rank: int, addr: str, deadline: float):
+def _host_store(addr: str, port: int, own_id: tuple[str, str] | None, secret: str | None):
+    """The store this process hosts at ``addr:port`` (rank 0 without a launcher), made once and
+    kept until the process exits: ranks that re-initialise later still find it."""
+    from .store import StoreServer
+
+    server = _hosted.get((addr, port))
+    if server is None:
+        server = StoreServer(host=addr, port=port, job_id=own_id[0] if own_id else None, secret=secret).start()
+        if not _hosted:
+            atexit.register(_close_hosted)
+        _hosted[(addr, port)] = server
+    return server
+
+
+def _close_hosted() -> None:
+    for server in _hosted.values():
+        server.close()
+    _hosted.clear()
+
+
+class _Rendezvous:
+    """One generation of one job at one store: names its keys and socket files."""
+
+    def __init__(self, job_id: str, generation: int, where: str):
+        self.job_id = job_id
+        self.generation = generation
+        self.where = where  # host:port of the store
+        self.prefix = f"{job_id}/g{generation}"
+        self.tag = f"g{generation}"
+
+    def key(self, what: str, rank: int) -> str:
+        return f"{self.prefix}/{what}/{rank}"
+
+
+def _job_identity(client, own_id: tuple[str, str] | None, rank: int, where: str) -> str:
+    """This job's id: the store's, which must equal the launcher's when there is one."""
+    store_id = client.job_id()
+    if own_id is not None and own_id[0] != store_id:
+        raise HcclConnectError(
+            f"init: rank {rank}: the store at {where} belongs to another job (its job id is {store_id!r}; this rank's "
+            f"{own_id[1]} is {own_id[0]!r}): two jobs probably share MASTER_PORT; give each job its own MASTER_PORT",
+            rank=rank, store_job_id=store_id, job_id=own_id[0])
+    return store_id
+
+
+def _store_via_mpi(rank: int, addr: str, deadline: float, secret: str | None, own_id: tuple[str, str] | None):
     """Started by mpiexec but asked for shm/tcp without MASTER_PORT: rank 0 hosts the store on a
-    free port and tells the others through MPI."""
+    free port (once per process) and tells the others its port and the job secret through MPI
+    (HCCL_PY_JOB_SECRET if set, else a fresh one)."""
     import numpy as np
 
     from .store import StoreServer
@@ -279,22 +345,34 @@ def _store_via_mpi(rank: int, addr: str, deadline: float):
     try:
         MPI = import_mpi()
     except HcclNotSupportedError:
-        return addr, None, None
-    server = StoreServer(host=addr, port=0).start() if rank == 0 else None
-    port = np.array([server.port if server is not None else 0], np.int64)
-    try:
-        wait_request(MPI.COMM_WORLD.Ibcast([port, MPI.INT64_T], root=0), deadline,
-                     f"init: rank {rank}: rank 0 did not share its store address within HCCL_CONNECT_TIMEOUT "
-                     "(did every rank of the MPI job call hccl_py.init()?)")
-    except BaseException:
-        if server is not None:
-            server.close()
-        raise
-    return addr, int(port[0]), server
+        return addr, None, secret
+    if rank == 0:
+        server = _hosted.get((addr, 0))
+        if server is None:
+            secret = secret or secrets.token_hex(16)
+            server = StoreServer(host=addr, port=0, job_id=own_id[0] if own_id else None, secret=secret).start()
+            if not _hosted:
+                atexit.register(_close_hosted)
+            _hosted[(addr, 0)] = server
+        secret = server.secret
+    message = np.zeros(8 + 2 + 256, np.uint8)  # port (int64), secret length (uint16), secret
+    if rank == 0:
+        raw = secret.encode()
+        message[:8] = np.frombuffer(np.int64(server.port).tobytes(), np.uint8)
+        message[8:10] = np.frombuffer(np.uint16(len(raw)).tobytes(), np.uint8)
+        message[10 : 10 + len(raw)] = np.frombuffer(raw, np.uint8)
+    wait_request(MPI.COMM_WORLD.Ibcast([message, MPI.BYTE], root=0), deadline,
+                 f"init: rank {rank}: rank 0 did not share its store address within HCCL_CONNECT_TIMEOUT "
+                 "(did every rank of the MPI job call hccl_py.init()?)")
+    port = int(message[:8].view(np.int64)[0])
+    length = int(message[8:10].view(np.uint16)[0])
+    return addr, port, message[10 : 10 + length].tobytes().decode()
 
 
-def _join(client, keys: list[str], rank: int, size: int, deadline: float, connect_timeout_s: float, where: str) -> list[dict]:
-    """Wait until every rank has set its key; their values. HcclTimeoutError names the absent."""
+def _join(client, rdv: _Rendezvous, what: str, rank: int, size: int, deadline: float, connect_timeout_s: float) -> list[dict]:
+    """Wait until every rank has set its ``what`` key; their values. HcclTimeoutError names the
+    absent; HcclConnectError if a process of another job tried to take a rank of this one."""
+    keys = [rdv.key(what, r) for r in range(size)]
     try:
         client.wait(keys, max(deadline - time.monotonic(), 0.0))
     except HcclTimeoutError:
@@ -302,20 +380,47 @@ def _join(client, keys: list[str], rank: int, size: int, deadline: float, connec
         missing = [r for r, ok in enumerate(present) if not ok]
         raise HcclTimeoutError(
             f"init: rank {rank}: rank(s) {missing} of {size} did not join within {connect_timeout_s:g} s "
-            f"(HCCL_CONNECT_TIMEOUT); check that they started and reach the store at {where}",
+            f"(HCCL_CONNECT_TIMEOUT); check that they started and reach the store at {rdv.where}",
             rank=rank, ranks=missing,
         ) from None
+    conflict = f"{rdv.prefix}/conflict"
+    if client.check([conflict])[0]:
+        raise HcclConnectError(f"init: rank {rank}: {client.get(conflict, 1.0).decode(errors='replace')}; this job "
+                               f"stops rather than mix with it")
     return [json.loads(client.get(k, max(deadline - time.monotonic(), 0.1))) for k in keys]
 
 
-def _connect_one_host(client, job_id, rank, size, deadline, connect_timeout_s, requested, where):
+def _claim(client, rdv: _Rendezvous, rank: int, me: dict) -> None:
+    """Take this rank's slot (set only if absent): a second claimant, a process of another job
+    on the same MASTER_PORT, gets HcclConnectError naming the holder (``err.holder``)."""
+    won, current = client.set_if_absent(rdv.key("rank", rank), json.dumps(me).encode())
+    if won:
+        return
+    try:
+        holder = json.loads(current)
+    except ValueError:
+        holder = {}
+    told = (f"pid {me['pid']} on {me['host']} tried to take rank {rank}, held by pid {holder.get('pid', '?')} "
+            f"on {holder.get('host', '?')}: two jobs share the store at {rdv.where}")
+    try:
+        client.set(f"{rdv.prefix}/conflict", told.encode())  # the holder's job stops if it is still joining
+    except HcclConnectError:
+        pass
+    raise HcclConnectError(
+        f"init: rank {rank} of job {rdv.job_id!r} is already taken by pid {holder.get('pid', '?')} on "
+        f"{holder.get('host', '?')} (store {rdv.where}): two jobs probably share MASTER_PORT. Give each job its own "
+        f"MASTER_PORT, set {env.JOB_ID} to a distinct value per job (the same on all its ranks), or start with hccl-launch",
+        rank=rank, holder=holder)
+
+
+def _connect_one_host(client, rdv: _Rendezvous, rank, size, deadline, connect_timeout_s, requested):
     """Every rank on this host (the launcher says so): shared memory between all of them."""
     spin_s, yield_when_spinning = _spin_settings(size)
-    transport = ShmTransport(job_id, rank, size, env.buffsize_bytes(), spin_s=spin_s, yield_when_spinning=yield_when_spinning,
-                             single_copy=env.single_copy())
+    transport = ShmTransport(rdv.job_id, rank, size, env.buffsize_bytes(), spin_s=spin_s, yield_when_spinning=yield_when_spinning,
+                             single_copy=env.single_copy(), tag=rdv.tag)
     try:
-        client.set(f"{job_id}/rank/{rank}", json.dumps({"pid": os.getpid(), "host": socket.gethostname()}).encode())
-        infos = _join(client, [f"{job_id}/rank/{r}" for r in range(size)], rank, size, deadline, connect_timeout_s, where)
+        _claim(client, rdv, rank, {"pid": os.getpid(), "host": socket.gethostname()})
+        infos = _join(client, rdv, "rank", rank, size, deadline, connect_timeout_s)
         transport.connect({r: info["pid"] for r, info in enumerate(infos) if r != rank}, deadline)
     except BaseException:
         transport.close()
@@ -323,15 +428,15 @@ def _connect_one_host(client, job_id, rank, size, deadline, connect_timeout_s, r
     return transport, f"shm ({size} ranks, 1 host)"
 
 
-def _connect_hosts(client, job_id, rank, size, deadline, connect_timeout_s, requested, where):
+def _connect_hosts(client, rdv: _Rendezvous, rank, size, deadline, connect_timeout_s, requested):
     """Ranks may sit on several hosts: learn who is where, then shared memory between ranks of
     one host and TCP between hosts (or what HCCL_PY_TRANSPORT asks for)."""
     from .transport.hosts import HostSplitTransport
     from .transport.tcp import TcpTransport, advertised_address
 
     me = {"pid": os.getpid(), "host": host_label(), "host_id": host_identity()}
-    client.set(f"{job_id}/rank/{rank}", json.dumps(me).encode())
-    infos = _join(client, [f"{job_id}/rank/{r}" for r in range(size)], rank, size, deadline, connect_timeout_s, where)
+    _claim(client, rdv, rank, me)
+    infos = _join(client, rdv, "rank", rank, size, deadline, connect_timeout_s)
     host_ids = [info["host_id"] for info in infos]
     plan: StorePlan = plan_store_transport(rank, host_ids, requested)
     same_host = {r for r, h in enumerate(host_ids) if h == me["host_id"]}
@@ -342,15 +447,15 @@ def _connect_hosts(client, job_id, rank, size, deadline, connect_timeout_s, requ
             # Socket names carry the host identity: two "hosts" forced onto one machine
             # (HCCL_PY_HOST_ID) must not meet each other's local ranks.
             host_tag = hashlib.blake2b(me["host_id"].encode(), digest_size=4).hexdigest()
-            shm = ShmTransport(f"{job_id}.{host_tag}", plan.local.index(rank), len(plan.local), env.buffsize_bytes(),
+            shm = ShmTransport(rdv.job_id, plan.local.index(rank), len(plan.local), env.buffsize_bytes(),
                                spin_s=spin_s, yield_when_spinning=yield_when_spinning,
-                               single_copy=env.single_copy())
+                               single_copy=env.single_copy(), tag=f"{rdv.tag}.{host_tag}")
         if plan.remote:
-            addr, _, port = where.rpartition(":")
+            addr, _, port = rdv.where.rpartition(":")
             tcp = TcpTransport(rank, size, list(plan.remote), advertised_address(addr, int(port), os.environ.get(env.HCCL_IF_IP)),
                                env.buffsize_bytes(), local_pids={r: infos[r]["pid"] for r in plan.remote if r in same_host})
-        client.set(f"{job_id}/ready/{rank}", json.dumps({"tcp": tcp.endpoint if tcp is not None else None}).encode())
-        ready = _join(client, [f"{job_id}/ready/{r}" for r in range(size)], rank, size, deadline, connect_timeout_s, where)
+        client.set(rdv.key("ready", rank), json.dumps({"tcp": tcp.endpoint if tcp is not None else None}).encode())
+        ready = _join(client, rdv, "ready", rank, size, deadline, connect_timeout_s)
         if shm is not None:
             shm.connect({plan.local.index(r): infos[r]["pid"] for r in plan.local if r != rank}, deadline)
         if tcp is not None:
@@ -393,4 +498,4 @@ def _connect_mpi(rank: int, size: int, launched: MpiLaunch | None, connect_timeo
     hosts = describe_hosts([info["host"] for info in transport.infos], host_ids)
     _announce(rank, f"mpi ({version}, started by {starter}; {size} ranks, {hosts})")
     rc = context(Engine(transport))
-    return Communicator(rc, range(size), rank, WORLD_COMM_ID, "world", on_destroy=_finisher(rc, transport, None))
+    return Communicator(rc, range(size), rank, WORLD_COMM_ID, "world", on_destroy=_finisher(rc, transport))

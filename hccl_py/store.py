@@ -18,27 +18,48 @@ Example::
 
 Wire format (multipart zmq messages). Client -> server: ``[req_id, op, *args]``; server ->
 client: ``[req_id, status, *payload]`` with status ``b"\\x00"`` (ok) or ``b"\\x01"`` (error;
-payload is the message). The client is a DEALER so a request that timed out does not wedge the
-socket (a REQ socket would be stuck waiting for that reply): late replies carry an old
-``req_id`` and are dropped.
+payload is the message and the ``HcclResult`` code). The client is a DEALER so a request that
+timed out does not wedge the socket (a REQ socket would be stuck waiting for that reply): late
+replies carry an old ``req_id`` and are dropped.
+
+Security. Every connection must present the job's secret (zmq's PLAIN mechanism, checked by a
+ZAP handler the serving thread answers), so a peer without it is dropped at the handshake and
+never reaches a key; the client notices the refusal at once (HcclConnectError), not at its
+timeout. The secret is ``HCCL_PY_JOB_SECRET`` (hccl-launch and ``launch.spawn`` make one per
+job) or else this user's secret file (``<user dir>/secret``, 0600, made on first use; see
+``transport/rundir.py``): processes of one user on one host share it, others cannot read it.
+PLAIN sends the secret in clear: across hosts it guards against other users, not against
+someone who can read the network. Memory is bounded: frames over ``MAX_FRAME_BYTES`` close the
+connection (``ZMQ_MAXMSGSIZE``; checked before anything is allocated, also during the
+handshake), a handshake must finish within ``HANDSHAKE_S``, and keys, values and parked
+requests together stay under ``MAX_STORE_BYTES`` (beyond it a request fails with
+:class:`HcclMemoryError`).
+
+Each store also has a job id (``job_id()``): the launcher's, or a random one; ranks check
+that the store they reach belongs to their job.
 """
 
 from __future__ import annotations
 
+import hmac
 import os
+import secrets
+import stat
 import struct
 import threading
 import time
+import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from . import env
-from .errors import HcclConnectError, HcclParamError, HcclTimeoutError
+from .errors import HcclConnectError, HcclMemoryError, HcclParamError, HcclResult, HcclSyscallError, HcclTimeoutError
 
-__all__ = ["StoreServer", "StoreClient", "store_address"]
+__all__ = ["StoreServer", "StoreClient", "store_address", "default_secret", "user_secret"]
 
 # Ops are single bytes: cheap to send and to compare.
 _SET = b"S"
@@ -48,6 +69,8 @@ _ADD = b"A"
 _DELETE = b"D"
 _WAIT = b"W"
 _CANCEL = b"X"  # client gave up on a parked GET/WAIT; no reply
+_SET_NX = b"N"  # set if absent: [b"1", value] when set, [b"0", current value] when the key existed
+_JOB = b"J"  # the store's job id
 
 _OK = b"\x00"
 _ERR = b"\x01"
@@ -57,6 +80,84 @@ _REQ_ID = struct.Struct("<Q")
 _LIVENESS_CHECK_S = 0.5
 
 _HINT = "is hccl-launch running / is MASTER_ADDR:MASTER_PORT right?"
+
+MAX_FRAME_BYTES = 16 << 20  # one key or value; rendezvous values are < 1 KiB (a rank's endpoints)
+MAX_STORE_BYTES = 256 << 20  # keys + values + parked requests, each charged _ENTRY_BYTES more
+_ENTRY_BYTES = 128  # what Python spends around one key or parked request, roughly
+HANDSHAKE_S = 10.0  # a connection that has not authenticated by then is closed
+_ZAP_ENDPOINT = "inproc://zeromq.zap.01"  # where libzmq asks a context's ZAP handler
+_ZAP_DOMAIN = b"hccl_py"
+_PLAIN_USER = b"hccl_py"
+_MAX_SECRET_BYTES = 255  # PLAIN's limit
+_SECRET_FILE = "secret"
+_REFUSED = {zmq.EVENT_HANDSHAKE_FAILED_AUTH, zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL}
+
+
+class _StoreFull(Exception):
+    """A request would take the store past MAX_STORE_BYTES."""
+
+
+def default_secret() -> str:
+    """The job secret a store and its clients use when not given one: ``HCCL_PY_JOB_SECRET``,
+    else this user's secret file (:func:`user_secret`)."""
+    secret = env.job_secret()
+    if secret is None:
+        return user_secret()
+    if len(secret.encode()) > _MAX_SECRET_BYTES:
+        raise HcclParamError(f"{env.JOB_SECRET} is {len(secret.encode())} bytes; at most {_MAX_SECRET_BYTES} are used "
+                             "by the store's handshake: set a shorter one (e.g. 32 hex digits)")
+    return secret
+
+
+def user_secret() -> str:
+    """This user's store secret: ``<user dir>/secret`` (0600), created on first use. Every
+    process of this user on this host reads the same one; other users cannot."""
+    from .transport import rundir
+
+    path = os.path.join(rundir.user_dir(), _SECRET_FILE)
+    try:
+        return _read_secret(path)
+    except FileNotFoundError:
+        pass
+    tmp = f"{path}.{os.getpid()}.{secrets.token_hex(4)}"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, secrets.token_hex(32).encode() + b"\n")
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, path)  # atomic: a racing process either wins or reads the winner's
+        except FileExistsError:
+            pass
+    except OSError as err:
+        raise HcclSyscallError(f"cannot create the store secret {path}: {err.strerror}; set {env.JOB_SECRET} "
+                               f"(the same value for every rank of the job) or {env.RUN_DIR}") from None
+    finally:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+    return _read_secret(path)
+
+
+def _read_secret(path: str) -> str:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise
+    except OSError as err:
+        raise HcclSyscallError(f"cannot read the store secret {path}: {err.strerror}; remove it (it is made again) "
+                               f"or set {env.JOB_SECRET}") from None
+    try:
+        st = os.fstat(fd)
+        data = os.read(fd, 4096).strip()
+    finally:
+        os.close(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077 or not 32 <= len(data) <= _MAX_SECRET_BYTES:
+        raise HcclSyscallError(f"the store secret {path} is not a private file of this user with 32-255 bytes "
+                               f"(mode {stat.S_IMODE(st.st_mode):o}, uid {st.st_uid}); remove it (it is made again)")
+    return data.decode(errors="replace")
 
 
 def store_address(host: str, port: int) -> str:
@@ -76,13 +177,16 @@ class _Waiter:
     op: bytes
     keys: tuple[str, ...]
     missing: set[str] = field(default_factory=set)
+    cost: int = 0  # bytes charged against MAX_STORE_BYTES while parked
 
 
 class StoreServer:
     """Key-value store served by a zmq ROUTER socket from one daemon thread.
 
     The socket is bound in the constructor (so :attr:`port` is known before :meth:`start`);
-    requests that arrive before ``start()`` wait in zmq's queue.
+    requests that arrive before ``start()`` wait in zmq's queue. ``job_id`` names the job the
+    store serves (default: a fresh random id); ``secret`` is what every client must present
+    (default: :func:`default_secret`).
 
     Example::
 
@@ -90,11 +194,22 @@ class StoreServer:
             print(server.address)               # tcp://127.0.0.1:41234
     """
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0):
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, job_id: str | None = None, secret: str | None = None):
         self.host = host
+        self.job_id = job_id or uuid.uuid4().hex[:12]
+        self._secret = (secret if secret is not None else default_secret()).encode()
         self._ctx = zmq.Context(io_threads=1)
+        # The ZAP handler is bound before the ROUTER listens: no handshake can happen without it.
+        self._zap = self._ctx.socket(zmq.REP)
+        self._zap.setsockopt(zmq.LINGER, 0)
+        self._zap.bind(_ZAP_ENDPOINT)
         self._router = self._ctx.socket(zmq.ROUTER)
         self._router.setsockopt(zmq.LINGER, 0)
+        self._router.setsockopt(zmq.PLAIN_SERVER, 1)
+        self._router.setsockopt(zmq.ZAP_DOMAIN, _ZAP_DOMAIN)
+        self._router.setsockopt(zmq.ZAP_ENFORCE_DOMAIN, 1)
+        self._router.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME_BYTES)
+        self._router.setsockopt(zmq.HANDSHAKE_IVL, int(HANDSHAKE_S * 1000))
         try:
             if port == 0:
                 self._router.bind(f"tcp://{host}:*")
@@ -102,10 +217,12 @@ class StoreServer:
                 self._router.bind(store_address(host, port))
         except zmq.ZMQError as err:
             self._router.close(0)
+            self._zap.close(0)
             self._ctx.term()
             raise HcclConnectError(
                 f"store cannot bind tcp://{host}:{port}: {err.strerror}"
-                + (" (another job or store already uses this port; pick another --master-port or use 0)"
+                + (" (another job or store already uses this port: give each job its own port, hccl-launch "
+                   "--master-port or MASTER_PORT, or 0 for a free one)"
                    if err.errno == zmq.EADDRINUSE else "")
             ) from None
         endpoint = self._router.getsockopt_string(zmq.LAST_ENDPOINT)
@@ -117,11 +234,17 @@ class StoreServer:
         self._data: dict[str, bytes] = {}
         self._waiting: dict[str, list[_Waiter]] = {}
         self._by_request: dict[tuple[bytes, bytes], _Waiter] = {}
+        self._used = 0  # bytes charged against MAX_STORE_BYTES
 
     @property
     def address(self) -> str:
         """``tcp://host:port`` that clients connect to."""
         return store_address(self.host, self.port)
+
+    @property
+    def secret(self) -> str:
+        """The job secret clients must present (for the host to hand to its ranks)."""
+        return self._secret.decode()
 
     def start(self) -> StoreServer:
         """Serve requests from a daemon thread; returns ``self``."""
@@ -141,8 +264,9 @@ class StoreServer:
             self._closed = True
             if self._thread is None:
                 self._router.close(0)
-            # term() makes the serving thread's blocking recv raise ContextTerminated; the thread
-            # then closes the router, which lets term() return. No wake-up socket, no polling.
+                self._zap.close(0)
+            # term() makes the serving thread's blocking poll raise ContextTerminated; the thread
+            # then closes the sockets, which lets term() return. No wake-up socket, no polling.
             self._ctx.term()
             if self._thread is not None:
                 self._thread.join()
@@ -157,19 +281,35 @@ class StoreServer:
     # -- serving thread --------------------------------------------------------------------
 
     def _serve(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self._router, zmq.POLLIN)
+        poller.register(self._zap, zmq.POLLIN)
         try:
             while True:
-                self._handle(self._router.recv_multipart())
+                for sock, _ in poller.poll():
+                    if sock is self._zap:
+                        self._authenticate(self._zap.recv_multipart())
+                    else:
+                        self._handle(self._router.recv_multipart())
         except zmq.ContextTerminated:
             pass  # close() was called
         finally:
             self._router.close(0)
+            self._zap.close(0)
+
+    def _authenticate(self, frames: list[bytes]) -> None:
+        """A ZAP request (RFC 27) for a new connection: PLAIN with this job's secret, or refused."""
+        ok = (len(frames) >= 8 and frames[0] == b"1.0" and frames[5] == b"PLAIN"
+              and hmac.compare_digest(frames[7], self._secret))
+        request_id = frames[1] if len(frames) > 1 else b""
+        self._zap.send_multipart([b"1.0", request_id, b"200" if ok else b"400",
+                                  b"OK" if ok else b"not this job's secret", b"", b""])
 
     def _reply(self, identity: bytes, req_id: bytes, *payload: bytes) -> None:
         self._router.send_multipart([identity, req_id, _OK, *payload])
 
-    def _error(self, identity: bytes, req_id: bytes, message: str) -> None:
-        self._router.send_multipart([identity, req_id, _ERR, message.encode()])
+    def _error(self, identity: bytes, req_id: bytes, message: str, code: HcclResult = HcclResult.E_PARA) -> None:
+        self._router.send_multipart([identity, req_id, _ERR, message.encode(), str(int(code)).encode()])
 
     def _handle(self, frames: list[bytes]) -> None:
         if len(frames) < 3:
@@ -179,6 +319,13 @@ class StoreServer:
             if op == _SET and len(args) == 2:
                 self._put(args[0].decode(), args[1])
                 self._reply(identity, req_id)
+            elif op == _SET_NX and len(args) == 2:
+                key = args[0].decode()
+                if key in self._data:
+                    self._reply(identity, req_id, b"0", self._data[key])
+                else:
+                    self._put(key, args[1])
+                    self._reply(identity, req_id, b"1", args[1])
             elif op == _GET and len(args) == 1:
                 key = args[0].decode()
                 if key in self._data:
@@ -205,12 +352,19 @@ class StoreServer:
                 self._put(key, str(value).encode())
                 self._reply(identity, req_id, str(value).encode())
             elif op == _DELETE and len(args) == 1:
-                existed = self._data.pop(args[0].decode(), None) is not None
-                self._reply(identity, req_id, b"1" if existed else b"0")
+                key = args[0].decode()
+                old = self._data.pop(key, None)
+                if old is not None:
+                    self._used -= _entry_bytes(key, old)
+                self._reply(identity, req_id, b"1" if old is not None else b"0")
+            elif op == _JOB and not args:
+                self._reply(identity, req_id, self.job_id.encode())
             elif op == _CANCEL:
                 self._unpark(self._by_request.get((identity, req_id)))
             else:
                 self._error(identity, req_id, f"store: unknown request {op!r} with {len(args)} argument(s)")
+        except _StoreFull as full:
+            self._error(identity, req_id, str(full), HcclResult.E_MEMORY)
         except (UnicodeDecodeError, ValueError) as err:
             self._error(identity, req_id, f"store: malformed request {op!r}: {err}")
         except zmq.ContextTerminated:
@@ -218,7 +372,16 @@ class StoreServer:
         except Exception as err:  # a bug here must not kill the thread and hang every client
             self._error(identity, req_id, f"store: internal error on {op!r}: {type(err).__name__}: {err}")
 
+    def _charge(self, delta: int, what: str) -> None:
+        if delta > 0 and self._used + delta > MAX_STORE_BYTES:
+            raise _StoreFull(f"store {what}: the store is full ({self._used >> 20} MiB of {MAX_STORE_BYTES >> 20} MiB in "
+                             f"{len(self._data)} keys and {len(self._by_request)} waiting requests); it holds rendezvous "
+                             "data, not payloads: delete keys no longer needed")
+        self._used += delta
+
     def _put(self, key: str, value: bytes) -> None:
+        old = self._data.get(key)
+        self._charge(_entry_bytes(key, value) - (0 if old is None else _entry_bytes(key, old)), f"set({key!r})")
         self._data[key] = value
         waiters = self._waiting.pop(key, None)
         if not waiters:
@@ -234,6 +397,9 @@ class StoreServer:
                 self._reply(waiter.identity, waiter.req_id)
 
     def _park(self, waiter: _Waiter) -> None:
+        cost = _ENTRY_BYTES + len(waiter.identity) + sum(len(k) + _ENTRY_BYTES for k in waiter.keys)
+        self._charge(cost, f"wait for {len(waiter.keys)} key(s)")
+        waiter.cost = cost
         self._by_request[(waiter.identity, waiter.req_id)] = waiter
         for key in waiter.missing:
             self._waiting.setdefault(key, []).append(waiter)
@@ -241,7 +407,8 @@ class StoreServer:
     def _unpark(self, waiter: _Waiter | None) -> None:
         if waiter is None:
             return
-        self._by_request.pop((waiter.identity, waiter.req_id), None)
+        if self._by_request.pop((waiter.identity, waiter.req_id), None) is not None:
+            self._used -= waiter.cost
         for key in waiter.missing:
             parked = self._waiting.get(key)
             if parked is not None and waiter in parked:
@@ -260,6 +427,9 @@ class StoreClient:
     ``HCCL_CONNECT_TIMEOUT``. A client may be shared by threads, but calls are serialised (a
     blocking ``get`` holds it): give each thread that waits on keys its own client.
 
+    ``secret`` is the job secret the store requires (default: :func:`default_secret`); a store
+    that refuses it makes the first call raise :class:`HcclConnectError` at once.
+
     Example::
 
         client = StoreClient("tcp://127.0.0.1:29500", timeout_s=10)
@@ -268,26 +438,35 @@ class StoreClient:
         client.close()
     """
 
-    def __init__(self, address: str, timeout_s: float | None = None):
+    def __init__(self, address: str, timeout_s: float | None = None, *, secret: str | None = None):
         self.address = address
         self.timeout_s = float(timeout_s) if timeout_s is not None else env.connect_timeout_s()
         if self.timeout_s <= 0:
             raise HcclParamError(f"StoreClient timeout_s={timeout_s!r} must be > 0")
+        password = (secret if secret is not None else default_secret()).encode()
+        if not password or len(password) > _MAX_SECRET_BYTES:
+            raise HcclParamError(f"StoreClient: the job secret must be 1-{_MAX_SECRET_BYTES} bytes, got {len(password)}")
         self._ctx = zmq.Context(io_threads=1)
         self._sock = self._ctx.socket(zmq.DEALER)
         self._sock.setsockopt(zmq.LINGER, 0)  # close() never waits for undelivered messages
         # IMMEDIATE: queue only on completed connections, so "not writable" means "server not
         # reachable" and we can say so instead of reporting a misleading key timeout.
         self._sock.setsockopt(zmq.IMMEDIATE, 1)
+        self._sock.setsockopt(zmq.PLAIN_USERNAME, _PLAIN_USER)
+        self._sock.setsockopt(zmq.PLAIN_PASSWORD, password)
+        # Handshake outcomes: a refusal shows here at once (the socket itself would only stay
+        # unwritable while zmq retries, until the timeout).
+        self._monitor = self._sock.get_monitor_socket(
+            zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL)
         try:
             self._sock.connect(address)
         except zmq.ZMQError as err:
-            self._sock.close(0)
-            self._ctx.term()
+            self._close_sockets()
             raise HcclConnectError(f"store address {address!r} is not valid: {err.strerror}; {_HINT}") from None
         self._next_id = 0
         self._lock = threading.Lock()
         self._closed = False
+        self._refused: str | None = None  # why the store refused our handshake, once it has
 
     @classmethod
     def from_env(cls, timeout_s: float | None = None) -> StoreClient:
@@ -332,6 +511,17 @@ class StoreClient:
             raise HcclParamError(f"store add({key!r}, delta={delta!r}): delta must be an int")
         return int(self._request(_ADD, [_key(key), str(delta).encode()], None, f"add({key!r})")[0])
 
+    def set_if_absent(self, key: str, value: bytes) -> tuple[bool, bytes]:
+        """Atomically store ``value`` under ``key`` unless the key exists: (whether this call set
+        it, the value now stored). How a rank claims its slot: the second claimant learns who
+        holds it."""
+        flag, current = self._request(_SET_NX, [_key(key), _value(key, value)], None, f"set_if_absent({key!r})")
+        return flag == b"1", current
+
+    def job_id(self) -> str:
+        """The id of the job this store serves (the launcher's, or the store's own random one)."""
+        return self._request(_JOB, [], None, "job_id()")[0].decode(errors="replace")
+
     def delete(self, key: str) -> bool:
         """Remove ``key``; whether it existed."""
         return self._request(_DELETE, [_key(key)], None, f"delete({key!r})")[0] == b"1"
@@ -367,8 +557,16 @@ class StoreClient:
             if self._closed:
                 return
             self._closed = True
-            self._sock.close(0)
-            self._ctx.term()
+            self._close_sockets()
+
+    def _close_sockets(self) -> None:
+        try:
+            self._sock.disable_monitor()
+        except zmq.ZMQError:
+            pass
+        self._monitor.close(0)
+        self._sock.close(0)
+        self._ctx.term()
 
     def __enter__(self) -> StoreClient:
         return self
@@ -388,14 +586,16 @@ class StoreClient:
             if self._closed:
                 raise HcclParamError(f"store {what} on a closed StoreClient")
             deadline = time.monotonic() + timeout
+            if self._refused is not None:
+                self._check_refused(what)
             self._next_id += 1
             req_id = _REQ_ID.pack(self._next_id)
             try:
                 self._sock.send_multipart([req_id, op, *args], zmq.NOBLOCK)
             except zmq.Again:
                 # Not writable = no completed connection (IMMEDIATE): the server is not there
-                # (yet). Wait for the connection only on this slow path.
-                if not self._sock.poll(_ms(timeout), zmq.POLLOUT):
+                # (yet), or it refused our handshake. Wait for the connection only on this slow path.
+                if not self._wait_writable(deadline, what):
                     raise HcclConnectError(
                         f"store {what}: could not reach the rendezvous store at {self.address} "
                         f"within {timeout:g} s; {_HINT}"
@@ -415,11 +615,48 @@ class StoreClient:
                 if len(frames) < 2 or frames[0] != req_id:
                     continue  # reply to a request that already timed out
                 if frames[1] == _ERR:
-                    raise HcclParamError(frames[2].decode(errors="replace") if len(frames) > 2 else f"store {what} failed")
+                    message = frames[2].decode(errors="replace") if len(frames) > 2 else f"store {what} failed"
+                    full = len(frames) > 3 and frames[3] == str(int(HcclResult.E_MEMORY)).encode()
+                    raise (HcclMemoryError if full else HcclParamError)(message)
                 return frames[2:]
+
+    def _wait_writable(self, deadline: float, what: str) -> bool:
+        """Wait until the connection is up (True) or the deadline passes (False); a handshake
+        the store refused raises HcclConnectError at once."""
+        poller = zmq.Poller()
+        poller.register(self._sock, zmq.POLLOUT)
+        poller.register(self._monitor, zmq.POLLIN)
+        while (remaining := deadline - time.monotonic()) > 0:
+            ready = dict(poller.poll(_ms(remaining)))
+            if self._monitor in ready:
+                self._check_refused(what)
+            if self._sock in ready:
+                return True
+        return False
+
+    def _check_refused(self, what: str) -> None:
+        """Raise HcclConnectError if the store refused our handshake (zmq does not reconnect
+        after that, so every later call fails the same way)."""
+        while self._refused is None and self._monitor.poll(0, zmq.POLLIN):
+            event = recv_monitor_message(self._monitor, zmq.NOBLOCK)
+            if event["event"] == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+                self._refused = (
+                    f"the store at {self.address} refused this process's job secret: it belongs to another job, or "
+                    f"this rank has another {env.JOB_SECRET} (or another user's secret file) than the store's; give "
+                    f"every rank of the job the same {env.JOB_SECRET}, or check MASTER_ADDR:MASTER_PORT")
+            elif event["event"] == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:
+                self._refused = (
+                    f"{self.address} does not speak this hccl-py version's store protocol (another program on "
+                    "that port, or another hccl-py version); check MASTER_ADDR:MASTER_PORT")
+        if self._refused is not None:
+            raise HcclConnectError(f"store {what}: {self._refused}")
 
     def _timed_out(self, req_id: bytes, what: str, timeout: float,
                    keys: tuple[str, ...] | None) -> Exception:
+        try:
+            self._check_refused(what)
+        except HcclConnectError as refused:
+            return refused
         if not self._sock.poll(0, zmq.POLLOUT):
             return HcclConnectError(
                 f"store {what}: lost the connection to the rendezvous store at {self.address} "
@@ -466,6 +703,10 @@ class StoreClient:
         return list(keys)
 
 
+def _entry_bytes(key: str, value: bytes) -> int:
+    return len(key) + len(value) + _ENTRY_BYTES
+
+
 def _ms(seconds: float) -> int:
     # zmq poll takes integer milliseconds; round up so a tiny remainder still waits.
     return max(1, int(seconds * 1000 + 0.999))
@@ -474,7 +715,10 @@ def _ms(seconds: float) -> int:
 def _key(key: str) -> bytes:
     if not isinstance(key, str):
         raise HcclParamError(f"store keys are str, got {type(key).__name__}: {key!r}")
-    return key.encode()
+    data = key.encode()
+    if len(data) > MAX_FRAME_BYTES:
+        raise HcclParamError(f"store key of {len(data)} bytes is longer than {MAX_FRAME_BYTES >> 20} MiB")
+    return data
 
 
 def _key_list(keys: Iterable[str]) -> list[str]:
@@ -488,4 +732,8 @@ def _value(key: str, value: bytes) -> bytes:
         raise HcclParamError(
             f"store set({key!r}): values are bytes, got {type(value).__name__}; encode it first"
         )
-    return bytes(value)
+    value = bytes(value)
+    if len(value) > MAX_FRAME_BYTES:
+        raise HcclParamError(f"store set({key!r}): {len(value)} bytes is more than the store takes in one value "
+                             f"({MAX_FRAME_BYTES >> 20} MiB); the store is for rendezvous data, send payloads with a collective")
+    return value

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import secrets
 import signal
 import uuid
 from collections.abc import Callable
@@ -72,13 +73,19 @@ def new_job_id() -> str:
     return uuid.uuid4().hex[:12]
 
 
-def rank_env(rank: int, world_size: int, master_addr: str, master_port: int, job_id: str,
+def new_job_secret() -> str:
+    """A fresh job secret (``HCCL_PY_JOB_SECRET``): what every request to the job's store must carry."""
+    return secrets.token_hex(16)
+
+
+def rank_env(rank: int, world_size: int, master_addr: str, master_port: int, job_id: str, job_secret: str,
              local_rank: int | None = None, local_world_size: int | None = None) -> dict[str, str]:
-    """The environment a rank starts with: HCCL/MindSpore names and torchrun names, both.
+    """The environment a rank starts with: HCCL/MindSpore names and torchrun names, both; the
+    job's id and store secret.
 
     Example::
 
-        rank_env(1, 4, "127.0.0.1", 29500, "3f2a9c0d1b2e")["DEVICE_ID"]   # "1"
+        rank_env(1, 4, "127.0.0.1", 29500, "3f2a9c0d1b2e", new_job_secret())["DEVICE_ID"]   # "1"
     """
     local_rank = rank if local_rank is None else local_rank
     local_world_size = world_size if local_world_size is None else local_world_size
@@ -93,6 +100,7 @@ def rank_env(rank: int, world_size: int, master_addr: str, master_port: int, job
         env.MASTER_ADDR: master_addr,
         env.MASTER_PORT: str(master_port),
         env.JOB_ID: job_id,
+        env.JOB_SECRET: job_secret,
         env.STORE_HOSTED: "1",
         "PYTHONUNBUFFERED": "1",
     }

@@ -45,10 +45,12 @@ from multiprocessing.process import BaseProcess
 from types import TracebackType
 from typing import Any
 
+from hccl_py import env as envnames
 from hccl_py.store import StoreServer
+from hccl_py.transport import rundir
 
 from . import _watchdog
-from ._proc import describe_returncode, new_job_id, rank_env, set_parent_death_signal
+from ._proc import describe_returncode, new_job_id, new_job_secret, rank_env, set_parent_death_signal
 
 __all__ = ["spawn", "SpawnContext", "SpawnError"]
 
@@ -282,6 +284,7 @@ class SpawnContext:
         self._sessions = {c.process.pid: c.start_time for c in children
                           if watchdog is not None and c.process.pid is not None}
         self._store: StoreServer | None = store
+        self._job_id = store.job_id
         self.grace_s = grace_s
         self.timeout = timeout  # join()'s default: the timeout given to spawn()
         self._pids = [c.process.pid for c in children]
@@ -341,6 +344,7 @@ class SpawnContext:
         if self._store is not None:
             self._store.close()
             self._store = None
+        rundir.remove_job(self._job_id)  # sockets of ranks that were killed
         _live_contexts.discard(self)
 
     # -- machinery -------------------------------------------------------------------------
@@ -456,7 +460,8 @@ def spawn(fn: Callable[..., Any], nprocs: int, args: tuple[Any, ...] = (), *,
     ``fn``, ``args`` and the return values must be picklable (define ``fn`` at module level).
     Each rank's environment is the caller's current one plus what hccl-launch sets (RANK_ID,
     RANK_SIZE, DEVICE_ID, RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
-    MASTER_PORT, HCCL_PY_JOB_ID, HCCL_PY_STORE_HOSTED=1), updated with ``env``. It is applied
+    MASTER_PORT, HCCL_PY_JOB_ID, HCCL_PY_JOB_SECRET, HCCL_PY_STORE_HOSTED=1), updated with ``env``
+    (a job id or secret given there is the store's too). It is applied
     before ``fn`` runs but after the rank has imported ``launch``/``hccl_py``, so read
     environment variables when called, not at import time. ``timeout`` bounds the whole call (seconds).
     With ``join=False`` the :class:`SpawnContext` is returned at once; call its ``join()``.
@@ -467,15 +472,17 @@ def spawn(fn: Callable[..., Any], nprocs: int, args: tuple[Any, ...] = (), *,
         raise ValueError(f"nprocs must be >= 1, got {nprocs}")
     ctx = _context(start_method)
     watchdog = _get_watchdog()
-    store = StoreServer().start()
-    job_id = new_job_id()
+    overrides = {str(k): str(v) for k, v in (env or {}).items()}
+    job_id = overrides.get(envnames.JOB_ID) or new_job_id()
+    secret = overrides.get(envnames.JOB_SECRET) or new_job_secret()
+    store = StoreServer(job_id=job_id, secret=secret).start()
     children: list[_Child] = []
     try:
         for rank in range(nprocs):
             # The caller's environment as it is *now* (the forkserver's is a snapshot from its
             # start, e.g. before a test's monkeypatch.setenv), then the rank's, then overrides.
-            child_env = {**os.environ, **rank_env(rank, nprocs, "127.0.0.1", store.port, job_id)}
-            child_env.update({str(k): str(v) for k, v in (env or {}).items()})
+            child_env = {**os.environ, **rank_env(rank, nprocs, "127.0.0.1", store.port, job_id, secret)}
+            child_env.update(overrides)
             reader, writer = ctx.Pipe(duplex=False)
             process = ctx.Process(target=_child_main, args=(fn, tuple(args), rank, child_env, writer, _CallerStdio(),
                                                             _WatchdogTicket(watchdog)),

@@ -34,9 +34,10 @@ from typing import BinaryIO
 
 from hccl_py import env
 from hccl_py.errors import HcclError, HcclTimeoutError
-from hccl_py.store import StoreClient, StoreServer, store_address
+from hccl_py.store import StoreClient, StoreServer, store_address, user_secret
+from hccl_py.transport import rundir
 
-from ._proc import new_job_id, pdeathsig_preexec, rank_env, shell_exit_code, signal_name
+from ._proc import new_job_id, new_job_secret, pdeathsig_preexec, rank_env, shell_exit_code, signal_name
 from ._watchdog import Watchdog, kill_sessions, start_time, supported
 from .config import LaunchConfig
 from .diagnosis import diagnose, format_diagnosis, load_dumps
@@ -95,6 +96,7 @@ class Supervisor:
     def __init__(self, config: LaunchConfig, stdout: BinaryIO | None = None, stderr: BinaryIO | None = None):
         self.config = config
         self.job_id = new_job_id()
+        self.job_secret = self._secret()
         self._out = _Tee(stdout if stdout is not None else sys.stdout.buffer)
         self._err = _Tee(stderr if stderr is not None else sys.stderr.buffer)
         self._ranks: list[_Rank] = []
@@ -122,7 +124,8 @@ class Supervisor:
                 # First of all: from here on, nothing a rank starts can outlive this launcher.
                 self._watchdog = Watchdog.start()
             if self.config.node_rank == 0:
-                self._store = StoreServer(self.config.master_addr, self.config.master_port).start()
+                self._store = StoreServer(self.config.master_addr, self.config.master_port, job_id=self.job_id,
+                                          secret=self.job_secret).start()
                 port = self._store.port
                 if self.config.nnodes > 1:
                     self._share_job_id()
@@ -142,6 +145,7 @@ class Supervisor:
                 self._watchdog.close()  # it sweeps any session not cleaned up above, and exits
             if self._store is not None:
                 self._store.close()
+            rundir.remove_job(self.job_id)  # sockets of ranks that were killed
             if self._own_flight_dir:
                 shutil.rmtree(self._flight_dir, ignore_errors=True)
             if self.config.trace_dir is not None:
@@ -153,11 +157,20 @@ class Supervisor:
 
     # -- start -------------------------------------------------------------------------------
 
+    def _secret(self) -> str:
+        """The job's store secret: HCCL_PY_JOB_SECRET if set (across hosts, give every node's
+        launcher the same), else a fresh one for a one-node job, else this user's secret file
+        (the same for every launcher of this user on this host)."""
+        given = env.job_secret()
+        if given:
+            return given
+        return new_job_secret() if self.config.nnodes == 1 else user_secret()
+
     def _share_job_id(self) -> None:
         """Node 0: put the job id in the store, where the other nodes' launchers read it (every
         rank of the job must name its keys and sockets alike)."""
         assert self._store is not None
-        with StoreClient(self._store.address, timeout_s=10) as client:
+        with StoreClient(self._store.address, timeout_s=10, secret=self.job_secret) as client:
             client.set(JOB_ID_KEY, self.job_id.encode())
 
     def _wait_for_nodes(self) -> None:
@@ -166,7 +179,7 @@ class Supervisor:
         assert self._store is not None
         keys = [f"{NODE_KEY}/{k}" for k in range(1, self.config.nnodes)]
         deadline = time.monotonic() + env.connect_timeout_s()
-        with StoreClient(self._store.address, timeout_s=10) as client:
+        with StoreClient(self._store.address, timeout_s=10, secret=self.job_secret) as client:
             while not self._signals:
                 try:
                     client.wait(keys, min(1.0, max(deadline - time.monotonic(), 0.01)))
@@ -184,7 +197,8 @@ class Supervisor:
         HCCL_CONNECT_TIMEOUT."""
         cfg = self.config
         deadline = time.monotonic() + env.connect_timeout_s()
-        with StoreClient(store_address(cfg.master_addr, cfg.master_port), timeout_s=env.connect_timeout_s()) as client:
+        with StoreClient(store_address(cfg.master_addr, cfg.master_port), timeout_s=env.connect_timeout_s(),
+                         secret=self.job_secret) as client:
             while True:  # in short waits, so a Ctrl-C meanwhile is acted on
                 try:
                     job_id = client.get(JOB_ID_KEY, min(1.0, max(deadline - time.monotonic(), 0.01))).decode()
@@ -205,7 +219,8 @@ class Supervisor:
         command = cfg.command()
         nodes = {env.HCCL_PY_NNODES: str(cfg.nnodes), env.HCCL_PY_NODE_RANK: str(cfg.node_rank)} if cfg.nnodes > 1 else {}
         for local, (r, device) in enumerate(cfg.node_ranks()):
-            child_env = {**os.environ, **rank_env(r, cfg.world_size, cfg.master_addr, port, self.job_id, local, cfg.nproc),
+            child_env = {**os.environ, **rank_env(r, cfg.world_size, cfg.master_addr, port, self.job_id, self.job_secret,
+                                                 local, cfg.nproc),
                          env.DEVICE_ID: str(device), **nodes,
                          **cfg.modeled_env(), "HCCL_PY_WALL_ORIGIN": repr(self._wall_origin),
                          "HCCL_PY_FLIGHT_DIR": str(self._flight_dir)}

@@ -16,8 +16,10 @@ folder, in its conftest.py::
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,7 +32,7 @@ if str(ROOT) not in sys.path:
     # started by launch.spawn inherit this sys.path.
     sys.path.insert(0, str(ROOT))
 
-from tests.mp import child_pids, describe_pid, shm_entries  # noqa: E402  (needs the path above)
+from tests.mp import child_pids, describe_pid, job_dirs, shm_entries  # noqa: E402  (needs the path above)
 
 # Time for the OS / multiprocessing to reap children and for unlinks to land: a liveness bound,
 # waited out only when something is really left behind, so generous for a loaded machine.
@@ -39,8 +41,18 @@ LEAK_GRACE_S = 10.0
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", "no_leaks: fail the test if it leaves child processes or new /dev/shm entries behind"
+        "markers", "no_leaks: fail the test if it leaves child processes, new /dev/shm entries or job socket directories behind"
     )
+    # This session's own run directory (job sockets, the per-user store secret), inherited by
+    # every rank: the user's real one is never touched, and other jobs on a shared machine
+    # never show up as this session's leaks.
+    os.environ["HCCL_PY_RUN_DIR"] = tempfile.mkdtemp(prefix="hccl-tests-")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    run_dir = os.environ.pop("HCCL_PY_RUN_DIR", None)
+    if run_dir and os.path.basename(run_dir).startswith("hccl-tests-"):
+        shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -79,13 +91,15 @@ def _in_use_elsewhere(names: set[str], ours: set[int]) -> set[str]:
 
 @pytest.fixture
 def no_leaks() -> Iterator[None]:
-    """After the test: no new child processes and no new /dev/shm entries may remain.
+    """After the test: no new child processes, no new /dev/shm entries and no job socket
+    directories (``hccl_py/transport/rundir.py``) may remain.
 
     Waits up to LEAK_GRACE_S for stragglers to be reaped/unlinked, then fails naming them.
     Leaked processes are SIGKILLed so they cannot disturb later tests.
     """
     shm_before = shm_entries()
     kids_before = child_pids()
+    dirs_before = job_dirs()
     yield
     deadline = time.monotonic() + LEAK_GRACE_S
     while True:
@@ -93,7 +107,8 @@ def no_leaks() -> Iterator[None]:
         shm = shm_entries() - shm_before
         if shm:
             shm -= _in_use_elsewhere(shm, {os.getpid(), *child_pids(include_helpers=True)})
-        if (not kids and not shm) or time.monotonic() >= deadline:
+        dirs = job_dirs() - dirs_before
+        if (not kids and not shm and not dirs) or time.monotonic() >= deadline:
             break
         time.sleep(0.05)
     problems = []
@@ -106,5 +121,7 @@ def no_leaks() -> Iterator[None]:
                 pass
     if shm:
         problems.append(f"leaked /dev/shm entries: {sorted(shm)}")
+    if dirs:
+        problems.append(f"leaked job socket directories: {sorted(dirs)} (with {[os.listdir(d) for d in sorted(dirs)]})")
     if problems:
         pytest.fail("\n".join(problems), pytrace=False)

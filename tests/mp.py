@@ -24,9 +24,11 @@ writes (``wait_for_file``), never sleep a guessed time.
 
 from __future__ import annotations
 
+import json
 import multiprocessing.forkserver
 import multiprocessing.resource_tracker
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -39,9 +41,9 @@ from typing import Any
 import launch
 from launch.spawn import helper_pids as spawn_helper_pids
 
-__all__ = ["run_ranks", "run_plain", "shm_entries", "child_pids", "descendants", "process_state", "is_gone",
+__all__ = ["run_ranks", "run_plain", "shm_entries", "job_dirs", "child_pids", "descendants", "process_state", "is_gone",
            "describe_pid", "mp_helper_pids", "wait_until", "wait_for_files", "wait_for_file", "read_pids",
-           "assert_gone", "kill_all", "block_forever", "store_barrier", "LIVENESS_S"]
+           "assert_gone", "kill_all", "block_forever", "store_barrier", "run_as_nobody", "LIVENESS_S"]
 
 LIVENESS_S = 10.0  # how long a wait for something that must happen may take before the test fails
 
@@ -109,6 +111,14 @@ def shm_entries() -> set[str]:
         return set(os.listdir("/dev/shm"))
     except FileNotFoundError:
         return set()
+
+
+def job_dirs() -> set[str]:
+    """The job socket directories in this user's run directory now (HCCL_PY_RUN_DIR)."""
+    from hccl_py.transport import rundir
+
+    base = rundir.user_dir()
+    return {os.path.join(base, name) for name in os.listdir(base) if os.path.isdir(os.path.join(base, name))}
 
 
 def _ppid_map() -> dict[int, int]:
@@ -273,3 +283,51 @@ def store_barrier(name: str, ranks: list[int] | range, rank: int | None = None, 
     with StoreClient.from_env(timeout_s=within) as store:
         store.set(f"tests.mp/barrier/{name}/{me}", b"1")
         store.wait([f"tests.mp/barrier/{name}/{r}" for r in ranks], timeout_s=within)
+
+
+NOBODY = 65534
+
+
+def run_as_nobody(fn: Callable[..., Any], *args: Any, timeout: float = 20) -> Any:
+    """``fn(*args)`` in a forked child that first drops to the unprivileged user ``nobody``
+    (uid and gid 65534, no supplementary groups): another local user, the attacker of the
+    security tests. Its return value must be JSON-serialisable; an exception comes back as
+    ``{"error": "Class: message"}``. Needs root (tests skip otherwise): root itself passes every
+    permission check. The child only makes system calls (no zmq, no threads) and ``_exit``s.
+    """
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            os.close(read_end)
+            os.setgroups([])
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            result: Any = {"ok": fn(*args)}
+        except BaseException as exc:
+            result = {"error": f"{type(exc).__name__}: {exc}"}
+        try:
+            os.write(write_end, json.dumps(result).encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    chunks = []
+    deadline = time.monotonic() + timeout
+    try:
+        while (remaining := deadline - time.monotonic()) > 0:
+            if not select.select([read_end], [], [], remaining)[0]:
+                continue
+            chunk = os.read(read_end, 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+        else:
+            os.kill(pid, signal.SIGKILL)
+            raise TimeoutError(f"the child running as nobody did not finish within {timeout} s")
+    finally:
+        os.close(read_end)
+        os.waitpid(pid, 0)
+    result = json.loads(b"".join(chunks))
+    if "error" in result:
+        return result
+    return result["ok"]

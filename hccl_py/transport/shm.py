@@ -6,10 +6,16 @@ Large slices are copied once into a slot; the receiver reduces or copies straigh
 mapped slot into its destination and then acknowledges the slot. Slices up to 64 KiB travel
 inline, in the datagram (no slot, no ack).
 
-Control and doorbell: one unix datagram socket per rank in the abstract namespace (again no
-file to clean up). A datagram wakes the receiver in a few microseconds; before blocking, a
-waiting rank spins briefly, since a blocking wake-up costs ~20 us here while a spin costs ~3 us.
-When ranks outnumber cores the spin yields the CPU each turn so peers are not starved.
+Control and doorbell: one unix datagram socket per rank, a file in the job's 0700 directory
+(``rundir.py``), so only this user's processes can reach it; the rank removes it on close. A
+datagram wakes the receiver in a few microseconds; before blocking, a waiting rank spins
+briefly, since a blocking wake-up costs ~20 us here while a spin costs ~3 us. When ranks
+outnumber cores the spin yields the CPU each turn so peers are not starved.
+
+Every datagram is checked before it is used: a header too short, an unknown kind or sender, a
+payload whose length does not match its header, a slot outside the sender's segment, an ack for
+a slot that was not lent: each raises :class:`HcclRemoteError` naming the sender (``peer``:
+its rank, or ``None`` when the header does not say) instead of corrupting a result.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import mmap
 import os
 import select
 import socket
+import struct
 import time
 from collections import deque
 
@@ -25,7 +32,7 @@ import numpy as np
 
 from ..dtypes import DTYPES_BY_CODE
 from ..errors import HcclRemoteError, HcclSyscallError, HcclTimeoutError
-from . import cma
+from . import cma, rundir
 from .common import INLINE_MAX_BYTES, process_alive, slice_layout
 from .base import (
     HEADER,
@@ -53,18 +60,34 @@ SOCKET_BUFFER_BYTES = 4 * 1024 * 1024
 SHM_INLINE_MAX_BYTES = max(64 * 1024, INLINE_MAX_BYTES)
 _RECV_BYTES = HEADER.size + SHM_INLINE_MAX_BYTES + 8 * 4096
 _ITEMSIZE = {code: dt.itemsize for code, dt in DTYPES_BY_CODE.items()}
+_ITEMSIZES = tuple(_ITEMSIZE.get(code, -1) for code in range(256))  # by the header's dtype byte; -1: unknown
+_HEADER_BYTES = HEADER.size
 
 
-def socket_name(job_id: str, world_rank: int) -> bytes:
-    return f"\0hccl_py.{job_id}.{world_rank}".encode()
+_SRC = struct.Struct("<BH")  # the start of HEADER: kind, src
+
+
+def socket_name(tag: str, rank: int, pid: int) -> str:
+    """The file name of a rank's socket in its job's directory, e.g. ``g1.0.4242``: the
+    generation (and host) tag, the rank, and its pid (no two live processes share a name)."""
+    return f"{tag}.{rank}.{pid}"
+
+
+def malformed(data: bytes, src: int | None, what: str, me: int) -> HcclRemoteError:
+    """The error for a datagram that breaks the protocol: names the sender when the header is
+    readable (``err.peer``), else "an unidentified sender" with the datagram's size."""
+    who = f"rank {src}" if src is not None else f"an unidentified sender ({len(data)} bytes)"
+    return HcclRemoteError(f"rank {me} received a malformed message from {who}: {what}; that process does not speak "
+                           "this hccl-py version's protocol (or is not one of this job's ranks)", peer=src, nbytes=len(data))
 
 
 class ShmTransport:
     """Shared-memory slots plus unix-datagram doorbells between the ranks of one host."""
 
     def __init__(self, job_id: str, world_rank: int, world_size: int, buffsize_bytes: int, *, spin_s: float, yield_when_spinning: bool,
-                 single_copy: bool = True):
+                 single_copy: bool = True, tag: str = "g1"):
         self.job_id = job_id
+        self.tag = tag  # generation (and host) of this communicator: part of every socket name
         self.world_rank = world_rank
         self.world_size = world_size
         # The job's rank of each rank this transport numbers 0..world_size-1 (they differ when it
@@ -74,19 +97,34 @@ class ShmTransport:
         self.yield_when_spinning = yield_when_spinning
         self.slots_per_peer, self.slot_bytes = slice_layout(world_size, buffsize_bytes)
         self._peers = [p for p in range(world_size) if p != world_rank]
+        self._peer_set = frozenset(self._peers)
         region = self.slots_per_peer * self.slot_bytes
         self._segment_bytes = max(region * len(self._peers), mmap.PAGESIZE)
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER_BYTES)
-        self._sock.bind(socket_name(job_id, world_rank))
+        try:
+            self._path, self._inode = rundir.bind(self._sock, job_id, socket_name(tag, world_rank, os.getpid()))
+        except BaseException:
+            self._sock.close()
+            raise
         self._sock.setblocking(False)
-        self._fd = os.memfd_create(f"hccl_py.{job_id}.{world_rank}", os.MFD_CLOEXEC)
-        os.ftruncate(self._fd, self._segment_bytes)
-        self._segment = mmap.mmap(self._fd, self._segment_bytes)
+        try:
+            self._fd = os.memfd_create(f"hccl_py.{job_id}.{world_rank}", os.MFD_CLOEXEC)
+            try:
+                os.ftruncate(self._fd, self._segment_bytes)
+                self._segment = mmap.mmap(self._fd, self._segment_bytes)
+            except BaseException:
+                os.close(self._fd)
+                raise
+        except BaseException:
+            self._sock.close()
+            rundir.unbind(self._path, self._inode)
+            raise
         self._free: dict[int, list[int]] = {
             p: [(i * region) + s * self.slot_bytes for s in reversed(range(self.slots_per_peer))]
             for i, p in enumerate(self._peers)
         }
+        self._lent: dict[int, int] = {}  # slot offset -> the peer it was lent to (until its ack)
         self._out_socks: dict[int, socket.socket] = {}
         self._outbox: dict[int, deque[bytes]] = {p: deque() for p in self._peers}
         self._acks: dict[int, list[int]] = {p: [] for p in self._peers}
@@ -110,7 +148,7 @@ class ShmTransport:
         # Slices sent per path beyond the inline one: "direct" (the peer reads our buffer), "slot",
         # "shared" (one slot read by several peers).
         self.sent_by_path = {"direct": 0, "slot": 0, "shared": 0}
-        self._shared: dict[int, list[int]] = {}  # slot offset read by several peers -> [acks still due, owning peer]
+        self._shared: dict[int, tuple[set[int], int]] = {}  # slot read by several peers -> (peers yet to ack, owning peer)
 
     # -- setup -----------------------------------------------------------------------------
     def connect(self, peer_pids: dict[int, int], deadline: float) -> None:
@@ -127,10 +165,13 @@ class ShmTransport:
             out = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
             out.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER_BYTES)
             try:
-                out.connect(socket_name(self.job_id, peer))
+                out.connect(rundir.socket_path(self.job_id, socket_name(self.tag, peer, self._peer_pids[peer])))
             except (ConnectionRefusedError, FileNotFoundError):
                 out.close()
                 raise HcclRemoteError(f"init: rank {self.world_rank} cannot reach rank {peer}'s socket; did rank {peer} exit during init?") from None
+            except OSError as err:
+                out.close()
+                raise HcclRemoteError(f"init: rank {self.world_rank} cannot reach rank {peer}'s socket: {err.strerror}") from None
             out.setblocking(False)
             self._out_socks[peer] = out
         unsent = list(self._peers)
@@ -183,19 +224,47 @@ class ShmTransport:
                 data, fds, _flags, _addr = socket.recv_fds(self._sock, _RECV_BYTES, 1)
             except BlockingIOError:
                 return
-            if data[0] == KIND_HELLO:
-                fields = HEADER.unpack_from(data)
-                peer, size = fields[1], fields[14]
-                self._peer_probes[peer] = fields[12]
-                peer_map = mmap.mmap(fds[0], size, prot=mmap.PROT_READ)
-                os.close(fds[0])
-                self._peer_maps.append(peer_map)
-                self._peer_segments[peer] = memoryview(peer_map)
-                missing.discard(peer)
+            if data[:1] == bytes([KIND_HELLO]):
+                try:
+                    self._hello(data, fds)
+                finally:
+                    for fd in fds:
+                        os.close(fd)
+                missing.discard(HEADER.unpack_from(data)[1])
             else:  # a peer that finished connecting already started a collective
                 for fd in fds:
                     os.close(fd)
                 self._decode(data, self._early)
+
+    def _hello(self, data: bytes, fds: list[int]) -> None:
+        """Map a peer's segment (read-only), after checking the hello names a peer yet to
+        connect and carries one segment at least as large as it says."""
+        src = self._sender(data)
+        if src is None:
+            raise self._malformed(data, None, "a handshake that names no peer of this rank")
+        fields = HEADER.unpack_from(data)
+        peer, size = src, fields[14]
+        if peer in self._peer_segments:
+            raise self._malformed(data, src, "a second handshake")
+        if len(fds) != 1 or size <= 0:
+            raise self._malformed(data, src, f"a handshake with {len(fds)} segment(s) of {size} bytes")
+        try:
+            actual = os.fstat(fds[0]).st_size
+            if actual < size:
+                raise self._malformed(data, src, f"a segment of {actual} bytes announced as {size}")
+            peer_map = mmap.mmap(fds[0], size, prot=mmap.PROT_READ)
+        except OSError as err:
+            raise self._malformed(data, src, f"a segment that cannot be mapped ({err.strerror})") from None
+        self._peer_probes[peer] = fields[12]
+        self._peer_maps.append(peer_map)
+        self._peer_segments[peer] = memoryview(peer_map)
+
+    def _sender(self, data: bytes) -> int | None:
+        """The sender's rank if the datagram holds a whole header naming one of our peers."""
+        if len(data) < HEADER.size:
+            return None
+        src = _SRC.unpack_from(data)[1]
+        return src if src in self._peer_set else None
 
     # -- data path ---------------------------------------------------------------------------
     def max_slice_bytes(self, peer: int) -> int:
@@ -236,7 +305,8 @@ class ShmTransport:
         offset = self._stage(peers[0], data)
         if offset is None:
             return False
-        self._shared[offset] = [len(peers), peers[0]]
+        del self._lent[offset]
+        self._shared[offset] = (set(peers), peers[0])
         for peer, peer_fields, peer_stamps in zip(peers, fields, stamps):
             self._put(peer, HEADER.pack(KIND_SLOT, *peer_fields, offset, *peer_stamps))
         self.sent_by_path["shared"] += 1
@@ -248,6 +318,7 @@ class ShmTransport:
         if not free:
             return None
         offset = free.pop()
+        self._lent[offset] = peer
         np.copyto(np.frombuffer(self._segment, dtype=data.dtype, count=data.size, offset=offset), data, casting="no")
         return offset
 
@@ -375,42 +446,85 @@ class ShmTransport:
         return n
 
     def _decode(self, data: bytes, got: list[Incoming]) -> None:
-        fields = HEADER.unpack_from(data)
-        kind, src = fields[0], fields[1]
-        if kind == KIND_INLINE:
-            got.append(Incoming(kind, src, fields[2], fields[3], fields[4], fields[5:11], fields[11], fields[12], fields[13],
-                                fields[15], fields[16], memoryview(data)[HEADER.size :]))
+        """Check one datagram against the protocol and queue what it carries (see the module doc:
+        anything malformed raises HcclRemoteError naming the sender)."""
+        try:
+            fields = HEADER.unpack_from(data)
+        except struct.error:
+            raise self._malformed(data, None, f"shorter than a message header ({HEADER.size} bytes)") from None
+        nelem = fields[13]
+        # The common case first, checked in one expression: a well-formed inline slice of a peer.
+        if (fields[0] == KIND_INLINE and fields[1] in self._peer_set and fields[12] + nelem <= fields[11]
+                and len(data) - _HEADER_BYTES == nelem * _ITEMSIZES[fields[7]]):
+            got.append(Incoming(KIND_INLINE, fields[1], fields[2], fields[3], fields[4], fields[5:11], fields[11], fields[12],
+                                nelem, fields[15], fields[16], memoryview(data)[_HEADER_BYTES:]))
             return
+        kind, src = fields[0], fields[1]
+        if src not in self._peer_set:
+            raise self._malformed(data, None, f"a header claiming rank {src}, not a peer of rank {self.world_rank} "
+                                        f"(world of {self.world_size})")
+        if kind == KIND_INLINE:
+            raise self._bad_slice(data, fields, len(data) - _HEADER_BYTES)
         if kind == KIND_ACK:
-            offsets = np.frombuffer(data, np.int64, fields[13], HEADER.size).tolist()
-            if not self._shared:
-                self._free[src].extend(offsets)
-                return
-            for offset in offsets:
-                shared = self._shared.get(offset)
-                if shared is None:
+            if len(data) != HEADER.size + 8 * nelem:
+                raise self._malformed(data, src, f"an acknowledgement of {nelem} slot(s) in {len(data) - HEADER.size} bytes")
+            for offset in np.frombuffer(data, np.int64, nelem, HEADER.size).tolist():
+                if self._lent.get(offset) == src:
+                    del self._lent[offset]
                     self._free[src].append(offset)
-                else:
-                    shared[0] -= 1
-                    if not shared[0]:
-                        del self._shared[offset]
-                        self._free[shared[1]].append(offset)
+                    continue
+                shared = self._shared.get(offset)
+                if shared is None or src not in shared[0]:
+                    raise self._malformed(data, src, f"an acknowledgement for slot offset {offset}, which rank "
+                                               f"{self.world_rank} had not lent to it")
+                shared[0].discard(src)
+                if not shared[0]:
+                    del self._shared[offset]
+                    self._free[shared[1]].append(offset)
             return
         if kind == KIND_FIN:
-            self._rndv_out[src] -= fields[13]
+            if not 0 < nelem <= self._rndv_out[src]:
+                raise self._malformed(data, src, f"a receipt for {nelem} direct read(s) while {self._rndv_out[src]} were "
+                                           "outstanding")
+            self._rndv_out[src] -= nelem
             return
         if kind == KIND_CAPS:
             self._peer_reads_me[src] = bool(fields[9])
             return
         slot, fetch = fields[14], None
         if kind == KIND_SLOT:
-            payload = self._peer_segments[src][slot : slot + fields[13] * _ITEMSIZE[fields[7]]]
+            segment = self._peer_segments.get(src)
+            end = slot + nelem * _ITEMSIZE.get(fields[7], -1)
+            if segment is None or slot < 0 or end < slot or end > len(segment) or fields[12] + nelem > fields[11]:
+                raise self._bad_slice(data, fields, None)
+            payload = segment[slot:end]
         elif kind == KIND_RNDV:
+            if fields[7] not in _ITEMSIZE or fields[12] + nelem > fields[11]:
+                raise self._bad_slice(data, fields, None)
             payload, fetch = None, self._fetcher(src, slot)
-        else:
+        elif kind == KIND_NOTICE:
             payload = memoryview(data)[HEADER.size :]
-        got.append(Incoming(kind, src, fields[2], fields[3], fields[4], fields[5:11], fields[11], fields[12], fields[13],
+        else:
+            raise self._malformed(data, src, f"message kind {kind}" + (" after the handshake" if kind == KIND_HELLO else " (unknown)"))
+        got.append(Incoming(kind, src, fields[2], fields[3], fields[4], fields[5:11], fields[11], fields[12], nelem,
                             fields[15], fields[16], payload, slot, fetch))
+
+    def _malformed(self, data: bytes, src: int | None, what: str) -> HcclRemoteError:
+        """``malformed`` with this transport's ranks as the job numbers them."""
+        return malformed(data, None if src is None else self.world_of[src], what, self.world_of[self.world_rank])
+
+    def _bad_slice(self, data: bytes, fields: tuple, inline_bytes: int | None) -> HcclRemoteError:
+        kind, src, dtype, count, offset, nelem, slot = fields[0], fields[1], fields[7], fields[11], fields[12], fields[13], fields[14]
+        if dtype not in _ITEMSIZE:
+            what = f"dtype code {dtype} (unknown)"
+        elif offset + nelem > count:
+            what = f"elements {offset}..{offset + nelem} of a message of {count}"
+        elif inline_bytes is not None:
+            what = f"{nelem} elements of dtype code {dtype} in {inline_bytes} bytes"
+        else:
+            size = len(self._peer_segments[src]) if src in self._peer_segments else 0
+            what = f"slot offset {slot} + {nelem * _ITEMSIZE[dtype]} bytes, outside its {size}-byte segment"
+        return self._malformed(data, src, f"a {'inline ' if kind == KIND_INLINE else ''}slice with {what}")
 
     def _fetcher(self, src: int, address: int):
         def fetch(dst: np.ndarray | None, dtype: np.dtype, nelem: int) -> np.ndarray:
@@ -439,6 +553,7 @@ class ShmTransport:
         for sock in self._out_socks.values():
             sock.close()
         self._sock.close()
+        rundir.unbind(self._path, self._inode)
         for view in self._peer_segments.values():
             view.release()
         for peer_map in self._peer_maps:

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from hccl_py.errors import HcclConnectError, HcclParamError, HcclTimeoutError
+from hccl_py.errors import HcclConnectError, HcclMemoryError, HcclParamError, HcclTimeoutError
 from hccl_py.store import StoreClient, StoreServer
 from tests.mp import wait_until
 
@@ -208,3 +208,142 @@ def test_close_is_idempotent_and_leaves_no_threads() -> None:
     assert _os_threads() == before_os
     with pytest.raises(HcclParamError):
         client.get("k")
+
+
+# -- who may use a store (issue 13): a job secret, atomic claims, the job id, bounded memory ----
+
+
+def test_set_if_absent_claims_once_and_names_the_holder(store: tuple[StoreServer, StoreClient]) -> None:
+    server, client = store
+    assert client.set_if_absent("slot/1", b"pid 10") == (True, b"pid 10")
+    with StoreClient(server.address, timeout_s=5) as other:
+        assert other.set_if_absent("slot/1", b"pid 11") == (False, b"pid 10")
+    assert client.get("slot/1", timeout_s=1) == b"pid 10"
+
+
+def test_job_id_is_the_given_one_or_a_random_one() -> None:
+    with StoreServer(job_id="job-a") as named, StoreServer() as anonymous, StoreServer() as another:
+        with StoreClient(named.address, timeout_s=5) as client:
+            assert client.job_id() == "job-a"
+        with StoreClient(anonymous.address, timeout_s=5) as a, StoreClient(another.address, timeout_s=5) as b:
+            assert a.job_id() == anonymous.job_id and b.job_id() == another.job_id
+            assert a.job_id() != b.job_id()
+
+
+def test_a_client_with_another_secret_is_refused_at_the_handshake() -> None:
+    # The client's own timeout is far beyond the test's: only noticing the refusal passes.
+    with StoreServer(secret="the-jobs-secret") as server:
+        server._data["rank/0"] = b"tcp://10.0.0.1:5000"
+        with StoreClient(server.address, timeout_s=120, secret="a-guess") as intruder:
+            for call in (lambda: intruder.get("rank/0"), lambda: intruder.set("rank/0", b"forged")):
+                with pytest.raises(HcclConnectError) as info:
+                    call()
+                assert info.value.code == 11
+        with StoreClient(server.address, timeout_s=5, secret="the-jobs-secret") as member:
+            assert member.get("rank/0", timeout_s=1) == b"tcp://10.0.0.1:5000"
+
+
+def test_the_default_secret_is_hccl_py_job_secret_else_the_user_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hccl_py.store import default_secret, user_secret
+    from hccl_py.transport import rundir
+
+    monkeypatch.delenv("HCCL_PY_JOB_SECRET", raising=False)
+    secret = default_secret()
+    assert secret == user_secret()
+    path = os.path.join(rundir.user_dir(), "secret")
+    assert os.stat(path).st_mode & 0o777 == 0o600
+    monkeypatch.setenv("HCCL_PY_JOB_SECRET", "from-the-launcher")
+    assert default_secret() == "from-the-launcher"
+    with StoreServer() as server:  # both sides default to the variable
+        with StoreClient(server.address, timeout_s=5) as client:
+            client.set("k", b"v")
+        with StoreClient(server.address, timeout_s=60, secret=secret) as stranger:
+            with pytest.raises(HcclConnectError):
+                stranger.set("k", b"w")
+
+
+def _read_file(path: str) -> str:
+    with open(path) as f:
+        return f.read()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to create a second, unprivileged user (nobody)")
+def test_another_user_cannot_read_the_secret_file() -> None:
+    from hccl_py.store import user_secret
+    from hccl_py.transport import rundir
+    from tests.mp import run_as_nobody
+
+    user_secret()
+    outcome = run_as_nobody(_read_file, os.path.join(rundir.user_dir(), "secret"))
+    assert outcome.get("error", "").startswith("PermissionError"), outcome
+
+
+def test_a_full_store_refuses_more_with_a_memory_error(store: tuple[StoreServer, StoreClient],
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    import hccl_py.store
+
+    _, client = store
+    monkeypatch.setattr(hccl_py.store, "MAX_STORE_BYTES", 64 * 1024)
+    client.set("a", b"x" * 20_000)
+    client.set("b", b"x" * 20_000)
+    with pytest.raises(HcclMemoryError) as info:
+        client.set("c", b"x" * 30_000)
+    assert info.value.code == 3
+    assert client.delete("a")
+    client.set("c", b"x" * 30_000)  # room again
+    with pytest.raises(HcclParamError):  # one value over the frame limit: refused before it is sent
+        client.set("huge", bytes(hccl_py.store.MAX_FRAME_BYTES + 1))
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+# A ZMTP 3.0 greeting asking for PLAIN, as a client sends it before its credentials.
+_GREETING = b"\xff" + bytes(8) + b"\x7f" + b"\x03\x00" + b"PLAIN".ljust(20, b"\0") + b"\x00" + bytes(31)
+
+
+def test_a_frame_announced_huge_is_refused_before_it_is_stored(store: tuple[StoreServer, StoreClient]) -> None:
+    """Before any credentials: a command frame announcing 8 GiB, then 256 MiB of it. The store
+    drops the connection when it reads the length; its memory does not grow with the data."""
+    import struct
+
+    server, client = store
+    before = _rss_mib()
+    chunk = bytes(1 << 20)
+    with socket.create_connection(("127.0.0.1", server.port)) as attacker:
+        attacker.sendall(_GREETING + b"\x06" + struct.pack(">Q", 8 << 30))
+        with pytest.raises(OSError):  # reset (or a broken pipe): the store closed the connection
+            for _ in range(256):
+                attacker.sendall(chunk)
+    assert _rss_mib() - before < 64
+    client.set("still", b"serving")
+    assert client.get("still", timeout_s=1) == b"serving"
+
+
+def test_many_junk_connections_leave_memory_bounded_and_the_store_serving(store: tuple[StoreServer, StoreClient]) -> None:
+    """2000 loopback connections that start a handshake and stall, all open at once, then
+    closed: the store keeps answering, and its memory stays within a bound (~15 KiB each)."""
+    server, client = store
+    client.set("k", b"v")
+    before = _rss_mib()
+    junk = []
+    try:
+        for _ in range(2000):
+            conn = socket.create_connection(("127.0.0.1", server.port))
+            conn.sendall(_GREETING + b"\x04\x1a\x05HELLO")  # half a HELLO command, never finished
+            junk.append(conn)
+        assert client.get("k", timeout_s=5) == b"v"
+        assert _rss_mib() - before < 128
+    finally:
+        for conn in junk:
+            conn.close()
+    for _ in range(2000):  # and connections that send garbage and go
+        with socket.create_connection(("127.0.0.1", server.port)) as conn:
+            conn.sendall(os.urandom(64))
+    assert client.get("k", timeout_s=5) == b"v"
+    assert _rss_mib() - before < 128

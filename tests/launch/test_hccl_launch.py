@@ -121,6 +121,18 @@ def test_rank_killed_by_a_signal_is_reported_by_name() -> None:
 
 
 @pytest.mark.timeout(90)
+def test_a_killed_ranks_socket_directory_is_removed_with_the_job() -> None:
+    """Rank 1 is SIGKILLed after init and rank 0 stopped: neither removes its own socket; the
+    launcher removes them and the job directory (the no_leaks fixture checks that)."""
+    from tests.mp import job_dirs
+
+    before = job_dirs()
+    done = _run("-n", "2", "--grace", "2", str(SCRIPTS / "ranks.py"), "--init", "--sigkill-rank", "1", "--sleep", "60")
+    assert done.returncode == 128 + signal.SIGKILL, done.stderr
+    assert job_dirs() == before
+
+
+@pytest.mark.timeout(90)
 def test_job_timeout_stops_everything_with_124() -> None:
     # The ranks never finish (--block), so the 1 s job timeout fires however slowly they start.
     done = _run("-n", "2", "--timeout", "1", "--grace", "30", str(SCRIPTS / "ranks.py"), "--block", timeout=60)

@@ -1,6 +1,7 @@
 """A rank whose behaviour the launcher tests choose from the command line.
 
-Every rank writes its pid to ``--pid-dir`` (if given) and checks in at the launcher's store,
+Every rank joins the hccl-py job first with ``--init`` (it binds its socket), writes its pid to
+``--pid-dir`` (if given) and checks in at the launcher's store,
 then: the ``--fail-rank`` waits until every rank has checked in (so the others really have to be
 stopped, however slowly they started) and exits with ``--code`` after writing a few stderr
 lines, the ``--sigkill-rank`` does the same and kills itself with SIGKILL, everyone else sleeps
@@ -21,8 +22,14 @@ parser.add_argument("--sigkill-rank", type=int, default=-1)
 parser.add_argument("--sleep", type=float, default=0.0)
 parser.add_argument("--block", action="store_true", help="never finish on its own: wait until stopped")
 parser.add_argument("--store-check", action="store_true", help="use the launcher's store before anything else")
+parser.add_argument("--init", action="store_true", help="hccl_py.init() first (each rank binds its socket)")
 opts = parser.parse_args()
 rank = int(os.environ["RANK_ID"])
+
+if opts.init:
+    import hccl_py
+
+    hccl_py.init()
 
 if opts.store_check:
     from hccl_py.store import StoreClient

@@ -1,0 +1,277 @@
+"""Where the ranks of a job on one host reach each other: pathname unix sockets in a private
+directory, so that only this user's processes can reach a rank.
+
+Layout::
+
+    <user dir>/                     0700, ours: $XDG_RUNTIME_DIR/hccl_py, else /tmp/hccl_py-<uid>
+                                    (HCCL_PY_RUN_DIR overrides; it must be ours and not writable by others)
+        secret                      0600: the per-user store secret (store.py)
+        <job>/                      0700: one directory per job id
+            g<gen>[.<host>].<rank>.<pid>    a rank's datagram socket (generation, host tag, local rank, pid)
+
+The kernel checks the directories' permissions on every ``connect``/``sendto`` by path, so
+other users get EACCES before a byte arrives; nothing is checked per message (a connected
+datagram socket keeps its peer). Root passes any permission check, as everywhere.
+
+Clean-up: a rank unlinks its own socket on close and tries to remove the job directory;
+hccl-launch and ``launch.spawn`` call :func:`remove_job` when the job ends (sockets of ranks
+that were SIGKILLed refuse connections, so they are recognised as dead); a rank 0 started
+without a launcher calls :func:`sweep_stale` at init for the directories of dead jobs.
+
+Example::
+
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    path, inode = bind(sock, "3f2a9c0d1b2e", "g1.0.4242")    # <user dir>/3f2a9c0d1b2e/g1.0.4242
+    ...
+    unbind(path, inode)
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import re
+import socket
+import stat
+import time
+
+from .. import env
+from ..errors import HcclConnectError, HcclSyscallError
+
+UNIX_PATH_MAX = 107  # sun_path is 108 bytes, one for the terminating NUL
+BASE_MAX = 64  # longest user dir taken from XDG_RUNTIME_DIR; longer ones fall back to /tmp
+STALE_AGE_S = 10.0  # a job directory untouched this long whose sockets all refuse is a dead job's
+_SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,23}")
+
+
+def user_dir(create: bool = True) -> str:
+    """This user's private directory (created 0700 on first use); HcclSyscallError saying what
+    to do when it is not safe (another owner, a symlink, writable by others)."""
+    explicit = os.environ.get(env.RUN_DIR)
+    if explicit:
+        path = os.path.abspath(explicit)
+        if create:
+            _make_dir(path)
+        _check_private(path, f"{env.RUN_DIR}={explicit}", fix=False)
+        return path
+    path = _default_base()
+    if create:
+        _make_dir(path)
+        _check_private(path, path, fix=True)
+    return path
+
+
+def _default_base() -> str:
+    uid = os.geteuid()
+    xdg = os.environ.get(env.XDG_RUNTIME_DIR)
+    if xdg and os.path.isabs(xdg) and len(xdg) + 8 <= BASE_MAX:
+        try:
+            st = os.lstat(xdg)
+        except OSError:
+            st = None
+        if st is not None and stat.S_ISDIR(st.st_mode) and st.st_uid == uid:
+            return os.path.join(xdg, "hccl_py")
+    return f"/tmp/hccl_py-{uid}"
+
+
+def _make_dir(path: str) -> None:
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except OSError as err:
+        raise HcclSyscallError(f"cannot create {path}: {err.strerror}; set {env.RUN_DIR} to a directory of yours") from None
+
+
+def _check_private(path: str, what: str, *, fix: bool) -> None:
+    try:
+        st = os.lstat(path)
+    except OSError as err:
+        raise HcclSyscallError(f"{what}: {err.strerror}; set {env.RUN_DIR} to a directory of yours") from None
+    problem = None
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        problem = "is not a directory (a symlink?)"
+    elif st.st_uid != os.geteuid():
+        problem = f"belongs to uid {st.st_uid}, not to this user (uid {os.geteuid()})"
+    elif st.st_mode & (0o077 if fix else 0o022):
+        if fix:
+            os.chmod(path, 0o700)  # hccl-py's own directory: make it private again
+        else:
+            problem = f"is writable by other users (mode {stat.S_IMODE(st.st_mode):o})"
+    if problem:
+        raise HcclSyscallError(
+            f"{what} {problem}: hccl-py keeps job sockets and its secret there only if nobody else can "
+            f"change it; remove it, or set {env.RUN_DIR} to a directory only you can write")
+
+
+def job_dir_name(job_id: str) -> str:
+    """The job's directory name: the id itself when short and plain, else ``h-`` + its hash."""
+    if _SAFE_NAME.fullmatch(job_id):
+        return job_id
+    return "h-" + hashlib.blake2b(job_id.encode(), digest_size=8).hexdigest()
+
+
+def job_dir(job_id: str, create: bool = False) -> str:
+    """``<user dir>/<job>``, created 0700 (and checked to be ours) when ``create``."""
+    path = os.path.join(user_dir(create=create), job_dir_name(job_id))
+    if create:
+        _make_dir(path)
+        _check_private(path, path, fix=True)
+    return path
+
+
+def socket_path(job_id: str, name: str) -> str:
+    """Where the socket ``name`` (e.g. ``g1.0.4242``) of job ``job_id`` lives."""
+    path = os.path.join(user_dir(create=False), job_dir_name(job_id), name)
+    if len(path.encode()) > UNIX_PATH_MAX:
+        raise HcclSyscallError(f"socket path {path!r} is longer than the {UNIX_PATH_MAX} bytes a unix socket "
+                               f"address holds; set {env.RUN_DIR} to a shorter directory (e.g. /tmp/hccl_py-{os.geteuid()})")
+    return path
+
+
+def bind(sock: socket.socket, job_id: str, name: str) -> tuple[str, int]:
+    """Bind ``sock`` to the socket ``name`` of job ``job_id``; (path, inode of the socket file).
+
+    A file left there by a dead process is replaced; a live one is an HcclConnectError (two
+    processes that think they are the same rank of the same job)."""
+    for _ in range(3):
+        job_dir(job_id, create=True)
+        path = socket_path(job_id, name)
+        try:
+            sock.bind(path)
+        except FileNotFoundError:
+            continue  # the directory was swept between mkdir and bind: make it again
+        except OSError as err:
+            if err.errno == errno.EADDRINUSE and not listening(path):
+                _unlink(path)
+                continue
+            raise HcclConnectError(
+                f"cannot bind the socket {path}: {err.strerror}"
+                + (" (a live process of job {job_id!r} holds it: two jobs with the same HCCL_PY_JOB_ID? give each job its own)"
+                   .format(job_id=job_id) if err.errno == errno.EADDRINUSE else "")) from None
+        return path, os.lstat(path).st_ino
+    raise HcclConnectError(f"cannot bind the socket {name} of job {job_id!r} in {user_dir(create=False)}: "
+                           "its directory keeps vanishing (is something removing it?)")
+
+
+def unbind(path: str, inode: int) -> None:
+    """Remove our socket file (if it is still ours), then the job directory if it is empty."""
+    try:
+        if os.lstat(path).st_ino == inode:
+            os.unlink(path)
+    except OSError:
+        pass
+    try:
+        os.rmdir(os.path.dirname(path))
+    except OSError:
+        pass  # other ranks' sockets are still there (or it is gone already)
+
+
+def listening(path: str) -> bool:
+    """Whether a live socket is bound at ``path`` (a dead process's file refuses connections)."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        probe.connect(path)
+        return True
+    except (ConnectionRefusedError, FileNotFoundError):
+        return False
+    except OSError:
+        return True  # cannot tell (e.g. a stream socket): leave it alone
+    finally:
+        probe.close()
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _dead_sockets(path: str) -> list[str] | None:
+    """The entries of a job directory if every one is a socket nobody listens on, else None."""
+    try:
+        names = os.listdir(path)
+    except OSError:
+        return None
+    dead = []
+    for name in names:
+        entry = os.path.join(path, name)
+        try:
+            mode = os.lstat(entry).st_mode
+        except OSError:
+            continue
+        if not stat.S_ISSOCK(mode) or listening(entry):
+            return None
+        dead.append(entry)
+    return dead
+
+
+def _ours(path: str) -> bool:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid()
+
+
+def remove_job(job_id: str) -> None:
+    """When a job has ended (hccl-launch, ``launch.spawn``): remove the sockets of its ranks
+    that are gone (SIGKILLed ranks leave theirs) and the job directory once it is empty. Live
+    sockets stay: another launcher's ranks of the same job may still run on this host."""
+    try:
+        path = os.path.join(user_dir(create=False), job_dir_name(job_id))
+    except HcclSyscallError:
+        return
+    if not _ours(path):
+        return
+    try:
+        names = os.listdir(path)
+    except OSError:
+        return
+    for name in names:
+        entry = os.path.join(path, name)
+        try:
+            if stat.S_ISSOCK(os.lstat(entry).st_mode) and not listening(entry):
+                _unlink(entry)
+        except OSError:
+            pass
+    try:
+        os.rmdir(path)
+    except OSError:
+        pass
+
+
+def sweep_stale(keep: str | None = None) -> list[str]:
+    """Remove the directories of dead jobs (every socket in them refuses connections and none
+    changed for STALE_AGE_S), except job ``keep``; the directories removed. Called by a rank 0
+    started without a launcher, which has nobody to clean up after a crash."""
+    try:
+        base = user_dir(create=False)
+        names = os.listdir(base)
+    except (HcclSyscallError, OSError):
+        return []
+    skip = job_dir_name(keep) if keep is not None else None
+    now = time.time()
+    removed = []
+    for name in names:
+        path = os.path.join(base, name)
+        if name == skip or not _ours(path):
+            continue
+        try:
+            if now - os.lstat(path).st_mtime < STALE_AGE_S:
+                continue
+        except OSError:
+            continue
+        dead = _dead_sockets(path)
+        if dead is None:
+            continue
+        for entry in dead:
+            _unlink(entry)
+        try:
+            os.rmdir(path)
+            removed.append(path)
+        except OSError:
+            pass
+    return removed
