@@ -24,7 +24,7 @@ from hccl_py.communicator import Communicator
 from hccl_py.context import RankContext
 from hccl_py.device import Device
 from hccl_py.executor import Engine
-from hccl_py.runtime import load_topology
+from hccl_py.context import load_topology
 from hccl_py.transport.base import KIND_INLINE, Incoming, SliceHeader
 
 from topology.units import parse_size
