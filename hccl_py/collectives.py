@@ -31,6 +31,10 @@ class OpKind(IntEnum):
     REDUCE_SCATTER = 5
     BARRIER = 6
     SEND = 7
+    ALLTOALL = 8
+    ALLTOALLV = 9
+    SCATTER = 10
+    GATHER = 11
 
     @property
     def label(self) -> str:
@@ -61,10 +65,18 @@ class Collective:
     out_count: Callable[[int, int], int]
     bus_factor: Callable[[int], float]
     message_elements: Callable[[int, int, int], int]
+    root_only: str | None = None  # "in" (scatter) or "out" (gather): the buffer only the root has
 
-    def buffer_counts(self, size: int, count: int) -> tuple[int, int]:
-        """(IN, OUT) elements of one rank for a call of ``count`` on ``size`` ranks."""
-        return self.in_count(size, count), self.out_count(size, count)
+    def buffer_counts(self, size: int, count: int, rank: int | None = None, root: int = 0) -> tuple[int, int]:
+        """(IN, OUT) elements of one rank for a call of ``count`` on ``size`` ranks (of ``rank``,
+        when given: a rank other than the root has no ``root_only`` buffer)."""
+        in_count, out_count = self.in_count(size, count), self.out_count(size, count)
+        if rank is not None and rank != root:
+            if self.root_only == "in":
+                in_count = 0
+            elif self.root_only == "out":
+                out_count = 0
+        return in_count, out_count
 
 
 def _whole(size: int, count: int) -> int:
@@ -103,6 +115,20 @@ COLLECTIVES: dict[str, Collective] = {c.name: c for c in (
     Collective("reduce_scatter", OpKind.REDUCE_SCATTER, "HcclReduceScatter", rooted=False, reduces=True, in_place=False,
                aliases=("reducescatter", "reduce-scatter"), in_count=_blocks, out_count=_whole,
                bus_factor=lambda n: (n - 1) / n, message_elements=_per_rank_block),
+    Collective("alltoall", OpKind.ALLTOALL, "HcclAlltoAll", rooted=False, reduces=False, in_place=False,
+               aliases=("all_to_all",), in_count=_blocks, out_count=_blocks,
+               bus_factor=lambda n: (n - 1) / n, message_elements=_per_rank_block),
+    # counts per pair vary (AlltoAllV / AlltoAllVC): the buffers are the caller's, the call's
+    # count is a digest of the counts matrix (so a rank with another matrix is a mismatch)
+    Collective("alltoallv", OpKind.ALLTOALLV, "HcclAlltoAllV", rooted=False, reduces=False, in_place=False,
+               aliases=("all_to_all_v", "alltoallvc", "all_to_all_vc"), in_count=_none, out_count=_none,
+               bus_factor=lambda n: (n - 1) / n, message_elements=_per_rank_block),
+    Collective("scatter", OpKind.SCATTER, "HcclScatter", rooted=True, reduces=False, in_place=False,
+               aliases=(), in_count=_blocks, out_count=_whole,
+               bus_factor=lambda n: (n - 1) / n, message_elements=_per_rank_block, root_only="in"),
+    Collective("gather", OpKind.GATHER, "HcclGather", rooted=True, reduces=False, in_place=False,
+               aliases=(), in_count=_whole, out_count=_blocks,
+               bus_factor=lambda n: (n - 1) / n, message_elements=_per_element, root_only="out"),
     Collective("barrier", OpKind.BARRIER, "HcclBarrier", rooted=False, reduces=False, in_place=False,
                aliases=(), in_count=_none, out_count=_none,
                bus_factor=lambda n: 0.0, message_elements=lambda nbytes, itemsize, n: 0),

@@ -77,3 +77,12 @@ def ring_indices(rank: int, size: int, shift: int) -> list[tuple[int, int]]:
     owning chunk ``r + shift``.
     """
     return [((rank + shift - s) % size, (rank + shift - s - 1) % size) for s in range(size - 1)]
+
+
+def packed_displacements(counts: Sequence[int]) -> tuple[int, ...]:
+    """Offsets of blocks of ``counts`` elements laid end to end: ``(3, 0, 2)`` -> ``(0, 3, 3)``."""
+    out, offset = [], 0
+    for n in counts:
+        out.append(offset)
+        offset += n
+    return tuple(out)

@@ -125,20 +125,21 @@ def play(
         raise HcclParamError(f"{len(inputs)} inputs for size {size}")
     arrays = [np.ascontiguousarray(x) for x in inputs]
     shape, dtype = arrays[0].shape, arrays[0].dtype
-    if len(shape) != 1 or any(a.shape != shape or a.dtype != dtype for a in arrays):
+    varying = hasattr(algo, "buffer_counts")  # counts per pair: every rank's input its own length
+    if len(shape) != 1 or any(a.ndim != 1 or a.dtype != dtype or (a.shape != shape and not varying) for a in arrays):
         raise HcclParamError("inputs must be 1-D arrays of one shape and dtype")
+    spec = lookup(collective)
     count = shape[0]
-    if collective == "reduce_scatter":
+    if spec.in_count(size, 1) > 1:  # the input is one block per rank
         if count % size:
-            raise HcclParamError(f"reduce_scatter input of {count} elements does not split into {size} blocks")
+            raise HcclParamError(f"{collective} input of {count} elements does not split into {size} blocks")
         count //= size
     plan = check(collective, algo, size, count, root)
     ufunc = UFUNCS[ReduceOp.parse(op)]
-    _, out_count = lookup(collective).buffer_counts(size, count)
     bufs = []
     for r, sched in enumerate(plan.schedules):
         data = arrays[r].copy()
-        out = data if lookup(collective).in_place else _garbage(out_count, dtype)
+        out = data if spec.in_place else _garbage(_buffer_counts(spec, resolve(collective, algo), size, count, r, root)[1], dtype)
         bufs.append({IN: data, OUT: out, TMP: _garbage(sched.tmp_count, dtype)})
 
     def view(rank: int, region: Region) -> np.ndarray:
@@ -189,12 +190,13 @@ def _name(fn: ScheduleFn) -> str:
 @lru_cache(maxsize=256)  # plans hold every event; the simulator may play thousands of ranks
 def _check(collective: str, fn: ScheduleFn, size: int, count: int, root: int) -> Plan:
     where = f"{_name(fn)} ({collective}, size={size}, count={count}, root={root})"
-    in_count, out_count = lookup(collective).buffer_counts(size, count)
+    spec = lookup(collective)
     schedules = []
     for rank in range(size):
         sched = fn(rank, size, count, root)
         if not isinstance(sched, Schedule):
             raise ScheduleError(f"{where}: rank {rank} returned {type(sched).__name__}, not a Schedule")
+        in_count, out_count = _buffer_counts(spec, fn, size, count, rank, root)
         limits = {IN: in_count, OUT: out_count, TMP: sched.tmp_count}
         for i, step in enumerate(sched.steps):
             _check_step(collective, rank, size, root, step, limits, f"{where}: rank {rank} step {i}")
@@ -202,6 +204,14 @@ def _check(collective: str, fn: ScheduleFn, size: int, count: int, root: int) ->
     send_match, recv_match = _match(schedules, where)
     events = _simulate(schedules, send_match, recv_match, where)
     return Plan(collective, size, count, root, tuple(schedules), tuple(events))
+
+
+def _buffer_counts(spec, fn: ScheduleFn, size: int, count: int, rank: int, root: int) -> tuple[int, int]:
+    """(IN, OUT) elements of ``rank``: the schedule function's own when its blocks vary per pair
+    (``alltoallv.VSchedule``), else the collective's."""
+    if hasattr(fn, "buffer_counts"):
+        return fn.buffer_counts(rank)
+    return spec.buffer_counts(size, count, rank, root)
 
 
 def _check_step(collective: str, rank: int, size: int, root: int, step, limits: dict, where: str) -> None:

@@ -13,22 +13,32 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Callable
 
-from ..collectives import DATA_COLLECTIVES
 from ..errors import HcclNotSupportedError
 from .schedule import Schedule
 
 ScheduleFn = Callable[..., Schedule]  # (rank, size, count, root=0) -> Schedule
 
-ALGOS = ("ring", "tree", "hd", "mesh")  # every collective has these
-EXTRA = (("allreduce", "rd"), ("allreduce", "oneshot"), ("barrier", "dissemination"), ("barrier", "monitored"))  # algorithms only some collectives have
-# Stable indices for wire headers. "hier" (two-level, on a partition: ``hierarchical.py``) has no
-# entry in SCHEDULES: its schedule function comes from ``hierarchical.schedule_for``.
-ALL_ALGOS = ALGOS + tuple(dict.fromkeys(algo for _, algo in EXTRA)) + ("hier",)
-
-_MODULES = {
-    (collective, algo): import_module(f"{__package__}.{collective}_{algo}")
-    for collective, algo in [(c, a) for c in DATA_COLLECTIVES for a in ALGOS] + list(EXTRA)
+# The algorithms each collective has, in the order ties are broken in.
+ALGORITHMS: dict[str, tuple[str, ...]] = {
+    "allreduce": ("ring", "tree", "hd", "mesh", "rd", "oneshot"),
+    "allgather": ("ring", "tree", "hd", "mesh"),
+    "broadcast": ("ring", "tree", "hd", "mesh"),
+    "reduce": ("ring", "tree", "hd", "mesh"),
+    "reduce_scatter": ("ring", "tree", "hd", "mesh"),
+    "alltoall": ("pairwise", "mesh"),
+    "scatter": ("ring", "tree", "mesh"),
+    "gather": ("ring", "tree", "mesh"),
+    "barrier": ("dissemination", "monitored"),
 }
+# All-to-all with counts per pair (``alltoallv.VSchedule``) runs these algorithms' ``schedule_v``.
+V_ALGORITHMS = ("pairwise", "mesh")
+# Stable indices for wire headers (append new names at the end). "hier" (two-level, on a
+# partition: ``hierarchical.py``) has no entry in SCHEDULES: its schedule function comes from
+# ``hierarchical.schedule_for``.
+ALL_ALGOS = ("ring", "tree", "hd", "mesh", "rd", "oneshot", "dissemination", "monitored", "hier", "pairwise")
+
+_MODULES = {(collective, algo): import_module(f"{__package__}.{collective}_{algo}")
+            for collective, algos in ALGORITHMS.items() for algo in algos}
 SCHEDULES: dict[tuple[str, str], ScheduleFn] = {key: module.schedule for key, module in _MODULES.items()}
 # Algorithms that can also list every rank's steps at once (``StepFlows``), for the simulator at
 # cluster scale.
@@ -36,8 +46,10 @@ FLOWS = {key: module.flows for key, module in _MODULES.items() if hasattr(module
 
 
 def algos_for(collective: str) -> tuple[str, ...]:
-    """The algorithms ``collective`` has, in ALL_ALGOS order (the order ties are broken in)."""
-    return tuple(a for a in ALL_ALGOS if (collective, a) in SCHEDULES)
+    """The algorithms ``collective`` has, in the order ties are broken in."""
+    if collective == "alltoallv":
+        return V_ALGORITHMS
+    return ALGORITHMS.get(collective, ())
 
 
 def get_schedule(collective: str, algo: "str | ScheduleFn") -> ScheduleFn:

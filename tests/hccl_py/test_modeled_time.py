@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from hccl_py.algorithms.registry import algos_for
-from hccl_py.collectives import DATA_COLLECTIVES as COLLECTIVES
+COLLECTIVES = ("allreduce", "allgather", "broadcast", "reduce", "reduce_scatter", "alltoall", "scatter", "gather")
 from hccl_py.cost_model import CostModel
 from hccl_py.planning.simulator import simulate
 from tests.mp import run_ranks

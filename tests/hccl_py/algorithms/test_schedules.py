@@ -13,14 +13,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hccl_py.algorithms.playback import ScheduleError, check, play, walk
-from hccl_py.algorithms.registry import ALGOS, EXTRA, SCHEDULES, get_schedule
-from hccl_py.collectives import DATA_COLLECTIVES as COLLECTIVES
+from hccl_py.algorithms.registry import ALGORITHMS, SCHEDULES, get_schedule
 from hccl_py.algorithms.schedule import IN, OUT, TMP, Copy, Recv, Region, Schedule, Send, Step
 from hccl_py.dtypes import UFUNCS, ReduceOp
 from hccl_py.errors import HcclNotSupportedError
 
 SIZES = [*range(1, 10), 13, 16]
-PAIRS = [(c, a) for c in COLLECTIVES for a in ALGOS] + [(c, a) for c, a in EXTRA if c in COLLECTIVES]
+COLLECTIVES = ("allreduce", "allgather", "broadcast", "reduce", "reduce_scatter")  # tests/.../test_new_schedules.py: the rest
+PAIRS = [(c, a) for c in COLLECTIVES for a in ALGORITHMS[c]]
 ROOTED = {"broadcast", "reduce"}
 REDUCING = {"allreduce", "reduce", "reduce_scatter"}
 INT32, FLOAT32 = np.dtype(np.int32), np.dtype(np.float32)
@@ -179,7 +179,8 @@ def test_barrier_monitored(size: int) -> None:
 
 
 def test_registry() -> None:
-    assert set(SCHEDULES) == {*PAIRS, ("barrier", "dissemination"), ("barrier", "monitored")}
+    assert set(SCHEDULES) == {(c, a) for c, algos in ALGORITHMS.items() for a in algos}
+    assert set(PAIRS) <= set(SCHEDULES)
     assert ("allreduce", "rd") in SCHEDULES
     fn = get_schedule("allreduce", "ring")
     assert fn(1, 4, 10) is fn(1, 4, 10)  # cached: the runtime asks once per call

@@ -1,0 +1,41 @@
+"""Chain scatter (HCCL's ring Scatter): the root feeds its blocks down the chain root, root+1,
+..., root-1, farthest destination first; every rank forwards what is not its own one step
+later, so all blocks arrive together in the last step.
+
+In step s the root sends the block of relative rank size-1-s; relative rank v receives in steps
+v-1 .. size-2 (its own block last, straight into OUT) and forwards in steps v .. size-2 what it
+received the step before. Received blocks alternate between two TMP slots, so a step never
+receives into the slot it sends from.
+
+Steps: size-1. Sent per rank: (size-1-v) * count elements. TMP: 2 * count.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from ._common import absolute, finish, relative
+from .schedule import IN, OUT, TMP, Copy, Recv, Region, Schedule, Send, Step
+
+
+@lru_cache(maxsize=256)
+def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
+    v = relative(rank, root, size)
+    nxt, prev = absolute(v + 1, root, size), absolute(v - 1, root, size)
+    slot = [Region(TMP, 0, count), Region(TMP, count, count)]
+    steps = []
+    for s in range(size - 1):
+        sends, recvs = (), ()
+        if v == 0:
+            dest = size - 1 - s
+            sends = (Send(nxt, Region(IN, absolute(dest, root, size) * count, count)),)
+        else:
+            if s >= v and v < size - 1:
+                sends = (Send(nxt, slot[(s - 1) % 2]),)
+            if s >= v - 1:
+                dest = size - 2 - s + v
+                recvs = (Recv(prev, Region(OUT, 0, count) if dest == v else slot[s % 2]),)
+        steps.append(Step(sends=sends, recvs=recvs))
+    if v == 0:
+        steps.append(Step(copies=(Copy(Region(IN, root * count, count), Region(OUT, 0, count)),)))
+    return finish(steps)
