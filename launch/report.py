@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ._proc import describe_returncode, signal_name
+from .proc import describe_returncode, signal_name
 
 _RULE = "=" * 78
 _THIN = "-" * 78

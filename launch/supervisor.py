@@ -37,7 +37,8 @@ from hccl_py.errors import HcclError, HcclTimeoutError
 from hccl_py.store import StoreClient, StoreServer, store_address, user_secret
 from hccl_py.transport import rundir
 
-from ._proc import new_job_id, new_job_secret, pdeathsig_preexec, rank_env, shell_exit_code, signal_name
+from .proc import (new_job_id, new_job_secret, pdeathsig_preexec, rank_env, shell_exit_code, signal_group, signal_name,
+                   stop_all)
 from ._watchdog import Watchdog, kill_sessions, start_time, supported
 from .config import LaunchConfig
 from .diagnosis import diagnose, format_diagnosis, load_dumps
@@ -302,15 +303,17 @@ class Supervisor:
         """Record ranks that exited since the last look; the first failing one, if any."""
         first_failure = None
         for rank in self._ranks:
-            if rank.returncode is not None:
-                continue
-            returncode = self._exit_status(rank)
-            if returncode is None:
-                continue
-            rank.returncode, rank.exit_time = returncode, time.time()
-            if returncode != 0 and first_failure is None:
+            if rank.returncode is None and self._exited(rank) and rank.returncode != 0 and first_failure is None:
                 first_failure = rank
         return first_failure
+
+    def _exited(self, rank: _Rank) -> bool:
+        """Whether the rank has exited (its status recorded the first time this sees it)."""
+        if rank.returncode is None:
+            returncode = self._exit_status(rank)
+            if returncode is not None:
+                rank.returncode, rank.exit_time = returncode, time.time()
+        return rank.returncode is not None
 
     def _exit_status(self, rank: _Rank, block: bool = False) -> int | None:
         """The rank's exit status (``None`` while it runs, unless ``block``); collecting it
@@ -334,34 +337,25 @@ class Supervisor:
         process group goes at once; the rest of its session (other groups, orphaned
         grandchildren) is found in /proc. Then the watchdog can forget the rank's pid."""
         pid = rank.popen.pid
-        _killpg(pid, signal.SIGKILL)
+        signal_group(rank.popen, signal.SIGKILL)
         if self._watchdog is None:
             return
         if not kill_sessions({pid: rank.start_time}, patience_s=SESSION_KILL_PATIENCE_S):
             self._watchdog.forget(pid)
 
     def _stop_all(self, sig: int, grace_s: float) -> None:
-        """Send ``sig`` to every live rank's process group, SIGKILL what is left after the grace."""
+        """Send ``sig`` to every live rank's process group, SIGKILL what is left after the grace
+        (or at once on another signal to the launcher, e.g. a second Ctrl-C)."""
         self._reap_exited()
         alive = [r for r in self._ranks if r.returncode is None]
-        if not alive:
-            return
-        for r in alive:
-            r.stopped_by = sig
-            _killpg(r.popen.pid, sig)
-        deadline = time.monotonic() + grace_s
         seen_signals = len(self._signals)
-        while sig != signal.SIGKILL and time.monotonic() < deadline:
-            self._reap_exited()
-            if all(r.returncode is not None for r in alive):
-                return
-            if len(self._signals) > seen_signals:
-                break  # (another) Ctrl-C while stopping: do not wait out the grace
-            self._nap()
-        for r in alive:
-            if r.returncode is None:
-                r.stopped_by = signal.SIGKILL
-                _killpg(r.popen.pid, signal.SIGKILL)
+
+        def send(rank: _Rank, signum: int) -> None:
+            rank.stopped_by = signum
+            signal_group(rank.popen, signum)
+
+        stop_all(alive, grace_s, sig, send=send, exited=self._exited, wait=lambda live, timeout_s: self._nap(),
+                 give_up=lambda: len(self._signals) > seen_signals)
         for r in alive:
             if r.returncode is None:
                 r.returncode, r.exit_time = self._exit_status(r, block=True), time.time()
@@ -413,10 +407,3 @@ class Supervisor:
             previous[signum] = signal.getsignal(signum)
             signal.signal(signum, handler)
         return previous
-
-
-def _killpg(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass  # group already empty

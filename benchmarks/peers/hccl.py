@@ -28,8 +28,7 @@ import numpy as np
 from ..collectives import Collective
 from ..collectives import get as get_collective
 from ..config import BenchConfig
-from ..harness import BackendError, ExtraColumn, RankComm, rank_main
-from .base import Backend
+from ..harness import Backend, BackendError, ExtraColumn, RankComm, rank_main
 
 __all__ = ["HcclBackend", "HcclRankComm", "EXTRA_COLUMNS"]
 
