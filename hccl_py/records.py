@@ -23,6 +23,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import tracefile
+
 DEFAULT_RECORDS = 20_000
 
 
@@ -155,7 +157,4 @@ def chrome_trace_events(rank: int, records, wall_origin: float) -> list[dict]:
 
 def write_chrome_trace(path: str | Path, rank: int, records, wall_origin: float) -> Path:
     """Write one rank's trace file; hccl-launch merges the ranks' files into one."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"traceEvents": chrome_trace_events(rank, records, wall_origin), "displayTimeUnit": "ms"}))
-    return path
+    return tracefile.write(path, chrome_trace_events(rank, records, wall_origin))

@@ -32,7 +32,7 @@ from pathlib import Path
 from collections.abc import Callable
 from typing import BinaryIO
 
-from hccl_py import env
+from hccl_py import env, tracefile
 from hccl_py.errors import HcclError, HcclTimeoutError
 from hccl_py.store import StoreClient, StoreServer, store_address, user_secret
 from hccl_py.transport import rundir
@@ -42,7 +42,7 @@ from .proc import (new_job_id, new_job_secret, pdeathsig_preexec, rank_env, shel
 from ._watchdog import Watchdog, kill_sessions, start_time, supported
 from .config import LaunchConfig
 from .diagnosis import diagnose, format_diagnosis, load_dumps
-from .report import RankOutcome, format_failure, format_stopped, merge_traces
+from .report import RankOutcome, format_failure, format_stopped
 
 POLL_INTERVAL_S = 0.05  # how often exits are checked: a crash is noticed within ~50 ms
 STDERR_TAIL_LINES = 20
@@ -150,7 +150,7 @@ class Supervisor:
             if self._own_flight_dir:
                 shutil.rmtree(self._flight_dir, ignore_errors=True)
             if self.config.trace_dir is not None:
-                merged = merge_traces(self.config.trace_dir)
+                merged = tracefile.merge(self.config.trace_dir)
                 if merged is not None:
                     self._report(f"hccl-launch: trace of {self.config.nproc} ranks written to {merged} (open in Perfetto)")
             for signum, handler in previous.items():
