@@ -223,8 +223,8 @@ class Supervisor:
             child_env = {**os.environ, **rank_env(r, cfg.world_size, cfg.master_addr, port, self.job_id, self.job_secret,
                                                  local, cfg.nproc),
                          env.DEVICE_ID: str(device), **nodes,
-                         **cfg.modeled_env(), "HCCL_PY_WALL_ORIGIN": repr(self._wall_origin),
-                         "HCCL_PY_FLIGHT_DIR": str(self._flight_dir)}
+                         **cfg.modeled_env(), env.HCCL_PY_WALL_ORIGIN: repr(self._wall_origin),
+                         env.HCCL_PY_FLIGHT_DIR: str(self._flight_dir)}
             popen = subprocess.Popen(
                 command,
                 env=child_env,
