@@ -55,7 +55,6 @@ from .proc import describe_returncode, new_job_id, new_job_secret, rank_env, set
 __all__ = ["spawn", "SpawnContext", "SpawnError"]
 
 DEFAULT_GRACE_S = 3.0
-_SESSION_KILL_PATIENCE_S = 5.0  # ranks' leftovers still alive after this are left to the watchdog
 # What every rank imports anyway: loaded once in the forkserver, inherited by each fork.
 _FORKSERVER_PRELOAD = ["numpy", "zmq"]
 
@@ -331,9 +330,7 @@ class SpawnContext:
         # Whatever the ranks started (children, other process groups, orphaned grandchildren)
         # is in their sessions: nothing a job started outlives it.
         if self._sessions and self._watchdog is not None:
-            if not _watchdog.kill_sessions(self._sessions, patience_s=_SESSION_KILL_PATIENCE_S):
-                for pid in self._sessions:
-                    self._watchdog.forget(pid)
+            self._watchdog.sweep(self._sessions)
         if self._store is not None:
             self._store.close()
             self._store = None

@@ -39,14 +39,13 @@ from hccl_py.transport import rundir
 
 from .proc import (new_job_id, new_job_secret, pdeathsig_preexec, rank_env, shell_exit_code, signal_group, signal_name,
                    stop_all)
-from ._watchdog import Watchdog, kill_sessions, start_time, supported
+from ._watchdog import Watchdog, start_time, supported
 from .config import LaunchConfig
 from .diagnosis import diagnose, format_diagnosis, load_dumps
 from .report import RankOutcome, format_failure, format_stopped
 
 POLL_INTERVAL_S = 0.05  # how often exits are checked: a crash is noticed within ~50 ms
 STDERR_TAIL_LINES = 20
-SESSION_KILL_PATIENCE_S = 5.0  # a rank's leftovers still alive after this are left to the watchdog
 EXIT_TIMEOUT = 124  # as coreutils timeout(1)
 JOB_ID_KEY = "hccl-launch/job_id"  # across nodes: node 0's launcher publishes the job id here
 NODE_KEY = "hccl-launch/node"  # and every other node's launcher checks in under NODE_KEY/<node rank>
@@ -336,12 +335,9 @@ class Supervisor:
         """The rank exited (not reaped yet): its leftover processes must not outlive it. Its
         process group goes at once; the rest of its session (other groups, orphaned
         grandchildren) is found in /proc. Then the watchdog can forget the rank's pid."""
-        pid = rank.popen.pid
         signal_group(rank.popen, signal.SIGKILL)
-        if self._watchdog is None:
-            return
-        if not kill_sessions({pid: rank.start_time}, patience_s=SESSION_KILL_PATIENCE_S):
-            self._watchdog.forget(pid)
+        if self._watchdog is not None:
+            self._watchdog.sweep({rank.popen.pid: rank.start_time})
 
     def _stop_all(self, sig: int, grace_s: float) -> None:
         """Send ``sig`` to every live rank's process group, SIGKILL what is left after the grace
