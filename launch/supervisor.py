@@ -302,7 +302,8 @@ class Supervisor:
         """Record ranks that exited since the last look; the first failing one, if any."""
         first_failure = None
         for rank in self._ranks:
-            if rank.returncode is None and self._exited(rank) and rank.returncode != 0 and first_failure is None:
+            newly_exited = rank.returncode is None and self._exited(rank)
+            if newly_exited and rank.returncode != 0 and first_failure is None:
                 first_failure = rank
         return first_failure
 
