@@ -22,9 +22,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from .collectives import COLLECTIVES
+from hccl_py import env
 from topology.units import parse_size
 
+from .collectives import COLLECTIVES
 from .config import OPS, PEERS, BenchConfig, parse_dtype
 
 __all__ = ["main", "build_parser", "config_from_args"]
@@ -144,7 +145,7 @@ def _emit(results, args: argparse.Namespace) -> int:
 
 
 def _world_size_from_env() -> int | None:
-    for name in ("RANK_SIZE", "WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE"):
+    for name in (env.RANK_SIZE, env.WORLD_SIZE, env.PMI_SIZE, env.OMPI_COMM_WORLD_SIZE):
         if os.environ.get(name):
             return int(os.environ[name])
     return None

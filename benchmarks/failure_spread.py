@@ -27,6 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from hccl_py import env
+
 ROOT = Path(__file__).resolve().parents[1]
 
 RANK_SCRIPT = """
@@ -65,9 +67,9 @@ def trial(nranks: int, victim: int, timeout_s: float = 60.0) -> dict:
         port = _free_port()
         procs = []
         for rank in range(nranks):
-            env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(nranks), "MASTER_ADDR": "127.0.0.1",
-                   "MASTER_PORT": str(port), "HCCL_EXEC_TIMEOUT": str(timeout_s), "PYTHONPATH": str(ROOT)}
-            procs.append(subprocess.Popen([sys.executable, str(script), f"{tmp}/rank{rank}.json"], env=env,
+            rank_env = {**os.environ, env.RANK: str(rank), env.WORLD_SIZE: str(nranks), env.MASTER_ADDR: "127.0.0.1",
+                        env.MASTER_PORT: str(port), env.HCCL_EXEC_TIMEOUT: str(timeout_s), "PYTHONPATH": str(ROOT)}
+            procs.append(subprocess.Popen([sys.executable, str(script), f"{tmp}/rank{rank}.json"], env=rank_env,
                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         try:
             deadline = time.monotonic() + timeout_s

@@ -38,7 +38,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any, TextIO
 
 import numpy as np
 
@@ -46,11 +46,8 @@ from .collectives import Case, Collective
 from .collectives import get as get_collective
 from .config import BenchConfig
 
-if TYPE_CHECKING:
-    from .peers.base import Backend
-
 __all__ = [
-    "ExtraColumn", "RankComm", "Row", "ImplResult", "BenchResult", "BackendError",
+    "ExtraColumn", "RankComm", "Backend", "Row", "ImplResult", "BenchResult", "BackendError",
     "sweep_sizes", "size_plan", "count_wrong", "run_sweep", "rank_main", "aggregate", "run_benchmark",
     "run_benchmarks",
 ]
@@ -273,6 +270,38 @@ class BackendError(RuntimeError):
     """An implementation's run failed (a crash, a timeout, a worker error); the message says why."""
 
 
+class Backend(ABC):
+    """One implementation as the driver sees it: can it run, and one sweep of it."""
+
+    name: str  # hccl, mpi, gloo: the --vs name
+    label: str  # for tables and plots
+    extra_columns: tuple[ExtraColumn, ...] = ()  # see ExtraColumn
+
+    @abstractmethod
+    def unavailable(self) -> str | None:
+        """Why it cannot run on this machine (a one-line reason with the fix), or None."""
+
+    def unsupported(self, cfg: BenchConfig) -> str | None:
+        """Why it cannot run this collective/dtype/op, or None."""
+        return None
+
+    @abstractmethod
+    def version(self) -> str:
+        """What exactly is measured (library and version), for headers and JSON."""
+
+    @abstractmethod
+    def mode(self, coll: Collective) -> str:
+        """How the collective is called: ``in place`` or ``out of place`` (and the call's name)."""
+
+    @abstractmethod
+    def run(self, cfg: BenchConfig, progress_path: str | None, workdir: str) -> list[dict[str, Any]]:
+        """One whole sweep on ``cfg.nranks`` fresh ranks; rank 0's rows (see run_sweep).
+
+        Raises :class:`BackendError` if the run fails or exceeds ``cfg.timeout_s``.
+        """
+
+
+
 @dataclass(frozen=True)
 class Row:
     """One size of one implementation, after the median over repeats."""
@@ -389,7 +418,7 @@ def make_progress_bar(total: int, enabled: bool, desc: str = "") -> Any:
     return tqdm(total=total, desc=desc, unit="size", leave=False, file=sys.stderr)
 
 
-def run_benchmark(cfg: BenchConfig, backends: Sequence["Backend"], *, log: TextIO | None = None,
+def run_benchmark(cfg: BenchConfig, backends: Sequence[Backend], *, log: TextIO | None = None,
                   progress: bool = True, workdir: str | None = None) -> BenchResult:
     """Run every available backend's sweep ``cfg.repeats`` times, alternating; medians per size.
 
@@ -400,7 +429,7 @@ def run_benchmark(cfg: BenchConfig, backends: Sequence["Backend"], *, log: TextI
     return run_benchmarks([cfg], backends, log=log, progress=progress, workdir=workdir)[0]
 
 
-def run_benchmarks(cfgs: Sequence[BenchConfig], backends: Sequence["Backend"], *, log: TextIO | None = None,
+def run_benchmarks(cfgs: Sequence[BenchConfig], backends: Sequence[Backend], *, log: TextIO | None = None,
                    progress: bool = True, workdir: str | None = None) -> list[BenchResult]:
     """:func:`run_benchmark` for several configurations (``-n 2,4``: the same sweep at each world
     size), interleaved so that slow and fast stretches of the machine fall on all of them alike:

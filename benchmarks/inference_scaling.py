@@ -75,12 +75,13 @@ def one_card_s(topology: str, batch: int) -> float:
 
 
 def run_point(topology: str, mode: str, cards: int, batch: int, microbatches: int, baseline: float) -> Point:
+    from hccl_py import env
     from launch import spawn
 
     if cards == 1:
         return Point(topology, mode, 1, baseline, baseline, None, 0.0)
     wall = time.perf_counter()
-    results = spawn(_rank, cards, args=(mode, batch, microbatches), env={"HCCL_PY_TOPOLOGY": topology}, timeout=300)
+    results = spawn(_rank, cards, args=(mode, batch, microbatches), env={env.HCCL_PY_TOPOLOGY: topology}, timeout=300)
     wall = time.perf_counter() - wall
     makespan = max(r[1] for r in results) - min(r[0] for r in results)
     return Point(topology, mode, cards, makespan, baseline, results[0][2], wall)

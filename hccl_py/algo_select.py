@@ -16,6 +16,7 @@ from __future__ import annotations
 import weakref
 from typing import Callable
 
+from . import env
 from .algorithms.hierarchical import HIER_COLLECTIVES, LEVELS
 from .algorithms.registry import ALL_ALGOS, SCHEDULES, algos_for
 from .collectives import collective
@@ -39,7 +40,7 @@ def _parse_levels(text: str, where: str) -> str:
         level, sep, value = part.partition(":")
         if not sep or level.strip().lower() not in ("level0", "level1", "level2"):
             raise HcclParamError(f"HCCL_ALGO: cannot read {part!r} in {where!r}; expected e.g. 'level0:NA;level1:ring'",
-                                 variable="HCCL_ALGO")
+                                 variable=env.HCCL_ALGO)
         name = _algo_name(value, where)
         levels[level.strip().lower()] = name
         if name != AUTO:
@@ -57,7 +58,7 @@ def _algo_name(value: str, where: str) -> str:
     if key in HCCL_ONLY_ALGOS:
         return value.strip()  # refused by the call that needs it, with the reason
     raise HcclParamError(f"HCCL_ALGO: unknown algorithm {value.strip()!r} in {where!r}; use ring, H-D_R (hd), tree, mesh or NA",
-                         variable="HCCL_ALGO")
+                         variable=env.HCCL_ALGO)
 
 
 def _hccl_op(name: str) -> str | None:
@@ -89,7 +90,7 @@ def parse_hccl_algo(text: str | None) -> dict[str, str]:
         if not sep or op_key is None:
             raise HcclParamError(
                 f"HCCL_ALGO: cannot read {entry!r}; expected '<op>=<algo>' with <op> an HCCL operator (allreduce, allgather, broadcast, reduce, reducescatter, ...)",
-                variable="HCCL_ALGO")
+                variable=env.HCCL_ALGO)
         table[op_key] = _parse_levels(levels, entry)
     return table
 
@@ -151,7 +152,7 @@ def resolve(collective: str, algo: str, choose_auto: Callable[[], str], env_tabl
     name = algo.strip().lower()
     if name == AUTO:
         name = env_table.get(collective, env_table.get("*", AUTO))
-        source = "HCCL_ALGO"
+        source = env.HCCL_ALGO
         if name == AUTO:
             return choose_auto()
     else:

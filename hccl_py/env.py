@@ -45,16 +45,22 @@ HCCL_PY_NNODES = "HCCL_PY_NNODES"  # hccl-launch --nnodes (set for every rank)
 HCCL_PY_NODE_RANK = "HCCL_PY_NODE_RANK"  # hccl-launch --node-rank (set for every rank)
 
 # Started by an MPI launcher or Slurm: (rank, size, local rank) variables, first match wins
+PMI_RANK, PMI_SIZE, MPI_LOCALRANKID = "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"  # MPICH/Hydra
+OMPI_COMM_WORLD_RANK = "OMPI_COMM_WORLD_RANK"
+OMPI_COMM_WORLD_SIZE = "OMPI_COMM_WORLD_SIZE"
+OMPI_COMM_WORLD_LOCAL_RANK = "OMPI_COMM_WORLD_LOCAL_RANK"
+SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID = "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"
 MPI_LAUNCH_VARS = (
-    ("mpiexec (MPICH/Hydra)", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),
-    ("mpiexec (Open MPI)", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
-    ("srun (Slurm)", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
+    ("mpiexec (MPICH/Hydra)", PMI_RANK, PMI_SIZE, MPI_LOCALRANKID),
+    ("mpiexec (Open MPI)", OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK),
+    ("srun (Slurm)", SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID),
 )
 
 # Other launchers' job identities (see launcher_job_id)
 TORCHELASTIC_RUN_ID = "TORCHELASTIC_RUN_ID"  # torchrun's --rdzv-id ("none" when not given)
 SLURM_JOB_ID = "SLURM_JOB_ID"
 SLURM_STEP_ID = "SLURM_STEP_ID"
+SLURM_STEPID = "SLURM_STEPID"  # older Slurm's spelling of SLURM_STEP_ID
 XDG_RUNTIME_DIR = "XDG_RUNTIME_DIR"
 
 # HCCL's, with HCCL's defaults

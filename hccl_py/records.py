@@ -26,6 +26,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import tracefile
 from .errors import HcclInternalError
 
 DEFAULT_RECORDS = 20_000
@@ -160,10 +161,7 @@ def chrome_trace_events(rank: int, records, wall_origin: float) -> list[dict]:
 
 def write_chrome_trace(path: str | Path, rank: int, records, wall_origin: float) -> Path:
     """Write one rank's trace file; hccl-launch merges the ranks' files into one."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"traceEvents": chrome_trace_events(rank, records, wall_origin), "displayTimeUnit": "ms"}))
-    return path
+    return tracefile.write(path, chrome_trace_events(rank, records, wall_origin))
 
 
 # The rank context whose recorder the hooks dump (one per process; the latest init's). Anything

@@ -13,7 +13,7 @@ import atexit
 import os
 import sys
 
-from . import env
+from . import env, tracefile
 from .communicator import Communicator
 from .context import RankContext, make_context
 from .errors import HcclInternalError
@@ -79,7 +79,7 @@ def _finisher(rc: RankContext, transport: Transport | None, trace_dir: str | Non
             return
         done.append(True)
         if trace_dir:
-            write_chrome_trace(os.path.join(trace_dir, f"rank_{rc.device.rank}.trace.json"), rc.device.rank,
+            write_chrome_trace(os.path.join(trace_dir, tracefile.rank_file(rc.device.rank)), rc.device.rank,
                                rc.recorder.records, rc.wall_origin)
         if transport is not None:
             transport.close()

@@ -34,6 +34,7 @@ import time
 from collections.abc import Mapping
 
 KILL_PATIENCE_S = 30.0  # how long to keep killing before reporting survivors (D-state processes)
+SWEEP_PATIENCE_S = 5.0  # the launcher's own sweep of a rank's session; what survives is left to the watchdog
 _RESCAN_S = 0.01
 
 
@@ -159,6 +160,14 @@ class Watchdog:
     def forget(self, pid: int) -> None:
         """This rank's session has been cleaned up: never sweep its pid (it may be reused)."""
         _send(self._sock, f"-{pid}\n".encode())
+
+    def sweep(self, sessions: Mapping[int, int | None], patience_s: float = SWEEP_PATIENCE_S) -> None:
+        """The launcher's own clean-up of ranks that exited: SIGKILL what their sessions ({leader
+        pid: start time}) still hold, then forget them. Sessions with survivors after
+        ``patience_s`` stay registered: the watchdog sweeps them when the launcher ends."""
+        if not kill_sessions(sessions, patience_s):
+            for pid in sessions:
+                self.forget(pid)
 
     def close(self, wait_s: float = KILL_PATIENCE_S + 5.0) -> None:
         """EOF to the watchdog, which sweeps every session still registered; wait for it."""

@@ -17,6 +17,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hccl_py import env
 from hccl_py.errors import HcclParamError
 from hccl_py.faults import check_ranks, parse_fault
 from topology import RankTable, TopologyError, default_preset
@@ -107,17 +108,17 @@ class LaunchConfig:
         """Environment that chooses the modeled cluster and the trace output for every rank."""
         out = {}
         if self.topology:
-            out["HCCL_PY_TOPOLOGY"] = self.topology
+            out[env.HCCL_PY_TOPOLOGY] = self.topology
         elif self.nnodes > 1 and self.rank_table is None:
-            out["HCCL_PY_TOPOLOGY"] = self.default_topology()  # ranks would otherwise guess one host
+            out[env.HCCL_PY_TOPOLOGY] = self.default_topology()  # ranks would otherwise guess one host
         if self.rank_table is not None:
-            out["RANK_TABLE_FILE"] = str(self.rank_table.resolve())
+            out[env.RANK_TABLE_FILE] = str(self.rank_table.resolve())
         if self.trace_dir is not None:
-            out["HCCL_PY_TRACE_DIR"] = str(self.trace_dir.resolve())
+            out[env.HCCL_PY_TRACE_DIR] = str(self.trace_dir.resolve())
         if self.figures is not None:
-            out["HCCL_PY_FIGURES"] = str(self.figures.resolve())
+            out[env.HCCL_PY_FIGURES] = str(self.figures.resolve())
         if self.faults:
-            out["HCCL_PY_FAULTS"] = ";".join(self.faults)
+            out[env.HCCL_PY_FAULTS] = ";".join(self.faults)
         return out
 
     def command(self) -> list[str]:

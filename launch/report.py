@@ -11,13 +11,12 @@ Example::
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ._proc import describe_returncode, signal_name
+from .proc import describe_returncode, signal_name
 
 _RULE = "=" * 78
 _THIN = "-" * 78
@@ -107,21 +106,4 @@ def format_stopped(job_id: str, outcomes: Sequence[RankOutcome], reason: str) ->
         lines.append(f"Ranks still running when the launcher stopped the job: {unfinished}")
     lines.append(_RULE)
     return "\n".join(lines)
-
-
-def merge_traces(trace_dir: Path) -> Path | None:
-    """Merge the ranks' ``rank_<r>.trace.json`` files into ``trace_dir/trace.json``."""
-
-    parts = sorted(Path(trace_dir).glob("rank_*.trace.json"))
-    if not parts:
-        return None
-    events = []
-    for part in parts:
-        try:
-            events.extend(json.loads(part.read_text())["traceEvents"])
-        except (OSError, ValueError, KeyError):
-            continue  # a rank killed mid-write leaves no usable file; the others still merge
-    out = Path(trace_dir) / "trace.json"
-    out.write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}))
-    return out
 

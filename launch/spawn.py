@@ -50,12 +50,11 @@ from hccl_py.store import StoreServer
 from hccl_py.transport import rundir
 
 from . import _watchdog
-from ._proc import describe_returncode, new_job_id, new_job_secret, rank_env, set_parent_death_signal
+from .proc import describe_returncode, new_job_id, new_job_secret, rank_env, set_parent_death_signal, stop_all
 
 __all__ = ["spawn", "SpawnContext", "SpawnError"]
 
 DEFAULT_GRACE_S = 3.0
-_SESSION_KILL_PATIENCE_S = 5.0  # ranks' leftovers still alive after this are left to the watchdog
 # What every rank imports anyway: loaded once in the forkserver, inherited by each fork.
 _FORKSERVER_PRELOAD = ["numpy", "zmq"]
 
@@ -321,16 +320,9 @@ class SpawnContext:
         if self._terminated:
             return
         self._terminated = True
-        grace = self.grace_s if grace_s is None else grace_s
-        alive = [c.process for c in self._children if c.process.is_alive()]
-        for p in alive:
-            p.terminate()
-        end = time.monotonic() + grace
-        for p in alive:
-            p.join(max(0.0, end - time.monotonic()))
-        for p in alive:
-            if p.is_alive():
-                p.kill()
+        stop_all([c.process for c in self._children], self.grace_s if grace_s is None else grace_s,
+                 send=_signal_process, exited=lambda p: not p.is_alive(),
+                 wait=lambda live, timeout_s: multiprocessing.connection.wait([p.sentinel for p in live], timeout_s))
         for c in self._children:
             c.process.join()
             c.conn.close()
@@ -338,9 +330,7 @@ class SpawnContext:
         # Whatever the ranks started (children, other process groups, orphaned grandchildren)
         # is in their sessions: nothing a job started outlives it.
         if self._sessions and self._watchdog is not None:
-            if not _watchdog.kill_sessions(self._sessions, patience_s=_SESSION_KILL_PATIENCE_S):
-                for pid in self._sessions:
-                    self._watchdog.forget(pid)
+            self._watchdog.sweep(self._sessions)
         if self._store is not None:
             self._store.close()
             self._store = None
@@ -440,6 +430,15 @@ class SpawnContext:
             f"(finished: {finished}); all were stopped",
             unfinished=unfinished,
         )
+
+
+def _signal_process(process: BaseProcess, sig: int) -> None:
+    """``sig`` to the rank itself (what Process.terminate/kill do, for any signal)."""
+    if process.pid is not None and process.exitcode is None:  # not reaped: the pid is still the rank's
+        try:
+            os.kill(process.pid, sig)
+        except ProcessLookupError:
+            pass
 
 
 def _context(start_method: str) -> multiprocessing.context.BaseContext:

@@ -32,20 +32,20 @@ from pathlib import Path
 from collections.abc import Callable
 from typing import BinaryIO
 
-from hccl_py import env
+from hccl_py import env, tracefile
 from hccl_py.errors import HcclError, HcclTimeoutError
 from hccl_py.store import StoreClient, StoreServer, store_address, user_secret
 from hccl_py.transport import rundir
 
-from ._proc import new_job_id, new_job_secret, pdeathsig_preexec, rank_env, shell_exit_code, signal_name
-from ._watchdog import Watchdog, kill_sessions, start_time, supported
+from .proc import (new_job_id, new_job_secret, pdeathsig_preexec, rank_env, shell_exit_code, signal_group, signal_name,
+                   stop_all)
+from ._watchdog import Watchdog, start_time, supported
 from .config import LaunchConfig
 from .diagnosis import diagnose, format_diagnosis, load_dumps
-from .report import RankOutcome, format_failure, format_stopped, merge_traces
+from .report import RankOutcome, format_failure, format_stopped
 
 POLL_INTERVAL_S = 0.05  # how often exits are checked: a crash is noticed within ~50 ms
 STDERR_TAIL_LINES = 20
-SESSION_KILL_PATIENCE_S = 5.0  # a rank's leftovers still alive after this are left to the watchdog
 EXIT_TIMEOUT = 124  # as coreutils timeout(1)
 JOB_ID_KEY = "hccl-launch/job_id"  # across nodes: node 0's launcher publishes the job id here
 NODE_KEY = "hccl-launch/node"  # and every other node's launcher checks in under NODE_KEY/<node rank>
@@ -149,7 +149,7 @@ class Supervisor:
             if self._own_flight_dir:
                 shutil.rmtree(self._flight_dir, ignore_errors=True)
             if self.config.trace_dir is not None:
-                merged = merge_traces(self.config.trace_dir)
+                merged = tracefile.merge(self.config.trace_dir)
                 if merged is not None:
                     self._report(f"hccl-launch: trace of {self.config.nproc} ranks written to {merged} (open in Perfetto)")
             for signum, handler in previous.items():
@@ -222,8 +222,8 @@ class Supervisor:
             child_env = {**os.environ, **rank_env(r, cfg.world_size, cfg.master_addr, port, self.job_id, self.job_secret,
                                                  local, cfg.nproc),
                          env.DEVICE_ID: str(device), **nodes,
-                         **cfg.modeled_env(), "HCCL_PY_WALL_ORIGIN": repr(self._wall_origin),
-                         "HCCL_PY_FLIGHT_DIR": str(self._flight_dir)}
+                         **cfg.modeled_env(), env.HCCL_PY_WALL_ORIGIN: repr(self._wall_origin),
+                         env.HCCL_PY_FLIGHT_DIR: str(self._flight_dir)}
             popen = subprocess.Popen(
                 command,
                 env=child_env,
@@ -302,15 +302,18 @@ class Supervisor:
         """Record ranks that exited since the last look; the first failing one, if any."""
         first_failure = None
         for rank in self._ranks:
-            if rank.returncode is not None:
-                continue
-            returncode = self._exit_status(rank)
-            if returncode is None:
-                continue
-            rank.returncode, rank.exit_time = returncode, time.time()
-            if returncode != 0 and first_failure is None:
+            newly_exited = rank.returncode is None and self._exited(rank)
+            if newly_exited and rank.returncode != 0 and first_failure is None:
                 first_failure = rank
         return first_failure
+
+    def _exited(self, rank: _Rank) -> bool:
+        """Whether the rank has exited (its status recorded the first time this sees it)."""
+        if rank.returncode is None:
+            returncode = self._exit_status(rank)
+            if returncode is not None:
+                rank.returncode, rank.exit_time = returncode, time.time()
+        return rank.returncode is not None
 
     def _exit_status(self, rank: _Rank, block: bool = False) -> int | None:
         """The rank's exit status (``None`` while it runs, unless ``block``); collecting it
@@ -333,35 +336,23 @@ class Supervisor:
         """The rank exited (not reaped yet): its leftover processes must not outlive it. Its
         process group goes at once; the rest of its session (other groups, orphaned
         grandchildren) is found in /proc. Then the watchdog can forget the rank's pid."""
-        pid = rank.popen.pid
-        _killpg(pid, signal.SIGKILL)
-        if self._watchdog is None:
-            return
-        if not kill_sessions({pid: rank.start_time}, patience_s=SESSION_KILL_PATIENCE_S):
-            self._watchdog.forget(pid)
+        signal_group(rank.popen, signal.SIGKILL)
+        if self._watchdog is not None:
+            self._watchdog.sweep({rank.popen.pid: rank.start_time})
 
     def _stop_all(self, sig: int, grace_s: float) -> None:
-        """Send ``sig`` to every live rank's process group, SIGKILL what is left after the grace."""
+        """Send ``sig`` to every live rank's process group, SIGKILL what is left after the grace
+        (or at once on another signal to the launcher, e.g. a second Ctrl-C)."""
         self._reap_exited()
         alive = [r for r in self._ranks if r.returncode is None]
-        if not alive:
-            return
-        for r in alive:
-            r.stopped_by = sig
-            _killpg(r.popen.pid, sig)
-        deadline = time.monotonic() + grace_s
         seen_signals = len(self._signals)
-        while sig != signal.SIGKILL and time.monotonic() < deadline:
-            self._reap_exited()
-            if all(r.returncode is not None for r in alive):
-                return
-            if len(self._signals) > seen_signals:
-                break  # (another) Ctrl-C while stopping: do not wait out the grace
-            self._nap()
-        for r in alive:
-            if r.returncode is None:
-                r.stopped_by = signal.SIGKILL
-                _killpg(r.popen.pid, signal.SIGKILL)
+
+        def send(rank: _Rank, signum: int) -> None:
+            rank.stopped_by = signum
+            signal_group(rank.popen, signum)
+
+        stop_all(alive, grace_s, sig, send=send, exited=self._exited, wait=lambda live, timeout_s: self._nap(),
+                 give_up=lambda: len(self._signals) > seen_signals)
         for r in alive:
             if r.returncode is None:
                 r.returncode, r.exit_time = self._exit_status(r, block=True), time.time()
@@ -413,10 +404,3 @@ class Supervisor:
             previous[signum] = signal.getsignal(signum)
             signal.signal(signum, handler)
         return previous
-
-
-def _killpg(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass  # group already empty

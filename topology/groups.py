@@ -63,16 +63,17 @@ def auto_partition(topo: _TopologyLike, ranks: Iterable[int] | None = None) -> l
     return groups
 
 
-def validate_partition(groups: Any, num_ranks: int) -> list[list[int]]:
+def validate_partition(groups: Any, num_ranks: int | None = None) -> list[list[int]]:
     """Check that ``groups`` puts every rank 0..num_ranks-1 in exactly one non-empty group;
-    return it as a list of lists of ``int`` (order kept).
+    return it as a list of lists of ``int`` (order kept). Without ``num_ranks`` the groups
+    must partition 0..n-1 for the n ranks they list.
 
     >>> validate_partition([[0, 2], [1, 3]], 4)
     [[0, 2], [1, 3]]
     >>> validate_partition([[0, 3], [1, 3]], 4)                 # doctest: +SKIP
     TopologyError: rank 3 appears in groups 0 and 1. Fix: ...
     """
-    if isinstance(num_ranks, bool) or not isinstance(num_ranks, int) or num_ranks < 1:
+    if num_ranks is not None and (isinstance(num_ranks, bool) or not isinstance(num_ranks, int) or num_ranks < 1):
         raise TopologyError(f"num_ranks must be a positive integer, got {num_ranks!r}.", "num_ranks")
     if isinstance(groups, (str, bytes)) or not isinstance(groups, Iterable):
         raise TopologyError(f"groups must be a list of rank lists such as [[0, 2], [1, 3]], got {type(groups).__name__}.",
@@ -85,9 +86,8 @@ def validate_partition(groups: Any, num_ranks: int) -> list[list[int]]:
         members = []
         for item in group:
             rank = _as_rank(item, f"groups[{g}]")
-            if not 0 <= rank < num_ranks:
-                raise TopologyError(f"rank {rank} in group {g} is out of range: the job has ranks 0..{num_ranks - 1}. "
-                                    "Fix: remove it or launch more ranks.", f"groups[{g}]")
+            if rank < 0 or (num_ranks is not None and rank >= num_ranks):
+                raise _out_of_range(rank, g, num_ranks)
             if rank in where:
                 other = where[rank]
                 detail = f"twice in group {g}" if other == g else f"in groups {other} and {g}"
@@ -100,12 +100,27 @@ def validate_partition(groups: Any, num_ranks: int) -> list[list[int]]:
         out.append(members)
     if not out:
         raise TopologyError("no groups given. Fix: give at least one group, e.g. \"0,1;2,3\".", "groups")
+    if num_ranks is None:  # n distinct ranks listed: a partition of 0..n-1 iff none is n or above
+        beyond = [(rank, g) for g, members in enumerate(out) for rank in members if rank >= len(where)]
+        if beyond:
+            raise _out_of_range(*beyond[0], None, listed=len(where))
+        return out
     missing = [r for r in range(num_ranks) if r not in where]
     if missing:
         shown = ", ".join(map(str, missing[:10])) + (", ..." if len(missing) > 10 else "")
         raise TopologyError(f"rank{'s' if len(missing) > 1 else ''} {shown} {'are' if len(missing) > 1 else 'is'} in no group. "
                             "Fix: every rank of the job must be in exactly one group.", "groups")
     return out
+
+
+def _out_of_range(rank: int, group: int, num_ranks: int | None, listed: int | None = None) -> TopologyError:
+    if num_ranks is not None:
+        why, fix = f"the job has ranks 0..{num_ranks - 1}", "remove it or launch more ranks"
+    elif listed is not None:
+        why, fix = f"the groups list {listed} ranks, so they must be 0..{listed - 1}", "number the ranks from 0 without gaps"
+    else:
+        why, fix = "ranks are numbered from 0", "remove it"
+    return TopologyError(f"rank {rank} in group {group} is out of range: {why}. Fix: {fix}.", f"groups[{group}]")
 
 
 def load_partition(text_or_path: str | os.PathLike, num_ranks: int | None = None) -> list[list[int]]:

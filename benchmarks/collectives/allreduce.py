@@ -7,12 +7,7 @@ from __future__ import annotations
 
 from hccl_py.collectives import collective
 
-from .base import Case, Collective, elements, reduce_input, reduced
-
-
-def counts(nbytes: int, itemsize: int, nranks: int) -> tuple[int, int, int]:
-    count = elements(nbytes, itemsize)
-    return count, count, count
+from .base import Case, Collective, reduce_input, reduced, same_counts
 
 
 def init(case: Case):
@@ -20,4 +15,4 @@ def init(case: Case):
             reduced(case.count, case.nranks, case.op, case.dtype))
 
 
-COLLECTIVE = Collective("allreduce", collective("allreduce"), counts=counts, init=init)
+COLLECTIVE = Collective("allreduce", collective("allreduce"), counts=same_counts, init=init)

@@ -137,3 +137,10 @@ def reduced(count: int, nranks: int, op: str, dtype: np.dtype, start: int = 0) -
 def elements(nbytes: int, itemsize: int, unit: int = 1) -> int:
     """Elements in ``nbytes``, rounded down to a multiple of ``unit`` and at least ``unit``."""
     return max(unit, nbytes // itemsize // unit * unit)
+
+
+def same_counts(nbytes: int, itemsize: int, nranks: int) -> tuple[int, int, int]:
+    """``Collective.counts`` of a collective whose every buffer is the whole message
+    (allreduce, broadcast, reduce): count = send = recv."""
+    count = elements(nbytes, itemsize)
+    return count, count, count

@@ -4,12 +4,7 @@ from __future__ import annotations
 
 from hccl_py.collectives import collective
 
-from .base import Case, Collective, elements, pattern
-
-
-def counts(nbytes: int, itemsize: int, nranks: int) -> tuple[int, int, int]:
-    count = elements(nbytes, itemsize)
-    return count, count, count
+from .base import Case, Collective, pattern, same_counts
 
 
 def init(case: Case):
@@ -17,4 +12,4 @@ def init(case: Case):
     return pattern(case.count, case.rank, case.dtype), pattern(case.count, case.root, case.dtype)
 
 
-COLLECTIVE = Collective("broadcast", collective("broadcast"), counts=counts, init=init)
+COLLECTIVE = Collective("broadcast", collective("broadcast"), counts=same_counts, init=init)

@@ -8,12 +8,7 @@ from __future__ import annotations
 
 from hccl_py.collectives import collective
 
-from .base import Case, Collective, elements, reduce_input, reduced
-
-
-def counts(nbytes: int, itemsize: int, nranks: int) -> tuple[int, int, int]:
-    count = elements(nbytes, itemsize)
-    return count, count, count
+from .base import Case, Collective, reduce_input, reduced, same_counts
 
 
 def init(case: Case):
@@ -21,4 +16,4 @@ def init(case: Case):
     return reduce_input(case.count, case.rank, case.op, case.dtype), expected
 
 
-COLLECTIVE = Collective("reduce", collective("reduce"), counts=counts, init=init)
+COLLECTIVE = Collective("reduce", collective("reduce"), counts=same_counts, init=init)

@@ -1,5 +1,5 @@
-"""The implementations hccl-bench measures, behind one driver-side interface (:class:`Backend`)
-and one rank-side interface (:class:`benchmarks.harness.RankComm`):
+"""The implementations hccl-bench measures, behind the harness's two interfaces: driver side
+:class:`benchmarks.harness.Backend`, rank side :class:`benchmarks.harness.RankComm`:
 
 - ``hccl``: hccl-py itself, ranks started with launch.spawn (or in place under hccl-launch);
 - ``mpi``: mpi4py on the MPICH of the ``mpich`` wheel, ranks started with that wheel's mpiexec;
@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .base import Backend
+from ..harness import Backend
 
-__all__ = ["Backend", "backends", "get_backend"]
+__all__ = ["backends", "get_backend"]
 
 
 def get_backend(name: str) -> Backend:

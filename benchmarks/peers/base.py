@@ -1,57 +1,23 @@
-"""The driver-side interface of an implementation, and the process plumbing the peers share."""
+"""The process plumbing the peers share: their workers' environment, running them, reading their rows."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
-from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..collectives import Collective
-from ..config import BenchConfig
-from ..harness import BackendError, ExtraColumn
+from ..harness import BackendError
 
-__all__ = ["Backend", "importable", "run_workers", "read_result", "worker_env"]
+__all__ = ["importable", "run_workers", "read_result", "worker_env", "write_result"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]  # holds the benchmarks package
-
-
-class Backend(ABC):
-    """One implementation as the driver sees it: can it run, and one sweep of it."""
-
-    name: str  # hccl, mpi, gloo: the --vs name
-    label: str  # for tables and plots
-    extra_columns: tuple[ExtraColumn, ...] = ()  # see harness.ExtraColumn
-
-    @abstractmethod
-    def unavailable(self) -> str | None:
-        """Why it cannot run on this machine (a one-line reason with the fix), or None."""
-
-    def unsupported(self, cfg: BenchConfig) -> str | None:
-        """Why it cannot run this collective/dtype/op, or None."""
-        return None
-
-    @abstractmethod
-    def version(self) -> str:
-        """What exactly is measured (library and version), for headers and JSON."""
-
-    @abstractmethod
-    def mode(self, coll: Collective) -> str:
-        """How the collective is called: ``in place`` or ``out of place`` (and the call's name)."""
-
-    @abstractmethod
-    def run(self, cfg: BenchConfig, progress_path: str | None, workdir: str) -> list[dict[str, Any]]:
-        """One whole sweep on ``cfg.nranks`` fresh ranks; rank 0's rows (see harness.run_sweep).
-
-        Raises :class:`BackendError` if the run fails or exceeds ``cfg.timeout_s``.
-        """
+STOP_GRACE_S = 2.0  # a worker still running when the run ends gets SIGTERM, then SIGKILL after this
 
 
 def importable(module: str) -> bool:
@@ -73,20 +39,6 @@ def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def _kill_tree(proc: subprocess.Popen[bytes], grace_s: float = 2.0) -> None:
-    """Stop ``proc`` and its process group (it was started as a group leader): TERM, then KILL."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            proc.wait(grace_s)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
 def run_workers(commands: Sequence[Sequence[str]], env: dict[str, str], timeout_s: float,
                 what: str) -> None:
     """Run ``commands`` concurrently (each in its own process group) until all exit 0.
@@ -94,7 +46,8 @@ def run_workers(commands: Sequence[Sequence[str]], env: dict[str, str], timeout_
     If one fails or ``timeout_s`` passes, the others are stopped and :class:`BackendError` says
     which command failed with its last lines of output.
     """
-    from launch._proc import pdeathsig_preexec  # the rank's life tied to ours, as hccl-launch does
+    # Imported here: the workers import this module and never load launch or hccl_py.
+    from launch.proc import pdeathsig_preexec, stop_all  # the ranks' lives tied to ours, as hccl-launch does
 
     procs = []
     try:
@@ -119,9 +72,12 @@ def run_workers(commands: Sequence[Sequence[str]], env: dict[str, str], timeout_
             if pending and time.monotonic() > deadline:
                 raise BackendError(f"{what}: timed out after {timeout_s:g} s (--timeout); stopped")
     finally:
+        stop_all(procs, STOP_GRACE_S)  # each process group: SIGTERM, then SIGKILL after the grace
         for proc in procs:
-            if proc.poll() is None:
-                _kill_tree(proc)
+            try:
+                proc.wait(STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                pass  # SIGKILLed but not gone yet (stuck in the kernel): do not hang the driver
             if proc.stdout is not None:
                 proc.stdout.close()
 
@@ -130,8 +86,13 @@ def cmd_name(cmd: Sequence[str]) -> list[str]:
     return [Path(cmd[0]).name, *cmd[1:6]]
 
 
+def write_result(path: str, rows: list[dict[str, Any]]) -> None:
+    """Rank 0's rows of its sweep, as a worker hands them to the driver (JSON)."""
+    Path(path).write_text(json.dumps({"rows": rows}))
+
+
 def read_result(path: str, what: str) -> list[dict[str, Any]]:
-    """Rank 0's rows, written by a worker as JSON."""
+    """Rank 0's rows, written by a worker with :func:`write_result`."""
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError) as err:

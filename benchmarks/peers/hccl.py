@@ -25,11 +25,12 @@ from typing import Any
 
 import numpy as np
 
+from hccl_py import env as envnames
+
 from ..collectives import Collective
 from ..collectives import get as get_collective
 from ..config import BenchConfig
-from ..harness import BackendError, ExtraColumn, RankComm, rank_main
-from .base import Backend
+from ..harness import Backend, BackendError, ExtraColumn, RankComm, rank_main
 
 __all__ = ["HcclBackend", "HcclRankComm", "EXTRA_COLUMNS"]
 
@@ -167,13 +168,14 @@ def in_place_env() -> dict[str, str] | None:
     Not under a launcher: None.
     """
     env = os.environ
-    if ("RANK_ID" in env and "RANK_SIZE" in env) or ("RANK" in env and "WORLD_SIZE" in env):
+    if (envnames.RANK_ID in env and envnames.RANK_SIZE in env) or (envnames.RANK in env and envnames.WORLD_SIZE in env):
         return {}
-    for rank_var, size_var in (("PMI_RANK", "PMI_SIZE"), ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE")):
+    for rank_var, size_var in ((envnames.PMI_RANK, envnames.PMI_SIZE),
+                               (envnames.OMPI_COMM_WORLD_RANK, envnames.OMPI_COMM_WORLD_SIZE)):
         if rank_var in env and size_var in env:
-            out = {"RANK": env[rank_var], "WORLD_SIZE": env[size_var],
-                   "MASTER_ADDR": env.get("MASTER_ADDR", "127.0.0.1")}
-            out["MASTER_PORT"] = env.get("MASTER_PORT") or _mpi_shared_port()
+            out = {envnames.RANK: env[rank_var], envnames.WORLD_SIZE: env[size_var],
+                   envnames.MASTER_ADDR: env.get(envnames.MASTER_ADDR, "127.0.0.1")}
+            out[envnames.MASTER_PORT] = env.get(envnames.MASTER_PORT) or _mpi_shared_port()
             return out
     return None
 
@@ -201,7 +203,7 @@ class HcclUnmodeledBackend(HcclBackend):
 
     name = "unmodeled"
     label = "hccl-py, unmodeled"
-    env = {"HCCL_PY_MODELED_TIME": "0"}
+    env = {envnames.HCCL_PY_MODELED_TIME: "0"}
 
     def version(self) -> str:
         return f"{super().version()} with HCCL_PY_MODELED_TIME=0"

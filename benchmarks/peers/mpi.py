@@ -24,8 +24,8 @@ import numpy as np
 
 from ..collectives import Collective
 from ..config import BFLOAT16, BenchConfig
-from ..harness import RankComm
-from .base import Backend, importable, read_result, run_workers, worker_env
+from ..harness import Backend, RankComm
+from .base import importable, read_result, run_workers, worker_env
 
 __all__ = ["MpiBackend", "MpiRankComm", "find_mpiexec"]
 

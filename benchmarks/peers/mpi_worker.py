@@ -6,11 +6,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from ..config import BenchConfig
 from ..harness import rank_main
+from .base import write_result
 from .mpi import MpiRankComm
 
 
@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> None:
     cfg = BenchConfig.from_json(Path(args.config).read_text())
     runs = rank_main(MpiRankComm(), cfg, args.progress)
     if runs is not None:
-        Path(args.out).write_text(json.dumps({"rows": runs[0]}))
+        write_result(args.out, runs[0])
 
 
 if __name__ == "__main__":

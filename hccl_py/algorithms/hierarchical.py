@@ -57,6 +57,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Callable, Sequence
 
+from topology import TopologyError, validate_partition
+
 from ..errors import HcclParamError
 from ._common import finish
 from .registry import get_schedule
@@ -76,18 +78,13 @@ LEVELS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }
 
 
-def normalize_partition(groups, size: int | None = None) -> Partition:
-    """``groups`` as a tuple of tuples of ints, checked to hold every rank 0..n-1 exactly once
-    (n = ``size``, or the number of ranks listed)."""
+def _checked_partition(groups) -> Partition:
+    """``groups`` as a tuple of tuples of ints, checked by topology's partition rule (every rank
+    0..n-1 of the n listed in exactly one non-empty group); HcclParamError otherwise."""
     try:
-        out = tuple(tuple(int(r) for r in group) for group in groups)
-    except (TypeError, ValueError):
-        raise HcclParamError(f"partition must be a list of rank lists such as [[0, 1], [2, 3]], got {groups!r}") from None
-    ranks = sorted(r for group in out for r in group)
-    n = len(ranks) if size is None else size
-    if not out or any(not group for group in out) or ranks != list(range(n)):
-        raise HcclParamError(f"partition {[list(g) for g in out]} must put every rank 0..{n - 1} in exactly one non-empty group")
-    return out
+        return tuple(tuple(group) for group in validate_partition(groups))
+    except TopologyError as err:
+        raise HcclParamError(f"hierarchical partition {groups!r}: {err.message}") from None
 
 
 def format_partition(partition: Sequence[Sequence[int]]) -> str:
@@ -99,7 +96,7 @@ def schedule_for(collective: str, partition, inner: str = "ring", outer: str = "
     """The schedule function of ``collective`` on ``partition`` (a list of rank lists covering
     0..size-1), with flat algorithm ``inner`` inside groups and ``outer`` across them. Cached:
     the same arguments give the same function object."""
-    return _schedule_for(collective, normalize_partition(partition), inner, outer)
+    return _schedule_for(collective, _checked_partition(partition), inner, outer)
 
 
 @lru_cache(maxsize=512)

@@ -15,6 +15,8 @@ from __future__ import annotations
 import ctypes
 import os
 
+from .. import env
+
 _SETTERS = ("openblas_set_num_threads", "openblas_set_num_threads64_", "scipy_openblas_set_num_threads64_",
             "scipy_openblas_set_num_threads", "MKL_Set_Num_Threads")
 _USER_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
@@ -50,7 +52,7 @@ def auto_limit() -> None:
     _done = True
     if any(os.environ.get(v) for v in _USER_VARS):
         return
-    local = int(os.environ.get("LOCAL_WORLD_SIZE") or 1)
+    local = int(os.environ.get(env.LOCAL_WORLD_SIZE) or 1)
     if local <= 1:
         return
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)

@@ -14,12 +14,12 @@ The drivers record into a :class:`Timeline`; reports sum it, ``plot.py`` draws i
 
 from __future__ import annotations
 
-import json
 import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, NamedTuple, Sequence
 
+from .. import tracefile
 from ..device import Device
 
 KINDS = ("compute", "comm", "wait")
@@ -98,12 +98,9 @@ def chrome_trace(timelines: Sequence[Sequence[Segment]], labels: Sequence[str] |
                 events.append({"ph": "X", "name": seg.label, "cat": seg.kind, "pid": rank, "tid": 3,
                                "ts": (seg.wall_start - origin) * 1e6, "dur": (seg.wall_end - seg.wall_start) * 1e6,
                                "args": {"wall_us": round((seg.wall_end - seg.wall_start) * 1e6, 1)}})
-    return {"traceEvents": events, "displayTimeUnit": "ms"}
+    return tracefile.document(events)
 
 
 def write_chrome_trace(path: str | Path, timelines: Sequence[Sequence[Segment]], labels: Sequence[str] | None = None) -> Path:
     """Write :func:`chrome_trace` to ``path`` (parents created); open it in Perfetto."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(chrome_trace(timelines, labels)))
-    return path
+    return tracefile.write(path, chrome_trace(timelines, labels)["traceEvents"])

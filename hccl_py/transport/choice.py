@@ -53,7 +53,7 @@ def mpi_launch(environ: Mapping[str, str] = os.environ) -> MpiLaunch | None:
     for starter, rank_var, size_var, local_var in env.MPI_LAUNCH_VARS:
         if rank_var not in environ or size_var not in environ:
             continue
-        if rank_var == "SLURM_PROCID" and not (environ.get("SLURM_STEP_ID") or environ.get("SLURM_STEPID")):
+        if rank_var == env.SLURM_PROCID and not (environ.get(env.SLURM_STEP_ID) or environ.get(env.SLURM_STEPID)):
             continue  # a batch script (not an srun step) also has SLURM_PROCID=0
         try:
             rank, size = int(environ[rank_var]), int(environ[size_var])

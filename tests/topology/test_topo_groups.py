@@ -110,3 +110,19 @@ def test_validate_partition_errors(groups, num_ranks, fragment, fieldname):
     with pytest.raises(TopologyError) as info:
         validate_partition(groups, num_ranks)
     assert fragment in str(info.value) and info.value.field == fieldname and info.value.code == 1
+
+
+def test_validate_partition_without_num_ranks_takes_the_ranks_listed():
+    assert validate_partition(((1, 2), [np.int64(0), 3])) == [[1, 2], [0, 3]]
+
+
+@pytest.mark.parametrize("groups, fragment, fieldname", [
+    ([[0, 1], [3]], "rank 3 in group 1 is out of range: the groups list 3 ranks", "groups[1]"),
+    ([[0, -1]], "rank -1 in group 0 is out of range", "groups[0]"),
+    ([[0, 1], [1]], "rank 1 appears in groups 0 and 1", "groups[1]"),
+    ([], "no groups given", "groups"),
+])
+def test_validate_partition_without_num_ranks_errors(groups, fragment, fieldname):
+    with pytest.raises(TopologyError) as info:
+        validate_partition(groups)
+    assert fragment in str(info.value) and info.value.field == fieldname

@@ -1,6 +1,9 @@
-"""Process plumbing shared by the hccl-launch supervisor and ``launch.spawn``.
+"""Process plumbing of everything that starts ranks: the hccl-launch supervisor, ``launch.spawn``
+and hccl-bench's peers.
 
-Kept apart so both paths give ranks exactly the same environment and the same death guarantees.
+One home so every path gives ranks exactly the same environment (:func:`rank_env`), the same
+death guarantees (:func:`pdeathsig_preexec`) and the same way of being stopped (:func:`stop_all`:
+a signal, a grace period, then SIGKILL).
 """
 
 from __future__ import annotations
@@ -10,9 +13,11 @@ import ctypes.util
 import os
 import secrets
 import signal
+import subprocess
+import time
 import uuid
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from hccl_py import env
 
@@ -20,6 +25,9 @@ if TYPE_CHECKING:
     from ._watchdog import Watchdog
 
 PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+POLL_INTERVAL_S = 0.05  # how often stop_all looks for exits by default
+
+P = TypeVar("P")
 
 
 def _resolve_prctl() -> Callable[..., int] | None:
@@ -124,3 +132,60 @@ def describe_returncode(returncode: int) -> str:
 def shell_exit_code(returncode: int) -> int:
     """The exit status a shell reports: the code itself, or 128+signum for a signal."""
     return 128 - returncode if returncode < 0 else returncode
+
+
+# ---------------------------------------------------------------------------------- stopping
+
+
+def signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
+    """Send ``sig`` to the process group ``proc`` leads (started with ``start_new_session=True``);
+    nothing if the group is already gone."""
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _popen_exited(proc: subprocess.Popen[bytes]) -> bool:
+    return proc.poll() is not None
+
+
+def _sleep(live: Sequence[Any], timeout_s: float) -> None:
+    time.sleep(min(timeout_s, POLL_INTERVAL_S))
+
+
+def stop_all(procs: Sequence[P], grace_s: float, sig: int = signal.SIGTERM, *,
+             send: Callable[[Any, int], None] = signal_group,
+             exited: Callable[[Any], bool] = _popen_exited,
+             wait: Callable[[Sequence[Any], float], None] = _sleep,
+             give_up: Callable[[], bool] | None = None) -> list[P]:
+    """Stop every process of ``procs`` still running: ``sig`` to each, then SIGKILL to those that
+    have not exited after ``grace_s`` seconds; those (in order) are returned.
+
+    Defaults fit ``subprocess.Popen`` children that lead their own process group: ``send``
+    signals the group, ``exited`` polls. Other callers say how to signal (``send(proc, sig)``),
+    how to tell an exit (``exited(proc)``, non-blocking) and how to wait for one
+    (``wait(live, timeout_s)``, which may return early); ``give_up()`` true ends the grace at
+    once (e.g. a second Ctrl-C). With ``sig`` SIGKILL there is no grace. Exit statuses are
+    left to the caller to collect::
+
+        stop_all(popens, grace_s=3.0)                 # SIGTERM, 3 s, SIGKILL
+        for p in popens:
+            p.wait()
+    """
+    live = [p for p in procs if not exited(p)]
+    for p in live:
+        send(p, sig)
+    if sig == signal.SIGKILL:
+        return []
+    deadline = time.monotonic() + grace_s
+    while live:
+        live = [p for p in live if not exited(p)]
+        remaining = deadline - time.monotonic()
+        if not live or remaining <= 0 or (give_up is not None and give_up()):
+            break
+        wait(live, remaining)
+    live = [p for p in live if not exited(p)]
+    for p in live:
+        send(p, signal.SIGKILL)
+    return live
