@@ -35,11 +35,34 @@ def aligned(nbytes: int) -> int:
 
 @dataclass
 class DeviceTime:
-    """Modeled seconds by kind, for reports: busy computing, moving data, waiting for peers."""
+    """Modeled seconds by kind, for reports: busy computing, moving data, waiting for peers, and
+    how long the compute stream stood still at ``wait()`` for an asynchronous call (the part of
+    that call's communication that compute did not hide)."""
 
     compute_s: float = 0.0
     comm_s: float = 0.0
     wait_s: float = 0.0
+    exposed_s: float = 0.0
+
+
+class Stream:
+    """A queue of work on one card with its own modeled clock. A card computes on its compute
+    stream (``Device.clock``) and runs a communicator's collectives on a stream apart, as a real
+    card runs HCCL tasks; an asynchronous call advances only its stream, ``wait()`` joins them::
+
+        work = comm.all_reduce(x, async_op=True)    # the communication stream moves on
+        y = comm.device.matmul(a, b)                # the compute stream moves on meanwhile
+        work.wait()                                 # compute clock = max(both)
+    """
+
+    __slots__ = ("name", "clock")
+
+    def __init__(self, name: str, clock: float = 0.0):
+        self.name = name
+        self.clock = clock
+
+    def __repr__(self) -> str:
+        return f"Stream({self.name!r}, clock={self.clock!r})"
 
 
 @dataclass

@@ -13,13 +13,14 @@ wait is bounded by the call's deadline, and a dead peer is named to every member
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
 import weakref
 from collections import deque
 from dataclasses import dataclass
-from typing import NamedTuple, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -35,6 +36,7 @@ _UNSTAMPED = (0.0, 0.0)
 _make_header = SliceHeader._make  # a slice's header from its fields in wire order (kind 0, slot -1: the transport's)
 _NONE: list = []  # an empty list never appended to: "nothing pending" without allocating
 LIVENESS_CHECK_S = 0.5
+POLL_WITHOUT_WAKE_S = 0.002  # the progress thread's longest wait on a transport it cannot wake (a new call waits that long)
 NOTICE_FLUSH_S = 1.0  # how long a failing rank tries to deliver its notice to peers with full queues  # how often a blocked wait checks that the peers it waits for still live
 P2P_SEQ_BIT = 1 << 62  # point-to-point messages count in their own sequence space
 
@@ -236,11 +238,11 @@ class CallRun:
        by the cost model's ``step_end`` (the simulator's own arithmetic).
     """
 
-    __slots__ = ("engine", "ctx", "plans", "nsteps", "bufs", "ufunc", "costs", "device", "index", "entered", "sending", "receiving",
-                 "recvs", "t0", "send_costs", "late_ok", "head", "deadline")
+    __slots__ = ("engine", "ctx", "plans", "nsteps", "bufs", "ufunc", "costs", "stream", "device", "index", "entered", "sending",
+                 "receiving", "recvs", "t0", "send_costs", "late_ok", "head", "deadline", "last_liveness", "suspects")
 
     def __init__(self, engine: "Engine", ctx: CallContext, plans: list[StepPlan], bufs, ufunc,
-                 step_costs: Sequence[StepCost] | None, device: Device):
+                 step_costs: Sequence[StepCost] | None, stream, device: Device):
         self.engine = engine
         self.ctx = ctx
         self.plans = plans
@@ -248,7 +250,8 @@ class CallRun:
         self.bufs = bufs
         self.ufunc = ufunc
         self.costs = step_costs
-        self.device = device
+        self.stream = stream  # whose ``clock`` the steps advance: the device (a blocking call), or a Stream
+        self.device = device  # where the time goes (device.time, device.waited_for)
         self.index = 0  # the current step
         self.entered = False  # the current step's copies ran and its sends were posted
         self.sending: list[_PendingSend] = _NONE
@@ -259,10 +262,16 @@ class CallRun:
         self.late_ok = None  # copies after the sends assume IN and OUT apart, as the regions name them
         self.head = (engine.transport.world_rank if engine.transport is not None else 0, ctx.comm_id, ctx.seq)
         self.deadline = None if ctx.timeout_s is None else time.monotonic() + ctx.timeout_s
+        self.last_liveness = time.monotonic()  # when the peers it waits for were last checked
+        self.suspects: list[int] = []  # peers found dead at that check (dead twice: gone)
 
     @property
     def done(self) -> bool:
         return self.index >= self.nsteps
+
+    @property
+    def end_clock(self) -> float:
+        return self.stream.clock
 
     def advance(self) -> bool:
         """Move the call as far as it goes without waiting; True once it is complete."""
@@ -300,17 +309,16 @@ class CallRun:
                 self.late_ok = bufs[0] is not bufs[1] and not np.may_share_memory(bufs[0], bufs[1])
             if not self.late_ok:
                 _copy(plan.late_copies, bufs, ufunc)
-        device = self.device
         if self.costs is None:  # modeled time switched off (HCCL_PY_MODELED_TIME=0)
             cost, self.t0, self.send_costs = None, 0.0, None
         else:
             cost = self.costs[self.index]
-            self.t0 = device.clock + cost.copy_s
+            self.t0 = self.stream.clock + cost.copy_s
             self.send_costs = cost.send_s
         if not plan.sends and not plan.recvs:
             if cost is not None:
-                device.clock = self.t0
-                device.time.comm_s += cost.copy_s
+                self.stream.clock = self.t0
+                self.device.time.comm_s += cost.copy_s
             self.index += 1
             return False
         comm_seq = self.head[1:]
@@ -395,7 +403,7 @@ class CallRun:
             times = device.time
             recv_s = self.costs[self.index].recv_s
             end, waited = step_end(self.t0, self.send_costs, self.recvs, recv_s)
-            times.comm_s += end - device.clock - waited
+            times.comm_s += end - self.stream.clock - waited
             if waited:
                 times.wait_s += waited
                 waits: list[float] = []  # who it waited for: the same arithmetic again, rarely needed
@@ -403,7 +411,7 @@ class CallRun:
                 for recv, wait in zip(self.recvs, waits):
                     if wait:
                         device.waited_for[recv.peer] = device.waited_for.get(recv.peer, 0.0) + wait
-            device.clock = end
+            self.stream.clock = end
         self.index += 1
         self.entered = False
 
@@ -412,8 +420,69 @@ class CallRun:
         return sorted({s.peer for s in self.sending} | {r.peer for r in self.receiving} | set(self.engine.transport.backlog()))
 
 
+class BatchRun:
+    """Several point-to-point runs that progress together as one call (HcclBatchSendRecv): no
+    order among them can deadlock. Each has its own stream, all starting at the batch's start;
+    the batch ends (``end_clock``) when the last of them does."""
+
+    __slots__ = ("runs", "ctx", "deadline", "last_liveness", "suspects")
+
+    def __init__(self, runs: list[CallRun]):
+        self.runs = runs
+        self.ctx = runs[0].ctx
+        deadlines = [r.deadline for r in runs if r.deadline is not None]
+        self.deadline = min(deadlines) if deadlines else None
+        self.last_liveness = time.monotonic()
+        self.suspects: list[int] = []
+
+    @property
+    def index(self) -> int:
+        return sum(r.index for r in self.runs)
+
+    @property
+    def nsteps(self) -> int:
+        return sum(r.nsteps for r in self.runs)
+
+    @property
+    def end_clock(self) -> float:
+        return max(r.stream.clock for r in self.runs)
+
+    def advance(self) -> bool:
+        done = True
+        for run in self.runs:
+            if not run.done and not run.advance():
+                done = False
+        return done
+
+    def waiting_on(self) -> list[int]:
+        return sorted({peer for run in self.runs if not run.done for peer in run.waiting_on()})
+
+
+class _Job:
+    """A queued call: how to start it, how to tell its caller, its run once started."""
+
+    __slots__ = ("key", "start", "finish", "run")
+
+    def __init__(self, key, start, finish):
+        self.key = key
+        self.start = start
+        self.finish = finish
+        self.run: CallRun | BatchRun | None = None
+
+
+def _errstate_of(run: "CallRun | BatchRun"):
+    """numpy's error state for ``run``'s reductions: overflow and NaN in float sums and products
+    are the user's data, as on the device (no warnings); integer errors stay as numpy has them."""
+    first = run.runs[0] if isinstance(run, BatchRun) else run
+    ufunc = first.ufunc
+    if (ufunc is np.add or ufunc is np.multiply) and first.bufs[0].dtype.kind not in "iu":
+        return np.errstate(all="ignore")
+    return contextlib.nullcontext()
+
+
 class Engine:
-    """The per-process executor state: transport, mailbox, notices."""
+    """The per-process executor state: transport, mailbox, notices, and the progress thread of
+    asynchronous calls."""
 
     def __init__(self, transport: Transport | None):
         self.transport = transport
@@ -431,6 +500,15 @@ class Engine:
         # scratch, so one thread at a time (as HCCL's and NCCL's communicators).
         self.busy = threading.Lock()
         self.busy_with: tuple = ()  # (op, seq, communicator, thread id) holding ``busy``, for another thread's error
+        # Asynchronous calls (see ``submit``): queues of calls, the progress thread that drives them.
+        self._cv = threading.Condition()
+        self._queues: dict[object, deque[_Job]] = {}  # queue key -> calls in issue order (the head is running)
+        self._ready: list[_Job] = []  # heads the progress thread has not picked up yet
+        self._outstanding = 0  # calls submitted and not finished
+        self._driving = False  # the progress thread is touching the transport
+        self._deferred: list[Callable[[], None]] = []
+        self._thread: threading.Thread | None = None
+        self._wake = getattr(transport, "wake", None)  # interrupts the transport's wait (shm), else None
 
     # -- notices: a peer telling a communicator that a call failed -------------------------------
     def pending_notice(self, comm_id: int) -> tuple[int, int, bytes] | None:
@@ -480,19 +558,18 @@ class Engine:
         self.clear_notices(comm_id)
 
     # -- execution ---------------------------------------------------------------------------
-    def run(self, ctx: CallContext, schedule: Schedule, bufs: tuple[np.ndarray, np.ndarray, np.ndarray | None], ufunc,
-            step_costs: Sequence[StepCost] | None, device: Device) -> None:
-        """Execute ``schedule`` for this rank, blocking; ``bufs`` are flat IN, OUT and TMP arrays.
+    def call_run(self, ctx: CallContext, schedule: Schedule, bufs: tuple[np.ndarray, np.ndarray, np.ndarray | None], ufunc,
+                 step_costs: Sequence[StepCost] | None, stream, device: Device) -> CallRun:
+        """A :class:`CallRun` of ``schedule`` (``bufs``: flat IN, OUT and TMP arrays) whose steps
+        advance ``stream.clock`` with the cost model's ``step_costs`` (the simulator's own
+        arithmetic, ``cost_model.step_end``; ``None``: the clock stays)."""
+        return CallRun(self, ctx, self._plan(schedule, ctx.world_ranks), bufs, ufunc, step_costs, stream, device)
 
-        ``step_costs`` (from the cost model) advance ``device.clock`` step by step with the same
-        arithmetic as the simulator: see ``cost_model.step_end``; ``None`` leaves the clock alone.
-        """
-        call = CallRun(self, ctx, self._plan(schedule, ctx.world_ranks), bufs, ufunc, step_costs, device)
-        if (ufunc is np.add or ufunc is np.multiply) and bufs[0].dtype.kind not in "iu":
-            with np.errstate(all="ignore"):  # overflow and NaN are the user's data, as on the device
-                self._drive(call)
-        else:
-            self._drive(call)
+    def run(self, run: "CallRun | BatchRun") -> None:
+        """Drive ``run`` to its end on this thread, blocking: the path of a blocking call while
+        no asynchronous call is outstanding (:meth:`inline` says when)."""
+        with _errstate_of(run):
+            self._drive(run)
 
     def _plan(self, schedule: Schedule, world: tuple[int, ...]) -> list[StepPlan]:
         """``plan_steps`` of ``schedule``, once per call shape."""
@@ -506,43 +583,168 @@ class Engine:
         self._plans[key] = (schedule, plans)
         return plans
 
-    def _drive(self, call: CallRun) -> None:
-        """Advance ``call`` to its end, waiting for the transport in between; every wait bounded
+    def _drive(self, run: "CallRun | BatchRun") -> None:
+        """Advance ``run`` to its end, waiting for the transport in between; every wait bounded
         by the call's deadline, and a peer found dead (twice, half a second apart) named."""
         transport = self.transport
-        ctx = call.ctx
-        last_liveness = time.monotonic()
-        suspects: list[int] = []
         try:
-            while not call.advance():
+            while not run.advance():
                 now = time.monotonic()
-                if call.deadline is not None and now >= call.deadline:
-                    self._timeout(call)
-                if now - last_liveness >= LIVENESS_CHECK_S:
-                    last_liveness = now
-                    dead = [peer for peer in call.waiting_on() if not transport.peer_alive(peer)]
-                    if dead and dead == suspects:
-                        self._peer_died(ctx, dead)
-                    suspects = dead
-                    if dead:
-                        # A peer that sent its last data and left is not dead to us: everything it
-                        # sent is in our queue already, so drain and apply before concluding.
-                        continue
-                wait = LIVENESS_CHECK_S if call.deadline is None else min(LIVENESS_CHECK_S, call.deadline - now)
+                if self._watch(run, now):
+                    continue  # a suspect peer: drain what it sent before concluding
+                wait = LIVENESS_CHECK_S if run.deadline is None else min(LIVENESS_CHECK_S, run.deadline - now)
                 incoming = transport.progress(wait)
                 if incoming:
                     self._dispatch(incoming)
         except HcclRemoteError as err:
-            # A peer that failed first may have told us why before it went: that is the root cause.
+            raise self._explain(run, err) from None
+
+    def _watch(self, run: "CallRun | BatchRun", now: float) -> bool:
+        """Raise when ``run``'s deadline has passed or a peer it waits for is found dead twice in
+        a row; True when a peer looks dead for the first time (drain before concluding: a peer
+        that sent its last data and left is not dead to us)."""
+        if run.deadline is not None and now >= run.deadline:
+            raise self._timeout(run)
+        if now - run.last_liveness < LIVENESS_CHECK_S:
+            return False
+        run.last_liveness = now
+        dead = [peer for peer in run.waiting_on() if not self.transport.peer_alive(peer)]
+        if dead and dead == run.suspects:
+            raise self._peer_died(run.ctx, dead)
+        run.suspects = dead
+        return bool(dead)
+
+    def _explain(self, run: "CallRun | BatchRun", err: HcclRemoteError) -> HcclError:
+        """The error a remote failure becomes: a peer that failed first may have told us why
+        before it went (that is the root cause); a peer the transport found gone is named to
+        every member."""
+        ctx = run.ctx
+        try:
+            self._dispatch(self.transport.progress(0.0))
+        except HcclRemoteError:
+            pass
+        if self._notices.get(ctx.comm_id):
+            return self._notice_error(ctx)
+        if err.op is None and err.peer in ctx.world_ranks:
+            return self._peer_died(ctx, [err.peer])
+        return err
+
+    # -- asynchronous calls: a progress thread drives them, queue by queue ---------------------
+    def inline(self) -> bool:
+        """Whether a blocking call may run on the caller's thread now: no asynchronous call is
+        outstanding (else it queues behind them, as a call on a stream does). Waits the moment
+        the progress thread takes to step back from the transport after its last call."""
+        with self._cv:
+            while self._driving and not self._outstanding:
+                self._cv.wait()
+            return not self._outstanding
+
+    def submit(self, key, start: Callable[[], "CallRun | BatchRun"], finish: Callable[["CallRun | BatchRun | None", HcclError | None], None]) -> None:
+        """Queue a call: ``start()`` builds its run when it reaches the head of queue ``key``
+        (calls of one queue run one after the other, in issue order; queues progress
+        concurrently); ``finish(run, error)`` is called once it ends, on the progress thread."""
+        with self._cv:
+            queue = self._queues.get(key)
+            if queue is None:
+                queue = self._queues[key] = deque()
+            queue.append(_Job(key, start, finish))
+            self._outstanding += 1
+            if len(queue) == 1:
+                self._ready.append(queue[0])
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._progress_loop, name="hccl-py-progress", daemon=True)
+                self._thread.start()
+            self._cv.notify_all()
+        if self._driving and self._wake is not None:
+            self._wake()  # it may sleep in the transport's poll: a new call must not wait for that
+
+    def defer(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the thread that drives the transport: now when no call is outstanding,
+        else on the progress thread between two of its passes (e.g. abandoning a communicator)."""
+        with self._cv:
+            if self._outstanding or self._driving:
+                self._deferred.append(fn)
+                return
+        fn()
+
+    def _progress_loop(self) -> None:
+        transport = self.transport
+        active: list[_Job] = []
+        while True:
+            with self._cv:
+                for job in self._ready:
+                    active.append(job)
+                self._ready.clear()
+                while not active and not self._ready:
+                    self._driving = False
+                    self._cv.notify_all()
+                    self._cv.wait()
+                    active.extend(self._ready)
+                    self._ready.clear()
+                self._driving = True
+                deferred, self._deferred = self._deferred, []
+            for fn in deferred:
+                fn()
+            finished = []
+            for job in active:
+                if job.run is None:
+                    try:
+                        job.run = job.start()
+                    except HcclError as err:
+                        finished.append((job, err))
+                        continue
+                try:
+                    with _errstate_of(job.run):
+                        if job.run.advance():
+                            finished.append((job, None))
+                except HcclRemoteError as err:
+                    finished.append((job, self._explain(job.run, err)))
+                except HcclError as err:
+                    finished.append((job, err))
+            if finished:
+                for job, error in finished:
+                    active.remove(job)
+                    self._finish(job, error)
+                continue
+            now = time.monotonic()
+            wait = LIVENESS_CHECK_S if self._wake is not None else POLL_WITHOUT_WAKE_S
+            for job in list(active):
+                try:
+                    self._watch(job.run, now)
+                except HcclError as err:
+                    active.remove(job)
+                    self._finish(job, err)
+                    continue
+                if job.run.deadline is not None:
+                    wait = min(wait, max(job.run.deadline - now, 0.0))
+            if not active:
+                continue
             try:
-                self._dispatch(transport.progress(0.0))
-            except HcclRemoteError:
-                pass
-            if self._notices.get(ctx.comm_id):
-                self._raise_notice(ctx)
-            if err.op is None and err.peer in ctx.world_ranks:  # the transport found a peer gone
-                self._peer_died(ctx, [err.peer])
-            raise
+                incoming = transport.progress(wait)
+            except HcclRemoteError as err:  # every run waiting on that peer learns it in its advance
+                incoming = []
+                for job in list(active):
+                    if err.peer is not None and err.peer in job.run.waiting_on():
+                        active.remove(job)
+                        self._finish(job, self._explain(job.run, err))
+            if incoming:
+                self._dispatch(incoming)
+
+    def _finish(self, job: "_Job", error: HcclError | None) -> None:
+        """A queued call ended: let its queue's next call start, then tell its caller."""
+        with self._cv:
+            queue = self._queues[job.key]
+            queue.popleft()
+            if queue:
+                self._ready.append(queue[0])
+            else:
+                del self._queues[job.key]
+            self._outstanding -= 1
+        try:
+            job.finish(job.run, error)
+        finally:
+            with self._cv:
+                self._cv.notify_all()
 
     def _post_sends(self, head: tuple, sig: tuple, plan: StepPlan, bufs, t0: float, send_costs) -> list[_PendingSend]:
         """Hand every send of the step to the transport as far as it takes them now (a small
@@ -586,18 +788,18 @@ class Engine:
         return posted
 
     # -- failures ----------------------------------------------------------------------------
-    def _timeout(self, call: CallRun) -> None:
-        ctx, index, nsteps = call.ctx, call.index, call.nsteps
-        peers = call.waiting_on()
+    def _timeout(self, run: "CallRun | BatchRun") -> HcclTimeoutError:
+        ctx, index, nsteps = run.ctx, run.index, run.nsteps
+        peers = run.waiting_on()
         labels = ", ".join(ctx.peer_label(p) for p in peers)
-        raise HcclTimeoutError(
+        return HcclTimeoutError(
             f"{ctx.what}: timed out after {ctx.timeout_s:g} s (HCCL_EXEC_TIMEOUT) in step {index + 1} of {nsteps}. "
             f"Waiting peer rank(s): {labels}. Check that those ranks reached this call "
             f"(a rank that skipped it, or hangs or crashed before it, causes this); this communicator is now aborted",
             **ctx.fields(step=index + 1, ranks=[ctx.comm_rank_of(p) for p in peers])
         )
 
-    def _peer_died(self, ctx, dead: list[int]) -> None:
+    def _peer_died(self, ctx, dead: list[int]) -> HcclRemoteError:
         error = HcclRemoteError(
             f"{ctx.what}: peer rank {ctx.peer_label(dead[0])} exited while rank {ctx.comm_rank} waited for it; "
             f"see that rank's own error for the root cause",
@@ -607,7 +809,7 @@ class Engine:
         # waits for the dead rank) would otherwise learn only when that one gives up, one
         # neighbour per liveness period.
         self.notify(ctx, error)
-        raise error
+        return error
 
     def _mismatch(self, ctx: CallContext, inc: Incoming) -> None:
         mine = describe_call(ctx.sig, ctx.algo_names)
@@ -623,8 +825,11 @@ class Engine:
         raise error
 
     def _raise_notice(self, ctx: CallContext) -> None:
+        raise self._notice_error(ctx)
+
+    def _notice_error(self, ctx: CallContext) -> HcclError:
         seq, src, body = self._notices[ctx.comm_id][0]
-        raise error_from_notice(ctx.what, ctx.world_ranks.index(src) if src in ctx.world_ranks else src, body, ctx.fields())
+        return error_from_notice(ctx.what, ctx.world_ranks.index(src) if src in ctx.world_ranks else src, body, ctx.fields())
 
 
 def error_from_notice(what: str, reporter: int, body: bytes, here: dict) -> HcclError:

@@ -105,6 +105,7 @@ KIND_HELLO = 5  # connection setup; carries the sender's segment fd as ancillary
 KIND_CAPS = 6  # connection setup: "I can read your memory directly" (count=1) or not
 KIND_RNDV = 7  # payload stays in the sender's buffer at address `slot`; the receiver reads it (CMA)
 KIND_FIN = 8  # the receiver has read `nelem` rendezvous payloads: the sender's buffers are free
+KIND_WAKE = 9  # a rank to itself: another thread has work for the one waiting in the transport
 
 
 class Incoming:

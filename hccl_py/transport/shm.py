@@ -44,6 +44,7 @@ from .base import (
     KIND_INLINE,
     KIND_NOTICE,
     KIND_SLOT,
+    KIND_WAKE,
     Incoming,
     SliceHeader,
 )
@@ -136,6 +137,7 @@ class ShmTransport:
         self._poll = select.poll()
         self._poll.register(self._sock, select.POLLIN)
         self._closed = False
+        self._wake_sock: socket.socket | None = None  # to ourselves, made at the first wake()
         # Single-copy rendezvous (cma.py): who may read whom, and reads not yet acknowledged.
         self._single_copy = single_copy  # HCCL_PY_CMA=0 turns the rendezvous off (every payload via slots)
         cma.allow_readers()
@@ -267,6 +269,19 @@ class ShmTransport:
         return src if src in self._peer_set else None
 
     # -- data path ---------------------------------------------------------------------------
+    def wake(self) -> None:
+        """Interrupt a wait in :meth:`progress` from another thread (a datagram to ourselves):
+        the progress thread of asynchronous calls waits here while new calls arrive."""
+        if self._wake_sock is None:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            sock.connect(self._path)
+            sock.setblocking(False)
+            self._wake_sock = sock
+        try:
+            self._wake_sock.send(SliceHeader.control(KIND_WAKE, self.world_rank).pack())
+        except (BlockingIOError, OSError):
+            pass  # the queue is full of datagrams: the waiter wakes anyway
+
     def max_slice_bytes(self, peer: int) -> int:
         return self.slot_bytes
 
@@ -459,6 +474,8 @@ class ShmTransport:
             got.append(Incoming(h, memoryview(data)[HEADER_BYTES:]))
             return
         kind, src = h.kind, h.src
+        if kind == KIND_WAKE and src == self.world_rank:
+            return
         if src not in self._peer_set:
             raise self._malformed(data, None, f"a header claiming rank {src}, not a peer of rank {self.world_rank} "
                                               f"(world of {self.world_size})")
@@ -549,6 +566,8 @@ class ShmTransport:
         self._closed = True
         for sock in self._out_socks.values():
             sock.close()
+        if self._wake_sock is not None:
+            self._wake_sock.close()
         self._sock.close()
         rundir.unbind(self._path, self._inode)
         for view in self._peer_segments.values():
