@@ -102,7 +102,7 @@ def number(name: str, default: float, *, low: float, high: float, low_open: bool
         value = math.nan
     if not math.isfinite(value) or value < low or (low_open and value == low) or value > high:
         raise HcclParamError(f"{name}={raw!r} is not accepted: give a number in {accepted}, or unset it for the default "
-                             f"({default:.10g})", variable=name)
+                             f"({default:.10g})", variable=name, value=raw, rule="range", expected=accepted)
     return value
 
 
@@ -117,7 +117,8 @@ def integer(name: str, *, low: int, high: int, environ: Mapping[str, str] | None
     except ValueError:
         value = None
     if value is None or not low <= value <= high:
-        raise HcclParamError(f"{name}={raw!r} is not accepted: give an integer in [{low}, {high}]", variable=name)
+        raise HcclParamError(f"{name}={raw!r} is not accepted: give an integer in [{low}, {high}]", variable=name, value=raw,
+                             rule="range", expected=f"[{low}, {high}]")
     return value
 
 
@@ -128,7 +129,7 @@ def flag(name: str, default: bool, environ: Mapping[str, str] | None = None) -> 
         return default
     if raw not in ("0", "1"):
         raise HcclParamError(f"{name}={raw!r} is not accepted: give 0 (off) or 1 (on), or unset it (default {int(default)})",
-                             variable=name)
+                             variable=name, value=raw, rule="choices", choices=["0", "1"])
     return raw == "1"
 
 

@@ -62,9 +62,12 @@ class HcclError(RuntimeError):
       ``choices``, ``required``, ``unique``, ``format``, ...), ``expected`` (what passes: a type
       or format name, a range such as ``"0..3"``, or the one value), ``choices`` (the accepted
       values), ``holder`` (where a value that must be unique is already used);
-    - resources: ``path``, ``address``, ``key`` and ``missing_keys`` (the rendezvous store),
-      ``errno``, ``module``; device memory ``allocation`` (what was being allocated) and
-      ``requested``, ``free``, ``capacity``, ``peak`` (bytes).
+    - state: ``state`` (why a communicator or client cannot be used: ``aborted``, ``destroyed``,
+      ``forked``, ``closed``), ``timeout_s`` (the bound that expired);
+    - resources: ``path``, ``errno``, ``module`` (one that cannot be imported), ``address``,
+      ``key``, ``keys`` and ``missing_keys`` (the rendezvous store); device memory
+      ``allocation`` (what was being allocated) and ``requested``, ``free``, ``capacity``,
+      ``peak`` (bytes).
 
     Any other name given at construction reads back the same way::
 
@@ -77,7 +80,7 @@ class HcclError(RuntimeError):
     code: HcclResult = HcclResult.E_INTERNAL
     FIELDS = ("rank", "peer", "ranks", "reporter", "op", "seq", "step", "comm", "collective", "algo", "dtype",
               "arg", "variable", "field", "value", "rule", "expected", "choices", "holder",
-              "path", "address", "key", "missing_keys", "errno", "module",
+              "state", "timeout_s", "path", "errno", "module", "address", "key", "keys", "missing_keys",
               "allocation", "requested", "free", "capacity", "peak")
 
     def __init__(self, message: str, **fields):

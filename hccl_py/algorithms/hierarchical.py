@@ -82,11 +82,13 @@ def normalize_partition(groups, size: int | None = None) -> Partition:
     try:
         out = tuple(tuple(int(r) for r in group) for group in groups)
     except (TypeError, ValueError):
-        raise HcclParamError(f"partition must be a list of rank lists such as [[0, 1], [2, 3]], got {groups!r}") from None
+        raise HcclParamError(f"partition must be a list of rank lists such as [[0, 1], [2, 3]], got {groups!r}", arg="partition",
+                             value=repr(groups), rule="type", expected="list of rank lists") from None
     ranks = sorted(r for group in out for r in group)
     n = len(ranks) if size is None else size
     if not out or any(not group for group in out) or ranks != list(range(n)):
-        raise HcclParamError(f"partition {[list(g) for g in out]} must put every rank 0..{n - 1} in exactly one non-empty group")
+        raise HcclParamError(f"partition {[list(g) for g in out]} must put every rank 0..{n - 1} in exactly one non-empty group",
+                             arg="partition", value=[list(g) for g in out], rule="partition", expected=f"0..{n - 1}")
     return out
 
 
@@ -105,7 +107,8 @@ def schedule_for(collective: str, partition, inner: str = "ring", outer: str = "
 @lru_cache(maxsize=512)
 def _schedule_for(collective: str, partition: Partition, inner: str, outer: str) -> ScheduleFn:
     if collective not in LEVELS:
-        raise HcclParamError(f"no hierarchical algorithm for {collective!r}; use one of {', '.join(HIER_COLLECTIVES)}")
+        raise HcclParamError(f"no hierarchical algorithm for {collective!r}; use one of {', '.join(HIER_COLLECTIVES)}",
+                             arg="collective", value=collective, rule="choices", choices=list(HIER_COLLECTIVES))
     inner_names, outer_names = LEVELS[collective]
     fns = {("inner", c): get_schedule(c, inner) for c in inner_names}
     fns.update({("outer", c): get_schedule(c, outer) for c in outer_names})
@@ -116,7 +119,8 @@ def _schedule_for(collective: str, partition: Partition, inner: str, outer: str)
     def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
         if size != plan.size:
             raise HcclParamError(f"hierarchical {collective} on partition {format_partition(partition)} "
-                                 f"serves {plan.size} ranks, not {size}")
+                                 f"serves {plan.size} ranks, not {size}", collective=collective, arg="size", value=size,
+                                 rule="const", expected=plan.size)
         if count == 0:
             return finish([])
         return build(plan, fns, rank, count, root)
