@@ -57,7 +57,7 @@ class HcclError(RuntimeError):
       collective and algorithm the error is about), ``dtype`` (a data type's name);
     - rejected input: ``arg`` (the argument's name, e.g. ``"root"``), ``variable`` (an
       environment variable: the one with a bad value, or the one to set), ``field`` (a key in a
-      document: rank table, figures, partition, fault ``spec``), ``value`` (the rejected value as
+      document: rank table, figures, partition, a fault ``spec``), ``value`` (the rejected value as
       given), ``rule`` (which check failed when there are several: ``type``, ``range``,
       ``choices``, ``required``, ``unique``, ``format``, ...), ``expected`` (what passes: a type
       or format name, a range such as ``"0..3"``, or the one value), ``choices`` (the accepted
@@ -65,9 +65,9 @@ class HcclError(RuntimeError):
     - state: ``state`` (why a communicator or client cannot be used: ``aborted``, ``destroyed``,
       ``forked``, ``closed``), ``timeout_s`` (the bound that expired);
     - resources: ``path``, ``errno``, ``module`` (one that cannot be imported), ``address``,
-      ``key``, ``keys`` and ``missing_keys`` (the rendezvous store); device memory
-      ``allocation`` (what was being allocated) and ``requested``, ``free``, ``capacity``,
-      ``peak`` (bytes).
+      ``key``, ``keys`` and ``missing_keys`` (the rendezvous store; a weights file also has
+      ``unexpected_keys``); device memory ``allocation`` (what was being allocated) and
+      ``requested``, ``free``, ``capacity``, ``peak`` (bytes).
 
     Any other name given at construction reads back the same way::
 
@@ -80,7 +80,7 @@ class HcclError(RuntimeError):
     code: HcclResult = HcclResult.E_INTERNAL
     FIELDS = ("rank", "peer", "ranks", "reporter", "op", "seq", "step", "comm", "collective", "algo", "dtype",
               "arg", "variable", "field", "value", "rule", "expected", "choices", "holder",
-              "state", "timeout_s", "path", "errno", "module", "address", "key", "keys", "missing_keys",
+              "state", "timeout_s", "path", "errno", "module", "address", "key", "keys", "missing_keys", "unexpected_keys",
               "allocation", "requested", "free", "capacity", "peak")
 
     def __init__(self, message: str, **fields):
