@@ -61,7 +61,8 @@ class HcclError(RuntimeError):
       given), ``rule`` (which check failed when there are several: ``type``, ``range``,
       ``choices``, ``required``, ``unique``, ``format``, ...), ``expected`` (what passes: a type
       or format name, a range such as ``"0..3"``, or the one value), ``choices`` (the accepted
-      values), ``holder`` (where a value that must be unique is already used);
+      values), ``holder`` (where a value that must be unique is already used), ``missing_ranks``
+      (ranks a partition or rank table leaves out), ``error_id`` (HCCL's report id, ``EI0014``);
     - state: ``state`` (why a communicator or client cannot be used: ``aborted``, ``destroyed``,
       ``forked``, ``closed``), ``timeout_s`` (the bound that expired);
     - resources: ``path``, ``errno``, ``module`` (one that cannot be imported), ``address``,
@@ -79,7 +80,7 @@ class HcclError(RuntimeError):
 
     code: HcclResult = HcclResult.E_INTERNAL
     FIELDS = ("rank", "peer", "ranks", "reporter", "op", "seq", "step", "comm", "collective", "algo", "dtype",
-              "arg", "variable", "field", "value", "rule", "expected", "choices", "holder",
+              "arg", "variable", "field", "value", "rule", "expected", "choices", "holder", "missing_ranks", "error_id",
               "state", "timeout_s", "path", "errno", "module", "address", "key", "keys", "missing_keys", "unexpected_keys",
               "allocation", "requested", "free", "capacity", "peak")
 
@@ -175,7 +176,14 @@ def to_wire(error: HcclError) -> bytes:
     """
     fields = {k: v for k, v in error.fields.items() if isinstance(v, (int, float, str, bool, list, tuple, type(None)))}
     return json.dumps({"code": int(error.code), "message": error.message[:WIRE_MESSAGE_CHARS], "fields": fields},
-                      default=repr).encode()  # a numpy number inside a list is sent as its text
+                      default=_plain).encode()
+
+
+def _plain(value):
+    """What JSON cannot hold inside a field: a numpy scalar as its Python number, else its text."""
+    if getattr(value, "ndim", None) == 0 and hasattr(value, "item"):
+        return value.item()
+    return str(value)
 
 
 def from_wire(data: bytes) -> HcclError:
