@@ -24,8 +24,8 @@ from hccl_py.communicator import Communicator
 from hccl_py.context import RankContext
 from hccl_py.device import Device
 from hccl_py.executor import Engine
-from hccl_py.runtime import load_topology
-from hccl_py.transport.base import KIND_INLINE, Incoming
+from hccl_py.context import load_topology
+from hccl_py.transport.base import KIND_INLINE, Incoming, SliceHeader
 
 from topology.units import parse_size
 
@@ -45,10 +45,8 @@ class LoopbackTransport:
     def max_slice_bytes(self, peer: int) -> int:
         return 4 << 20
 
-    def try_send(self, peer: int, fields: tuple, stamps: tuple[float, float], data: np.ndarray) -> bool:
-        _, comm_id, seq, msg_index, op, algo, dtype, redop, count, root, msg_count, offset, nelem = fields
-        self._arrived.append(Incoming(KIND_INLINE, peer, comm_id, seq, msg_index, (op, algo, dtype, redop, count, root),
-                                      msg_count, offset, nelem, stamps[0], stamps[1], memoryview(data.tobytes())))
+    def try_send(self, peer: int, header: SliceHeader, data: np.ndarray) -> bool:
+        self._arrived.append(Incoming(header._replace(kind=KIND_INLINE, src=peer), memoryview(data.tobytes())))
         return True
 
     def progress(self, timeout_s: float) -> list[Incoming]:
@@ -64,7 +62,7 @@ class LoopbackTransport:
     def backlog(self) -> list[int]:
         return []
 
-    def notify(self, peer: int, comm_id: int, seq: int, text: str) -> None:
+    def notify(self, peer: int, comm_id: int, seq: int, body: bytes) -> None:
         pass
 
     def peer_alive(self, peer: int) -> bool:

@@ -21,7 +21,8 @@ from .errors import (
     HcclTimeoutError,
 )
 from .faults import Fault, parse_fault
-from .runtime import dump_flight_recorder, init
+from .records import dump_flight_recorder
+from .runtime import init
 
 __all__ = [
     "Communicator",

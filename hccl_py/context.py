@@ -1,6 +1,6 @@
 """What every communicator of one rank shares: the executor engine, the simulated card, the
 topology and its cost model, the flight recorder, the injected faults, and the settings read at
-init."""
+init; and how a rank builds it from its :class:`~hccl_py.env.JobConfig` (``make_context``)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,10 @@ from pathlib import Path
 
 import numpy as np
 
-from topology import Topology
+from topology import Topology, TopologyError, default_preset, load_figures
+
+from .env import JobConfig
+from .errors import HcclParamError
 
 from .cost_model import CostModel
 from .device import Device
@@ -94,3 +97,36 @@ class RankContext:
         return {"clock": self.device.clock, "compute_s": t.compute_s, "comm_s": t.comm_s, "wait_s": t.wait_s,
                 "waited_for": {str(k): v for k, v in sorted(self.device.waited_for.items())},
                 "slow_factor": self.device.slow_factor, "peak_bytes": self.device.peak_bytes}
+
+
+def load_topology(size: int, *, preset: str | None = None, rank_table: str | None = None,
+                  figures: str | None = None) -> Topology:
+    """The modeled cluster: the rank table at ``rank_table``, else the ``preset``, else the
+    default preset for ``size`` cards; link and card figures overridden from the JSON file
+    ``figures`` (as RANK_TABLE_FILE, HCCL_PY_TOPOLOGY and HCCL_PY_FIGURES say)::
+
+        load_topology(8).name        # 'ascend910-8p'
+    """
+    try:
+        loaded = load_figures(figures) if figures else None
+        if rank_table:
+            from topology import RankTable
+
+            topology = Topology.from_rank_table(RankTable.load(rank_table), preset=preset, figures=loaded)
+        else:
+            topology = Topology.preset(preset or default_preset(size), n=size, figures=loaded)
+    except TopologyError as err:
+        raise HcclParamError(f"topology: {err}") from None
+    if topology.num_ranks != size:
+        raise HcclParamError(f"topology '{topology.name}' has {topology.num_ranks} cards but the job has {size} ranks; "
+                             f"choose a preset or rank table with {size} cards")
+    return topology
+
+
+def make_context(job: JobConfig, engine: Engine) -> RankContext:
+    """This rank's shared state for ``job`` around ``engine``: its card on the modeled cluster,
+    the settings and faults the job was started with."""
+    topology = load_topology(job.size, preset=job.topology, rank_table=job.rank_table, figures=job.figures)
+    wall_origin = job.wall_origin if job.wall_origin is not None else time.monotonic()
+    return RankContext(engine, Device(topology.card(job.rank), job.rank), topology, job.exec_timeout_s, job.algo, wall_origin,
+                       modeled=job.modeled_time, faults=list(job.faults), flight_dir=job.flight_dir)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from .errors import HcclParamError
 
@@ -237,3 +238,80 @@ def job_secret(environ: Mapping[str, str] = os.environ) -> str | None:
     """``HCCL_PY_JOB_SECRET`` if set (hccl-launch and ``launch.spawn`` set one per job), else None."""
     secret = environ.get(JOB_SECRET)
     return secret if secret else None
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    """Everything a rank takes from its environment, read once by :func:`read_job` when it
+    joins (as torchrun's ``config_from_args``): who it is, where the job meets, and the HCCL
+    settings. Nothing else in the runtime reads the environment afterwards::
+
+        job = read_job()
+        job.rank, job.size, job.exec_timeout_s, job.algo
+    """
+
+    rank: int
+    size: int
+    mpi: object | None  # transport.choice.MpiLaunch when mpiexec or srun started this process
+    launcher_env: bool  # RANK_ID/RANK or RANK_SIZE/WORLD_SIZE set: hccl-launch, spawn, torchrun or a wrapper chose
+    master_addr: str
+    master_port: int | None
+    store_hosted: bool  # the launcher hosts the store (HCCL_PY_STORE_HOSTED=1); else rank 0 does
+    local_world_size: int | None  # ranks on this host, when the launcher says
+    launcher_id: tuple[str, str] | None  # (job id, the variable it came from), see launcher_job_id
+    secret: str | None  # HCCL_PY_JOB_SECRET; None: this user's secret file
+    transport: str | None  # HCCL_PY_TRANSPORT: shm, tcp, mpi, or None for the automatic choice
+    if_ip: str | None  # HCCL_IF_IP
+    connect_timeout_s: float
+    exec_timeout_s: float | None
+    buffsize_bytes: int
+    spin_s: float
+    single_copy: bool
+    modeled_time: bool
+    algo: dict  # HCCL_ALGO parsed: {collective: algorithm}, '*' for every operator
+    faults: tuple  # HCCL_PY_FAULTS parsed (faults.Fault)
+    wall_origin: float | None
+    topology: str | None  # HCCL_PY_TOPOLOGY (a preset)
+    rank_table: str | None  # RANK_TABLE_FILE
+    figures: str | None  # HCCL_PY_FIGURES
+    trace_dir: str | None  # HCCL_PY_TRACE_DIR
+    flight_dir: str | None  # HCCL_PY_FLIGHT_DIR
+
+
+def read_job(environ: Mapping[str, str] | None = None) -> JobConfig:
+    """This rank's :class:`JobConfig` from ``environ`` (default ``os.environ``): every value
+    parsed and checked (HcclParamError naming the variable and its accepted range)."""
+    from .algo_select import parse_hccl_algo  # their grammars live with what they configure
+    from .faults import check_ranks, parse_faults
+    from .transport.choice import mpi_launch, requested_transport
+
+    environ = os.environ if environ is None else environ
+    check_user_settings(environ)
+    rank, size = rank_and_size(environ)
+    launcher_env = rank is not None or size is not None
+    mpi = mpi_launch(environ)
+    if not launcher_env and mpi is not None:  # mpiexec / srun: rank and size from its environment
+        rank, size = mpi.rank, mpi.size
+    if size is None or size == 1:
+        if rank not in (None, 0):
+            raise HcclParamError(f"{RANK_ID}/{RANK}={rank} given for a world of size 1 (set {RANK_SIZE}/{WORLD_SIZE})",
+                                 variable=RANK_ID if _raw(environ, RANK_ID) is not None else RANK)
+        rank, size = 0, 1
+    if rank is None or not 0 <= rank < size:
+        raise HcclParamError(f"{RANK_ID}/{RANK}={rank} is not in 0..{size - 1} ({RANK_SIZE}/{WORLD_SIZE}={size})",
+                             variable=RANK_ID if _raw(environ, RANK_ID) is not None else RANK)
+    faults = tuple(parse_faults(environ.get(HCCL_PY_FAULTS)))
+    check_ranks(list(faults), size)
+    return JobConfig(
+        rank=rank, size=size, mpi=mpi, launcher_env=launcher_env,
+        master_addr=_raw(environ, MASTER_ADDR) or "127.0.0.1", master_port=master_port(environ),
+        store_hosted=environ.get(STORE_HOSTED) == "1",
+        local_world_size=integer(LOCAL_WORLD_SIZE, low=1, high=MAX_WORLD_SIZE, environ=environ),
+        launcher_id=launcher_job_id(environ), secret=job_secret(environ),
+        transport=requested_transport(environ), if_ip=_raw(environ, HCCL_IF_IP),
+        connect_timeout_s=connect_timeout_s(environ), exec_timeout_s=exec_timeout_s(environ),
+        buffsize_bytes=buffsize_bytes(environ), spin_s=spin_s(environ), single_copy=single_copy(environ),
+        modeled_time=modeled_time(environ), algo=parse_hccl_algo(environ.get(HCCL_ALGO)), faults=faults,
+        wall_origin=wall_origin(environ), topology=_raw(environ, HCCL_PY_TOPOLOGY),
+        rank_table=_raw(environ, RANK_TABLE_FILE), figures=_raw(environ, HCCL_PY_FIGURES),
+        trace_dir=_raw(environ, HCCL_PY_TRACE_DIR), flight_dir=_raw(environ, HCCL_PY_FLIGHT_DIR))

@@ -29,9 +29,10 @@ from .cost_model import StepCost, step_end
 from .device import Device
 from .dtypes import DTYPES_BY_CODE, ReduceOp
 from .errors import HcclError, HcclParamError, HcclRemoteError, HcclTimeoutError, from_wire, to_wire
-from .transport.base import KIND_NOTICE, CallSignature, Incoming, Transport
+from .transport.base import KIND_NOTICE, CallSignature, Incoming, SliceHeader, Transport
 
 _UNSTAMPED = (0.0, 0.0)
+_make_header = SliceHeader._make  # a slice's header from its fields in wire order (kind 0, slot -1: the transport's)
 _NONE: list = []  # an empty list never appended to: "nothing pending" without allocating
 LIVENESS_CHECK_S = 0.5
 NOTICE_FLUSH_S = 1.0  # how long a failing rank tries to deliver its notice to peers with full queues  # how often a blocked wait checks that the peers it waits for still live
@@ -335,8 +336,8 @@ class CallRun:
             total = data.size
             while True:
                 n = min(total - send.pos, transport.max_slice_bytes(send.peer) // data.itemsize or 1)
-                fields = (*head, send.msg_index, *sig, total, send.pos, n)
-                if not transport.try_send(send.peer, fields, send.stamps, data[send.pos : send.pos + n]):
+                header = _make_header((0, *head, send.msg_index, *sig, total, send.pos, n, -1, *send.stamps))
+                if not transport.try_send(send.peer, header, data[send.pos : send.pos + n]):
                     break
                 send.pos += n
                 progressed = True
@@ -561,7 +562,8 @@ class Engine:
                 self.drop_next_message = False  # lost whole: the receiver must time out, never see part of it
                 continue
             total = e - o
-            if (total * itemsize <= slice_bytes or total <= 1) and try_send(peer, (*head, msg_index, *sig, total, 0, total), stamps, data):
+            if (total * itemsize <= slice_bytes or total <= 1) and try_send(
+                    peer, _make_header((0, *head, msg_index, *sig, total, 0, total, -1, *stamps)), data):
                 continue
             pending.append(_PendingSend(peer, data, msg_index, stamps))
         return pending
@@ -573,13 +575,13 @@ class Engine:
         for group in plan.fanouts:
             first = plan.sends[group[0]]
             total = first.end - first.start
-            peers, fields, stamps = [], [], []
+            peers, headers = [], []
             for i in group:
                 send = plan.sends[i]
                 peers.append(send.peer)
-                fields.append((*head, send.msg_index, *sig, total, 0, total))
-                stamps.append(_UNSTAMPED if send_costs is None else (t0, t0 + send_costs[i]))
-            if self._send_shared(peers, fields, stamps, bufs[first.buf][first.start:first.end]):
+                stamps = _UNSTAMPED if send_costs is None else (t0, t0 + send_costs[i])
+                headers.append(_make_header((0, *head, send.msg_index, *sig, total, 0, total, -1, *stamps)))
+            if self._send_shared(peers, headers, bufs[first.buf][first.start:first.end]):
                 posted.update(group)
         return posted
 

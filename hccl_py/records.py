@@ -17,11 +17,16 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
+import sys
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .errors import HcclInternalError
 
 DEFAULT_RECORDS = 20_000
 
@@ -159,3 +164,49 @@ def write_chrome_trace(path: str | Path, rank: int, records, wall_origin: float)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"traceEvents": chrome_trace_events(rank, records, wall_origin), "displayTimeUnit": "ms"}))
     return path
+
+
+# The rank context whose recorder the hooks dump (one per process; the latest init's). Anything
+# with ``dump(reason)``, ``recorder``, ``device``, ``wall_origin`` and ``summary()``: a RankContext.
+_hooked: list = []
+
+
+def install_dump_hooks(rc) -> None:
+    """Dump the flight recorder when this rank dies of an uncaught exception or is stopped with
+    SIGTERM (how hccl-launch stops ranks), so the launcher can say what every rank was doing."""
+    _hooked[:] = [rc]
+    if not rc.flight_dir or getattr(install_dump_hooks, "installed", False):
+        return
+    install_dump_hooks.installed = True
+    previous_hook = sys.excepthook
+
+    def excepthook(kind, value, tb):
+        if _hooked and not isinstance(value, KeyboardInterrupt):
+            _hooked[0].dump(f"uncaught {kind.__name__}: {value}")
+        previous_hook(kind, value, tb)
+
+    sys.excepthook = excepthook
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        def on_sigterm(signum, frame):
+            if _hooked:
+                _hooked[0].dump("stopped by SIGTERM")
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        signal.signal(signal.SIGTERM, on_sigterm)
+
+
+def dump_flight_recorder(reason: str = "on demand", path: str | None = None) -> str | None:
+    """Write this rank's flight recorder (its latest collective calls, their state, modeled and
+    wall times) as JSON: to ``path``, else into HCCL_PY_FLIGHT_DIR (set by hccl-launch).
+    Returns the path written, or None when there is nowhere to write::
+
+        hccl_py.dump_flight_recorder(path="flight.json")
+    """
+    if not _hooked:
+        raise HcclInternalError("dump_flight_recorder: call hccl_py.init() first")
+    rc = _hooked[0]
+    if path is not None:
+        return str(rc.recorder.dump(path, rank=rc.device.rank, reason=reason, wall_origin=rc.wall_origin, extra=rc.summary()))
+    written = rc.dump(reason)
+    return None if written is None else str(written)

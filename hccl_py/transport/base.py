@@ -2,17 +2,21 @@
 ``sim_send``/``sim_recv``).
 
 A message is the data of one ``Send`` of a schedule; a transport may cut it into slices (it
-says how large with ``max_slice_bytes``). Every slice carries a ``SliceHeader`` that names the
-call it belongs to, so the receiver can match it and detect a peer whose call differs.
+says how large with ``max_slice_bytes``). Every slice carries a :class:`SliceHeader` that names
+the call it belongs to, so the receiver can match it and detect a peer whose call differs; it
+is the one header type every transport packs and unpacks.
 """
 
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 from typing import Callable, NamedTuple, Protocol
 
 import numpy as np
+
+from ..dtypes import DTYPES_BY_CODE
+
+ITEMSIZE_BY_CODE = {code: dt.itemsize for code, dt in DTYPES_BY_CODE.items()}
 
 
 class CallSignature(NamedTuple):
@@ -27,9 +31,72 @@ class CallSignature(NamedTuple):
     root: int
 
 
-# kind, src, comm_id, seq, msg_index, op, algo, dtype, redop, count, root, msg_count, offset,
-# nelem, slot, then modeled seconds: when the sender posted the message and when it arrives
-HEADER = struct.Struct("<BHQQIBBBBQIQQQqdd")
+_WIRE = struct.Struct("<BHQQIBBBBQIQQQqdd")  # SliceHeader's fields in order: 99 bytes, little-endian
+
+
+class SliceHeader(NamedTuple):
+    """The header of every slice (and control message) on every transport, in wire order.
+
+    The executor fills in what it knows about a slice (``kind`` 0 and ``slot`` -1: the
+    transport decides how the payload travels and packs with :meth:`pack_as`); transports read
+    fields by name and never know field numbers or dtype codes (``payload_bytes``)::
+
+        header = SliceHeader(0, src, comm_id, seq, msg_index, *sig, msg_count, offset, nelem, -1, t0, t1)
+        datagram = header.pack_as(KIND_INLINE) + data.tobytes()
+        SliceHeader.unpack_from(datagram).nelem
+    """
+
+    kind: int  # KIND_*
+    src: int  # the sender's rank, as the transport numbers ranks
+    comm_id: int
+    seq: int  # the call's sequence number on its communicator
+    msg_index: int  # which message of the call from src (schedule.message_numbers)
+    op: int  # op .. root: the call's CallSignature
+    algo: int
+    dtype: int
+    redop: int
+    count: int
+    root: int
+    msg_count: int  # elements of the whole message
+    offset: int  # this slice's first element within the message
+    nelem: int  # elements in this slice (ACK: slot offsets that follow; FIN: direct reads done)
+    slot: int  # SLOT: byte offset in the sender's segment; RNDV: the buffer's address; HELLO: segment bytes; else -1
+    sent_at: float  # modeled seconds: when the sender posted the message
+    arrival: float  # and when it arrives
+
+    @classmethod
+    def unpack_from(cls, data, offset: int = 0) -> "SliceHeader":
+        """The header at ``data[offset:]`` (``struct.error`` when there are fewer than SIZE bytes)."""
+        return cls._make(_WIRE.unpack_from(data, offset))
+
+    @classmethod
+    def control(cls, kind: int, src: int, *, comm_id: int = 0, seq: int = 0, count: int = 0, offset: int = 0,
+                nelem: int = 0, slot: int = -1) -> "SliceHeader":
+        """A control message's header (handshakes, acknowledgements, notices): no call, no data."""
+        return cls(kind, src, comm_id, seq, 0, 0, 0, 0, 0, count, 0, 0, offset, nelem, slot, 0.0, 0.0)
+
+    def pack(self) -> bytes:
+        return _WIRE.pack(*self)
+
+    def pack_as(self, kind: int, slot: int = -1) -> bytes:
+        """The header with ``kind`` and ``slot`` set, packed: how a transport sends a slice."""
+        return _WIRE.pack(kind, *self[1:14], slot, self[15], self[16])
+
+    def pack_into(self, buffer, offset: int = 0) -> None:
+        _WIRE.pack_into(buffer, offset, *self)
+
+    @property
+    def sig(self) -> tuple:
+        """The call's signature fields (compare with a ``CallSignature``)."""
+        return self[5:11]
+
+    @property
+    def payload_bytes(self) -> int:
+        """Bytes of the ``nelem`` elements this slice carries (KeyError for an unknown dtype code)."""
+        return self.nelem * ITEMSIZE_BY_CODE[self.dtype]
+
+
+HEADER_BYTES = _WIRE.size
 KIND_INLINE = 1  # payload follows the header in the same datagram
 KIND_SLOT = 2  # payload sits in the sender's shared segment at byte offset `slot`
 KIND_ACK = 3  # payload: slot offsets the receiver has finished with
@@ -40,25 +107,21 @@ KIND_RNDV = 7  # payload stays in the sender's buffer at address `slot`; the rec
 KIND_FIN = 8  # the receiver has read `nelem` rendezvous payloads: the sender's buffers are free
 
 
-@dataclass(slots=True)
 class Incoming:
-    """One received slice (or a notice). ``array()`` views the payload without copying."""
+    """One received slice (or a notice): its header's fields by name, ``sig`` as a plain tuple,
+    and the payload. ``array()`` views the payload without copying."""
 
-    kind: int
-    src: int
-    comm_id: int
-    seq: int
-    msg_index: int
-    sig: tuple  # the header's CallSignature fields, as a plain tuple
-    msg_count: int
-    offset: int
-    nelem: int
-    sent_at: float
-    arrival: float
-    payload: memoryview | None = None  # inline bytes, or the mapped slot
-    slot: int = -1
-    # rendezvous: fetch(dst or None, dtype, nelem) reads the payload into dst (or a scratch array) and returns it
-    fetch: Callable[[np.ndarray | None, np.dtype, int], np.ndarray] | None = None
+    __slots__ = ("kind", "src", "comm_id", "seq", "msg_index", "sig", "msg_count", "offset", "nelem", "slot", "sent_at",
+                 "arrival", "payload", "fetch")
+
+    def __init__(self, header: SliceHeader | tuple, payload: memoryview | None = None,
+                 fetch: Callable[[np.ndarray | None, np.dtype, int], np.ndarray] | None = None):
+        (self.kind, self.src, self.comm_id, self.seq, self.msg_index, op, algo, dtype, redop, count, root,
+         self.msg_count, self.offset, self.nelem, self.slot, self.sent_at, self.arrival) = header
+        self.sig = (op, algo, dtype, redop, count, root)
+        self.payload = payload  # inline bytes, or the mapped slot
+        # rendezvous: fetch(dst or None, dtype, nelem) reads the payload into dst (or a scratch array) and returns it
+        self.fetch = fetch
 
     def array(self, dtype: np.dtype) -> np.ndarray:
         """The payload as an array (a view where it can be; read into scratch for a rendezvous)."""
@@ -82,11 +145,11 @@ class Transport(Protocol):
 
     def max_slice_bytes(self, peer: int) -> int: ...
 
-    def try_send(self, peer: int, fields: tuple, stamps: tuple[float, float], data: np.ndarray) -> bool:
-        """Hand one slice to the transport. False when it cannot take it now (no free slot);
-        True once the data has been copied out of ``data`` (the caller may reuse it), or, for a
-        transport whose peer reads ``data`` in place, once that read is arranged (``flush()``
-        stays False until it is done)."""
+    def try_send(self, peer: int, header: SliceHeader, data: np.ndarray) -> bool:
+        """Hand one slice (``header``: kind 0 and slot -1, the transport sets them) to the
+        transport. False when it cannot take it now (no free slot); True once the data has been
+        copied out of ``data`` (the caller may reuse it), or, for a transport whose peer reads
+        ``data`` in place, once that read is arranged (``flush()`` stays False until it is done)."""
 
     def progress(self, timeout_s: float) -> list[Incoming]:
         """Move pending output and return what arrived, waiting up to ``timeout_s`` for

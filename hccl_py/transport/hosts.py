@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from .base import Incoming
+from .base import Incoming, SliceHeader
 
 WAIT_SLICE_S = 0.001  # while idle, look at the TCP side at least this often
 
@@ -34,11 +34,11 @@ class HostSplitTransport:
         local = self._to_local.get(peer)
         return self.tcp.max_slice_bytes(peer) if local is None else self.shm.max_slice_bytes(local)
 
-    def try_send(self, peer: int, fields: tuple, stamps: tuple[float, float], data: np.ndarray) -> bool:
+    def try_send(self, peer: int, header: SliceHeader, data: np.ndarray) -> bool:
         local = self._to_local.get(peer)
         if local is None:
-            return self.tcp.try_send(peer, fields, stamps, data)
-        return self.shm.try_send(local, (self._me, *fields[1:]), stamps, data)
+            return self.tcp.try_send(peer, header, data)
+        return self.shm.try_send(local, header._replace(src=self._me), data)
 
     def notify(self, peer: int, comm_id: int, seq: int, body: bytes) -> None:
         local = self._to_local.get(peer)

@@ -1,8 +1,8 @@
 """MPI transport: ranks started by ``mpiexec`` or ``srun`` move slices with mpi4py.
 
 Framing: one MPI message per slice, on a communicator duplicated from ``MPI_COMM_WORLD`` (so
-hccl-py's traffic never matches the application's own receives) with one tag: ``HEADER`` in the
-first ``PREFIX`` bytes, the payload after it (``PREFIX`` keeps the payload 64-byte aligned).
+hccl-py's traffic never matches the application's own receives) with one tag: a ``SliceHeader`` in
+the first ``PREFIX`` bytes, the payload after it (``PREFIX`` keeps the payload 64-byte aligned).
 ``try_send`` copies the slice into a fresh buffer and posts ``Isend`` from it (the caller may
 reuse its array at once). The receiver does not know sizes in advance: it asks MPI for matched
 messages (``Improbe``, any source), allocates exactly the bytes the status reports and posts
@@ -34,10 +34,11 @@ from collections import deque
 import numpy as np
 
 from ..errors import HcclNotSupportedError, HcclRemoteError, HcclTimeoutError
-from .base import HEADER, KIND_ACK, KIND_INLINE, KIND_NOTICE, Incoming
+from .base import HEADER_BYTES, KIND_ACK, KIND_INLINE, KIND_NOTICE, Incoming, SliceHeader
 from .common import INLINE_MAX_BYTES, process_alive, slice_layout
 
 PREFIX = 128  # header bytes reserved at the front of each message; the payload starts aligned
+assert PREFIX >= HEADER_BYTES
 # MPI offers no wait with a deadline: a waiting rank polls, spinning this long before it naps,
 # and naps at most this long (the most a wake-up can be late; ~4000 polls/s while idle).
 MIN_SPIN_S = 200e-6
@@ -131,7 +132,7 @@ class MpiTransport:
     def max_slice_bytes(self, peer: int) -> int:
         return self.slice_bytes
 
-    def try_send(self, peer: int, fields: tuple, stamps: tuple[float, float], data: np.ndarray) -> bool:
+    def try_send(self, peer: int, header: SliceHeader, data: np.ndarray) -> bool:
         nbytes = data.nbytes
         large = nbytes > INLINE_MAX_BYTES
         if large:
@@ -139,7 +140,7 @@ class MpiTransport:
                 return False
             self._credits[peer] -= 1
         buf = self._buffer(PREFIX + nbytes)
-        HEADER.pack_into(buf, 0, KIND_INLINE, *fields, -1, *stamps)
+        header._replace(kind=KIND_INLINE).pack_into(buf, 0)
         if nbytes:
             buf[PREFIX:] = data.reshape(-1).view(np.uint8)
         self._isend(peer, buf)
@@ -148,7 +149,7 @@ class MpiTransport:
     def notify(self, peer: int, comm_id: int, seq: int, body: bytes) -> None:
         body = body[:INLINE_MAX_BYTES]
         buf = np.zeros(PREFIX + len(body), np.uint8)
-        HEADER.pack_into(buf, 0, KIND_NOTICE, self.world_rank, comm_id, seq, 0, 0, 0, 0, 0, 0, 0, 0, 0, len(body), -1, 0.0, 0.0)
+        SliceHeader.control(KIND_NOTICE, self.world_rank, comm_id=comm_id, seq=seq, nelem=len(body)).pack_into(buf, 0)
         buf[PREFIX:] = np.frombuffer(body, np.uint8)
         try:
             self._isend(peer, buf)
@@ -251,21 +252,18 @@ class MpiTransport:
             if count:
                 self._acks[peer] = 0
                 buf = np.zeros(PREFIX, np.uint8)
-                HEADER.pack_into(buf, 0, KIND_ACK, self.world_rank, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, count, -1, 0.0, 0.0)
+                SliceHeader.control(KIND_ACK, self.world_rank, nelem=count).pack_into(buf, 0)
                 try:
                     self._isend(peer, buf)
                 except HcclRemoteError:
                     pass  # a peer that has gone needs no credits back
 
     def _decode(self, buf: np.ndarray, got: list[Incoming]) -> None:
-        (kind, src, comm_id, seq, msg_index, op, algo, dtype, redop, count, root, msg_count, offset, nelem, slot,
-         sent_at, arrival) = HEADER.unpack_from(buf, 0)
-        if kind == KIND_ACK:
-            self._credits[src] += nelem
+        header = SliceHeader.unpack_from(buf, 0)
+        if header.kind == KIND_ACK:
+            self._credits[header.src] += header.nelem
             return
-        payload = memoryview(buf)[PREFIX:]
-        got.append(Incoming(kind, src, comm_id, seq, msg_index, (op, algo, dtype, redop, count, root),
-                            msg_count, offset, nelem, sent_at, arrival, payload, slot))
+        got.append(Incoming(header, memoryview(buf)[PREFIX:]))
 
     def peer_alive(self, peer: int) -> bool:
         pid = self._local_pids.get(peer)

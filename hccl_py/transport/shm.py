@@ -30,12 +30,12 @@ from collections import deque
 
 import numpy as np
 
-from ..dtypes import DTYPES_BY_CODE
-from ..errors import HcclRemoteError, HcclSyscallError, HcclTimeoutError
+from ..errors import HcclRemoteError, HcclTimeoutError
 from . import cma, rundir
 from .common import INLINE_MAX_BYTES, process_alive, slice_layout
 from .base import (
-    HEADER,
+    HEADER_BYTES,
+    ITEMSIZE_BY_CODE,
     KIND_ACK,
     KIND_CAPS,
     KIND_FIN,
@@ -45,6 +45,7 @@ from .base import (
     KIND_NOTICE,
     KIND_SLOT,
     Incoming,
+    SliceHeader,
 )
 
 # From this size the receiver reads the sender's buffer directly (one copy instead of two). Below
@@ -58,13 +59,12 @@ SOCKET_BUFFER_BYTES = 4 * 1024 * 1024
 # 4 ranks; from 256 KiB the slot is faster again). Keep _RECV_BYTES below 128 KiB: a larger
 # receive buffer is an mmap per datagram (14 us instead of 2.4).
 SHM_INLINE_MAX_BYTES = max(64 * 1024, INLINE_MAX_BYTES)
-_RECV_BYTES = HEADER.size + SHM_INLINE_MAX_BYTES + 8 * 4096
-_ITEMSIZE = {code: dt.itemsize for code, dt in DTYPES_BY_CODE.items()}
-_ITEMSIZES = tuple(_ITEMSIZE.get(code, -1) for code in range(256))  # by the header's dtype byte; -1: unknown
-_HEADER_BYTES = HEADER.size
+_RECV_BYTES = HEADER_BYTES + SHM_INLINE_MAX_BYTES + 8 * 4096
+_ITEMSIZES = tuple(ITEMSIZE_BY_CODE.get(code, -1) for code in range(256))  # by the header's dtype byte; -1: unknown
+_unpack_header = SliceHeader.unpack_from
 
 
-_SRC = struct.Struct("<BH")  # the start of HEADER: kind, src
+_SRC = struct.Struct("<BH")  # the start of a SliceHeader: kind, src
 
 
 def socket_name(tag: str, rank: int, pid: int) -> str:
@@ -159,8 +159,8 @@ class ShmTransport:
         would wait forever.
         """
         self._peer_pids = dict(peer_pids)
-        hello = HEADER.pack(KIND_HELLO, self.world_rank, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, self._probe.ctypes.data, 0,
-                            self._segment_bytes, 0.0, 0.0)
+        # offset: where this process keeps the probe word a peer reads to test direct reads
+        hello = SliceHeader.control(KIND_HELLO, self.world_rank, offset=self._probe.ctypes.data, slot=self._segment_bytes).pack()
         for peer in self._peers:
             out = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
             out.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER_BYTES)
@@ -206,7 +206,7 @@ class ShmTransport:
         ours: rendezvous sends go only to peers that said yes."""
         for peer in self._peers:
             ok = self._single_copy and peer in self._peer_pids and cma.can_read(self._peer_pids[peer], self._peer_probes[peer], _PROBE_MAGIC)
-            self._put(peer, HEADER.pack(KIND_CAPS, self.world_rank, 0, 0, 0, 0, 0, 0, 0, int(ok), 0, 0, 0, 0, -1, 0.0, 0.0))
+            self._put(peer, SliceHeader.control(KIND_CAPS, self.world_rank, count=int(ok)).pack())  # count 1: "I may read you"
         while len(self._peer_reads_me) < len(self._peers):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -230,7 +230,7 @@ class ShmTransport:
                 finally:
                     for fd in fds:
                         os.close(fd)
-                missing.discard(HEADER.unpack_from(data)[1])
+                missing.discard(_unpack_header(data).src)
             else:  # a peer that finished connecting already started a collective
                 for fd in fds:
                     os.close(fd)
@@ -242,8 +242,8 @@ class ShmTransport:
         src = self._sender(data)
         if src is None:
             raise self._malformed(data, None, "a handshake that names no peer of this rank")
-        fields = HEADER.unpack_from(data)
-        peer, size = src, fields[14]
+        header = _unpack_header(data)
+        peer, size = src, header.slot
         if peer in self._peer_segments:
             raise self._malformed(data, src, "a second handshake")
         if len(fds) != 1 or size <= 0:
@@ -255,13 +255,13 @@ class ShmTransport:
             peer_map = mmap.mmap(fds[0], size, prot=mmap.PROT_READ)
         except OSError as err:
             raise self._malformed(data, src, f"a segment that cannot be mapped ({err.strerror})") from None
-        self._peer_probes[peer] = fields[12]
+        self._peer_probes[peer] = header.offset
         self._peer_maps.append(peer_map)
         self._peer_segments[peer] = memoryview(peer_map)
 
     def _sender(self, data: bytes) -> int | None:
         """The sender's rank if the datagram holds a whole header naming one of our peers."""
-        if len(data) < HEADER.size:
+        if len(data) < HEADER_BYTES:
             return None
         src = _SRC.unpack_from(data)[1]
         return src if src in self._peer_set else None
@@ -270,30 +270,30 @@ class ShmTransport:
     def max_slice_bytes(self, peer: int) -> int:
         return self.slot_bytes
 
-    def try_send(self, peer: int, fields: tuple, stamps: tuple[float, float], data: np.ndarray) -> bool:
-        """``fields``: HEADER fields from src to nelem; ``stamps``: (sent_at, arrival) modeled."""
+    def try_send(self, peer: int, header: SliceHeader, data: np.ndarray) -> bool:
+        """Send one slice inline, by slot or for a direct read, whichever its size calls for."""
         nbytes = data.nbytes
         if nbytes <= INLINE_MAX_BYTES:  # small: joining the bytes costs less than a gathered send
-            self._put(peer, HEADER.pack(KIND_INLINE, *fields, -1, *stamps) + data.tobytes())
+            self._put(peer, header.pack_as(KIND_INLINE) + data.tobytes())
             return True
         if nbytes <= SHM_INLINE_MAX_BYTES:
-            self._put(peer, HEADER.pack(KIND_INLINE, *fields, -1, *stamps), data.view(np.uint8))
+            self._put(peer, header.pack_as(KIND_INLINE), data.view(np.uint8))
             return True
         if nbytes >= RNDV_MIN_BYTES and self._peer_reads_me.get(peer):
             # The peer reads it from where it is; this buffer stays untouched until its FIN
             # (the step does not end before: flush() waits for it).
-            self._put(peer, HEADER.pack(KIND_RNDV, *fields, data.ctypes.data, *stamps))
+            self._put(peer, header.pack_as(KIND_RNDV, data.ctypes.data))
             self._rndv_out[peer] += 1
             self.sent_by_path["direct"] += 1
             return True
         offset = self._stage(peer, data)
         if offset is None:
             return False
-        self._put(peer, HEADER.pack(KIND_SLOT, *fields, offset, *stamps))
+        self._put(peer, header.pack_as(KIND_SLOT, offset))
         self.sent_by_path["slot"] += 1
         return True
 
-    def try_send_shared(self, peers: list[int], fields: list[tuple], stamps: list[tuple[float, float]], data: np.ndarray) -> bool:
+    def try_send_shared(self, peers: list[int], headers: list[SliceHeader], data: np.ndarray) -> bool:
         """One slice to several peers, staged once: every peer reads the same slot, which is free
         again when the last of them has acknowledged it (a mesh allgather or broadcast sends one
         block to every peer: one copy instead of one per peer). False when the slice does not go
@@ -307,8 +307,8 @@ class ShmTransport:
             return False
         del self._lent[offset]
         self._shared[offset] = (set(peers), peers[0])
-        for peer, peer_fields, peer_stamps in zip(peers, fields, stamps):
-            self._put(peer, HEADER.pack(KIND_SLOT, *peer_fields, offset, *peer_stamps))
+        for peer, header in zip(peers, headers):
+            self._put(peer, header.pack_as(KIND_SLOT, offset))
         self.sent_by_path["shared"] += 1
         return True
 
@@ -323,7 +323,7 @@ class ShmTransport:
         return offset
 
     def notify(self, peer: int, comm_id: int, seq: int, body: bytes) -> None:
-        header = HEADER.pack(KIND_NOTICE, self.world_rank, comm_id, seq, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, -1, 0.0, 0.0)
+        header = SliceHeader.control(KIND_NOTICE, self.world_rank, comm_id=comm_id, seq=seq).pack()
         try:
             self._put(peer, header + body[:INLINE_MAX_BYTES])
         except HcclRemoteError:
@@ -372,7 +372,7 @@ class ShmTransport:
         self._queued = False
         for peer, acks in self._acks.items():
             if acks:
-                ack = HEADER.pack(KIND_ACK, self.world_rank, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, len(acks), -1, 0.0, 0.0)
+                ack = SliceHeader.control(KIND_ACK, self.world_rank, nelem=len(acks)).pack()
                 ack += np.array(acks, np.int64).tobytes()
                 acks.clear()
                 try:
@@ -383,7 +383,7 @@ class ShmTransport:
             if fins:
                 self._fins[peer] = 0
                 try:
-                    self._put(peer, HEADER.pack(KIND_FIN, self.world_rank, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, fins, -1, 0.0, 0.0))
+                    self._put(peer, SliceHeader.control(KIND_FIN, self.world_rank, nelem=fins).pack())
                 except HcclRemoteError:
                     pass
         blocked = False
@@ -449,26 +449,25 @@ class ShmTransport:
         """Check one datagram against the protocol and queue what it carries (see the module doc:
         anything malformed raises HcclRemoteError naming the sender)."""
         try:
-            fields = HEADER.unpack_from(data)
+            h = _unpack_header(data)
         except struct.error:
-            raise self._malformed(data, None, f"shorter than a message header ({HEADER.size} bytes)") from None
-        nelem = fields[13]
+            raise self._malformed(data, None, f"shorter than a message header ({HEADER_BYTES} bytes)") from None
+        nelem = h.nelem
         # The common case first, checked in one expression: a well-formed inline slice of a peer.
-        if (fields[0] == KIND_INLINE and fields[1] in self._peer_set and fields[12] + nelem <= fields[11]
-                and len(data) - _HEADER_BYTES == nelem * _ITEMSIZES[fields[7]]):
-            got.append(Incoming(KIND_INLINE, fields[1], fields[2], fields[3], fields[4], fields[5:11], fields[11], fields[12],
-                                nelem, fields[15], fields[16], memoryview(data)[_HEADER_BYTES:]))
+        if (h.kind == KIND_INLINE and h.src in self._peer_set and h.offset + nelem <= h.msg_count
+                and len(data) - HEADER_BYTES == nelem * _ITEMSIZES[h.dtype]):
+            got.append(Incoming(h, memoryview(data)[HEADER_BYTES:]))
             return
-        kind, src = fields[0], fields[1]
+        kind, src = h.kind, h.src
         if src not in self._peer_set:
             raise self._malformed(data, None, f"a header claiming rank {src}, not a peer of rank {self.world_rank} "
-                                        f"(world of {self.world_size})")
+                                              f"(world of {self.world_size})")
         if kind == KIND_INLINE:
-            raise self._bad_slice(data, fields, len(data) - _HEADER_BYTES)
+            raise self._bad_slice(data, h, len(data) - HEADER_BYTES)
         if kind == KIND_ACK:
-            if len(data) != HEADER.size + 8 * nelem:
-                raise self._malformed(data, src, f"an acknowledgement of {nelem} slot(s) in {len(data) - HEADER.size} bytes")
-            for offset in np.frombuffer(data, np.int64, nelem, HEADER.size).tolist():
+            if len(data) != HEADER_BYTES + 8 * nelem:
+                raise self._malformed(data, src, f"an acknowledgement of {nelem} slot(s) in {len(data) - HEADER_BYTES} bytes")
+            for offset in np.frombuffer(data, np.int64, nelem, HEADER_BYTES).tolist():
                 if self._lent.get(offset) == src:
                     del self._lent[offset]
                     self._free[src].append(offset)
@@ -476,7 +475,7 @@ class ShmTransport:
                 shared = self._shared.get(offset)
                 if shared is None or src not in shared[0]:
                     raise self._malformed(data, src, f"an acknowledgement for slot offset {offset}, which rank "
-                                               f"{self.world_rank} had not lent to it")
+                                                     f"{self.world_rank} had not lent to it")
                 shared[0].discard(src)
                 if not shared[0]:
                     del self._shared[offset]
@@ -485,46 +484,44 @@ class ShmTransport:
         if kind == KIND_FIN:
             if not 0 < nelem <= self._rndv_out[src]:
                 raise self._malformed(data, src, f"a receipt for {nelem} direct read(s) while {self._rndv_out[src]} were "
-                                           "outstanding")
+                                                 "outstanding")
             self._rndv_out[src] -= nelem
             return
         if kind == KIND_CAPS:
-            self._peer_reads_me[src] = bool(fields[9])
+            self._peer_reads_me[src] = bool(h.count)
             return
-        slot, fetch = fields[14], None
+        fetch = None
         if kind == KIND_SLOT:
             segment = self._peer_segments.get(src)
-            end = slot + nelem * _ITEMSIZE.get(fields[7], -1)
-            if segment is None or slot < 0 or end < slot or end > len(segment) or fields[12] + nelem > fields[11]:
-                raise self._bad_slice(data, fields, None)
-            payload = segment[slot:end]
+            end = h.slot + nelem * ITEMSIZE_BY_CODE.get(h.dtype, -1)
+            if segment is None or h.slot < 0 or end < h.slot or end > len(segment) or h.offset + nelem > h.msg_count:
+                raise self._bad_slice(data, h, None)
+            payload = segment[h.slot:end]
         elif kind == KIND_RNDV:
-            if fields[7] not in _ITEMSIZE or fields[12] + nelem > fields[11]:
-                raise self._bad_slice(data, fields, None)
-            payload, fetch = None, self._fetcher(src, slot)
+            if h.dtype not in ITEMSIZE_BY_CODE or h.offset + nelem > h.msg_count:
+                raise self._bad_slice(data, h, None)
+            payload, fetch = None, self._fetcher(src, h.slot)
         elif kind == KIND_NOTICE:
-            payload = memoryview(data)[HEADER.size :]
+            payload = memoryview(data)[HEADER_BYTES:]
         else:
             raise self._malformed(data, src, f"message kind {kind}" + (" after the handshake" if kind == KIND_HELLO else " (unknown)"))
-        got.append(Incoming(kind, src, fields[2], fields[3], fields[4], fields[5:11], fields[11], fields[12], nelem,
-                            fields[15], fields[16], payload, slot, fetch))
+        got.append(Incoming(h, payload, fetch))
 
     def _malformed(self, data: bytes, src: int | None, what: str) -> HcclRemoteError:
         """``malformed`` with this transport's ranks as the job numbers them."""
         return malformed(data, None if src is None else self.world_of[src], what, self.world_of[self.world_rank])
 
-    def _bad_slice(self, data: bytes, fields: tuple, inline_bytes: int | None) -> HcclRemoteError:
-        kind, src, dtype, count, offset, nelem, slot = fields[0], fields[1], fields[7], fields[11], fields[12], fields[13], fields[14]
-        if dtype not in _ITEMSIZE:
-            what = f"dtype code {dtype} (unknown)"
-        elif offset + nelem > count:
-            what = f"elements {offset}..{offset + nelem} of a message of {count}"
+    def _bad_slice(self, data: bytes, h: SliceHeader, inline_bytes: int | None) -> HcclRemoteError:
+        if h.dtype not in ITEMSIZE_BY_CODE:
+            what = f"dtype code {h.dtype} (unknown)"
+        elif h.offset + h.nelem > h.msg_count:
+            what = f"elements {h.offset}..{h.offset + h.nelem} of a message of {h.msg_count}"
         elif inline_bytes is not None:
-            what = f"{nelem} elements of dtype code {dtype} in {inline_bytes} bytes"
+            what = f"{h.nelem} elements of dtype code {h.dtype} in {inline_bytes} bytes"
         else:
-            size = len(self._peer_segments[src]) if src in self._peer_segments else 0
-            what = f"slot offset {slot} + {nelem * _ITEMSIZE[dtype]} bytes, outside its {size}-byte segment"
-        return self._malformed(data, src, f"a {'inline ' if kind == KIND_INLINE else ''}slice with {what}")
+            size = len(self._peer_segments[h.src]) if h.src in self._peer_segments else 0
+            what = f"slot offset {h.slot} + {h.payload_bytes} bytes, outside its {size}-byte segment"
+        return self._malformed(data, h.src, f"a {'inline ' if h.kind == KIND_INLINE else ''}slice with {what}")
 
     def _fetcher(self, src: int, address: int):
         def fetch(dst: np.ndarray | None, dtype: np.dtype, nelem: int) -> np.ndarray:

@@ -3,7 +3,7 @@
 Each rank listens on ``HCCL_IF_IP`` (default: the address its host uses to reach the rendezvous
 store) and publishes the endpoint through the store; every pair of ranks shares one TCP
 connection (the lower rank connects), which keeps each direction's slices in order. A frame is
-``LENGTH`` (payload bytes) + ``HEADER`` + payload.
+``LENGTH`` (payload bytes) + a ``SliceHeader`` + payload.
 
 Plain nonblocking sockets rather than zmq: a slice counts as sent only once the kernel holds all
 of it, so ``flush()`` can say truthfully that a step's output has left, as the shared-memory
@@ -31,11 +31,11 @@ from collections import deque
 import numpy as np
 
 from ..errors import HcclConnectError, HcclRemoteError, HcclTimeoutError
-from .base import HEADER, KIND_ACK, KIND_HELLO, KIND_INLINE, KIND_NOTICE, Incoming
+from .base import HEADER_BYTES, KIND_ACK, KIND_HELLO, KIND_INLINE, KIND_NOTICE, Incoming, SliceHeader
 from .common import INLINE_MAX_BYTES, process_alive, slice_layout
 
 LENGTH = struct.Struct("<Q")
-PREFIX = LENGTH.size + HEADER.size
+PREFIX = LENGTH.size + HEADER_BYTES
 RECV_CHUNK = 64 * 1024  # payloads larger than what one read brings are received into their own buffer
 SOCKET_BUFFER_BYTES = 4 * 1024 * 1024
 _EMPTY = memoryview(b"")
@@ -101,7 +101,7 @@ class TcpTransport:
     def connect(self, endpoints: dict[int, str], deadline: float) -> None:
         """One connection per pair: connect to higher ranks (their listen backlog takes it
         before they accept), then accept the lower ones, each naming itself in a hello."""
-        hello = LENGTH.pack(0) + HEADER.pack(KIND_HELLO, self.world_rank, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, -1, 0.0, 0.0)
+        hello = LENGTH.pack(0) + SliceHeader.control(KIND_HELLO, self.world_rank).pack()
         for peer in (p for p in self._peers if p > self.world_rank):
             host, _, port = endpoints[peer].rpartition(":")
             while True:
@@ -136,12 +136,12 @@ class TcpTransport:
             except OSError:  # timed out or reset: not a peer of ours that got through
                 sock.close()
                 continue
-            fields = HEADER.unpack_from(frame, LENGTH.size)
-            if fields[0] != KIND_HELLO or fields[1] not in waiting:
+            header = SliceHeader.unpack_from(frame, LENGTH.size)
+            if header.kind != KIND_HELLO or header.src not in waiting:
                 sock.close()
                 continue
-            waiting.discard(fields[1])
-            self._add(fields[1], sock)
+            waiting.discard(header.src)
+            self._add(header.src, sock)
 
     def _add(self, peer: int, sock: socket.socket) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -156,14 +156,14 @@ class TcpTransport:
     def max_slice_bytes(self, peer: int) -> int:
         return self.slice_bytes
 
-    def try_send(self, peer: int, fields: tuple, stamps: tuple[float, float], data: np.ndarray) -> bool:
+    def try_send(self, peer: int, header: SliceHeader, data: np.ndarray) -> bool:
         nbytes = data.nbytes
         large = nbytes > INLINE_MAX_BYTES
         if large and not self._credits[peer]:
             return False
         if peer in self._gone:
             raise HcclRemoteError(f"rank {peer} is gone (its TCP connection to rank {self.world_rank} was closed)", peer=peer)
-        head = LENGTH.pack(nbytes) + HEADER.pack(KIND_INLINE, *fields, -1, *stamps)
+        head = LENGTH.pack(nbytes) + header.pack_as(KIND_INLINE)
         self._send(peer, head, data.reshape(-1).view(np.uint8) if nbytes else _EMPTY)
         if large:
             self._credits[peer] -= 1
@@ -171,8 +171,8 @@ class TcpTransport:
 
     def notify(self, peer: int, comm_id: int, seq: int, body: bytes) -> None:
         body = body[:INLINE_MAX_BYTES]
-        head = LENGTH.pack(len(body)) + HEADER.pack(KIND_NOTICE, self.world_rank, comm_id, seq, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                                                    len(body), -1, 0.0, 0.0)
+        head = LENGTH.pack(len(body)) + SliceHeader.control(KIND_NOTICE, self.world_rank, comm_id=comm_id, seq=seq,
+                                                            nelem=len(body)).pack()
         try:
             self._send(peer, head, memoryview(body))
         except HcclRemoteError:
@@ -225,7 +225,7 @@ class TcpTransport:
         for peer, count in self._acks.items():
             if count:
                 self._acks[peer] = 0
-                ack = LENGTH.pack(0) + HEADER.pack(KIND_ACK, self.world_rank, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, count, -1, 0.0, 0.0)
+                ack = LENGTH.pack(0) + SliceHeader.control(KIND_ACK, self.world_rank, nelem=count).pack()
                 try:
                     self._send(peer, ack, _EMPTY)
                 except HcclRemoteError:
@@ -304,7 +304,7 @@ class TcpTransport:
         buf, pos = st.buf, 0
         while len(buf) - pos >= PREFIX:
             nbytes = LENGTH.unpack_from(buf, pos)[0]
-            header = HEADER.unpack_from(buf, pos + LENGTH.size)
+            header = SliceHeader.unpack_from(buf, pos + LENGTH.size)
             start = pos + PREFIX
             have = len(buf) - start
             if have >= nbytes:
@@ -320,14 +320,11 @@ class TcpTransport:
             break
         del buf[:pos]
 
-    def _deliver(self, header: tuple, payload: memoryview, got: list[Incoming]) -> None:
-        (kind, src, comm_id, seq, msg_index, op, algo, dtype, redop, count, root, msg_count, offset, nelem, slot,
-         sent_at, arrival) = header
-        if kind == KIND_ACK:
-            self._credits[src] += nelem
+    def _deliver(self, header: SliceHeader, payload: memoryview, got: list[Incoming]) -> None:
+        if header.kind == KIND_ACK:
+            self._credits[header.src] += header.nelem
             return
-        got.append(Incoming(kind, src, comm_id, seq, msg_index, (op, algo, dtype, redop, count, root),
-                            msg_count, offset, nelem, sent_at, arrival, payload, slot))
+        got.append(Incoming(header, payload))
 
     def _lost(self, peer: int) -> None:
         if peer in self._gone:
