@@ -295,11 +295,13 @@ def read_job(environ: Mapping[str, str] | None = None) -> JobConfig:
     if size is None or size == 1:
         if rank not in (None, 0):
             raise HcclParamError(f"{RANK_ID}/{RANK}={rank} given for a world of size 1 (set {RANK_SIZE}/{WORLD_SIZE})",
-                                 variable=RANK_ID if _raw(environ, RANK_ID) is not None else RANK)
+                                 variable=RANK_ID if _raw(environ, RANK_ID) is not None else RANK, value=rank, rule="range",
+                                 expected="0..0")
         rank, size = 0, 1
     if rank is None or not 0 <= rank < size:
         raise HcclParamError(f"{RANK_ID}/{RANK}={rank} is not in 0..{size - 1} ({RANK_SIZE}/{WORLD_SIZE}={size})",
-                             variable=RANK_ID if _raw(environ, RANK_ID) is not None else RANK)
+                             variable=RANK_ID if _raw(environ, RANK_ID) is not None else RANK, value=rank, rule="range",
+                             expected=f"0..{size - 1}")
     faults = tuple(parse_faults(environ.get(HCCL_PY_FAULTS)))
     check_ranks(list(faults), size)
     return JobConfig(
