@@ -40,7 +40,7 @@ def _parse_levels(text: str, where: str) -> str:
         level, sep, value = part.partition(":")
         if not sep or level.strip().lower() not in ("level0", "level1", "level2"):
             raise HcclParamError(f"HCCL_ALGO: cannot read {part!r} in {where!r}; expected e.g. 'level0:NA;level1:ring'",
-                                 variable=env.HCCL_ALGO)
+                                 variable=env.HCCL_ALGO, value=part, rule="format", expected="level0:<algo>;level1:<algo>")
         name = _algo_name(value, where)
         levels[level.strip().lower()] = name
         if name != AUTO:
@@ -58,7 +58,7 @@ def _algo_name(value: str, where: str) -> str:
     if key in HCCL_ONLY_ALGOS:
         return value.strip()  # refused by the call that needs it, with the reason
     raise HcclParamError(f"HCCL_ALGO: unknown algorithm {value.strip()!r} in {where!r}; use ring, H-D_R (hd), tree, mesh or NA",
-                         variable=env.HCCL_ALGO)
+                         variable=env.HCCL_ALGO, value=value.strip(), rule="choices", choices=["ring", "H-D_R", "tree", "mesh", "NA"])
 
 
 def _hccl_op(name: str) -> str | None:
@@ -90,7 +90,7 @@ def parse_hccl_algo(text: str | None) -> dict[str, str]:
         if not sep or op_key is None:
             raise HcclParamError(
                 f"HCCL_ALGO: cannot read {entry!r}; expected '<op>=<algo>' with <op> an HCCL operator (allreduce, allgather, broadcast, reduce, reducescatter, ...)",
-                variable=env.HCCL_ALGO)
+                variable=env.HCCL_ALGO, value=entry, rule="format", expected="<op>=<algo>")
         table[op_key] = _parse_levels(levels, entry)
     return table
 
@@ -127,18 +127,21 @@ def hier_levels(name: str) -> tuple[str, str] | None:
         return "ring", "ring"
     inner, slash, outer = rest.partition("/")
     if not slash:
-        raise HcclParamError(f"algo {name!r}: write hier:<inner>/<outer>, e.g. hier:ring/hd")
+        raise HcclParamError(f"algo {name!r}: write hier:<inner>/<outer>, e.g. hier:ring/hd", arg="algo", value=name, rule="format",
+                             expected="hier:<inner>/<outer>")
     return _HCCL_ALGOS.get(inner.strip(), inner.strip()), _HCCL_ALGOS.get(outer.strip(), outer.strip())
 
 
-def _resolve_hier(collective: str, levels: tuple[str, str]) -> str:
+def _resolve_hier(collective: str, levels: tuple[str, str], source: dict) -> str:
     if collective not in HIER_COLLECTIVES:
-        raise HcclNotSupportedError(f"{collective}: no hierarchical algorithm; hier serves {', '.join(HIER_COLLECTIVES)}")
+        raise HcclNotSupportedError(f"{collective}: no hierarchical algorithm; hier serves {', '.join(HIER_COLLECTIVES)}",
+                                    collective=collective, algo=HIER, choices=list(HIER_COLLECTIVES), **source)
     for level, algo, flat in zip(("inner (level0)", "outer (level1)"), levels, LEVELS[collective]):
         for c in flat:
             if (c, algo) not in SCHEDULES:
                 raise HcclNotSupportedError(f"{collective}: hier's {level} algorithm {algo!r} has no {c}; "
-                                            f"use one of {', '.join(algos_for(c))}")
+                                            f"use one of {', '.join(algos_for(c))}", collective=c, algo=algo,
+                                            choices=list(algos_for(c)), **source)
     return f"{HIER}:{levels[0]}/{levels[1]}"
 
 
@@ -148,27 +151,33 @@ def resolve(collective: str, algo: str, choose_auto: Callable[[], str], env_tabl
     ``choose_auto`` is called only when the call and HCCL_ALGO both leave the choice open.
     """
     if not isinstance(algo, str):
-        raise HcclParamError(f"{collective}: algo must be a string, got {algo!r}")
+        raise HcclParamError(f"{collective}: algo must be a string, got {algo!r}", collective=collective, arg="algo",
+                             value=repr(algo), rule="type", expected="string")
     name = algo.strip().lower()
     if name == AUTO:
         name = env_table.get(collective, env_table.get("*", AUTO))
         source = env.HCCL_ALGO
+        given = {"variable": "HCCL_ALGO"}  # where the name came from, as error fields
         if name == AUTO:
             return choose_auto()
     else:
         source = "algo="
+        given = {"arg": "algo"}
         name = _HCCL_ALGOS.get(name, name)
     levels = hier_levels(name)
     if levels is not None:
-        return _resolve_hier(collective, levels)
+        return _resolve_hier(collective, levels, given)
     if (collective, name) in SCHEDULES:
         return name
+    choices = [*algos_for(collective), AUTO]
     if name in ALL_ALGOS:
         raise HcclNotSupportedError(f"{collective}: algo {name!r} serves only {', '.join(c for c, a in SCHEDULES if a == name)}; "
-                                    f"use one of {', '.join(algos_for(collective))} or auto")
+                                    f"use one of {', '.join(algos_for(collective))} or auto", collective=collective, algo=name,
+                                    choices=choices, **given)
     if name.lower() in HCCL_ONLY_ALGOS:
         raise HcclNotSupportedError(
             f"{collective}: {source} asks for HCCL's {name} algorithm, which hccl-py does not implement; "
-            f"use one of {', '.join(algos_for(collective))} or auto"
+            f"use one of {', '.join(algos_for(collective))} or auto", collective=collective, algo=name, choices=choices, **given
         )
-    raise HcclParamError(f"{collective}: unknown algo {algo!r}; use one of {', '.join(algos_for(collective))} or auto")
+    raise HcclParamError(f"{collective}: unknown algo {algo!r}; use one of {', '.join(algos_for(collective))} or auto",
+                         collective=collective, value=algo, rule="choices", choices=choices, **given)

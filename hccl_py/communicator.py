@@ -25,7 +25,7 @@ from .context import RankContext
 from .device import Device
 from .dtypes import UFUNCS, ReduceOp, check_op_dtype, dtype_code
 from .errors import HcclError, HcclInternalError, HcclParamError, HcclTimeoutError
-from .collectives import OpKind
+from .collectives import OpKind, collective as collective_named
 from .executor import P2P_SEQ_BIT, CallContext, error_from_notice
 from .records import CallRecord, CommStats
 from .transport.base import CallSignature
@@ -68,6 +68,16 @@ def _apart_from(src: np.ndarray, out: np.ndarray) -> np.ndarray:
     a0, a1 = _byte_span(src)
     b0, b1 = _byte_span(out)
     return src.copy() if a0 < b1 and b0 < a1 else src
+
+
+def _op_of(what: str) -> str:
+    """The ``op`` field of an error raised in ``what`` ("all_reduce on 'world'" -> "allreduce", as
+    the executor names it; "split on 'world'" -> "split")."""
+    name = what.split(" ", 1)[0]
+    try:
+        return collective_named(name).name
+    except HcclParamError:
+        return name
 
 
 def _comm_id(*parts: object) -> int:
@@ -175,31 +185,49 @@ class Communicator:
                 f"{what}: communicator '{self.name}' belongs to process {self._engine.owner_pid} (rank {self._world_ranks[self._rank]}); "
                 f"this process ({os.getpid()}) is a child forked from it and cannot use it: the sockets and shared memory "
                 "are the parent's. Run collectives in the rank's own process; start workers that need their own "
-                "communicator as ranks (hccl-launch, launch.spawn) or with multiprocessing's 'spawn' start method")
+                "communicator as ranks (hccl-launch, launch.spawn) or with multiprocessing's 'spawn' start method",
+                **self._fields(what), state="forked")
         if self._closed_reason is not None:
-            raise HcclInternalError(f"{what} on communicator '{self.name}': the communicator {self._closed_reason}; create a new one")
+            raise HcclInternalError(f"{what} on communicator '{self.name}': the communicator {self._closed_reason}; create a new one",
+                                    **self._fields(what), state=self._closed_reason.split()[1])
         notice = self._engine.pending_notice(self._id)
         if notice is not None:
             self.abort("a peer reported a failed call")
             seq, src, body = notice
             reporter = self._world_ranks.index(src) if src in self._world_ranks else src
-            raise error_from_notice(f"{what}: an earlier call failed on a peer", reporter, body, {"rank": self._rank, "comm": self.name})
+            raise error_from_notice(f"{what}: an earlier call failed on a peer", reporter, body, self._fields(what))
 
     # -- argument checks ---------------------------------------------------------------------------
-    def _array(self, x, what: str, *, writable: bool) -> np.ndarray:
+    def _fields(self, what: str) -> dict:
+        """The fields of an error raised in ``what`` ("all_reduce on 'world'"): rank, comm, op."""
+        return {"rank": self._rank, "comm": self.name, "op": _op_of(what)}
+
+    def _bad(self, what: str, message: str, **fields) -> HcclParamError:
+        """HcclParamError for input to ``what`` that is rejected before anything moves; ``fields``
+        name it (``arg``, ``value``, ``rule``, ...)."""
+        return HcclParamError(f"{what}: {message}", **self._fields(what), **fields)
+
+    def _array(self, x, what: str, *, writable: bool, arg: str = "x") -> np.ndarray:
         if not isinstance(x, np.ndarray):
-            raise HcclParamError(f"{what}: buffer must be a numpy.ndarray, got {type(x).__name__}")
-        dtype_code(x.dtype, where=what)
+            raise self._bad(what, f"buffer must be a numpy.ndarray, got {type(x).__name__}", arg=arg, rule="type",
+                            expected="numpy.ndarray")
+        try:
+            dtype_code(x.dtype, where=what)
+        except HcclParamError as err:
+            raise HcclParamError(err.message, **self._fields(what), arg=arg, **err.fields) from None
         if writable:
             if not x.flags.c_contiguous:
-                raise HcclParamError(f"{what}: buffer must be C-contiguous (it is written in place); pass np.ascontiguousarray(x) and copy back")
+                raise self._bad(what, "buffer must be C-contiguous (it is written in place); pass np.ascontiguousarray(x) and copy back",
+                                arg=arg, rule="contiguous")
             if not x.flags.writeable:
-                raise HcclParamError(f"{what}: buffer is read-only but the operation writes it in place")
+                raise self._bad(what, "buffer is read-only but the operation writes it in place", arg=arg, rule="writable")
         return x
 
     def _root(self, root, what: str, name: str = "root") -> int:
         if isinstance(root, bool) or not isinstance(root, (int, np.integer)) or not 0 <= root < self.size:
-            raise HcclParamError(f"{what}: {name}={root!r} is not a rank of communicator '{self.name}' (0..{self.size - 1})")
+            raise self._bad(what, f"{name}={root!r} is not a rank of communicator '{self.name}' (0..{self.size - 1})",
+                            arg=name, value=root.item() if isinstance(root, np.generic) else root, rule="range",
+                            expected=f"0..{self.size - 1}")
         return int(root)
 
     def _op(self, op, dtype: np.dtype, what: str) -> ReduceOp:
@@ -209,9 +237,10 @@ class Communicator:
             pass
         try:
             redop = ReduceOp.parse(op)
+            check_op_dtype(redop, dtype, where=what)
         except HcclParamError as err:
-            raise HcclParamError(f"{what}: {err.message}") from None
-        check_op_dtype(redop, dtype, where=what)
+            message = err.message if err.message.startswith(what) else f"{what}: {err.message}"
+            raise HcclParamError(message, **self._fields(what), **err.fields) from None
         if isinstance(op, (str, ReduceOp)):
             _CHECKED_OPS[(op, dtype)] = redop
         return redop
@@ -256,7 +285,7 @@ class Communicator:
                 f"{call.collective} on communicator '{self.name}' (thread {threading.get_ident()}): this rank's "
                 f"communicators are in use by another thread ({op} #{seq} on '{comm}' in thread {thread}); a rank's "
                 "communicators belong to one thread at a time (as in HCCL and NCCL): call them from one thread, or "
-                "serialize the calls with a lock")
+                "serialize the calls with a lock", rank=self._rank, comm=self.name, op=call.collective)
         try:
             if seq is None:
                 self._seq += 1
@@ -353,10 +382,11 @@ class Communicator:
         """
         what = f"reduce_scatter on '{self.name}'"
         self._check_usable(what)
-        y = self._array(y, what, writable=False)
+        y = self._array(y, what, writable=False, arg="y")
         redop = self._op(op, y.dtype, what)
         if y.size % self.size:
-            raise HcclParamError(f"{what}: y.size={y.size} is not divisible by the communicator size {self.size}")
+            raise self._bad(what, f"y.size={y.size} is not divisible by the communicator size {self.size}", arg="y.size",
+                            value=y.size, rule="divisible", expected=self.size)
         count = y.size // self.size
         shape = (y.shape[0] // self.size, *y.shape[1:]) if y.ndim >= 1 and y.shape[0] % self.size == 0 else (count,)
         result = self._out(out, count, y.dtype, what)
@@ -368,9 +398,10 @@ class Communicator:
         """The caller's output buffer, checked, or a new one."""
         if out is None:
             return np.empty(count, dtype)
-        out = self._array(out, f"{what} (out=)", writable=True)
+        out = self._array(out, f"{what} (out=)", writable=True, arg="out")
         if out.dtype != dtype or out.size != count:
-            raise HcclParamError(f"{what}: out= must hold {count} elements of {dtype}, got {out.size} of {out.dtype}")
+            raise self._bad(what, f"out= must hold {count} elements of {dtype}, got {out.size} of {out.dtype}", arg="out",
+                            value=[out.size, out.dtype.name], expected=[count, np.dtype(dtype).name])
         return out
 
     def barrier(self, *, monitored: bool = False) -> None:
@@ -408,7 +439,7 @@ class Communicator:
         x = self._array(x, what, writable=False)
         dst = self._root(dst, what, "dst")
         if dst == self._rank:
-            raise HcclParamError(f"{what}: dst={dst} is this rank; send to another rank")
+            raise self._bad(what, f"dst={dst} is this rank; send to another rank", arg="dst", value=dst, rule="self")
         flat = np.ascontiguousarray(x).reshape(-1)
         seq = P2P_SEQ_BIT | self._next_p2p(self._p2p_sent, dst)
         self._run_call(self._p2p_call("send", flat.size, x.dtype, dst), (flat, flat), x.dtype, seq)
@@ -420,7 +451,7 @@ class Communicator:
         x = self._array(x, what, writable=True)
         src = self._root(src, what, "src")
         if src == self._rank:
-            raise HcclParamError(f"{what}: src={src} is this rank; receive from another rank")
+            raise self._bad(what, f"src={src} is this rank; receive from another rank", arg="src", value=src, rule="self")
         flat = x.reshape(-1)
         seq = P2P_SEQ_BIT | self._next_p2p(self._p2p_received, src)
         self._run_call(self._p2p_call("recv", flat.size, x.dtype, src), (flat, flat), x.dtype, seq)
@@ -459,9 +490,11 @@ class Communicator:
         self._check_usable(what)
         for name, value in (("color", color), ("key", key)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer))):
-                raise HcclParamError(f"{what}: {name} must be an int{' or None' if name == 'color' else ''}, got {value!r}")
+                raise self._bad(what, f"{name} must be an int{' or None' if name == 'color' else ''}, got {value!r}", arg=name,
+                                value=value, rule="type", expected="int or None" if name == "color" else "int")
         if color is not None and color < 0:
-            raise HcclParamError(f"{what}: color must be >= 0 or None, got {color}")
+            raise self._bad(what, f"color must be >= 0 or None, got {color}", arg="color", value=int(color), rule="range",
+                            expected=">= 0")
         mine = np.array([-1 if color is None else color, key], np.int64)
         table = self.all_gather(mine)
         seq = self._seq
@@ -484,14 +517,15 @@ class Communicator:
         try:
             ranks = [int(r) for r in ranks]
         except (TypeError, ValueError):
-            raise HcclParamError(f"{what}: ranks must be a sequence of ints, got {ranks!r}") from None
+            raise self._bad(what, f"ranks must be a sequence of ints, got {ranks!r}", arg="ranks", value=ranks, rule="type",
+                            expected="sequence of int") from None
         if not ranks:
-            raise HcclParamError(f"{what}: ranks is empty; a group needs at least one rank")
+            raise self._bad(what, "ranks is empty; a group needs at least one rank", arg="ranks", value=ranks, rule="nonempty")
         for r in ranks:
             self._root(r, what, "rank")
         if len(set(ranks)) != len(ranks):
-            raise HcclParamError(f"{what}: ranks {ranks} lists a rank twice")
-        seq = self._agree(what, ranks, "rank list")
+            raise self._bad(what, f"ranks {ranks} lists a rank twice", arg="ranks", value=ranks, rule="unique")
+        seq = self._agree(what, ranks, "rank list", "ranks")
         if self._rank not in ranks:
             return None
         return self._child(ranks, _comm_id(self._id, seq, "group", tuple(ranks)), f"{self.name}/group{ranks}")
@@ -508,7 +542,7 @@ class Communicator:
         what = f"create_groups on '{self.name}'"
         self._check_usable(what)
         partition = self._partition_of(groups, what)
-        seq = self._agree(what, partition, "partition")
+        seq = self._agree(what, partition, "partition", "groups")
         index = next(i for i, group in enumerate(partition) if self._rank in group)
         mine = list(partition[index])
         return self._child(mine, _comm_id(self._id, seq, "groups", index, tuple(mine)), f"{self.name}/groups[{index}]")
@@ -522,7 +556,8 @@ class Communicator:
             partition = load_partition(groups, self.size) if isinstance(groups, str) else groups
             return validate_partition(partition, self.size)
         except TopologyError as err:
-            raise HcclParamError(f"{what}: {err}") from None
+            raise HcclParamError(f"{what}: {err}", **self._fields(what), arg="groups",
+                                 **{k: v for k, v in err.fields.items() if v is not None}) from None
 
     @property
     def partition(self) -> tuple[tuple[int, ...], ...]:
@@ -543,18 +578,19 @@ class Communicator:
         what = f"set_partition on '{self.name}'"
         self._check_usable(what)
         partition = self._partition_of(groups, what)
-        self._agree(what, partition, "partition")
+        self._agree(what, partition, "partition", "groups")
         self._partition = tuple(tuple(g) for g in partition)
         self._calls = {key: call for key, call in self._calls.items() if not call.algo.startswith("hier")}
 
-    def _agree(self, what: str, value, name: str) -> int:
-        """Check that every rank passed the same ``value`` (one small allgather); returns the
-        call's sequence number, which names the communicators made from it."""
+    def _agree(self, what: str, value, name: str, arg: str) -> int:
+        """Check that every rank passed the same ``value`` (argument ``arg``, one small allgather);
+        returns the call's sequence number, which names the communicators made from it."""
         digest = np.frombuffer(hashlib.blake2b(repr(value).encode(), digest_size=8).digest(), np.int64)
         digests = self.all_gather(digest.copy()).reshape(-1)
         differ = [r for r in range(self.size) if digests[r] != digests[0]]
         if differ:
-            raise HcclParamError(f"{what}: ranks {differ} passed a different {name} than rank 0; every rank must pass the same {name}")
+            raise self._bad(what, f"ranks {differ} passed a different {name} than rank 0; every rank must pass the same {name}",
+                            arg=arg, rule="agree", ranks=differ)
         return self._seq
 
     def _child(self, ranks: list[int], comm_id: int, name: str) -> "Communicator":

@@ -93,13 +93,16 @@ class Device:
     def malloc(self, nbytes: int, what: str = "buffer") -> int:
         """Reserve ``nbytes`` (rounded up to 512) of HBM; returns a handle for :meth:`free`."""
         if nbytes < 0:
-            raise HcclParamError(f"device {self.rank}: cannot allocate {nbytes} bytes")
+            raise HcclParamError(f"device {self.rank}: cannot allocate {nbytes} bytes", rank=self.rank, allocation=what,
+                                 requested=nbytes, rule="range", expected=">= 0")
         size = aligned(nbytes)
         if size > self.free_bytes:
             raise HcclMemoryError(
                 f"device {self.rank} ({self.model.name}): out of memory allocating {what}: requested {size} bytes, "
                 f"free {self.free_bytes} of {self.capacity_bytes}, peak so far {self.peak_bytes}; "
-                f"shard the model over more cards or lower the batch size"
+                f"shard the model over more cards or lower the batch size",
+                rank=self.rank, allocation=what, requested=size, free=self.free_bytes, capacity=self.capacity_bytes,
+                peak=self.peak_bytes,
             )
         self._next_handle += 1
         handle = self._next_handle

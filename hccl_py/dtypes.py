@@ -49,7 +49,9 @@ class ReduceOp(IntEnum):
             pass
         if isinstance(op, str) and op.upper() in cls.__members__:
             return cls[op.upper()]
-        raise HcclParamError(f"op={op!r} is not a reduce op; use one of sum, prod, max, min (or hccl_py.ReduceOp)")
+        raise HcclParamError(f"op={op!r} is not a reduce op; use one of sum, prod, max, min (or hccl_py.ReduceOp)",
+                             arg="op", value=op if isinstance(op, (str, int)) else repr(op), rule="choices",
+                             choices=[name.lower() for name in cls.__members__])
 
 
 _REDUCE_OPS = {**{op: op for op in ReduceOp}, **{op.name.lower(): op for op in ReduceOp}}
@@ -66,9 +68,11 @@ def dtype_code(dtype: np.dtype, *, where: str) -> int:
     try:
         return DTYPE_CODES[np.dtype(dtype)]
     except (KeyError, TypeError):
-        raise HcclParamError(f"{where}: dtype {dtype} is not supported; use one of {SUPPORTED_DTYPE_NAMES}") from None
+        raise HcclParamError(f"{where}: dtype {dtype} is not supported; use one of {SUPPORTED_DTYPE_NAMES}", dtype=str(dtype),
+                             rule="choices", choices=SUPPORTED_DTYPE_NAMES.split(", ")) from None
 
 
 def check_op_dtype(op: ReduceOp, dtype: np.dtype, *, where: str) -> None:
     if np.dtype(dtype) in _UNSUPPORTED.get(op, ()):
-        raise HcclParamError(f"{where}: op={op.name.lower()} does not take dtype {dtype} (as in HCCL); cast to float32 or int32 first")
+        raise HcclParamError(f"{where}: op={op.name.lower()} does not take dtype {dtype} (as in HCCL); cast to float32 or int32 first",
+                             arg="op", value=op.name.lower(), dtype=str(np.dtype(dtype)), rule="dtype")

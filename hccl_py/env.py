@@ -109,7 +109,7 @@ def number(name: str, default: float, *, low: float, high: float, low_open: bool
         value = math.nan
     if not math.isfinite(value) or value < low or (low_open and value == low) or value > high:
         raise HcclParamError(f"{name}={raw!r} is not accepted: give a number in {accepted}, or unset it for the default "
-                             f"({default:.10g})", variable=name)
+                             f"({default:.10g})", variable=name, value=raw, rule="range", expected=accepted)
     return value
 
 
@@ -124,7 +124,8 @@ def integer(name: str, *, low: int, high: int, environ: Mapping[str, str] | None
     except ValueError:
         value = None
     if value is None or not low <= value <= high:
-        raise HcclParamError(f"{name}={raw!r} is not accepted: give an integer in [{low}, {high}]", variable=name)
+        raise HcclParamError(f"{name}={raw!r} is not accepted: give an integer in [{low}, {high}]", variable=name, value=raw,
+                             rule="range", expected=f"[{low}, {high}]")
     return value
 
 
@@ -135,7 +136,7 @@ def flag(name: str, default: bool, environ: Mapping[str, str] | None = None) -> 
         return default
     if raw not in ("0", "1"):
         raise HcclParamError(f"{name}={raw!r} is not accepted: give 0 (off) or 1 (on), or unset it (default {int(default)})",
-                             variable=name)
+                             variable=name, value=raw, rule="choices", choices=["0", "1"])
     return raw == "1"
 
 
@@ -300,11 +301,13 @@ def read_job(environ: Mapping[str, str] | None = None) -> JobConfig:
     if size is None or size == 1:
         if rank not in (None, 0):
             raise HcclParamError(f"{RANK_ID}/{RANK}={rank} given for a world of size 1 (set {RANK_SIZE}/{WORLD_SIZE})",
-                                 variable=RANK_ID if _raw(environ, RANK_ID) is not None else RANK)
+                                 variable=RANK_ID if _raw(environ, RANK_ID) is not None else RANK, value=rank, rule="range",
+                                 expected="0..0")
         rank, size = 0, 1
     if rank is None or not 0 <= rank < size:
         raise HcclParamError(f"{RANK_ID}/{RANK}={rank} is not in 0..{size - 1} ({RANK_SIZE}/{WORLD_SIZE}={size})",
-                             variable=RANK_ID if _raw(environ, RANK_ID) is not None else RANK)
+                             variable=RANK_ID if _raw(environ, RANK_ID) is not None else RANK, value=rank, rule="range",
+                             expected=f"0..{size - 1}")
     faults = tuple(parse_faults(environ.get(HCCL_PY_FAULTS)))
     check_ranks(list(faults), size)
     return JobConfig(

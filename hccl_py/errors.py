@@ -46,17 +46,43 @@ class HcclResult(IntEnum):
 class HcclError(RuntimeError):
     """Base of every hccl-py error; ``code`` is the ``HcclResult`` value.
 
-    Context travels as fields, so callers branch on facts rather than message text: ``rank``
-    (this rank in the communicator), ``peer`` (the rank it concerns), ``op``, ``seq``, ``step``,
-    ``comm`` and, where they apply, others (``variable`` for a bad environment value, ``ranks``
-    for several). A field that does not apply is ``None``::
+    Context travels as fields, so callers and tests branch on facts rather than message text
+    (the message is for people: it says what went wrong and what to do). A field that does not
+    apply is ``None``. The same fact has the same name wherever it is raised:
+
+    - a call: ``rank`` (this rank in the communicator), ``peer`` (the rank it concerns),
+      ``ranks`` (several: the waiting peers, the ranks that disagree), ``reporter`` (the rank
+      that told this one), ``op`` (the operation: ``allreduce``, ``send``, ``split``, ...),
+      ``seq``, ``step``, ``comm`` (the communicator's name), ``collective`` and ``algo`` (the
+      collective and algorithm the error is about), ``dtype`` (a data type's name);
+    - rejected input: ``arg`` (the argument's name, e.g. ``"root"``), ``variable`` (an
+      environment variable: the one with a bad value, or the one to set), ``field`` (a key in a
+      document: rank table, figures, partition, a fault ``spec``), ``value`` (the rejected value as
+      given), ``rule`` (which check failed when there are several: ``type``, ``range``,
+      ``choices``, ``required``, ``unique``, ``format``, ...), ``expected`` (what passes: a type
+      or format name, a range such as ``"0..3"``, or the one value), ``choices`` (the accepted
+      values), ``holder`` (where a value that must be unique is already used), ``missing_ranks``
+      (ranks a partition or rank table leaves out), ``error_id`` (HCCL's report id, ``EI0014``);
+    - state: ``state`` (why a communicator or client cannot be used: ``aborted``, ``destroyed``,
+      ``forked``, ``closed``), ``timeout_s`` (the bound that expired);
+    - resources: ``path``, ``errno``, ``module`` (one that cannot be imported), ``address``,
+      ``key``, ``keys`` and ``missing_keys`` (the rendezvous store; a weights file also has
+      ``unexpected_keys``); device memory ``allocation`` (what was being allocated) and
+      ``requested``, ``free``, ``capacity``, ``peak`` (bytes).
+
+    Any other name given at construction reads back the same way::
 
         except hccl_py.HcclRemoteError as err:
             print(err.peer, err.op, err.seq)
+        except hccl_py.HcclParamError as err:
+            print(err.arg, err.value)        # e.g. "root" 5
     """
 
     code: HcclResult = HcclResult.E_INTERNAL
-    FIELDS = ("rank", "peer", "op", "seq", "step", "comm")
+    FIELDS = ("rank", "peer", "ranks", "reporter", "op", "seq", "step", "comm", "collective", "algo", "dtype",
+              "arg", "variable", "field", "value", "rule", "expected", "choices", "holder", "missing_ranks", "error_id",
+              "state", "timeout_s", "path", "errno", "module", "address", "key", "keys", "missing_keys", "unexpected_keys",
+              "allocation", "requested", "free", "capacity", "peak")
 
     def __init__(self, message: str, **fields):
         super().__init__(message)
@@ -149,7 +175,15 @@ def to_wire(error: HcclError) -> bytes:
         from_wire(to_wire(HcclTimeoutError("late", peer=3))).peer   # 3
     """
     fields = {k: v for k, v in error.fields.items() if isinstance(v, (int, float, str, bool, list, tuple, type(None)))}
-    return json.dumps({"code": int(error.code), "message": error.message[:WIRE_MESSAGE_CHARS], "fields": fields}).encode()
+    return json.dumps({"code": int(error.code), "message": error.message[:WIRE_MESSAGE_CHARS], "fields": fields},
+                      default=_plain).encode()
+
+
+def _plain(value):
+    """What JSON cannot hold inside a field: a numpy scalar as its Python number, else its text."""
+    if getattr(value, "ndim", None) == 0 and hasattr(value, "item"):
+        return value.item()
+    return str(value)
 
 
 def from_wire(data: bytes) -> HcclError:

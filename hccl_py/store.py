@@ -18,7 +18,7 @@ Example::
 
 Wire format (multipart zmq messages). Client -> server: ``[req_id, op, *args]``; server ->
 client: ``[req_id, status, *payload]`` with status ``b"\\x00"`` (ok) or ``b"\\x01"`` (error;
-payload is the message and the ``HcclResult`` code). The client is a DEALER so a request that
+payload is the error in its wire form, ``errors.to_wire``: class, message and fields). The client is a DEALER so a request that
 timed out does not wedge the socket (a REQ socket would be stuck waiting for that reply): late
 replies carry an old ``req_id`` and are dropped.
 
@@ -57,7 +57,8 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from . import env
-from .errors import HcclConnectError, HcclMemoryError, HcclParamError, HcclResult, HcclSyscallError, HcclTimeoutError
+from .errors import (HcclConnectError, HcclError, HcclMemoryError, HcclParamError, HcclSyscallError, HcclTimeoutError, from_wire,
+                     to_wire)
 
 __all__ = ["StoreServer", "StoreClient", "store_address", "default_secret", "user_secret"]
 
@@ -94,7 +95,7 @@ _REFUSED = {zmq.EVENT_HANDSHAKE_FAILED_AUTH, zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
 
 
 class _StoreFull(Exception):
-    """A request would take the store past MAX_STORE_BYTES."""
+    """A request would take the store past MAX_STORE_BYTES: (message, bytes requested)."""
 
 
 def default_secret() -> str:
@@ -105,7 +106,8 @@ def default_secret() -> str:
         return user_secret()
     if len(secret.encode()) > _MAX_SECRET_BYTES:
         raise HcclParamError(f"{env.JOB_SECRET} is {len(secret.encode())} bytes; at most {_MAX_SECRET_BYTES} are used "
-                             "by the store's handshake: set a shorter one (e.g. 32 hex digits)")
+                             "by the store's handshake: set a shorter one (e.g. 32 hex digits)", variable=env.JOB_SECRET,
+                             value=len(secret.encode()), rule="range", expected=f"<= {_MAX_SECRET_BYTES} bytes")
     return secret
 
 
@@ -132,7 +134,8 @@ def user_secret() -> str:
             pass
     except OSError as err:
         raise HcclSyscallError(f"cannot create the store secret {path}: {err.strerror}; set {env.JOB_SECRET} "
-                               f"(the same value for every rank of the job) or {env.RUN_DIR}") from None
+                               f"(the same value for every rank of the job) or {env.RUN_DIR}", path=path, errno=err.errno,
+                               variable=env.JOB_SECRET) from None
     finally:
         try:
             os.unlink(tmp)
@@ -148,7 +151,7 @@ def _read_secret(path: str) -> str:
         raise
     except OSError as err:
         raise HcclSyscallError(f"cannot read the store secret {path}: {err.strerror}; remove it (it is made again) "
-                               f"or set {env.JOB_SECRET}") from None
+                               f"or set {env.JOB_SECRET}", path=path, errno=err.errno, variable=env.JOB_SECRET) from None
     try:
         st = os.fstat(fd)
         data = os.read(fd, 4096).strip()
@@ -156,7 +159,8 @@ def _read_secret(path: str) -> str:
         os.close(fd)
     if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077 or not 32 <= len(data) <= _MAX_SECRET_BYTES:
         raise HcclSyscallError(f"the store secret {path} is not a private file of this user with 32-255 bytes "
-                               f"(mode {stat.S_IMODE(st.st_mode):o}, uid {st.st_uid}); remove it (it is made again)")
+                               f"(mode {stat.S_IMODE(st.st_mode):o}, uid {st.st_uid}); remove it (it is made again)", path=path,
+                               rule="private")
     return data.decode(errors="replace")
 
 
@@ -223,7 +227,8 @@ class StoreServer:
                 f"store cannot bind tcp://{host}:{port}: {err.strerror}"
                 + (" (another job or store already uses this port: give each job its own port, hccl-launch "
                    "--master-port or MASTER_PORT, or 0 for a free one)"
-                   if err.errno == zmq.EADDRINUSE else "")
+                   if err.errno == zmq.EADDRINUSE else ""),
+                address=f"tcp://{host}:{port}", errno=err.errno,
             ) from None
         endpoint = self._router.getsockopt_string(zmq.LAST_ENDPOINT)
         self.port: int = int(endpoint.rsplit(":", 1)[1])
@@ -308,8 +313,8 @@ class StoreServer:
     def _reply(self, identity: bytes, req_id: bytes, *payload: bytes) -> None:
         self._router.send_multipart([identity, req_id, _OK, *payload])
 
-    def _error(self, identity: bytes, req_id: bytes, message: str, code: HcclResult = HcclResult.E_PARA) -> None:
-        self._router.send_multipart([identity, req_id, _ERR, message.encode(), str(int(code)).encode()])
+    def _error(self, identity: bytes, req_id: bytes, error: HcclError) -> None:
+        self._router.send_multipart([identity, req_id, _ERR, to_wire(error)])
 
     def _handle(self, frames: list[bytes]) -> None:
         if len(frames) < 3:
@@ -346,7 +351,9 @@ class StoreServer:
                 try:
                     current = int(self._data.get(key, b"0"))
                 except ValueError:
-                    self._error(identity, req_id, f"store add({key!r}): current value {self._data[key]!r} is not an integer")
+                    self._error(identity, req_id, HcclParamError(
+                        f"store add({key!r}): current value {self._data[key]!r} is not an integer", key=key,
+                        value=self._data[key].decode(errors="replace"), rule="type", expected="int"))
                     return
                 value = current + int(args[1])
                 self._put(key, str(value).encode())
@@ -362,21 +369,21 @@ class StoreServer:
             elif op == _CANCEL:
                 self._unpark(self._by_request.get((identity, req_id)))
             else:
-                self._error(identity, req_id, f"store: unknown request {op!r} with {len(args)} argument(s)")
+                self._error(identity, req_id, HcclParamError(f"store: unknown request {op!r} with {len(args)} argument(s)"))
         except _StoreFull as full:
-            self._error(identity, req_id, str(full), HcclResult.E_MEMORY)
+            self._error(identity, req_id, HcclMemoryError(full.args[0], requested=full.args[1]))
         except (UnicodeDecodeError, ValueError) as err:
-            self._error(identity, req_id, f"store: malformed request {op!r}: {err}")
+            self._error(identity, req_id, HcclParamError(f"store: malformed request {op!r}: {err}"))
         except zmq.ContextTerminated:
             raise
         except Exception as err:  # a bug here must not kill the thread and hang every client
-            self._error(identity, req_id, f"store: internal error on {op!r}: {type(err).__name__}: {err}")
+            self._error(identity, req_id, HcclParamError(f"store: internal error on {op!r}: {type(err).__name__}: {err}"))
 
     def _charge(self, delta: int, what: str) -> None:
         if delta > 0 and self._used + delta > MAX_STORE_BYTES:
             raise _StoreFull(f"store {what}: the store is full ({self._used >> 20} MiB of {MAX_STORE_BYTES >> 20} MiB in "
                              f"{len(self._data)} keys and {len(self._by_request)} waiting requests); it holds rendezvous "
-                             "data, not payloads: delete keys no longer needed")
+                             "data, not payloads: delete keys no longer needed", delta)
         self._used += delta
 
     def _put(self, key: str, value: bytes) -> None:
@@ -442,10 +449,12 @@ class StoreClient:
         self.address = address
         self.timeout_s = float(timeout_s) if timeout_s is not None else env.connect_timeout_s()
         if self.timeout_s <= 0:
-            raise HcclParamError(f"StoreClient timeout_s={timeout_s!r} must be > 0")
+            raise HcclParamError(f"StoreClient timeout_s={timeout_s!r} must be > 0", arg="timeout_s", value=timeout_s, rule="range",
+                                 expected="> 0")
         password = (secret if secret is not None else default_secret()).encode()
         if not password or len(password) > _MAX_SECRET_BYTES:
-            raise HcclParamError(f"StoreClient: the job secret must be 1-{_MAX_SECRET_BYTES} bytes, got {len(password)}")
+            raise HcclParamError(f"StoreClient: the job secret must be 1-{_MAX_SECRET_BYTES} bytes, got {len(password)}", arg="secret",
+                                 value=len(password), rule="range", expected=f"1..{_MAX_SECRET_BYTES} bytes")
         self._ctx = zmq.Context(io_threads=1)
         self._sock = self._ctx.socket(zmq.DEALER)
         self._sock.setsockopt(zmq.LINGER, 0)  # close() never waits for undelivered messages
@@ -462,7 +471,8 @@ class StoreClient:
             self._sock.connect(address)
         except zmq.ZMQError as err:
             self._close_sockets()
-            raise HcclConnectError(f"store address {address!r} is not valid: {err.strerror}; {_HINT}") from None
+            raise HcclConnectError(f"store address {address!r} is not valid: {err.strerror}; {_HINT}", address=address,
+                                   errno=err.errno) from None
         self._next_id = 0
         self._lock = threading.Lock()
         self._closed = False
@@ -478,7 +488,8 @@ class StoreClient:
         if not host or port is None:
             raise HcclParamError(
                 f"{env.MASTER_ADDR}/{env.MASTER_PORT} are not set; start the job with hccl-launch "
-                "or set both to the rendezvous store's host and port"
+                "or set both to the rendezvous store's host and port", variable=env.MASTER_PORT if host else env.MASTER_ADDR,
+                rule="required"
             )
         return cls(store_address(host, port), timeout_s)
 
@@ -508,7 +519,8 @@ class StoreClient:
     def add(self, key: str, delta: int = 1) -> int:
         """Atomically add ``delta`` to the integer under ``key`` (missing = 0); the new value."""
         if isinstance(delta, bool) or not isinstance(delta, int):
-            raise HcclParamError(f"store add({key!r}, delta={delta!r}): delta must be an int")
+            raise HcclParamError(f"store add({key!r}, delta={delta!r}): delta must be an int", key=key, arg="delta",
+                                 value=repr(delta), rule="type", expected="int")
         return int(self._request(_ADD, [_key(key), str(delta).encode()], None, f"add({key!r})")[0])
 
     def set_if_absent(self, key: str, value: bytes) -> tuple[bool, bytes]:
@@ -544,12 +556,10 @@ class StoreClient:
         # A timeout of 0 (a deadline already passed) means "do not wait": one CHECK decides.
         missing = [k for k, present in zip(keys, self.check(keys)) if not present]
         if missing:
-            error = HcclTimeoutError(
+            raise HcclTimeoutError(
                 f"store {what} timed out (timeout 0 s: no waiting): key(s) {missing} not set "
-                f"(store {self.address})"
-            )
-            error.missing_keys = missing  # type: ignore[attr-defined]
-            raise error
+                f"(store {self.address})", address=self.address, keys=keys, missing_keys=missing, timeout_s=0,
+                **({"key": keys[0]} if len(keys) == 1 else {}))
 
     def close(self) -> None:
         """Close the socket and the zmq context (no lingering, no threads left). Idempotent."""
@@ -581,10 +591,11 @@ class StoreClient:
                  keys: tuple[str, ...] | None = None) -> list[bytes]:
         timeout = self.timeout_s if timeout_s is None else float(timeout_s)
         if timeout <= 0:
-            raise HcclParamError(f"store {what}: timeout_s={timeout_s!r} must be > 0")
+            raise HcclParamError(f"store {what}: timeout_s={timeout_s!r} must be > 0", arg="timeout_s", value=timeout_s,
+                                 rule="range", expected="> 0")
         with self._lock:
             if self._closed:
-                raise HcclParamError(f"store {what} on a closed StoreClient")
+                raise HcclParamError(f"store {what} on a closed StoreClient", address=self.address, state="closed")
             deadline = time.monotonic() + timeout
             if self._refused is not None:
                 self._check_refused(what)
@@ -598,7 +609,7 @@ class StoreClient:
                 if not self._wait_writable(deadline, what):
                     raise HcclConnectError(
                         f"store {what}: could not reach the rendezvous store at {self.address} "
-                        f"within {timeout:g} s; {_HINT}"
+                        f"within {timeout:g} s; {_HINT}", address=self.address, timeout_s=timeout,
                     ) from None
                 self._sock.send_multipart([req_id, op, *args], zmq.NOBLOCK)
             while True:
@@ -615,9 +626,7 @@ class StoreClient:
                 if len(frames) < 2 or frames[0] != req_id:
                     continue  # reply to a request that already timed out
                 if frames[1] == _ERR:
-                    message = frames[2].decode(errors="replace") if len(frames) > 2 else f"store {what} failed"
-                    full = len(frames) > 3 and frames[3] == str(int(HcclResult.E_MEMORY)).encode()
-                    raise (HcclMemoryError if full else HcclParamError)(message)
+                    raise from_wire(frames[2]) if len(frames) > 2 else HcclParamError(f"store {what} failed", address=self.address)
                 return frames[2:]
 
     def _wait_writable(self, deadline: float, what: str) -> bool:
@@ -649,7 +658,7 @@ class StoreClient:
                     f"{self.address} does not speak this hccl-py version's store protocol (another program on "
                     "that port, or another hccl-py version); check MASTER_ADDR:MASTER_PORT")
         if self._refused is not None:
-            raise HcclConnectError(f"store {what}: {self._refused}")
+            raise HcclConnectError(f"store {what}: {self._refused}", address=self.address)
 
     def _timed_out(self, req_id: bytes, what: str, timeout: float,
                    keys: tuple[str, ...] | None) -> Exception:
@@ -660,13 +669,14 @@ class StoreClient:
         if not self._sock.poll(0, zmq.POLLOUT):
             return HcclConnectError(
                 f"store {what}: lost the connection to the rendezvous store at {self.address} "
-                f"while waiting for the answer; {_HINT}"
+                f"while waiting for the answer; {_HINT}", address=self.address,
+                **({"key": keys[0]} if keys and len(keys) == 1 else {"keys": list(keys)} if keys else {})
             )
         if keys is None:
             # SET/CHECK/ADD/DELETE are answered at once; silence means the server is wedged or gone.
             return HcclTimeoutError(
                 f"store {what}: no answer from the rendezvous store at {self.address} within "
-                f"{timeout:g} s; {_HINT}"
+                f"{timeout:g} s; {_HINT}", address=self.address, timeout_s=timeout
             )
         # Withdraw the parked request so the server does not answer it (and keep no state) later.
         try:
@@ -674,18 +684,18 @@ class StoreClient:
         except zmq.Again:
             pass
         missing = self._still_missing(keys) if len(keys) > 1 else list(keys)
+        # missing_keys: for callers that act on them
         if len(keys) == 1:
-            error = HcclTimeoutError(
+            return HcclTimeoutError(
                 f"store {what} timed out after {timeout:g} s: no rank set key {keys[0]!r} "
-                f"(store {self.address})"
+                f"(store {self.address})", address=self.address, key=keys[0], keys=list(keys), missing_keys=missing,
+                timeout_s=timeout
             )
-        else:
-            error = HcclTimeoutError(
-                f"store wait timed out after {timeout:g} s: {len(missing)} of {len(keys)} key(s) "
-                f"still missing: {missing} (store {self.address})"
-            )
-        error.missing_keys = missing  # type: ignore[attr-defined]  # for callers that act on them
-        return error
+        return HcclTimeoutError(
+            f"store wait timed out after {timeout:g} s: {len(missing)} of {len(keys)} key(s) "
+            f"still missing: {missing} (store {self.address})", address=self.address, keys=list(keys), missing_keys=missing,
+            timeout_s=timeout
+        )
 
     def _still_missing(self, keys: tuple[str, ...]) -> list[str]:
         """Ask once (briefly) which keys are still missing; all of them if the server is silent."""
@@ -714,26 +724,31 @@ def _ms(seconds: float) -> int:
 
 def _key(key: str) -> bytes:
     if not isinstance(key, str):
-        raise HcclParamError(f"store keys are str, got {type(key).__name__}: {key!r}")
+        raise HcclParamError(f"store keys are str, got {type(key).__name__}: {key!r}", arg="key", value=repr(key), rule="type",
+                             expected="str")
     data = key.encode()
     if len(data) > MAX_FRAME_BYTES:
-        raise HcclParamError(f"store key of {len(data)} bytes is longer than {MAX_FRAME_BYTES >> 20} MiB")
+        raise HcclParamError(f"store key of {len(data)} bytes is longer than {MAX_FRAME_BYTES >> 20} MiB", arg="key",
+                             value=len(data), rule="range", expected=f"<= {MAX_FRAME_BYTES} bytes")
     return data
 
 
 def _key_list(keys: Iterable[str]) -> list[str]:
     if isinstance(keys, str):
-        raise HcclParamError(f"store expects a list of keys, got the single string {keys!r}")
+        raise HcclParamError(f"store expects a list of keys, got the single string {keys!r}", arg="keys", value=keys, rule="type",
+                             expected="list of str")
     return list(keys)
 
 
 def _value(key: str, value: bytes) -> bytes:
     if not isinstance(value, (bytes, bytearray, memoryview)):
         raise HcclParamError(
-            f"store set({key!r}): values are bytes, got {type(value).__name__}; encode it first"
+            f"store set({key!r}): values are bytes, got {type(value).__name__}; encode it first", key=key, arg="value",
+            rule="type", expected="bytes"
         )
     value = bytes(value)
     if len(value) > MAX_FRAME_BYTES:
         raise HcclParamError(f"store set({key!r}): {len(value)} bytes is more than the store takes in one value "
-                             f"({MAX_FRAME_BYTES >> 20} MiB); the store is for rendezvous data, send payloads with a collective")
+                             f"({MAX_FRAME_BYTES >> 20} MiB); the store is for rendezvous data, send payloads with a collective",
+                             key=key, arg="value", value=len(value), rule="range", expected=f"<= {MAX_FRAME_BYTES} bytes")
     return value

@@ -97,11 +97,13 @@ class LaunchConfig:
         table = RankTable.load(self.rank_table)
         if table.server_count != self.nnodes:
             raise TopologyError(f"rank table {self.rank_table} has {table.server_count} servers but --nnodes is {self.nnodes}; "
-                                "each node runs one server's ranks", field="nnodes")
+                                "each node runs one server's ranks", field="nnodes", value=self.nnodes, rule="const",
+                                expected=table.server_count)
         server = table.servers[self.node_rank]
         if len(server.devices) != self.nproc:
             raise TopologyError(f"rank table {self.rank_table}: server_list[{self.node_rank}] (server_id {server.server_id}) "
-                                f"has {len(server.devices)} devices but -n is {self.nproc}", field="nproc")
+                                f"has {len(server.devices)} devices but -n is {self.nproc}", field="nproc", value=self.nproc,
+                                rule="const", expected=len(server.devices))
         return sorted((dev.rank_id, dev.device_id) for dev in server.devices)
 
     def modeled_env(self) -> dict[str, str]:

@@ -34,7 +34,7 @@ def draw_png(topo, path: str | os.PathLike, max_servers: int = 8) -> int:
         from matplotlib.lines import Line2D
     except ImportError:
         raise TopologyError("--png needs matplotlib. Fix: pip install 'hccl-py[viz]' (or pip install matplotlib).",
-                            "png") from None
+                            "png", module="matplotlib") from None
 
     shown, sub, pos = drawn_part(topo, max_servers)
 

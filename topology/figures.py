@@ -180,12 +180,12 @@ def load_figures(path: str | os.PathLike) -> Figures:
     except (OSError, UnicodeDecodeError) as err:
         raise TopologyError(
             f"figures file {os.fspath(path)} is not a valid real path or cannot be read ({err.__class__.__name__}). "
-            "Fix: pass an existing, readable JSON file.", "path") from None
+            "Fix: pass an existing, readable JSON file.", "path", value=os.fspath(path), path=os.fspath(path), rule="file") from None
     try:
         doc = json.loads(text)
     except (ValueError, RecursionError) as err:
         raise TopologyError(f"figures file {os.fspath(path)} is not valid JSON: {err}. "
-                            "Fix: write {\"links\": {...}, \"cards\": {...}}.", None) from None
+                            "Fix: write {\"links\": {...}, \"cards\": {...}}.", None, path=os.fspath(path), rule="json") from None
     return figures_from_dict(doc)
 
 
@@ -193,7 +193,7 @@ def figures_from_dict(doc: Any) -> Figures:
     """Apply an override document (the content of a figures file) to the default table."""
     if not isinstance(doc, dict):
         raise TopologyError("figures must be a JSON object with \"links\" and/or \"cards\". "
-                            "Fix: write {\"links\": {...}, \"cards\": {...}}.", None)
+                            "Fix: write {\"links\": {...}, \"cards\": {...}}.", None, rule="type", expected="object")
     links = dict(LINK_KINDS)
     cards = dict(CARD_MODELS)
     for section, value in doc.items():
@@ -202,21 +202,24 @@ def figures_from_dict(doc: Any) -> Figures:
         elif section == "cards":
             table, fields, defaults = cards, _CARD_FIELDS, CARD_MODELS
         else:
-            raise TopologyError(f"unknown key {section!r} in figures. Fix: use \"links\" or \"cards\".", section)
+            raise TopologyError(f"unknown key {section!r} in figures. Fix: use \"links\" or \"cards\".", section,
+                                rule="unknown", choices=["links", "cards"])
         if not isinstance(value, dict):
-            raise TopologyError(f"figures {section!r} must map names to objects of fields.", section)
+            raise TopologyError(f"figures {section!r} must map names to objects of fields.", section, rule="type", expected="object")
         for name, override in value.items():
             if name not in defaults:
                 raise TopologyError(f"unknown {section[:-1]} {name!r} in figures. "
-                                    f"Fix: use one of {', '.join(sorted(defaults))}.", f"{section}.{name}")
+                                    f"Fix: use one of {', '.join(sorted(defaults))}.", f"{section}.{name}",
+                                    rule="unknown", choices=sorted(defaults))
             if not isinstance(override, dict):
-                raise TopologyError(f"figures {section}.{name} must be an object of fields.", f"{section}.{name}")
+                raise TopologyError(f"figures {section}.{name} must be an object of fields.", f"{section}.{name}",
+                                    rule="type", expected="object")
             changes = {}
             for field, number in override.items():
                 key = f"{section}.{name}.{field}"
                 if field not in fields:
                     raise TopologyError(f"unknown field {field!r} for {section[:-1]} {name!r} in figures. "
-                                        f"Fix: use one of {', '.join(fields)}.", key)
+                                        f"Fix: use one of {', '.join(fields)}.", key, rule="unknown", choices=list(fields))
                 changes[field] = _positive(number, key, integral=(field == "hbm_bytes"))
             table[name] = dataclasses.replace(table[name], **changes)
     return links, cards
@@ -231,14 +234,16 @@ def resolve_figures(figures: FiguresArg) -> Figures:
     if isinstance(figures, tuple) and len(figures) == 2 and all(isinstance(t, dict) for t in figures):
         return figures
     raise TopologyError("figures must be None, a path to a JSON file, or the (link_kinds, card_models) "
-                        "pair returned by load_figures.", "figures")
+                        "pair returned by load_figures.", "figures", rule="type", expected="path or (link_kinds, card_models)")
 
 
 def _positive(value: Any, key: str, *, integral: bool) -> float | int:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise TopologyError(f"Value [{value!r}] for figure {key} is invalid. Expected value: a positive finite number.", key)
+        raise TopologyError(f"Value [{value!r}] for figure {key} is invalid. Expected value: a positive finite number.", key,
+                            value=value, rule="positive")
     if integral:
         if int(value) != value:
-            raise TopologyError(f"Value [{value!r}] for figure {key} is invalid. Expected value: a whole number of bytes.", key)
+            raise TopologyError(f"Value [{value!r}] for figure {key} is invalid. Expected value: a whole number of bytes.", key,
+                                value=value, rule="type", expected="int")
         return int(value)
     return float(value)

@@ -130,7 +130,8 @@ def parse_preset(name: str) -> PresetSpec:
     512
     """
     if not isinstance(name, str):
-        raise TopologyError(f"preset must be a name such as 'ascend910-8p', got {type(name).__name__}.", "preset")
+        raise TopologyError(f"preset must be a name such as 'ascend910-8p', got {type(name).__name__}.", "preset",
+                            rule="type", expected="string")
     key = name.strip().lower()
     if key in TEMPLATES:
         template = TEMPLATES[key]
@@ -141,13 +142,21 @@ def parse_preset(name: str) -> PresetSpec:
         template = TEMPLATES["ascend910-8p" if m["card"] == "910" else "ascend910b-8p"]
         if servers < 1 or not 1 <= cards <= template.num_cards:
             raise TopologyError(f"preset {name!r}: need at least 1 server and 1..{template.num_cards} cards per server. "
-                                f"Fix: e.g. 2x8p-roce.", "preset")
+                                f"Fix: e.g. 2x8p-roce.", "preset", value=name, rule="range", expected=f"1..{template.num_cards} cards")
         if servers * cards > MAX_RANKS:
             raise TopologyError(f"preset {name!r} has {servers * cards} cards, more than the {MAX_RANKS} this model "
-                                "builds. Fix: use fewer servers.", "preset")
+                                "builds. Fix: use fewer servers.", "preset", value=name, rule="range", expected=f"<= {MAX_RANKS} cards")
         return PresetSpec(key, template, servers, cards)
     raise TopologyError(f"unknown preset {name!r}. Fix: use one of {', '.join(PRESETS)}, or {PRESET_PATTERN} "
-                        "(hccl-topo presets lists them).", "preset")
+                        "(hccl-topo presets lists them).", "preset", value=name, rule="choices", choices=list(PRESETS))
+
+
+def card_count_check(n: object) -> dict:
+    """The check a bad number of cards ``n`` fails, as TopologyError fields: ``type`` (not an
+    int) or ``range`` (below 1)."""
+    if isinstance(n, int) and not isinstance(n, bool):
+        return {"rule": "range", "expected": ">= 1"}
+    return {"rule": "type", "expected": "int"}
 
 
 def default_preset(n: int) -> str:
@@ -157,5 +166,5 @@ def default_preset(n: int) -> str:
     ('ascend910-8p', '2x8p-roce')
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise TopologyError(f"number of cards must be a positive integer, got {n!r}.", "n")
+        raise TopologyError(f"number of cards must be a positive integer, got {n!r}.", "n", value=n, **card_count_check(n))
     return "ascend910-8p" if n <= 8 else f"{math.ceil(n / 8)}x8p-roce"

@@ -29,7 +29,7 @@ import networkx as nx
 
 from .errors import TopologyError
 from .figures import CardModel, FiguresArg, LinkSpec, resolve_figures
-from .presets import SERVERS_PER_LEAF, ServerTemplate, TEMPLATES, parse_preset
+from .presets import SERVERS_PER_LEAF, ServerTemplate, TEMPLATES, card_count_check, parse_preset
 from .rank_table import RankTable
 
 Hop = tuple[str, str]
@@ -99,10 +99,12 @@ class Topology:
         if n is None:
             n = total
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise TopologyError(f"number of cards must be a positive integer, got {n!r}.", "n")
+            raise TopologyError(f"number of cards must be a positive integer, got {n!r}.", "n", value=n,
+                                **card_count_check(n))
         if n > total:
             raise TopologyError(f"preset {spec.name} has {total} cards; {n} were asked for. "
-                                f"Fix: choose a larger preset (e.g. {math.ceil(n / 8)}x8p-roce) or fewer cards.", "n")
+                                f"Fix: choose a larger preset (e.g. {math.ceil(n / 8)}x8p-roce) or fewer cards.", "n",
+                                value=n, rule="range", expected=f"1..{total}")
         m = spec.cards_per_server
         servers = [[(r, r - s * m) for r in range(s * m, min(n, (s + 1) * m))] for s in range(math.ceil(n / m))]
         return cls(spec.name, spec.template, servers, figures)
@@ -117,7 +119,8 @@ class Topology:
         >>> Topology.from_rank_table(RankTable.load("hccl_8p.json"), preset="ascend910b-8p")  # doctest: +SKIP
         """
         if not isinstance(table, RankTable):
-            raise TopologyError(f"expected a RankTable, got {type(table).__name__}. Fix: RankTable.load(path).", "rank_table")
+            raise TopologyError(f"expected a RankTable, got {type(table).__name__}. Fix: RankTable.load(path).", "rank_table",
+                                rule="type", expected="RankTable")
         if preset is None:
             template = TEMPLATES["ascend910-8p" if table.server_count == 1 else "ascend910b-8p"]
         else:
@@ -129,7 +132,8 @@ class Topology:
                     raise TopologyError(
                         f"server_list[{i}].device[{j}].device_id is {dev.device_id} but a {template.name} server has "
                         f"device ids 0..{template.num_cards - 1}. Fix: pick a preset whose server wiring has that device, "
-                        "or correct the device_id.", f"server_list[{i}].device[{j}].device_id")
+                        "or correct the device_id.", f"server_list[{i}].device[{j}].device_id", value=dev.device_id,
+                        rule="range", expected=f"0..{template.num_cards - 1}")
             servers.append(sorted((dev.rank_id, dev.device_id) for dev in server.devices))
         count = f"{table.server_count} x " if table.server_count > 1 else ""
         return cls(f"rank table ({count}{template.name})", template, servers, figures, rank_table=table)
@@ -151,9 +155,12 @@ class Topology:
             by_device = {}
             for rank, device in members:
                 if not 0 <= rank < self.num_ranks or rank in seen_ranks:
-                    raise TopologyError(f"rank {rank} is out of 0..{self.num_ranks - 1} or listed twice.", "rank")
+                    raise TopologyError(f"rank {rank} is out of 0..{self.num_ranks - 1} or listed twice.", "rank", value=rank,
+                                        **({"rule": "unique"} if rank in seen_ranks else {"rule": "range", "expected": f"0..{self.num_ranks - 1}"}))
                 if not 0 <= device < t.num_cards or device in by_device:
-                    raise TopologyError(f"server {s}: device {device} is out of 0..{t.num_cards - 1} or listed twice.", "device")
+                    raise TopologyError(f"server {s}: device {device} is out of 0..{t.num_cards - 1} or listed twice.", "device",
+                                        value=device, **({"rule": "unique"} if device in by_device
+                                                         else {"rule": "range", "expected": f"0..{t.num_cards - 1}"}))
                 seen_ranks.add(rank)
                 by_device[device] = rank
                 self._server[rank], self._device[rank] = s, device
@@ -220,7 +227,8 @@ class Topology:
                     trunk = LinkSpec(nic_spec.kind, nic_spec.bandwidth_Bps * ports, nic_spec.latency_s)
                     self._add_edge(leaf, "spine", trunk, edges)
         if len(seen_ranks) != self.num_ranks:
-            raise TopologyError(f"ranks must be 0..{self.num_ranks - 1}, each once.", "rank")
+            raise TopologyError(f"ranks must be 0..{self.num_ranks - 1}, each once.", "rank", rule="complete",
+                                missing_ranks=sorted(set(range(self.num_ranks)) - seen_ranks))
         self.graph.add_nodes_from(nodes)
         self.graph.add_edges_from(edges)
 
@@ -232,7 +240,8 @@ class Topology:
         except TypeError:
             value = -1
         if isinstance(rank, bool) or not 0 <= value < self.num_ranks:
-            raise TopologyError(f"rank {rank!r} is not in 0..{self.num_ranks - 1} of topology {self.name}.", "rank")
+            raise TopologyError(f"rank {rank!r} is not in 0..{self.num_ranks - 1} of topology {self.name}.", "rank", value=rank,
+                                rule="range", expected=f"0..{self.num_ranks - 1}")
         return value
 
     def card(self, rank: int) -> CardModel:
@@ -259,7 +268,8 @@ class Topology:
     def server_ranks(self, server: int) -> list[int]:
         """The ranks on ``server``, ascending."""
         if isinstance(server, bool) or not isinstance(server, int) or not 0 <= server < self.num_servers:
-            raise TopologyError(f"server {server!r} is not in 0..{self.num_servers - 1}.", "server")
+            raise TopologyError(f"server {server!r} is not in 0..{self.num_servers - 1}.", "server", value=server, rule="range",
+                                expected=f"0..{self.num_servers - 1}")
         return list(self._server_ranks[server])
 
     # ------------------------------------------------------------------ links and routes
@@ -268,7 +278,8 @@ class Topology:
         try:
             return self._spec[u][v]
         except KeyError:
-            raise TopologyError(f"no link between {u!r} and {v!r} in topology {self.name}.", "link") from None
+            raise TopologyError(f"no link between {u!r} and {v!r} in topology {self.name}.", "link", value=[u, v],
+                                rule="reference") from None
 
     def route(self, src_rank: int, dst_rank: int) -> Route:
         """The route from ``src_rank``'s card to ``dst_rank``'s (cached).

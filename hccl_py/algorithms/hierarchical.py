@@ -84,7 +84,8 @@ def _checked_partition(groups) -> Partition:
     try:
         return tuple(tuple(group) for group in validate_partition(groups))
     except TopologyError as err:
-        raise HcclParamError(f"hierarchical partition {groups!r}: {err.message}") from None
+        fields = {k: v for k, v in err.fields.items() if v is not None}
+        raise HcclParamError(f"hierarchical partition {groups!r}: {err.message}", arg="partition", **fields) from None
 
 
 def format_partition(partition: Sequence[Sequence[int]]) -> str:
@@ -102,7 +103,8 @@ def schedule_for(collective: str, partition, inner: str = "ring", outer: str = "
 @lru_cache(maxsize=512)
 def _schedule_for(collective: str, partition: Partition, inner: str, outer: str) -> ScheduleFn:
     if collective not in LEVELS:
-        raise HcclParamError(f"no hierarchical algorithm for {collective!r}; use one of {', '.join(HIER_COLLECTIVES)}")
+        raise HcclParamError(f"no hierarchical algorithm for {collective!r}; use one of {', '.join(HIER_COLLECTIVES)}",
+                             arg="collective", value=collective, rule="choices", choices=list(HIER_COLLECTIVES))
     inner_names, outer_names = LEVELS[collective]
     fns = {("inner", c): get_schedule(c, inner) for c in inner_names}
     fns.update({("outer", c): get_schedule(c, outer) for c in outer_names})
@@ -113,7 +115,8 @@ def _schedule_for(collective: str, partition: Partition, inner: str, outer: str)
     def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
         if size != plan.size:
             raise HcclParamError(f"hierarchical {collective} on partition {format_partition(partition)} "
-                                 f"serves {plan.size} ranks, not {size}")
+                                 f"serves {plan.size} ranks, not {size}", collective=collective, arg="size", value=size,
+                                 rule="const", expected=plan.size)
         if count == 0:
             return finish([])
         return build(plan, fns, rank, count, root)

@@ -64,4 +64,6 @@ def get_schedule(collective: str, algo: "str | ScheduleFn") -> ScheduleFn:
         known = "; ".join(
             f"{c}: {', '.join(a for cc, a in SCHEDULES if cc == c)}" for c in dict.fromkeys(c for c, _ in SCHEDULES)
         )
-        raise HcclNotSupportedError(f"no algorithm {algo!r} for collective {collective!r}; known: {known}") from None
+        raise HcclNotSupportedError(f"no algorithm {algo!r} for collective {collective!r}; known: {known}",
+                                    collective=collective, algo=algo if isinstance(algo, str) else repr(algo),
+                                    choices=[a for c, a in SCHEDULES if c == collective]) from None

@@ -156,7 +156,8 @@ class Model:
                 + (f"missing {missing[:5]}{' ...' if len(missing) > 5 else ''}" if missing else "")
                 + ("; " if missing and extra else "")
                 + (f"unexpected {extra[:5]}{' ...' if len(extra) > 5 else ''}" if extra else "")
-                + "; model.param_shapes() lists the expected keys and shapes"
+                + "; model.param_shapes() lists the expected keys and shapes",
+                missing_keys=missing, unexpected_keys=extra,
             )
 
     def _make(self, block: Block, spec: ParamSpec) -> np.ndarray:
@@ -165,7 +166,8 @@ class Model:
             array = np.asarray(self._weights[key])
             if array.shape != spec.shape:
                 raise HcclParamError(f"weight {key!r} from {self._weights_source} has shape {array.shape}, "
-                                     f"{self.name} expects {spec.shape}")
+                                     f"{self.name} expects {spec.shape}", key=key,
+                                     value=list(array.shape), rule="shape", expected=list(spec.shape))
             return np.array(array, dtype=self.dtype)  # own copy, in the model's dtype
         if spec.init == "ones":
             return np.ones(spec.shape, self.dtype)

@@ -54,7 +54,7 @@ def import_mpi():
     except ImportError as err:
         raise HcclNotSupportedError(
             f"the MPI transport needs mpi4py, which cannot be imported here ({err}); "
-            "install it with `pip install 'hccl-py[mpi]'` (mpi4py plus the mpich wheel and its mpiexec)"
+            "install it with `pip install 'hccl-py[mpi]'` (mpi4py plus the mpich wheel and its mpiexec)", module="mpi4py"
         ) from None
     return MPI
 

@@ -81,14 +81,16 @@ def _make_dir(path: str) -> None:
     except FileExistsError:
         pass
     except OSError as err:
-        raise HcclSyscallError(f"cannot create {path}: {err.strerror}; set {env.RUN_DIR} to a directory of yours") from None
+        raise HcclSyscallError(f"cannot create {path}: {err.strerror}; set {env.RUN_DIR} to a directory of yours", path=path,
+                               errno=err.errno, variable=env.RUN_DIR) from None
 
 
 def _check_private(path: str, what: str, *, fix: bool) -> None:
     try:
         st = os.lstat(path)
     except OSError as err:
-        raise HcclSyscallError(f"{what}: {err.strerror}; set {env.RUN_DIR} to a directory of yours") from None
+        raise HcclSyscallError(f"{what}: {err.strerror}; set {env.RUN_DIR} to a directory of yours", path=path, errno=err.errno,
+                               variable=env.RUN_DIR) from None
     problem = None
     if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
         problem = "is not a directory (a symlink?)"
@@ -102,7 +104,8 @@ def _check_private(path: str, what: str, *, fix: bool) -> None:
     if problem:
         raise HcclSyscallError(
             f"{what} {problem}: hccl-py keeps job sockets and its secret there only if nobody else can "
-            f"change it; remove it, or set {env.RUN_DIR} to a directory only you can write")
+            f"change it; remove it, or set {env.RUN_DIR} to a directory only you can write", path=path, rule="private",
+            variable=env.RUN_DIR)
 
 
 def job_dir_name(job_id: str) -> str:
@@ -126,7 +129,8 @@ def socket_path(job_id: str, name: str) -> str:
     path = os.path.join(user_dir(create=False), job_dir_name(job_id), name)
     if len(path.encode()) > UNIX_PATH_MAX:
         raise HcclSyscallError(f"socket path {path!r} is longer than the {UNIX_PATH_MAX} bytes a unix socket "
-                               f"address holds; set {env.RUN_DIR} to a shorter directory (e.g. /tmp/hccl_py-{os.geteuid()})")
+                               f"address holds; set {env.RUN_DIR} to a shorter directory (e.g. /tmp/hccl_py-{os.geteuid()})",
+                               path=path, rule="range", expected=f"<= {UNIX_PATH_MAX} bytes", variable=env.RUN_DIR)
     return path
 
 
@@ -149,10 +153,10 @@ def bind(sock: socket.socket, job_id: str, name: str) -> tuple[str, int]:
             raise HcclConnectError(
                 f"cannot bind the socket {path}: {err.strerror}"
                 + (" (a live process of job {job_id!r} holds it: two jobs with the same HCCL_PY_JOB_ID? give each job its own)"
-                   .format(job_id=job_id) if err.errno == errno.EADDRINUSE else "")) from None
+                   .format(job_id=job_id) if err.errno == errno.EADDRINUSE else ""), path=path, errno=err.errno) from None
         return path, os.lstat(path).st_ino
     raise HcclConnectError(f"cannot bind the socket {name} of job {job_id!r} in {user_dir(create=False)}: "
-                           "its directory keeps vanishing (is something removing it?)")
+                           "its directory keeps vanishing (is something removing it?)", path=socket_path(job_id, name))
 
 
 def unbind(path: str, inode: int) -> None:

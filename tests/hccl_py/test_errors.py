@@ -32,6 +32,7 @@ def test_pickling_keeps_fields(cls):
 def test_fields_that_do_not_apply_are_none_and_unknown_names_raise():
     err = hccl_py.HcclTimeoutError("late")
     assert err.peer is None and err.step is None and err.fields == {}
+    assert err.arg is None and err.value is None and err.variable is None  # every documented name reads
     with pytest.raises(AttributeError):
         err.no_such_field
 
@@ -40,6 +41,14 @@ def test_fields_that_do_not_apply_are_none_and_unknown_names_raise():
 def test_unreadable_wire_data_is_a_remote_error(data):
     err = from_wire(data)
     assert isinstance(err, hccl_py.HcclRemoteError) and err.code == HcclResult.E_REMOTE
+
+
+def test_numpy_numbers_in_fields_cross_as_numbers():
+    import numpy as np
+
+    back = from_wire(to_wire(hccl_py.HcclParamError("bad", value=[np.int64(3)], arg="ranks", buffer=np.zeros(2))))
+    assert (back.arg, back.value) == ("ranks", [3])
+    assert "buffer" not in back.fields  # an array is not sent at all
 
 
 def test_long_messages_are_cut_to_fit_one_datagram():

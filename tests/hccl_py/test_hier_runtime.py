@@ -50,7 +50,7 @@ def _hier_calls():
     try:  # a rank that passes another partition is refused on every rank
         comm.set_partition("0,1;2,3" if comm.rank != 2 else "0,2;1,3")
     except hccl_py.HcclParamError as err:
-        out["disagree"] = str(err)
+        out["disagree"] = {k: getattr(err, k) for k in ("arg", "rule", "ranks")}
     return out
 
 
@@ -90,4 +90,4 @@ def test_hier_on_a_manual_partition_matches_numpy_and_the_simulator():
         result = simulate(collective, schedule_for(collective, PARTITION, inner, outer), topo, count, itemsize=8,
                           root=root, start_clocks=starts, cost_model=model)
         assert list(result.end_clocks) == ends, (collective, algo)  # emulator == simulator, to the last bit
-    assert all("different partition than rank 0" in r["disagree"] for r in per_rank)
+    assert all(r["disagree"] == {"arg": "groups", "rule": "agree", "ranks": [2]} for r in per_rank)  # rank 2 differs

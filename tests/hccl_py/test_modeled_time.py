@@ -151,7 +151,9 @@ def test_device_memory_and_roofline():
     with pytest.raises(HcclMemoryError) as info:
         dev.malloc(card.hbm_bytes, "weights")
     assert info.value.code == 3
-    assert "requested" in str(info.value) and "free" in str(info.value) and "peak" in str(info.value)
+    err = info.value
+    assert (err.allocation, err.capacity, err.peak, err.rank) == ("weights", card.hbm_bytes, 4_000_256, 0)
+    assert err.requested == card.hbm_bytes and err.free == card.hbm_bytes - 4_000_256
     del a
     assert dev.used_bytes == 0 and dev.peak_bytes == 4_000_256
     x = np.ones((64, 128), np.float32)

@@ -76,32 +76,36 @@ def test_topology_uses_overridden_figures(tmp_path):
 def test_unknown_keys_are_named(tmp_path, doc, key):
     with pytest.raises(TopologyError) as info:
         load_figures(_write(tmp_path, doc))
-    assert info.value.field == key and info.value.code == 1
-    assert key.rsplit(".", 1)[-1] in str(info.value)
+    assert (info.value.field, info.value.rule, info.value.code) == (key, "unknown", 1)
+    assert key.rsplit(".", 1)[-1] not in info.value.choices and info.value.choices  # names what is allowed instead
 
 
 @pytest.mark.parametrize("value", [0, -1, "fast", None, True, float("inf")])
 def test_bad_values_are_rejected(tmp_path, value):
     with pytest.raises(TopologyError) as info:
         load_figures(_write(tmp_path, {"links": {"PCIE": {"latency_s": value}}}))
-    assert info.value.field == "links.PCIE.latency_s"
+    assert (info.value.field, info.value.rule) == ("links.PCIE.latency_s", "positive")
+    assert info.value.value == value and type(info.value.value) is type(value)
 
 
 def test_hbm_bytes_must_be_whole(tmp_path):
-    with pytest.raises(TopologyError, match="whole number"):
+    with pytest.raises(TopologyError) as info:
         load_figures(_write(tmp_path, {"cards": {"ascend910": {"hbm_bytes": 1.5}}}))
+    assert (info.value.field, info.value.value, info.value.rule, info.value.expected) == ("cards.ascend910.hbm_bytes", 1.5, "type", "int")
 
 
 def test_unreadable_or_invalid_file(tmp_path):
-    with pytest.raises(TopologyError, match="not a valid real path") as info:
+    with pytest.raises(TopologyError) as info:
         load_figures(tmp_path / "missing.json")
-    assert info.value.field == "path"
+    assert (info.value.field, info.value.rule, info.value.path) == ("path", "file", str(tmp_path / "missing.json"))
     bad = tmp_path / "bad.json"
     bad.write_text("{nope")
-    with pytest.raises(TopologyError, match="not valid JSON"):
+    with pytest.raises(TopologyError) as info:
         load_figures(bad)
-    with pytest.raises(TopologyError, match="JSON object"):
+    assert (info.value.field, info.value.rule, info.value.path) == (None, "json", str(bad))
+    with pytest.raises(TopologyError) as info:
         load_figures(_write(tmp_path, [1, 2]))
+    assert (info.value.field, info.value.rule, info.value.expected) == (None, "type", "object")
 
 
 def test_figures_argument_must_be_a_pair_or_path():

@@ -184,11 +184,15 @@ def test_registry() -> None:
     assert ("allreduce", "rd") in SCHEDULES
     fn = get_schedule("allreduce", "ring")
     assert fn(1, 4, 10) is fn(1, 4, 10)  # cached: the runtime asks once per call
-    with pytest.raises(HcclNotSupportedError, match="allreduce: ring, tree, hd, mesh, rd") as err:
+    with pytest.raises(HcclNotSupportedError) as err:
         get_schedule("allreduce", "butterfly")
     assert err.value.code == 5
-    with pytest.raises(HcclNotSupportedError, match="alltoall"):
+    assert (err.value.collective, err.value.algo) == ("allreduce", "butterfly")
+    assert err.value.choices == [a for c, a in SCHEDULES if c == "allreduce"]  # names what exists instead
+    assert {"ring", "tree", "hd", "mesh", "rd"} <= set(err.value.choices)
+    with pytest.raises(HcclNotSupportedError) as err:
         get_schedule("alltoall", "ring")
+    assert (err.value.collective, err.value.algo, err.value.choices) == ("alltoall", "ring", [])
 
 
 def test_walk_lists_steps_in_order() -> None:

@@ -113,8 +113,10 @@ def test_too_long_a_socket_path_says_to_shorten_the_run_directory(tmp_path, monk
     deep = tmp_path / ("d" * 90)
     deep.mkdir(mode=0o700)
     monkeypatch.setenv("HCCL_PY_RUN_DIR", str(deep))
-    with pytest.raises(HcclSyscallError, match="HCCL_PY_RUN_DIR"):
+    with pytest.raises(HcclSyscallError) as info:
         rundir.bind(_dgram(), "job-e", "g1.0.1")
+    assert (info.value.variable, info.value.rule) == ("HCCL_PY_RUN_DIR", "range")  # the fix: a shorter HCCL_PY_RUN_DIR
+    assert info.value.path.startswith(str(deep)) and len(info.value.path.encode()) > rundir.UNIX_PATH_MAX
 
 
 def test_remove_job_keeps_live_sockets_and_removes_dead_ones(run_dir: str) -> None:
