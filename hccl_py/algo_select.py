@@ -25,9 +25,11 @@ from .errors import HcclNotSupportedError, HcclParamError
 AUTO = "auto"
 HIER = "hier"
 # HCCL operators that HCCL_ALGO may name and hccl-py does not have (yet): accepted, never used
-_OTHER_HCCL_OPS = ("scatter", "alltoall")
+_OTHER_HCCL_OPS = ("batchsendrecv",)
 _HCCL_ALGOS = {"na": AUTO, "auto": AUTO, "h-d_r": "hd", "fullmesh": "mesh", **{a: a for a in ALL_ALGOS}}
-HCCL_ONLY_ALGOS = {"nhr", "nhr_v1", "nb", "pipeline", "pairwise", "ahc", "star"}
+HCCL_ONLY_ALGOS = {"nhr", "nhr_v1", "nb", "pipeline", "ahc", "star"}
+# HCCL_ALGO names one operator for a family of calls: its AlltoAll setting serves AlltoAllV(C)
+_ENV_KEY = {"alltoallv": "alltoall"}
 
 def _parse_levels(text: str, where: str) -> str:
     """'level0:NA;level1:ring' or 'ring' -> the algorithm name (level1 decides the flat case)."""
@@ -155,7 +157,14 @@ def resolve(collective: str, algo: str, choose_auto: Callable[[], str], env_tabl
                              value=repr(algo), rule="type", expected="string")
     name = algo.strip().lower()
     if name == AUTO:
-        name = env_table.get(collective, env_table.get("*", AUTO))
+        name = env_table.get(collective, env_table.get(_ENV_KEY.get(collective, collective)))
+        if name is None:
+            # The global form (level0/level1 for every operator) serves the operators that have
+            # that algorithm; the others (an all-to-all under "level1:ring") choose as HCCL would.
+            name = env_table.get("*", AUTO)
+            levels = hier_levels(name) if name != AUTO else None
+            if (name in ALL_ALGOS and name not in algos_for(collective)) or (levels is not None and collective not in HIER_COLLECTIVES):
+                name = AUTO
         source = env.HCCL_ALGO
         given = {"variable": "HCCL_ALGO"}  # where the name came from, as error fields
         if name == AUTO:
@@ -167,7 +176,7 @@ def resolve(collective: str, algo: str, choose_auto: Callable[[], str], env_tabl
     levels = hier_levels(name)
     if levels is not None:
         return _resolve_hier(collective, levels, given)
-    if (collective, name) in SCHEDULES:
+    if name in algos_for(collective):
         return name
     choices = [*algos_for(collective), AUTO]
     if name in ALL_ALGOS:

@@ -19,16 +19,20 @@ from topology import Topology, TopologyError, auto_partition, load_partition, va
 
 from . import algo_select
 from .algorithms import hierarchical, p2p
-from .algorithms.registry import ALL_ALGOS, get_schedule
+from .algorithms._common import packed_displacements
+from .algorithms.alltoallv import VSchedule, as_matrix
+from .algorithms.alltoallv import digest as alltoallv_digest
+from .algorithms.registry import ALL_ALGOS, algos_for, get_schedule
 from .algorithms.schedule import Schedule
 from .context import RankContext
-from .device import Device
+from .device import Device, Stream
 from .dtypes import UFUNCS, ReduceOp, check_op_dtype, dtype_code
 from .errors import HcclError, HcclInternalError, HcclParamError, HcclTimeoutError
 from .collectives import OpKind, collective as collective_named
-from .executor import P2P_SEQ_BIT, CallContext, error_from_notice
+from .executor import P2P_SEQ_BIT, BatchRun, CallContext, error_from_notice
 from .records import CallRecord, CommStats
 from .transport.base import CallSignature
+from .work import Work
 
 _ALGO_INDEX = {name: i for i, name in enumerate(ALL_ALGOS)}
 
@@ -112,6 +116,9 @@ class Communicator:
         self._closed_reason: str | None = None
         self._on_destroy = on_destroy
         self._partition: tuple[tuple[int, ...], ...] | None = None  # groups of algo="hier"; None: auto
+        # The card's streams this communicator's calls run on: its collectives on one, point-to-point
+        # calls on one per peer and direction, batches on another (see ``_launch``).
+        self._streams: dict[object, Stream] = {}
 
     # -- identity -------------------------------------------------------------------------------
     @property
@@ -167,17 +174,26 @@ class Communicator:
         if self._closed_reason is None:
             self._closed_reason = f"was aborted ({reason})"
             if self._engine.transport is not None:
-                self._engine.abandon(self._id)
+                self._engine.defer(lambda: self._engine.abandon(self._id))
 
     def destroy(self) -> None:
-        """Release the communicator (``HcclCommDestroy``); later calls fail at once."""
+        """Release the communicator (``HcclCommDestroy``); later calls fail at once. Calls still
+        queued on it finish first."""
         if self._closed_reason is None:
+            self._drain_queued()
             self._closed_reason = "was destroyed"
             if self._engine.transport is not None:
-                self._engine.abandon(self._id)
+                self._engine.defer(lambda: self._engine.abandon(self._id))
         if self._on_destroy is not None:
             callback, self._on_destroy = self._on_destroy, None
             callback()
+
+    def _drain_queued(self) -> None:
+        """Wait until no asynchronous call is outstanding (destroy lets them end first)."""
+        engine = self._engine
+        with engine._cv:
+            while engine._outstanding:
+                engine._cv.wait(0.1)
 
     def _check_usable(self, what: str) -> None:
         if self._engine.forked:  # an attribute, set in a forked child: no system call per collective
@@ -245,30 +261,39 @@ class Communicator:
             _CHECKED_OPS[(op, dtype)] = redop
         return redop
 
-    # -- the collective call path ---------------------------------------------------------------------
-    def _collective(self, kind: OpKind, collective: str, algo: str, bufs, count: int, dtype: np.dtype,
-                    redop: ReduceOp | None = None, root: int = 0) -> None:
+    # -- the call path: one for every operation --------------------------------------------------
+    def _collective(self, kind: OpKind, collective: str, algo: str, bufs, count: int, dtype: np.dtype, result,
+                    redop: ReduceOp | None = None, root: int = 0, async_op: bool = False):
         key = (collective, algo, count, root, dtype, redop)
         call = self._calls.get(key)
         if call is None:
             call = self._remember(key, self._prepare(kind, collective, algo, count, dtype, redop, root))
-        self._run_call(call, bufs, dtype)
+        return self._launch(call, bufs, dtype, result, async_op)
 
     def _prepare(self, kind: OpKind, collective: str, algo: str, count: int, dtype: np.dtype, redop: ReduceOp | None,
-                 root: int) -> "_Call":
-        """Everything about a call that depends only on its shape: resolved once per shape."""
+                 root: int, fn=None, sig_count: int | None = None) -> "_Call":
+        """Everything about a call that depends only on its shape: resolved once per shape.
+        ``fn``: a schedule function of the caller's (all-to-all with counts per pair), else the
+        algorithm's; ``sig_count``: the count peers check (default ``count``)."""
         itemsize = dtype.itemsize
-        name = algo_select.resolve(
-            collective, algo,
-            lambda: algo_select.fastest(self._rc.cost_model, collective, count, itemsize, self._world_ranks, root),
-            self._algo_env,
-        )
-        levels = algo_select.hier_levels(name)
-        fn = get_schedule(collective, name) if levels is None else hierarchical.schedule_for(collective, self.partition, *levels)
-        sig = CallSignature(kind, _ALGO_INDEX[name.partition(":")[0]], dtype_code(dtype, where=collective), int(redop or 0), count, root)
+        if fn is None:
+            name = algo_select.resolve(
+                collective, algo,
+                lambda: algo_select.fastest(self._rc.cost_model, collective, count, itemsize, self._world_ranks, root),
+                self._algo_env,
+            )
+            levels = algo_select.hier_levels(name)
+            fn = get_schedule(collective, name) if levels is None else hierarchical.schedule_for(collective, self.partition, *levels)
+        else:
+            name = algo
+        sig = CallSignature(kind, _ALGO_INDEX[name.partition(":")[0]], dtype_code(dtype, where=collective), int(redop or 0),
+                            count if sig_count is None else sig_count, root)
         costs = self._rc.cost_model.call_costs(fn, self.size, count, root, itemsize, self._world_ranks)[self._rank] if self._rc.modeled else None
-        nbytes = count * itemsize * (self.size if kind is OpKind.REDUCE_SCATTER else 1)
-        return _Call(collective, name, fn(self._rank, self.size, count, root), costs, UFUNCS.get(redop), nbytes,
+        schedule = fn(self._rank, self.size, count, root)
+        in_count, out_count = (fn.buffer_counts(self._rank) if hasattr(fn, "buffer_counts")
+                               else collective_named(collective).buffer_counts(self.size, count, self._rank, root))
+        nbytes = (in_count or out_count) * itemsize  # the call's input on this rank (what it receives if none)
+        return _Call(collective, name, schedule, costs, UFUNCS.get(redop), nbytes,
                      CallContext(self._id, self.name, 0, sig, self._world_ranks, self._rank, ALL_ALGOS, self._timeout_s), dtype.name)
 
     def _remember(self, key: tuple, call: "_Call") -> "_Call":
@@ -277,64 +302,127 @@ class Communicator:
         self._calls[key] = call
         return call
 
-    def _run_call(self, call: "_Call", bufs, dtype: np.dtype, seq: int | None = None) -> None:
+    def _launch(self, call: "_Call", bufs, dtype: np.dtype, result, async_op: bool = False, seq: int | None = None,
+                queue: object = "collective"):
+        """Run one call. Blocking with no asynchronous call outstanding: on this thread, now (the
+        fast path). Otherwise it joins the engine's queue ``queue`` (calls of one queue run in
+        issue order; collectives of a communicator share one, point-to-point calls have one per
+        peer and direction) and runs on the progress thread; an asynchronous call returns its
+        :class:`Work`, a blocking one waits for it. Returns ``result`` (or the Work)."""
         engine = self._engine
         if not engine.busy.acquire(False):
-            op, seq, comm, thread = engine.busy_with
+            op, busy_seq, comm, thread = engine.busy_with
             raise HcclParamError(
                 f"{call.collective} on communicator '{self.name}' (thread {threading.get_ident()}): this rank's "
-                f"communicators are in use by another thread ({op} #{seq} on '{comm}' in thread {thread}); a rank's "
+                f"communicators are in use by another thread ({op} #{busy_seq} on '{comm}' in thread {thread}); a rank's "
                 "communicators belong to one thread at a time (as in HCCL and NCCL): call them from one thread, or "
                 "serialize the calls with a lock", rank=self._rank, comm=self.name, op=call.collective)
         try:
             if seq is None:
                 self._seq += 1
                 seq = self._seq
-            schedule = call.schedule
-            tmp = self._rc.scratch(schedule.tmp_count, dtype) if schedule.tmp_count else None
             rc = self._rc
             device = rc.device
-            ctx = call.ctx
-            ctx.seq = seq
+            stream = self._streams.get(queue)
+            if stream is None:
+                stream = self._streams[queue] = Stream(f"{self.name}:{queue}", device.clock)
             engine.busy_with = (call.collective, seq & ~P2P_SEQ_BIT, self.name, threading.get_ident())
-            record = rc.recorder.enter(CallRecord(self.name, seq & ~P2P_SEQ_BIT, call.collective, call.algo, call.dtype_name or dtype.name,
-                                                  call.ctx.sig.count, call.nbytes, self._world_ranks, device.clock, time.monotonic()))
-            if rc.pending_faults:
-                rc.inject(record)
-            try:
-                engine.run(ctx, schedule, (bufs[0], bufs[1], tmp), call.ufunc, call.costs, device)
-            except HcclError as err:
-                rc.recorder.fail(record, err, device.clock, time.monotonic())
-                self.abort(f"{ctx.what} failed: {err.message}")
-                if call.notify_on_timeout and isinstance(err, HcclTimeoutError):
-                    engine.notify(ctx, err)
-                rc.dump(f"{type(err).__name__} in {ctx.what}")
-                raise
-            rc.recorder.complete(record, device.clock, time.monotonic())
+            if not async_op and engine.inline():
+                if stream.clock > device.clock:  # a call it follows on its stream ended later: in order
+                    device.clock = stream.clock
+                record = rc.recorder.enter(CallRecord(self.name, seq & ~P2P_SEQ_BIT, call.collective, call.algo,
+                                                      call.dtype_name or dtype.name, call.ctx.sig.count, call.nbytes,
+                                                      self._world_ranks, device.clock, time.monotonic()))
+                if rc.pending_faults:
+                    rc.inject(record)
+                ctx = call.ctx
+                ctx.seq = seq
+                schedule = call.schedule
+                tmp = rc.scratch(schedule.tmp_count, dtype) if schedule.tmp_count else None
+                try:
+                    engine.run(engine.call_run(ctx, schedule, (bufs[0], bufs[1], tmp), call.ufunc, call.costs, device, device))
+                except HcclError as err:
+                    self._failed(call, ctx, record, err, device.clock)
+                    raise
+                stream.clock = device.clock
+                rc.recorder.complete(record, device.clock, time.monotonic())
+                return result
+            return self._queue(call, bufs, dtype, result, seq, queue, stream, async_op)
         finally:
             engine.busy.release()
 
-    # -- collectives -----------------------------------------------------------------------------------
-    def all_reduce(self, x: np.ndarray, op: ReduceOp | str = "sum", *, algo: str = "auto") -> np.ndarray:
-        """Reduce ``x`` over all ranks, in place; returns ``x`` (``HcclAllReduce``).
+    def _queue(self, call: "_Call", bufs, dtype: np.dtype, result, seq: int, queue, stream: Stream, async_op: bool):
+        """The queued path of :meth:`_launch`: a Work whose call starts on ``stream`` once the
+        calls before it there have ended, and not before the compute that issued it (modeled)."""
+        rc = self._rc
+        device = rc.device
+        ctx = dataclasses.replace(call.ctx, seq=seq)  # its own: the shape's context is shared by calls in flight
+        ready = device.clock
+        record = rc.recorder.enter(CallRecord(self.name, seq & ~P2P_SEQ_BIT, call.collective, call.algo, call.dtype_name or dtype.name,
+                                              ctx.sig.count, call.nbytes, self._world_ranks, ready, time.monotonic()))
+        if rc.pending_faults:
+            rc.inject(record)
+        tmp = np.empty(call.schedule.tmp_count, dtype) if call.schedule.tmp_count else None  # calls in flight do not share scratch
+        work = Work(ctx.what, result, device)
+        engine = self._engine
 
-        >>> comm.all_reduce(np.ones(3, np.float32))   # doctest: +SKIP
-        array([4., 4., 4.], dtype=float32)            # with 4 ranks
+        def start():
+            self._check_open(ctx)
+            stream.clock = max(stream.clock, ready)
+            record.modeled_start = stream.clock
+            return engine.call_run(ctx, call.schedule, (bufs[0], bufs[1], tmp), call.ufunc, call.costs, stream, device)
+
+        def finish(run, error):
+            if error is not None:
+                self._failed(call, ctx, record, error, stream.clock)
+            else:
+                rc.recorder.complete(record, stream.clock, time.monotonic())
+            work._finish(error, stream.clock)
+
+        engine.submit((self._id, queue), start, finish)
+        return work if async_op else work.wait()
+
+    def _check_open(self, ctx: CallContext) -> None:
+        """A queued call about to start on a communicator that failed meanwhile fails too."""
+        if self._closed_reason is not None:
+            raise HcclInternalError(f"{ctx.what}: the communicator {self._closed_reason}; create a new one",
+                                    **ctx.fields(state=self._closed_reason.split()[1]))
+
+    def _failed(self, call: "_Call", ctx: CallContext, record: CallRecord, err: HcclError, clock: float) -> None:
+        """What a failed call leaves behind: its record, an aborted communicator, its peers told
+        (monitored barrier), the flight recorder dumped."""
+        rc = self._rc
+        rc.recorder.fail(record, err, clock, time.monotonic())
+        self.abort(f"{ctx.what} failed: {err.message}")
+        if call.notify_on_timeout and isinstance(err, HcclTimeoutError):
+            self._engine.notify(ctx, err)
+        rc.dump(f"{type(err).__name__} in {ctx.what}")
+
+    # -- collectives -----------------------------------------------------------------------------------
+    def all_reduce(self, x: np.ndarray, op: ReduceOp | str = "sum", *, out: np.ndarray | None = None, algo: str = "auto",
+                   async_op: bool = False):
+        """Reduce ``x`` over all ranks (``HcclAllReduce``): in place by default, returning ``x``;
+        into ``out`` (HCCL's recvBuf) when given, returning ``out``. ``async_op=True`` returns a
+        :class:`~hccl_py.work.Work` at once (``wait()`` gives the result)::
+
+            comm.all_reduce(np.ones(3, np.float32))      # array([4., 4., 4.]) with 4 ranks
         """
         what = f"all_reduce on '{self.name}'"
         self._check_usable(what)
-        x = self._array(x, what, writable=True)
+        x = self._array(x, what, writable=out is None)
         redop = self._op(op, x.dtype, what)
-        flat = x.reshape(-1)
-        self._collective(OpKind.ALLREDUCE, "allreduce", algo, (flat, flat), flat.size, x.dtype, redop)
-        return x
+        target = x if out is None else self._into(out, x, what)
+        flat = target.reshape(-1)
+        return self._collective(OpKind.ALLREDUCE, "allreduce", algo, (flat, flat), flat.size, x.dtype, target, redop,
+                                async_op=async_op)
 
-    def all_gather(self, x: np.ndarray, *, out: np.ndarray | None = None, algo: str = "auto") -> np.ndarray:
+    def all_gather(self, x: np.ndarray, *, out: np.ndarray | None = None, algo: str = "auto", async_op: bool = False):
         """Gather every rank's ``x`` into an array of shape ``(size, *x.shape)`` (``HcclAllGather``).
 
         ``out`` (``HcclAllGather``'s recvBuf): a C-contiguous, writable array of ``size * x.size``
         elements of ``x``'s dtype to gather into, reused across calls; otherwise a new array.
-        Returns the result, shaped ``(size, *x.shape)``::
+        ``x`` may be this rank's block of ``out`` (NCCL's in-place form). Returns the result,
+        shaped ``(size, *x.shape)``::
 
             buf = np.empty((comm.size, 1024), np.float32)
             comm.all_gather(x, out=buf)
@@ -345,40 +433,51 @@ class Communicator:
         flat = np.ascontiguousarray(x).reshape(-1)
         result = self._out(out, self.size * flat.size, x.dtype, what)
         flat = _apart_from(flat, result)
-        self._collective(OpKind.ALLGATHER, "allgather", algo, (flat, result.reshape(-1)), flat.size, x.dtype)
-        return result.reshape((self.size, *x.shape))
+        return self._collective(OpKind.ALLGATHER, "allgather", algo, (flat, result.reshape(-1)), flat.size, x.dtype,
+                                result.reshape((self.size, *x.shape)), async_op=async_op)
 
-    def broadcast(self, x: np.ndarray, root: int = 0, *, algo: str = "auto") -> np.ndarray:
-        """Copy root's ``x`` into ``x`` on every rank, in place; returns ``x`` (``HcclBroadcast``)."""
+    def broadcast(self, x: np.ndarray, root: int = 0, *, out: np.ndarray | None = None, algo: str = "auto",
+                  async_op: bool = False):
+        """Copy root's ``x`` to every rank (``HcclBroadcast``): in place by default, returning
+        ``x``; into ``out`` when given (on the root ``out`` gets a copy of ``x``), returning ``out``."""
         what = f"broadcast on '{self.name}'"
         self._check_usable(what)
-        x = self._array(x, what, writable=True)
+        x = self._array(x, what, writable=out is None)
         root = self._root(root, what)
-        flat = x.reshape(-1)
-        self._collective(OpKind.BROADCAST, "broadcast", algo, (flat, flat), flat.size, x.dtype, root=root)
-        return x
+        target = x if out is None else self._into(out, x, what, copy=self._rank == root)
+        flat = target.reshape(-1)
+        return self._collective(OpKind.BROADCAST, "broadcast", algo, (flat, flat), flat.size, x.dtype, target, root=root,
+                                async_op=async_op)
 
-    def reduce(self, x: np.ndarray, root: int = 0, op: ReduceOp | str = "sum", *, algo: str = "auto") -> np.ndarray:
-        """Reduce ``x`` over all ranks into ``x`` on ``root``, in place (``HcclReduce``).
-
-        Other ranks' ``x`` is left untouched. Returns ``x``.
-        """
+    def reduce(self, x: np.ndarray, root: int = 0, op: ReduceOp | str = "sum", *, out: np.ndarray | None = None,
+               algo: str = "auto", async_op: bool = False):
+        """Reduce ``x`` over all ranks onto ``root`` (``HcclReduce``): in place by default
+        (returns ``x``), into ``out`` on the root when given (returns ``out``). Other ranks' ``x``
+        and ``out`` are left untouched."""
         what = f"reduce on '{self.name}'"
         self._check_usable(what)
-        x = self._array(x, what, writable=True)
+        x = self._array(x, what, writable=out is None and self._rank == root)
         root = self._root(root, what)
         redop = self._op(op, x.dtype, what)
-        flat = x.reshape(-1)
-        self._collective(OpKind.REDUCE, "reduce", algo, (flat, flat), flat.size, x.dtype, redop, root)
-        return x
+        if out is None:
+            target = result = x
+        elif self._rank == root:
+            target = result = self._into(out, x, what)
+        else:  # a non-root rank only reads its input
+            result = self._into(out, x, what, copy=False)
+            target = x
+        flat = np.ascontiguousarray(target).reshape(-1)
+        return self._collective(OpKind.REDUCE, "reduce", algo, (flat, flat), flat.size, x.dtype, result, redop, root,
+                                async_op=async_op)
 
     def reduce_scatter(self, y: np.ndarray, op: ReduceOp | str = "sum", *, out: np.ndarray | None = None,
-                       algo: str = "auto") -> np.ndarray:
+                       algo: str = "auto", async_op: bool = False):
         """Reduce ``y`` over all ranks and return this rank's block (``HcclReduceScatter``).
 
         ``y.size`` must divide by ``size``. The result has shape ``(y.shape[0] // size, *y.shape[1:])``
         when the first axis divides, else ``(y.size // size,)``; ``out`` (recvBuf): a C-contiguous,
-        writable array of ``y.size // size`` elements to write it into instead of a new array.
+        writable array of ``y.size // size`` elements to write it into instead of a new array (it
+        may be this rank's block of ``y``, NCCL's in-place form).
         """
         what = f"reduce_scatter on '{self.name}'"
         self._check_usable(what)
@@ -391,8 +490,211 @@ class Communicator:
         shape = (y.shape[0] // self.size, *y.shape[1:]) if y.ndim >= 1 and y.shape[0] % self.size == 0 else (count,)
         result = self._out(out, count, y.dtype, what)
         flat = _apart_from(np.ascontiguousarray(y).reshape(-1), result)
-        self._collective(OpKind.REDUCE_SCATTER, "reduce_scatter", algo, (flat, result.reshape(-1)), count, y.dtype, redop)
-        return result.reshape(shape)
+        return self._collective(OpKind.REDUCE_SCATTER, "reduce_scatter", algo, (flat, result.reshape(-1)), count, y.dtype,
+                                result.reshape(shape), redop, async_op=async_op)
+
+    def all_to_all(self, x: np.ndarray, *, out: np.ndarray | None = None, algo: str = "auto", async_op: bool = False):
+        """Exchange blocks with every rank (``HcclAlltoAll``): ``x``'s first axis splits into
+        ``size`` equal blocks, block j goes to rank j; the result's block i came from rank i.
+        ``out``: where to put it (``x``'s shape and dtype; may be ``x`` itself), else a new array.
+        ``algo``: ``pairwise``, ``mesh`` or ``auto``::
+
+            got = comm.all_to_all(np.arange(comm.size * 2).reshape(comm.size, 2))
+        """
+        what = f"all_to_all on '{self.name}'"
+        self._check_usable(what)
+        x = self._array(x, what, writable=False)
+        if x.ndim == 0 or x.shape[0] % self.size:
+            raise self._bad(what, f"x's first axis ({x.shape[0] if x.ndim else 'none'}) does not split into {self.size} equal "
+                            f"blocks; give x a first axis divisible by the communicator size", arg="x.shape",
+                            value=list(x.shape), rule="divisible", expected=self.size)
+        count = x.size // self.size
+        result = self._out(out, x.size, x.dtype, what)
+        flat = _apart_from(np.ascontiguousarray(x).reshape(-1), result)
+        return self._collective(OpKind.ALLTOALL, "alltoall", algo, (flat, result.reshape(-1)), count, x.dtype,
+                                result.reshape(x.shape), async_op=async_op)
+
+    def all_to_all_v(self, send: np.ndarray, send_counts, send_displs, recv: np.ndarray, recv_counts, recv_displs, *,
+                     algo: str = "auto", async_op: bool = False):
+        """All-to-all with a count per peer (``HcclAlltoAllV``): ``send_counts[j]`` elements from
+        ``send[send_displs[j]:]`` go to rank j, ``recv_counts[i]`` elements from rank i land at
+        ``recv[recv_displs[i]:]``; displacements ``None`` mean packed blocks. As HCCL, the ranks
+        first exchange their counts (one small allgather, charged to modeled time), so a count
+        that disagrees with the peer's fails on every rank before any data moves. Returns ``recv``::
+
+            comm.all_to_all_v(tokens, sizes_out, None, buf, sizes_in, None)
+        """
+        what = f"all_to_all_v on '{self.name}'"
+        self._check_usable(what)
+        send, recv, problem = self._v_buffers(what, send, recv)
+        counts_out = counts_in = displs_out = displs_in = None
+        if problem is None:
+            try:
+                counts_out, displs_out = self._v_layout(what, "send", send_counts, send_displs, send.size)
+                counts_in, displs_in = self._v_layout(what, "recv", recv_counts, recv_displs, recv.size)
+            except HcclParamError as err:
+                problem = err
+        # Every rank takes part in the exchange of counts, also one whose own are bad: the others
+        # then fail with it rather than wait for it until HCCL_EXEC_TIMEOUT.
+        mine = np.full(1 + 2 * self.size, -1, np.int64)
+        if problem is None:
+            mine[0] = 1
+            mine[1:1 + self.size], mine[1 + self.size:] = counts_out, counts_in
+        table = self.all_gather(mine)
+        if problem is not None:
+            raise problem
+        bad = [r for r in range(self.size) if table[r, 0] != 1]
+        if bad:
+            raise self._bad(what, f"rank(s) {bad} passed counts or displacements they reject (see their own error); "
+                            "no data moved", arg="counts", rule="peer", ranks=bad)
+        sent, expected = table[:, 1:1 + self.size], table[:, 1 + self.size:]
+        wrong = [(int(i), int(j), int(sent[i, j]), int(expected[j, i])) for i in range(self.size) for j in range(self.size)
+                 if sent[i, j] != expected[j, i]]
+        if wrong:
+            shown = "; ".join(f"rank {i} sends {n} element(s) to rank {j}, which expects {m} from rank {i}"
+                              for i, j, n, m in wrong[:6])
+            raise self._bad(what, f"send and receive counts disagree: {shown}{' ...' if len(wrong) > 6 else ''}; no data moved",
+                            arg="counts", rule="agree", mismatches=wrong)
+        return self._alltoallv(what, send, recv, as_matrix(sent), displs_out, displs_in, algo, async_op)
+
+    def all_to_all_vc(self, send: np.ndarray, counts, recv: np.ndarray, *, algo: str = "auto", async_op: bool = False):
+        """All-to-all with a counts matrix every rank knows (``HcclAlltoAllVC``): ``counts[i][j]``
+        elements from rank i to rank j, the same matrix on every rank (a rank with another
+        matrix is a call mismatch); blocks packed in rank order in ``send`` and ``recv``. No
+        exchange of counts. Returns ``recv``::
+
+            comm.all_to_all_vc(tokens, routing_matrix, buf)
+        """
+        what = f"all_to_all_vc on '{self.name}'"
+        self._check_usable(what)
+        send, recv, problem = self._v_buffers(what, send, recv)
+        if problem is not None:
+            raise problem
+        try:
+            matrix = as_matrix(counts)
+        except (TypeError, ValueError):
+            raise self._bad(what, f"counts must be a {self.size} x {self.size} matrix of ints", arg="counts", rule="type") from None
+        if len(matrix) != self.size or any(len(row) != self.size for row in matrix) or any(c < 0 for row in matrix for c in row):
+            raise self._bad(what, f"counts must be a {self.size} x {self.size} matrix of non-negative ints", arg="counts",
+                            rule="shape", expected=[self.size, self.size])
+        row, column = matrix[self._rank], [r[self._rank] for r in matrix]
+        counts_out, displs_out = self._v_layout(what, "send", row, None, send.size)
+        counts_in, displs_in = self._v_layout(what, "recv", column, None, recv.size)
+        return self._alltoallv(what, send, recv, matrix, displs_out, displs_in, algo, async_op)
+
+    def _v_buffers(self, what: str, send, recv) -> tuple[np.ndarray, np.ndarray, HcclParamError | None]:
+        send = self._array(send, what, writable=False, arg="send")
+        recv = self._array(recv, what, writable=True, arg="recv")
+        if send.dtype != recv.dtype:
+            return send, recv, self._bad(what, f"send and recv differ in dtype ({send.dtype} and {recv.dtype})", arg="recv",
+                                         value=recv.dtype.name, expected=send.dtype.name)
+        return send, recv, None
+
+    def _v_layout(self, what: str, side: str, counts, displs, available: int) -> tuple[list[int], list[int]]:
+        """``counts`` and ``displs`` (None: packed) of the ``side`` buffer, checked: one per rank,
+        non-negative, inside ``available`` elements, blocks not overlapping."""
+        try:
+            counts = [int(c) for c in counts]
+            displs = packed_displacements(counts) if displs is None else [int(d) for d in displs]
+        except (TypeError, ValueError):
+            raise self._bad(what, f"{side}_counts and {side}_displs must be sequences of ints", arg=f"{side}_counts",
+                            rule="type") from None
+        if len(counts) != self.size or len(displs) != self.size:
+            raise self._bad(what, f"{side}_counts and {side}_displs need {self.size} entries (one per rank), got "
+                            f"{len(counts)} and {len(displs)}", arg=f"{side}_counts", rule="length", expected=self.size)
+        for name, values in ((f"{side}_counts", counts), (f"{side}_displs", displs)):
+            negative = [i for i, v in enumerate(values) if v < 0]
+            if negative:
+                raise self._bad(what, f"{name}[{negative[0]}] = {values[negative[0]]} is negative", arg=name,
+                                value=values[negative[0]], rule="range", expected=">= 0")
+        past = [j for j in range(self.size) if displs[j] + counts[j] > available]
+        if past:
+            j = past[0]
+            raise self._bad(what, f"{side} block {j} ({counts[j]} elements at {displs[j]}) runs past the {side} buffer "
+                            f"({available} elements)", arg=f"{side}_displs", value=displs[j], rule="range")
+        blocks = sorted((displs[j], displs[j] + counts[j], j) for j in range(self.size) if counts[j])
+        for (a0, a1, ja), (b0, b1, jb) in zip(blocks, blocks[1:]):
+            if b0 < a1:
+                raise self._bad(what, f"{side} blocks {ja} and {jb} overlap ({a0}..{a1} and {b0}..{b1})", arg=f"{side}_displs",
+                                rule="overlap", value=[ja, jb])
+        return counts, list(displs)
+
+    def _alltoallv(self, what: str, send: np.ndarray, recv: np.ndarray, matrix, displs_out, displs_in, algo: str,
+                   async_op: bool):
+        """The data exchange of an all-to-all with counts per pair, on a checked matrix."""
+        flat_recv = recv.reshape(-1)
+        flat_send = _apart_from(np.ascontiguousarray(send).reshape(-1), flat_recv)
+        key = ("alltoallv", algo, matrix, tuple(displs_out), tuple(displs_in), send.dtype)
+        call = self._calls.get(key)
+        if call is None:
+            name = self._v_algorithm(algo, matrix, send.dtype.itemsize)
+            fn = VSchedule(name, matrix, owner=self._rank, send_displs=displs_out, recv_displs=displs_in)
+            call = self._remember(key, self._prepare(OpKind.ALLTOALLV, "alltoallv", name, 0, send.dtype, None, 0, fn=fn,
+                                                     sig_count=alltoallv_digest(matrix)))
+        return self._launch(call, (flat_send, flat_recv), send.dtype, recv, async_op)
+
+    def _v_algorithm(self, algo: str, matrix, itemsize: int) -> str:
+        """The all-to-all algorithm of a counts matrix: the caller's, HCCL_ALGO's, or the one the
+        cost model finds fastest for this very matrix."""
+        def fastest() -> str:
+            from .planning.simulator import simulate
+
+            times = {a: simulate("alltoallv", VSchedule(a, matrix), self._rc.topology, 0, itemsize=itemsize,
+                                 world_ranks=self._world_ranks, cost_model=self._rc.cost_model).time_s
+                     for a in algos_for("alltoallv")}
+            return min(times, key=times.get)
+
+        return algo_select.resolve("alltoallv", algo, fastest, self._algo_env)
+
+    def scatter(self, x: np.ndarray | None, root: int = 0, *, out: np.ndarray | None = None, algo: str = "auto",
+                async_op: bool = False):
+        """Rank r gets block r of the root's ``x`` (``HcclScatter``): ``x``'s first axis splits
+        into ``size`` blocks. Other ranks pass ``out`` (or an ``x`` of the root's shape and dtype,
+        whose values are ignored) to say what they receive. Returns the block (``out`` if given)::
+
+            part = comm.scatter(table if comm.rank == 0 else None, root=0, out=np.empty(4, np.float32))
+        """
+        what = f"scatter on '{self.name}'"
+        self._check_usable(what)
+        root = self._root(root, what)
+        if x is None:
+            if self._rank == root or out is None:
+                raise self._bad(what, "x is None: the root passes the array to scatter, the others x or out",
+                                arg="x", rule="required")
+            out = self._array(out, what, writable=True, arg="out")
+            count, dtype, shape, flat = out.size, out.dtype, out.shape, _NO_DATA
+        else:
+            x = self._array(x, what, writable=False)
+            if x.ndim == 0 or x.shape[0] % self.size:
+                raise self._bad(what, f"x's first axis does not split into {self.size} blocks", arg="x.shape",
+                                value=list(x.shape), rule="divisible", expected=self.size)
+            count, dtype, shape = x.size // self.size, x.dtype, (x.shape[0] // self.size, *x.shape[1:])
+            flat = np.ascontiguousarray(x).reshape(-1) if self._rank == root else _NO_DATA.view(x.dtype)
+        result = self._out(out, count, dtype, what)
+        if self._rank == root:
+            flat = _apart_from(flat, result)
+        return self._collective(OpKind.SCATTER, "scatter", algo, (flat, result.reshape(-1)), count, dtype,
+                                result.reshape(shape) if out is None else result, root=root, async_op=async_op)
+
+    def gather(self, x: np.ndarray, root: int = 0, *, out: np.ndarray | None = None, algo: str = "auto",
+               async_op: bool = False):
+        """The root gets every rank's ``x`` as an array of shape ``(size, *x.shape)``
+        (``HcclGather``), or in ``out``; the other ranks get None::
+
+            table = comm.gather(row, root=0)
+        """
+        what = f"gather on '{self.name}'"
+        self._check_usable(what)
+        x = self._array(x, what, writable=False)
+        root = self._root(root, what)
+        flat = np.ascontiguousarray(x).reshape(-1)
+        if self._rank == root:
+            result = self._out(out, self.size * flat.size, x.dtype, what)
+            flat = _apart_from(flat, result)
+            bufs, value = (flat, result.reshape(-1)), result.reshape((self.size, *x.shape))
+        else:
+            bufs, value = (flat, _NO_DATA.view(x.dtype)), None
+        return self._collective(OpKind.GATHER, "gather", algo, bufs, flat.size, x.dtype, value, root=root, async_op=async_op)
 
     def _out(self, out: np.ndarray | None, count: int, dtype: np.dtype, what: str) -> np.ndarray:
         """The caller's output buffer, checked, or a new one."""
@@ -404,7 +706,16 @@ class Communicator:
                             value=[out.size, out.dtype.name], expected=[count, np.dtype(dtype).name])
         return out
 
-    def barrier(self, *, monitored: bool = False) -> None:
+    def _into(self, out: np.ndarray, x: np.ndarray, what: str, copy: bool = True) -> np.ndarray:
+        """``out`` checked to take ``x``'s result (same size and dtype), with ``x`` copied in when
+        ``copy`` (an out-of-place call runs in place on its output; when ``out`` is ``x`` that is
+        the in-place call itself)."""
+        out = self._out(out, x.size, x.dtype, what)
+        if copy and out is not x:
+            np.copyto(out.reshape(-1), _apart_from(np.ascontiguousarray(x).reshape(-1), out.reshape(-1)))
+        return out
+
+    def barrier(self, *, monitored: bool = False, async_op: bool = False):
         """Return once every rank of the communicator has entered the barrier (``HcclBarrier``).
 
         ``monitored=True`` (like torch's ``monitored_barrier``): every rank reports to rank 0,
@@ -425,37 +736,126 @@ class Communicator:
                 timeout = None if self._timeout_s is None else (self._timeout_s if self._rank == 0 else self._timeout_s + 2.0)
                 call = call._replace(notify_on_timeout=self._rank == 0, ctx=dataclasses.replace(call.ctx, timeout_s=timeout))
             call = self._remember(("barrier", algo), call)
-        self._run_call(call, (_NO_DATA, _NO_DATA), _BYTE)
+        return self._launch(call, (_NO_DATA, _NO_DATA), _BYTE, None, async_op)
 
     # -- point to point ---------------------------------------------------------------------------------
-    def send(self, x: np.ndarray, dst: int) -> None:
+    def send(self, x: np.ndarray, dst: int, *, async_op: bool = False):
         """Send ``x`` to rank ``dst``, which posts a matching :meth:`recv` (``HcclSend``).
 
         Returns once the data has been handed over (copied out of ``x``); a large message
-        waits for the receiver to drain it, as MPI's rendezvous protocol does.
+        waits for the receiver to drain it, as MPI's rendezvous protocol does. Sends and
+        receives progress per peer and direction, so ``async_op=True`` sends and receives in any
+        order never deadlock.
         """
         what = f"send on '{self.name}'"
         self._check_usable(what)
-        x = self._array(x, what, writable=False)
-        dst = self._root(dst, what, "dst")
-        if dst == self._rank:
-            raise self._bad(what, f"dst={dst} is this rank; send to another rank", arg="dst", value=dst, rule="self")
+        x, dst = self._p2p_args(what, x, dst, "dst", writable=False)
         flat = np.ascontiguousarray(x).reshape(-1)
         seq = P2P_SEQ_BIT | self._next_p2p(self._p2p_sent, dst)
-        self._run_call(self._p2p_call("send", flat.size, x.dtype, dst), (flat, flat), x.dtype, seq)
+        return self._launch(self._p2p_call("send", flat.size, x.dtype, dst), (flat, flat), x.dtype, None, async_op, seq,
+                            ("send", dst))
 
-    def recv(self, x: np.ndarray, src: int) -> np.ndarray:
+    def recv(self, x: np.ndarray, src: int, *, async_op: bool = False):
         """Receive into ``x`` from rank ``src``'s matching :meth:`send`, in place; returns ``x``."""
         what = f"recv on '{self.name}'"
         self._check_usable(what)
-        x = self._array(x, what, writable=True)
-        src = self._root(src, what, "src")
-        if src == self._rank:
-            raise self._bad(what, f"src={src} is this rank; receive from another rank", arg="src", value=src, rule="self")
+        x, src = self._p2p_args(what, x, src, "src", writable=True)
         flat = x.reshape(-1)
         seq = P2P_SEQ_BIT | self._next_p2p(self._p2p_received, src)
-        self._run_call(self._p2p_call("recv", flat.size, x.dtype, src), (flat, flat), x.dtype, seq)
-        return x
+        return self._launch(self._p2p_call("recv", flat.size, x.dtype, src), (flat, flat), x.dtype, x, async_op, seq,
+                            ("recv", src))
+
+    def batch_send_recv(self, items, *, async_op: bool = False):
+        """Several sends and receives as one call (``HcclBatchSendRecv``): ``items`` are
+        ``("send", array, peer)`` and ``("recv", array, peer)``; they progress together, so no
+        order of them (on either side) can deadlock. Each matches the peer's send or receive
+        as separate calls would (the k-th send to a peer is its k-th receive from us)::
+
+            comm.batch_send_recv([("send", x, right), ("recv", y, left)])
+        """
+        what = f"batch_send_recv on '{self.name}'"
+        self._check_usable(what)
+        parts = []
+        for i, item in enumerate(items):
+            try:
+                kind, array, peer = item
+            except (TypeError, ValueError):
+                raise self._bad(what, f"items[{i}] must be ('send' or 'recv', array, peer), got {item!r}", arg=f"items[{i}]",
+                                rule="format") from None
+            if kind not in ("send", "recv"):
+                raise self._bad(what, f"items[{i}]: {kind!r} is neither 'send' nor 'recv'", arg=f"items[{i}]", value=kind,
+                                rule="choices", choices=["send", "recv"])
+            array, peer = self._p2p_args(what, array, peer, "peer", writable=kind == "recv")
+            parts.append((kind, array, peer))
+        if not parts:
+            return self._done_work(what, []) if async_op else []
+        engine = self._engine
+        if not engine.busy.acquire(False):
+            raise self._bad(what, "this rank's communicators are in use by another thread; a rank's communicators belong "
+                            "to one thread at a time", rule="thread")
+        try:
+            device = self._rc.device
+            prepared = []
+            for kind, array, peer in parts:
+                flat = np.ascontiguousarray(array).reshape(-1) if kind == "send" else array.reshape(-1)
+                counters = self._p2p_sent if kind == "send" else self._p2p_received
+                seq = P2P_SEQ_BIT | self._next_p2p(counters, peer)
+                call = self._p2p_call(kind, flat.size, array.dtype, peer)
+                prepared.append((call, flat, seq))
+            stream = self._streams.get("batch")
+            if stream is None:
+                stream = self._streams["batch"] = Stream(f"{self.name}:batch", device.clock)
+            results = [array for kind, array, _ in parts if kind == "recv"]
+            records = [self._rc.recorder.enter(CallRecord(self.name, seq & ~P2P_SEQ_BIT, call.collective, "batch", array.dtype.name,
+                                                          flat.size, call.nbytes, self._world_ranks, device.clock, time.monotonic()))
+                       for (call, flat, seq), (_, array, _) in zip(prepared, parts)]
+            ready = device.clock
+
+            def start() -> BatchRun:
+                begin = max(stream.clock, ready)
+                runs = [engine.call_run(dataclasses.replace(call.ctx, seq=seq), call.schedule, (flat, flat, None), None,
+                                        call.costs, Stream("batch", begin), device) for call, flat, seq in prepared]
+                return BatchRun(runs)
+
+            def finish(run, error) -> float:
+                end = run.end_clock if run is not None else stream.clock
+                stream.clock = max(stream.clock, end)
+                for record in records:
+                    if error is not None:
+                        self._rc.recorder.fail(record, error, end, time.monotonic())
+                    else:
+                        self._rc.recorder.complete(record, end, time.monotonic())
+                if error is not None:
+                    self.abort(f"{what} failed: {error.message}")
+                return end
+
+            if not async_op and engine.inline():
+                run = start()
+                try:
+                    engine.run(run)
+                except HcclError as err:
+                    finish(run, err)
+                    raise
+                device.clock = finish(run, None)
+                return results
+            work = Work(f"{what} ({len(parts)} items)", results, device)
+            engine.submit((self._id, "batch"), start, lambda run, error: work._finish(error, finish(run, error)))
+            return work if async_op else work.wait()
+        finally:
+            engine.busy.release()
+
+    def _done_work(self, what: str, result) -> Work:
+        work = Work(what, result, self._rc.device)
+        work._finish(None, self._rc.device.clock)
+        return work
+
+    def _p2p_args(self, what: str, x, peer, name: str, *, writable: bool) -> tuple[np.ndarray, int]:
+        x = self._array(x, what, writable=writable)
+        peer = self._root(peer, what, name)
+        if peer == self._rank:
+            raise self._bad(what, f"{name}={peer} is this rank; {'receive from' if name == 'src' else 'send to'} another rank",
+                            arg=name, value=peer, rule="self")
+        return x, peer
 
     def _p2p_call(self, kind: str, count: int, dtype: np.dtype, peer: int) -> "_Call":
         key = (kind, count, dtype, peer)

@@ -16,6 +16,7 @@ cost estimates, and scaling sweeps that need modeled time without the arithmetic
 from __future__ import annotations
 
 import weakref
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -78,6 +79,7 @@ class Device:
     peak_bytes: int = 0
     time: DeviceTime = field(default_factory=DeviceTime)
     waited_for: dict[int, float] = field(default_factory=dict)  # world rank -> modeled seconds spent waiting for it
+    kernels: "deque | None" = None  # (name, modeled start, seconds) of recent kernels when tracing, else None
     _allocations: dict[int, int] = field(default_factory=dict)
     _next_handle: int = 0
 
@@ -135,9 +137,12 @@ class Device:
         the launch overhead, times the card's slow factor)."""
         return kernel_s(self.model, flops, nbytes, self.slow_factor)
 
-    def run(self, flops: float, nbytes: float) -> float:
-        """Advance the clock by one kernel's modeled time; returns that time."""
+    def run(self, flops: float, nbytes: float, name: str = "kernel") -> float:
+        """Advance the compute stream's clock by one kernel's modeled time; returns that time.
+        With ``kernels`` set (tracing), the kernel's span is kept for the trace."""
         seconds = self.kernel_time_s(flops, nbytes)
+        if self.kernels is not None:
+            self.kernels.append((name, self.clock, seconds))
         self.clock += seconds
         self.time.compute_s += seconds
         return seconds
@@ -154,7 +159,7 @@ class Device:
         """``a @ b`` (batched allowed): 2·m·n·k FLOPs, inputs and output through HBM."""
         out = self._exec(lambda: np.matmul(a, b), lambda: (_matmul_shape(a.shape, b.shape), np.result_type(a, b)))
         k = a.shape[-1]
-        self.run(2.0 * out.size * k, a.nbytes + b.nbytes + out.nbytes)
+        self.run(2.0 * out.size * k, a.nbytes + b.nbytes + out.nbytes, "matmul")
         return out
 
     def elementwise(self, fn: Callable[..., np.ndarray], *arrays: np.ndarray, flops_per_element: float = 1.0) -> np.ndarray:
@@ -162,7 +167,7 @@ class Device:
 
         On a ``dry`` card the result takes the broadcast shape and result type of ``arrays``."""
         out = self._exec(lambda: fn(*arrays), lambda: (np.broadcast_shapes(*(a.shape for a in arrays)), np.result_type(*arrays)))
-        self.run(flops_per_element * out.size, sum(a.nbytes for a in arrays) + out.nbytes)
+        self.run(flops_per_element * out.size, sum(a.nbytes for a in arrays) + out.nbytes, getattr(fn, "__name__", "elementwise"))
         return out
 
     # -- layer helpers: one fused kernel each, real numpy result, roofline cost ----------------
@@ -181,7 +186,7 @@ class Device:
 
         out = self._exec(compute, lambda: (_matmul_shape(x.shape, w.shape), np.result_type(x, w)))
         flops = 2.0 * out.size * x.shape[-1] + (out.size if b is not None else 0)
-        self.run(flops, x.nbytes + w.nbytes + (b.nbytes if b is not None else 0) + out.nbytes)
+        self.run(flops, x.nbytes + w.nbytes + (b.nbytes if b is not None else 0) + out.nbytes, "linear")
         return out
 
     def softmax(self, x: np.ndarray, axis: int = -1, scale: float = 1.0) -> np.ndarray:
@@ -196,7 +201,7 @@ class Device:
             return z
 
         out = self._exec(compute, lambda: (x.shape, x.dtype))
-        self.run(5.0 * out.size, x.nbytes + out.nbytes)
+        self.run(5.0 * out.size, x.nbytes + out.nbytes, "softmax")
         return out
 
     def layer_norm(self, x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float = 1e-5) -> np.ndarray:
@@ -213,7 +218,7 @@ class Device:
             return centred
 
         out = self._exec(compute, lambda: (x.shape, np.result_type(x, gamma, beta)))
-        self.run(8.0 * out.size, x.nbytes + gamma.nbytes + beta.nbytes + out.nbytes)
+        self.run(8.0 * out.size, x.nbytes + gamma.nbytes + beta.nbytes + out.nbytes, "layer_norm")
         return out
 
     def gelu(self, x: np.ndarray) -> np.ndarray:
@@ -234,7 +239,7 @@ class Device:
             return inner
 
         out = self._exec(compute, lambda: (x.shape, x.dtype))
-        self.run(10.0 * out.size, x.nbytes + out.nbytes)
+        self.run(10.0 * out.size, x.nbytes + out.nbytes, "gelu")
         return out
 
     def embedding(self, table: np.ndarray, ids: np.ndarray, positions: np.ndarray | None = None) -> np.ndarray:
@@ -250,14 +255,14 @@ class Device:
 
         out = self._exec(compute, lambda: (shape, table.dtype))
         used = positions[: ids.shape[-1]].nbytes if positions is not None else 0
-        self.run(float(out.size) if positions is not None else 0.0, 2 * out.nbytes + ids.nbytes + used)
+        self.run(float(out.size) if positions is not None else 0.0, 2 * out.nbytes + ids.nbytes + used, "embedding")
         return out
 
     def mean(self, x: np.ndarray, axis: int) -> np.ndarray:
         """``x.mean(axis)`` (e.g. pooling over the sequence): one FLOP per input element."""
         shape = x.shape[:axis % x.ndim] + x.shape[axis % x.ndim + 1:]
         out = self._exec(lambda: x.mean(axis=axis, dtype=x.dtype), lambda: (shape, x.dtype))
-        self.run(float(x.size), x.nbytes + out.nbytes)
+        self.run(float(x.size), x.nbytes + out.nbytes, "mean")
         return out
 
 

@@ -140,13 +140,19 @@ class Recorder:
         return path
 
 
-def chrome_trace_events(rank: int, records, wall_origin: float) -> list[dict]:
-    """Trace events of one rank: pid = rank, tid 0 = modeled timeline, tid 1 = wall timeline."""
+def chrome_trace_events(rank: int, records, wall_origin: float, kernels=()) -> list[dict]:
+    """Trace events of one rank: pid = rank; tid 0 = the card's communication (modeled time),
+    tid 2 = its compute stream's kernels (modeled time, ``kernels``: (name, start, seconds)),
+    tid 1 = the calls in wall time. Overlap of compute and communication shows as spans of
+    tids 0 and 2 side by side."""
     events = [
         {"ph": "M", "name": "process_name", "pid": rank, "args": {"name": f"rank {rank}"}},
-        {"ph": "M", "name": "thread_name", "pid": rank, "tid": 0, "args": {"name": "modeled time"}},
+        {"ph": "M", "name": "thread_name", "pid": rank, "tid": 0, "args": {"name": "modeled: communication stream"}},
+        {"ph": "M", "name": "thread_name", "pid": rank, "tid": 2, "args": {"name": "modeled: compute stream"}},
         {"ph": "M", "name": "thread_name", "pid": rank, "tid": 1, "args": {"name": "wall time"}},
     ]
+    for name, start, seconds in kernels:
+        events.append({"ph": "X", "name": name, "cat": "compute", "pid": rank, "tid": 2, "ts": start * 1e6, "dur": seconds * 1e6})
     for r in records:
         if r.modeled_end is None:
             continue  # never finished: no span to draw
@@ -159,9 +165,9 @@ def chrome_trace_events(rank: int, records, wall_origin: float) -> list[dict]:
     return events
 
 
-def write_chrome_trace(path: str | Path, rank: int, records, wall_origin: float) -> Path:
+def write_chrome_trace(path: str | Path, rank: int, records, wall_origin: float, kernels=()) -> Path:
     """Write one rank's trace file; hccl-launch merges the ranks' files into one."""
-    return tracefile.write(path, chrome_trace_events(rank, records, wall_origin))
+    return tracefile.write(path, chrome_trace_events(rank, records, wall_origin, kernels))
 
 
 # The rank context whose recorder the hooks dump (one per process; the latest init's). Anything

@@ -12,13 +12,14 @@ from __future__ import annotations
 import atexit
 import os
 import sys
+from collections import deque
 
 from . import env, tracefile
 from .communicator import Communicator
 from .context import RankContext, make_context
 from .errors import HcclInternalError
 from .executor import Engine
-from .records import install_dump_hooks, write_chrome_trace
+from .records import DEFAULT_RECORDS, install_dump_hooks, write_chrome_trace
 from .transport.base import Transport
 
 WORLD_COMM_ID = 1
@@ -63,6 +64,8 @@ def init() -> Communicator:
             transport.close()
         raise
     install_dump_hooks(rc)
+    if job.trace_dir:
+        rc.device.kernels = deque(maxlen=DEFAULT_RECORDS)  # the compute stream's spans, for the trace
     _world = Communicator(rc, range(job.size), job.rank, WORLD_COMM_ID, "world",
                           on_destroy=_finisher(rc, transport, job.trace_dir))
     return _world
@@ -80,7 +83,7 @@ def _finisher(rc: RankContext, transport: Transport | None, trace_dir: str | Non
         done.append(True)
         if trace_dir:
             write_chrome_trace(os.path.join(trace_dir, tracefile.rank_file(rc.device.rank)), rc.device.rank,
-                               rc.recorder.records, rc.wall_origin)
+                               rc.recorder.records, rc.wall_origin, rc.device.kernels or ())
         if transport is not None:
             transport.close()
 

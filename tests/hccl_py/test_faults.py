@@ -49,7 +49,7 @@ def test_valid_specs(spec, expected):
     ("link=0-0,action=degrade,factor=0.5", {"field": "link", "value": "0-0", "rule": "format"}),
     ("link=a-b,action=degrade,factor=0.5", {"field": "link", "value": "a-b", "rule": "format"}),
     ("rank=1,action=slow,factor=2,op=allreduce", {"field": "op", "rule": "unknown", "action": "slow"}),
-    ("rank=1,action=hang,op=alltoallv", {"field": "op", "value": "alltoallv", "rule": "choices"}),
+    ("rank=1,action=hang,op=alltoallw", {"field": "op", "value": "alltoallw", "rule": "choices"}),
     ("rank=1,action=hang,at=allgather", {"field": "at", "value": "allgather", "rule": "format", "expected": "OP#SEQ"}),
     ("rank=1,action=hang,at=allgather#2,seq=3", {"field": "at", "rule": "exclusive"}),
     ("rank=1,action=slow,factor=nan", {"field": "factor", "value": "nan", "rule": "range", "expected": "> 0"}),

@@ -33,7 +33,7 @@ def _clocked_calls(size: int) -> list:
     comm = hccl_py.init()
     clocks = []
     for collective, algo, count, root in _calls(size):
-        x = np.ones(count * (size if collective == "reduce_scatter" else 1), np.float32)
+        x = np.ones(count * (size if collective in ("reduce_scatter", "alltoall", "scatter") else 1), np.float32)
         start = comm.clock
         if collective == "allreduce":
             comm.all_reduce(x, algo=algo)
@@ -43,6 +43,12 @@ def _clocked_calls(size: int) -> list:
             comm.broadcast(x, root=root, algo=algo)
         elif collective == "reduce":
             comm.reduce(x, root=root, algo=algo)
+        elif collective == "alltoall":
+            comm.all_to_all(x, algo=algo)
+        elif collective == "scatter":
+            comm.scatter(x, root=root, algo=algo)
+        elif collective == "gather":
+            comm.gather(x, root=root, algo=algo)
         else:
             comm.reduce_scatter(x, algo=algo)
         clocks.append((start, comm.clock))

@@ -192,7 +192,7 @@ def test_registry() -> None:
     assert {"ring", "tree", "hd", "mesh", "rd"} <= set(err.value.choices)
     with pytest.raises(HcclNotSupportedError) as err:
         get_schedule("alltoall", "ring")
-    assert (err.value.collective, err.value.algo, err.value.choices) == ("alltoall", "ring", [])
+    assert (err.value.collective, err.value.algo, err.value.choices) == ("alltoall", "ring", ["pairwise", "mesh"])
 
 
 def test_walk_lists_steps_in_order() -> None:

@@ -1,0 +1,76 @@
+"""The handle of an asynchronous call (``async_op=True``, torch's name).
+
+A call issued asynchronously moves its data on the rank's progress thread while the caller goes
+on; its handle says when it is done and joins the card's streams::
+
+    work = comm.all_reduce(x, async_op=True)     # returns at once; x fills in meanwhile
+    y = comm.device.matmul(a, b)                  # compute overlaps the communication
+    work.wait()                                   # x is reduced; the compute clock joins the
+                                                  # communication stream's (max of both)
+
+Errors (a timeout, a dead peer, a mismatched call) surface at :meth:`wait` with the messages a
+blocking call raises; :meth:`exception` returns them without raising.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from .errors import HcclError, HcclTimeoutError
+
+
+class Work:
+    """One asynchronous call in flight (see the module doc)."""
+
+    __slots__ = ("what", "_result", "_done", "_error", "_end_clock", "_device", "_joined", "__weakref__")
+
+    def __init__(self, what: str, result: Any, device):
+        self.what = what  # "allreduce #3 on communicator 'world' (rank 0 of 4)"
+        self._result = result
+        self._device = device
+        self._done = threading.Event()
+        self._error: HcclError | None = None
+        self._end_clock = 0.0
+        self._joined = False
+
+    def wait(self, timeout: float | None = None) -> Any:
+        """Block until the call is done and return its result (what the blocking call returns);
+        raise its HcclError if it failed. ``timeout`` (seconds) bounds this wait only: when it
+        passes, HcclTimeoutError is raised and the call goes on (wait again later). The first
+        successful wait makes the card's compute stream wait for the call's end (modeled time)."""
+        if not self._done.wait(timeout):
+            raise HcclTimeoutError(f"{self.what}: not done within wait(timeout={timeout:g}); the call goes on, wait again",
+                                   timeout_s=timeout)
+        if not self._joined:
+            self._joined = True
+            device = self._device
+            if self._end_clock > device.clock:  # the compute stream stands still for it
+                device.time.exposed_s += self._end_clock - device.clock
+                device.clock = self._end_clock
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+    def is_completed(self) -> bool:
+        """True once the call has finished, successfully or not (never blocks)."""
+        return self._done.is_set()
+
+    def exception(self) -> HcclError | None:
+        """The call's error once it has failed; None while it runs or when it succeeded."""
+        return self._error if self._done.is_set() else None
+
+    @property
+    def end_clock(self) -> float:
+        """Modeled seconds on the communication stream when the call ended (0 before)."""
+        return self._end_clock
+
+    def _finish(self, error: HcclError | None, end_clock: float) -> None:
+        """Called once by the progress thread when the call ends."""
+        self._error = error
+        self._end_clock = end_clock
+        self._done.set()
+
+    def __repr__(self) -> str:
+        state = "failed" if self._error is not None else ("done" if self._done.is_set() else "running")
+        return f"<Work {self.what}: {state}>"
