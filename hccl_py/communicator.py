@@ -512,7 +512,7 @@ class Communicator:
         result = self._out(out, x.size, x.dtype, what)
         flat = _apart_from(np.ascontiguousarray(x).reshape(-1), result)
         return self._collective(OpKind.ALLTOALL, "alltoall", algo, (flat, result.reshape(-1)), count, x.dtype,
-                                result.reshape(x.shape), async_op=async_op)
+                                result.reshape(x.shape) if out is None else result, async_op=async_op)
 
     def all_to_all_v(self, send: np.ndarray, send_counts, send_displs, recv: np.ndarray, recv_counts, recv_displs, *,
                      algo: str = "auto", async_op: bool = False):
@@ -548,8 +548,8 @@ class Communicator:
             raise self._bad(what, f"rank(s) {bad} passed counts or displacements they reject (see their own error); "
                             "no data moved", arg="counts", rule="peer", ranks=bad)
         sent, expected = table[:, 1:1 + self.size], table[:, 1 + self.size:]
-        wrong = [(int(i), int(j), int(sent[i, j]), int(expected[j, i])) for i in range(self.size) for j in range(self.size)
-                 if sent[i, j] != expected[j, i]]
+        wrong = [[int(i), int(j), int(sent[i, j]), int(expected[j, i])] for i in range(self.size) for j in range(self.size)
+                 if sent[i, j] != expected[j, i]]  # [sender, receiver, sent, expected]
         if wrong:
             shown = "; ".join(f"rank {i} sends {n} element(s) to rank {j}, which expects {m} from rank {i}"
                               for i, j, n, m in wrong[:6])
