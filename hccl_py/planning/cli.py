@@ -36,7 +36,8 @@ def _size(text: str) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hccl-sim", description="Modeled time of one collective on a cluster, no processes.")
-    names = [alias for c in DATA_COLLECTIVES for alias in (c, *COLLECTIVES[c].aliases)]
+    names = [alias for c in DATA_COLLECTIVES if c != "alltoallv" for alias in (c, *COLLECTIVES[c].aliases)
+             if not alias.startswith("all_to_all_v")]  # counts per pair need a matrix, not a size
     parser.add_argument("collective", choices=names)
     parser.add_argument("--preset", required=True, help=f"topology preset, e.g. 2x8p-roce ({', '.join(sorted(PRESETS))}, NxMp-roce)")
     parser.add_argument("--bytes", type=_size, required=True, help="message size per rank (allgather: per rank's input)")
