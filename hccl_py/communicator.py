@@ -26,7 +26,7 @@ from .algorithms.registry import ALL_ALGOS, algos_for, get_schedule
 from .algorithms.schedule import Schedule
 from .context import RankContext
 from .device import Device, Stream
-from .dtypes import UFUNCS, ReduceOp, check_op_dtype, dtype_code
+from .dtypes import DTYPE_CODES, UFUNCS, ReduceOp, check_op_dtype, dtype_code
 from .errors import HcclError, HcclInternalError, HcclParamError, HcclTimeoutError
 from .collectives import OpKind, collective as collective_named
 from .executor import P2P_SEQ_BIT, BatchRun, CallContext, error_from_notice
@@ -227,15 +227,17 @@ class Communicator:
         if not isinstance(x, np.ndarray):
             raise self._bad(what, f"buffer must be a numpy.ndarray, got {type(x).__name__}", arg=arg, rule="type",
                             expected="numpy.ndarray")
-        try:
-            dtype_code(x.dtype, where=what)
-        except HcclParamError as err:
-            raise HcclParamError(err.message, **self._fields(what), arg=arg, **err.fields) from None
+        if x.dtype not in DTYPE_CODES:  # (a dict lookup: this runs on every call)
+            try:
+                dtype_code(x.dtype, where=what)
+            except HcclParamError as err:
+                raise HcclParamError(err.message, **self._fields(what), arg=arg, **err.fields) from None
         if writable:
-            if not x.flags.c_contiguous:
+            flags = x.flags
+            if not flags.c_contiguous:
                 raise self._bad(what, "buffer must be C-contiguous (it is written in place); pass np.ascontiguousarray(x) and copy back",
                                 arg=arg, rule="contiguous")
-            if not x.flags.writeable:
+            if not flags.writeable:
                 raise self._bad(what, "buffer is read-only but the operation writes it in place", arg=arg, rule="writable")
         return x
 
