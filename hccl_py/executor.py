@@ -28,7 +28,7 @@ from .algorithms.schedule import Schedule, message_numbers
 from .collectives import OpKind, of_kind
 from .cost_model import StepCost, step_end
 from .device import Device
-from .dtypes import DTYPES_BY_CODE, ReduceOp
+from .dtypes import NAME_BY_CODE, ReduceOp
 from .errors import HcclError, HcclParamError, HcclRemoteError, HcclTimeoutError, from_wire, to_wire
 from .transport.base import KIND_NOTICE, CallSignature, Incoming, SliceHeader, Transport
 
@@ -59,7 +59,7 @@ def describe_call(sig: tuple, algo_names: tuple[str, ...]) -> str:
     sig = CallSignature(*sig)
     op = OpKind(sig.op)
     spec = of_kind(op)
-    dtype = DTYPES_BY_CODE.get(sig.dtype, f"dtype#{sig.dtype}")
+    dtype = NAME_BY_CODE.get(sig.dtype, f"dtype#{sig.dtype}")
     parts = [f"count={sig.count}", f"dtype={dtype}"]
     if spec is not None and spec.reduces:
         parts.append(f"op={ReduceOp(sig.redop).name.lower()}")

@@ -14,9 +14,7 @@ from typing import Callable, NamedTuple, Protocol
 
 import numpy as np
 
-from ..dtypes import DTYPES_BY_CODE
-
-ITEMSIZE_BY_CODE = {code: dt.itemsize for code, dt in DTYPES_BY_CODE.items()}
+from ..dtypes import ITEMSIZE_BY_CODE
 
 
 class CallSignature(NamedTuple):
