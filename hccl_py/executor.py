@@ -35,9 +35,9 @@ from .transport.base import KIND_NOTICE, CallSignature, Incoming, SliceHeader, T
 _UNSTAMPED = (0.0, 0.0)
 _make_header = SliceHeader._make  # a slice's header from its fields in wire order (kind 0, slot -1: the transport's)
 _NONE: list = []  # an empty list never appended to: "nothing pending" without allocating
-LIVENESS_CHECK_S = 0.5
+LIVENESS_CHECK_S = 0.5  # how often a blocked wait checks that the peers it waits for still live
 POLL_WITHOUT_WAKE_S = 0.002  # the progress thread's longest wait on a transport it cannot wake (a new call waits that long)
-NOTICE_FLUSH_S = 1.0  # how long a failing rank tries to deliver its notice to peers with full queues  # how often a blocked wait checks that the peers it waits for still live
+NOTICE_FLUSH_S = 1.0  # how long a failing rank tries to deliver its notice to peers with full queues
 P2P_SEQ_BIT = 1 << 62  # point-to-point messages count in their own sequence space
 
 

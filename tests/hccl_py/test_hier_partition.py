@@ -1,4 +1,4 @@
-"""Partition strategies (hccl_py/partition.py): enumeration, the workloads' definitions, optimized
+"""Partition strategies (hccl_py/planning/partition.py): enumeration, the workloads' definitions, optimized
 at least as good as every manual grouping (the mixed-4p effect of issue 7), the link-graph
 heuristic for clusters too large to enumerate, and the ACS uplink sharing behind mixed-4p."""
 
