@@ -29,7 +29,7 @@ from .device import Device, Stream
 from .dtypes import DTYPE_CODES, UFUNCS, ReduceOp, check_op_dtype, dtype_code
 from .errors import HcclError, HcclInternalError, HcclParamError, HcclTimeoutError
 from .collectives import OpKind, collective as collective_named
-from .executor import P2P_SEQ_BIT, BatchRun, CallContext, error_from_notice
+from .executor import P2P_SEQ_BIT, BatchRun, CallContext, error_from_notice, quiet_floats
 from .records import CallRecord, CommStats
 from .transport.base import CallSignature
 from .work import Work
@@ -54,6 +54,7 @@ class _Call(NamedTuple):
     ctx: CallContext  # its seq is set per call
     dtype_name: str = ""  # for the flight record (numpy's dtype.name is slow to compute)
     notify_on_timeout: bool = False  # tell the peers why, when this rank times out (monitored barrier)
+    quiet: bool = False  # its reductions run with numpy's float warnings off (executor.quiet_floats)
 
 
 def _byte_span(a: np.ndarray) -> tuple[int, int]:
@@ -295,8 +296,10 @@ class Communicator:
         in_count, out_count = (fn.buffer_counts(self._rank) if hasattr(fn, "buffer_counts")
                                else collective_named(collective).buffer_counts(self.size, count, self._rank, root))
         nbytes = (in_count or out_count) * itemsize  # the call's input on this rank (what it receives if none)
-        return _Call(collective, name, schedule, costs, UFUNCS.get(redop), nbytes,
-                     CallContext(self._id, self.name, 0, sig, self._world_ranks, self._rank, ALL_ALGOS, self._timeout_s), dtype.name)
+        ufunc = UFUNCS.get(redop)
+        return _Call(collective, name, schedule, costs, ufunc, nbytes,
+                     CallContext(self._id, self.name, 0, sig, self._world_ranks, self._rank, ALL_ALGOS, self._timeout_s), dtype.name,
+                     quiet=quiet_floats(ufunc, dtype))
 
     def _remember(self, key: tuple, call: "_Call") -> "_Call":
         if len(self._calls) >= 1024:  # a program with ever-new shapes keeps the latest ones
@@ -329,7 +332,7 @@ class Communicator:
             if stream is None:
                 stream = self._streams[queue] = Stream(f"{self.name}:{queue}", device.clock)
             engine.busy_with = (call.collective, seq & ~P2P_SEQ_BIT, self.name, threading.get_ident())
-            if not async_op and engine.inline():
+            if not async_op and ((not engine._outstanding and not engine._driving) or engine.inline()):
                 if stream.clock > device.clock:  # a call it follows on its stream ended later: in order
                     device.clock = stream.clock
                 record = rc.recorder.enter(CallRecord(self.name, seq & ~P2P_SEQ_BIT, call.collective, call.algo,
@@ -342,7 +345,7 @@ class Communicator:
                 schedule = call.schedule
                 tmp = rc.scratch(schedule.tmp_count, dtype) if schedule.tmp_count else None
                 try:
-                    engine.run(engine.call_run(ctx, schedule, (bufs[0], bufs[1], tmp), call.ufunc, call.costs, device, device))
+                    engine.run_call(ctx, schedule, (bufs[0], bufs[1], tmp), call.ufunc, call.costs, device, call.quiet)
                 except HcclError as err:
                     self._failed(call, ctx, record, err, device.clock)
                     raise

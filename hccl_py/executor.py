@@ -260,9 +260,10 @@ class CallRun:
         self.t0 = 0.0  # modeled clock when the step's transfers start (its copies done)
         self.send_costs = None
         self.late_ok = None  # copies after the sends assume IN and OUT apart, as the regions name them
-        self.head = (engine.transport.world_rank if engine.transport is not None else 0, ctx.comm_id, ctx.seq)
-        self.deadline = None if ctx.timeout_s is None else time.monotonic() + ctx.timeout_s
-        self.last_liveness = time.monotonic()  # when the peers it waits for were last checked
+        self.head = (engine.world_rank, ctx.comm_id, ctx.seq)
+        now = time.monotonic()
+        self.deadline = None if ctx.timeout_s is None else now + ctx.timeout_s
+        self.last_liveness = now  # when the peers it waits for were last checked
         self.suspects: list[int] = []  # peers found dead at that check (dead twice: gone)
 
     @property
@@ -502,14 +503,17 @@ class _QuietFloats:
 _NULL = contextlib.nullcontext()
 
 
+def quiet_floats(ufunc, dtype: np.dtype) -> bool:
+    """Whether reductions with ``ufunc`` on ``dtype`` run with numpy's warnings off: overflow and
+    NaN in float sums and products are the user's data, as on the device; integer errors stay
+    as numpy has them."""
+    return (ufunc is np.add or ufunc is np.multiply) and np.dtype(dtype).kind not in "iu"
+
+
 def _errstate_of(run: "CallRun | BatchRun"):
-    """numpy's error state for ``run``'s reductions: overflow and NaN in float sums and products
-    are the user's data, as on the device (no warnings); integer errors stay as numpy has them."""
+    """numpy's error state for ``run``'s reductions (see :func:`quiet_floats`)."""
     first = run.runs[0] if isinstance(run, BatchRun) else run
-    ufunc = first.ufunc
-    if (ufunc is np.add or ufunc is np.multiply) and first.bufs[0].dtype.kind not in "iu":
-        return _QuietFloats()
-    return _NULL
+    return _QuietFloats() if quiet_floats(first.ufunc, first.bufs[0].dtype) else _NULL
 
 
 class Engine:
@@ -518,6 +522,7 @@ class Engine:
 
     def __init__(self, transport: Transport | None):
         self.transport = transport
+        self.world_rank = transport.world_rank if transport is not None else 0
         self._mailbox: dict[tuple[int, int, int, int], deque[Incoming]] = {}
         self._notices: dict[int, list[tuple[int, int, bytes]]] = {}  # comm -> [(seq, world rank, errors.to_wire)]
         self._abandoned: set[int] = set()
@@ -601,6 +606,21 @@ class Engine:
         """Drive ``run`` to its end on this thread, blocking: the path of a blocking call while
         no asynchronous call is outstanding (:meth:`inline` says when)."""
         with _errstate_of(run):
+            self._drive(run)
+
+    def run_call(self, ctx: CallContext, schedule: Schedule, bufs: tuple[np.ndarray, np.ndarray, np.ndarray | None], ufunc,
+                 step_costs: Sequence[StepCost] | None, device: Device, quiet: bool) -> None:
+        """:meth:`call_run` then :meth:`run` on the device's own clock, in one call: the fast
+        path of a blocking call (``quiet``: the call reduces floats, see ``quiet_floats``)."""
+        run = CallRun(self, ctx, self._plan(schedule, ctx.world_ranks), bufs, ufunc, step_costs, device, device)
+        if quiet:
+            token = _QuietFloats._var.set(_QuietFloats._ignore) if _QuietFloats._var is not None else None
+            try:
+                self._drive(run)
+            finally:
+                if token is not None:
+                    _QuietFloats._var.reset(token)
+        else:
             self._drive(run)
 
     def _plan(self, schedule: Schedule, world: tuple[int, ...]) -> list[StepPlan]:
