@@ -57,7 +57,7 @@ import math
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -129,20 +129,21 @@ class LayerRouting:
 
 # -- kernels shared by the one-card model and the expert-parallel driver ----------------------------
 def route(ops: Ops, h: np.ndarray, weight: np.ndarray, bias: np.ndarray, top_k: int,
-          skew: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+          skew: np.ndarray | None = None, first_token: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """(experts ``(tokens, top_k)`` int64, gates ``(tokens, top_k)`` in ``h``'s dtype) for the
     rows of ``h``: softmax of the router logits ``h @ weight + bias + skew`` in float64 (a row's
     choice then depends on its own values only, not on the batch it is in), top_k by
     probability (ties: lower expert), gates renormalised over the chosen. One kernel.
 
-    On a ``dry`` card (no values) tokens are routed by the skew's prior alone (top_k drawn
-    without replacement, a fixed seed per token count) with equal gates: modeled time only."""
+    On a ``dry`` card (no values) each token is routed by the skew's prior alone: top_k drawn
+    without replacement (Gumbel top-k) from noise that depends only on the token's position in
+    the batch (``first_token`` + row), so any split of the batch routes it alike; equal gates."""
     dev = ops.device
     n, d = h.shape
     e = weight.shape[1]
     skew = np.zeros(e) if skew is None else skew
     if dev.dry:
-        keys = skew + np.random.default_rng(n).gumbel(size=(n, e))
+        keys = skew + _gumbel(np.arange(first_token, first_token + n, dtype=np.uint64), e)
         experts = np.argsort(-keys, axis=1, kind="stable")[:, :top_k]
         gates = np.full((n, top_k), 1.0 / top_k, h.dtype)
     else:
@@ -156,6 +157,17 @@ def route(ops: Ops, h: np.ndarray, weight: np.ndarray, bias: np.ndarray, top_k: 
     dev.run(2.0 * n * d * e + 6.0 * n * e + n * e * top_k, h.nbytes + weight.nbytes + 4 * n * e + (8 + h.itemsize) * n * top_k,
             "router")
     return experts.astype(np.int64), gates
+
+
+def _gumbel(tokens: np.ndarray, experts: int) -> np.ndarray:
+    """Gumbel noise ``(len(tokens), experts)`` from a hash (splitmix64) of (token, expert)."""
+    with np.errstate(over="ignore"):
+        z = tokens[:, None] * np.uint64(experts) + np.arange(experts, dtype=np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z ^= z >> np.uint64(31)
+    u = ((z >> np.uint64(11)).astype(np.float64) + 0.5) / float(1 << 53)
+    return -np.log(-np.log(u))
 
 
 def gather_rows(ops: Ops, src: np.ndarray, rows: np.ndarray, pad: int = 0) -> np.ndarray:
@@ -386,19 +398,26 @@ class ExpertParallel:
         return self.model.output_spec(batch)
 
     # -- forward ------------------------------------------------------------------------------------
-    def forward(self, x: np.ndarray) -> np.ndarray:
+    def shares(self, batch: int) -> list[int]:
+        """Sequences of a batch of ``batch`` each card runs attention on."""
+        return even_split(batch, self.comm.size)
+
+    def forward(self, x: np.ndarray, *, on_piece: Callable[[int], None] | None = None) -> np.ndarray:
         """Run the batch ``x`` (the same on every card): each card its share of the sequences,
-        experts where they live; every card returns the whole output, in order."""
+        experts where they live; every card returns the whole output, in order. ``on_piece``:
+        called with this card's share when it is done."""
         n, p, me = len(x), self.comm.size, self.comm.rank
-        shares = even_split(n, p)
+        shares = self.shares(n)
         start = sum(shares[:me])
         self._routing: list[LayerRouting] = []
-        y = self._run(x[start:start + shares[me]], n * self.model.config.seq_len)
+        y = self._run(x[start:start + shares[me]], n * self.model.config.seq_len, start)
         cfg = self.model.config
         layers = tuple(self._routing)
         total = lambda field: tuple(int(sum(getattr(r, field)[e] for r in layers)) for e in range(cfg.experts))  # noqa: E731
         self.last = ExpertParallelRun(total("routed"), total("kept"), total("padded"), self.owner,
                                       tuple(r.capacity for r in layers), self.chunks, layers)
+        if on_piece is not None:
+            on_piece(shares[me])
         shape, dtype = self.model.output_spec(n)
         if p == 1:
             return y
@@ -413,14 +432,14 @@ class ExpertParallel:
             at += share
         return self.device.adopt(out, "output")
 
-    def _run(self, ids: np.ndarray, tokens: int) -> np.ndarray:
+    def _run(self, ids: np.ndarray, tokens: int, first: int) -> np.ndarray:
         """This card's sequences through every layer, in ``chunks`` micro-batches (module doc)."""
         ops, tl, cfg = self.ops, self.timeline, self.model.config
         capacity = cfg.capacity(tokens)
         mbs = []
         at = 0
         for size in even_split(len(ids), self.chunks):
-            mbs.append(_MicroBatch(len(mbs), ids[at:at + size]))
+            mbs.append(_MicroBatch(len(mbs), ids[at:at + size], (first + at) * cfg.seq_len))
             at += size
         with tl.compute("embed"):
             for mb in mbs:
@@ -479,7 +498,8 @@ class ExpertParallel:
         mb.x = attention_residual(ops, p, mb.x, cfg.heads)
         b, s, d = mb.x.shape
         mb.h = ops.layer_norm(mb.x, p["ln2.gamma"], p["ln2.beta"]).reshape(b * s, d)
-        mb.experts, mb.gates = route(ops, mb.h, p["router.weight"], p["router.bias"], cfg.top_k, self.model.skew)
+        mb.experts, mb.gates = route(ops, mb.h, p["router.weight"], p["router.bias"], cfg.top_k, self.model.skew,
+                                     mb.first_token)
 
     def _counts(self, layer: int, mbs: list["_MicroBatch"]) -> np.ndarray:
         """2. every card's assignments per (micro-batch, expert): ``(cards, len(mbs), experts)``."""
@@ -553,9 +573,10 @@ class ExpertParallel:
 class _MicroBatch:
     """One micro-batch's state on its way through a layer."""
 
-    def __init__(self, index: int, ids: np.ndarray):
+    def __init__(self, index: int, ids: np.ndarray, first_token: int):
         self.index = index
         self.ids = ids
+        self.first_token = first_token  # position of its first token in the whole batch
         self.x = self.h = self.experts = self.gates = self.shared = None
         self.tok = self.slot = self.kept = None
         self.rows_to: list[int] = []
