@@ -296,7 +296,7 @@ def main(argv=None) -> int:
         run = tensor.last
         per = run.elements // max(1, run.all_reduces) * model.dtype.itemsize
         pieces += (f"; heads per card {list(tensor.heads_per_card)}, MLP hidden per card {list(tensor.hidden_per_card)}; "
-                   f"{run.all_reduces} all_reduces of {per / 2**20:.2f} MiB per card"
+                   f"{run.all_reduces} all_reduces of {_bytes(per)} per card"
                    + (f" ({run.chunks} micro-batches, asynchronous)" if args.overlap else ""))
     if experts is not None:
         pieces += (f" ({', '.join(str(n) for n in experts.shares(args.batch))} sequences per card; attention data-parallel); "
@@ -338,14 +338,13 @@ def main(argv=None) -> int:
         comm_ms = sum(r.comm_s for r in reports) / len(reports) * 1e3
         exposed_ms = sum(r.exposed_s for r in reports) / len(reports) * 1e3
         print(f"overlap      per card (mean): communication {comm_ms:.3f} ms on the communication stream, {exposed_ms:.3f} ms "
-              f"of it exposed (compute stood still at wait); micro-batching costs extra kernel launches")
-    if experts is not None:
-        waits = [r.wait_s * 1e3 for r in reports]
+              f"of it exposed (compute stood still at wait); micro-batches cost extra kernel launches and weight reads "
+              f"(compare compute ms without --overlap)")
+    if experts is not None and size > 1:
         loads = experts.last.per_card(experts.last.processed)
         hot = max(range(size), key=lambda r: loads[r])
-        print(f"imbalance    hottest card {hot} ({loads[hot]} expert rows) waits {waits[hot]:.3f} ms; the others wait "
-              f"{min(w for r, w in enumerate(waits) if r != hot):.3f}-{max(w for r, w in enumerate(waits) if r != hot):.3f} ms "
-              f"for it (modeled)" if size > 1 else "imbalance    one card: nothing to wait for")
+        print(f"waiting      per card {[round(r.wait_s * 1e3, 3) for r in reports]} ms (modeled); the busiest card is {hot} "
+              f"({loads[hot]} expert rows): the others wait for it at the combine")
     print("per rank (modeled):")
     print("  " + format_rank_table(reports, exposed=overlapped).replace("\n", "\n  "))
 
@@ -363,6 +362,10 @@ def main(argv=None) -> int:
                        origin_s=min(r.start_s for r in reports))
         print(f"plot         {args.plot}")
     return 0 if ok else 1
+
+
+def _bytes(n: int) -> str:
+    return f"{n / 2**20:.2f} MiB" if n >= 2**20 else f"{n / 2**10:.1f} KiB"
 
 
 def _chunks(args) -> int:
