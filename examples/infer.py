@@ -343,8 +343,8 @@ def main(argv=None) -> int:
     if experts is not None and size > 1:
         loads = experts.last.per_card(experts.last.processed)
         hot = max(range(size), key=lambda r: loads[r])
-        print(f"waiting      per card {[round(r.wait_s * 1e3, 3) for r in reports]} ms (modeled); the busiest card is {hot} "
-              f"({loads[hot]} expert rows): the others wait for it at the combine")
+        print(f"waiting      per card {[round(r.wait_s * 1e3, 3) for r in reports]} ms (modeled); most expert rows on card {hot} "
+              f"({loads[hot]}): the others wait for it in the all_to_all_v")
     print("per rank (modeled):")
     print("  " + format_rank_table(reports, exposed=overlapped).replace("\n", "\n  "))
 
@@ -355,7 +355,7 @@ def main(argv=None) -> int:
     if args.plot is not None:
         from hccl_py.parallel.plot import plot_timelines
 
-        title = (f"{args.mode} on {size} x {card} ({comm.topology.name}): {args.model}, batch {args.batch}"
+        title = (f"{args.mode} on {size} x {card} ({comm.topology.name}): {model.name}, batch {args.batch}"
                  + (f", {args.microbatches} micro-batches" if pipeline is not None else "")
                  + f" — {parallel_s * 1e3:.2f} ms modeled, {speedup:.2f}x over 1 card")
         plot_timelines(args.plot, [r.segments for r in reports], labels, title=title,

@@ -248,7 +248,7 @@ class TensorParallel:
 
                 cfg = self.model.config
                 count = n * cfg.seq_len * cfg.d_model
-                cost = CostModel(self.comm.topology)
+                cost = self._cost_model = getattr(self, "_cost_model", None) or CostModel(self.comm.topology)
                 ranks = tuple(self.comm.world_ranks)
                 itemsize = self.model.dtype.itemsize
                 algo = algo_select.fastest(cost, "allreduce", count, itemsize, ranks)
