@@ -39,10 +39,13 @@ cards (attention is data-parallel). Per layer, card ``r``:
 A card whose experts are popular computes longer in step 4; the others wait for it in step 5:
 routing skew shows as modeled waiting time on the other cards.
 
-``overlap=True`` cuts each card's tokens into ``chunks`` (default 2) and issues the dispatches
-and combines asynchronously: chunk ``c``'s dispatch overlaps the shared expert, chunk ``c+1``'s
-dispatch overlaps chunk ``c``'s experts, chunk ``c``'s combine overlaps chunk ``c+1``'s shared
-expert; the last combine is what remains exposed.
+``overlap=True`` cuts each card's sequences into ``chunks`` micro-batches (default 2) and
+issues the dispatches and combines asynchronously: micro-batch 0's dispatch overlaps micro-batch
+1's attention, 1's dispatch overlaps 0's experts, 0's combine overlaps 1's shared expert and
+experts, 1's combine overlaps 0's attention in the next layer. (With a capacity factor a layer's
+routing table needs every micro-batch's routing first; there 0's dispatch overlaps the shared
+expert.) Every micro-batch launches the kernels again: overlap pays where communication is
+costlier than those launches (wide layers, slow links).
 
     comm = hccl_py.init()
     model = MoETransformer(MoEConfig(experts=8, top_k=2, router_skew=1.2, capacity_factor=1.25))
@@ -454,19 +457,19 @@ class ExpertParallel:
                     self._attend(p, mb)
                 if capacity is None:  # dropless: each micro-batch on its own, dispatched at once
                     table = self._counts(layer, [mb])
-                    self._plan(mb, table[:, 0], layer)
+                    self._plan(mb, table[:, 0])
                     routed += table.sum(axis=(0, 1))
                     kept += table.sum(axis=(0, 1))
-                    self._dispatch(layer, p, mb)
+                    self._dispatch(layer, mb)
             padded = np.zeros(cfg.experts, np.int64)
             if capacity is not None:  # capacity: one table over every micro-batch (global token order)
                 table = self._counts(layer, mbs)
                 keep = kept_table(table, capacity)
                 for mb in mbs:
-                    self._plan(mb, keep[:, mb.index], layer)
+                    self._plan(mb, keep[:, mb.index])
                 routed, kept = table.sum(axis=(0, 1)), keep.sum(axis=(0, 1))
                 padded = capacity - kept
-                self._dispatch(layer, p, mbs[0])
+                self._dispatch(layer, mbs[0])
             self._routing.append(LayerRouting(tuple(int(v) for v in routed), tuple(int(v) for v in kept),
                                               tuple(int(v) for v in padded), capacity))
             # B: per micro-batch, the shared expert, this card's experts, combine
@@ -476,7 +479,7 @@ class ExpertParallel:
                         mb.shared = expert_mlp(ops, p, "shared", mb.h)
                 recv = self.issuer.wait(mb.dispatch)
                 if capacity is not None and mb.index + 1 < len(mbs):
-                    self._dispatch(layer, p, mbs[mb.index + 1])
+                    self._dispatch(layer, mbs[mb.index + 1])
                 out = self._experts(layer, p, mb, recv, padded if mb.index == len(mbs) - 1 else None)
                 back = ops.device.empty((sum(mb.rows_to), out.shape[1]), out.dtype, "activation")
                 d = out.shape[1]
@@ -508,7 +511,7 @@ class ExpertParallel:
         with self.timeline.comm(f"layers.{layer} all_gather routing counts"):
             return self.comm.all_gather(counts) if self.comm.size > 1 else counts[None]
 
-    def _plan(self, mb: "_MicroBatch", kept: np.ndarray, layer: int) -> None:
+    def _plan(self, mb: "_MicroBatch", kept: np.ndarray) -> None:
         """Which rows go where: ``kept[card, expert]`` assignments kept for this micro-batch.
         Send rows ``(token, slot)`` in order of destination card, then expert, then token."""
         me, owner, mine = self.comm.rank, self.owner, list(self.mine)
@@ -523,7 +526,7 @@ class ExpertParallel:
         mb.rows_from = [int(kept[i, mine].sum()) for i in range(self.comm.size)]
         mb.kept = kept
 
-    def _dispatch(self, layer: int, p: dict, mb: "_MicroBatch") -> None:
+    def _dispatch(self, layer: int, mb: "_MicroBatch") -> None:
         """3. pack the kept rows and issue their all_to_all_v."""
         ops, d = self.ops, mb.h.shape[1]
         with self.timeline.compute(f"layers.{layer} pack mb{mb.index}"):
