@@ -88,6 +88,9 @@ class Ops:
     def add(self, a, b):
         return self._keep(self.device.elementwise(np.add, a, b))
 
+    def elementwise(self, fn, *arrays, flops_per_element: float = 1.0):
+        return self._keep(self.device.elementwise(fn, *arrays, flops_per_element=flops_per_element))
+
 
 class Block:
     """One pipeline-cuttable unit: ``prefix`` names its weights (``layers.3``), ``params`` lists
@@ -203,6 +206,37 @@ class Model:
                                                        lambda b=block, s=spec: self._make(b, s))
             params.append(placed)
         return ModelShard(self, device, chosen[0], chosen[-1] + 1, params)
+
+    def load_tensor(self, device: Device, block: int, name: str, ranges: Sequence[tuple[int, int]] | None = None,
+                    axis: int = 0) -> np.ndarray:
+        """One weight of block ``block`` placed on ``device``; with ``ranges``, only those
+        ``(start, stop)`` ranges along ``axis``, concatenated (a tensor- or expert-parallel
+        card's shard of it). HBM is reserved for the shard before it is created."""
+        auto_limit()
+        b = self.blocks[block]
+        spec = next((s for s in b.params if s.name == name), None)
+        if spec is None:
+            raise HcclParamError(f"load_tensor: block {b.prefix!r} has no weight {name!r}", key=b.key(name))
+        if ranges is None:
+            shape = spec.shape
+            make = lambda: self._make(b, spec)  # noqa: E731
+        else:
+            ranges = [(int(lo), int(hi)) for lo, hi in ranges]
+            axis = axis % len(spec.shape)
+            if any(not 0 <= lo <= hi <= spec.shape[axis] for lo, hi in ranges):
+                raise HcclParamError(f"load_tensor: ranges {ranges} fall outside axis {axis} of {b.key(name)} {spec.shape}",
+                                     key=b.key(name), value=ranges, rule="range")
+            shape = spec.shape[:axis] + (sum(hi - lo for lo, hi in ranges),) + spec.shape[axis + 1:]
+
+            def make() -> np.ndarray:
+                full = self._make(b, spec)
+                index = [slice(None)] * full.ndim
+                parts = []
+                for lo, hi in ranges:
+                    index[axis] = slice(lo, hi)
+                    parts.append(full[tuple(index)])
+                return np.ascontiguousarray(np.concatenate(parts, axis=axis)) if parts else np.empty(shape, self.dtype)
+        return _reserve_then_make(device, self.dtype, shape, f"weight {b.key(name)}", make)
 
     # -- cost estimates (dry runs on a planning card) ----------------------------------------------
     def estimate(self, card: CardModel, batch: int, slow_factor: float = 1.0) -> tuple[list[float], list[tuple[tuple[int, ...], np.dtype]]]:

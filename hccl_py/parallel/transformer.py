@@ -56,6 +56,19 @@ class TransformerConfig:
             raise HcclParamError(f"TransformerConfig: d_model={self.d_model} is not divisible by heads={self.heads}")
 
 
+def self_attention(ops: Ops, x: np.ndarray, qkv_weight: np.ndarray, qkv_bias: np.ndarray, heads: int) -> np.ndarray:
+    """Multi-head self-attention of ``x`` ``(b, s, d)`` up to the output projection: the context
+    ``(b, s, heads * dh)``. ``qkv_weight`` ``(d, 3 * heads * dh)`` holds q, k and v side by side,
+    each head ``dh`` consecutive columns (a tensor-parallel card passes its own heads' columns)."""
+    b, s, _ = x.shape
+    dh = qkv_weight.shape[1] // (3 * heads)
+    qkv = ops.linear(x, qkv_weight, qkv_bias)
+    qkv = qkv.reshape(b, s, 3, heads, dh).transpose(2, 0, 3, 1, 4)  # (3, b, heads, s, dh): views, no kernel
+    q, k, v = qkv[0], qkv[1], qkv[2]
+    probs = ops.softmax(ops.matmul(q, k.swapaxes(-1, -2)), scale=1 / math.sqrt(dh))
+    return ops.matmul(probs, v).transpose(0, 2, 1, 3).reshape(b, s, heads * dh)
+
+
 class Embedding(Block):
     def __init__(self, cfg: TransformerConfig):
         self.prefix = "embed"
@@ -80,13 +93,8 @@ class EncoderLayer(Block):
         )
 
     def forward(self, ops: Ops, p: Mapping[str, np.ndarray], x: np.ndarray) -> np.ndarray:
-        b, s, d = x.shape
-        h, dh = self.heads, d // self.heads
-        qkv = ops.linear(ops.layer_norm(x, p["ln1.gamma"], p["ln1.beta"]), p["attn.qkv.weight"], p["attn.qkv.bias"])
-        qkv = qkv.reshape(b, s, 3, h, dh).transpose(2, 0, 3, 1, 4)  # (3, b, heads, s, dh): views, no kernel
-        q, k, v = qkv[0], qkv[1], qkv[2]
-        probs = ops.softmax(ops.matmul(q, k.swapaxes(-1, -2)), scale=1 / math.sqrt(dh))
-        context = ops.matmul(probs, v).transpose(0, 2, 1, 3).reshape(b, s, d)
+        normed = ops.layer_norm(x, p["ln1.gamma"], p["ln1.beta"])
+        context = self_attention(ops, normed, p["attn.qkv.weight"], p["attn.qkv.bias"], self.heads)
         x = ops.add(x, ops.linear(context, p["attn.out.weight"], p["attn.out.bias"]))
         hidden = ops.gelu(ops.linear(ops.layer_norm(x, p["ln2.gamma"], p["ln2.beta"]), p["mlp.fc1.weight"], p["mlp.fc1.bias"]))
         return ops.add(x, ops.linear(hidden, p["mlp.fc2.weight"], p["mlp.fc2.bias"]))
