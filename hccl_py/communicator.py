@@ -328,9 +328,7 @@ class Communicator:
                 seq = self._seq
             rc = self._rc
             device = rc.device
-            stream = self._streams.get(queue)
-            if stream is None:
-                stream = self._streams[queue] = Stream(f"{self.name}:{queue}", device.clock)
+            stream = self._streams.get(queue) or self._stream(queue)
             engine.busy_with = (call.collective, seq & ~P2P_SEQ_BIT, self.name, threading.get_ident())
             if not async_op and ((not engine._outstanding and not engine._driving) or engine.inline()):
                 if stream.clock > device.clock:  # a call it follows on its stream ended later: in order
@@ -356,28 +354,72 @@ class Communicator:
         finally:
             engine.busy.release()
 
-    def _queue(self, call: "_Call", bufs, dtype: np.dtype, result, seq: int, queue, stream: Stream, async_op: bool):
+    def _stream(self, queue) -> Stream:
+        """The communication stream of queue ``queue`` (made at its first call)."""
+        stream = self._streams.get(queue)
+        if stream is None:
+            stream = self._streams[queue] = Stream(f"{self.name}:{queue}", self._rc.device.clock)
+        return stream
+
+    def _launch_after(self, what: str, resolve, bufs, dtype: np.dtype, result):
+        """Issue an asynchronous call whose shape ``resolve()`` settles when its turn comes on the
+        communicator's queue (see :meth:`_queue`); returns its Work."""
+        engine = self._engine
+        if not engine.busy.acquire(False):
+            op, busy_seq, comm, thread = engine.busy_with
+            raise self._bad(what, f"this rank's communicators are in use by another thread ({op} #{busy_seq} on '{comm}' "
+                            f"in thread {thread}); call them from one thread, or serialize the calls with a lock",
+                            rule="thread")
+        try:
+            self._seq += 1
+            return self._queue(None, bufs, dtype, result, self._seq, "collective", self._stream("collective"), True, resolve=resolve,
+                               what=f"{what} #{self._seq}")
+        finally:
+            engine.busy.release()
+
+    def _queue(self, call: "_Call | None", bufs, dtype: np.dtype, result, seq: int, queue, stream: Stream, async_op: bool,
+               resolve=None, what: str = ""):
         """The queued path of :meth:`_launch`: a Work whose call starts on ``stream`` once the
-        calls before it there have ended, and not before the compute that issued it (modeled)."""
+        calls before it there have ended, and not before the compute that issued it (modeled).
+
+        ``resolve`` (with ``call`` None): the call's shape is settled only when it reaches the
+        head of its queue, from what the call before it there returned (an all-to-all-v's
+        counts); ``resolve()`` returns the call or raises, which fails this call alone."""
         rc = self._rc
         device = rc.device
-        ctx = dataclasses.replace(call.ctx, seq=seq)  # its own: the shape's context is shared by calls in flight
         ready = device.clock
-        record = rc.recorder.enter(CallRecord(self.name, seq & ~P2P_SEQ_BIT, call.collective, call.algo, call.dtype_name or dtype.name,
-                                              ctx.sig.count, call.nbytes, self._world_ranks, ready, time.monotonic()))
-        if rc.pending_faults:
-            rc.inject(record)
-        tmp = np.empty(call.schedule.tmp_count, dtype) if call.schedule.tmp_count else None  # calls in flight do not share scratch
-        work = Work(ctx.what, result, device)
         engine = self._engine
+        work = Work(what or dataclasses.replace(call.ctx, seq=seq).what, result, device)
+        begun = None  # (call, its context, its flight record, its scratch) once its shape is known
+
+        def begin(call: "_Call"):
+            ctx = dataclasses.replace(call.ctx, seq=seq)  # its own: the shape's context is shared by calls in flight
+            record = rc.recorder.enter(CallRecord(self.name, seq & ~P2P_SEQ_BIT, call.collective, call.algo,
+                                                  call.dtype_name or dtype.name, ctx.sig.count, call.nbytes, self._world_ranks,
+                                                  ready, time.monotonic()))
+            if rc.pending_faults:
+                rc.inject(record)
+            tmp = np.empty(call.schedule.tmp_count, dtype) if call.schedule.tmp_count else None  # calls in flight do not share scratch
+            return call, ctx, record, tmp
+
+        if call is not None:
+            begun = begin(call)
 
         def start():
+            nonlocal begun
+            if begun is None:
+                begun = begin(resolve())
+            call, ctx, record, tmp = begun
             self._check_open(ctx)
             stream.clock = max(stream.clock, ready)
             record.modeled_start = stream.clock
             return engine.call_run(ctx, call.schedule, (bufs[0], bufs[1], tmp), call.ufunc, call.costs, stream, device)
 
         def finish(run, error):
+            if begun is None:  # failed before its shape was known: nothing of it ran
+                work._finish(error, stream.clock)
+                return
+            call, ctx, record, _ = begun
             if error is not None:
                 self._failed(call, ctx, record, error, stream.clock)
             else:
@@ -545,9 +587,30 @@ class Communicator:
         if problem is None:
             mine[0] = 1
             mine[1:1 + self.size], mine[1 + self.size:] = counts_out, counts_in
-        table = self.all_gather(mine)
+        if not async_op:
+            table = self.all_gather(mine)
+            if problem is not None:
+                raise problem
+            matrix = self._v_agreed(what, table)
+            return self._launch(self._v_call(matrix, displs_out, displs_in, algo, send.dtype),
+                                self._v_bufs(send, recv), send.dtype, recv)
+        # Asynchronous: the counts exchange and the data exchange queue one after the other; the
+        # data exchange learns its matrix when its turn comes, and the caller goes on at once.
+        gathered = self.all_gather(mine, async_op=True)
         if problem is not None:
+            self._seq += 1  # the data exchange's number, which the other ranks spend on theirs
             raise problem
+
+        def resolve() -> "_Call":
+            if gathered._error is not None:
+                raise gathered._error
+            return self._v_call(self._v_agreed(what, gathered._result), displs_out, displs_in, algo, send.dtype)
+
+        return self._launch_after(what, resolve, self._v_bufs(send, recv), send.dtype, recv)
+
+    def _v_agreed(self, what: str, table: np.ndarray) -> tuple:
+        """The counts matrix of an all-to-all-v from the exchanged rows ``[ok, sent..., expected...]``
+        of every rank; HcclParamError when a rank rejected its own or two ranks disagree."""
         bad = [r for r in range(self.size) if table[r, 0] != 1]
         if bad:
             raise self._bad(what, f"rank(s) {bad} passed counts or displacements they reject (see their own error); "
@@ -560,7 +623,7 @@ class Communicator:
                               for i, j, n, m in wrong[:6])
             raise self._bad(what, f"send and receive counts disagree: {shown}{' ...' if len(wrong) > 6 else ''}; no data moved",
                             arg="counts", rule="agree", mismatches=wrong)
-        return self._alltoallv(what, send, recv, as_matrix(sent), displs_out, displs_in, algo, async_op)
+        return as_matrix(sent)
 
     def all_to_all_vc(self, send: np.ndarray, counts, recv: np.ndarray, *, algo: str = "auto", async_op: bool = False):
         """All-to-all with a counts matrix every rank knows (``HcclAlltoAllVC``): ``counts[i][j]``
@@ -585,7 +648,8 @@ class Communicator:
         row, column = matrix[self._rank], [r[self._rank] for r in matrix]
         counts_out, displs_out = self._v_layout(what, "send", row, None, send.size)
         counts_in, displs_in = self._v_layout(what, "recv", column, None, recv.size)
-        return self._alltoallv(what, send, recv, matrix, displs_out, displs_in, algo, async_op)
+        return self._launch(self._v_call(matrix, displs_out, displs_in, algo, send.dtype), self._v_bufs(send, recv), send.dtype,
+                            recv, async_op)
 
     def _v_buffers(self, what: str, send, recv) -> tuple[np.ndarray, np.ndarray, HcclParamError | None]:
         send = self._array(send, what, writable=False, arg="send")
@@ -624,19 +688,22 @@ class Communicator:
                                 rule="overlap", value=[ja, jb])
         return counts, list(displs)
 
-    def _alltoallv(self, what: str, send: np.ndarray, recv: np.ndarray, matrix, displs_out, displs_in, algo: str,
-                   async_op: bool):
-        """The data exchange of an all-to-all with counts per pair, on a checked matrix."""
+    @staticmethod
+    def _v_bufs(send: np.ndarray, recv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The flat buffers of an all-to-all-v (the input copied first when it overlaps the output)."""
         flat_recv = recv.reshape(-1)
-        flat_send = _apart_from(np.ascontiguousarray(send).reshape(-1), flat_recv)
-        key = ("alltoallv", algo, matrix, tuple(displs_out), tuple(displs_in), send.dtype)
+        return _apart_from(np.ascontiguousarray(send).reshape(-1), flat_recv), flat_recv
+
+    def _v_call(self, matrix, displs_out, displs_in, algo: str, dtype: np.dtype) -> "_Call":
+        """The data exchange of an all-to-all with counts per pair, on a checked matrix."""
+        key = ("alltoallv", algo, matrix, tuple(displs_out), tuple(displs_in), dtype)
         call = self._calls.get(key)
         if call is None:
-            name = self._v_algorithm(algo, matrix, send.dtype.itemsize)
+            name = self._v_algorithm(algo, matrix, dtype.itemsize)
             fn = VSchedule(name, matrix, owner=self._rank, send_displs=displs_out, recv_displs=displs_in)
-            call = self._remember(key, self._prepare(OpKind.ALLTOALLV, "alltoallv", name, 0, send.dtype, None, 0, fn=fn,
+            call = self._remember(key, self._prepare(OpKind.ALLTOALLV, "alltoallv", name, 0, dtype, None, 0, fn=fn,
                                                      sig_count=alltoallv_digest(matrix)))
-        return self._launch(call, (flat_send, flat_recv), send.dtype, recv, async_op)
+        return call
 
     def _v_algorithm(self, algo: str, matrix, itemsize: int) -> str:
         """The all-to-all algorithm of a counts matrix: the caller's, HCCL_ALGO's, or the one the

@@ -136,3 +136,74 @@ def _shape_checks() -> list:
 def test_shapes_are_checked_up_front():
     for got in run_ranks(_shape_checks, 2, timeout=50):
         assert got == ["x.shape", "x.shape", "out", "x", "counts"]
+
+
+def _asynchronous_v(folder: str) -> dict:
+    """Rank 0 issues its all_to_all_v asynchronously and only then lets the others issue theirs:
+    a call that waited for the exchange of counts before returning would never return."""
+    import os
+
+    import hccl_py
+    from tests.mp import LIVENESS_S, wait_for_file
+
+    comm = hccl_py.init()
+    n, r = comm.size, comm.rank
+    send_counts = [r + j + 1 for j in range(n)]  # rank r sends r + j + 1 elements to rank j
+    recv_counts = [i + r + 1 for i in range(n)]
+    send = np.concatenate([np.full(c, 10 * r + j, np.int32) for j, c in enumerate(send_counts)])
+    recv = np.full(sum(recv_counts), -1, np.int32)
+    flag = os.path.join(folder, "issued")
+    if r == 0:
+        work = comm.all_to_all_v(send, send_counts, None, recv, recv_counts, None, async_op=True)
+        open(flag, "w").close()
+    else:
+        wait_for_file(flag, within=LIVENESS_S * 3)
+        work = comm.all_to_all_v(send, send_counts, None, recv, recv_counts, None, async_op=True)
+    got = work.wait()
+    wrong = [1] * n
+    wrong[(r + 1) % n] = 2  # every rank sends one element too many to the next: all disagree
+    failed = comm.all_to_all_v(np.zeros(n + 1, np.int32), wrong, None, np.full(n, -1, np.int32), [1] * n, None,
+                               async_op=True)
+    try:
+        failed.wait()
+        error = None
+    except hccl_py.HcclParamError as err:
+        error = {"rule": err.rule, "mismatches": err.mismatches}
+    after = comm.all_reduce(np.ones(2, np.int32))  # rejected before anything moved: still usable
+    return {"same": got is recv, "recv": recv.tolist(), "error": error, "after": after.tolist()}
+
+
+@pytest.mark.timeout(60)
+def test_an_asynchronous_all_to_all_v_returns_at_once_and_fails_at_wait(tmp_path):
+    n = 3
+    for r, res in enumerate(run_ranks(_asynchronous_v, n, str(tmp_path), timeout=50)):
+        expected = np.concatenate([np.full(i + r + 1, 10 * i + r, np.int32) for i in range(n)])
+        assert res["same"] and res["recv"] == expected.tolist()
+        assert res["error"]["rule"] == "agree"
+        assert sorted(res["error"]["mismatches"]) == [[i, (i + 1) % n, 2, 1] for i in range(n)]
+        assert res["after"] == [n, n]
+
+
+def _asynchronous_bad_layout() -> dict:
+    import hccl_py
+
+    comm = hccl_py.init()
+    n = comm.size
+    counts = [1] * n if comm.rank != 1 else [-1] + [1] * (n - 1)
+    recv = np.full(n, -7, np.float32)
+    try:
+        work = comm.all_to_all_v(np.ones(n, np.float32), counts, None, recv, [1] * n, None, async_op=True)
+        work.wait()
+        outcome = None
+    except hccl_py.HcclParamError as err:
+        outcome = {"rule": err.rule, "ranks": err.ranks}
+    after = comm.all_reduce(np.ones(1, np.int32))  # every rank's call numbers still agree
+    return {"outcome": outcome, "recv_untouched": bool(np.all(recv == -7)), "after": int(after[0])}
+
+
+@pytest.mark.timeout(60)
+def test_an_asynchronous_all_to_all_v_with_a_bad_layout_fails_on_every_rank():
+    results = run_ranks(_asynchronous_bad_layout, 3, timeout=50)
+    assert results[1]["outcome"] == {"rule": "range", "ranks": None}
+    assert [results[r]["outcome"] for r in (0, 2)] == [{"rule": "peer", "ranks": [1]}] * 2
+    assert all(res["recv_untouched"] and res["after"] == 3 for res in results)
