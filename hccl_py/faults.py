@@ -48,6 +48,8 @@ class Fault:
     spec: str = ""
 
     def matches(self, op: str, seq: int, comm: str) -> bool:
+        """Whether a call (``op``, sequence number ``seq`` on communicator ``comm``) triggers this fault:
+        a fault naming neither op nor seq matches the first call it is checked against."""
         if self.op is None and self.seq is None:
             return True  # the first call that reaches the check (the caller fires it once)
         return ((self.op is None or self.op == op) and (self.seq is None or self.seq == seq)
