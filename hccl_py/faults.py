@@ -76,7 +76,10 @@ def _number(spec: str, key: str, text: str, kind=float, positive: bool = True):
 
 def parse_fault(spec: str) -> Fault:
     """One spec (``key=value`` pairs joined by commas) -> :class:`Fault`; ``HcclParamError``
-    naming the exact problem otherwise."""
+    naming the exact problem otherwise::
+
+        parse_fault("rank=1,action=crash,at=allgather#2")   # Fault(action='crash', rank=1, op='allgather', seq=2, ...)
+    """
     if not isinstance(spec, str) or not spec.strip():
         raise _error(str(spec), "it is empty", rule="nonempty")
     fields: dict[str, str] = {}
