@@ -141,8 +141,9 @@ class Incoming:
 
 
 class Transport(Protocol):
-    """What the executor asks of a transport (shm, tcp, mpi, both over hosts): send slices,
-    progress, release, notify. Implementations name it in no base list; they only match it."""
+    """What the executor asks of a transport: send slices, progress, release, notify. The
+    transports (shm, tcp, mpi, and HostSplitTransport over shm and tcp) match it without
+    subclassing it."""
 
     world_rank: int
     world_size: int
