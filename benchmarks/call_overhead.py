@@ -106,6 +106,8 @@ def measure(size: int, nbytes: int, algo: str = "auto", calls: int = 20000, repe
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Run ``python -m benchmarks.call_overhead`` with ``argv``: per-call µs (wall) with modeled time on
+    and off for each ``-n``, and with ``--profile`` cProfile's top functions."""
     p = argparse.ArgumentParser(prog="python -m benchmarks.call_overhead", description=__doc__.split("\n\n")[0])
     p.add_argument("-n", "--nranks", type=int, action="append", help="world size (repeatable); default 2 and 4")
     p.add_argument("--bytes", type=parse_size, default=8, help="allreduce size, default 8")

@@ -60,6 +60,8 @@ def _peers(text: str) -> tuple[str, ...]:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser of hccl-bench (``hccl-bench partition ...`` is routed by :func:`main`
+    before it)."""
     p = argparse.ArgumentParser(
         prog="hccl-bench",
         description="Measure hccl-py's collectives like nccl-tests (size sweep, algbw/busbw, #wrong), "
@@ -196,6 +198,8 @@ def _run_in_place(args: argparse.Namespace, env_updates: dict[str, str]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``hccl-bench`` with ``argv`` (default ``sys.argv[1:]``); return the exit status: 0, 1 if a
+    result was wrong, 2 if a run failed (bad arguments exit 2 from argparse)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["partition"]:  # hccl-bench partition ...: auto vs manual vs optimized groups, simulated
         from hccl_py.planning.partition_report import main as partition_main

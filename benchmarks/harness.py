@@ -76,6 +76,7 @@ class SizePoint:
 
     @property
     def elements(self) -> int:
+        """Elements of the larger of the two buffers (what the ``size`` column counts)."""
         return max(self.send_count, self.recv_count)
 
 
@@ -325,6 +326,7 @@ class Row:
 
     @property
     def busbw(self) -> float:
+        """GB/s as nccl-tests' busbw: ``algbw * bus_factor``."""
         return self.algbw * self.bus_factor
 
     def busbw_for(self, time_us: float) -> float:
@@ -371,11 +373,14 @@ class ImplResult:
 
 @dataclass
 class BenchResult:
+    """One configuration's results: each implementation's :class:`ImplResult`, by ``--vs`` name."""
+
     cfg: BenchConfig
     impls: dict[str, ImplResult]
 
     @property
     def ok(self) -> list[ImplResult]:
+        """The implementations that ran (status "ok")."""
         return [i for i in self.impls.values() if i.status == "ok"]
 
 

@@ -61,6 +61,7 @@ ATOL = RTOL = 1e-4  # fp32: shards see other batch shapes than the reference, so
 
 
 def parse_args(argv=None) -> argparse.Namespace:
+    """The command line (see the module doc), checked: ``--straggler`` parsed into (rank, factor) pairs."""
     p = argparse.ArgumentParser(prog="infer.py", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--mode", choices=("dp", "pp", "hybrid", "tp", "ep"), default="dp",
@@ -115,6 +116,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def build_model(args):
+    """The model ``args`` ask for: the MoE encoder for ``--mode ep``, else the transformer or the MLP."""
     if args.mode == "ep":
         cfg = MoEConfig(layers=args.layers, d_model=args.d_model, heads=args.heads, seq_len=args.seq, experts=args.experts,
                         top_k=args.top_k, expert_hidden=args.expert_hidden, shared_hidden=args.shared_hidden,
@@ -157,6 +159,9 @@ def progress_bar(total: int, enabled: bool):
 
 
 def describe_groups(comm, mode: str, stages: int) -> list[str]:
+    """The report's lines on communication groups: who talks to whom with which calls, and the modeled
+    bandwidth of each hop along a pipeline or tensor-parallel group (``stages``: pipeline stages, or
+    the tensor-parallel size for tp)."""
     topo = comm.topology
 
     def hops(group):
@@ -187,6 +192,8 @@ def describe_groups(comm, mode: str, stages: int) -> list[str]:
 
 
 def main(argv=None) -> int:
+    """One rank of the example: run the batch in parallel, check it on rank 0 and report; exit status 0,
+    1 if the output differs from the one-card reference, 2 for a bad ``--tp``."""
     args = parse_args(argv)
     comm = hccl_py.init()
     rank, size = comm.rank, comm.size

@@ -63,6 +63,11 @@ class ReduceOp(IntEnum):
 
     @classmethod
     def parse(cls, op: "ReduceOp | str") -> "ReduceOp":
+        """``op`` as a ReduceOp: a member, its value, or its name in any case (``"max"``); HcclParamError
+        otherwise::
+
+            ReduceOp.parse("sum") is ReduceOp.SUM
+        """
         try:
             return _REDUCE_OPS[op]
         except (KeyError, TypeError):
@@ -100,6 +105,7 @@ def dtype_code(dtype: np.dtype, *, where: str) -> int:
 
 
 def check_op_dtype(op: ReduceOp, dtype: np.dtype, *, where: str) -> None:
+    """HcclParamError when HCCL's ``op`` does not take ``dtype`` (prod: neither int16 nor bfloat16)."""
     if np.dtype(dtype).name in _UNSUPPORTED.get(op, ()):
         raise HcclParamError(f"{where}: op={op.name.lower()} does not take dtype {dtype} (as in HCCL); cast to float32 or int32 first",
                              arg="op", value=op.name.lower(), dtype=str(np.dtype(dtype)), rule="dtype")

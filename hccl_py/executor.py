@@ -87,6 +87,7 @@ class CallContext:
 
     @property
     def what(self) -> str:
+        """The call in words for messages: ``allreduce #3 on communicator 'world' (rank 1 of 4)``."""
         op = OpKind(self.sig.op).label
         seq = self.seq & ~P2P_SEQ_BIT
         return f"{op} #{seq} on communicator '{self.comm_name}' (rank {self.comm_rank} of {len(self.world_ranks)})"
@@ -97,9 +98,11 @@ class CallContext:
                 **more}
 
     def comm_rank_of(self, world_peer: int) -> int:
+        """The communicator rank of world rank ``world_peer`` (ValueError when it is no member)."""
         return self.world_ranks.index(world_peer)
 
     def peer_label(self, world_peer: int) -> str:
+        """``world_peer`` as its communicator rank, with the world rank in brackets when they differ."""
         comm_peer = self.world_ranks.index(world_peer)
         return f"{comm_peer}" if comm_peer == world_peer else f"{comm_peer} (world rank {world_peer})"
 
@@ -152,6 +155,8 @@ class CopyPlan(NamedTuple):
 
 
 class SendPlan(NamedTuple):
+    """One send of a step, resolved: elements ``start:end`` of buffer ``buf`` to world rank ``peer``."""
+
     peer: int  # world rank
     buf: int
     start: int
@@ -161,6 +166,9 @@ class SendPlan(NamedTuple):
 
 
 class RecvPlan(NamedTuple):
+    """One receive of a step, resolved: into elements ``start:end`` of buffer ``buf`` from world rank
+    ``peer``, reduced with the ``reduce_with`` region (buffer, start, end) when it is not None."""
+
     peer: int  # world rank
     buf: int
     start: int
@@ -268,10 +276,12 @@ class CallRun:
 
     @property
     def done(self) -> bool:
+        """Whether every step has finished."""
         return self.index >= self.nsteps
 
     @property
     def end_clock(self) -> float:
+        """The modeled clock (seconds) of the call's stream: when the call ends, once it is done."""
         return self.stream.clock
 
     def advance(self) -> bool:
@@ -438,17 +448,21 @@ class BatchRun:
 
     @property
     def index(self) -> int:
+        """Steps finished, summed over the batch's runs (for the timeout message: step index + 1 of nsteps)."""
         return sum(r.index for r in self.runs)
 
     @property
     def nsteps(self) -> int:
+        """Steps of all the batch's runs together."""
         return sum(r.nsteps for r in self.runs)
 
     @property
     def end_clock(self) -> float:
+        """The modeled clock (seconds) when the last of the batch's runs ends."""
         return max(r.stream.clock for r in self.runs)
 
     def advance(self) -> bool:
+        """Advance every unfinished run as far as it goes without waiting; True once all are complete."""
         done = True
         for run in self.runs:
             if not run.done and not run.advance():
@@ -456,6 +470,7 @@ class BatchRun:
         return done
 
     def waiting_on(self) -> list[int]:
+        """World ranks the unfinished runs wait for now."""
         return sorted({peer for run in self.runs if not run.done for peer in run.waiting_on()})
 
 
@@ -549,10 +564,13 @@ class Engine:
 
     # -- notices: a peer telling a communicator that a call failed -------------------------------
     def pending_notice(self, comm_id: int) -> tuple[int, int, bytes] | None:
+        """The first notice a peer sent communicator ``comm_id`` (seq, sender's world rank, the error in
+        wire form), or None."""
         notes = self._notices.get(comm_id)
         return notes[0] if notes else None
 
     def clear_notices(self, comm_id: int) -> None:
+        """Forget the notices held for communicator ``comm_id``."""
         self._notices.pop(comm_id, None)
 
     def notify(self, ctx: CallContext, error: HcclError) -> None:

@@ -15,6 +15,7 @@ from .base import Case, Collective, elements, pattern
 
 
 def counts(nbytes: int, itemsize: int, nranks: int) -> tuple[int, int, int]:
+    """``nbytes`` is the whole send buffer, rounded to n blocks: (block, n blocks, n blocks)."""
     total = elements(nbytes, itemsize, unit=nranks)
     return total // nranks, total, total
 
@@ -24,6 +25,7 @@ def _block(case: Case, src: int, dst: int) -> np.ndarray:
 
 
 def init(case: Case):
+    """Rank r sends block (r, j) to every rank j and expects block (i, r) from every rank i, in slot i."""
     n, r = case.nranks, case.rank
     return (np.concatenate([_block(case, r, j) for j in range(n)]),
             np.concatenate([_block(case, i, r) for i in range(n)]))

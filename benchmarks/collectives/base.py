@@ -70,14 +70,17 @@ class Collective:
 
     @property
     def reduces(self) -> bool:
+        """Whether the collective reduces (it takes ``-o``): ``spec.reduces``."""
         return self.spec.reduces
 
     @property
     def rooted(self) -> bool:
+        """Whether the collective has a root (it takes ``-r``): ``spec.rooted``."""
         return self.spec.rooted
 
     @property
     def in_place(self) -> bool:
+        """Whether the call's input buffer is its output (``spec.in_place``)."""
         return self.spec.in_place
 
     def receives(self, rank: int, root: int) -> bool:

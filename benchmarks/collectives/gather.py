@@ -14,11 +14,14 @@ from .base import Case, Collective, elements, pattern
 
 
 def counts(nbytes: int, itemsize: int, nranks: int) -> tuple[int, int, int]:
+    """``nbytes`` is the root's gathered buffer, rounded to n blocks: (block, block, n blocks)."""
     total = elements(nbytes, itemsize, unit=nranks)
     return total // nranks, total // nranks, total
 
 
 def init(case: Case):
+    """Rank r sends its pattern (seed r); the root expects all n patterns in rank order, the others nothing
+    (None)."""
     expected = None
     if case.rank == case.root:
         expected = np.concatenate([pattern(case.count, r, case.dtype) for r in range(case.nranks)])

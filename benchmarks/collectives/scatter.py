@@ -15,11 +15,14 @@ from .base import Case, Collective, elements, pattern
 
 
 def counts(nbytes: int, itemsize: int, nranks: int) -> tuple[int, int, int]:
+    """``nbytes`` is the root's send buffer, rounded to n blocks: (block, n blocks, block)."""
     total = elements(nbytes, itemsize, unit=nranks)
     return total // nranks, total, total // nranks
 
 
 def init(case: Case):
+    """The root sends all n patterns in rank order (the others an empty buffer); rank r expects
+    pattern r."""
     if case.rank == case.root:
         send = np.concatenate([pattern(case.count, r, case.dtype) for r in range(case.nranks)])
     else:

@@ -107,6 +107,9 @@ class GlooRankComm(RankComm):
 
 
 class GlooBackend(Backend):
+    """torch.distributed gloo (``--vs gloo``): one ``gloo_worker`` process per rank, file:// rendezvous
+    in the run's work directory."""
+
     name = "gloo"
     label = "torch gloo"
 

@@ -139,6 +139,9 @@ def rank_work(cfg: BenchConfig, progress_path: str | None, repeats: int = 1) -> 
 
 
 class HcclBackend(Backend):
+    """hccl-py itself (always run): ``cfg.nranks`` ranks started with ``launch.spawn``, ``env`` added
+    to their environment."""
+
     name = "hccl"
     label = "hccl-py"
     extra_columns = EXTRA_COLUMNS

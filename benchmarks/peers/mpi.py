@@ -104,6 +104,8 @@ class MpiRankComm(RankComm):
 
 
 class MpiBackend(Backend):
+    """MPICH through mpi4py (``--vs mpi``): ``cfg.nranks`` ``mpi_worker`` processes under ``mpiexec -n``."""
+
     name = "mpi"
     label = "MPICH (mpi4py)"
 

@@ -114,6 +114,8 @@ class MoEConfig:
         return math.ceil(self.capacity_factor * tokens * self.top_k / self.experts)
 
     def attention(self) -> TransformerConfig:
+        """The same sizes as a :class:`TransformerConfig`: the dense encoder whose embedding, attention and
+        head the MoE layers share."""
         return TransformerConfig(layers=self.layers, d_model=self.d_model, heads=self.heads, seq_len=self.seq_len,
                                  vocab=self.vocab, classes=self.classes)
 
@@ -344,6 +346,7 @@ class ExpertParallelRun:
 
     @property
     def dropped(self) -> tuple[int, ...]:
+        """Per expert, assignments the capacity dropped (routed minus processed)."""
         return tuple(r - k for r, k in zip(self.routed, self.processed))
 
     def per_card(self, values: Sequence[int]) -> tuple[int, ...]:
@@ -398,6 +401,7 @@ class ExpertParallel:
         return [tuple(e for e, o in enumerate(self.owner) if o == c) for c in range(self.comm.size)]
 
     def output_spec(self, batch: int):
+        """(shape, dtype) of the output for a batch of ``batch``: the model's, on every card."""
         return self.model.output_spec(batch)
 
     # -- forward ------------------------------------------------------------------------------------

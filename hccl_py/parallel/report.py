@@ -37,6 +37,7 @@ class RankReport:
 
     @property
     def busy_s(self) -> float:
+        """Modeled seconds computing or communicating (``compute_s + comm_s``; waiting excluded)."""
         return self.compute_s + self.comm_s
 
 
@@ -63,6 +64,8 @@ class Measure:
         self.wall_s = time.perf_counter() - self._wall
 
     def report(self, rank: int, role: str, samples: int, segments: Sequence[Segment] = ()) -> RankReport:
+        """The measured block as this rank's :class:`RankReport`, with the ``segments`` that started in
+        it; the HBM peak is the card's since it was made."""
         dev = self.device
         return RankReport(rank, role, samples, self.start_s, self.end_s, self.compute_s, self.comm_s, self.wait_s,
                           dev.peak_bytes, dev.capacity_bytes, self.wall_s,

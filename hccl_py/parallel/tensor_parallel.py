@@ -156,6 +156,7 @@ class TensorParallel:
 
     # -- runner protocol ------------------------------------------------------------------------------
     def output_spec(self, batch: int):
+        """(shape, dtype) of the output for a batch of ``batch``: the model's, on every card."""
         return self.model.output_spec(batch)
 
     def forward(self, x: np.ndarray, splits: Sequence[int] | None = None, *,

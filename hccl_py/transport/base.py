@@ -74,6 +74,7 @@ class SliceHeader(NamedTuple):
         return cls(kind, src, comm_id, seq, 0, 0, 0, 0, 0, count, 0, 0, offset, nelem, slot, 0.0, 0.0)
 
     def pack(self) -> bytes:
+        """The header as its HEADER_BYTES wire bytes, fields as they are."""
         return _WIRE.pack(*self)
 
     def pack_as(self, kind: int, slot: int = -1) -> bytes:
@@ -81,6 +82,7 @@ class SliceHeader(NamedTuple):
         return _WIRE.pack(kind, *self[1:14], slot, self[15], self[16])
 
     def pack_into(self, buffer, offset: int = 0) -> None:
+        """Write the packed header into writable ``buffer`` at ``offset`` (no bytes object made)."""
         _WIRE.pack_into(buffer, offset, *self)
 
     @property
@@ -139,10 +141,16 @@ class Incoming:
 
 
 class Transport(Protocol):
+    """What the executor asks of a transport: send slices, progress, release, notify. The
+    transports (shm, tcp, mpi, and HostSplitTransport over shm and tcp) match it without
+    subclassing it."""
+
     world_rank: int
     world_size: int
 
-    def max_slice_bytes(self, peer: int) -> int: ...
+    def max_slice_bytes(self, peer: int) -> int:
+        """The largest payload of one slice to ``peer``, in bytes: the executor cuts each message
+        into slices of at most this size (at least one element)."""
 
     def try_send(self, peer: int, header: SliceHeader, data: np.ndarray) -> bool:
         """Hand one slice (``header``: kind 0 and slot -1, the transport sets them) to the
@@ -167,6 +175,9 @@ class Transport(Protocol):
         """Send ``body`` (an error in its wire form, ``errors.to_wire``) to ``peer`` as a notice
         for communicator ``comm_id``; a peer that is gone is skipped."""
 
-    def peer_alive(self, peer: int) -> bool: ...
+    def peer_alive(self, peer: int) -> bool:
+        """False once ``peer`` is known to be gone (its process has exited, its connection was
+        lost); True while it lives or when the transport cannot tell (a peer on another host)."""
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Release sockets, shared memory and the like; a second call does nothing."""
