@@ -14,6 +14,7 @@ wait is bounded by the call's deadline, and a dead peer is named to every member
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
 import time
@@ -30,10 +31,12 @@ from .cost_model import StepCost, step_end
 from .device import Device
 from .dtypes import NAME_BY_CODE, ReduceOp
 from .errors import HcclError, HcclParamError, HcclRemoteError, HcclTimeoutError, from_wire, to_wire
-from .transport.base import KIND_NOTICE, CallSignature, Incoming, SliceHeader, Transport
+from .transport.base import KIND_INLINE, KIND_NOTICE, CallSignature, Incoming, SliceHeader, Transport
 
 _UNSTAMPED = (0.0, 0.0)
-_make_header = SliceHeader._make  # a slice's header from its fields in wire order (kind 0, slot -1: the transport's)
+# A slice's header from its fields in wire order, without namedtuple._make's Python frame. The
+# executor writes kind KIND_INLINE and slot -1: a transport that sends it another way repacks.
+_make_header = functools.partial(tuple.__new__, SliceHeader)
 _NONE: list = []  # an empty list never appended to: "nothing pending" without allocating
 LIVENESS_CHECK_S = 0.5  # how often a blocked wait checks that the peers it waits for still live
 POLL_WITHOUT_WAKE_S = 0.002  # the progress thread's longest wait on a transport it cannot wake (a new call waits that long)
@@ -124,12 +127,14 @@ class _PendingSend:
 class _PendingRecv:
     """A receive of the current step: where its slices go, how far they have come."""
 
-    __slots__ = ("peer", "dst", "reduce_with", "incoming_first", "key", "applied", "before", "started", "done", "sent_at", "arrival")
+    __slots__ = ("peer", "dst", "count", "reduce_with", "incoming_first", "key", "applied", "before", "started", "done", "sent_at",
+                 "arrival")
 
     def __init__(self, peer: int, dst: np.ndarray, reduce_with: np.ndarray | None, key: tuple, before: "_PendingRecv | None",
                  incoming_first: bool = False):
         self.peer = peer
         self.dst = dst
+        self.count = dst.size
         self.reduce_with = reduce_with
         self.incoming_first = incoming_first  # dst = incoming (op) reduce_with (Recv.incoming_first)
         self.key = key  # the mailbox key of its slices: (comm, seq, sender, message index)
@@ -294,13 +299,18 @@ class CallRun:
                     continue  # a copy-only step: done already
             progressed = self._push_sends() if self.sending else False
             engine = self.engine
-            incoming = engine.transport.progress(0.0)
-            if incoming:
-                engine._dispatch(incoming)
+            # What a peer ahead of us sent already waits in the mailbox: apply it before asking
+            # the transport (a system call) for more.
             if self.receiving and engine._mailbox and self._apply_arrivals():
                 progressed = True
-            if engine._notices and self.ctx.comm_id in engine._notices:
-                engine._raise_notice(self.ctx)
+            if self.receiving or self.sending:
+                incoming = engine.transport.progress(0.0)
+                if incoming:
+                    engine._dispatch(incoming)
+                    if self.receiving and self._apply_arrivals():
+                        progressed = True
+                if engine._notices and self.ctx.comm_id in engine._notices:
+                    engine._raise_notice(self.ctx)
             # Done once every datagram has left: one still queued for a full peer queue would be
             # lost if this rank exited now. (Flushing also releases the peers' slots at once.)
             if not self.sending and not self.receiving and engine.transport.flush():
@@ -320,25 +330,29 @@ class CallRun:
                 self.late_ok = bufs[0] is not bufs[1] and not np.may_share_memory(bufs[0], bufs[1])
             if not self.late_ok:
                 _copy(plan.late_copies, bufs, ufunc)
-        if self.costs is None:  # modeled time switched off (HCCL_PY_MODELED_TIME=0)
-            cost, self.t0, self.send_costs = None, 0.0, None
+        costs = self.costs
+        if costs is None:  # modeled time switched off (HCCL_PY_MODELED_TIME=0)
+            cost, t0, send_costs = None, 0.0, None
         else:
-            cost = self.costs[self.index]
-            self.t0 = self.stream.clock + cost.copy_s
-            self.send_costs = cost.send_s
+            cost = costs[self.index]
+            t0 = self.t0 = self.stream.clock + cost.copy_s
+            send_costs = self.send_costs = cost.send_s
         if not plan.sends and not plan.recvs:
             if cost is not None:
-                self.stream.clock = self.t0
+                self.stream.clock = t0
                 self.device.time.comm_s += cost.copy_s
             self.index += 1
             return False
-        comm_seq = self.head[1:]
-        recvs = self.recvs = []
-        for peer, b, o, e, rw, first, msg_index, before in plan.recvs:
-            recvs.append(_PendingRecv(peer, bufs[b][o:e], None if rw is None else bufs[rw[0]][rw[1]:rw[2]],
-                                      (*comm_seq, peer, msg_index), None if before < 0 else recvs[before], first))
-        self.receiving = recvs
-        self.sending = self.engine._post_sends(self.head, self.ctx.sig, plan, bufs, self.t0, self.send_costs) if plan.sends else _NONE
+        if plan.recvs:
+            comm_id, seq = self.head[1], self.head[2]
+            recvs = self.recvs = []
+            for peer, b, o, e, rw, first, msg_index, before in plan.recvs:
+                recvs.append(_PendingRecv(peer, bufs[b][o:e], None if rw is None else bufs[rw[0]][rw[1]:rw[2]],
+                                          (comm_id, seq, peer, msg_index), None if before < 0 else recvs[before], first))
+            self.receiving = recvs
+        else:
+            self.recvs = self.receiving = _NONE
+        self.sending = self.engine._post_sends(self.head, self.ctx.sig, plan, bufs, t0, send_costs) if plan.sends else _NONE
         if self.late_ok and plan.late_copies:
             _copy(plan.late_copies, bufs, ufunc)
         self.entered = True
@@ -355,7 +369,7 @@ class CallRun:
             total = data.size
             while True:
                 n = min(total - send.pos, transport.max_slice_bytes(send.peer) // data.itemsize or 1)
-                header = _make_header((0, *head, send.msg_index, *sig, total, send.pos, n, -1, *send.stamps))
+                header = _make_header((KIND_INLINE, *head, send.msg_index, *sig, total, send.pos, n, -1, *send.stamps))
                 if not transport.try_send(send.peer, header, data[send.pos : send.pos + n]):
                     break
                 send.pos += n
@@ -378,27 +392,32 @@ class CallRun:
             box = mailbox.get(key)
             while box:
                 inc = box[0]
-                if inc.sig != sig or inc.msg_count != recv.dst.size:
+                count = recv.count
+                if inc.sig != sig or inc.msg_count != count:
                     engine._mismatch(ctx, inc)
-                end = inc.offset + inc.nelem
+                start = inc.offset
+                end = start + inc.nelem
                 if recv.before is not None and recv.before.applied < end:
                     break  # the earlier receive into this destination goes first
                 box.popleft()
                 if not recv.started:
                     recv.started = True
                     recv.sent_at, recv.arrival = inc.sent_at, inc.arrival
-                if inc.nelem:
-                    dst = recv.dst[inc.offset : end]
+                if start < end:
+                    whole = start == 0 and end == count  # the message in one slice: no views to cut
+                    dst = recv.dst if whole else recv.dst[start:end]
                     if recv.reduce_with is None:
                         inc.copy_into(dst)
-                    elif recv.incoming_first:
-                        ufunc(inc.array(dst.dtype), recv.reduce_with[inc.offset : end], out=dst)
                     else:
-                        ufunc(recv.reduce_with[inc.offset : end], inc.array(dst.dtype), out=dst)
+                        other = recv.reduce_with if whole else recv.reduce_with[start:end]
+                        if recv.incoming_first:
+                            ufunc(inc.array(dst.dtype), other, out=dst)
+                        else:
+                            ufunc(other, inc.array(dst.dtype), out=dst)
                 transport.release(inc)
                 recv.applied = end
                 progressed = True
-                if end >= recv.dst.size:
+                if end >= count:
                     recv.done = True
             if box is not None and not box:
                 del mailbox[key]
@@ -595,7 +614,7 @@ class Engine:
                 self.transport.release(inc)
                 continue
             if inc.kind == KIND_NOTICE:
-                self._notices.setdefault(inc.comm_id, []).append((inc.seq, inc.src, bytes(inc.payload)))
+                self._notices.setdefault(inc.comm_id, []).append((inc.seq, inc.src, bytes(inc.body())))
                 continue
             key = (inc.comm_id, inc.seq, inc.src, inc.msg_index)
             box = self._mailbox.get(key)
@@ -828,7 +847,7 @@ class Engine:
         if plan.fanouts and self._send_shared is not None and not self.drop_next_message:
             posted = self._post_fanouts(head, sig, plan, bufs, t0, send_costs)
         for i, (peer, b, o, e, msg_index, slice_bytes) in enumerate(plan.sends):
-            if i in posted:
+            if posted and i in posted:
                 continue
             data = bufs[b][o:e]
             stamps = _UNSTAMPED if send_costs is None else (t0, t0 + send_costs[i])
@@ -837,7 +856,7 @@ class Engine:
                 continue
             total = e - o
             if (total * itemsize <= slice_bytes or total <= 1) and try_send(
-                    peer, _make_header((0, *head, msg_index, *sig, total, 0, total, -1, *stamps)), data):
+                    peer, _make_header((KIND_INLINE, *head, msg_index, *sig, total, 0, total, -1, *stamps)), data):
                 continue
             pending.append(_PendingSend(peer, data, msg_index, stamps))
         return pending
@@ -854,7 +873,7 @@ class Engine:
                 send = plan.sends[i]
                 peers.append(send.peer)
                 stamps = _UNSTAMPED if send_costs is None else (t0, t0 + send_costs[i])
-                headers.append(_make_header((0, *head, send.msg_index, *sig, total, 0, total, -1, *stamps)))
+                headers.append(_make_header((KIND_INLINE, *head, send.msg_index, *sig, total, 0, total, -1, *stamps)))
             if self._send_shared(peers, headers, bufs[first.buf][first.start:first.end]):
                 posted.update(group)
         return posted

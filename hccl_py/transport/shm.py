@@ -63,6 +63,7 @@ SHM_INLINE_MAX_BYTES = max(64 * 1024, INLINE_MAX_BYTES)
 _RECV_BYTES = HEADER_BYTES + SHM_INLINE_MAX_BYTES + 8 * 4096
 _ITEMSIZES = tuple(ITEMSIZE_BY_CODE.get(code, -1) for code in range(256))  # by the header's dtype byte; -1: unknown
 _unpack_header = SliceHeader.unpack_from
+_unpack_fields = SliceHeader.unpack_fields
 
 
 _SRC = struct.Struct("<BH")  # the start of a SliceHeader: kind, src
@@ -464,15 +465,17 @@ class ShmTransport:
         """Check one datagram against the protocol and queue what it carries (see the module doc:
         anything malformed raises HcclRemoteError naming the sender)."""
         try:
-            h = _unpack_header(data)
+            fields = _unpack_fields(data)
         except struct.error:
             raise self._malformed(data, None, f"shorter than a message header ({HEADER_BYTES} bytes)") from None
-        nelem = h.nelem
-        # The common case first, checked in one expression: a well-formed inline slice of a peer.
-        if (h.kind == KIND_INLINE and h.src in self._peer_set and h.offset + nelem <= h.msg_count
-                and len(data) - HEADER_BYTES == nelem * _ITEMSIZES[h.dtype]):
-            got.append(Incoming(h, memoryview(data)[HEADER_BYTES:]))
+        # The common case first, on the plain fields, checked in one expression: a well-formed
+        # inline slice of a peer (kind, src, ..., dtype 7, ..., msg_count 11, offset 12, nelem 13).
+        if (fields[0] == KIND_INLINE and fields[1] in self._peer_set and fields[12] + fields[13] <= fields[11]
+                and len(data) - HEADER_BYTES == fields[13] * _ITEMSIZES[fields[7]]):
+            got.append(Incoming(fields, data, None, HEADER_BYTES))
             return
+        h = SliceHeader._make(fields)
+        nelem = h.nelem
         kind, src = h.kind, h.src
         if kind == KIND_WAKE and src == self.world_rank:
             return
