@@ -237,7 +237,9 @@ class Communicator:
         levels = algo_select.hier_levels(name)
         fn = get_schedule(collective, name) if levels is None else hierarchical.schedule_for(collective, self.partition, *levels)
         sig = CallSignature(kind, _ALGO_INDEX[name.partition(":")[0]], dtype_code(dtype, where=collective), int(redop or 0), count, root)
-        costs = self._rc.cost_model.call_costs(fn, self.size, count, root, itemsize, self._world_ranks)[self._rank] if self._rc.modeled else None
+        costs = (self._rc.cost_model.call_costs(fn, self.size, count, root, itemsize, self._world_ranks, dtype=dtype.name,
+                                                op=redop.name.lower() if redop is not None else "sum")[self._rank]
+                 if self._rc.modeled else None)
         nbytes = count * itemsize * (self.size if kind is OpKind.REDUCE_SCATTER else 1)
         return _Call(collective, name, fn(self._rank, self.size, count, root), costs, UFUNCS.get(redop), nbytes,
                      CallContext(self._id, self.name, 0, sig, self._world_ranks, self._rank, ALL_ALGOS, self._timeout_s), dtype.name)

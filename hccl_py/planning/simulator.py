@@ -19,8 +19,8 @@ import numpy as np
 from topology import Topology
 
 from ..algorithms.registry import FLOWS, get_schedule
-from ..algorithms.schedule import message_numbers
-from ..cost_model import Arrival, CostModel, flow_load, route_share, step_end
+from ..algorithms.schedule import StepFlows, message_numbers
+from ..cost_model import Arrival, CostModel, default_dtype, flow_load, route_share, step_end
 
 
 @dataclass(frozen=True)
@@ -41,14 +41,15 @@ class ScheduleDeadlock(RuntimeError):
 
 def simulate(collective: str, algo: str, topology: Topology, count: int, *, itemsize: int = 4, root: int = 0,
              world_ranks: Sequence[int] | None = None, start_clocks: Sequence[float] | None = None,
-             cost_model: CostModel | None = None) -> SimResult:
+             cost_model: CostModel | None = None, dtype: str | None = None, op: str = "sum") -> SimResult:
     """Modeled clocks of one call of ``collective`` with ``algo`` on the ranks ``world_ranks``
-    (default: every rank of ``topology``), each starting at ``start_clocks`` (default 0)."""
+    (default: every rank of ``topology``), each starting at ``start_clocks`` (default 0), with
+    elements of numpy type ``dtype`` (default by ``itemsize``) reduced by ``op``."""
     ranks = tuple(range(topology.num_ranks) if world_ranks is None else world_ranks)
     size = len(ranks)
     model = cost_model or CostModel(topology)
     fn = get_schedule(collective, algo)
-    costs = model.call_costs(fn, size, count, root, itemsize, ranks)
+    costs = model.call_costs(fn, size, count, root, itemsize, ranks, dtype=dtype, op=op)
     schedules = [fn(r, size, count, root) for r in range(size)]
     clocks = [0.0] * size if start_clocks is None else [float(c) for c in start_clocks]
     start = tuple(clocks)
@@ -90,52 +91,148 @@ def simulate(collective: str, algo: str, topology: Topology, count: int, *, item
     return SimResult(start, tuple(clocks))
 
 
-def can_simulate_flows(collective: str, algo: str, size: int, count: int) -> bool:
+def can_simulate_flows(collective: str, algo, size: int, count: int) -> bool:
     """Whether :func:`simulate_flows` applies: the algorithm lists its steps for all ranks at
-    once and this call has no empty step."""
-    if (collective, algo) not in FLOWS:
-        return False
+    once (``flows``) for this size and count (no empty step; hierarchical algorithms on equal
+    groups whose levels have flows)."""
     try:
-        next(iter(FLOWS[(collective, algo)](size, count)))
-    except (ValueError, StopIteration):
+        next(iter(_flows_of(collective, algo, size, count)))
+    except (ValueError, StopIteration, KeyError):
         return False
     return True
 
 
-def simulate_flows(collective: str, algo: str, topology: Topology, count: int, *, itemsize: int = 4,
-                   start_clocks: Sequence[float] | None = None, cost_model: CostModel | None = None) -> SimResult:
+def _flows_of(collective: str, algo, size: int, count: int):
+    if callable(algo):
+        from ..algorithms.hierarchical import flows_of
+
+        return flows_of(algo, size, count)
+    if (collective, algo) not in FLOWS:
+        raise KeyError((collective, algo))
+    return FLOWS[(collective, algo)](size, count)
+
+
+def simulate_flows(collective: str, algo, topology: Topology, count: int, *, itemsize: int = 4,
+                   start_clocks: Sequence[float] | None = None, cost_model: CostModel | None = None,
+                   dtype: str | None = None, op: str = "sum") -> SimResult:
     """:func:`simulate` for thousands of ranks: every rank's step at once, with numpy.
 
-    Uses the algorithm's ``flows`` (one send and one receive per rank per step) and the cost
-    model's formulas in the same floating-point order, so it agrees with :func:`simulate`
-    exactly (a test holds it); each distinct pattern of destinations is routed once.
+    Uses the algorithm's ``flows`` (``StepFlows``: each rank's sends, receives and local copies
+    of one step) and the cost model's formulas in the same floating-point order, so it agrees with
+    :func:`simulate` exactly (a test holds it); each distinct pattern of destinations is routed
+    once. ``algo`` is a registry name or a hierarchical schedule function on equal groups.
     """
     size = topology.num_ranks
-    ranks = np.arange(size)
-    vector_Bps = np.array([topology.card(r).vector_bandwidth_Bps for r in range(size)])
+    dtype = dtype or default_dtype(itemsize)
+    degraded = cost_model.degraded if cost_model else {}
+    engine = _FlowEngine(topology, size, itemsize, dtype, op, degraded)
     clock = np.zeros(size) if start_clocks is None else np.array(start_clocks, dtype=np.float64)
     start = tuple(clock.tolist())
-    patterns: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
-    for flows in FLOWS[(collective, algo)](size, count):
-        key = flows.send_to.tobytes()
-        if key not in patterns:
-            patterns[key] = _route_pattern(topology, ranks, flows.send_to, cost_model.degraded if cost_model else {})
-        latency_s, share_Bps = patterns[key]
-        send_s = latency_s + (flows.send_count * itemsize) / share_Bps
-        arrival = (clock + send_s)[flows.recv_from]
-        t = np.maximum(clock, arrival)
-        if flows.reduce:
-            t = t + (flows.send_count[flows.recv_from] * itemsize) / vector_Bps
-        clock = np.maximum(t, clock + send_s)
+    for k, step in enumerate(_flows_of(collective, algo, size, count)):
+        clock = engine.step(clock, step, first=(k == 0))
     return SimResult(start, tuple(clock.tolist()))
 
 
-def _route_pattern(topology: Topology, ranks: np.ndarray, send_to: np.ndarray, degraded: dict) -> tuple[np.ndarray, np.ndarray]:
-    """Latency and bandwidth share of every flow r -> send_to[r] of one step (cost_model rules)."""
-    pairs = [(int(src), int(dst)) for src, dst in zip(ranks, send_to)]
-    routes = [topology.route(src, dst) for src, dst in pairs]
-    load = flow_load(routes)
-    latency = np.array([route.latency_s for route in routes])
-    shares = [route_share(topology, route, load, degraded.get(pair, 1.0)) for pair, route in zip(pairs, routes)]
-    return latency, np.array(shares)
+class _FlowEngine:
+    """The clock arithmetic of ``simulate`` / ``cost_model.step_end`` on whole steps as arrays."""
 
+    def __init__(self, topology: Topology, size: int, itemsize: int, dtype: str, op: str, degraded: dict):
+        self.topology, self.size, self.itemsize, self.degraded = topology, size, itemsize, degraded
+        self.ranks = np.arange(size)
+        cards = [topology.card(r) for r in range(size)]
+        uniform = all(c is cards[0] for c in cards)
+
+        def per_card(get, dt=np.float64):
+            return get(cards[0]) if uniform else np.array([get(c) for c in cards], dtype=dt)
+
+        self.launch = per_card(lambda c: c.launch_overhead_s)
+        self.hbm = per_card(lambda c: c.hbm_bandwidth_Bps)
+        self.inline = per_card(lambda c: c.reduces_inline(dtype, op), bool)
+        self.red_launch = per_card(lambda c: c.reduce_launch_s)
+        self.vector = per_card(lambda c: c.vector_bandwidth_Bps)
+        self._patterns: dict = {}
+        self._steps: dict = {}
+
+    def _pattern(self, send_to: np.ndarray):
+        """(latency, share) of every flow of a step's destinations (rows: lanes), routed once."""
+        entry = self._patterns.get(id(send_to))
+        if entry is not None and entry[0] is send_to:
+            return entry[1]
+        lanes = np.atleast_2d(send_to)
+        pairs = [(int(src), int(dst)) for lane in lanes for src, dst in zip(self.ranks, lane) if dst >= 0]
+        topo = self.topology
+        routes = [topo.route(src, dst) for src, dst in pairs]
+        load = flow_load(routes)
+        latency = np.zeros(lanes.shape)
+        share = np.full(lanes.shape, np.inf)
+        valid = lanes >= 0
+        latency[valid] = [route.latency_s for route in routes]
+        share[valid] = [route_share(topo, route, load, self.degraded.get(pair, 1.0)) for pair, route in zip(pairs, routes)]
+        if len(self._patterns) > 64:
+            self._patterns.clear()
+        self._patterns[id(send_to)] = (send_to, (latency, share, valid))
+        return latency, share, valid
+
+    def _prepared(self, step: StepFlows):
+        """Everything about a step that does not depend on the clocks, cached by the identity of
+        its arrays (algorithms hand the same arrays to every step of the same shape)."""
+        key = (id(step.send_to), id(step.send_count), id(step.recv_from), id(step.recv_lane), step.reduce)
+        entry = self._steps.get(key)
+        if entry is not None and all(a is b for a, b in zip(entry[0], (step.send_to, step.send_count, step.recv_from, step.recv_lane))):
+            return entry[1]
+        latency, share, valid = self._pattern(step.send_to)
+        counts = np.atleast_2d(step.send_count)
+        send_s = latency + (counts * self.itemsize) / share
+        sends = [(row, bool(ok.all()), ok) for row, ok in zip(send_s, valid)]
+        recv_from = np.atleast_2d(step.recv_from)
+        lanes = step.recv_lane if step.recv_lane is not None else np.arange(recv_from.shape[0])[:, None]
+        reduce = step.reduce if isinstance(step.reduce, tuple) else (step.reduce,) * recv_from.shape[0]
+        recvs = []
+        for m, src in enumerate(recv_from):
+            lane = np.broadcast_to(lanes[m], src.shape)
+            has = src >= 0
+            every = bool(has.all())
+            s_idx = src if every else np.where(has, src, 0)
+            offset = send_s[lane, s_idx]
+            red = self._reduce_s(counts[lane, s_idx] * self.itemsize) if reduce[m] else None
+            shift = int((self.ranks[0] - s_idx[0]) % self.size) if every else -1
+            if shift < 0 or not np.array_equal(s_idx, (self.ranks - shift) % self.size):
+                shift = -1
+            recvs.append((s_idx, every, has, offset, red, shift))
+        prepared = (recvs, sends)
+        if len(self._steps) > 64:
+            self._steps.clear()
+        self._steps[key] = ((step.send_to, step.send_count, step.recv_from, step.recv_lane), prepared)
+        return prepared
+
+    def _reduce_s(self, nbytes: np.ndarray):
+        cost = self.red_launch + nbytes / self.vector
+        return np.where(self.inline, 0.0, cost)
+
+    def step(self, clock: np.ndarray, step: StepFlows, *, first: bool) -> np.ndarray:
+        """The clocks after one step (``step_end`` per rank: receives in order, then sends)."""
+        if first or step.copies:
+            copy_s = np.full(self.size, self.launch) if first else np.zeros(self.size)
+            for n in step.copies:
+                copy_s = copy_s + (2 * (n * self.itemsize)) / self.hbm
+            t0 = clock + copy_s
+        else:
+            t0 = clock
+        recvs, sends = self._prepared(step)
+        t = t0
+        for s_idx, every, has, offset, red, shift in recvs:
+            if shift > 0:  # a ring: the sender is `shift` ranks back
+                source = np.empty_like(t0)
+                source[shift:] = t0[:-shift]
+                source[:shift] = t0[-shift:]
+            else:
+                source = t0[s_idx]
+            arrival = source + offset
+            t_new = np.maximum(t, arrival)
+            if red is not None:
+                t_new = t_new + red
+            t = t_new if every else np.where(has, t_new, t)
+        for row, all_ok, ok in sends:
+            done = t0 + row
+            t = np.maximum(t, done) if all_ok else np.where(ok, np.maximum(t, done), t)
+        return t

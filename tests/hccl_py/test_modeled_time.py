@@ -67,29 +67,48 @@ def test_simulator_equals_emulator_to_the_last_bit(size):
         assert list(result.end_clocks) == ends, (collective, algo, count)
 
 
-def _uniform_parameters(topo: Topology, nbytes: int) -> tuple[float, float, float]:
+def _uniform_parameters(topo: Topology, op: str) -> tuple[float, float, float, float, float]:
+    """HCCL's alpha-beta-gamma on a uniform topology, plus hccl-py's fixed costs: (launch, alpha,
+    beta, gamma, gamma0) with gamma0 the fixed cost of one vector-unit reduction (0 inline)."""
     route = topo.route(0, 1)
     card = topo.card(0)
-    return route.latency_s, 1.0 / route.bandwidth_Bps, 1.0 / card.vector_bandwidth_Bps
+    inline = card.reduces_inline("float32", op)
+    gamma = 0.0 if inline else 1.0 / card.vector_bandwidth_Bps
+    gamma0 = 0.0 if inline else card.reduce_launch_s
+    return card.launch_overhead_s, route.latency_s, 1.0 / route.bandwidth_Bps, gamma, gamma0
 
 
+@pytest.mark.parametrize("op", ["sum", "prod"])  # the 910B reduces sum inline, prod on the vector unit
 @pytest.mark.parametrize("p", [2, 4, 8])
-def test_ring_allreduce_follows_hccl_closed_form(p):
+def test_ring_allreduce_follows_hccl_closed_form(p, op):
     topo = Topology.preset("ascend910b-8p", n=p)  # HCCS full mesh: every pair alike
     n = 4 * 1024 * 1024 * p  # bytes, divisible into p chunks
-    alpha, beta, gamma = _uniform_parameters(topo, n)
-    expected = 2 * (p - 1) * alpha + 2 * (p - 1) / p * n * beta + (p - 1) / p * n * gamma
-    got = simulate("allreduce", "ring", topo, n // 4, itemsize=4).time_s
+    launch, alpha, beta, gamma, gamma0 = _uniform_parameters(topo, op)
+    expected = launch + 2 * (p - 1) * alpha + 2 * (p - 1) / p * n * beta + (p - 1) * gamma0 + (p - 1) / p * n * gamma
+    got = simulate("allreduce", "ring", topo, n // 4, itemsize=4, op=op).time_s
+    assert math.isclose(got, expected, rel_tol=1e-9)
+
+
+@pytest.mark.parametrize("op", ["sum", "prod"])
+@pytest.mark.parametrize("p", [2, 4, 8])
+def test_mesh_allreduce_follows_hccl_closed_form(p, op):
+    topo = Topology.preset("ascend910b-8p", n=p)
+    n = 4 * 1024 * 1024 * p
+    launch, alpha, beta, gamma, gamma0 = _uniform_parameters(topo, op)
+    expected = launch + 2 * alpha + 2 / p * n * beta + (p - 1) * gamma0 + (p - 1) / p * n * gamma
+    got = simulate("allreduce", "mesh", topo, n // 4, itemsize=4, op=op).time_s
     assert math.isclose(got, expected, rel_tol=1e-9)
 
 
 @pytest.mark.parametrize("p", [2, 4, 8])
-def test_mesh_allreduce_follows_hccl_closed_form(p):
+def test_mesh_allgather_follows_hccl_closed_form(p):
     topo = Topology.preset("ascend910b-8p", n=p)
-    n = 4 * 1024 * 1024 * p
-    alpha, beta, gamma = _uniform_parameters(topo, n)
-    expected = 2 * alpha + 2 / p * n * beta + (p - 1) / p * n * gamma
-    got = simulate("allreduce", "mesh", topo, n // 4, itemsize=4).time_s
+    n = 4 * 1024 * 1024 * p  # the gathered output
+    launch, alpha, beta, _, _ = _uniform_parameters(topo, "sum")
+    card = topo.card(0)
+    own_copy = 2 * (n // p) / card.hbm_bandwidth_Bps  # a rank's own block, IN -> OUT
+    expected = launch + own_copy + alpha + 1 / p * n * beta  # HCCL: alpha + n/p beta
+    got = simulate("allgather", "mesh", topo, n // p // 4, itemsize=4).time_s
     assert math.isclose(got, expected, rel_tol=1e-9)
 
 
@@ -159,8 +178,15 @@ def test_device_memory_and_roofline():
     y = dev.matmul(x, w)
     assert np.array_equal(y, x @ w)
     flops = 2 * 64 * 32 * 128
-    expected = max(flops / card.peak_fp16_flops, (x.nbytes + w.nbytes + y.nbytes) / card.hbm_bandwidth_Bps) + card.launch_overhead_s
+    rate = card.peak_flops("float32") * card.matmul_efficiency  # FP32 operands: the FP32 rate
+    expected = max(flops / rate, (x.nbytes + w.nbytes + y.nbytes) / card.hbm_bandwidth_Bps) + card.launch_overhead_s
     assert dev.clock == pytest.approx(expected) and dev.time.compute_s == dev.clock
+    big = np.ones((1, 4096), np.float16), np.ones((4096, 4096), np.float16)  # one row: a whole 16-row tile of work
+    start = dev.clock
+    dev.matmul(*big)
+    tile = 2 * 16 * 4096 * 4096 / (card.peak_flops("float16") * card.matmul_efficiency)
+    memory = (big[0].nbytes + big[1].nbytes + 4096 * 2) / card.hbm_bandwidth_Bps
+    assert dev.clock - start == pytest.approx(max(tile, memory) + card.launch_overhead_s)
 
 
 @pytest.mark.parametrize("algo, sizes", [("ring", [2, 3, 5, 8, 16]), ("hd", [2, 4, 8, 16])])
