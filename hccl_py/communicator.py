@@ -229,16 +229,21 @@ class Communicator:
                  root: int) -> "_Call":
         """Everything about a call that depends only on its shape: resolved once per shape."""
         itemsize = dtype.itemsize
+        op = redop.name.lower() if redop is not None else "sum"
         name = algo_select.resolve(
             collective, algo,
-            lambda: algo_select.fastest(self._rc.cost_model, collective, count, itemsize, self._world_ranks, root),
+            lambda: algo_select.auto(self._rc.cost_model, collective, count, itemsize, self._world_ranks, root, dtype.name, op),
             self._algo_env,
         )
         levels = algo_select.hier_levels(name)
-        fn = get_schedule(collective, name) if levels is None else hierarchical.schedule_for(collective, self.partition, *levels)
+        if levels is None:
+            fn = get_schedule(collective, name)
+        else:  # auto's two-level algorithms run on the partition by server, as HCCL's do
+            groups = algo_select.server_partition(self._rc.topology, self._world_ranks) if algo_select.on_servers(name) else self.partition
+            fn = hierarchical.schedule_for(collective, groups, *levels)
         sig = CallSignature(kind, _ALGO_INDEX[name.partition(":")[0]], dtype_code(dtype, where=collective), int(redop or 0), count, root)
         costs = (self._rc.cost_model.call_costs(fn, self.size, count, root, itemsize, self._world_ranks, dtype=dtype.name,
-                                                op=redop.name.lower() if redop is not None else "sum")[self._rank]
+                                                op=op)[self._rank]
                  if self._rc.modeled else None)
         nbytes = count * itemsize * (self.size if kind is OpKind.REDUCE_SCATTER else 1)
         return _Call(collective, name, fn(self._rank, self.size, count, root), costs, UFUNCS.get(redop), nbytes,

@@ -220,3 +220,38 @@ def test_hccl_sim_cli(capsys):
     assert "modeled time" in out and "busbw" in out and "peak memory" in out
     assert main(["allreduce", "--preset", "2x8p-roce", "--bytes", "8", "--algo", "auto"]) == 0
     assert main(["allgather", "--preset", "nope", "--bytes", "8"]) == 2
+
+
+def _auto_calls() -> list:
+    import hccl_py
+
+    comm = hccl_py.init()
+    out = []
+    for collective, count in (("allreduce", 1000), ("allgather", 300), ("allreduce", 1 << 16)):
+        x = np.ones(count, np.float32)
+        start = comm.clock
+        if collective == "allreduce":
+            comm.all_reduce(x)
+        else:
+            comm.all_gather(x)
+        out.append((comm._rc.recorder.records[-1].algo, start, comm.clock))
+    return out
+
+
+@pytest.mark.timeout(120)
+def test_auto_runs_hccls_two_level_choice_in_the_emulator_as_in_the_simulator():
+    from hccl_py.algo_select import auto, hier_levels, server_partition
+    from hccl_py.algorithms.hierarchical import schedule_for
+
+    preset, size = "2x2p-roce", 4
+    per_rank = run_ranks(_auto_calls, size, env={"HCCL_PY_TOPOLOGY": preset}, timeout=100)
+    topo = Topology.preset(preset)
+    model = CostModel(topo)
+    ranks = tuple(range(size))
+    for i, (collective, count) in enumerate((("allreduce", 1000), ("allgather", 300), ("allreduce", 1 << 16))):
+        algo = auto(model, collective, count, 4, ranks)
+        assert algo == "hier:mesh/ring@server" and {per_rank[r][i][0] for r in ranks} == {algo}
+        fn = schedule_for(collective, server_partition(topo, ranks), *hier_levels(algo))
+        starts = [per_rank[r][i][1] for r in ranks]
+        result = simulate(collective, fn, topo, count, itemsize=4, start_clocks=starts, cost_model=model)
+        assert list(result.end_clocks) == [per_rank[r][i][2] for r in ranks]
