@@ -153,9 +153,12 @@ _HCCL_GB = float(GiB)
 # receiver is ready) and after (the data is there), 1 us each between chips, plus the SDMA task's
 # own 0.6 us (transfers below 512 KB; 1.5 us above, where bandwidth dominates anyway).
 _SDMA_TRANSFER_S = 1.0e-6 + 1.0e-6 + 0.6e-6
-# The fixed cost of one RDMA transfer [HCOMM-TASK]: "RDMA的固定开销按照7us计算(实测7us)" (measured)
-# plus the two notify records (1 us each, as between chips; estimate for the RDMA notify).
-_RDMA_TRANSFER_S = 7.0e-6 + 2 * 1.0e-6
+# The fixed cost of one RDMA transfer: three RDMA operations - the receiver's "ready" notify, the
+# data write, the "done" notify (a notify to another server is an RDMA write) - each paying the
+# RDMA task's fixed cost, "RDMA的固定开销按照7us计算(实测7us)" (measured) [HCOMM-TASK]. Estimate: the
+# three-operation handshake is HCCL's transfer protocol as its task types show (notify record /
+# wait around each DMA); the per-operation cost is HCCL's measurement.
+_RDMA_TRANSFER_S = 3 * 7.0e-6
 # A same-leaf RoCE route has 4 hops (card->NIC->leaf->NIC->card); the transfer's fixed cost is
 # spread evenly over them (estimate: the split is not observable; a cross-leaf route's 2 more hops
 # through the spine add 2 x this, i.e. about one more switch pair's forwarding and queueing).

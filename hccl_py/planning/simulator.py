@@ -236,3 +236,56 @@ class _FlowEngine:
             done = t0 + row
             t = np.maximum(t, done) if all_ok else np.where(ok, np.maximum(t, done), t)
         return t
+
+
+@dataclass(frozen=True)
+class CallResult:
+    """One modeled call: the result, the algorithm that ran (``auto`` resolved) and how it was
+    simulated."""
+
+    result: SimResult
+    algo: str
+    how: str
+
+    @property
+    def time_s(self) -> float:
+        return self.result.time_s
+
+
+def simulate_call(collective: str, topology: Topology, count: int, *, algo: str = "auto", itemsize: int = 4,
+                  root: int = 0, dtype: str | None = None, op: str = "sum", cost_model: CostModel | None = None,
+                  world_ranks: Sequence[int] | None = None) -> CallResult:
+    """Modeled time of one call as a program would run it: ``algo`` is ``auto`` (HCCL's rules,
+    ``algo_select.auto``), a flat algorithm, or ``hier:<inner>/<outer>`` (on the partition by
+    server); simulated all ranks at once where the algorithm has flows, else rank by rank."""
+    from ..algo_select import auto, hier_levels, server_partition
+    from ..algorithms.hierarchical import schedule_for
+
+    model = cost_model or CostModel(topology)
+    ranks = tuple(range(topology.num_ranks) if world_ranks is None else world_ranks)
+    name = algo
+    if name == "auto":
+        name = auto(model, collective, count, itemsize, ranks, root, dtype, op)
+    levels = hier_levels(name)
+    fn = name if levels is None else schedule_for(collective, server_partition(topology, ranks), *levels)
+    whole = ranks == tuple(range(topology.num_ranks))
+    if whole and root == 0 and can_simulate_flows(collective, fn, len(ranks), count):
+        result = simulate_flows(collective, fn, topology, count, itemsize=itemsize, cost_model=model, dtype=dtype, op=op)
+        return CallResult(result, name, "all ranks at once (flows)")
+    result = simulate(collective, fn, topology, count, itemsize=itemsize, root=root, world_ranks=ranks,
+                      cost_model=model, dtype=dtype, op=op)
+    return CallResult(result, name, "rank by rank")
+
+
+def simulate_p2p(topology: Topology, src: int, dst: int, nbytes: int, *, cost_model: CostModel | None = None) -> SimResult:
+    """Modeled clocks of one send of ``nbytes`` from world rank ``src`` to ``dst`` and its receive,
+    both posted at clock 0 (the emulator's send/recv costs, ``CostModel.p2p_costs``)."""
+    model = cost_model or CostModel(topology)
+    send, = model.p2p_costs(src, dst, nbytes, sender=True)
+    recv, = model.p2p_costs(src, dst, nbytes, sender=False)
+    t_send = send.copy_s
+    sender_end = step_end(t_send, send.send_s, (), ())[0]
+    receiver_end = step_end(recv.copy_s, (), (Arrival(t_send, t_send + send.send_s[0]),), recv.recv_s)[0]
+    clocks = [0.0] * topology.num_ranks
+    clocks[src], clocks[dst] = sender_end, receiver_end
+    return SimResult(tuple([0.0] * topology.num_ranks), tuple(clocks))
