@@ -54,7 +54,7 @@ def flows(size: int, count: int, root: int = 0) -> Iterator[StepFlows]:
         raise ValueError("hd allgather flows need a power-of-two size >= 2 and count >= 1")
     v = np.arange(size)
     none = np.full(size, -1)
-    yield StepFlows(none, np.zeros(size, dtype=np.int64), none, False, copies=(np.full(size, count),))
+    yield StepFlows(none, np.zeros(size, dtype=np.int64), none, False, copies=(count,))
     dist = 1
     while dist < size:  # swap the aligned range held, doubling it
         partner = v ^ dist

@@ -34,4 +34,4 @@ def flows(size: int, count: int, root: int = 0) -> Iterator[StepFlows]:
     if size < 2 or count < 1:
         raise ValueError("mesh allgather flows need size >= 2 and count >= 1")
     peers, lanes = mesh_lanes(size)
-    yield StepFlows(peers, np.full(peers.shape, count), peers, False, recv_lane=lanes, copies=(np.full(size, count),))
+    yield StepFlows(peers, np.full(peers.shape, count), peers, False, recv_lane=lanes, copies=(count,))

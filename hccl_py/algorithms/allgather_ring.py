@@ -40,6 +40,6 @@ def flows(size: int, count: int, root: int = 0) -> Iterator[StepFlows]:
     ranks = np.arange(size)
     right, left = (ranks + 1) % size, (ranks - 1) % size
     counts = np.full(size, count)
-    own = (counts,)  # the first step copies IN into the rank's own block
+    own = (count,)  # the first step copies IN into the rank's own block
     for s in range(size - 1):
         yield StepFlows(right, counts, left, False, copies=own if s == 0 else ())

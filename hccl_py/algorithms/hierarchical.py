@@ -580,18 +580,6 @@ def _compose_flows(phases, matrix: np.ndarray, copies: list[tuple[int, ...]], si
         yield StepFlows(none, np.zeros(size, dtype=np.int64), none, False, None, _copies(copies[step_index], size))
 
 
-_COPY_ARRAYS: dict = {}
-
-
-def _copies(counts: tuple[int, ...], size: int) -> tuple[np.ndarray, ...]:
-    """The per-rank copy arrays of a step (the same count on every rank), shared between steps."""
-    out = []
-    for n in counts:
-        key = (n, size)
-        array = _COPY_ARRAYS.get(key)
-        if array is None:
-            if len(_COPY_ARRAYS) > 64:
-                _COPY_ARRAYS.clear()
-            array = _COPY_ARRAYS[key] = np.full(size, n)
-        out.append(array)
-    return tuple(out)
+def _copies(counts: tuple[int, ...], size: int) -> tuple[int, ...]:
+    """A step's plain copies, the same count on every rank (``StepFlows.copies`` takes ints)."""
+    return counts

@@ -160,7 +160,8 @@ class StepFlows:
     m-th receive (in schedule order), which the sender sent in its lane ``recv_lane[m, r]``
     (default: lane m); ``reduce`` may then give one flag per receive lane. -1 in ``send_to`` or
     ``recv_from`` means no such send or receive. ``copies``: element counts of the step's plain
-    local copies per rank, in schedule order (they run before the transfers). A test holds every
+    local copies, in schedule order (they run before the transfers): per rank (an array) or the
+    same on every rank (an int). A test holds every
     algorithm's flows equal to its ``schedule`` for every rank.
     """
 
@@ -169,4 +170,4 @@ class StepFlows:
     recv_from: np.ndarray
     reduce: "bool | tuple[bool, ...]"
     recv_lane: "np.ndarray | None" = None
-    copies: "tuple[np.ndarray, ...]" = ()
+    copies: "tuple[np.ndarray | int, ...]" = ()

@@ -20,7 +20,7 @@ from topology import Topology
 
 from ..algorithms.registry import FLOWS, get_schedule
 from ..algorithms.schedule import StepFlows, message_numbers
-from ..cost_model import Arrival, CostModel, default_dtype, flow_load, route_share, step_end
+from ..cost_model import Arrival, CostModel, default_dtype, flow_shares, step_end
 
 
 @dataclass(frozen=True)
@@ -152,70 +152,167 @@ class _FlowEngine:
         self.vector = per_card(lambda c: c.vector_bandwidth_Bps)
         self._patterns: dict = {}
         self._steps: dict = {}
+        self._by_content: dict = {}
+        self._shapes: dict = {}
+        self._tables: dict = {}
+        self._all_inline = bool(np.all(self.inline))
 
     def _pattern(self, send_to: np.ndarray):
-        """(latency, share) of every flow of a step's destinations (rows: lanes), routed once."""
+        """(latency, share, valid) of every flow of a step's destinations (rows: lanes), routed
+        once per distinct pattern (by identity, then by content)."""
         entry = self._patterns.get(id(send_to))
         if entry is not None and entry[0] is send_to:
             return entry[1]
         lanes = np.atleast_2d(send_to)
-        pairs = [(int(src), int(dst)) for lane in lanes for src, dst in zip(self.ranks, lane) if dst >= 0]
-        topo = self.topology
-        routes = [topo.route(src, dst) for src, dst in pairs]
-        load = flow_load(routes)
-        latency = np.zeros(lanes.shape)
-        share = np.full(lanes.shape, np.inf)
-        valid = lanes >= 0
-        latency[valid] = [route.latency_s for route in routes]
-        share[valid] = [route_share(topo, route, load, self.degraded.get(pair, 1.0)) for pair, route in zip(pairs, routes)]
+        content = lanes.tobytes() + bytes(str(lanes.shape), "ascii")
+        value = self._by_content.get(content)
+        if value is None:
+            value = self._route_lanes(lanes)
+            if len(self._by_content) > 64:
+                self._by_content.clear()
+            self._by_content[content] = value
         if len(self._patterns) > 64:
             self._patterns.clear()
-        self._patterns[id(send_to)] = (send_to, (latency, share, valid))
+        self._patterns[id(send_to)] = (send_to, value)
+        return value
+
+    def _route_lanes(self, lanes: np.ndarray):
+        """Latency and bandwidth share (``cost_model.flow_shares``) of every flow r -> lanes[l, r]."""
+        topo = self.topology
+        valid = lanes >= 0
+        srcs = np.broadcast_to(self.ranks, lanes.shape)[valid].tolist()
+        dsts = lanes[valid].tolist()
+        routes = [topo.route(a, b) for a, b in zip(srcs, dsts)]
+        factors = [self.degraded.get(pair, 1.0) for pair in zip(srcs, dsts)] if self.degraded else None
+        latency = np.zeros(lanes.shape)
+        share = np.full(lanes.shape, np.inf)
+        latency[valid] = [route.latency_s for route in routes]
+        share[valid] = flow_shares(topo, routes, factors)
         return latency, share, valid
 
     def _prepared(self, step: StepFlows):
         """Everything about a step that does not depend on the clocks, cached by the identity of
-        its arrays (algorithms hand the same arrays to every step of the same shape)."""
+        its arrays (algorithms hand the same arrays to every step of the same shape): the
+        pattern's routes and receive structure once per pattern, the transfer times once per
+        pattern and counts."""
         key = (id(step.send_to), id(step.send_count), id(step.recv_from), id(step.recv_lane), step.reduce)
         entry = self._steps.get(key)
-        if entry is not None and all(a is b for a, b in zip(entry[0], (step.send_to, step.send_count, step.recv_from, step.recv_lane))):
+        arrays = (step.send_to, step.send_count, step.recv_from, step.recv_lane)
+        if entry is not None and all(a is b for a, b in zip(entry[0], arrays)):
             return entry[1]
-        latency, share, valid = self._pattern(step.send_to)
+        latency, share, valid, recv_shape = self._shape(step)
         counts = np.atleast_2d(step.send_count)
+        fast = self._two_valued(step, counts, latency, share, valid, recv_shape)
+        if fast is not None:
+            return fast
         send_s = latency + (counts * self.itemsize) / share
-        sends = [(row, bool(ok.all()), ok) for row, ok in zip(send_s, valid)]
-        recv_from = np.atleast_2d(step.recv_from)
-        lanes = step.recv_lane if step.recv_lane is not None else np.arange(recv_from.shape[0])[:, None]
-        reduce = step.reduce if isinstance(step.reduce, tuple) else (step.reduce,) * recv_from.shape[0]
+        sends = [(row, ok_all, ok) for row, ok_all, ok in zip(send_s, valid.all(axis=1), valid)]
         recvs = []
-        for m, src in enumerate(recv_from):
-            lane = np.broadcast_to(lanes[m], src.shape)
-            has = src >= 0
-            every = bool(has.all())
-            s_idx = src if every else np.where(has, src, 0)
-            offset = send_s[lane, s_idx]
-            red = self._reduce_s(counts[lane, s_idx] * self.itemsize) if reduce[m] else None
-            shift = int((self.ranks[0] - s_idx[0]) % self.size) if every else -1
-            if shift < 0 or not np.array_equal(s_idx, (self.ranks - shift) % self.size):
-                shift = -1
+        for lane, s_idx, every, has, shift, reduce in recv_shape:
+            if shift > 0 and lane.ndim == 0:  # a ring: take the sender's row shifted, no gather
+                offset = np.empty(self.size)
+                row = send_s[int(lane)]
+                offset[shift:], offset[:shift] = row[:-shift], row[-shift:]
+                moved = counts[int(lane)]
+                n = np.empty_like(moved)
+                n[shift:], n[:shift] = moved[:-shift], moved[-shift:]
+            else:
+                lanes = np.broadcast_to(lane, s_idx.shape)
+                offset, n = send_s[lanes, s_idx], counts[lanes, s_idx]
+            red = self._reduce_s(n * self.itemsize) if reduce else None
             recvs.append((s_idx, every, has, offset, red, shift))
         prepared = (recvs, sends)
         if len(self._steps) > 64:
             self._steps.clear()
-        self._steps[key] = ((step.send_to, step.send_count, step.recv_from, step.recv_lane), prepared)
+        self._steps[key] = (arrays, prepared)
         return prepared
 
+    def _two_valued(self, step: StepFlows, counts, latency, share, valid, recv_shape):
+        """A ring step whose counts take two adjacent values (chunks that differ by one element,
+        rotating every step): per-value transfer times computed once per pattern, selected per
+        step. None where it does not apply."""
+        if counts.shape[0] != 1 or len(recv_shape) != 1 or not valid.all():
+            return None
+        lane, s_idx, every, has, shift, reduce = recv_shape[0]
+        if shift <= 0 or lane.ndim != 0 or int(lane) != 0:
+            return None
+        row = counts[0]
+        lo, hi = int(row.min()), int(row.max())
+        if hi - lo > 1:
+            return None
+        key = (id(step.send_to), id(step.recv_from), lo, hi, reduce)
+        entry = self._tables.get(key)
+        if entry is None or entry[0] is not step.send_to or entry[1] is not step.recv_from:
+            table = [latency[0] + (n * self.itemsize) / share[0] for n in (lo, hi)]
+            reds = [self._reduce_s(np.full(self.size, n * self.itemsize)) if reduce and not self._all_inline else None
+                    for n in (lo, hi)]
+            entry = (step.send_to, step.recv_from, table, reds)
+            if len(self._tables) > 64:
+                self._tables.clear()
+            self._tables[key] = entry
+        (send_lo, send_hi), (red_lo, red_hi) = entry[2], entry[3]
+        big = row == hi
+        send_row = np.where(big, send_hi, send_lo)
+        offset = np.empty(self.size)
+        offset[shift:], offset[:shift] = send_row[:-shift], send_row[-shift:]
+        red = None
+        if red_lo is not None:
+            moved = np.empty_like(big)
+            moved[shift:], moved[:shift] = big[:-shift], big[-shift:]
+            red = np.where(moved, red_hi, red_lo)
+        return [(s_idx, True, has, offset, red, shift)], [(send_row, True, valid[0])]
+
+    def _shape(self, step: StepFlows):
+        """The pattern's routes (``_pattern``) and, per receive lane, (sender's lane, sender,
+        everyone receives, who receives, ring shift or -1, reduced), cached by identity."""
+        key = (id(step.send_to), id(step.recv_from), id(step.recv_lane), step.reduce)
+        arrays = (step.send_to, step.recv_from, step.recv_lane)
+        entry = self._shapes.get(key)
+        if entry is not None and all(a is b for a, b in zip(entry[0], arrays)):
+            return entry[1]
+        latency, share, valid = self._pattern(step.send_to)
+        recv_from = np.atleast_2d(step.recv_from)
+        reduce = step.reduce if isinstance(step.reduce, tuple) else (step.reduce,) * recv_from.shape[0]
+        recv_shape = []
+        for m, src in enumerate(recv_from):
+            lane = np.asarray(m) if step.recv_lane is None else np.atleast_2d(step.recv_lane)[m]
+            has = src >= 0
+            every = bool(has.all())
+            s_idx = src if every else np.where(has, src, 0)
+            shift = int((self.ranks[0] - s_idx[0]) % self.size) if every else -1
+            if shift <= 0 or not np.array_equal(s_idx, (self.ranks - shift) % self.size):
+                shift = -1
+            recv_shape.append((lane, s_idx, every, has, shift, reduce[m]))
+        value = (latency, share, valid, recv_shape)
+        if len(self._shapes) > 64:
+            self._shapes.clear()
+        self._shapes[key] = (arrays, value)
+        return value
+
     def _reduce_s(self, nbytes: np.ndarray):
+        """``cost_model.reduce_s`` per rank (None when every card reduces this dtype and op inline)."""
+        if self._all_inline:
+            return None
         cost = self.red_launch + nbytes / self.vector
         return np.where(self.inline, 0.0, cost)
+
+    def _copy_s(self, copies, first: bool):
+        """``cost_model.step_copy_s`` for every rank: the launch on the first step, then each plain
+        copy's ``2n / HBM`` in order (one number when every rank copies alike on equal cards)."""
+        if all(isinstance(n, (int, np.integer)) for n in copies) and np.ndim(self.hbm) == 0 and np.ndim(self.launch) == 0:
+            copy_s = float(self.launch) if first else 0.0
+            for n in copies:
+                copy_s += 2 * (int(n) * self.itemsize) / self.hbm
+            return copy_s
+        copy_s = np.full(self.size, self.launch) if first else np.zeros(self.size)
+        for n in copies:
+            copy_s = copy_s + (2 * (n * self.itemsize)) / self.hbm
+        return copy_s
 
     def step(self, clock: np.ndarray, step: StepFlows, *, first: bool) -> np.ndarray:
         """The clocks after one step (``step_end`` per rank: receives in order, then sends)."""
         if first or step.copies:
-            copy_s = np.full(self.size, self.launch) if first else np.zeros(self.size)
-            for n in step.copies:
-                copy_s = copy_s + (2 * (n * self.itemsize)) / self.hbm
-            t0 = clock + copy_s
+            t0 = clock + self._copy_s(step.copies, first)
         else:
             t0 = clock
         recvs, sends = self._prepared(step)

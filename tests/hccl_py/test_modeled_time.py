@@ -189,9 +189,10 @@ def test_device_memory_and_roofline():
     assert dev.clock - start == pytest.approx(max(tile, memory) + card.launch_overhead_s)
 
 
-@pytest.mark.parametrize("algo, sizes", [("ring", [2, 3, 5, 8, 16]), ("hd", [2, 4, 8, 16])])
+@pytest.mark.parametrize("collective", ["allreduce", "allgather", "reduce_scatter"])
+@pytest.mark.parametrize("algo, sizes", [("ring", [2, 3, 5, 8, 16]), ("hd", [2, 4, 8, 16]), ("mesh", [2, 3, 8])])
 @pytest.mark.parametrize("preset", ["ascend910-8p", "2x8p-roce"])
-def test_all_ranks_at_once_equals_rank_by_rank(algo, sizes, preset):
+def test_all_ranks_at_once_equals_rank_by_rank(collective, algo, sizes, preset):
     from hccl_py.planning.simulator import can_simulate_flows, simulate_flows
 
     for size in sizes:
@@ -202,13 +203,35 @@ def test_all_ranks_at_once_equals_rank_by_rank(algo, sizes, preset):
         if topo is None:
             continue
         for count in (size, 1000, 4097):
-            assert can_simulate_flows("allreduce", algo, size, count)
+            assert can_simulate_flows(collective, algo, size, count)
             starts = [0.001 * ((r * 7) % 3) for r in range(size)]  # uneven arrival
-            generic = simulate("allreduce", algo, topo, count, itemsize=4, start_clocks=starts)
-            fast = simulate_flows("allreduce", algo, topo, count, itemsize=4, start_clocks=starts)
-            assert fast.end_clocks == generic.end_clocks, (size, count)
+            for dtype, op in (("float32", "sum"), ("float16", "max")):  # inline and vector-unit reductions
+                generic = simulate(collective, algo, topo, count, itemsize=4, start_clocks=starts, dtype=dtype, op=op)
+                fast = simulate_flows(collective, algo, topo, count, itemsize=4, start_clocks=starts, dtype=dtype, op=op)
+                assert fast.end_clocks == generic.end_clocks, (size, count, dtype)
     assert not can_simulate_flows("allreduce", "hd", 6, 100)  # folds: rank by rank only
     assert not can_simulate_flows("allreduce", "ring", 8, 3)  # empty steps
+
+
+@pytest.mark.parametrize("preset", ["2x4p-roce", "4x2p-roce", "2x4p-roce-910"])
+@pytest.mark.parametrize("collective", ["allreduce", "allgather", "reduce_scatter"])
+def test_two_level_flows_equal_rank_by_rank(preset, collective):
+    from hccl_py.algo_select import server_partition
+    from hccl_py.algorithms.hierarchical import schedule_for
+    from hccl_py.planning.simulator import can_simulate_flows, simulate_flows
+
+    topo = Topology.preset(preset)
+    n = topo.num_ranks
+    part = server_partition(topo, tuple(range(n)))
+    model = CostModel(topo, degraded={(0, n - 1): 0.5})
+    for inner, outer in (("mesh", "ring"), ("mesh", "hd"), ("ring", "hd"), ("hd", "ring")):
+        fn = schedule_for(collective, part, inner, outer)
+        for count in (n, 1000, 4097):  # 4097: allreduce's staged path (chunks of unequal size)
+            assert can_simulate_flows(collective, fn, n, count)
+            starts = [0.001 * ((r * 5) % 3) for r in range(n)]
+            generic = simulate(collective, fn, topo, count, itemsize=2, start_clocks=starts, cost_model=model, dtype="float16")
+            fast = simulate_flows(collective, fn, topo, count, itemsize=2, start_clocks=starts, cost_model=model, dtype="float16")
+            assert fast.end_clocks == generic.end_clocks, (inner, outer, count)
 
 
 def test_hccl_sim_cli(capsys):
