@@ -242,7 +242,48 @@ def test_hccl_sim_cli(capsys):
     assert "allreduce fp32 67108864 bytes on 2x8p-roce (16 ranks), algo ring" in out
     assert "modeled time" in out and "busbw" in out and "peak memory" in out
     assert main(["allreduce", "--preset", "2x8p-roce", "--bytes", "8", "--algo", "auto"]) == 0
+    out = capsys.readouterr().out
+    assert "algo hier:mesh/ring@server" in out and "auto: level 0: 910B" in out
+    assert main(["allreduce", "--preset", "2x8p-roce", "--bytes", "1M", "--algo", "hier:mesh/hd"]) == 0
     assert main(["allgather", "--preset", "nope", "--bytes", "8"]) == 2
+    assert main(["allgather", "--preset", "mixed-4p", "--bytes", "8", "--algo", "fastest"]) == 2
+
+
+def test_hccl_sim_sweep_prints_hccl_tests_columns(capsys):
+    from hccl_py.planning.cli import main
+
+    assert main(["allgather", "--preset", "ascend910b-8p", "-b", "8K", "-e", "1M", "-f", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2] == "data_size(Bytes): | aveg_time(us): | alg_bandwidth(GB/s): | check_result:"
+    rows = [line.split("|") for line in lines[3:]]
+    assert [int(r[0]) for r in rows] == [8192 << i for i in range(8)]
+    for r in rows:  # alg_bandwidth = data_size / aveg_time, as HCCL Test prints it
+        assert float(r[2]) == pytest.approx(int(r[0]) / float(r[1]) / 1e3, rel=1e-3)
+        assert r[3].split()[0] == "NULL"
+    times = [float(r[1]) for r in rows]
+    assert times == sorted(times) and times[0] > 15  # small messages are not free: launch + a step
+    assert main(["allreduce", "--preset", "mixed-4p", "-b", "1M", "-e", "8"]) == 2
+
+
+def test_hccl_sim_sendrecv_and_figures(tmp_path, capsys):
+    import json as _json
+
+    from hccl_py.planning.cli import main
+    from hccl_py.planning.simulator import simulate_p2p
+
+    assert main(["sendrecv", "--preset", "2x8p-roce", "--src", "0", "--dst", "8", "--bytes", "1G"]) == 0
+    out = capsys.readouterr().out
+    topo = Topology.preset("2x8p-roce")
+    expected = simulate_p2p(topo, 0, 8, 1 << 30).time_s
+    assert f"{expected * 1e6:14.3f} us" in out and "ROCE200" in out
+    route, card = topo.route(0, 8), topo.card(0)
+    assert expected == pytest.approx(card.launch_overhead_s + route.latency_s + (1 << 30) / route.bandwidth_Bps)
+    figures = tmp_path / "f.json"
+    figures.write_text(_json.dumps({"links": {"ROCE200": {"bandwidth_Bps": 1e9}}}))
+    assert main(["sendrecv", "--preset", "2x8p-roce", "--src", "0", "--dst", "8", "--bytes", "1G", "--figures", str(figures)]) == 0
+    assert "bandwidth              1.0" in capsys.readouterr().out
+    assert main(["sendrecv", "--preset", "2x8p-roce", "--src", "3", "--dst", "3", "--bytes", "1"]) == 2
+    assert main(["sendrecv", "--preset", "2x8p-roce", "--src", "0", "--dst", "99", "--bytes", "1"]) == 2
 
 
 def _auto_calls() -> list:
