@@ -229,9 +229,9 @@ CARD_MODELS: dict[str, CardModel] = {
         peak_fp32_flops=140e12 / 2 * 87 / 320,
         # Estimate: no measurement; the middle of "70-80% of the theoretical peak" [PRACT].
         matmul_efficiency=0.75,
-        # 24 GB LPDDR4X on the single-chip Atlas 300I Pro (Huawei product page); the Duo carries
-        # 96 GB over two chips [A300IDUO]. The smaller, single-chip card is the default.
-        hbm_bytes=24 * GiB,
+        # The Duo carries 96 GB LPDDR4X over its two chips [A300IDUO]: 48 GB per chip. (No public
+        # figure was found for the single-chip Atlas 300I Pro.)
+        hbm_bytes=96 * GiB // 2,
         # 408 GB/s over two chips [A300IDUO] -> 204 GB/s per chip.
         hbm_bandwidth_Bps=408e9 / 2,
         vector_bandwidth_Bps=_VECTOR_REDUCE_Bps,
