@@ -155,6 +155,7 @@ class _FlowEngine:
         self._by_content: dict = {}
         self._shapes: dict = {}
         self._tables: dict = {}
+        self._bases: dict = {}
         self._all_inline = bool(np.all(self.inline))
 
     def _pattern(self, send_to: np.ndarray):
@@ -237,30 +238,54 @@ class _FlowEngine:
         if shift <= 0 or lane.ndim != 0 or int(lane) != 0:
             return None
         row = counts[0]
-        lo, hi = int(row.min()), int(row.max())
+        window = self._window(row)
+        if window is not None:
+            lo, hi, big2, start = window
+        else:
+            lo, hi = int(row.min()), int(row.max())
         if hi - lo > 1:
             return None
-        key = (id(step.send_to), id(step.recv_from), lo, hi, reduce)
+        key = (id(step.send_to), id(step.recv_from), lo, hi, reduce, shift)
         entry = self._tables.get(key)
         if entry is None or entry[0] is not step.send_to or entry[1] is not step.recv_from:
             table = [latency[0] + (n * self.itemsize) / share[0] for n in (lo, hi)]
+            rolled = [np.concatenate([t[-shift:], t[:-shift]]) for t in table]
             reds = [self._reduce_s(np.full(self.size, n * self.itemsize)) if reduce and not self._all_inline else None
                     for n in (lo, hi)]
-            entry = (step.send_to, step.recv_from, table, reds)
+            entry = (step.send_to, step.recv_from, table, rolled, reds)
             if len(self._tables) > 64:
                 self._tables.clear()
             self._tables[key] = entry
-        (send_lo, send_hi), (red_lo, red_hi) = entry[2], entry[3]
-        big = row == hi
-        send_row = np.where(big, send_hi, send_lo)
-        offset = np.empty(self.size)
-        offset[shift:], offset[:shift] = send_row[:-shift], send_row[-shift:]
-        red = None
-        if red_lo is not None:
+        (send_lo, send_hi), (off_lo, off_hi), (red_lo, red_hi) = entry[2], entry[3], entry[4]
+        size = self.size
+        if window is not None:  # the rotating chunk sizes are windows of one doubled array: no pass to find them
+            big = big2[start:start + size]
+            back = (start - shift) % size
+            moved = big2[back:back + size]
+        else:
+            big = row == hi
             moved = np.empty_like(big)
             moved[shift:], moved[:shift] = big[:-shift], big[-shift:]
-            red = np.where(moved, red_hi, red_lo)
+        send_row = np.where(big, send_hi, send_lo)
+        offset = np.where(moved, off_hi, off_lo)
+        red = None if red_lo is None else np.where(moved, red_hi, red_lo)
         return [(s_idx, True, has, offset, red, shift)], [(send_row, True, valid[0])]
+
+    def _window(self, row: np.ndarray):
+        """(lo, hi, base == hi, start) when ``row`` is a window of a doubled array of two adjacent
+        values (ring flows hand rotating chunk sizes so), computed once per base; else None."""
+        base = row.base
+        if base is None or base.ndim != 1 or base.shape[0] != 2 * self.size or row.strides != base.strides:
+            return None
+        entry = self._bases.get(id(base))
+        if entry is None or entry[0] is not base:
+            lo, hi = int(base.min()), int(base.max())
+            entry = (base, lo, hi, base == hi)
+            if len(self._bases) > 16:
+                self._bases.clear()
+            self._bases[id(base)] = entry
+        start = (row.__array_interface__["data"][0] - base.__array_interface__["data"][0]) // row.itemsize
+        return entry[1], entry[2], entry[3], start
 
     def _shape(self, step: StepFlows):
         """The pattern's routes (``_pattern``) and, per receive lane, (sender's lane, sender,
