@@ -279,19 +279,27 @@ class Communicator:
         ``fn``: a schedule function of the caller's (all-to-all with counts per pair), else the
         algorithm's; ``sig_count``: the count peers check (default ``count``)."""
         itemsize = dtype.itemsize
+        op = redop.name.lower() if redop is not None else "sum"
         if fn is None:
             name = algo_select.resolve(
                 collective, algo,
-                lambda: algo_select.fastest(self._rc.cost_model, collective, count, itemsize, self._world_ranks, root),
+                lambda: algo_select.auto(self._rc.cost_model, collective, count, itemsize, self._world_ranks, root, dtype.name, op),
                 self._algo_env,
             )
             levels = algo_select.hier_levels(name)
-            fn = get_schedule(collective, name) if levels is None else hierarchical.schedule_for(collective, self.partition, *levels)
+            if levels is None:
+                fn = get_schedule(collective, name)
+            else:  # auto's two-level algorithms run on the partition by server, as HCCL's do
+                groups = (algo_select.server_partition(self._rc.topology, self._world_ranks) if algo_select.on_servers(name)
+                          else self.partition)
+                fn = hierarchical.schedule_for(collective, groups, *levels)
         else:
             name = algo
         sig = CallSignature(kind, _ALGO_INDEX[name.partition(":")[0]], dtype_code(dtype, where=collective), int(redop or 0),
                             count if sig_count is None else sig_count, root)
-        costs = self._rc.cost_model.call_costs(fn, self.size, count, root, itemsize, self._world_ranks)[self._rank] if self._rc.modeled else None
+        costs = (self._rc.cost_model.call_costs(fn, self.size, count, root, itemsize, self._world_ranks, dtype=dtype.name,
+                                                op=op)[self._rank]
+                 if self._rc.modeled else None)
         schedule = fn(self._rank, self.size, count, root)
         in_count, out_count = (fn.buffer_counts(self._rank) if hasattr(fn, "buffer_counts")
                                else collective_named(collective).buffer_counts(self.size, count, self._rank, root))

@@ -40,7 +40,7 @@ class Route:
     itself has no hops, latency 0 and infinite bandwidth.
 
     >>> Topology.preset("ascend910-8p").route(0, 1)                 # doctest: +SKIP
-    Route(hops=(('card0', 'card1'),), latency_s=1e-06, bandwidth_Bps=30000000000.0)
+    Route(hops=(('card0', 'card1'),), latency_s=2.6e-06, bandwidth_Bps=10737418240.0)
     """
 
     hops: tuple[Hop, ...]

@@ -61,14 +61,15 @@ def flows(size: int, count: int, root: int = 0) -> Iterator[StepFlows]:
         lo = owner - owner % dist
         return prefix[lo + dist] - prefix[lo]
 
+    partners = {}  # the same arrays in both phases: the simulator routes each pattern once
     dist = size // 2
     while dist:  # halving: send the partner's half, reduce the partner's copy of ours
-        partner = v ^ dist
+        partner = partners[dist] = v ^ dist
         yield StepFlows(partner, block(partner, dist), partner, True)
         dist //= 2
     dist = 1
     while dist < size:  # doubling: swap the reduced ranges
-        partner = v ^ dist
+        partner = partners[dist]
         yield StepFlows(partner, block(v, dist), partner, False)
         dist *= 2
 

@@ -98,8 +98,9 @@ def render() -> str:
         "messages to and from peers). The runtime executes it, the cost model times it and the "
         "simulator plays it for thousands of ranks, so the three cannot disagree. Each algorithm "
         f"lives in `{SOURCE_DIR}/<collective>_<algo>.py`; the registry (`registry.py`) maps "
-        "(collective, algorithm) to it. `algo=\"auto\"` picks among a collective's algorithms by "
-        "modeled time; ties go to the one listed first.",
+        "(collective, algorithm) to it. `algo=\"auto\"` runs what HCCL's own selection rules "
+        "choose for the call's size, card and topology (see docs/fidelity.md); where no rule covers a "
+        "collective, the algorithm with the least modeled time (ties go to the one listed first).",
         "",
         "Counts are in elements of the call's dtype: bytes on the wire = elements x itemsize. "
         "`size` is the number of ranks, `count` the call's count (the whole buffer for allreduce, "

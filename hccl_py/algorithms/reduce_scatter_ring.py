@@ -14,9 +14,12 @@ TMP: count elements for size >= 3. IN is never written.
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Iterator
+
+import numpy as np
 
 from ._common import block_bounds, finish, ring_indices
-from .schedule import IN, OUT, TMP, Copy, Recv, Region, Schedule, Send, Step
+from .schedule import IN, OUT, TMP, Copy, Recv, Region, Schedule, Send, Step, StepFlows
 
 
 @lru_cache(maxsize=256)
@@ -33,3 +36,14 @@ def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
         recv = Recv(left, partial, reduce_with=Region(IN, *blocks[got]))
         steps.append(Step(sends=(Send(right, src),), recvs=(recv,)))
     return finish(steps)
+
+
+def flows(size: int, count: int, root: int = 0) -> Iterator[StepFlows]:
+    """Every rank's steps at once (see ``StepFlows``); needs ``size >= 2`` and ``count >= 1``."""
+    if size < 2 or count < 1:
+        raise ValueError("ring reduce_scatter flows need size >= 2 and count >= 1")
+    ranks = np.arange(size)
+    right, left = (ranks + 1) % size, (ranks - 1) % size
+    counts = np.full(size, count)
+    for _ in range(size - 1):
+        yield StepFlows(right, counts, left, True)

@@ -151,14 +151,23 @@ def chunk_bounds(count: int, parts: int) -> list[tuple[int, int]]:
 @dataclass(frozen=True)
 class StepFlows:
     """Step k of *every* rank at once, for simulating thousands of ranks without building each
-    rank's ``Schedule``: rank r sends ``send_count[r]`` elements to ``send_to[r]`` and receives
-    from ``recv_from[r]`` the message that rank sent in the same step (``reduce``: reduced in,
-    else copied). Only algorithms whose every rank sends one message and receives one in every
-    step have this form; a test holds it equal to ``schedule`` for every rank.
+    rank's ``Schedule``.
+
+    One lane: rank r sends ``send_count[r]`` elements to ``send_to[r]`` and receives from
+    ``recv_from[r]`` the message that rank sent in the same step (``reduce``: reduced in, else
+    copied). Several lanes (2-D arrays, one row per lane, as a full mesh needs): row l of
+    ``send_to`` / ``send_count`` is each rank's l-th send of the step, row m of ``recv_from`` its
+    m-th receive (in schedule order), which the sender sent in its lane ``recv_lane[m, r]``
+    (default: lane m); ``reduce`` may then give one flag per receive lane. -1 in ``send_to`` or
+    ``recv_from`` means no such send or receive. ``copies``: element counts of the step's plain
+    local copies, in schedule order (they run before the transfers): per rank (an array) or the
+    same on every rank (an int). A test holds every
+    algorithm's flows equal to its ``schedule`` for every rank.
     """
 
     send_to: np.ndarray
     send_count: np.ndarray
     recv_from: np.ndarray
-    reduce: bool
-
+    reduce: "bool | tuple[bool, ...]"
+    recv_lane: "np.ndarray | None" = None
+    copies: "tuple[np.ndarray | int, ...]" = ()

@@ -160,7 +160,7 @@ def route(ops: Ops, h: np.ndarray, weight: np.ndarray, bias: np.ndarray, top_k: 
         top = np.take_along_axis(probs, experts, axis=1)
         gates = (top / top.sum(axis=1, keepdims=True)).astype(h.dtype)
     dev.run(2.0 * n * d * e + 6.0 * n * e + n * e * top_k, h.nbytes + weight.nbytes + 4 * n * e + (8 + h.itemsize) * n * top_k,
-            "router")
+            h.dtype, "router")
     return experts.astype(np.int64), gates
 
 
@@ -180,7 +180,7 @@ def gather_rows(ops: Ops, src: np.ndarray, rows: np.ndarray, pad: int = 0) -> np
     out = np.zeros((len(rows) + pad, src.shape[1]), src.dtype)
     if len(rows) and not ops.device.dry:
         np.take(src, rows, axis=0, out=out[:len(rows)])
-    ops.device.run(0.0, 2 * len(rows) * src.shape[1] * src.itemsize + pad * src.shape[1] * src.itemsize + rows.nbytes, "gather")
+    ops.device.run(0.0, 2 * len(rows) * src.shape[1] * src.itemsize + pad * src.shape[1] * src.itemsize + rows.nbytes, name="gather")
     return ops.device.adopt(out, "activation")
 
 
@@ -188,7 +188,7 @@ def scatter_rows(ops: Ops, dst: np.ndarray, index, values: np.ndarray) -> None:
     """``dst[index] = values``: one memory-bound kernel."""
     if len(values) and not ops.device.dry:
         dst[index] = values
-    ops.device.run(0.0, 2 * values.nbytes, "scatter")
+    ops.device.run(0.0, 2 * values.nbytes, name="scatter")
 
 
 def weighted_sum(ops: Ops, gates: np.ndarray, slots: np.ndarray) -> np.ndarray:
@@ -199,7 +199,7 @@ def weighted_sum(ops: Ops, gates: np.ndarray, slots: np.ndarray) -> np.ndarray:
         out = gates[:, 0, None] * slots[:, 0]
         for j in range(1, gates.shape[1]):
             out += gates[:, j, None] * slots[:, j]
-    ops.device.run(2.0 * slots.size, slots.nbytes + gates.nbytes + out.nbytes, "combine")
+    ops.device.run(2.0 * slots.size, slots.nbytes + gates.nbytes + out.nbytes, name="combine")
     return ops.device.adopt(out, "activation")
 
 

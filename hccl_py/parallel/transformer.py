@@ -115,6 +115,9 @@ class ClassifierHead(Block):
         return ops.linear(pooled, p["classifier.weight"], p["classifier.bias"])
 
 
+_SHORT = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64"}
+
+
 class TransformerEncoder(Model):
     """The encoder classifier; ``weights`` an ``.npz`` path (keys in the module doc) or a mapping,
     else deterministic from ``seed``."""
@@ -137,4 +140,4 @@ class TransformerEncoder(Model):
     def describe(self) -> str:
         c = self.config
         return (f"transformer encoder: {c.layers} layers, d_model {c.d_model}, {c.heads} heads, seq {c.seq_len}, "
-                f"{self.param_bytes() / 2**20:.1f} MiB fp32 weights")
+                f"{self.param_bytes() / 2**20:.1f} MiB {_SHORT.get(self.dtype.name, self.dtype.name)} weights")

@@ -27,7 +27,7 @@ class DpInferWorkload:
     """``dp-infer``: one step of data-parallel inference of the default model.
 
     Every card holds the whole model (:class:`~hccl_py.parallel.TransformerEncoder` with its
-    default config unless ``model`` is given) and runs ``batch_per_card`` samples of the step's
+    default config in FP16, as Ascend inference runs, unless ``model`` is given) and runs ``batch_per_card`` samples of the step's
     global batch (``batch_per_card`` x cards): its modeled compute is ``Model.estimate`` on its own
     card (the same roofline the cards use at run time). Then the step's outputs — the encoder's
     per-token hidden states (``share x seq x d_model``, what a decoder or a token-level head on
@@ -103,4 +103,4 @@ class DpInferWorkload:
 def _default_model():
     from .transformer import TransformerEncoder
 
-    return TransformerEncoder()
+    return TransformerEncoder(dtype=np.float16)
