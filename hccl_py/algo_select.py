@@ -212,6 +212,7 @@ class CallShape:
 
     @property
     def ranks(self) -> int:
+        """Ranks of the communicator: servers * per_server (0 when the servers hold different numbers)."""
         return self.servers * (self.per_server or 0)
 
 

@@ -39,6 +39,7 @@ class OpKind(IntEnum):
 
     @property
     def label(self) -> str:
+        """The operation's name in lower case (``allreduce``, ``reduce_scatter``)."""
         return self.name.lower()
 
 

@@ -31,6 +31,7 @@ ALIGNMENT = 512  # HBM allocations are rounded up to 512 bytes, as the Ascend ru
 
 
 def aligned(nbytes: int) -> int:
+    """``nbytes`` rounded up to the 512-byte HBM allocation granule."""
     return (nbytes + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
 
 
@@ -86,10 +87,12 @@ class Device:
     # -- memory ------------------------------------------------------------------------------
     @property
     def capacity_bytes(self) -> int:
+        """The card's HBM in bytes."""
         return self.model.hbm_bytes
 
     @property
     def free_bytes(self) -> int:
+        """HBM bytes not yet allocated."""
         return self.capacity_bytes - self.used_bytes
 
     def malloc(self, nbytes: int, what: str = "buffer") -> int:
@@ -114,6 +117,7 @@ class Device:
         return handle
 
     def free(self, handle: int) -> None:
+        """Release the allocation of a :meth:`malloc` handle; an unknown handle is ignored."""
         size = self._allocations.pop(handle, None)
         if size is not None:
             self.used_bytes -= size

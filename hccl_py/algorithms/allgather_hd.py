@@ -25,6 +25,9 @@ from .schedule import IN, OUT, Copy, Recv, Region, Schedule, Send, Step, StepFlo
 
 @lru_cache(maxsize=256)
 def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
+    """Recursive-doubling allgather: each extra hands its IN to its proxy, log2(p) doubling steps swap the
+    blocks held with partner v ^ 2^k, then each proxy sends its extra the rest of OUT; returns the
+    Schedule of rank ``rank``."""
     fold = Fold(size)
     blocks = block_bounds(count, size)
     own = Region(IN, 0, count)

@@ -17,6 +17,8 @@ from .schedule import IN, OUT, Copy, Recv, Region, Schedule, Send, Step, StepFlo
 
 @lru_cache(maxsize=256)
 def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
+    """Mesh allgather: in one step the rank sends its IN to every peer and receives each peer's block of
+    OUT; returns the Schedule of rank ``rank``."""
     blocks = [Region(OUT, *b) for b in block_bounds(count, size)]
     own = Region(IN, 0, count)
     peers = [j for j in range(size) if j != rank]

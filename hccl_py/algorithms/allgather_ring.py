@@ -20,6 +20,8 @@ from .schedule import IN, OUT, Copy, Recv, Region, Schedule, Send, Step, StepFlo
 
 @lru_cache(maxsize=256)
 def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
+    """Ring allgather: size-1 steps, each sending the block last received (its own first) to the right
+    neighbour and receiving the next from the left; returns the Schedule of rank ``rank``."""
     blocks = block_bounds(count, size)
     right, left = (rank + 1) % size, (rank - 1) % size
     own = Copy(Region(IN, 0, count), Region(OUT, *blocks[rank]))

@@ -27,6 +27,9 @@ from .schedule import OUT, Recv, Region, Schedule, Send, Step, StepFlows, chunk_
 
 @lru_cache(maxsize=256)
 def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
+    """Halving-doubling (Rabenseifner) allreduce: log2(p) recursive-halving reduce-scatter steps, then
+    log2(p) recursive-doubling allgather steps, with extras folded onto proxies when size is not a power
+    of two; returns the Schedule of rank ``rank``."""
     fold = Fold(size)
     whole = Region(OUT, 0, count)
     if fold.is_extra(rank):

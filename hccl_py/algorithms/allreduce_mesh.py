@@ -23,6 +23,8 @@ from .schedule import OUT, Recv, Region, Schedule, Send, Step, StepFlows, chunk_
 
 @lru_cache(maxsize=256)
 def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
+    """Mesh allreduce: one step of direct reduce-scatter (chunk j to rank j, reduced in rank order), one of
+    direct allgather of the reduced chunks; returns the Schedule of rank ``rank``."""
     chunks = [Region(OUT, *b) for b in chunk_bounds(count, size)]
     mine = chunks[rank]
     peers = [j for j in range(size) if j != rank]

@@ -23,6 +23,8 @@ from .schedule import OUT, Recv, Region, Schedule, Send, Step, StepFlows, chunk_
 
 @lru_cache(maxsize=256)
 def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
+    """Ring allreduce: reduce-scatter then allgather round the ring, size-1 steps each; returns the
+    Schedule of rank ``rank``."""
     chunks = chunk_bounds(count, size)
     right, left = (rank + 1) % size, (rank - 1) % size
     steps = []

@@ -143,6 +143,7 @@ def render() -> str:
 
 
 def main() -> int:
+    """Write :func:`render` to stdout (the documented command redirects it to docs/algorithms.md)."""
     sys.stdout.write(render())
     return 0
 

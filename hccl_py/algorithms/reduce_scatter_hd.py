@@ -26,6 +26,8 @@ from .schedule import IN, OUT, TMP, Copy, Recv, Region, Schedule, Send, Step, St
 
 @lru_cache(maxsize=256)
 def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
+    """Recursive-halving reduce-scatter: log2(p) halving steps leave each newrank its blocks reduced;
+    extras send their IN to a proxy and get their block back. Returns the Schedule of rank ``rank``."""
     fold = Fold(size)
     blocks = block_bounds(count, size)
     every = Region(IN, 0, size * count)

@@ -21,6 +21,8 @@ from .schedule import IN, OUT, Copy, Recv, Region, Schedule, Send, Step, StepFlo
 
 @lru_cache(maxsize=256)
 def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
+    """Mesh reduce-scatter: in one step the rank sends block j of IN to rank j and reduces the incoming
+    blocks into OUT in rank order; returns the Schedule of rank ``rank``."""
     blocks = [Region(IN, *b) for b in block_bounds(count, size)]
     mine = Region(OUT, 0, count)
     peers = [j for j in range(size) if j != rank]

@@ -24,6 +24,8 @@ from .schedule import IN, OUT, TMP, Copy, Recv, Region, Schedule, Send, Step, St
 
 @lru_cache(maxsize=256)
 def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
+    """Ring reduce-scatter: size-1 steps, each passing a partial to the right and reducing the one from the
+    left with the IN block, the last landing in OUT; returns the Schedule of rank ``rank``."""
     blocks = block_bounds(count, size)
     if size == 1:
         return finish([Step(copies=(Copy(Region(IN, 0, count), Region(OUT, 0, count)),))])

@@ -70,6 +70,8 @@ def self_attention(ops: Ops, x: np.ndarray, qkv_weight: np.ndarray, qkv_bias: np
 
 
 class Embedding(Block):
+    """``embed``: token embeddings plus learned position embeddings."""
+
     def __init__(self, cfg: TransformerConfig):
         self.prefix = "embed"
         self.params = (ParamSpec("tokens", (cfg.vocab, cfg.d_model)), ParamSpec("positions", (cfg.seq_len, cfg.d_model), scale=0.1))
@@ -79,6 +81,8 @@ class Embedding(Block):
 
 
 class EncoderLayer(Block):
+    """``layers.{index}``: pre-LayerNorm self-attention and GELU MLP, each with a residual."""
+
     def __init__(self, cfg: TransformerConfig, index: int):
         d, f = cfg.d_model, cfg.mlp_ratio * cfg.d_model
         self.prefix = f"layers.{index}"
@@ -101,6 +105,8 @@ class EncoderLayer(Block):
 
 
 class ClassifierHead(Block):
+    """``head``: final LayerNorm, mean over the sequence, linear classifier to logits."""
+
     def __init__(self, cfg: TransformerConfig):
         d = cfg.d_model
         self.prefix = "head"

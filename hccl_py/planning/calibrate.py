@@ -76,11 +76,16 @@ class Measurement:
 
     @property
     def where(self) -> str:
+        """``file:line`` of the row, for messages."""
         return f"{self.file}:{self.line}"
 
 
 @dataclass
 class Log:
+    """One log as read: its ``path``, ``collective``, ``ranks`` used (None: all), the ranks it
+    states itself (``stated_ranks``: with the line), ``dtype``, ``op`` and its ``rows``
+    (line, data_size, seconds)."""
+
     path: str
     collective: str | None = None
     ranks: int | None = None  # cards of the preset the run used (None: all)
@@ -237,6 +242,8 @@ def parse_params(text: str) -> list[Param]:
 
 
 def with_values(base: Figures, params: list[Param], values: np.ndarray) -> Figures:
+    """``base`` with the figures named by ``params`` set to ``values`` (the tables
+    are copied, not changed)."""
     links, cards = dict(base[0]), dict(base[1])
     for (section, name, fld), value in zip(params, values):
         table = links if section == "links" else cards
@@ -290,6 +297,7 @@ class Runs:
             raise CalibrationError("no usable rows in the logs")
 
     def predict(self, figures: Figures) -> np.ndarray:
+        """Modeled seconds of every measurement with ``figures``, in measurement order."""
         out = []
         topos: dict[tuple, Topology] = {}
         for log in self.logs:
@@ -380,6 +388,8 @@ def fit(runs: Runs, params: list[Param], *, max_iterations: int = 60, tolerance:
 
 
 def format_fit(fit_: Fit) -> str:
+    """The fit as text: each figure's change, then every row with its measured and
+    fitted time and residual."""
     lines = ["# figures fitted (table value -> fitted):"]
     for (section, name, fld), before, after in zip(fit_.params, fit_.start, fit_.values):
         lines.append(f"#   {section}.{name}.{fld}: {before:.6g} -> {after:.6g}")
@@ -396,6 +406,7 @@ def format_fit(fit_: Fit) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``hccl-calibrate``."""
     parser = argparse.ArgumentParser(prog="hccl-calibrate", description="Fit link and overhead figures to HCCL Test logs.")
     parser.add_argument("logs", nargs="+", metavar="FILE[:COLLECTIVE[:RANKS]]", help="HCCL Test or nccl-tests outputs")
     where = parser.add_mutually_exclusive_group(required=True)
@@ -411,6 +422,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run ``hccl-calibrate``: fit the figures to the logs, print the fit; exit
+    status 0, or 2 for bad input."""
     args = build_parser().parse_args(argv)
     try:
         base = resolve_figures(args.figures)

@@ -48,6 +48,7 @@ def _size(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``hccl-sim`` (``hccl-sim validate`` has its own)."""
     parser = argparse.ArgumentParser(prog="hccl-sim", description="Modeled time of collectives on a cluster, no processes. "
                                      "'hccl-sim validate' holds the model against public measurements.")
     names = [alias for c in DATA_COLLECTIVES if c != "alltoallv" for alias in (c, *COLLECTIVES[c].aliases)
@@ -74,6 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run ``hccl-sim``: one call, a sweep, a send between two ranks or ``validate``; exit
+    status 0, or 2 for bad input."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "validate":
         return validate_main(argv[1:])

@@ -32,6 +32,7 @@ class SimResult:
 
     @property
     def time_s(self) -> float:
+        """Modeled seconds from the first rank's start to the last rank's end."""
         return max(self.end_clocks) - min(self.start_clocks)
 
 
@@ -371,6 +372,7 @@ class CallResult:
 
     @property
     def time_s(self) -> float:
+        """The call's modeled seconds (``result.time_s``)."""
         return self.result.time_s
 
 

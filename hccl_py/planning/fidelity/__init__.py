@@ -52,10 +52,13 @@ class Check:
 
     @property
     def held(self) -> bool:
+        """Whether the row has a tolerance or a factor, so that validation fails when
+        the model drifts beyond it."""
         return self.row.get("tolerance") is not None or self.row.get("factor") is not None
 
     @property
     def target(self) -> str:
+        """The row's bound in words: ``±15%`` for a tolerance, ``2x`` for a factor, ``-`` when not held."""
         if self.row.get("tolerance") is not None:
             return f"±{self.row['tolerance'] * 100:.0f}%"
         if self.row.get("factor") is not None:
