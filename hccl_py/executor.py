@@ -299,18 +299,12 @@ class CallRun:
                     continue  # a copy-only step: done already
             progressed = self._push_sends() if self.sending else False
             engine = self.engine
-            # What a peer ahead of us sent already waits in the mailbox: apply it before asking
-            # the transport (a system call) for more.
+            # Only what the driver already took from the transport (the mailbox): asking the
+            # transport is the driver's job, once per wait (each ask is a system call).
             if self.receiving and engine._mailbox and self._apply_arrivals():
                 progressed = True
-            if self.receiving or self.sending:
-                incoming = engine.transport.progress(0.0)
-                if incoming:
-                    engine._dispatch(incoming)
-                    if self.receiving and self._apply_arrivals():
-                        progressed = True
-                if engine._notices and self.ctx.comm_id in engine._notices:
-                    engine._raise_notice(self.ctx)
+            if engine._notices and self.ctx.comm_id in engine._notices:
+                engine._raise_notice(self.ctx)
             # Done once every datagram has left: one still queued for a full peer queue would be
             # lost if this rank exited now. (Flushing also releases the peers' slots at once.)
             if not self.sending and not self.receiving and engine.transport.flush():

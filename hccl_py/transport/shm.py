@@ -20,6 +20,7 @@ its rank, or ``None`` when the header does not say) instead of corrupting a resu
 
 from __future__ import annotations
 
+import array
 import mmap
 import os
 import select
@@ -83,6 +84,18 @@ def malformed(data: bytes, src: int | None, what: str, me: int) -> HcclRemoteErr
                            "this hccl-py version's protocol (or is not one of this job's ranks)", peer=src, nbytes=len(data))
 
 
+_FD_SPACE = socket.CMSG_LEN(array.array("i").itemsize)  # room for the one descriptor a handshake passes
+
+
+def _passed_fds(ancdata) -> list[int]:
+    """The file descriptors an SCM_RIGHTS message passed (every one, so none leaks)."""
+    fds = array.array("i")
+    for level, kind, data in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
+    return list(fds)
+
+
 class ShmTransport:
     """Shared-memory slots plus unix-datagram doorbells between the ranks of one host."""
 
@@ -109,7 +122,11 @@ class ShmTransport:
         except BaseException:
             self._sock.close()
             raise
-        self._sock.setblocking(False)
+        # Blocking, with a receive timeout (SO_RCVTIMEO): a rank with nothing to do waits in one
+        # receive rather than a poll and then a receive; every other read says MSG_DONTWAIT or
+        # asks poll first.
+        self._sock.setblocking(True)
+        self._receive_timeout = -1.0  # what SO_RCVTIMEO is set to (seconds), -1: not set yet
         try:
             self._fd = os.memfd_create(f"hccl_py.{job_id}.{world_rank}", os.MFD_CLOEXEC)
             try:
@@ -224,9 +241,11 @@ class ShmTransport:
     def _receive_hellos(self, missing: set[int]) -> None:
         while True:
             try:
-                data, fds, _flags, _addr = socket.recv_fds(self._sock, _RECV_BYTES, 1)
+                # recvmsg, not socket.recv_fds: Python 3.11's recv_fds drops its flags argument.
+                data, ancdata, _flags, _addr = self._sock.recvmsg(_RECV_BYTES, _FD_SPACE, socket.MSG_DONTWAIT)
             except BlockingIOError:
                 return
+            fds = _passed_fds(ancdata)
             if data[:1] == bytes([KIND_HELLO]):
                 try:
                     self._hello(data, fds)
@@ -429,22 +448,38 @@ class ShmTransport:
                 os.sched_yield()
             if self._drain(got):
                 return got
-        if blocked:
+        if blocked:  # wait for our message or for room in a full peer's queue
             poll = select.poll()
             poll.register(self._sock, select.POLLIN)
             for peer, outbox in self._outbox.items():
                 if outbox:
                     poll.register(self._out_socks[peer], select.POLLOUT)
-        else:
-            poll = self._poll
+            try:
+                poll.poll(timeout_s * 1000.0)
+            except InterruptedError:
+                pass
+            if self._queued:
+                self._flush()
+            self._drain(got)
+            return got
+        # One system call: a receive that blocks until a datagram comes or the timeout passes
+        # (what is queued behind it, the next call's drain takes).
+        if abs(timeout_s - self._receive_timeout) > 1e-3:
+            self._set_receive_timeout(timeout_s)
         try:
-            poll.poll(timeout_s * 1000.0)
-        except InterruptedError:
-            pass
+            data = self._sock.recv(_RECV_BYTES)
+        except (BlockingIOError, InterruptedError):  # the timeout passed (or a signal came)
+            return got
+        self._decode(data, got)
         if self._queued:
             self._flush()
-        self._drain(got)
         return got
+
+    def _set_receive_timeout(self, timeout_s: float) -> None:
+        seconds = max(timeout_s, 1e-6)  # 0 would mean "block forever"
+        whole = int(seconds)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", whole, int((seconds - whole) * 1e6)))
+        self._receive_timeout = timeout_s
 
     def _drain(self, got: list[Incoming]) -> int:
         """Decode every datagram waiting on the socket; how many there were. (Asking poll first:
