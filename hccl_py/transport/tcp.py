@@ -14,6 +14,11 @@ the caller may reuse its array). Large payloads are received straight into their
 A peer that exits closes its connection: everything it sent before is read first, then EOF
 marks it gone, so ``peer_alive`` answers at once.
 
+Only the job's ranks get a connection accepted: each listener draws a random token and publishes
+it with its endpoint (``host:port/token``) in the rendezvous store, which only holders of the job
+secret may read; a connecting rank's hello carries the token, and the listener closes any
+connection whose hello does not (anyone on the network may reach the port, nobody else knows it).
+
 Flow control mirrors the shared-memory slots: a slice larger than ``INLINE_MAX_BYTES`` takes one
 of the ``slots`` credits the sender holds for that peer, and the receiver returns credits
 (``KIND_ACK``) when the executor releases the slice, so at most ``HCCL_BUFFSIZE`` of slices
@@ -22,6 +27,8 @@ wait at a receiver.
 
 from __future__ import annotations
 
+import hmac
+import secrets
 import select
 import socket
 import struct
@@ -36,6 +43,7 @@ from .common import INLINE_MAX_BYTES, process_alive, slice_layout
 
 LENGTH = struct.Struct("<Q")
 PREFIX = LENGTH.size + HEADER_BYTES
+TOKEN_BYTES = 16  # the listener's secret a hello must carry
 RECV_CHUNK = 64 * 1024  # payloads larger than what one read brings are received into their own buffer
 SOCKET_BUFFER_BYTES = 4 * 1024 * 1024
 _EMPTY = memoryview(b"")
@@ -84,7 +92,9 @@ class TcpTransport:
             self._listener.close()
             raise HcclConnectError(f"rank {world_rank}: cannot listen on {host} for TCP peers: {err.strerror} "
                                    "(set HCCL_IF_IP to an address of this host)") from None
-        self.endpoint = f"{host}:{self._listener.getsockname()[1]}"
+        self._token = secrets.token_bytes(TOKEN_BYTES)
+        # host:port/token: published through the store (readable only with the job secret)
+        self.endpoint = f"{host}:{self._listener.getsockname()[1]}/{self._token.hex()}"
         self._socks: dict[int, socket.socket] = {}
         self._by_fd: dict[int, int] = {}
         self._readers = {p: _Reader() for p in self._peers}
@@ -101,19 +111,20 @@ class TcpTransport:
     def connect(self, endpoints: dict[int, str], deadline: float) -> None:
         """One connection per pair: connect to higher ranks (their listen backlog takes it
         before they accept), then accept the lower ones, each naming itself in a hello."""
-        hello = LENGTH.pack(0) + SliceHeader.control(KIND_HELLO, self.world_rank).pack()
+        hello = LENGTH.pack(TOKEN_BYTES) + SliceHeader.control(KIND_HELLO, self.world_rank, nelem=TOKEN_BYTES).pack()
         for peer in (p for p in self._peers if p > self.world_rank):
-            host, _, port = endpoints[peer].rpartition(":")
+            address, _, token = endpoints[peer].partition("/")
+            host, _, port = address.rpartition(":")
             while True:
                 try:
                     sock = socket.create_connection((host, int(port)), timeout=max(deadline - time.monotonic(), 0.01))
                     sock.settimeout(max(deadline - time.monotonic(), 0.01))
-                    sock.sendall(hello)
+                    sock.sendall(hello + bytes.fromhex(token))
                     break
                 except OSError as err:
                     if time.monotonic() >= deadline:
                         raise HcclTimeoutError(
-                            f"init: rank {self.world_rank} could not reach rank {peer} at {endpoints[peer]} within "
+                            f"init: rank {self.world_rank} could not reach rank {peer} at {address} within "
                             f"HCCL_CONNECT_TIMEOUT ({err.strerror or err}); check that it is alive and that its address "
                             "(HCCL_IF_IP) is reachable from this host") from None
                     time.sleep(0.05)
@@ -133,11 +144,12 @@ class TcpTransport:
             try:
                 sock.settimeout(max(deadline - time.monotonic(), 0.01))
                 frame = _recv_exactly(sock, PREFIX)
-            except OSError:  # timed out or reset: not a peer of ours that got through
-                sock.close()
-                continue
-            header = SliceHeader.unpack_from(frame, LENGTH.size)
-            if header.kind != KIND_HELLO or header.src not in waiting:
+                header = SliceHeader.unpack_from(frame, LENGTH.size)
+                known = (LENGTH.unpack_from(frame)[0] == TOKEN_BYTES and header.kind == KIND_HELLO and header.src in waiting
+                         and hmac.compare_digest(_recv_exactly(sock, TOKEN_BYTES), self._token))
+            except (OSError, struct.error):  # timed out, reset or garbled: not a peer of ours
+                known = False
+            if not known:  # not one of the job's ranks (it could not know our token): ignore it
                 sock.close()
                 continue
             waiting.discard(header.src)

@@ -83,3 +83,48 @@ def test_srun_ranks_without_mpi_meet_through_the_store() -> None:
     assert all(p.returncode == 0 for p in procs), outs
     assert [o for o, _ in outs] == [f"rank {r} of 4: [10.0, 10.0, 10.0]\n" for r in range(4)]
     assert "hccl-py: transport shm+tcp (4 ranks, 2 hosts: node0 ranks 0-1, node1 ranks 2-3)" in outs[0][1]
+
+
+@pytest.mark.timeout(60)
+def test_a_stranger_that_names_a_rank_is_not_accepted() -> None:
+    # Anyone may reach a TCP port; only a hello carrying the listener's token (published through
+    # the store, which takes the job secret) is taken for a rank. The stranger connects first and
+    # names rank 0; rank 1 must ignore it and pair with the real rank 0.
+    import socket
+    import struct
+    import threading
+    import time
+
+    import numpy as np
+
+    from hccl_py.transport.base import KIND_HELLO, SliceHeader
+    from hccl_py.transport.tcp import LENGTH, TOKEN_BYTES, TcpTransport
+
+    ranks = [TcpTransport(r, 2, [1 - r], "127.0.0.1", 1 << 20) for r in (0, 1)]
+    try:
+        host, _, port = ranks[1].endpoint.partition("/")[0].rpartition(":")
+        stranger = socket.create_connection((host, int(port)))
+        forged = LENGTH.pack(TOKEN_BYTES) + SliceHeader.control(KIND_HELLO, 0, nelem=TOKEN_BYTES).pack() + bytes(TOKEN_BYTES)
+        stranger.sendall(forged)
+        deadline = time.monotonic() + 20
+        accepting = threading.Thread(target=ranks[1].connect, args=({0: ranks[0].endpoint}, deadline))
+        accepting.start()
+        time.sleep(0.2)  # the stranger's hello is read (and refused) before rank 0 connects; order is not asserted
+        ranks[0].connect({1: ranks[1].endpoint}, deadline)
+        accepting.join(30)
+        assert not accepting.is_alive()
+        assert stranger.recv(1) == b""  # closed by rank 1
+        stranger.close()
+        payload = np.arange(4, dtype=np.float32)
+        header = SliceHeader(0, 0, 1, 1, 0, 0, 0, 0, 0, 4, 0, 4, 0, 4, -1, 0.0, 0.0)  # comm 1, seq 1: 4 elements
+        assert ranks[0].try_send(1, header, payload)
+        while not ranks[0].flush():
+            pass
+        got = []
+        while not got and time.monotonic() < deadline:
+            got = ranks[1].progress(0.5)
+        assert len(got) == 1 and got[0].src == 0
+        assert np.array_equal(got[0].array(np.float32), payload)
+    finally:
+        for t in ranks:
+            t.close()
