@@ -14,7 +14,6 @@ wait is bounded by the call's deadline, and a dead peer is named to every member
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import threading
 import time
@@ -31,12 +30,11 @@ from .cost_model import StepCost, step_end
 from .device import Device
 from .dtypes import NAME_BY_CODE, ReduceOp
 from .errors import HcclError, HcclParamError, HcclRemoteError, HcclTimeoutError, from_wire, to_wire
-from .transport.base import KIND_INLINE, KIND_NOTICE, CallSignature, Incoming, SliceHeader, Transport
+from .transport.base import KIND_INLINE, KIND_NOTICE, CallSignature, Incoming, Transport, new_header
 
 _UNSTAMPED = (0.0, 0.0)
-# A slice's header from its fields in wire order, without namedtuple._make's Python frame. The
-# executor writes kind KIND_INLINE and slot -1: a transport that sends it another way repacks.
-_make_header = functools.partial(tuple.__new__, SliceHeader)
+# The executor writes kind KIND_INLINE and slot -1: a transport that sends a slice another way repacks.
+_make_header = new_header
 _NONE: list = []  # an empty list never appended to: "nothing pending" without allocating
 LIVENESS_CHECK_S = 0.5  # how often a blocked wait checks that the peers it waits for still live
 POLL_WITHOUT_WAKE_S = 0.002  # the progress thread's longest wait on a transport it cannot wake (a new call waits that long)

@@ -9,6 +9,7 @@ is the one header type every transport packs and unpacks.
 
 from __future__ import annotations
 
+import functools
 import struct
 from typing import Callable, NamedTuple, Protocol
 
@@ -97,12 +98,37 @@ class SliceHeader(NamedTuple):
         return self[5:11]
 
     @property
+    def known_dtype(self) -> bool:
+        """Whether the dtype code names a dtype hccl-py knows (a peer's header may not)."""
+        return self.dtype in ITEMSIZE_BY_CODE
+
+    @property
     def payload_bytes(self) -> int:
         """Bytes of the ``nelem`` elements this slice carries (KeyError for an unknown dtype code)."""
         return self.nelem * ITEMSIZE_BY_CODE[self.dtype]
 
 
 HEADER_BYTES = _WIRE.size
+_KIND_SRC = struct.Struct("<BH")  # the first two fields of the wire form: kind, src
+_ITEMSIZES = tuple(ITEMSIZE_BY_CODE.get(code, -1) for code in range(256))  # by dtype code; -1: unknown
+# A header from its fields in wire order, without namedtuple._make's Python frame (the executor's
+# hot path; the order is SliceHeader's).
+new_header = functools.partial(tuple.__new__, SliceHeader)
+
+
+def sender_of(datagram) -> int:
+    """The ``src`` field of a packed header, read without unpacking the rest (the caller checks
+    the length: at least HEADER_BYTES)."""
+    return _KIND_SRC.unpack_from(datagram)[1]
+
+
+def plain_inline_slice(fields: tuple, datagram_bytes: int, peers) -> bool:
+    """Whether unpacked header ``fields`` (``SliceHeader.unpack_fields``) are a well-formed inline
+    slice from one of ``peers`` whose payload fills the rest of a ``datagram_bytes`` datagram: the
+    receive fast path, on the plain tuple (kind, src, dtype, msg_count, offset, nelem by position
+    here, the one place that knows them)."""
+    return (fields[0] == KIND_INLINE and fields[1] in peers and fields[12] + fields[13] <= fields[11]
+            and datagram_bytes - HEADER_BYTES == fields[13] * _ITEMSIZES[fields[7]])
 KIND_INLINE = 1  # payload follows the header in the same datagram
 KIND_SLOT = 2  # payload sits in the sender's shared segment at byte offset `slot`
 KIND_ACK = 3  # payload: slot offsets the receiver has finished with

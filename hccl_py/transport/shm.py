@@ -36,7 +36,6 @@ from . import cma, rundir
 from .common import INLINE_MAX_BYTES, process_alive, slice_layout
 from .base import (
     HEADER_BYTES,
-    ITEMSIZE_BY_CODE,
     KIND_ACK,
     KIND_CAPS,
     KIND_FIN,
@@ -48,6 +47,8 @@ from .base import (
     KIND_WAKE,
     Incoming,
     SliceHeader,
+    plain_inline_slice,
+    sender_of,
 )
 
 # From this size the receiver reads the sender's buffer directly (one copy instead of two). Below
@@ -62,12 +63,9 @@ SOCKET_BUFFER_BYTES = 4 * 1024 * 1024
 # receive buffer is an mmap per datagram (14 us instead of 2.4).
 SHM_INLINE_MAX_BYTES = max(64 * 1024, INLINE_MAX_BYTES)
 _RECV_BYTES = HEADER_BYTES + SHM_INLINE_MAX_BYTES + 8 * 4096
-_ITEMSIZES = tuple(ITEMSIZE_BY_CODE.get(code, -1) for code in range(256))  # by the header's dtype byte; -1: unknown
 _unpack_header = SliceHeader.unpack_from
 _unpack_fields = SliceHeader.unpack_fields
 
-
-_SRC = struct.Struct("<BH")  # the start of a SliceHeader: kind, src
 
 
 def socket_name(tag: str, rank: int, pid: int) -> str:
@@ -285,7 +283,7 @@ class ShmTransport:
         """The sender's rank if the datagram holds a whole header naming one of our peers."""
         if len(data) < HEADER_BYTES:
             return None
-        src = _SRC.unpack_from(data)[1]
+        src = sender_of(data)
         return src if src in self._peer_set else None
 
     # -- data path ---------------------------------------------------------------------------
@@ -503,10 +501,8 @@ class ShmTransport:
             fields = _unpack_fields(data)
         except struct.error:
             raise self._malformed(data, None, f"shorter than a message header ({HEADER_BYTES} bytes)") from None
-        # The common case first, on the plain fields, checked in one expression: a well-formed
-        # inline slice of a peer (kind, src, ..., dtype 7, ..., msg_count 11, offset 12, nelem 13).
-        if (fields[0] == KIND_INLINE and fields[1] in self._peer_set and fields[12] + fields[13] <= fields[11]
-                and len(data) - HEADER_BYTES == fields[13] * _ITEMSIZES[fields[7]]):
+        # The common case first, on the plain fields: a well-formed inline slice of a peer.
+        if plain_inline_slice(fields, len(data), self._peer_set):
             got.append(Incoming(fields, data, None, HEADER_BYTES))
             return
         h = SliceHeader._make(fields)
@@ -548,12 +544,12 @@ class ShmTransport:
         fetch = None
         if kind == KIND_SLOT:
             segment = self._peer_segments.get(src)
-            end = h.slot + nelem * ITEMSIZE_BY_CODE.get(h.dtype, -1)
+            end = h.slot + h.payload_bytes if h.known_dtype else -1
             if segment is None or h.slot < 0 or end < h.slot or end > len(segment) or h.offset + nelem > h.msg_count:
                 raise self._bad_slice(data, h, None)
             payload = segment[h.slot:end]
         elif kind == KIND_RNDV:
-            if h.dtype not in ITEMSIZE_BY_CODE or h.offset + nelem > h.msg_count:
+            if not h.known_dtype or h.offset + nelem > h.msg_count:
                 raise self._bad_slice(data, h, None)
             payload, fetch = None, self._fetcher(src, h.slot)
         elif kind == KIND_NOTICE:
@@ -567,7 +563,7 @@ class ShmTransport:
         return malformed(data, None if src is None else self.world_of[src], what, self.world_of[self.world_rank])
 
     def _bad_slice(self, data: bytes, h: SliceHeader, inline_bytes: int | None) -> HcclRemoteError:
-        if h.dtype not in ITEMSIZE_BY_CODE:
+        if not h.known_dtype:
             what = f"dtype code {h.dtype} (unknown)"
         elif h.offset + h.nelem > h.msg_count:
             what = f"elements {h.offset}..{h.offset + h.nelem} of a message of {h.msg_count}"
