@@ -162,6 +162,11 @@ def collective(name: str) -> Collective:
     return found
 
 
+def spellings() -> dict[str, str]:
+    """Every spelling of every collective (lower case) -> its hccl-py name."""
+    return {alias: c.name for alias, c in _BY_ALIAS.items()}
+
+
 def of_kind(kind: int) -> Collective | None:
     """The collective with wire code ``kind``; None for point-to-point (``OpKind.SEND``)."""
     return _BY_KIND.get(kind)

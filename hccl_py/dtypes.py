@@ -29,6 +29,15 @@ DTYPES_BY_CODE: dict[int, np.dtype] = {code: dt for dt, code in DTYPE_CODES.item
 ITEMSIZE_BY_CODE: dict[int, int] = {**{code: dt.itemsize for code, dt in DTYPES_BY_CODE.items()}, BFLOAT16_CODE: 2}
 NAME_BY_CODE: dict[int, str] = {**{code: dt.name for code, dt in DTYPES_BY_CODE.items()}, BFLOAT16_CODE: "bfloat16"}
 SUPPORTED_DTYPE_NAMES = ", ".join(sorted(NAME_BY_CODE.values()))
+ITEMSIZE_BY_NAME: dict[str, int] = {name: ITEMSIZE_BY_CODE[code] for code, name in NAME_BY_CODE.items()}
+# Every spelling tools use for a dtype (hccl-sim's and nccl-tests' short names, C names, hccl_test
+# logs, numpy's) -> numpy's name: the one table the command lines and log readers share.
+DTYPE_SPELLINGS: dict[str, str] = {
+    **{name: name for name in NAME_BY_CODE.values()},
+    "fp32": "float32", "float": "float32", "fp16": "float16", "half": "float16", "bf16": "bfloat16",
+    "fp64": "float64", "double": "float64", "int": "int32",
+}
+SHORT_DTYPE_NAMES = ("int8", "uint8", "fp16", "bf16", "int16", "fp32", "int32", "fp64", "int64")  # hccl-sim's --dtype
 
 
 def _bfloat16() -> np.dtype:

@@ -39,18 +39,13 @@ from topology import RankTable, Topology, TopologyError
 from topology.figures import CARD_MODELS, LINK_KINDS, Figures, figures_to_dict, resolve_figures
 
 from ..collectives import collective as lookup
+from ..collectives import spellings
 from ..cost_model import CostModel
+from ..dtypes import DTYPE_SPELLINGS, ITEMSIZE_BY_NAME
 from ..errors import HcclError
 from .simulator import simulate_call
 
-ITEMSIZE = {"fp32": 4, "float32": 4, "float": 4, "fp16": 2, "float16": 2, "half": 2, "bf16": 2, "bfloat16": 2,
-            "int8": 1, "int32": 4, "int": 4, "int16": 2, "fp64": 8, "double": 8, "int64": 8}
-DTYPES = {"fp32": "float32", "float32": "float32", "float": "float32", "fp16": "float16", "float16": "float16",
-          "half": "float16", "bf16": "bfloat16", "bfloat16": "bfloat16", "int8": "int8", "int32": "int32", "int": "int32",
-          "int16": "int16", "fp64": "float64", "double": "float64", "int64": "int64"}
-_COLLECTIVE_NAMES = (("all_reduce", "allreduce"), ("allreduce", "allreduce"), ("all_gather", "allgather"),
-                     ("allgather", "allgather"), ("reduce_scatter", "reduce_scatter"), ("reducescatter", "reduce_scatter"),
-                     ("broadcast", "broadcast"), ("reduce", "reduce"))
+
 
 
 class CalibrationError(Exception):
@@ -142,7 +137,7 @@ def parse_log(spec: str) -> Log:
             except (ValueError, IndexError):
                 raise CalibrationError(f"cannot read this row of the nccl-tests table: {stripped!r}", f"{path}:{number}") from None
             if len(cells) > 3:
-                log.dtype = DTYPES.get(cells[2].lower(), log.dtype)
+                log.dtype = DTYPE_SPELLINGS.get(cells[2].lower(), log.dtype)
                 log.op = cells[3].lower() if cells[3].lower() in ("sum", "prod", "max", "min") else log.op
             log.rows.append((number, size, time_us * 1e-6))
     if not log.rows:
@@ -171,10 +166,15 @@ def _split_spec(spec: str) -> tuple[str, str | None, int | None]:
 
 
 def _collective_from(text: str) -> str | None:
-    for key, name in _COLLECTIVE_NAMES:
-        if key in text:
+    """The collective a command line names (``all_reduce_test``, ``reducescatter_perf``): the
+    longest spelling found, so ``reduce_scatter`` wins over ``reduce`` and ``scatter``."""
+    for spelling, name in _SPELLINGS_LONGEST_FIRST:
+        if spelling in text:
             return name
     return None
+
+
+_SPELLINGS_LONGEST_FIRST = sorted(spellings().items(), key=lambda item: -len(item[0]))
 
 
 def _read_context(log: Log, raw: str, number: int) -> None:
@@ -188,7 +188,7 @@ def _read_context(log: Log, raw: str, number: int) -> None:
             log.stated_ranks = (int(n.group(1)), number)
         d = re.search(r"(?:^|\s)-d\s+(\w+)", raw)
         if d:
-            log.dtype = DTYPES.get(d.group(1).lower(), log.dtype)
+            log.dtype = DTYPE_SPELLINGS.get(d.group(1).lower(), log.dtype)
         o = re.search(r"(?:^|\s)-o\s+(\w+)", raw)
         if o and o.group(1).lower() in ("sum", "prod", "max", "min"):
             log.op = o.group(1).lower()
@@ -286,7 +286,7 @@ class Runs:
                     f"({topo.name}); name the cards it used as FILE:COLLECTIVE:RANKS or pick the preset it ran on",
                     f"{log.path}:{log.stated_ranks[1]}")
             spec = lookup(log.collective)
-            itemsize = ITEMSIZE.get(log.dtype, 4)
+            itemsize = ITEMSIZE_BY_NAME.get(log.dtype, 4)
             for line, size, time_s in log.rows:
                 if time_s <= 0:
                     raise CalibrationError("a row with a time of zero or less", f"{log.path}:{line}")
@@ -310,7 +310,7 @@ class Runs:
             log = by_file[m.file]
             topo = topos[(log.ranks,)]
             model = models.setdefault((log.ranks,), CostModel(topo))
-            itemsize = ITEMSIZE.get(m.dtype, 4)
+            itemsize = ITEMSIZE_BY_NAME.get(m.dtype, 4)
             count = lookup(m.collective).test_elements(m.size, itemsize, topo.num_ranks)
             out.append(simulate_call(m.collective, topo, count, itemsize=itemsize, dtype=m.dtype, op=m.op, cost_model=model).time_s)
         return np.array(out)

@@ -30,12 +30,10 @@ from ..algorithms.registry import algos_for
 from ..collectives import COLLECTIVES, DATA_COLLECTIVES
 from ..collectives import collective as lookup
 from ..cost_model import CostModel
+from ..dtypes import DTYPE_SPELLINGS, ITEMSIZE_BY_NAME, SHORT_DTYPE_NAMES
 from ..errors import HcclError
 from .simulator import simulate_call, simulate_p2p
 
-DTYPE_BYTES = {"int8": 1, "uint8": 1, "fp16": 2, "bf16": 2, "int16": 2, "fp32": 4, "int32": 4, "fp64": 8, "int64": 8}
-DTYPE_NAMES = {"int8": "int8", "uint8": "uint8", "fp16": "float16", "bf16": "bfloat16", "int16": "int16", "fp32": "float32",
-               "int32": "int32", "fp64": "float64", "int64": "int64"}
 P2P = ("sendrecv", "send", "p2p")
 HCCL_TEST_HEADER = "data_size(Bytes): | aveg_time(us): | alg_bandwidth(GB/s): | check_result:"
 
@@ -66,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-f", "--stepfactor", type=int, default=2, help="sweep multiplication factor (HCCL Test's -f)")
     parser.add_argument("--algo", default="auto", help="ring, tree, hd, mesh, rd/oneshot (allreduce), hier:<inner>/<outer> "
                                                        "(on the partition by server), or auto (HCCL's rules)")
-    parser.add_argument("--dtype", default="fp32", choices=sorted(DTYPE_BYTES))
+    parser.add_argument("--dtype", default="fp32", choices=sorted(SHORT_DTYPE_NAMES))
     parser.add_argument("--op", default="sum", choices=["sum", "prod", "max", "min"])
     parser.add_argument("--root", type=int, default=0)
     parser.add_argument("--src", type=int, default=0, help="sendrecv: the sending rank")
@@ -128,8 +126,8 @@ def _one(args, topology: Topology, wall_start: float) -> int:
     spec = lookup(args.collective)
     collective = spec.name
     _check_algo(collective, args.algo)
-    itemsize = DTYPE_BYTES[args.dtype]
-    dtype = DTYPE_NAMES[args.dtype]
+    dtype = DTYPE_SPELLINGS[args.dtype]
+    itemsize = ITEMSIZE_BY_NAME[dtype]
     n = topology.num_ranks
     count = spec.message_elements(args.bytes, itemsize, n)
     model = CostModel(topology)
@@ -155,8 +153,8 @@ def _sweep(args, topology: Topology, sizes: list[int]) -> int:
     spec = lookup(args.collective)
     collective = spec.name
     _check_algo(collective, args.algo)
-    itemsize = DTYPE_BYTES[args.dtype]
-    dtype = DTYPE_NAMES[args.dtype]
+    dtype = DTYPE_SPELLINGS[args.dtype]
+    itemsize = ITEMSIZE_BY_NAME[dtype]
     n = topology.num_ranks
     model = CostModel(topology)
     print(f"# hccl-sim: {collective} {args.dtype} op {args.op} on {topology.name} ({n} ranks), algo {args.algo}; "
