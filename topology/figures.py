@@ -57,8 +57,8 @@ Sources cited below (quotes are in docs/fidelity.md and hccl_py/planning/fidelit
 [A300IDUO] Atlas 300I Duo (two Ascend 310P chips): 280 TOPS INT8, 96 GB LPDDR4X, 408 GB/s,
          PCIe 4.0 x16, as reported from Gamers Nexus / ComputerBase teardown coverage,
          e.g. https://avalanchenoticias.com.br/servidores-clusters-supercomputadores-computadores-industriais-e-multiprocessadores/o-acelerador-huawei-atlas-300i-duo-e-equipado-com-um-par-de-chips-ascend-310-ai
-[PRACT]  The practitioner report on CANN's architecture this project started from
-         (/work/shared/SOURCE-FACTS.md): "a well-tiled FP16 matmul on a 910B reaches about 70-80% of
+[PRACT]  A practitioner report on CANN's architecture this project started from (not public;
+         what is used of it is quoted here whole, and figures resting on it are estimates): "a well-tiled FP16 matmul on a 910B reaches about 70-80% of
          the theoretical peak"; "the Cube unit works on 16x16x16 blocks".
 """
 

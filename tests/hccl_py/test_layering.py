@@ -1,4 +1,4 @@
-"""The runtime's layers (DESIGN.md): hccl_py never imports launch or benchmarks; schedules
+"""The runtime's layers (README, "Layout"): hccl_py never imports launch or benchmarks; schedules
 (algorithms/) never import a transport, the executor or the communicator; transports never
 import algorithms; torch is imported only by the adapter that needs it."""
 
