@@ -346,6 +346,23 @@ def out_overlap_cases(size: int, count: int = 4) -> Iterator[Case]:
         yield Case(f"allreduce-out-overlap/off{offset}", _allreduce_out_overlap(offset, count))
     for algo in algos("alltoall"):
         yield Case(f"alltoall-in-place/{algo}", _alltoall_in_place(algo))
+    # Overlap at every offset, for every algorithm, of the rooted and block collectives too (their
+    # input and out= share one buffer; the root in the middle so either side can be hit).
+    for offset in range(-count + 1, count):
+        for algo in algos("broadcast"):
+            yield Case(f"broadcast-out-overlap/{algo}/off{offset}", _broadcast_out_overlap(algo, offset, count))
+        for algo in algos("reduce"):
+            yield Case(f"reduce-out-overlap/{algo}/off{offset}", _reduce_out_overlap(algo, offset, count))
+    for offset in range(size * count - count + 1):
+        for algo in algos("scatter"):
+            yield Case(f"scatter-out-overlap/{algo}/off{offset}", _scatter_out_overlap(algo, offset, count))
+        for algo in algos("gather"):
+            yield Case(f"gather-out-overlap/{algo}/off{offset}", _gather_out_overlap(algo, offset, count))
+    for offset in (-count, -1, 1, count):
+        for algo in algos("alltoall"):
+            yield Case(f"alltoall-out-overlap/{algo}/off{offset}", _alltoall_out_overlap(algo, offset, count))
+        for algo in algos("alltoallv"):
+            yield Case(f"alltoallv-send-recv-overlap/{algo}/off{offset}", _alltoallv_overlap(algo, offset))
 
 
 def _matrix(size: int, salt: int) -> list[list[int]]:
@@ -486,4 +503,97 @@ def _alltoall_in_place(algo):
         x = np.concatenate([value(r * size + j, 3, dtype, salt=5) for j in range(size)]).reshape(size, 3)
         assert comm.all_to_all(x, out=x, algo=algo) is x
         expect(x, np.stack([value(i * size + r, 3, dtype, salt=5) for i in range(size)]), f"in-place alltoall on rank {r}")
+    return run
+
+
+def _broadcast_out_overlap(algo, offset, n):
+    dtype = np.dtype(np.int32)
+
+    def run(comm):
+        root = comm.size // 2
+        buf = garbage(comm.rank, 3 * n, dtype)
+        x, out = buf[n:2 * n], buf[n + offset:2 * n + offset]
+        if comm.rank == root:
+            x[:] = value(root, n, dtype, salt=2)
+        comm.broadcast(x, root=root, out=out, algo=algo)
+        expect(out, value(root, n, dtype, salt=2), f"broadcast out overlapping x by {offset} on rank {comm.rank}")
+    return run
+
+
+def _reduce_out_overlap(algo, offset, n):
+    dtype = np.dtype(np.int32)
+
+    def run(comm):
+        root = comm.size // 2
+        buf = garbage(comm.rank, 3 * n, dtype)
+        x, out = buf[n:2 * n], buf[n + offset:2 * n + offset]
+        x[:] = value(comm.rank, n, dtype)
+        comm.reduce(x, root=root, out=out, algo=algo)
+        if comm.rank == root:
+            expect(out, reduced(comm.size, n, dtype, ReduceOp.SUM), f"reduce out overlapping x by {offset} on the root")
+    return run
+
+
+def _scatter_out_overlap(algo, offset, n):
+    dtype = np.dtype(np.int64)
+
+    def run(comm):
+        size, r = comm.size, comm.rank
+        buf = garbage(r, size * n, dtype)
+        root = size // 2
+        if r == root:
+            buf[:] = np.concatenate([value(j, n, dtype, salt=4) for j in range(size)])
+        out = buf[offset:offset + n]  # on the root inside the input it scatters
+        comm.scatter(buf.reshape(size, n) if r == root else None, root=root, out=out, algo=algo)
+        expect(out, value(r, n, dtype, salt=4), f"scatter out at element {offset} of the root's input, rank {r}")
+    return run
+
+
+def _gather_out_overlap(algo, offset, n):
+    dtype = np.dtype(np.int64)
+
+    def run(comm):
+        size, r = comm.size, comm.rank
+        root = size // 2
+        buf = garbage(r, size * n, dtype)
+        x = buf[offset:offset + n]  # on the root inside the output it gathers into
+        x[:] = value(r, n, dtype, salt=6)
+        out = buf.reshape(size, n) if r == root else None
+        comm.gather(x, root=root, out=out, algo=algo)
+        if r == root:
+            expect(out, np.stack([value(i, n, dtype, salt=6) for i in range(size)]), f"gather into out holding x at {offset}")
+    return run
+
+
+def _alltoall_out_overlap(algo, offset, n):
+    dtype = np.dtype(np.int32)
+
+    def run(comm):
+        size, r = comm.size, comm.rank
+        buf = garbage(r, size * n + 2 * n, dtype)
+        x = buf[n:n + size * n]
+        x[:] = np.concatenate([value(r * size + j, n, dtype, salt=8) for j in range(size)])
+        out = buf[n + offset:n + offset + size * n]
+        comm.all_to_all(x.reshape(size, n), out=out.reshape(size, n), algo=algo)
+        expect(out.reshape(size, n), np.stack([value(i * size + r, n, dtype, salt=8) for i in range(size)]),
+               f"alltoall out overlapping x by {offset} on rank {r}")
+    return run
+
+
+def _alltoallv_overlap(algo, offset):
+    dtype = np.dtype(np.int32)
+
+    def run(comm):
+        size, r = comm.size, comm.rank
+        m = _matrix(size, 2)
+        sends, recvs = m[r], [m[i][r] for i in range(size)]
+        total_send, total_recv = sum(sends), sum(recvs)
+        pad = abs(offset)
+        buf = garbage(r, pad + max(total_send, total_recv) + pad, dtype)
+        send = buf[pad:pad + total_send]
+        send[:] = np.concatenate([value(r * size + j, sends[j], dtype, salt=9) for j in range(size)]) if total_send else send
+        recv = buf[pad + offset:pad + offset + total_recv]
+        comm.all_to_all_v(send, sends, None, recv, recvs, None, algo=algo)
+        want = np.concatenate([value(i * size + r, recvs[i], dtype, salt=9) for i in range(size)]) if total_recv else recv
+        expect(recv, want, f"alltoallv recv overlapping send by {offset} on rank {r}")
     return run

@@ -11,7 +11,7 @@ import os
 import numpy as np
 import pytest
 
-from tests.mp import LIVENESS_S, run_ranks, wait_for_file
+from tests.mp import LIVENESS_S, run_plain, run_ranks, wait_for_file
 
 
 def _progress_without_wait(folder: str) -> dict:
@@ -210,3 +210,80 @@ def test_sends_and_receives_in_any_order_never_deadlock():
     for r, res in enumerate(results):
         left = (r - 1) % 3
         assert res == [left, left, 20 + left]
+
+
+def _every_operation_async() -> dict:
+    """Each operation blocking and with ``async_op=True`` on equal inputs: the same results, and
+    the handle's contract (is_completed after wait, exception None)."""
+    import hccl_py
+
+    comm = hccl_py.init()
+    n, r = comm.size, comm.rank
+
+    def inputs():
+        return {
+            "broadcast": lambda c, **k: c.broadcast(np.arange(5.0) + r, root=1, **k),
+            "reduce": lambda c, **k: c.reduce(np.arange(5.0) * (r + 1), root=2, op="max", **k),
+            "reduce_scatter": lambda c, **k: c.reduce_scatter(np.arange(3.0 * n) + r, out=np.empty(3), **k),
+            "scatter": lambda c, **k: c.scatter(np.arange(2.0 * n).reshape(n, 2) if r == 0 else None, root=0, out=np.empty(2), **k),
+            "gather": lambda c, **k: c.gather(np.full(2, float(r)), root=1, **k),
+            "barrier": lambda c, **k: c.barrier(**k),
+            "all_to_all_vc": lambda c, **k: _vc(c, **k),
+        }
+
+    def _vc(c, **k):
+        counts = [[(i + j) % 3 for j in range(n)] for i in range(n)]  # counts[i][j]: i sends to j
+        send = np.arange(sum(counts[r]), dtype=np.int32) + 100 * r
+        recv = np.full(sum(counts[i][r] for i in range(n)), -1, np.int32)
+        out = c.all_to_all_vc(send, counts, recv, **k)
+        return recv if out is None else out
+
+    def value(res):
+        return None if res is None else np.asarray(res).tolist()
+
+    got = {}
+    for name, call in inputs().items():
+        blocking = value(call(comm))
+        work = call(comm, async_op=True)
+        result = work.wait()
+        got[name] = {"same": value(result) == blocking, "completed": work.is_completed(), "exception": work.exception()}
+    return got
+
+
+@pytest.mark.timeout(90)
+def test_every_operation_gives_its_blocking_result_asynchronously():
+    results = run_ranks(_every_operation_async, 3, timeout=80)
+    for rank, res in enumerate(results):
+        for name, got in res.items():
+            assert got == {"same": True, "completed": True, "exception": None}, (rank, name, got)
+
+
+DEAD_PEER_AT_WAIT = """
+import json, os
+import numpy as np
+import hccl_py
+
+comm = hccl_py.init()
+comm.barrier()
+if comm.rank == 2:
+    os.kill(os.getpid(), 9)
+work = comm.all_reduce(np.ones(16, np.float32), async_op=True)
+try:
+    work.wait()
+    print(json.dumps({"class": None}))
+except hccl_py.HcclError as err:
+    print(json.dumps({"class": type(err).__name__, "peer": err.peer, "op": err.op, "same": work.exception() is err}))
+"""
+
+
+@pytest.mark.timeout(90)
+def test_a_dead_peer_surfaces_at_wait_naming_it(tmp_path):
+    """Started without a launcher, so the survivors live to report; HCCL_EXEC_TIMEOUT is beyond
+    the test's bound: only noticing rank 2's death passes."""
+    script = tmp_path / "dead_peer_at_wait.py"
+    script.write_text(DEAD_PEER_AT_WAIT)
+    results = run_plain(script, 3, env={"HCCL_EXEC_TIMEOUT": "60"}, timeout=80)
+    assert results[2].returncode == -9
+    for rank in (0, 1):
+        report = json.loads(results[rank].stdout.strip().splitlines()[-1])
+        assert report == {"class": "HcclRemoteError", "peer": 2, "op": "allreduce", "same": True}, (rank, report)
