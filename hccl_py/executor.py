@@ -61,7 +61,9 @@ def describe_call(sig: tuple, algo_names: tuple[str, ...]) -> str:
     op = OpKind(sig.op)
     spec = of_kind(op)
     dtype = NAME_BY_CODE.get(sig.dtype, f"dtype#{sig.dtype}")
-    parts = [f"count={sig.count}", f"dtype={dtype}"]
+    # An all-to-all-v's count is a digest of its counts matrix: a name to compare, not a number.
+    count = f"counts matrix #{sig.count & 0xFFFFFFFF:08x}" if spec is not None and spec.name == "alltoallv" else f"count={sig.count}"
+    parts = [count, f"dtype={dtype}"]
     if spec is not None and spec.reduces:
         parts.append(f"op={ReduceOp(sig.redop).name.lower()}")
     if spec is not None and spec.rooted:
@@ -899,10 +901,13 @@ class Engine:
         theirs = describe_call(inc.sig, ctx.algo_names)
         if inc.sig == ctx.sig:
             theirs += f" with a different schedule ({inc.msg_count} elements in message {inc.msg_index}, expected another size)"
+        # Both all-to-all-v's, only the matrices differ: say that, not two digests.
+        matrices = inc.sig[:1] == ctx.sig[:1] == (int(OpKind.ALLTOALLV),) and inc.sig[1:4] == ctx.sig[1:4] and inc.sig != ctx.sig
         error = HcclParamError(
             f"{ctx.what}: call mismatch: rank {ctx.comm_rank} called {mine} but rank {ctx.peer_label(inc.src)} called {theirs}. "
-            f"Every rank of a communicator must make the same calls in the same order",
-            **ctx.fields(peer=ctx.comm_rank_of(inc.src))
+            + ("The counts matrix must be the same on every rank" if matrices else
+               "Every rank of a communicator must make the same calls in the same order"),
+            rule="counts_matrix" if matrices else "same_call", **ctx.fields(peer=ctx.comm_rank_of(inc.src))
         )
         self.notify(ctx, error)
         raise error

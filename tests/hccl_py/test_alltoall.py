@@ -83,14 +83,14 @@ def _matrices_differ() -> dict:
     try:
         comm.all_to_all_vc(np.zeros(sum(row), np.float32), matrix, np.zeros(sum(column), np.float32))
     except hccl_py.HcclParamError as err:
-        return {"code": int(err.code), "op": err.op, "peer": err.peer}
+        return {"code": int(err.code), "op": err.op, "peer": err.peer, "rule": err.rule}
     return {}
 
 
 @pytest.mark.timeout(60)
 def test_a_rank_with_another_counts_matrix_is_a_call_mismatch():
     results = run_ranks(_matrices_differ, 3, env={"HCCL_EXEC_TIMEOUT": "30"}, timeout=50)
-    assert all(res["code"] == 1 and res["op"] == "alltoallv" for res in results)
+    assert all(res["code"] == 1 and res["op"] == "alltoallv" and res["rule"] == "counts_matrix" for res in results)
     assert any(res["peer"] == 2 for res in results[:2])  # the ranks that met rank 2's messages name it
 
 
