@@ -56,7 +56,7 @@ class Issuer:
             return Pending(label, None, result, dev.clock, time.monotonic())
         before, wall = dev.clock, time.monotonic()
         work = call(*args, async_op=True, **kwargs)
-        if dev.clock > before:  # issuing waited (e.g. all_to_all_v's exchange of counts is blocking)
+        if dev.clock > before:  # issuing advanced the card's clock (a call that had to wait before it could queue)
             self._segment("wait", f"exposed: issue {label}", before, dev.clock, wall)
         return Pending(label, work, None, dev.clock, wall)
 
