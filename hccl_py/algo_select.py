@@ -463,7 +463,7 @@ def resolve(collective: str, algo: str, choose_auto: Callable[[], str], env_tabl
             if (name in ALL_ALGOS and name not in algos_for(collective)) or (levels is not None and collective not in HIER_COLLECTIVES):
                 name = AUTO
         source = env.HCCL_ALGO
-        given = {"variable": "HCCL_ALGO"}  # where the name came from, as error fields
+        given = {"variable": env.HCCL_ALGO}  # where the name came from, as error fields
         if name == AUTO:
             return choose_auto()
     else:

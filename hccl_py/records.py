@@ -5,7 +5,7 @@ Each call gets a :class:`CallRecord` when it is *entered* (before any byte moves
 (default 20,000) records plus running totals, so:
 
 * ``comm.stats()`` sums a communicator's calls (modeled and wall seconds, never mixed);
-* :func:`write_chrome_trace` writes a Chrome trace (Perfetto): one process per rank, one track
+* :func:`write_rank_trace` writes a Chrome trace (Perfetto): one process per rank, one track
   for the modeled timeline and one for the wall-clock timeline;
 * :meth:`Recorder.dump` writes the records as JSON when a call fails, on SIGTERM, on an uncaught
   exception, or on demand (``hccl_py.dump_flight_recorder()``); hccl-launch merges the ranks'
@@ -174,7 +174,7 @@ def chrome_trace_events(rank: int, records, wall_origin: float, kernels=()) -> l
     return events
 
 
-def write_chrome_trace(path: str | Path, rank: int, records, wall_origin: float, kernels=()) -> Path:
+def write_rank_trace(path: str | Path, rank: int, records, wall_origin: float, kernels=()) -> Path:
     """Write one rank's trace file; hccl-launch merges the ranks' files into one."""
     return tracefile.write(path, chrome_trace_events(rank, records, wall_origin, kernels))
 

@@ -19,7 +19,7 @@ from .communicator import Communicator
 from .context import RankContext, make_context
 from .errors import HcclInternalError
 from .executor import Engine
-from .records import DEFAULT_RECORDS, install_dump_hooks, write_chrome_trace
+from .records import DEFAULT_RECORDS, install_dump_hooks, write_rank_trace
 from .transport.base import Transport
 
 WORLD_COMM_ID = 1
@@ -82,7 +82,7 @@ def _finisher(rc: RankContext, transport: Transport | None, trace_dir: str | Non
             return
         done.append(True)
         if trace_dir:
-            write_chrome_trace(os.path.join(trace_dir, tracefile.rank_file(rc.device.rank)), rc.device.rank,
+            write_rank_trace(os.path.join(trace_dir, tracefile.rank_file(rc.device.rank)), rc.device.rank,
                                rc.recorder.records, rc.wall_origin, rc.device.kernels or ())
         if transport is not None:
             transport.close()

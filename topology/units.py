@@ -34,7 +34,10 @@ def parse_size(text: str | int, minimum: int = 1) -> int:
 
 
 def format_size(nbytes: int) -> str:
-    """``8`` -> ``"8B"``, ``65536`` -> ``"64K"``, ``1572864`` -> ``"1.5M"`` (labels, messages)."""
+    """``8`` -> ``"8B"``, ``65536`` -> ``"64K"``, ``1572864`` -> ``"1.5M"`` (labels, messages);
+    a whole number of decimal gigabytes as a source states it: ``10**9`` -> ``"1GB"``."""
+    if nbytes >= 10**9 and nbytes % 10**9 == 0 and nbytes % (1 << 30):
+        return f"{nbytes // 10**9}GB"
     for suffix in ("G", "M", "K"):
         unit = _SUFFIX[suffix]
         if nbytes >= unit:

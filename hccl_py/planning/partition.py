@@ -38,7 +38,7 @@ from topology import Topology, auto_partition, load_partition, validate_partitio
 
 from topology.units import format_size, parse_size
 
-from ..algorithms.hierarchical import HIER_COLLECTIVES, Partition, format_partition, schedule_for
+from ..algorithms.hierarchical import HIER_COLLECTIVES, Partition, schedule_for
 from ..collectives import collective as lookup
 from ..cost_model import CostModel, flow_load, route_share
 from ..errors import HcclParamError
@@ -326,6 +326,6 @@ def optimize(topo: Topology, workload: Workload, *, budget: int = DEFAULT_BUDGET
 
 __all__ = [
     "Choice", "CollectiveWorkload", "Workload", "auto", "bell", "canonical", "equal_partition_count",
-    "equal_partitions", "evaluate", "format_partition", "heuristic_candidates", "manual", "optimize", "pair_bandwidth",
+    "equal_partitions", "evaluate", "heuristic_candidates", "manual", "optimize", "pair_bandwidth",
     "parse_workload", "set_partitions",
 ]

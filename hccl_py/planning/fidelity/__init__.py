@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from topology import Topology
+from topology.units import format_size
 from topology.figures import CARD_MODELS, FiguresArg, resolve_figures
 
 from ...collectives import collective as lookup
@@ -128,7 +129,7 @@ def format_checks(checks: list[Check]) -> str:
             spec = row["model"]
             what = f"matmul {spec['m']}x{spec['n']}x{spec['k']} {spec['dtype']}"
         elif row["model"].get("size_bytes"):
-            what = f"{what} {_size(row['model']['size_bytes'])} ({c.algo})"
+            what = f"{what} {format_size(row['model']['size_bytes'])} ({c.algo})"
         unit = _UNITS[c.metric]
         status = ("ok" if c.ok else "DRIFT") if c.held else "not held"
         lines.append((row["id"], _short(row["hardware"]), what, f"{c.measured:.4g} {unit}", f"{c.model:.4g} {unit}",
@@ -146,9 +147,3 @@ def _short(text: str) -> str:
     text = text.split(",")[0].split("(")[0].strip()
     return text if len(text) <= 34 else text[:33] + "…"
 
-
-def _size(nbytes: int) -> str:
-    for unit, scale in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
-        if nbytes >= scale and nbytes % scale == 0:
-            return f"{nbytes // scale}{unit}"
-    return f"{nbytes / 1e9:g}GB" if nbytes >= 1e8 else f"{nbytes}B"
