@@ -294,6 +294,41 @@ def test_hccl_sim_sendrecv_and_figures(tmp_path, capsys):
     assert main(["sendrecv", "--preset", "2x8p-roce", "--src", "0", "--dst", "99", "--bytes", "1"]) == 2
 
 
+def test_hccl_sim_alltoallv_and_batchsendrecv(tmp_path, capsys):
+    from hccl_py.algorithms.alltoallv import skewed_counts
+    from hccl_py.planning.cli import main
+    from hccl_py.planning.simulator import fastest_alltoallv, simulate_alltoallv, simulate_batch, simulate_call
+
+    topo = Topology.preset("2x8p-roce")
+    n = topo.num_ranks
+    assert main(["alltoallv", "--preset", "2x8p-roce", "--bytes", "1M", "--skew", "1.2"]) == 0
+    out = capsys.readouterr().out
+    matrix = skewed_counts(n, (1 << 20) // 4, 1.2)
+    assert {sum(row) for row in matrix} == {n << 18} and matrix[0][0] > matrix[0][1] > matrix[0][-1]  # total as uniform
+    vc = simulate_alltoallv(topo, matrix)
+    gather = simulate_call("allgather", topo, 1 + 2 * n, itemsize=8, dtype="int64")
+    v = simulate_alltoallv(topo, matrix, start_clocks=gather.result.end_clocks)
+    for algo in ("pairwise", "mesh"):
+        (row,) = [line.split() for line in out.splitlines() if line.split()[:1] == [algo]]
+        assert float(row[1]) == pytest.approx(vc[algo].time_s * 1e6, abs=1e-3)
+        assert float(row[2]) == pytest.approx(max(v[algo].end_clocks) * 1e6, abs=1e-3) and float(row[2]) > float(row[1])
+    assert f"auto: {fastest_alltoallv(vc)}," in out and "Zipf skew 1.2" in out and "rank 0 receives the most" in out
+    counts = tmp_path / "counts.json"
+    counts.write_text(json.dumps([[j + i for j in range(n)] for i in range(n)]))
+    assert main(["all_to_all_vc", "--preset", "2x8p-roce", "--counts", str(counts), "--algo", "pairwise"]) == 0
+    out = capsys.readouterr().out
+    assert f"counts from {counts}" in out and "pairwise" in out and "mesh" not in out.split("algo", 1)[1].split("all_to_all_v:")[0]
+    counts.write_text("[[1, 2], [3, 4]]")
+    assert main(["alltoallv", "--preset", "2x8p-roce", "--counts", str(counts)]) == 2  # 2 x 2 on 16 ranks
+    assert main(["alltoallv", "--preset", "2x8p-roce", "-b", "8", "-e", "64"]) == 2
+    assert main(["allreduce", "--preset", "2x8p-roce", "--bytes", "8", "--skew", "1"]) == 2
+    assert main(["batchsendrecv", "--preset", "2x8p-roce", "--bytes", "1G"]) == 0
+    ring = simulate_batch(topo, [(r, (r + 1) % n, 1 << 30) for r in range(n)])
+    assert f"{ring.time_s * 1e6:14.3f} us" in capsys.readouterr().out
+    assert main(["batch_send_recv", "--preset", "2x8p-roce", "-b", "1K", "-e", "1M", "-f", "32"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 3 + 3
+
+
 def _auto_calls() -> list:
     import hccl_py
 
