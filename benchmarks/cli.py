@@ -70,7 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
                "hccl-bench allreduce -n 2 -b 8 -e 64M -f 4 --vs mpi,gloo --plot ar.png. "
                "Communication groups: hccl-bench partition --help",
     )
-    p.add_argument("collective", choices=list(COLLECTIVES), help="the collective to measure")
+    p.add_argument("collective", choices=list(COLLECTIVES), help="the collective to measure (alltoallv: alltoall's "
+                   "data with equal counts per pair, as HCCL's alltoallv_test; hccl-py and --vs mpi, gloo does not run it)")
     p.add_argument("-n", "--nranks", type=_nranks, default=(2,),
                    help="ranks (simulated cards), default 2; several (2,4) run the sweep at each, "
                         "alternating, and print how each implementation's time scales")
@@ -87,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="check every iteration's result (1, default) or not (0)")
     p.add_argument("--algo", default="auto",
                    help=f"hccl-py's algorithm: {', '.join(ALGOS)} (or any other hccl-py has for the collective; "
-                        "alltoall: pairwise, mesh), default auto")
+                        "alltoall, alltoallv: pairwise, mesh), default auto")
     p.add_argument("--vs", type=_peers, default=(), metavar="PEERS",
                    help="also run these, alternating with hccl-py: mpi, gloo, unmodeled (hccl-py without "
                         "modeled time), comma-separated")

@@ -22,7 +22,7 @@ from .algorithms import hierarchical, p2p
 from .algorithms._common import packed_displacements
 from .algorithms.alltoallv import VSchedule, as_matrix
 from .algorithms.alltoallv import digest as alltoallv_digest
-from .algorithms.registry import ALL_ALGOS, algos_for, get_schedule
+from .algorithms.registry import ALL_ALGOS, get_schedule
 from .algorithms.schedule import Schedule
 from .context import RankContext
 from .device import Device, Stream
@@ -717,12 +717,10 @@ class Communicator:
         """The all-to-all algorithm of a counts matrix: the caller's, HCCL_ALGO's, or the one the
         cost model finds fastest for this very matrix."""
         def fastest() -> str:
-            from .planning.simulator import simulate
+            from .planning.simulator import fastest_alltoallv, simulate_alltoallv
 
-            times = {a: simulate("alltoallv", VSchedule(a, matrix), self._rc.topology, 0, itemsize=itemsize,
-                                 world_ranks=self._world_ranks, cost_model=self._rc.cost_model).time_s
-                     for a in algos_for("alltoallv")}
-            return min(times, key=times.get)
+            return fastest_alltoallv(simulate_alltoallv(self._rc.topology, matrix, itemsize=itemsize,
+                                                        world_ranks=self._world_ranks, cost_model=self._rc.cost_model))
 
         return algo_select.resolve("alltoallv", algo, fastest, self._algo_env)
 

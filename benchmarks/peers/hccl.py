@@ -2,8 +2,8 @@
 
 Calls as a user writes them: ``all_reduce``/``broadcast``/``reduce`` in place on the buffer,
 ``all_gather``/``reduce_scatter``/``all_to_all``/``scatter``/``gather`` into the staged output
-buffer (``out=``; scatter's other ranks pass ``x=None``, gather's no ``out``), every call with
-``algo=--algo``.
+buffer (``out=``; scatter's other ranks pass ``x=None``, gather's no ``out``), ``all_to_all_v``
+with equal counts into it, every call with ``algo=--algo``.
 
 Extra columns (the hook for modeled time): list them in ``EXTRA_COLUMNS`` and fill the measured
 ones in ``HcclRankComm.extra_start``/``extra_stop``, e.g. once the communicator reports its
@@ -49,6 +49,7 @@ _CALLS = {
     "reduce": "reduce(x) in place",
     "reducescatter": "reduce_scatter(y, out=buf)",
     "alltoall": "all_to_all(x, out=buf)",
+    "alltoallv": "all_to_all_v(x, counts, None, buf, counts, None), equal counts",
     "scatter": "scatter(x on root / None, root, out=buf)",
     "gather": "gather(x, root, out=buf on root)",
 }
@@ -84,6 +85,9 @@ class HcclRankComm(RankComm):
             return functools.partial(c.reduce_scatter, send, op, out=recv, algo=algo)
         if name == "alltoall":
             return functools.partial(c.all_to_all, send, out=recv, algo=algo)
+        if name == "alltoallv":
+            counts = [send.size // self.size] * self.size
+            return functools.partial(c.all_to_all_v, send, counts, None, recv, counts, None, algo=algo)
         at_root = self.rank == root
         if name == "scatter":
             return functools.partial(c.scatter, send if at_root else None, root, out=recv, algo=algo)
@@ -95,9 +99,11 @@ class HcclRankComm(RankComm):
         self.comm.barrier()
 
     def _modeled_s(self) -> float:
-        # Only this collective's own calls: barriers and the harness's scalar reductions excluded.
-        by_op = self.comm.stats().by_op.get(self._collective)
-        return 0.0 if by_op is None else by_op.modeled_s
+        # Only this collective's own calls: barriers and the harness's scalar reductions excluded;
+        # all_to_all_v's counts exchange (an allgather, which the harness never calls) included.
+        stats = self.comm.stats().by_op
+        ops = (self._collective, "allgather") if self._collective == "alltoallv" else (self._collective,)
+        return sum(stats[op].modeled_s for op in ops if op in stats)
 
     def extra_start(self) -> float:
         return self._modeled_s()
@@ -113,13 +119,17 @@ class HcclRankComm(RankComm):
 
 def unsupported_reason(cfg: BenchConfig) -> str | None:
     """Why hccl-py would refuse this run (an algorithm it lacks, an op the dtype cannot take)."""
-    from hccl_py.algorithms.registry import get_schedule
+    from hccl_py.algorithms.registry import algos_for, get_schedule
     from hccl_py.dtypes import ReduceOp, check_op_dtype
     from hccl_py.errors import HcclError
 
     try:
-        if cfg.algo != "auto":
-            get_schedule(get_collective(cfg.collective).spec.name, cfg.algo)
+        name = get_collective(cfg.collective).spec.name
+        if cfg.algo != "auto" and name == "alltoallv":
+            if cfg.algo not in algos_for(name):
+                return f"no algorithm {cfg.algo!r} for alltoallv; use one of {', '.join(algos_for(name))}"
+        elif cfg.algo != "auto":
+            get_schedule(name, cfg.algo)
         if get_collective(cfg.collective).reduces:
             check_op_dtype(ReduceOp.parse(cfg.op), cfg.dt.np, where=cfg.collective)
     except HcclError as err:

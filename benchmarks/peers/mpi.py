@@ -6,8 +6,8 @@ The driver starts the ranks with that wheel's mpiexec (found next to this Python
 
 Buffer-based calls on numpy arrays, in place where MPI has it: ``Allreduce(IN_PLACE, x)``,
 ``Bcast(x)``, ``Reduce(IN_PLACE, x)`` on root, ``Allgather(x, out)``,
-``Reduce_scatter_block(y, out)``, ``Alltoall(x, out)``, ``Scatter``/``Gather`` (the buffer
-that only the root has is ``None`` elsewhere). MPI has no bfloat16 reductions; bf16 copies go as 16-bit words.
+``Reduce_scatter_block(y, out)``, ``Alltoall(x, out)``, ``Alltoallv`` with equal counts,
+``Scatter``/``Gather`` (the buffer that only the root has is ``None`` elsewhere). MPI has no bfloat16 reductions; bf16 copies go as 16-bit words.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ _CALLS = {
     "reduce": "Reduce(IN_PLACE, x) on root",
     "reducescatter": "Reduce_scatter_block(y, out)",
     "alltoall": "Alltoall(x, out)",
+    "alltoallv": "Alltoallv([x, counts, displs], [out, counts, displs]), equal counts",
     "scatter": "Scatter(x on root / None, out, root)",
     "gather": "Gather(x, out on root / None, root)",
 }
@@ -69,6 +70,12 @@ class MpiRankComm(RankComm):
             return [a.view(np.uint16), self.MPI.UINT16_T]
         return a
 
+    def _vbuf(self, a: np.ndarray, layout: tuple[list[int], list[int]]) -> Any:
+        """``a`` with counts and displacements, as MPI's vector collectives take a buffer."""
+        if a.dtype == BFLOAT16:
+            return [a.view(np.uint16), layout, self.MPI.UINT16_T]
+        return [a, layout]
+
     def bind(self, coll: Collective, send: np.ndarray, recv: np.ndarray | None, op: str,
              root: int) -> Callable[[], np.ndarray | None]:
         c, MPI = self.comm, self.MPI
@@ -89,6 +96,10 @@ class MpiRankComm(RankComm):
             return functools.partial(c.Reduce_scatter_block, self._buf(send), self._buf(recv), mop)
         if name == "alltoall":
             return functools.partial(c.Alltoall, self._buf(send), self._buf(recv))
+        if name == "alltoallv":
+            block = send.size // self.size
+            layout = ([block] * self.size, [block * j for j in range(self.size)])
+            return functools.partial(c.Alltoallv, self._vbuf(send, layout), self._vbuf(recv, layout))
         at_root = self.rank == root
         if name == "scatter":
             return functools.partial(c.Scatter, self._buf(send) if at_root else None, self._buf(recv), root)

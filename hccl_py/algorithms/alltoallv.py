@@ -36,6 +36,26 @@ def as_matrix(counts: Sequence[Sequence[int]]) -> Matrix:
     return tuple(tuple(int(c) for c in row) for row in counts)
 
 
+def skewed_counts(size: int, per_pair: int, skew: float = 0.0) -> Matrix:
+    """A ``size`` x ``size`` counts matrix with the elements of a uniform all-to-all of ``per_pair``
+    elements per pair, every rank's row spread over the receivers by Zipf's law: rank j gets a
+    share ``∝ 1 / (j + 1) ** skew`` (MoE routing skew; 0 is uniform). Rows are rounded by largest
+    remainder, so each still sums to ``size * per_pair``::
+
+        skewed_counts(3, 4)          # ((4, 4, 4),) * 3
+        skewed_counts(3, 4, 1.2)     # ((7, 3, 2),) * 3
+    """
+    if size < 1 or per_pair < 0 or not skew >= 0 or skew == float("inf"):
+        raise ValueError(f"need size >= 1, per_pair >= 0 and a finite skew >= 0 (got {size}, {per_pair}, {skew})")
+    total = size * per_pair
+    weights = [1.0 / (j + 1) ** skew for j in range(size)]
+    ideal = [total * w / sum(weights) for w in weights]
+    row = [int(x) for x in ideal]
+    for j in sorted(range(size), key=lambda j: (row[j] - ideal[j], j))[:total - sum(row)]:
+        row[j] += 1
+    return (tuple(row),) * size
+
+
 def digest(counts: Matrix) -> int:
     """A 63-bit digest of the matrix: the ``count`` of the call's signature, so ranks that pass
     different matrices are a call mismatch."""

@@ -3,6 +3,9 @@
     hccl-sim allreduce --preset 64x8p-roce --bytes 256M --algo ring     # one call
     hccl-sim allreduce --preset 2x8p-roce -b 8 -e 1G -f 2               # a sweep in HCCL Test's columns
     hccl-sim sendrecv --preset 2x8p-roce --src 0 --dst 8 --bytes 1G     # one send between two ranks
+    hccl-sim alltoallv --preset 2x8p-roce --bytes 1M --skew 1.2         # all-to-all-v, MoE-skewed counts
+    hccl-sim alltoallv --preset 2x8p-roce --counts counts.json          # ... of your own counts matrix
+    hccl-sim batchsendrecv --preset 2x8p-roce --bytes 1G                # a ring exchange in one batch
     hccl-sim validate                                                   # the model against public measurements
 
 One call prints modeled time, algbw and busbw (nccl-tests' bus factors, ``hccl_py.collectives``),
@@ -11,6 +14,11 @@ time and peak memory. A sweep prints HCCL Test's table (``data_size(Bytes): | av
 alg_bandwidth(GB/s): | check_result:``, data_size as HCCL Test means it: the buffer of allreduce,
 broadcast and reduce, the whole gathered output / reduced input of allgather and reduce_scatter),
 so it lays beside a real sweep line by line; check_result is NULL (nothing was checked).
+``alltoallv`` takes a counts matrix (``--counts FILE``: JSON, ``counts[i][j]`` elements from rank
+i to rank j) or makes one (``--bytes`` per pair, ``--skew S``: rank j receives ``∝ 1/(j+1)^S``,
+the same total) and prints every algorithm's time, as ``all_to_all_vc`` and as ``all_to_all_v``
+(which first gathers the counts), and auto's choice. ``batchsendrecv``: every rank sends
+``--bytes`` to rank+1 and receives from rank-1 in one ``batch_send_recv``.
 ``--figures FILE`` takes a figures JSON (``hccl-calibrate`` writes one); ``--rank-table FILE``
 builds the cluster from a rank table instead of a preset.
 """
@@ -18,6 +26,7 @@ builds the cluster from a rank table instead of a preset.
 from __future__ import annotations
 
 import argparse
+import json
 import resource
 import sys
 import time
@@ -26,15 +35,17 @@ from topology import PRESETS, RankTable, Topology, TopologyError
 from topology.units import parse_size
 
 from ..algo_select import explain_auto, hier_levels
+from ..algorithms.alltoallv import as_matrix, skewed_counts
 from ..algorithms.registry import algos_for
 from ..collectives import COLLECTIVES, DATA_COLLECTIVES
 from ..collectives import collective as lookup
 from ..cost_model import CostModel
 from ..dtypes import DTYPE_SPELLINGS, ITEMSIZE_BY_NAME, SHORT_DTYPE_NAMES
 from ..errors import HcclError
-from .simulator import simulate_call, simulate_p2p
+from .simulator import fastest_alltoallv, simulate_alltoallv, simulate_batch, simulate_call, simulate_p2p
 
 P2P = ("sendrecv", "send", "p2p")
+BATCH = ("batchsendrecv", "batch_send_recv")
 HCCL_TEST_HEADER = "data_size(Bytes): | aveg_time(us): | alg_bandwidth(GB/s): | check_result:"
 
 
@@ -49,17 +60,20 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``hccl-sim`` (``hccl-sim validate`` has its own)."""
     parser = argparse.ArgumentParser(prog="hccl-sim", description="Modeled time of collectives on a cluster, no processes. "
                                      "'hccl-sim validate' holds the model against public measurements.")
-    names = [alias for c in DATA_COLLECTIVES if c != "alltoallv" for alias in (c, *COLLECTIVES[c].aliases)
-             if not alias.startswith("all_to_all_v")] + list(P2P)  # counts per pair need a matrix, not a size
-    parser.add_argument("collective", choices=names, help="a collective, or sendrecv (one send between --src and --dst)")
+    names = [alias for c in DATA_COLLECTIVES for alias in (c, *COLLECTIVES[c].aliases)] + list(P2P) + list(BATCH)
+    parser.add_argument("collective", choices=names, help="a collective (alltoallv: --counts, or --bytes per pair and "
+                        "--skew), sendrecv (one send between --src and --dst) or batchsendrecv (a ring exchange)")
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--preset", help=f"topology preset, e.g. 2x8p-roce ({', '.join(sorted(PRESETS))}, NxMp-roce)")
     where.add_argument("--rank-table", metavar="FILE", help="a rank table (JSON); --wiring names its servers' preset")
     parser.add_argument("--wiring", default=None, help="server preset of a --rank-table (default: as hccl-launch)")
     parser.add_argument("--figures", metavar="FILE", default=None, help="figures JSON overriding link/card figures (hccl-calibrate writes one)")
     sizes = parser.add_mutually_exclusive_group(required=True)
-    sizes.add_argument("--bytes", type=_size, help="one call: message size per rank (allgather: per rank's input)")
+    sizes.add_argument("--bytes", type=_size, help="one call: message size per rank (allgather: per rank's input; "
+                       "alltoallv: per pair; batchsendrecv: what each rank sends)")
     sizes.add_argument("-b", "--minbytes", type=_size, help="sweep from this data_size (HCCL Test's -b)")
+    sizes.add_argument("--counts", metavar="FILE", help="alltoallv: JSON n x n matrix, counts[i][j] = elements rank i "
+                       "sends rank j")
     parser.add_argument("-e", "--maxbytes", type=_size, default=None, help="sweep up to this data_size (HCCL Test's -e)")
     parser.add_argument("-f", "--stepfactor", type=int, default=2, help="sweep multiplication factor (HCCL Test's -f)")
     parser.add_argument("--algo", default="auto", help="ring, tree, hd, mesh, rd/oneshot (allreduce), hier:<inner>/<outer> "
@@ -69,6 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--root", type=int, default=0)
     parser.add_argument("--src", type=int, default=0, help="sendrecv: the sending rank")
     parser.add_argument("--dst", type=int, default=1, help="sendrecv: the receiving rank")
+    parser.add_argument("--skew", type=float, default=0.0, help="alltoallv with --bytes: Zipf exponent of the receivers "
+                        "(rank j gets a share ∝ 1/(j+1)^S of every row, total as uniform; MoE routing, e.g. 1.2)")
     return parser
 
 
@@ -95,8 +111,15 @@ def main(argv: list[str] | None = None) -> int:
             sizes.append(size)
             size *= args.stepfactor
     try:
+        v = args.collective not in P2P + BATCH and lookup(args.collective).name == "alltoallv"
+        if (args.counts is not None or args.skew) and not v:
+            raise ValueError("--counts and --skew are for alltoallv")
+        if v:
+            return _alltoallv(args, topology, wall_start)
         if args.collective in P2P:
             return _p2p(args, topology, wall_start, sizes if args.minbytes is not None else None)
+        if args.collective in BATCH:
+            return _batch(args, topology, wall_start, sizes if args.minbytes is not None else None)
         if args.minbytes is not None:
             return _sweep(args, topology, sizes)
         return _one(args, topology, wall_start)
@@ -195,6 +218,99 @@ def _p2p(args, topology: Topology, wall_start: float, sizes: list[int] | None) -
           f"over {kinds}")
     print(f"  modeled time  {t * 1e6:14.3f} us")
     print(f"  bandwidth     {args.bytes / t / 1e9:14.3f} GB/s")
+    print(f"  simulated in {time.perf_counter() - wall_start:.2f} s wall")
+    return 0
+
+
+def _counts(args, n: int) -> tuple[tuple[int, ...], ...]:
+    """The counts matrix of ``hccl-sim alltoallv``: ``--counts FILE`` or made from ``--bytes`` and ``--skew``."""
+    if args.minbytes is not None:
+        raise ValueError("alltoallv takes --bytes per pair or --counts, not a sweep")
+    if args.counts is None:
+        per_pair = args.bytes // DTYPE_BYTES[args.dtype]
+        if per_pair < 1:
+            raise ValueError(f"--bytes {args.bytes} is less than one {args.dtype} element per pair")
+        return skewed_counts(n, per_pair, args.skew)
+    if args.skew:
+        raise ValueError("--skew makes a matrix from --bytes; --counts gives one")
+    try:
+        with open(args.counts) as f:
+            counts = json.load(f)
+    except (OSError, ValueError) as err:
+        raise ValueError(f"--counts {args.counts}: {err}") from None
+    shaped = isinstance(counts, list) and len(counts) == n and all(isinstance(row, list) and len(row) == n for row in counts)
+    if not shaped or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for row in counts for c in row):
+        raise ValueError(f"--counts {args.counts}: need a {n} x {n} JSON matrix of non-negative ints (one row, one "
+                         f"column per rank of {args.preset or args.rank_table})")
+    return as_matrix(counts)
+
+
+def _alltoallv(args, topology: Topology, wall_start: float) -> int:
+    n = topology.num_ranks
+    matrix = _counts(args, n)
+    itemsize = DTYPE_BYTES[args.dtype]
+    algos = algos_for("alltoallv")
+    if args.algo != "auto" and args.algo not in algos:
+        raise ValueError(f"alltoallv has no algorithm {args.algo!r}; use one of {', '.join(algos)} or auto")
+    model = CostModel(topology)
+    vc = simulate_alltoallv(topology, matrix, itemsize=itemsize, cost_model=model)
+    choice = fastest_alltoallv(vc)
+    # all_to_all_v first gathers every rank's [ok, send counts, receive counts] (int64), then exchanges
+    gather = simulate_call("allgather", topology, 1 + 2 * n, itemsize=8, dtype="int64", cost_model=model)
+    v = simulate_alltoallv(topology, matrix, itemsize=itemsize, start_clocks=gather.result.end_clocks, cost_model=model)
+    total = sum(map(sum, matrix)) * itemsize
+    received = [sum(row[j] for row in matrix) * itemsize for j in range(n)]
+    hot = max(range(n), key=received.__getitem__)
+    if args.counts is None:
+        made = f"{args.bytes // itemsize * itemsize} bytes per pair" + (f", Zipf skew {args.skew:g}" if args.skew else ", uniform")
+    else:
+        made = f"counts from {args.counts}"
+    print(f"alltoallv {args.dtype} {total // n} bytes per rank on average on {topology.name} ({n} ranks), {made}")
+    if total:
+        print(f"  rank {hot} receives the most: {received[hot]} bytes, {received[hot] * n / total:.2f}x the average")
+    print(f"  {'algo':<10}{'all_to_all_vc (us)':>20}{'all_to_all_v (us)':>20}{'algbw (GB/s)':>15}{'busbw (GB/s)':>15}")
+    for algo in (algos if args.algo == "auto" else (args.algo,)):
+        t_v = max(v[algo].end_clocks) - min(gather.result.start_clocks)  # from the call, counts exchange included
+        algbw = total / n / t_v if t_v > 0 else float("inf")
+        mark = "   <- auto" if args.algo == "auto" and algo == choice else ""
+        print(f"  {algo:<10}{vc[algo].time_s * 1e6:>20.3f}{t_v * 1e6:>20.3f}{algbw / 1e9:>15.3f}"
+              f"{algbw * (n - 1) / n / 1e9:>15.3f}{mark}")
+    if args.algo == "auto":
+        print(f"  auto: {choice}, the least modeled time for this matrix (as the communicator's auto; HCCL_ALGO can name one)")
+    print(f"  all_to_all_v: its counts exchange (allgather of {1 + 2 * n} int64 per rank, {gather.algo}, "
+          f"{gather.time_s * 1e6:.3f} us), then the data exchange; all_to_all_vc: the data exchange alone")
+    print("  algbw = average bytes per rank / all_to_all_v time; busbw = algbw * (n-1)/n")
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"  simulated rank by rank in {time.perf_counter() - wall_start:.2f} s wall, peak memory {peak_mib:.0f} MiB")
+    return 0
+
+
+def _batch(args, topology: Topology, wall_start: float, sizes: list[int] | None) -> int:
+    n = topology.num_ranks
+    if n < 2:
+        raise ValueError(f"a ring exchange needs two ranks or more; {topology.name} has {n}")
+    model = CostModel(topology)
+
+    def ring(nbytes: int):
+        return simulate_batch(topology, [(r, (r + 1) % n, nbytes) for r in range(n)], cost_model=model)
+
+    what = f"batch_send_recv ring exchange on {topology.name} ({n} ranks): every rank sends to rank+1, receives from rank-1"
+    if sizes is not None:
+        print(f"# hccl-sim: {what}; modeled, nothing checked")
+        print(f"the minbytes is {sizes[0]}, maxbytes is {sizes[-1]}, iters is 1, warmup_iters is 0")
+        print(HCCL_TEST_HEADER)
+        for size in sizes:
+            t = ring(size).time_s
+            print(f"{size:<18}| {t * 1e6:>14.2f} | {size / t / 1e9:>20.5f} | NULL")
+        return 0
+    result = ring(args.bytes)
+    t = result.time_s
+    last = max(range(n), key=result.end_clocks.__getitem__)
+    kinds = " -> ".join(topology.link(u, v).kind for u, v in topology.route((last - 1) % n, last).hops)
+    print(f"{what}, {args.bytes} bytes each")
+    print(f"  modeled time  {t * 1e6:14.3f} us")
+    print(f"  bandwidth     {args.bytes / t / 1e9:14.3f} GB/s per rank")
+    print(f"  last to finish: rank {last}, receiving from rank {(last - 1) % n} over {kinds}")
     print(f"  simulated in {time.perf_counter() - wall_start:.2f} s wall")
     return 0
 

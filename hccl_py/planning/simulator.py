@@ -401,15 +401,59 @@ def simulate_call(collective: str, topology: Topology, count: int, *, algo: str 
     return CallResult(result, name, "rank by rank")
 
 
+def simulate_alltoallv(topology: Topology, counts, *, algos: Sequence[str] | None = None, itemsize: int = 4,
+                       world_ranks: Sequence[int] | None = None, start_clocks: Sequence[float] | None = None,
+                       cost_model: CostModel | None = None) -> dict[str, SimResult]:
+    """Modeled clocks of one all-to-all with counts per pair (``counts[i][j]`` elements from rank i
+    to rank j, an n x n matrix for the n ranks ``world_ranks``) under each of ``algos`` (default:
+    every algorithm it has), in that order: the data exchange alone, as ``all_to_all_vc`` runs it
+    (``all_to_all_v`` gathers the counts first)::
+
+        times = simulate_alltoallv(topo, counts)        # {"pairwise": SimResult, "mesh": SimResult}
+        fastest_alltoallv(times)                        # what the communicator's auto runs
+    """
+    from ..algorithms.alltoallv import VSchedule, as_matrix
+    from ..algorithms.registry import algos_for
+
+    matrix = as_matrix(counts)
+    model = cost_model or CostModel(topology)
+    return {a: simulate("alltoallv", VSchedule(a, matrix), topology, 0, itemsize=itemsize, world_ranks=world_ranks,
+                        start_clocks=start_clocks, cost_model=model)
+            for a in (algos_for("alltoallv") if algos is None else algos)}
+
+
+def fastest_alltoallv(results: dict[str, SimResult]) -> str:
+    """The algorithm of :func:`simulate_alltoallv`'s results with the least modeled time (the first
+    on a tie): the all-to-all-v's ``auto``."""
+    return min(results, key=lambda a: results[a].time_s)
+
+
+def simulate_batch(topology: Topology, sends: Sequence[tuple[int, int, int]], *,
+                   start_clocks: Sequence[float] | None = None, cost_model: CostModel | None = None) -> SimResult:
+    """Modeled clocks of one ``batch_send_recv`` on every rank: ``sends`` are ``(src, dst, nbytes)``
+    in world ranks, each the sender's send item and the receiver's receive item. Each item is
+    a lone send or receive on its own stream from the rank's start clock (as the emulator's
+    batch); a rank ends with its last item, and a rank with none keeps its start clock::
+
+        ring = [(r, (r + 1) % n, 1 << 20) for r in range(n)]
+        simulate_batch(topo, ring).time_s
+    """
+    model = cost_model or CostModel(topology)
+    clocks = [0.0] * topology.num_ranks if start_clocks is None else [float(c) for c in start_clocks]
+    start = tuple(clocks)
+    for src, dst, nbytes in sends:
+        send, = model.p2p_costs(src, dst, nbytes, sender=True)
+        recv, = model.p2p_costs(src, dst, nbytes, sender=False)
+        t_send = start[src] + send.copy_s
+        sender_end = step_end(t_send, send.send_s, (), ())[0]
+        arrival = Arrival(t_send, t_send + send.send_s[0])
+        receiver_end = step_end(start[dst] + recv.copy_s, (), (arrival,), recv.recv_s)[0]
+        clocks[src] = max(clocks[src], sender_end)
+        clocks[dst] = max(clocks[dst], receiver_end)
+    return SimResult(start, tuple(clocks))
+
+
 def simulate_p2p(topology: Topology, src: int, dst: int, nbytes: int, *, cost_model: CostModel | None = None) -> SimResult:
     """Modeled clocks of one send of ``nbytes`` from world rank ``src`` to ``dst`` and its receive,
     both posted at clock 0 (the emulator's send/recv costs, ``CostModel.p2p_costs``)."""
-    model = cost_model or CostModel(topology)
-    send, = model.p2p_costs(src, dst, nbytes, sender=True)
-    recv, = model.p2p_costs(src, dst, nbytes, sender=False)
-    t_send = send.copy_s
-    sender_end = step_end(t_send, send.send_s, (), ())[0]
-    receiver_end = step_end(recv.copy_s, (), (Arrival(t_send, t_send + send.send_s[0]),), recv.recv_s)[0]
-    clocks = [0.0] * topology.num_ranks
-    clocks[src], clocks[dst] = sender_end, receiver_end
-    return SimResult(tuple([0.0] * topology.num_ranks), tuple(clocks))
+    return simulate_batch(topology, [(src, dst, nbytes)], cost_model=cost_model)

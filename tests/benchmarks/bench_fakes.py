@@ -43,7 +43,7 @@ class ThreadComm(RankComm):
     def _result(self, name: str, send: np.ndarray, op: str, root: int) -> np.ndarray | None:
         inputs = self._exchange(send.copy())
         n, me = self.size, self.rank
-        if name == "alltoall":  # block `me` of every rank's input, in rank order
+        if name in ("alltoall", "alltoallv"):  # block `me` of every rank's input, in rank order (v: equal counts)
             return np.concatenate([np.split(x, n)[me] for x in inputs])
         if name == "scatter":  # block `me` of the root's input (the others send nothing)
             return np.split(inputs[root], n)[me]

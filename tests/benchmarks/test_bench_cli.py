@@ -76,7 +76,7 @@ def test_missing_peer_is_skipped_with_one_line(monkeypatch, capsys, tmp_path, pe
     ("allreduce -n 2 -r 2 -b 8 -e 8", "not a rank"),
     ("allreduce -d fp8", "unknown data type"),
     ("allreduce --vs nccl", "unknown peer"),
-    ("alltoallv", "invalid choice"),
+    ("alltoallvc", "invalid choice"),
     ("allreduce -b 64 -e 8", "-b <= -e"),
     ("allreduce -n 2,x", "comma-separated list"),
 ])

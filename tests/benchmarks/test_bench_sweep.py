@@ -65,9 +65,9 @@ def test_busbw_factors_are_nccl_tests(name, n, factor):
 
 def test_collective_flags():
     assert set(COLLECTIVES) == {"allreduce", "allgather", "broadcast", "reduce", "reducescatter",
-                                "alltoall", "scatter", "gather"}
+                                "alltoall", "alltoallv", "scatter", "gather"}
     assert [c for c in COLLECTIVES if COLLECTIVES[c].rooted] == ["broadcast", "reduce", "scatter", "gather"]
-    assert not any(COLLECTIVES[c].in_place or COLLECTIVES[c].reduces for c in ("alltoall", "scatter", "gather"))
+    assert not any(COLLECTIVES[c].in_place or COLLECTIVES[c].reduces for c in ("alltoall", "alltoallv", "scatter", "gather"))
     assert not COLLECTIVES["allgather"].reduces and COLLECTIVES["reducescatter"].reduces
 
 

@@ -73,6 +73,77 @@ def test_simulator_equals_emulator_to_the_last_bit(size):
         assert list(result.end_clocks) == ends, (collective, algo, count)
 
 
+def _v_matrices(size: int) -> tuple[tuple, tuple]:
+    """all_to_all_v's matrix (MoE-skewed receivers, rows varied) and all_to_all_vc's (zeros in it)."""
+    from hccl_py.algorithms.alltoallv import skewed_counts
+
+    skewed = tuple(tuple(c + i for c in row) for i, row in enumerate(skewed_counts(size, 5_000, 1.2)))
+    return skewed, tuple(tuple(((i * j) % 3) * 37 for j in range(size)) for i in range(size))
+
+
+def _clocked_v_and_batch_calls(size: int) -> list:
+    import hccl_py
+
+    comm = hccl_py.init()
+    r = comm.rank
+    skewed, sparse = _v_matrices(size)
+    out = []
+    for call in ("v", "vc", "batch"):
+        comm.device.run(flops=1e9 * (r + 1), nbytes=0)  # uneven compute: the calls start at different clocks
+        start = comm.clock
+        if call == "v":
+            row, column = skewed[r], [m[r] for m in skewed]
+            comm.all_to_all_v(np.ones(sum(row), np.float32), row, None, np.zeros(sum(column), np.float32), column, None)
+        elif call == "vc":
+            comm.all_to_all_vc(np.ones(sum(sparse[r]), np.float32), sparse, np.zeros(sum(m[r] for m in sparse), np.float32))
+        else:
+            comm.batch_send_recv([("recv", np.zeros(3000, np.float32), (r - 1) % size),
+                                  ("send", np.ones(3000, np.float32), (r + 1) % size)])
+        records = comm._rc.recorder.records
+        out.append((start, comm.clock, [records[-2].algo, records[-1].algo]))
+    return out
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("size", [3, 8])
+def test_all_to_all_v_vc_and_batch_send_recv_equal_the_simulator(size):
+    """all_to_all_v (its counts exchange, an allgather of int64, then the data), all_to_all_vc and a
+    batch_send_recv ring exchange end at the simulator's clocks to the last bit; auto runs the
+    algorithm the simulator finds fastest for the matrix."""
+    from hccl_py.algo_select import auto
+    from hccl_py.algorithms.alltoallv import VSchedule
+    from hccl_py.planning.simulator import fastest_alltoallv, simulate_alltoallv, simulate_batch
+
+    per_rank = run_ranks(_clocked_v_and_batch_calls, size, size, env={"HCCL_PY_TOPOLOGY": PRESET}, timeout=100)
+    topo = Topology.preset(PRESET, n=size)
+    model = CostModel(topo)
+    ranks = tuple(range(size))
+    skewed, sparse = _v_matrices(size)
+    (v, vc, batch) = [[per_rank[r][i] for r in ranks] for i in range(3)]
+    # all_to_all_v: the counts exchange ([ok, send counts, receive counts] in int64), then the data exchange
+    gather_algo, v_algo = v[0][2]
+    assert {tuple(c[2]) for c in v} == {(gather_algo, v_algo)}
+    assert gather_algo == auto(model, "allgather", 1 + 2 * size, 8, ranks, dtype="int64")
+    assert v_algo == fastest_alltoallv(simulate_alltoallv(topo, skewed, cost_model=model))
+    gathered = simulate("allgather", gather_algo, topo, 1 + 2 * size, itemsize=8, dtype="int64",
+                        start_clocks=[c[0] for c in v], cost_model=model)
+    data = simulate("alltoallv", VSchedule(v_algo, skewed), topo, 0, itemsize=4, start_clocks=gathered.end_clocks,
+                    cost_model=model)
+    assert list(data.end_clocks) == [c[1] for c in v]
+    for algo in ("pairwise", "mesh"):  # the same through simulate_alltoallv
+        assert simulate_alltoallv(topo, skewed, algos=[algo], start_clocks=gathered.end_clocks, cost_model=model)[algo] == \
+            simulate("alltoallv", VSchedule(algo, skewed), topo, 0, start_clocks=gathered.end_clocks, cost_model=model)
+    # all_to_all_vc: the data exchange alone
+    vc_algo = vc[0][2][-1]
+    assert {c[2][-1] for c in vc} == {vc_algo} == {fastest_alltoallv(simulate_alltoallv(topo, sparse, cost_model=model))}
+    result = simulate_alltoallv(topo, sparse, algos=[vc_algo], start_clocks=[c[0] for c in vc], cost_model=model)[vc_algo]
+    assert list(result.end_clocks) == [c[1] for c in vc]
+    # batch_send_recv: every rank sends 3000 float32 to rank+1 and receives from rank-1, in one batch
+    ring = simulate_batch(topo, [(r, (r + 1) % size, 3000 * 4) for r in ranks], start_clocks=[c[0] for c in batch],
+                          cost_model=model)
+    assert list(ring.end_clocks) == [c[1] for c in batch]
+
+
 def _uniform_parameters(topo: Topology, op: str) -> tuple[float, float, float, float, float]:
     """HCCL's alpha-beta-gamma on a uniform topology, plus hccl-py's fixed costs: (launch, alpha,
     beta, gamma, gamma0) with gamma0 the fixed cost of one vector-unit reduction (0 inline)."""
@@ -292,6 +363,41 @@ def test_hccl_sim_sendrecv_and_figures(tmp_path, capsys):
     assert "bandwidth              1.0" in capsys.readouterr().out
     assert main(["sendrecv", "--preset", "2x8p-roce", "--src", "3", "--dst", "3", "--bytes", "1"]) == 2
     assert main(["sendrecv", "--preset", "2x8p-roce", "--src", "0", "--dst", "99", "--bytes", "1"]) == 2
+
+
+def test_hccl_sim_alltoallv_and_batchsendrecv(tmp_path, capsys):
+    from hccl_py.algorithms.alltoallv import skewed_counts
+    from hccl_py.planning.cli import main
+    from hccl_py.planning.simulator import fastest_alltoallv, simulate_alltoallv, simulate_batch, simulate_call
+
+    topo = Topology.preset("2x8p-roce")
+    n = topo.num_ranks
+    assert main(["alltoallv", "--preset", "2x8p-roce", "--bytes", "1M", "--skew", "1.2"]) == 0
+    out = capsys.readouterr().out
+    matrix = skewed_counts(n, (1 << 20) // 4, 1.2)
+    assert {sum(row) for row in matrix} == {n << 18} and matrix[0][0] > matrix[0][1] > matrix[0][-1]  # total as uniform
+    vc = simulate_alltoallv(topo, matrix)
+    gather = simulate_call("allgather", topo, 1 + 2 * n, itemsize=8, dtype="int64")
+    v = simulate_alltoallv(topo, matrix, start_clocks=gather.result.end_clocks)
+    for algo in ("pairwise", "mesh"):
+        (row,) = [line.split() for line in out.splitlines() if line.split()[:1] == [algo]]
+        assert float(row[1]) == pytest.approx(vc[algo].time_s * 1e6, abs=1e-3)
+        assert float(row[2]) == pytest.approx(max(v[algo].end_clocks) * 1e6, abs=1e-3) and float(row[2]) > float(row[1])
+    assert f"auto: {fastest_alltoallv(vc)}," in out and "Zipf skew 1.2" in out and "rank 0 receives the most" in out
+    counts = tmp_path / "counts.json"
+    counts.write_text(json.dumps([[j + i for j in range(n)] for i in range(n)]))
+    assert main(["all_to_all_vc", "--preset", "2x8p-roce", "--counts", str(counts), "--algo", "pairwise"]) == 0
+    out = capsys.readouterr().out
+    assert f"counts from {counts}" in out and "pairwise" in out and "mesh" not in out.split("algo", 1)[1].split("all_to_all_v:")[0]
+    counts.write_text("[[1, 2], [3, 4]]")
+    assert main(["alltoallv", "--preset", "2x8p-roce", "--counts", str(counts)]) == 2  # 2 x 2 on 16 ranks
+    assert main(["alltoallv", "--preset", "2x8p-roce", "-b", "8", "-e", "64"]) == 2
+    assert main(["allreduce", "--preset", "2x8p-roce", "--bytes", "8", "--skew", "1"]) == 2
+    assert main(["batchsendrecv", "--preset", "2x8p-roce", "--bytes", "1G"]) == 0
+    ring = simulate_batch(topo, [(r, (r + 1) % n, 1 << 30) for r in range(n)])
+    assert f"{ring.time_s * 1e6:14.3f} us" in capsys.readouterr().out
+    assert main(["batch_send_recv", "--preset", "2x8p-roce", "-b", "1K", "-e", "1M", "-f", "32"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 3 + 3
 
 
 def _auto_calls() -> list:
