@@ -227,7 +227,7 @@ def _counts(args, n: int) -> tuple[tuple[int, ...], ...]:
     if args.minbytes is not None:
         raise ValueError("alltoallv takes --bytes per pair or --counts, not a sweep")
     if args.counts is None:
-        per_pair = args.bytes // DTYPE_BYTES[args.dtype]
+        per_pair = args.bytes // ITEMSIZE_BY_NAME[DTYPE_SPELLINGS[args.dtype]]
         if per_pair < 1:
             raise ValueError(f"--bytes {args.bytes} is less than one {args.dtype} element per pair")
         return skewed_counts(n, per_pair, args.skew)
@@ -248,7 +248,7 @@ def _counts(args, n: int) -> tuple[tuple[int, ...], ...]:
 def _alltoallv(args, topology: Topology, wall_start: float) -> int:
     n = topology.num_ranks
     matrix = _counts(args, n)
-    itemsize = DTYPE_BYTES[args.dtype]
+    itemsize = ITEMSIZE_BY_NAME[DTYPE_SPELLINGS[args.dtype]]
     algos = algos_for("alltoallv")
     if args.algo != "auto" and args.algo not in algos:
         raise ValueError(f"alltoallv has no algorithm {args.algo!r}; use one of {', '.join(algos)} or auto")
