@@ -7,8 +7,9 @@
     hccl-launch --nnodes 2 --node-rank 1 --master-addr 10.0.0.1 --master-port 29500 -n 8 infer.py   # on host 2
 
 Every rank gets RANK_ID/RANK_SIZE/DEVICE_ID (HCCL names), RANK/WORLD_SIZE/LOCAL_RANK/
-LOCAL_WORLD_SIZE (torchrun names), MASTER_ADDR/MASTER_PORT (the rendezvous store the launcher
-hosts) and HCCL_PY_JOB_ID. Output lines are prefixed with ``[rank] ``. If a rank fails, the
+LOCAL_WORLD_SIZE (torchrun names), HCCL_PY_STORE_ADDR/HCCL_PY_STORE_PORT (the rendezvous store the
+launcher hosts), MASTER_ADDR/MASTER_PORT (a free port for torch's ``env://`` rendezvous: torch
+scripts run as under torchrun) and HCCL_PY_JOB_ID. Output lines are prefixed with ``[rank] ``. If a rank fails, the
 others are stopped and a root-cause report is printed; the exit status is the failing rank's.
 Across nodes, global rank = node_rank * nproc + local rank (or as the rank table places them),
 node 0's launcher hosts the store, and ranks use shared memory within a host and TCP across.
