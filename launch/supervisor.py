@@ -225,7 +225,7 @@ class Supervisor:
         command = cfg.command()
         nodes = {env.HCCL_PY_NNODES: str(cfg.nnodes), env.HCCL_PY_NODE_RANK: str(cfg.node_rank)} if cfg.nnodes > 1 else {}
         for local, (r, device) in enumerate(cfg.node_ranks()):
-            child_env = {**os.environ, **rank_env(r, cfg.world_size, cfg.master_addr, port, self.job_id, self.job_secret,
+            child_env = {**os.environ, **cfg.npu_env(dict(os.environ)), **rank_env(r, cfg.world_size, cfg.master_addr, port, self.job_id, self.job_secret,
                                                  local, cfg.nproc, torch_port=self.torch_port),
                          env.DEVICE_ID: str(device), **nodes,
                          **cfg.modeled_env(), env.HCCL_PY_WALL_ORIGIN: repr(self._wall_origin),
