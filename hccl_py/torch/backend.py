@@ -107,6 +107,18 @@ def member_comm(world: Communicator, ranks: list[int], key: tuple, name: str, ti
     return comm
 
 
+def _share_cores() -> None:
+    """Ranks of one host share its cores: torch's intra-op threads = cores // ranks here, unless
+    the user chose (OMP_NUM_THREADS; torchrun sets 1), as hccl-py limits numpy's BLAS threads."""
+    import torch
+
+    local = os.environ.get(env.LOCAL_WORLD_SIZE, "")
+    if os.environ.get("OMP_NUM_THREADS") or not local.isdigit() or int(local) < 1:
+        return
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    torch.set_num_threads(max(1, cores // int(local)))
+
+
 def _monitor(world: Communicator, ranks: list[int], key: tuple, default_s: float | None):
     """The communicators a group's monitored barriers run on, one per timeout (seconds)."""
     made: dict[float, Communicator] = {}
@@ -145,6 +157,7 @@ def _default_group(opts) -> HcclProcessGroup:
             f"init_process_group: torch says rank {rank} of {size}, but this process joined hccl-py as rank {world.rank} "
             f"of {world.size} (hccl_py.init() earlier); start both from the same launcher environment", rank=world.rank,
             value=[rank, size], expected=[world.rank, world.size])
+    _share_cores()
     _epoch += 1
     key = ("world", _epoch, opts.group_id)
     group = HcclProcessGroup(world, monitor=_monitor(world, list(range(size)), key, world._timeout_s),
