@@ -50,7 +50,10 @@ def _launch(*args: str, timeout: float = 100) -> subprocess.CompletedProcess[str
 def test_script_on_hccl_matches_gloo(tmp_path, script):
     path = str(SCRIPTS / f"{script}.py")
     _launch("-n", "2", path, str(tmp_path / "gloo.pt"))
-    _launch("--npu", "-n", "2", path, str(tmp_path / "hccl.pt"))
+    _launch("--npu", "-n", "2", "--trace", str(tmp_path / "trace"), path, str(tmp_path / "hccl.pt"))
+    trace = json.loads((tmp_path / "trace" / "trace.json").read_text())  # the torch calls, on the modeled timeline
+    names = {e.get("name", "") for e in trace["traceEvents"]}
+    assert any(n.startswith(("allreduce", "alltoall", "allgather", "broadcast")) for n in names), sorted(names)[:20]
     gloo, hccl = torch.load(tmp_path / "gloo.pt"), torch.load(tmp_path / "hccl.pt")
     assert gloo.keys() == hccl.keys()
     for key, expected in gloo.items():
