@@ -4,6 +4,7 @@ MPI (mpi4py + MPICH) and torch.distributed gloo.
     hccl-bench allreduce -n 4 -b 8 -e 64M -f 2 -w 5 -i 20 -d fp32 -o sum --algo ring
     hccl-bench allgather -n 2 -b 1K -e 16M -f 4 --vs mpi,gloo --json ag.json --plot ag.png
     hccl-bench allreduce -n 2,4 -b 8 -e 16M -f 4 --vs mpi     # and how each scales from 2 to 4 ranks
+    hccl-bench allreduce -n 2 -b 8 -e 4M -f 4 --vs torch-hccl --repeats 5   # what torch's API adds to hccl-py
     hccl-bench partition --topology mixed-4p --workload dp-infer     # communication groups (hccl_py/planning/partition_report.py)
 
 It starts its own ranks (launch.spawn, mpiexec, one process per gloo rank). Started as a rank of
@@ -85,8 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--algo", default="auto",
                    help=f"hccl-py's algorithm: {', '.join(ALGOS)} (or any other hccl-py has), default auto")
     p.add_argument("--vs", type=_peers, default=(), metavar="PEERS",
-                   help="also run these, alternating with hccl-py: mpi, gloo, unmodeled (hccl-py without "
-                        "modeled time), comma-separated")
+                   help="also run these, alternating with hccl-py: mpi, gloo, torch-hccl (torch.distributed on "
+                        "hccl-py's backend), unmodeled (hccl-py without modeled time), comma-separated")
     p.add_argument("--repeats", type=int, default=3,
                    help="whole sweeps per implementation (alternating); the median per size is reported. Default 3")
     p.add_argument("--json", metavar="FILE", help="write the results as JSON (schema hccl-bench/1)")

@@ -39,24 +39,29 @@ from .tensors import Staged, as_array, check, contiguous_array
 from .work import DONE, HcclWork, backend_error
 
 _RedOp = dist.ReduceOp.RedOpType
-_OPS = {_RedOp.SUM: ReduceOp.SUM, _RedOp.PRODUCT: ReduceOp.PROD, _RedOp.MIN: ReduceOp.MIN, _RedOp.MAX: ReduceOp.MAX,
-        _RedOp.AVG: ReduceOp.SUM}
+# torch's ReduceOp (and its RedOpType) hash to the op's code: SUM 0, AVG 1, PRODUCT 2, MIN 3, MAX 4, ...
+# One int lookup is the cheapest way to read it (comparing pybind enums costs a microsecond).
+_NAMES = {hash(kind): name for name, kind in _RedOp.__members__.items()}
+_OPS = {hash(_RedOp.SUM): (ReduceOp.SUM, False), hash(_RedOp.PRODUCT): (ReduceOp.PROD, False),
+        hash(_RedOp.MIN): (ReduceOp.MIN, False), hash(_RedOp.MAX): (ReduceOp.MAX, False),
+        hash(_RedOp.AVG): (ReduceOp.SUM, True)}  # AVG: SUM, then divided by the group size
 # bool travels as uint8: "sum" and "max" are a logical or, "product" and "min" a logical and.
-_BOOL_OPS = {_RedOp.SUM: ReduceOp.MAX, _RedOp.MAX: ReduceOp.MAX, _RedOp.PRODUCT: ReduceOp.MIN, _RedOp.MIN: ReduceOp.MIN}
+_BOOL_OPS = {hash(_RedOp.SUM): (ReduceOp.MAX, False), hash(_RedOp.MAX): (ReduceOp.MAX, False),
+             hash(_RedOp.PRODUCT): (ReduceOp.MIN, False), hash(_RedOp.MIN): (ReduceOp.MIN, False)}
+_F32 = torch.float32
 _NO_TIMEOUT = timedelta(0)
 
 
 def _op(red_op, dtype: torch.dtype, what: str) -> tuple[ReduceOp, bool]:
     """(hccl-py's op, whether to divide by the group size after it) for torch's ReduceOp."""
-    kind = red_op.op if isinstance(red_op, dist.ReduceOp) else red_op
-    table = _BOOL_OPS if dtype is torch.bool else _OPS
-    op = table.get(kind)
-    if op is None:
-        name = getattr(kind, "name", str(kind))
+    code = hash(red_op)
+    found = (_BOOL_OPS if dtype is torch.bool else _OPS).get(code)
+    if found is None:
+        name = _NAMES.get(code, str(red_op))
         raise HcclNotSupportedError(f"{what}: ReduceOp.{name} is not supported by hccl-py (SUM, PRODUCT, MIN, MAX"
-                                    f"{'' if dtype is torch.bool else ', AVG'}{' on bool' if dtype is torch.bool else ''})",
-                                    arg="op", value=name, rule="choices")
-    return op, kind == _RedOp.AVG
+                                    f"{' on bool' if dtype is torch.bool else ', AVG'})", arg="op", value=name,
+                                    rule="choices")
+    return found
 
 
 def _divide(t: torch.Tensor, n: int) -> None:
@@ -173,16 +178,18 @@ class HcclProcessGroup(dist.ProcessGroup):
     # -- collectives ---------------------------------------------------------------------------------
     def allreduce(self, tensors, opts=None):
         opts = opts if opts is not None else dist.AllreduceOptions()
-        t = tensors[0] if len(tensors) == 1 else None
-        if t is not None and not opts.asyncOp and t.dtype is torch.float32 and t.is_contiguous() and not t.requires_grad:
-            try:  # the common case, kept short: a blocking float32 sum on the caller's thread
-                op, avg = _op(opts.reduceOp, torch.float32, "all_reduce")
-                self.comm.all_reduce(t.numpy(), op)
-            except HcclError as err:
-                raise backend_error(err, "all_reduce") from err
-            if avg:
-                t.div_(self.comm.size)
-            return DONE
+        if not opts.asyncOp and len(tensors) == 1:  # the common case, kept short: blocking, float32, contiguous
+            t = tensors[0]
+            if t.dtype is _F32 and t.is_contiguous() and not t.requires_grad:
+                found = _OPS.get(hash(opts.reduceOp))
+                if found is not None:
+                    try:
+                        self.comm.all_reduce(t.numpy(), found[0])
+                    except HcclError as err:
+                        raise backend_error(err, "all_reduce") from err
+                    if found[1]:
+                        t.div_(self.comm.size)
+                    return DONE
         return self._call("all_reduce", opts.asyncOp, self._allreduce, _one(tensors, "all_reduce"), opts.reduceOp)
 
     def _allreduce(self, what, t, red_op):
