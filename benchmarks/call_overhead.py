@@ -46,7 +46,9 @@ class LoopbackTransport:
         return 4 << 20
 
     def try_send(self, peer: int, header: SliceHeader, data: np.ndarray) -> bool:
-        self._arrived.append(Incoming(header._replace(kind=KIND_INLINE, src=peer), memoryview(data.tobytes())))
+        incoming = Incoming(header, memoryview(data.tobytes()))  # as the peer's own message to rank 0
+        incoming.kind, incoming.src = KIND_INLINE, peer
+        self._arrived.append(incoming)
         return True
 
     def progress(self, timeout_s: float) -> list[Incoming]:
@@ -80,6 +82,17 @@ def loopback_comm(size: int, *, modeled: bool = True) -> Communicator:
     return Communicator(rc, list(range(size)), 0, 1, "world")
 
 
+def check_mirrored(comm: Communicator, nbytes: int, algo: str) -> None:
+    """Raise ValueError unless the mirror serves ``algo`` (the result is size x the input): a
+    figure of an algorithm the mirror cannot play would time a call that computes garbage."""
+    x = np.arange(max(nbytes // 4, 1), dtype=np.float32)
+    expected = comm.size * x
+    comm.all_reduce(x, algo=algo)
+    if not np.array_equal(x, expected):
+        raise ValueError(f"the mirrored peers cannot serve algo={algo!r} (a step that does not swap equal regions); "
+                         "use rd or oneshot")
+
+
 def per_call_us(comm: Communicator, nbytes: int, algo: str, calls: int) -> float:
     """Microseconds per ``all_reduce`` of ``nbytes`` of float32, over ``calls`` calls."""
     x = np.ones(max(nbytes // 4, 1), np.float32)
@@ -89,9 +102,10 @@ def per_call_us(comm: Communicator, nbytes: int, algo: str, calls: int) -> float
     return (time.perf_counter() - start) / calls * 1e6
 
 
-def measure(size: int, nbytes: int, algo: str = "auto", calls: int = 20000, repeats: int = 7) -> dict[str, float]:
+def measure(size: int, nbytes: int, algo: str = "rd", calls: int = 20000, repeats: int = 7) -> dict[str, float]:
     """Median per-call µs with modeled time on and off, alternating; and the share it costs."""
     comms = {"modeled": loopback_comm(size), "unmodeled": loopback_comm(size, modeled=False)}
+    check_mirrored(comms["modeled"], nbytes, algo)
     for comm in comms.values():
         per_call_us(comm, nbytes, algo, min(calls, 2000))  # warm the call cache and the plan
     times: dict[str, list[float]] = {name: [] for name in comms}
@@ -104,10 +118,12 @@ def measure(size: int, nbytes: int, algo: str = "auto", calls: int = 20000, repe
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Run ``python -m benchmarks.call_overhead`` with ``argv``: per-call µs (wall) with modeled time on
+    and off for each ``-n``, and with ``--profile`` cProfile's top functions."""
     p = argparse.ArgumentParser(prog="python -m benchmarks.call_overhead", description=__doc__.split("\n\n")[0])
     p.add_argument("-n", "--nranks", type=int, action="append", help="world size (repeatable); default 2 and 4")
     p.add_argument("--bytes", type=parse_size, default=8, help="allreduce size, default 8")
-    p.add_argument("--algo", default="auto")
+    p.add_argument("--algo", default="rd", help="rd (default) or oneshot: the algorithms mirrored peers can serve")
     p.add_argument("--calls", type=int, default=20000, help="calls per measurement, default 20000")
     p.add_argument("--repeats", type=int, default=7, help="alternating measurements per mode; the median is shown")
     p.add_argument("--profile", action="store_true", help="also print cProfile's top functions (modeled time on)")

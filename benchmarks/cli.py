@@ -3,6 +3,7 @@ MPI (mpi4py + MPICH) and torch.distributed gloo.
 
     hccl-bench allreduce -n 4 -b 8 -e 64M -f 2 -w 5 -i 20 -d fp32 -o sum --algo ring
     hccl-bench allgather -n 2 -b 1K -e 16M -f 4 --vs mpi,gloo --json ag.json --plot ag.png
+    hccl-bench alltoall -n 4 -b 8 -e 16M -f 4 --vs mpi,gloo --algo pairwise
     hccl-bench allreduce -n 2,4 -b 8 -e 16M -f 4 --vs mpi     # and how each scales from 2 to 4 ranks
     hccl-bench allreduce -n 2 -b 8 -e 4M -f 4 --vs torch-hccl --repeats 5   # what torch's API adds to hccl-py
     hccl-bench partition --topology mixed-4p --workload dp-infer     # communication groups (hccl_py/planning/partition_report.py)
@@ -31,7 +32,7 @@ from .config import OPS, PEERS, BenchConfig, parse_dtype
 
 __all__ = ["main", "build_parser", "config_from_args"]
 
-ALGOS = ("auto", "ring", "tree", "hd", "mesh")
+ALGOS = ("auto", "ring", "tree", "hd", "mesh", "pairwise")  # for the help; hccl-py says which a collective has
 
 
 def _size(text: str) -> int:
@@ -60,6 +61,8 @@ def _peers(text: str) -> tuple[str, ...]:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser of hccl-bench (``hccl-bench partition ...`` is routed by :func:`main`
+    before it)."""
     p = argparse.ArgumentParser(
         prog="hccl-bench",
         description="Measure hccl-py's collectives like nccl-tests (size sweep, algbw/busbw, #wrong), "
@@ -80,11 +83,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-d", "--datatype", default="fp32",
                    help="fp32 (float), fp16 (half), bf16, fp64 (double), int8, uint8, int16, int32, int64")
     p.add_argument("-o", "--op", default="sum", choices=OPS, help="reduction (reducing collectives), default sum")
-    p.add_argument("-r", "--root", type=int, default=0, help="root rank (broadcast, reduce), default 0")
+    p.add_argument("-r", "--root", type=int, default=0, help="root rank (broadcast, reduce, scatter, gather), default 0")
     p.add_argument("-c", "--check", type=int, default=1, choices=(0, 1),
                    help="check every iteration's result (1, default) or not (0)")
     p.add_argument("--algo", default="auto",
-                   help=f"hccl-py's algorithm: {', '.join(ALGOS)} (or any other hccl-py has), default auto")
+                   help=f"hccl-py's algorithm: {', '.join(ALGOS)} (or any other hccl-py has for the collective; "
+                        "alltoall: pairwise, mesh), default auto")
     p.add_argument("--vs", type=_peers, default=(), metavar="PEERS",
                    help="also run these, alternating with hccl-py: mpi, gloo, torch-hccl (torch.distributed on "
                         "hccl-py's backend), unmodeled (hccl-py without modeled time), comma-separated")
@@ -195,6 +199,8 @@ def _run_in_place(args: argparse.Namespace, env_updates: dict[str, str]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``hccl-bench`` with ``argv`` (default ``sys.argv[1:]``); return the exit status: 0, 1 if a
+    result was wrong, 2 if a run failed (bad arguments exit 2 from argparse)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["partition"]:  # hccl-bench partition ...: auto vs manual vs optimized groups, simulated
         from hccl_py.planning.partition_report import main as partition_main

@@ -34,10 +34,12 @@ class DType:
 
     @property
     def np(self) -> np.dtype:
+        """The numpy dtype (``ml_dtypes.bfloat16`` for bf16)."""
         return BFLOAT16 if self.np_name == "bfloat16" else np.dtype(self.np_name)
 
     @property
     def itemsize(self) -> int:
+        """Bytes per element."""
         return self.np.itemsize
 
 
@@ -115,16 +117,20 @@ class BenchConfig:
 
     @property
     def dt(self) -> DType:
+        """The :class:`DType` of ``dtype``."""
         return DTYPES[self.dtype]
 
     def replace(self, **changes: Any) -> "BenchConfig":
+        """A copy with ``changes`` (validated again)."""
         return dataclasses.replace(self, **changes)
 
     def to_json(self) -> str:
+        """The config as JSON text, as the mpiexec and gloo workers read it."""
         return json.dumps(dataclasses.asdict(self))
 
     @classmethod
     def from_json(cls, text: str) -> "BenchConfig":
+        """The config :meth:`to_json` wrote (validated again)."""
         data = json.loads(text)
         data["peers"] = tuple(data.get("peers", ()))
         return cls(**data)

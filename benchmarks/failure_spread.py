@@ -98,6 +98,8 @@ def trial(nranks: int, victim: int, timeout_s: float = 60.0) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run ``python -m benchmarks.failure_spread`` with ``argv``: ``--trials`` trials, then the median
+    spread (wall seconds)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-n", type=int, default=8, help="ranks (default 8)")
     parser.add_argument("--kill", type=int, default=3, help="the rank to SIGKILL (default 3)")

@@ -76,12 +76,14 @@ class SizePoint:
 
     @property
     def elements(self) -> int:
+        """Elements of the larger of the two buffers (what the ``size`` column counts)."""
         return max(self.send_count, self.recv_count)
 
 
 def size_plan(cfg: BenchConfig) -> list[SizePoint]:
     """The sweep as the collective can run it: counts rounded as nccl-tests does (at least one
-    element per rank; allgather/reducescatter to a multiple of n), duplicates after rounding dropped."""
+    element per rank; collectives of n blocks (allgather, reducescatter, alltoall, scatter, gather)
+    to a multiple of n), duplicates after rounding dropped."""
     coll = get_collective(cfg.collective)
     itemsize = cfg.dt.itemsize
     points: list[SizePoint] = []
@@ -135,8 +137,9 @@ class RankComm(ABC):
     def bind(self, coll: Collective, send: np.ndarray, recv: np.ndarray | None, op: str,
              root: int) -> Callable[[], np.ndarray | None]:
         """One iteration of ``coll``: in place on ``send`` when ``recv`` is None, else send ->
-        recv. The call returns the result array if it is not ``send``/``recv`` (hccl_py's
-        all_gather returns a new array), else None."""
+        recv. ``send`` is empty on a rank that sends nothing (scatter off the root), ``recv`` on
+        one that receives nothing (gather off the root). The call returns the result array if it
+        is not ``send``/``recv`` (hccl_py's all_gather returns a new array), else None."""
 
     @abstractmethod
     def barrier(self) -> None:
@@ -175,12 +178,14 @@ def _measure(comm: RankComm, cfg: BenchConfig, coll: Collective, point: SizePoin
     case = Case(comm.rank, comm.size, point.count, dtype, cfg.op, cfg.root)
     src, expected = coll.init(case)
     per_iter = (point.send_count if coll.in_place else point.recv_count) * dtype.itemsize
+    # The same on every rank (it sets the chunks, hence the barriers), so from the sizes, not the rank's buffers
     nsets = max(1, min(cfg.iters, cfg.mem_budget // max(per_iter, 1)))
     if coll.in_place:
         bufs = [np.empty_like(src) for _ in range(nsets)]
         calls = [comm.bind(coll, b, None, cfg.op, cfg.root) for b in bufs]
     else:
-        bufs = [np.empty(point.recv_count, dtype) for _ in range(nsets)]
+        recv_count = point.recv_count if coll.receives(case.rank, case.root) else 0
+        bufs = [np.empty(recv_count, dtype) for _ in range(nsets)]
         calls = [comm.bind(coll, src, b, cfg.op, cfg.root) for b in bufs]
     check = cfg.check and expected is not None
     wrong = 0
@@ -321,6 +326,7 @@ class Row:
 
     @property
     def busbw(self) -> float:
+        """GB/s as nccl-tests' busbw: ``algbw * bus_factor``."""
         return self.algbw * self.bus_factor
 
     def busbw_for(self, time_us: float) -> float:
@@ -367,11 +373,14 @@ class ImplResult:
 
 @dataclass
 class BenchResult:
+    """One configuration's results: each implementation's :class:`ImplResult`, by ``--vs`` name."""
+
     cfg: BenchConfig
     impls: dict[str, ImplResult]
 
     @property
     def ok(self) -> list[ImplResult]:
+        """The implementations that ran (status "ok")."""
         return [i for i in self.impls.values() if i.status == "ok"]
 
 

@@ -28,6 +28,10 @@ MODES = ("dp", "pp")
 
 @dataclass(frozen=True)
 class Point:
+    """One (topology, mode, cards) point: ``modeled_s`` the makespan of the forward and ``one_card_s``
+    the 1-card time (modeled seconds), ``bubble`` the pipeline's (pp only), ``wall_s`` the job's
+    wall seconds (0 for 1 card: not run)."""
+
     topology: str
     mode: str
     cards: int
@@ -38,10 +42,12 @@ class Point:
 
     @property
     def speedup(self) -> float:
+        """Modeled 1-card time over modeled time on ``cards``."""
         return self.one_card_s / self.modeled_s
 
     @property
     def efficiency(self) -> float:
+        """Speedup per card (1.0: linear scaling)."""
         return self.speedup / self.cards
 
 
@@ -75,6 +81,7 @@ def one_card_s(topology: str, batch: int) -> float:
 
 
 def run_point(topology: str, mode: str, cards: int, batch: int, microbatches: int, baseline: float) -> Point:
+    """Run one point as an hccl-py job of ``cards`` ranks on ``topology`` (1 card: ``baseline``, no job)."""
     from hccl_py import env
     from launch import spawn
 
@@ -114,6 +121,7 @@ def format_tables(points: list[Point], cards: list[int]) -> str:
 
 
 def plot(points: list[Point], cards: list[int], path: Path, title: str) -> None:
+    """Write the speedup curves (log-log, one panel per topology, efficiency labels) to ``path`` (PNG)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -151,6 +159,8 @@ def plot(points: list[Point], cards: list[int], path: Path, title: str) -> None:
 
 
 def main(argv=None) -> int:
+    """Run ``python -m benchmarks.inference_scaling`` with ``argv``: print the tables, write the plot
+    and JSON to ``--out``."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.inference_scaling", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("bench-out"), help="directory for the plot and JSON")
     parser.add_argument("--batch", type=int, default=256, help="global batch (samples)")

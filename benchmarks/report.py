@@ -105,6 +105,8 @@ def format_ratios(result: BenchResult) -> str:
 
 
 def format_header(cfg: BenchConfig) -> str:
+    """The two ``#`` lines above the tables: the collective and its settings (ranks, type, redop and
+    root where they apply, warmup, iters, repeats, check), the cores, and what the time column is."""
     coll = get_collective(cfg.collective)
     redop, root = _redop_root(cfg)
     parts = [f"{cfg.nranks} rank{'s' if cfg.nranks != 1 else ''}", f"type {cfg.dt.label}"]

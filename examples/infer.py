@@ -1,16 +1,20 @@
-"""Distributed inference on simulated Ascend cards: data-parallel, pipeline-parallel, or both.
+"""Distributed inference on simulated Ascend cards: data-, pipeline-, tensor- or expert-parallel.
 
     hccl-launch -n 4 examples/infer.py                                      # dp, transformer, batch 64
     hccl-launch -n 4 examples/infer.py --mode pp --microbatches 8 --plot pp.png
     hccl-launch -n 4 --topology ascend910b-8p examples/infer.py --mode hybrid --stages 2
     hccl-launch -n 4 examples/infer.py --policy work-stealing --straggler 2:3  # rank 2 three times slower
+    hccl-launch -n 4 examples/infer.py --mode tp --overlap                  # heads and MLP over 4 cards
+    hccl-launch -n 4 examples/infer.py --mode tp --tp 2                     # 2 tp groups x 2 dp replicas
+    hccl-launch -n 4 examples/infer.py --mode ep --router-skew 1.2 --capacity-factor 1.25 --overlap
 
 Every rank builds the same model (deterministic weights, or --weights FILE.npz) and reads the same
 batch; the chosen driver from ``hccl_py.parallel`` runs it over the cards. Rank 0 then runs the
 whole batch on one fresh card of its own model (the single-card reference: the correctness check
 and the 1-card modeled time) and prints one report: correctness, modeled throughput, speedup and
 efficiency, wall time (labelled), per-rank compute / communication / waiting time and HBM peak,
-the pipeline bubble, and the communication groups. It writes a Chrome trace of the modeled
+the pipeline bubble, the experts' load (tokens per expert and per card, dropped and padded), and
+the communication groups. It writes a Chrome trace of the modeled
 timelines (--trace-dir, default traces/infer-<mode>) and with --plot a timeline picture.
 Exit status 1 if the parallel output differs from the reference.
 """
@@ -30,10 +34,14 @@ from hccl_py.device import Device
 from hccl_py.parallel import (
     POLICIES,
     DataParallel,
+    ExpertParallel,
     Measure,
     MLPClassifier,
     MLPConfig,
+    MoEConfig,
+    MoETransformer,
     PipelineParallel,
+    TensorParallel,
     Timeline,
     TransformerConfig,
     TransformerEncoder,
@@ -43,6 +51,7 @@ from hccl_py.parallel import (
     hybrid_partitions,
     ideal_bubble,
     makespan_s,
+    tp_dp_groups,
     write_chrome_trace,
 )
 
@@ -52,9 +61,11 @@ ATOL = RTOL = 1e-4  # fp32: shards see other batch shapes than the reference, so
 
 
 def parse_args(argv=None) -> argparse.Namespace:
+    """The command line (see the module doc), checked: ``--straggler`` parsed into (rank, factor) pairs."""
     p = argparse.ArgumentParser(prog="infer.py", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--mode", choices=("dp", "pp", "hybrid"), default="dp", help="data-, pipeline- or both-parallel")
+    p.add_argument("--mode", choices=("dp", "pp", "hybrid", "tp", "ep"), default="dp",
+                   help="data-, pipeline-, both- (hybrid), tensor- or expert-parallel")
     p.add_argument("--model", choices=("transformer", "mlp"), default="transformer")
     p.add_argument("--batch", type=int, default=64, help="global batch (samples)")
     p.add_argument("--microbatches", type=int, default=8, help="micro-batches per pipeline (pp, hybrid)")
@@ -62,6 +73,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--split", default="balanced", help="pipeline cut: balanced, or blocks per stage, e.g. 3,3,2,2")
     p.add_argument("--policy", choices=POLICIES, default="even", help="data-parallel sharding (dp, hybrid)")
     p.add_argument("--chunk", type=int, default=None, help="samples per work-stealing chunk (default: the size whose modeled replay finishes first)")
+    p.add_argument("--tp", type=int, default=None, help="cards per tensor-parallel group (tp; default all: no data parallelism)")
+    p.add_argument("--overlap", action="store_true",
+                   help="tp, ep: issue the collectives asynchronously, overlapped with the next micro-batch's compute")
+    p.add_argument("--chunks", type=int, default=2, help="micro-batches a card's batch is cut into with --overlap (tp, ep)")
+    p.add_argument("--experts", type=int, default=8, help="experts per MoE layer (ep)")
+    p.add_argument("--top-k", type=int, default=2, help="experts per token (ep)")
+    p.add_argument("--expert-hidden", type=int, default=512, help="hidden units of each expert (ep)")
+    p.add_argument("--shared-hidden", type=int, default=512, help="hidden units of the shared expert, 0: none (ep)")
+    p.add_argument("--router-skew", type=float, default=0.0,
+                   help="Zipf exponent of expert popularity (ep): 0 uniform, 1.2 a few hot experts")
+    p.add_argument("--capacity-factor", type=float, default=None,
+                   help="tokens per expert <= cf x tokens x top-k / experts, beyond dropped, below padded (ep; default dropless)")
     p.add_argument("--layers", type=int, default=8, help="transformer layers")
     p.add_argument("--d-model", type=int, default=256, help="transformer width")
     p.add_argument("--heads", type=int, default=4, help="attention heads")
@@ -77,8 +100,12 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="directory for the Chrome trace infer_trace.json (default traces/infer-<mode>)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = p.parse_args(argv)
-    if args.batch < 1 or args.microbatches < 1:
-        p.error("--batch and --microbatches must be >= 1")
+    if args.batch < 1 or args.microbatches < 1 or args.chunks < 1:
+        p.error("--batch, --microbatches and --chunks must be >= 1")
+    if args.mode in ("tp", "ep") and args.model != "transformer":
+        p.error(f"--mode {args.mode} splits a transformer (attention heads, experts): use --model transformer")
+    if args.router_skew < 0 or (args.capacity_factor is not None and args.capacity_factor <= 0):
+        p.error("--router-skew must be >= 0 and --capacity-factor > 0")
     try:
         args.straggler = [(int(who), float(factor or 2.0)) for who, _, factor in (s.partition(":") for s in args.straggler)]
     except ValueError:
@@ -89,6 +116,12 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def build_model(args):
+    """The model ``args`` ask for: the MoE encoder for ``--mode ep``, else the transformer or the MLP."""
+    if args.mode == "ep":
+        cfg = MoEConfig(layers=args.layers, d_model=args.d_model, heads=args.heads, seq_len=args.seq, experts=args.experts,
+                        top_k=args.top_k, expert_hidden=args.expert_hidden, shared_hidden=args.shared_hidden,
+                        router_skew=args.router_skew, capacity_factor=args.capacity_factor)
+        return MoETransformer(cfg, seed=args.seed, weights=args.weights)
     if args.model == "transformer":
         cfg = TransformerConfig(layers=args.layers, d_model=args.d_model, heads=args.heads, seq_len=args.seq)
         return TransformerEncoder(cfg, seed=args.seed, weights=args.weights)
@@ -126,6 +159,9 @@ def progress_bar(total: int, enabled: bool):
 
 
 def describe_groups(comm, mode: str, stages: int) -> list[str]:
+    """The report's lines on communication groups: who talks to whom with which calls, and the modeled
+    bandwidth of each hop along a pipeline or tensor-parallel group (``stages``: pipeline stages, or
+    the tensor-parallel size for tp)."""
     topo = comm.topology
 
     def hops(group):
@@ -136,6 +172,16 @@ def describe_groups(comm, mode: str, stages: int) -> list[str]:
         return ", ".join(parts)
 
     world = list(range(comm.size))
+    if mode == "tp":
+        if stages == comm.size:
+            return [f"tensor-parallel {world} (world): all_reduce after attention and after the MLP, every layer ({hops(world)})"]
+        groups, replicas = hybrid_partitions(comm.size, stages)
+        return [f"tensor-parallel {groups}: all_reduce after attention and after the MLP, every layer "
+                f"({'; '.join(hops(g) for g in groups)})",
+                f"data-parallel {replicas}: output all_gather (one group per tensor-parallel rank)"]
+    if mode == "ep":
+        return [f"expert-parallel {world} (world): per layer all_gather routing counts, all_to_all_v dispatch and combine; "
+                "output all_gather"]
     if mode == "dp":
         return [f"data-parallel {world} (world): cost all_gather, output all_gather"]
     if mode == "pp":
@@ -146,6 +192,8 @@ def describe_groups(comm, mode: str, stages: int) -> list[str]:
 
 
 def main(argv=None) -> int:
+    """One rank of the example: run the batch in parallel, check it on rank 0 and report; exit status 0,
+    1 if the output differs from the one-card reference, 2 for a bad ``--tp``."""
     args = parse_args(argv)
     comm = hccl_py.init()
     rank, size = comm.rank, comm.size
@@ -157,8 +205,25 @@ def main(argv=None) -> int:
     x = model.sample_inputs(args.batch, seed=args.seed + 1)
     timeline = Timeline(comm.device)
 
-    pipeline = None
-    if args.mode == "dp":
+    pipeline = tensor = experts = None
+    tp_size = args.tp or size
+    if args.mode == "tp" and (tp_size < 1 or size % tp_size):
+        if rank == 0:
+            print(f"infer.py: --tp {tp_size} does not divide the {size} ranks", file=sys.stderr)
+        return 2
+    if args.mode == "tp" and tp_size == size:
+        driver = tensor = TensorParallel(comm, model, overlap=args.overlap, chunks=_chunks(args), timeline=timeline)
+        role = f"tp rank {rank}"
+    elif args.mode == "tp":
+        tp_comm, dp_comm = tp_dp_groups(comm, tp_size)
+        tensor = TensorParallel(tp_comm, model, overlap=args.overlap, chunks=_chunks(args), timeline=timeline)
+        driver = DataParallel(dp_comm, tensor, policy=args.policy, chunk=args.chunk, timeline=timeline)
+        role = f"tp rank {tp_comm.rank}, replica {dp_comm.rank}"
+    elif args.mode == "ep":
+        driver = experts = ExpertParallel(comm, model, overlap=args.overlap, chunks=_chunks(args), timeline=timeline)
+        mine = experts.experts_of[rank]
+        role = f"experts {mine[0]}-{mine[-1]}" if len(mine) > 1 else f"expert {mine[0]}"
+    elif args.mode == "dp":
         driver = DataParallel(comm, model, policy=args.policy, chunk=args.chunk, timeline=timeline)
         role = f"replica {rank}"
     elif args.mode == "pp":
@@ -173,6 +238,8 @@ def main(argv=None) -> int:
     def my_share() -> int:
         if isinstance(driver, DataParallel):
             return driver.plan.counts[driver.comm.rank]
+        if experts is not None:
+            return experts.shares(args.batch)[rank]
         return args.batch
 
     bar = progress_bar(2 * args.batch, enabled=rank == 0 and not args.no_progress)
@@ -215,11 +282,16 @@ def main(argv=None) -> int:
     ok = args.dry or bool(np.allclose(y, reference, atol=ATOL, rtol=RTOL))
 
     shape = {"dp": f"{size} data-parallel replicas", "pp": f"{size} pipeline stages",
-             "hybrid": f"{size // args.stages} data-parallel replicas x {args.stages} pipeline stages"}[args.mode]
+             "hybrid": f"{size // args.stages} data-parallel replicas x {args.stages} pipeline stages",
+             "tp": (f"{size} tensor-parallel cards" if tp_size == size
+                    else f"{size // tp_size} data-parallel replicas x {tp_size} tensor-parallel cards"),
+             "ep": f"{args.experts} experts over {size} cards"}[args.mode]
+    if args.overlap and args.mode in ("tp", "ep"):
+        shape += ", overlapped"
     print(f"== hccl-py distributed inference: {args.mode} ({shape}) on {size} x {card}, topology {comm.topology.name} ==")
     print(f"model        {model.describe()}")
     pieces = f"batch {args.batch}"
-    if args.mode != "pp":
+    if isinstance(driver, DataParallel):
         plan = driver.plan
         pieces += f", policy {args.policy}: samples per replica {list(plan.counts)}"
         if plan.policy == "work-stealing":
@@ -227,8 +299,22 @@ def main(argv=None) -> int:
     if pipeline is not None:
         ws = args.mode == "hybrid" and args.policy == "work-stealing"
         pieces += ", each chunk one micro-batch" if ws else f", {args.microbatches} micro-batches per pipeline"
+    if tensor is not None:
+        run = tensor.last
+        per = run.elements // max(1, run.all_reduces) * model.dtype.itemsize
+        pieces += (f"; heads per card {list(tensor.heads_per_card)}, MLP hidden per card {list(tensor.hidden_per_card)}; "
+                   f"{run.all_reduces} all_reduces of {_bytes(per)} per card"
+                   + (f" ({run.chunks} micro-batches, asynchronous)" if args.overlap else ""))
+    if experts is not None:
+        pieces += (f" ({', '.join(str(n) for n in experts.shares(args.batch))} sequences per card; attention data-parallel); "
+                   f"top-{args.top_k} of {args.experts} experts, experts per card "
+                   + str([list(e) for e in experts.experts_of])
+                   + (f"; {experts.chunks} micro-batches, dispatch and combine asynchronous" if args.overlap else ""))
     print(f"work         {pieces}")
-    for line in describe_groups(comm, args.mode, args.stages):
+    if experts is not None:
+        for line in describe_experts(model, experts.last, args):
+            print(line)
+    for line in describe_groups(comm, args.mode, tp_size if args.mode == "tp" else args.stages):
         print(f"groups       {line}")
     if pipeline is not None:
         stages = {}
@@ -238,7 +324,11 @@ def main(argv=None) -> int:
     if args.dry:
         print("correctness  not checked (--dry: kernels skipped the arithmetic)")
     else:
-        print(f"correctness  max |parallel - 1 card| = {err:.3e}  ({'OK' if ok else 'MISMATCH'}, atol {ATOL:g} rtol {RTOL:g})")
+        same = ""
+        if experts is not None:
+            same = ("; routing equal to 1 card's" if [r.kept for r in model.routing()] == [r.kept for r in experts.last.layers]
+                    else "; routing differs from 1 card's")
+        print(f"correctness  max |parallel - 1 card| = {err:.3e}  ({'OK' if ok else 'MISMATCH'}, atol {ATOL:g} rtol {RTOL:g}){same}")
     print(f"modeled      parallel {parallel_s * 1e3:.3f} ms -> {args.batch / parallel_s:,.0f} samples/s;  "
           f"1 card {one_card_s * 1e3:.3f} ms -> {args.batch / one_card_s:,.0f} samples/s")
     print(f"             speedup {speedup:.2f}x over 1 card, parallel efficiency {100 * speedup / size:.1f}% on {size} cards")
@@ -250,8 +340,20 @@ def main(argv=None) -> int:
               f"(equal stages, no transfers: (p-1)/(m+p-1) = {100 * ideal_bubble(pipeline.stages, m):.1f}%)")
     print(f"wall clock   parallel run {max(r.wall_s for r in reports):.2f} s, 1-card reference {ref_wall:.2f} s "
           f"(this host, {_cores} cores shared by {size} ranks; not modeled)")
+    overlapped = args.overlap and args.mode in ("tp", "ep")
+    if overlapped:
+        comm_ms = sum(r.comm_s for r in reports) / len(reports) * 1e3
+        exposed_ms = sum(r.exposed_s for r in reports) / len(reports) * 1e3
+        print(f"overlap      per card (mean): communication {comm_ms:.3f} ms on the communication stream, {exposed_ms:.3f} ms "
+              f"of it exposed (compute stood still at wait); micro-batches cost extra kernel launches and weight reads "
+              f"(compare compute ms without --overlap)")
+    if experts is not None and size > 1:
+        loads = experts.last.per_card(experts.last.processed)
+        hot = max(range(size), key=lambda r: loads[r])
+        print(f"waiting      per card {[round(r.wait_s * 1e3, 3) for r in reports]} ms (modeled); most expert rows on card {hot} "
+              f"({loads[hot]}): the others wait for it in the all_to_all_v")
     print("per rank (modeled):")
-    print("  " + format_rank_table(reports).replace("\n", "\n  "))
+    print("  " + format_rank_table(reports, exposed=overlapped).replace("\n", "\n  "))
 
     labels = [f"rank {r.rank} ({r.role})" for r in reports]
     trace_dir = args.trace_dir or Path("traces") / f"infer-{args.mode}"
@@ -260,13 +362,41 @@ def main(argv=None) -> int:
     if args.plot is not None:
         from hccl_py.parallel.plot import plot_timelines
 
-        title = (f"{args.mode} on {size} x {card} ({comm.topology.name}): {args.model}, batch {args.batch}"
+        title = (f"{args.mode} on {size} x {card} ({comm.topology.name}): {model.name}, batch {args.batch}"
                  + (f", {args.microbatches} micro-batches" if pipeline is not None else "")
                  + f" — {parallel_s * 1e3:.2f} ms modeled, {speedup:.2f}x over 1 card")
         plot_timelines(args.plot, [r.segments for r in reports], labels, title=title,
                        origin_s=min(r.start_s for r in reports))
         print(f"plot         {args.plot}")
     return 0 if ok else 1
+
+
+def _bytes(n: int) -> str:
+    return f"{n / 2**20:.2f} MiB" if n >= 2**20 else f"{n / 2**10:.1f} KiB"
+
+
+def _chunks(args) -> int:
+    return args.chunks if args.overlap else 1
+
+
+def describe_experts(model, run, args) -> list[str]:
+    """The report's lines on the experts' load: tokens per expert and per card, drops, padding."""
+    layers = len(run.layers)
+    lines = [f"router       skew {args.router_skew:g} (Zipf prior over popularity order {list(model.popularity)}: "
+             f"{', '.join(f'{100 * v:.0f}%' for v in model.prior()[list(model.popularity)])})",
+             f"experts      tokens per expert {list(run.processed)} (summed over {layers} layers)"]
+    cards = run.per_card(run.processed)
+    even = sum(cards) / len(cards)
+    lines.append(f"cards        tokens per card {list(cards)}: max / mean {max(cards) / even if even else 0:.2f}")
+    routed, dropped, padded = sum(run.routed), sum(run.dropped), sum(run.padded)
+    if args.capacity_factor is None:
+        lines.append("capacity     dropless (no --capacity-factor): every expert takes what it is routed")
+    else:
+        rows = sum(run.processed) + padded
+        lines.append(f"capacity     factor {args.capacity_factor:g} -> {run.capacity[0]} rows per expert per layer: dropped {dropped} "
+                     f"of {routed} assignments ({100 * dropped / max(1, routed):.1f}%), padded {padded} rows "
+                     f"({100 * padded / max(1, rows):.1f}% of the expert rows computed)")
+    return lines
 
 
 def _span(blocks: list[str]) -> str:

@@ -7,7 +7,7 @@
 """
 
 from .communicator import Communicator
-from .dtypes import ReduceOp, bfloat16
+from .dtypes import ReduceOp
 from .errors import (
     HcclConnectError,
     HcclError,
@@ -44,3 +44,11 @@ __all__ = [
     "parse_fault",
 ]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    if name == "bfloat16":  # ml_dtypes' bfloat16, loaded on first use (importing it takes most of a second)
+        from . import dtypes
+
+        return dtypes.bfloat16
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -13,14 +13,18 @@ implement (NHR, NB, pipeline, ...) are accepted by the parser and refused, with
 
 from __future__ import annotations
 
+import math
 import weakref
+from dataclasses import dataclass
 from typing import Callable
 
 from . import env
 from .algorithms.hierarchical import HIER_COLLECTIVES, LEVELS
-from .algorithms.registry import ALL_ALGOS, SCHEDULES, algos_for
+from .algorithms.registry import ALL_ALGOS, SCHEDULES, algos_for, get_schedule
 from .collectives import collective
 from .errors import HcclNotSupportedError, HcclParamError
+
+GiB = 1 << 30
 
 AUTO = "auto"
 HIER = "hier"
@@ -97,14 +101,21 @@ def parse_hccl_algo(text: str | None) -> dict[str, str]:
     return table
 
 
-# algo="auto" decisions per cost model (one per rank and topology), per call shape
+# ----------------------------------------------------------------------------- the argmin of the model
+
+# fastest()'s decisions per cost model (one per rank and topology), per call shape
 _choices: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def fastest(cost_model, collective: str, count: int, itemsize: int, world_ranks: tuple[int, ...], root: int = 0) -> str:
-    """``algo="auto"``: the algorithm with the least modeled time for this call on this topology
-    (an argmin over the cost model, as NCCL's tuning picks); ties go to the earlier in ALL_ALGOS."""
-    key = (collective, count, itemsize, world_ranks, root)
+def fastest(cost_model, collective: str, count: int, itemsize: int, world_ranks: tuple[int, ...], root: int = 0,
+            candidates: "tuple[str, ...] | None" = None) -> str:
+    """The algorithm with the least modeled time for this call on this topology (an argmin over
+    the cost model, as NCCL's tuning picks); ties go to the earlier in ALL_ALGOS.
+
+    Candidates (default: every flat algorithm of ``collective``) are simulated in order of a
+    cheap lower bound on their time (:func:`lower_bound_s`); one whose bound exceeds the best time
+    found cannot win and is not simulated, so the answer is the full evaluation's."""
+    key = (collective, count, itemsize, world_ranks, root, candidates)
     cache = _choices.get(cost_model)
     if cache is None:
         cache = _choices[cost_model] = {}
@@ -112,17 +123,297 @@ def fastest(cost_model, collective: str, count: int, itemsize: int, world_ranks:
     if best is None:
         from .planning.simulator import simulate
 
-        algos = algos_for(collective)
-        times = {algo: simulate(collective, algo, cost_model.topology, count, itemsize=itemsize, root=root,
-                                world_ranks=world_ranks, cost_model=cost_model).time_s for algo in algos}
-        best = cache[key] = min(algos, key=lambda algo: times[algo])
+        algos = candidates or algos_for(collective)
+        order = {algo: i for i, algo in enumerate(ALL_ALGOS)}
+        bounds = {algo: lower_bound_s(cost_model.topology, collective, algo, count, itemsize, world_ranks, root)
+                  for algo in algos}
+        best_time = math.inf
+        for algo in sorted(algos, key=lambda a: (bounds[a], order.get(a.partition(":")[0], 99))):
+            if bounds[algo] > best_time:
+                break
+            time_s = simulate(collective, _schedule_fn(cost_model.topology, collective, algo, world_ranks),
+                              cost_model.topology, count, itemsize=itemsize, root=root, world_ranks=world_ranks,
+                              cost_model=cost_model).time_s
+            if time_s < best_time or (time_s == best_time and order.get(algo.partition(":")[0], 99) < order.get(best.partition(":")[0], 99)):
+                best, best_time = algo, time_s
+        cache[key] = best
     return best
+
+
+def lower_bound_s(topology, collective: str, algo: str, count: int, itemsize: int, world_ranks: tuple[int, ...],
+                  root: int = 0) -> float:
+    """A cheap bound no simulation of ``algo`` can beat: the launch, then, step by step for the
+    root (rank 0 when unrooted) and for the last rank, each step's largest send at the smallest
+    hop latency and the largest link bandwidth of the topology (a step ends no earlier than its
+    sends have left). Needs only those ranks' schedules."""
+    fn = _schedule_fn(topology, collective, algo, world_ranks)
+    size = len(world_ranks)
+    alpha = min(spec.latency_s for spec in topology.link_kinds.values())
+    bandwidth = max(spec.bandwidth_Bps for spec in topology.link_kinds.values())
+    bound = 0.0
+    for r in {root, size - 1}:
+        steps = fn(r, size, count, root).steps
+        t = topology.card(world_ranks[r]).launch_overhead_s if steps else 0.0
+        for step in steps:
+            if step.sends:
+                t += alpha + max(send.src.count for send in step.sends) * itemsize / bandwidth
+        bound = max(bound, t)
+    return bound
+
+
+def _schedule_fn(topology, collective: str, algo: str, world_ranks: tuple[int, ...]):
+    """The schedule function of a flat name or of ``hier:<inner>/<outer>@server``."""
+    levels = hier_levels(algo)
+    if levels is None:
+        return get_schedule(collective, algo)
+    from .algorithms.hierarchical import schedule_for
+
+    return schedule_for(collective, server_partition(topology, world_ranks), *levels)
+
+
+def server_partition(topology, world_ranks) -> tuple[tuple[int, ...], ...]:
+    """The communicator's ranks (0..n-1) grouped by the server of their world rank: the partition
+    of HCCL's two-level algorithms (level0 inside a server, level1 across servers)."""
+    groups: dict[int, list[int]] = {}
+    for r, w in enumerate(world_ranks):
+        groups.setdefault(topology.server_of(w), []).append(r)
+    return tuple(tuple(g) for g in groups.values())
+
+
+# ------------------------------------------------------------------------------ HCCL's own selection
+
+SERVER = "@server"  # suffix of a two-level choice on the partition by server
+_SMALL_128K, _SMALL_256K, _SMALL_1M = 128 * 1024, 256 * 1024, 1024 * 1024
+# HCCL's level-1 alpha-beta comparison (coll_alg_operator.cc): LATENCY = 60 us per step and the
+# per-NPU level-1 bandwidth GetBandWidthPerNPU(1) of device_capacity.cc, in GiB/s (x GB2B).
+_HCCL_LEVEL1_LATENCY_US = 60.0
+_HCCL_LEVEL1_GIB = {"ascend910b": 25.0 * 0.8, "ascend910": 12.5 * 0.8}
+_HCCL_CCL_BUFFER = 200 * 1024 * 1024  # HCCL_BUFFSIZE default 200 MB: data per loop
+
+
+@dataclass(frozen=True)
+class CallShape:
+    """What HCCL's selection looks at for one call: the operator, its data size in HCCL's sense
+    (``nbytes``: the buffer of allreduce/broadcast/reduce, one rank's input of allgather, one
+    rank's output of reduce_scatter), the card, the servers the communicator spans (``servers``,
+    HCCL's moduleNum), NPUs per server (``per_server``, deviceNumPerAggregation; None when the
+    servers hold different numbers) and how a server's NPUs are joined (``level0_topo``: "mesh"
+    = HCCS between every pair, "islands" = an Atlas 800 (9000) server's HCCS islands, "pcie" =
+    standard PCIe cards)."""
+
+    collective: str
+    nbytes: int
+    card: str
+    servers: int
+    per_server: int | None
+    level0_topo: str
+    dtype: str = "float32"
+    op: str = "sum"
+
+    @property
+    def ranks(self) -> int:
+        """Ranks of the communicator: servers * per_server (0 when the servers hold different numbers)."""
+        return self.servers * (self.per_server or 0)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """``auto``'s answer: the algorithm (a flat name, or ``hier:<inner>/<outer>@server``) and
+    the HCCL rule behind it (``rule``; ``estimate`` says where no rule was found)."""
+
+    algo: str
+    rule: str
+    estimate: bool = False
+
+
+def call_shape(topology, collective: str, count: int, itemsize: int, world_ranks: tuple[int, ...],
+               dtype: str | None = None, op: str = "sum") -> CallShape:
+    """The :class:`CallShape` of a call of ``count`` elements on the ranks ``world_ranks``."""
+    groups = server_partition(topology, world_ranks)
+    sizes = {len(g) for g in groups}
+    card = topology.card(world_ranks[0]).name
+    first = [world_ranks[r] for r in groups[0]]
+    if all(len(topology.route(a, b).hops) == 1 and topology.link(*topology.route(a, b).hops[0]).kind.startswith("HCCS")
+           for a in first for b in first if a != b):
+        level0 = "mesh"
+    elif any(topology.island_of(w) is not None for w in first):
+        level0 = "islands"
+    else:
+        level0 = "pcie"
+    nbytes = count * itemsize
+    return CallShape(collective, nbytes, card, len(groups), sizes.pop() if len(sizes) == 1 else None, level0,
+                     dtype or {1: "int8", 2: "float16", 4: "float32", 8: "float64"}.get(itemsize, "float32"), op)
+
+
+def _level0_default(s: CallShape, g: int) -> tuple[str, str]:
+    """HCCL's intra-server algorithm from the topology (alg_configurator.cc
+    GetDefaultAlgoLevel0Module / GetDefaultAlgoLevel0StandardCard; docs: "Server内 ... 根据硬件拓扑
+    自动选择")."""
+    if s.level0_topo == "mesh" and s.card == "ascend910b":
+        return "mesh", "910B with HCCS between every pair: NP mesh"
+    if s.level0_topo in ("mesh", "islands") and s.card == "ascend910":
+        if g == 8:
+            return "ring", "910, 8 NPUs per server: 8P ring"
+        if g == 4 and s.level0_topo == "mesh":
+            return "mesh", "910, 4 NPUs of one HCCS island: 4P mesh"
+        if g <= 2:
+            return "ring", "910, 1-2 NPUs: single ring"
+        return "ring", "910 with 3, 5, 6 or 7 NPUs per server (HCCL takes 1, 2, 4, 8): ring, estimate"
+    if s.level0_topo == "mesh":
+        return "mesh", f"{s.card} with HCCS between every pair: mesh (estimate by analogy with the 910B)"
+    if g == 2:
+        return ("ring", "standard PCIe cards, 2 x 910B: single ring") if s.card == "ascend910b" else \
+               ("mesh", "standard PCIe cards, 2 NPUs: 2P mesh")
+    return "ring", "standard PCIe cards: single ring"
+
+
+def _level0_allreduce(s: CallShape, g: int) -> tuple[str, str]:
+    """all_reduce_operator.cc SelectAlgfor910A / SelectAlgfor910B / SelectAlgfor310P3."""
+    if s.servers == 1 and s.card == "ascend910" and s.level0_topo != "pcie" and g in (4, 8) and s.nbytes <= _SMALL_1M:
+        return "hd", "910, one server, 4 or 8 NPUs, <= 1 MB: halving-doubling (AllReduceDoubling)"
+    if s.card == "ascend310p" and s.servers == 1:
+        inline = s.dtype in ("float32", "int16", "float16") and s.op == "sum"
+        if s.nbytes <= _SMALL_256K and g & (g - 1) == 0 and inline:
+            return "hd", "310P, <= 256 KB, power-of-two ranks, inline reduce: AllReduceDoubling"
+        return "ring", "310P: AllReduceRing"
+    algo, rule = _level0_default(s, g)
+    if algo == "mesh" and s.card == "ascend910b" and s.servers == 1 and s.nbytes <= _SMALL_256K:
+        return "mesh", ("910B mesh, <= 256 KB: HCCL runs AllReduceMeshSmallCountExecutor (reduce to one rank, then "
+                        "broadcast, over the mesh); hccl-py's mesh has the same two steps (estimate)")
+    return algo, rule
+
+
+def _level0_reduce_scatter(s: CallShape, g: int) -> tuple[str, str]:
+    """reduce_scatter_operator.cc: the 910's small-data rule, else the topology's algorithm."""
+    if s.servers == 1 and s.card == "ascend910" and s.level0_topo != "pcie" and g in (4, 8) and s.nbytes <= _SMALL_256K:
+        return "hd", "910, one server, 4 or 8 NPUs, <= 256 KB: halving-doubling (ReduceScatterComm, level-1 HD)"
+    return _level0_default(s, g)
+
+
+# One level-0 rule per collective; a collective without an entry takes the topology's algorithm.
+LEVEL0_RULES: dict[str, Callable[[CallShape, int], tuple[str, str]]] = {
+    "allreduce": _level0_allreduce,
+    "reduce_scatter": _level0_reduce_scatter,
+}
+
+
+def _hccl_level1_costs(s: CallShape) -> dict[str, float]:
+    """HCCL's level-1 alpha-beta costs (us) of ring, NHR and HD/RHD for a 910B call
+    (coll_alg_operator.cc SelectAlgoTypeFor<Op>)."""
+    m, d = s.servers, s.per_server or 1
+    delta = _HCCL_LEVEL1_LATENCY_US
+    bandwidth = _HCCL_LEVEL1_GIB.get(s.card, 20.0) * GiB
+    size = min(s.nbytes, _HCCL_CCL_BUFFER)
+    pow2 = m & (m - 1) == 0
+    log_up = math.ceil(math.log2(m))
+    if s.collective in ("allgather", "reduce_scatter"):
+        beta = size * s.ranks / bandwidth * 1e6
+        ring = (m - 1) * delta + (m - 1) / m * beta
+        nhr = log_up * delta + (m - 1) / m * beta
+        hd = math.log2(m) * delta + (m - 1) / m * beta if pow2 else log_up * delta + (2 * m - 1) / m * beta
+        return {"ring": ring, "nhr": nhr, "hd": hd}
+    beta = size / d / bandwidth * 1e6
+    ring = 2 * (m - 1) * delta + 2 * (m - 1) / m * beta
+    if s.collective == "allreduce":
+        nhr = 2 * log_up * delta + 2 * (m - 1) / m * beta
+        hd = 2 * math.log2(m) * delta + 2 * (m - 1) / m * beta if pow2 else 2 * log_up * delta + 2 * (2 * m - 1) / m * beta
+        return {"ring": ring, "nhr": nhr, "hd": hd}
+    # broadcast, reduce: ring against HD / RHD (scatter or reduce-scatter, allgather or gather, copy)
+    hd = (2 * math.log2(m) * delta + 2 * (m - 1) / m * beta if pow2
+          else (1 + 2 * math.floor(math.log2(m))) * delta + (1 + 2 * (m - 1) / m) * beta)
+    return {"ring": ring, "hd": hd}
+
+
+def _level1(s: CallShape) -> tuple[str, str]:
+    """HCCL's inter-server algorithm: per call on the 910B (AutoSelectAlgTypeLevel1 ->
+    GetDefaultAlgoLevel1V2), by server count elsewhere (GetDefaultAlgoLevel1V1)."""
+    m = s.servers
+    if s.card == "ascend910b":
+        costs = _hccl_level1_costs(s)
+        # "if same cost, Ring > NHR > HD": NHR must be strictly cheaper than ring, HD than both
+        algo = "nhr" if "nhr" in costs and costs["nhr"] < costs["ring"] else "ring"
+        if costs["hd"] < min(costs[a] for a in costs if a != "hd"):
+            algo = "hd"
+        rule = (f"910B, {m} servers: HCCL's alpha-beta comparison (60 us per step, 20 GiB/s per NPU) picks "
+                f"{'H-D_R' if algo == 'hd' else algo.upper()}")
+        pipeline = _pipeline(s)
+        if pipeline:
+            rule += f"; {pipeline}"
+        if algo == "nhr":
+            return "hd", rule + "; hccl-py has no NHR: hd, whose alpha-beta cost is NHR's for power-of-two server counts (estimate)"
+        return algo, rule
+    if m >= 8:
+        return "hd", f"{s.card}, {m} >= 8 servers: H-D_R (GetDefaultAlgoLevel1V1)"
+    if m & (m - 1):
+        return "ring", f"{s.card}, {m} servers, not a power of two: ring (GetDefaultAlgoLevel1V1; HCCL_ALGO docs)"
+    return "hd", f"{s.card}, {m} servers, a power of two: H-D_R (GetDefaultAlgoLevel1V1; HCCL_ALGO docs)"
+
+
+def _pipeline(s: CallShape) -> str:
+    """Whether the 910B would run its pipeline algorithm (not in hccl-py), said as a note."""
+    if (s.per_server or 1) < 2 or s.card != "ascend910b":
+        return ""
+    if s.collective in ("allgather", "reduce_scatter") and s.nbytes >= 32 * 1024:
+        return "HCCL would pipeline this (>= 32 KB, PIPELINE_MIN_SIZE); hccl-py has no pipeline algorithm"
+    if s.collective == "allreduce" and s.nbytes // max(s.ranks, 1) >= _SMALL_1M:
+        return "HCCL would pipeline this (>= 1 MB per slice, PIPELINE_ALLREDUCE_MIN_SIZE); hccl-py has no pipeline algorithm"
+    return ""
+
+
+def hccl_choice(shape: CallShape) -> Choice:
+    """What HCCL's own selection rules run for a call of ``shape`` (docs/fidelity.md lists the
+    rules and their sources)."""
+    if shape.per_server is None:
+        return Choice("ring", "servers with different NPU counts: HCCL runs one ring over all ranks "
+                              "(multiModuleDiffDeviceNumMode)")
+    g = shape.per_server
+    rule0 = LEVEL0_RULES.get(shape.collective, _level0_default)
+    if shape.servers == 1:
+        algo, rule = rule0(shape, g)
+        return Choice(algo, rule, "estimate" in rule)
+    outer, rule1 = _level1(shape)
+    if g == 1:
+        return Choice(outer, f"one NPU per server: level 1 only; {rule1}", "estimate" in rule1)
+    inner, rule = rule0(shape, g)
+    if (shape.collective, inner) not in SCHEDULES or (shape.collective not in HIER_COLLECTIVES):
+        return Choice(outer, rule1, True)
+    return Choice(f"{HIER}:{inner}/{outer}{SERVER}", f"level 0: {rule}; level 1: {rule1}",
+                  "estimate" in rule + rule1 or "pipeline" in rule1)
+
+
+# auto's decisions per cost model, per call shape
+_auto_choices: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def auto(cost_model, collective: str, count: int, itemsize: int, world_ranks: tuple[int, ...], root: int = 0,
+         dtype: str | None = None, op: str = "sum") -> str:
+    """``algo="auto"``: the algorithm HCCL's own rules choose for this call (:func:`hccl_choice`);
+    where no rule covers the call (a collective without one), the argmin of the model
+    (:func:`fastest`), labelled an estimate."""
+    key = (collective, count, itemsize, world_ranks, root, dtype, op)
+    cache = _auto_choices.get(cost_model)
+    if cache is None:
+        cache = _auto_choices[cost_model] = {}
+    found = cache.get(key)
+    if found is None:
+        found = cache[key] = explain_auto(cost_model, collective, count, itemsize, world_ranks, root, dtype, op).algo
+    return found
+
+
+def explain_auto(cost_model, collective: str, count: int, itemsize: int, world_ranks: tuple[int, ...], root: int = 0,
+                 dtype: str | None = None, op: str = "sum") -> Choice:
+    """:func:`auto`'s choice with the rule behind it."""
+    if len(world_ranks) == 1 or collective not in HIER_COLLECTIVES:
+        best = fastest(cost_model, collective, count, itemsize, world_ranks, root)
+        return Choice(best, "no HCCL rule: the least modeled time (estimate)", True)
+    return hccl_choice(call_shape(cost_model.topology, collective, count, itemsize, world_ranks, dtype, op))
 
 
 def hier_levels(name: str) -> tuple[str, str] | None:
     """``"hier"`` -> ``("ring", "ring")``, ``"hier:ring/H-D_R"`` -> ``("ring", "hd")`` (inner =
-    level0, outer = level1); ``None`` for any other name."""
-    head, sep, rest = name.strip().lower().partition(":")
+    level0, outer = level1; a trailing ``@server`` names the partition, see :func:`on_servers`);
+    ``None`` for any other name."""
+    head, sep, rest = name.strip().lower().removesuffix(SERVER).partition(":")
     if head != HIER:
         return None
     if not sep:
@@ -132,6 +423,12 @@ def hier_levels(name: str) -> tuple[str, str] | None:
         raise HcclParamError(f"algo {name!r}: write hier:<inner>/<outer>, e.g. hier:ring/hd", arg="algo", value=name, rule="format",
                              expected="hier:<inner>/<outer>")
     return _HCCL_ALGOS.get(inner.strip(), inner.strip()), _HCCL_ALGOS.get(outer.strip(), outer.strip())
+
+
+def on_servers(name: str) -> bool:
+    """Whether a hierarchical choice runs on the partition by server (``auto``'s two-level
+    algorithms) rather than on the communicator's partition."""
+    return name.strip().lower().endswith(SERVER)
 
 
 def _resolve_hier(collective: str, levels: tuple[str, str], source: dict) -> str:

@@ -10,6 +10,7 @@ keeping their own alias maps and factors::
     spec.buffer_counts(size=4, count=10)     # (40, 10): IN and OUT elements of one rank
     spec.bus_factor(8)                       # 0.875 = (n-1)/n, as nccl-tests
     spec.count_of(1 << 20, 4, 8)             # elements per rank for a 1 MiB message in hccl-sim's convention
+    spec.test_elements(1 << 20, 4, 8)        # the call's count for HCCL Test's data_size of 1 MiB
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class OpKind(IntEnum):
 
     @property
     def label(self) -> str:
+        """The operation's name in lower case (``allreduce``, ``reduce_scatter``)."""
         return self.name.lower()
 
 
@@ -51,7 +53,11 @@ class Collective:
     one array in the schedules). ``bus_factor(n)``: nccl-tests' busbw = algbw * factor.
     ``message_elements(nbytes, itemsize, n)``: the call's count for a message of ``nbytes`` in the
     convention of hccl-sim and the partition search: ``nbytes`` is each rank's input (allgather:
-    its block; reduce_scatter: the whole input it reduces).
+    its block; reduce_scatter: the whole input it reduces). ``test_elements(nbytes, itemsize, n)``:
+    the call's count in HCCL Test's convention, where ``data_size`` is the buffer of allreduce,
+    broadcast and reduce and the whole gathered output / reduced input of allgather and
+    reduce_scatter (each rank's block is ``data_size / n``), and ``alg_bandwidth = data_size /
+    time`` for all of them.
     """
 
     name: str
@@ -66,6 +72,7 @@ class Collective:
     bus_factor: Callable[[int], float]
     message_elements: Callable[[int, int, int], int]
     root_only: str | None = None  # "in" (scatter) or "out" (gather): the buffer only the root has
+    test_elements: "Callable[[int, int, int], int] | None" = None
 
     def buffer_counts(self, size: int, count: int, rank: int | None = None, root: int = 0) -> tuple[int, int]:
         """(IN, OUT) elements of one rank for a call of ``count`` on ``size`` ranks (of ``rank``,
@@ -105,7 +112,7 @@ COLLECTIVES: dict[str, Collective] = {c.name: c for c in (
                bus_factor=lambda n: 2 * (n - 1) / n, message_elements=_per_element),
     Collective("allgather", OpKind.ALLGATHER, "HcclAllGather", rooted=False, reduces=False, in_place=False,
                aliases=("all_gather",), in_count=_whole, out_count=_blocks,
-               bus_factor=lambda n: (n - 1) / n, message_elements=_per_element),
+               bus_factor=lambda n: (n - 1) / n, message_elements=_per_element, test_elements=_per_rank_block),
     Collective("broadcast", OpKind.BROADCAST, "HcclBroadcast", rooted=True, reduces=False, in_place=True,
                aliases=("bcast",), in_count=_whole, out_count=_whole,
                bus_factor=lambda n: 1.0, message_elements=_per_element),
@@ -114,7 +121,7 @@ COLLECTIVES: dict[str, Collective] = {c.name: c for c in (
                bus_factor=lambda n: 1.0, message_elements=_per_element),
     Collective("reduce_scatter", OpKind.REDUCE_SCATTER, "HcclReduceScatter", rooted=False, reduces=True, in_place=False,
                aliases=("reducescatter", "reduce-scatter"), in_count=_blocks, out_count=_whole,
-               bus_factor=lambda n: (n - 1) / n, message_elements=_per_rank_block),
+               bus_factor=lambda n: (n - 1) / n, message_elements=_per_rank_block, test_elements=_per_rank_block),
     Collective("alltoall", OpKind.ALLTOALL, "HcclAlltoAll", rooted=False, reduces=False, in_place=False,
                aliases=("all_to_all",), in_count=_blocks, out_count=_blocks,
                bus_factor=lambda n: (n - 1) / n, message_elements=_per_rank_block),
@@ -133,6 +140,10 @@ COLLECTIVES: dict[str, Collective] = {c.name: c for c in (
                aliases=(), in_count=_none, out_count=_none,
                bus_factor=lambda n: 0.0, message_elements=lambda nbytes, itemsize, n: 0),
 )}
+
+for _c in COLLECTIVES.values():
+    if _c.test_elements is None:
+        object.__setattr__(_c, "test_elements", _c.message_elements)
 
 # Collectives whose calls move data by an algorithm (everything but the barrier)
 DATA_COLLECTIVES = tuple(name for name in COLLECTIVES if name != "barrier")

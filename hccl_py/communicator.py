@@ -26,10 +26,10 @@ from .algorithms.registry import ALL_ALGOS, algos_for, get_schedule
 from .algorithms.schedule import Schedule
 from .context import RankContext
 from .device import Device, Stream
-from .dtypes import UFUNCS, ReduceOp, check_op_dtype, dtype_code
+from .dtypes import DTYPE_CODES, UFUNCS, ReduceOp, check_op_dtype, dtype_code
 from .errors import HcclError, HcclInternalError, HcclParamError, HcclTimeoutError
 from .collectives import OpKind, collective as collective_named
-from .executor import P2P_SEQ_BIT, BatchRun, CallContext, error_from_notice
+from .executor import P2P_SEQ_BIT, BatchRun, CallContext, error_from_notice, quiet_floats
 from .records import CallRecord, CommStats
 from .transport.base import CallSignature
 from .work import Work
@@ -54,6 +54,7 @@ class _Call(NamedTuple):
     ctx: CallContext  # its seq is set per call
     dtype_name: str = ""  # for the flight record (numpy's dtype.name is slow to compute)
     notify_on_timeout: bool = False  # tell the peers why, when this rank times out (monitored barrier)
+    quiet: bool = False  # its reductions run with numpy's float warnings off (executor.quiet_floats)
 
 
 def _byte_span(a: np.ndarray) -> tuple[int, int]:
@@ -227,15 +228,17 @@ class Communicator:
         if not isinstance(x, np.ndarray):
             raise self._bad(what, f"buffer must be a numpy.ndarray, got {type(x).__name__}", arg=arg, rule="type",
                             expected="numpy.ndarray")
-        try:
-            dtype_code(x.dtype, where=what)
-        except HcclParamError as err:
-            raise HcclParamError(err.message, **self._fields(what), arg=arg, **err.fields) from None
+        if x.dtype not in DTYPE_CODES:  # (a dict lookup: this runs on every call)
+            try:
+                dtype_code(x.dtype, where=what)
+            except HcclParamError as err:
+                raise HcclParamError(err.message, **self._fields(what), arg=arg, **err.fields) from None
         if writable:
-            if not x.flags.c_contiguous:
+            flags = x.flags
+            if not flags.c_contiguous:
                 raise self._bad(what, "buffer must be C-contiguous (it is written in place); pass np.ascontiguousarray(x) and copy back",
                                 arg=arg, rule="contiguous")
-            if not x.flags.writeable:
+            if not flags.writeable:
                 raise self._bad(what, "buffer is read-only but the operation writes it in place", arg=arg, rule="writable")
         return x
 
@@ -276,25 +279,35 @@ class Communicator:
         ``fn``: a schedule function of the caller's (all-to-all with counts per pair), else the
         algorithm's; ``sig_count``: the count peers check (default ``count``)."""
         itemsize = dtype.itemsize
+        op = redop.name.lower() if redop is not None else "sum"
         if fn is None:
             name = algo_select.resolve(
                 collective, algo,
-                lambda: algo_select.fastest(self._rc.cost_model, collective, count, itemsize, self._world_ranks, root),
+                lambda: algo_select.auto(self._rc.cost_model, collective, count, itemsize, self._world_ranks, root, dtype.name, op),
                 self._algo_env,
             )
             levels = algo_select.hier_levels(name)
-            fn = get_schedule(collective, name) if levels is None else hierarchical.schedule_for(collective, self.partition, *levels)
+            if levels is None:
+                fn = get_schedule(collective, name)
+            else:  # auto's two-level algorithms run on the partition by server, as HCCL's do
+                groups = (algo_select.server_partition(self._rc.topology, self._world_ranks) if algo_select.on_servers(name)
+                          else self.partition)
+                fn = hierarchical.schedule_for(collective, groups, *levels)
         else:
             name = algo
         sig = CallSignature(kind, _ALGO_INDEX[name.partition(":")[0]], dtype_code(dtype, where=collective), int(redop or 0),
                             count if sig_count is None else sig_count, root)
-        costs = self._rc.cost_model.call_costs(fn, self.size, count, root, itemsize, self._world_ranks)[self._rank] if self._rc.modeled else None
+        costs = (self._rc.cost_model.call_costs(fn, self.size, count, root, itemsize, self._world_ranks, dtype=dtype.name,
+                                                op=op)[self._rank]
+                 if self._rc.modeled else None)
         schedule = fn(self._rank, self.size, count, root)
         in_count, out_count = (fn.buffer_counts(self._rank) if hasattr(fn, "buffer_counts")
                                else collective_named(collective).buffer_counts(self.size, count, self._rank, root))
         nbytes = (in_count or out_count) * itemsize  # the call's input on this rank (what it receives if none)
-        return _Call(collective, name, schedule, costs, UFUNCS.get(redop), nbytes,
-                     CallContext(self._id, self.name, 0, sig, self._world_ranks, self._rank, ALL_ALGOS, self._timeout_s), dtype.name)
+        ufunc = UFUNCS.get(redop)
+        return _Call(collective, name, schedule, costs, ufunc, nbytes,
+                     CallContext(self._id, self.name, 0, sig, self._world_ranks, self._rank, ALL_ALGOS, self._timeout_s), dtype.name,
+                     quiet=quiet_floats(ufunc, dtype))
 
     def _remember(self, key: tuple, call: "_Call") -> "_Call":
         if len(self._calls) >= 1024:  # a program with ever-new shapes keeps the latest ones
@@ -323,11 +336,9 @@ class Communicator:
                 seq = self._seq
             rc = self._rc
             device = rc.device
-            stream = self._streams.get(queue)
-            if stream is None:
-                stream = self._streams[queue] = Stream(f"{self.name}:{queue}", device.clock)
+            stream = self._streams.get(queue) or self._stream(queue)
             engine.busy_with = (call.collective, seq & ~P2P_SEQ_BIT, self.name, threading.get_ident())
-            if not async_op and engine.inline():
+            if not async_op and ((not engine._outstanding and not engine._driving) or engine.inline()):
                 if stream.clock > device.clock:  # a call it follows on its stream ended later: in order
                     device.clock = stream.clock
                 record = rc.recorder.enter(CallRecord(self.name, seq & ~P2P_SEQ_BIT, call.collective, call.algo,
@@ -340,7 +351,7 @@ class Communicator:
                 schedule = call.schedule
                 tmp = rc.scratch(schedule.tmp_count, dtype) if schedule.tmp_count else None
                 try:
-                    engine.run(engine.call_run(ctx, schedule, (bufs[0], bufs[1], tmp), call.ufunc, call.costs, device, device))
+                    engine.run_call(ctx, schedule, (bufs[0], bufs[1], tmp), call.ufunc, call.costs, device, call.quiet)
                 except HcclError as err:
                     self._failed(call, ctx, record, err, device.clock)
                     raise
@@ -351,28 +362,72 @@ class Communicator:
         finally:
             engine.busy.release()
 
-    def _queue(self, call: "_Call", bufs, dtype: np.dtype, result, seq: int, queue, stream: Stream, async_op: bool):
+    def _stream(self, queue) -> Stream:
+        """The communication stream of queue ``queue`` (made at its first call)."""
+        stream = self._streams.get(queue)
+        if stream is None:
+            stream = self._streams[queue] = Stream(f"{self.name}:{queue}", self._rc.device.clock)
+        return stream
+
+    def _launch_after(self, what: str, resolve, bufs, dtype: np.dtype, result):
+        """Issue an asynchronous call whose shape ``resolve()`` settles when its turn comes on the
+        communicator's queue (see :meth:`_queue`); returns its Work."""
+        engine = self._engine
+        if not engine.busy.acquire(False):
+            op, busy_seq, comm, thread = engine.busy_with
+            raise self._bad(what, f"this rank's communicators are in use by another thread ({op} #{busy_seq} on '{comm}' "
+                            f"in thread {thread}); call them from one thread, or serialize the calls with a lock",
+                            rule="thread")
+        try:
+            self._seq += 1
+            return self._queue(None, bufs, dtype, result, self._seq, "collective", self._stream("collective"), True, resolve=resolve,
+                               what=f"{what} #{self._seq}")
+        finally:
+            engine.busy.release()
+
+    def _queue(self, call: "_Call | None", bufs, dtype: np.dtype, result, seq: int, queue, stream: Stream, async_op: bool,
+               resolve=None, what: str = ""):
         """The queued path of :meth:`_launch`: a Work whose call starts on ``stream`` once the
-        calls before it there have ended, and not before the compute that issued it (modeled)."""
+        calls before it there have ended, and not before the compute that issued it (modeled).
+
+        ``resolve`` (with ``call`` None): the call's shape is settled only when it reaches the
+        head of its queue, from what the call before it there returned (an all-to-all-v's
+        counts); ``resolve()`` returns the call or raises, which fails this call alone."""
         rc = self._rc
         device = rc.device
-        ctx = dataclasses.replace(call.ctx, seq=seq)  # its own: the shape's context is shared by calls in flight
         ready = device.clock
-        record = rc.recorder.enter(CallRecord(self.name, seq & ~P2P_SEQ_BIT, call.collective, call.algo, call.dtype_name or dtype.name,
-                                              ctx.sig.count, call.nbytes, self._world_ranks, ready, time.monotonic()))
-        if rc.pending_faults:
-            rc.inject(record)
-        tmp = np.empty(call.schedule.tmp_count, dtype) if call.schedule.tmp_count else None  # calls in flight do not share scratch
-        work = Work(ctx.what, result, device)
         engine = self._engine
+        work = Work(what or dataclasses.replace(call.ctx, seq=seq).what, result, device)
+        begun = None  # (call, its context, its flight record, its scratch) once its shape is known
+
+        def begin(call: "_Call"):
+            ctx = dataclasses.replace(call.ctx, seq=seq)  # its own: the shape's context is shared by calls in flight
+            record = rc.recorder.enter(CallRecord(self.name, seq & ~P2P_SEQ_BIT, call.collective, call.algo,
+                                                  call.dtype_name or dtype.name, ctx.sig.count, call.nbytes, self._world_ranks,
+                                                  ready, time.monotonic()))
+            if rc.pending_faults:
+                rc.inject(record)
+            tmp = np.empty(call.schedule.tmp_count, dtype) if call.schedule.tmp_count else None  # calls in flight do not share scratch
+            return call, ctx, record, tmp
+
+        if call is not None:
+            begun = begin(call)
 
         def start():
+            nonlocal begun
+            if begun is None:
+                begun = begin(resolve())
+            call, ctx, record, tmp = begun
             self._check_open(ctx)
             stream.clock = max(stream.clock, ready)
             record.modeled_start = stream.clock
             return engine.call_run(ctx, call.schedule, (bufs[0], bufs[1], tmp), call.ufunc, call.costs, stream, device)
 
         def finish(run, error):
+            if begun is None:  # failed before its shape was known: nothing of it ran
+                work._finish(error, stream.clock)
+                return
+            call, ctx, record, _ = begun
             if error is not None:
                 self._failed(call, ctx, record, error, stream.clock)
             else:
@@ -512,7 +567,7 @@ class Communicator:
         result = self._out(out, x.size, x.dtype, what)
         flat = _apart_from(np.ascontiguousarray(x).reshape(-1), result)
         return self._collective(OpKind.ALLTOALL, "alltoall", algo, (flat, result.reshape(-1)), count, x.dtype,
-                                result.reshape(x.shape), async_op=async_op)
+                                result.reshape(x.shape) if out is None else result, async_op=async_op)
 
     def all_to_all_v(self, send: np.ndarray, send_counts, send_displs, recv: np.ndarray, recv_counts, recv_displs, *,
                      algo: str = "auto", async_op: bool = False):
@@ -540,22 +595,43 @@ class Communicator:
         if problem is None:
             mine[0] = 1
             mine[1:1 + self.size], mine[1 + self.size:] = counts_out, counts_in
-        table = self.all_gather(mine)
+        if not async_op:
+            table = self.all_gather(mine)
+            if problem is not None:
+                raise problem
+            matrix = self._v_agreed(what, table)
+            return self._launch(self._v_call(matrix, displs_out, displs_in, algo, send.dtype),
+                                self._v_bufs(send, recv), send.dtype, recv)
+        # Asynchronous: the counts exchange and the data exchange queue one after the other; the
+        # data exchange learns its matrix when its turn comes, and the caller goes on at once.
+        gathered = self.all_gather(mine, async_op=True)
         if problem is not None:
+            self._seq += 1  # the data exchange's number, which the other ranks spend on theirs
             raise problem
+
+        def resolve() -> "_Call":
+            if gathered._error is not None:
+                raise gathered._error
+            return self._v_call(self._v_agreed(what, gathered._result), displs_out, displs_in, algo, send.dtype)
+
+        return self._launch_after(what, resolve, self._v_bufs(send, recv), send.dtype, recv)
+
+    def _v_agreed(self, what: str, table: np.ndarray) -> tuple:
+        """The counts matrix of an all-to-all-v from the exchanged rows ``[ok, sent..., expected...]``
+        of every rank; HcclParamError when a rank rejected its own or two ranks disagree."""
         bad = [r for r in range(self.size) if table[r, 0] != 1]
         if bad:
             raise self._bad(what, f"rank(s) {bad} passed counts or displacements they reject (see their own error); "
                             "no data moved", arg="counts", rule="peer", ranks=bad)
         sent, expected = table[:, 1:1 + self.size], table[:, 1 + self.size:]
-        wrong = [(int(i), int(j), int(sent[i, j]), int(expected[j, i])) for i in range(self.size) for j in range(self.size)
-                 if sent[i, j] != expected[j, i]]
+        wrong = [[int(i), int(j), int(sent[i, j]), int(expected[j, i])] for i in range(self.size) for j in range(self.size)
+                 if sent[i, j] != expected[j, i]]  # [sender, receiver, sent, expected]
         if wrong:
             shown = "; ".join(f"rank {i} sends {n} element(s) to rank {j}, which expects {m} from rank {i}"
                               for i, j, n, m in wrong[:6])
             raise self._bad(what, f"send and receive counts disagree: {shown}{' ...' if len(wrong) > 6 else ''}; no data moved",
                             arg="counts", rule="agree", mismatches=wrong)
-        return self._alltoallv(what, send, recv, as_matrix(sent), displs_out, displs_in, algo, async_op)
+        return as_matrix(sent)
 
     def all_to_all_vc(self, send: np.ndarray, counts, recv: np.ndarray, *, algo: str = "auto", async_op: bool = False):
         """All-to-all with a counts matrix every rank knows (``HcclAlltoAllVC``): ``counts[i][j]``
@@ -580,7 +656,8 @@ class Communicator:
         row, column = matrix[self._rank], [r[self._rank] for r in matrix]
         counts_out, displs_out = self._v_layout(what, "send", row, None, send.size)
         counts_in, displs_in = self._v_layout(what, "recv", column, None, recv.size)
-        return self._alltoallv(what, send, recv, matrix, displs_out, displs_in, algo, async_op)
+        return self._launch(self._v_call(matrix, displs_out, displs_in, algo, send.dtype), self._v_bufs(send, recv), send.dtype,
+                            recv, async_op)
 
     def _v_buffers(self, what: str, send, recv) -> tuple[np.ndarray, np.ndarray, HcclParamError | None]:
         send = self._array(send, what, writable=False, arg="send")
@@ -619,19 +696,22 @@ class Communicator:
                                 rule="overlap", value=[ja, jb])
         return counts, list(displs)
 
-    def _alltoallv(self, what: str, send: np.ndarray, recv: np.ndarray, matrix, displs_out, displs_in, algo: str,
-                   async_op: bool):
-        """The data exchange of an all-to-all with counts per pair, on a checked matrix."""
+    @staticmethod
+    def _v_bufs(send: np.ndarray, recv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The flat buffers of an all-to-all-v (the input copied first when it overlaps the output)."""
         flat_recv = recv.reshape(-1)
-        flat_send = _apart_from(np.ascontiguousarray(send).reshape(-1), flat_recv)
-        key = ("alltoallv", algo, matrix, tuple(displs_out), tuple(displs_in), send.dtype)
+        return _apart_from(np.ascontiguousarray(send).reshape(-1), flat_recv), flat_recv
+
+    def _v_call(self, matrix, displs_out, displs_in, algo: str, dtype: np.dtype) -> "_Call":
+        """The data exchange of an all-to-all with counts per pair, on a checked matrix."""
+        key = ("alltoallv", algo, matrix, tuple(displs_out), tuple(displs_in), dtype)
         call = self._calls.get(key)
         if call is None:
-            name = self._v_algorithm(algo, matrix, send.dtype.itemsize)
+            name = self._v_algorithm(algo, matrix, dtype.itemsize)
             fn = VSchedule(name, matrix, owner=self._rank, send_displs=displs_out, recv_displs=displs_in)
-            call = self._remember(key, self._prepare(OpKind.ALLTOALLV, "alltoallv", name, 0, send.dtype, None, 0, fn=fn,
+            call = self._remember(key, self._prepare(OpKind.ALLTOALLV, "alltoallv", name, 0, dtype, None, 0, fn=fn,
                                                      sig_count=alltoallv_digest(matrix)))
-        return self._launch(call, (flat_send, flat_recv), send.dtype, recv, async_op)
+        return call
 
     def _v_algorithm(self, algo: str, matrix, itemsize: int) -> str:
         """The all-to-all algorithm of a counts matrix: the caller's, HCCL_ALGO's, or the one the

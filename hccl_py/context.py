@@ -26,6 +26,10 @@ from .records import CallRecord, Recorder
 
 @dataclass
 class RankContext:
+    """One rank's shared state (see the module doc), built by :func:`make_context` and held by every
+    communicator of the rank. ``wall_origin``: the ``time.monotonic()`` reading that wall seconds in
+    reports count from (the launcher's, else this rank's init)."""
+
     engine: Engine
     device: Device
     topology: Topology

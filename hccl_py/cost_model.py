@@ -2,10 +2,20 @@
 
 A message of ``n`` bytes over a route takes ``latency(route) + n / share``, where ``share`` is the
 smallest, over the route's directed links, of the link's bandwidth divided by the number of
-flows of the *same step* crossing that link in that direction (links are full duplex). Every
-rank can compute the whole step from the schedule, so the share never depends on OS scheduling.
-A reduction costs ``n / vector bandwidth`` of the receiving card (a local one, too); a local copy
-reads and writes, ``2n / HBM bandwidth``.
+flows of the *same step* crossing that link in that direction (links are full duplex); the
+route's latency is the fixed cost of one transfer (DMA or RDMA task and its notify handshakes,
+``topology/figures.py``). Every rank can compute the whole step from the schedule, so the share
+never depends on OS scheduling.
+
+A received buffer is reduced *inline* by the transfer engine when the card supports the dtype and
+op (HCCL's SDMA reduce: no extra time), else by a vector kernel, ``reduce_launch + n / vector
+bandwidth`` (:func:`reduce_s`); a local copy reads and writes, ``2n / HBM bandwidth``. Every
+collective call (and every send or receive) first pays the card's op launch,
+``launch_overhead_s``, charged with the first step's local work (``StepCost.copy_s``).
+
+Device compute (:func:`kernel_s`) is a roofline: ``launch + max(flops / (peak[dtype] x matmul
+efficiency), bytes / HBM bandwidth)``; matmul FLOPs count the cube's 16x16x16 tiles
+(:func:`cube_flops`), so shapes that do not fill a tile pay for the whole tile.
 
 Step k of a collective is the k-th step of every rank's schedule. The clock arithmetic of one
 step lives in :func:`step_end`, used verbatim by the executor and by the simulator, so the two
@@ -17,6 +27,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, NamedTuple, Sequence
+
+import numpy as np
 
 from topology import CardModel, Topology
 
@@ -84,6 +96,24 @@ def route_share(topology: Topology, route, load, factor: float = 1.0) -> float:
     return share * factor if factor != 1.0 else share
 
 
+def flow_shares(topology: Topology, routes: Sequence, factors: Sequence[float] | None = None) -> np.ndarray:
+    """:func:`route_share` of every route in ``routes`` when all of them carry one flow at once,
+    as an array (the cluster-scale simulator's form: links counted with bincount, each share the
+    minimum over the route's hops of bandwidth / flows, times ``factors`` where not 1)."""
+    if not routes:
+        return np.zeros(0)
+    hop_ids: dict = {}
+    flat = np.array([hop_ids.setdefault(hop, len(hop_ids)) for route in routes for hop in route.hops], dtype=np.int64)
+    starts = np.cumsum([0] + [len(route.hops) for route in routes[:-1]])
+    bandwidth = np.array([topology.link(u, v).bandwidth_Bps for u, v in hop_ids], dtype=np.float64)
+    load = np.bincount(flat, minlength=len(hop_ids)).astype(np.float64)
+    shares = np.minimum.reduceat((bandwidth / load)[flat], starts)
+    if factors is not None:
+        f = np.asarray(factors, dtype=np.float64)
+        shares = np.where(f != 1.0, shares * f, shares)
+    return shares
+
+
 def transfer_s(topology: Topology, src: int, dst: int, nbytes: int, load: Counter, factor: float = 1.0) -> float:
     """Seconds for ``nbytes`` from world rank ``src`` to ``dst`` when ``load`` counts the flows of
     the same step on each directed link; ``factor`` < 1 is a degraded route (fault injection)."""
@@ -93,10 +123,47 @@ def transfer_s(topology: Topology, src: int, dst: int, nbytes: int, load: Counte
     return route.latency_s + nbytes / route_share(topology, route, load, factor)
 
 
-def kernel_s(card: CardModel, flops: float, nbytes: float, slow_factor: float = 1.0) -> float:
-    """One device kernel: the roofline max(flops / peak, bytes / HBM bandwidth) plus the launch
-    overhead, times ``slow_factor`` (a straggler card, fault injection)."""
-    return slow_factor * (max(flops / card.peak_fp16_flops, nbytes / card.hbm_bandwidth_Bps) + card.launch_overhead_s)
+def kernel_s(card: CardModel, flops: float, nbytes: float, slow_factor: float = 1.0, dtype: str | None = None) -> float:
+    """One device kernel: the roofline max(flops / (peak of ``dtype`` x the card's matmul
+    efficiency), bytes / HBM bandwidth) plus the launch overhead, times ``slow_factor`` (a
+    straggler card, fault injection). ``dtype`` is a numpy type name; ``None`` is FP16."""
+    rate = card.peak_flops(dtype) * card.matmul_efficiency
+    return slow_factor * (max(flops / rate, nbytes / card.hbm_bandwidth_Bps) + card.launch_overhead_s)
+
+
+CUBE_TILE = 16  # the DaVinci cube multiplies 16x16x16 blocks (the practitioner report; Hot Chips 31)
+
+
+def cube_flops(m: int, n: int, k: int, batch: int = 1) -> float:
+    """FLOPs a (batched) ``m x k`` by ``k x n`` matmul costs on the cube: ``2 m n k`` with each
+    dimension rounded up to a whole tile, so a 1-row matmul costs what a 16-row one does."""
+    def tiles(d: int) -> int:
+        return -(-max(int(d), 1) // CUBE_TILE) * CUBE_TILE
+    return 2.0 * batch * tiles(m) * tiles(n) * tiles(k)
+
+
+def reduce_s(card: CardModel, nbytes: int, dtype: str, op: str) -> float:
+    """Seconds a card spends reducing ``nbytes`` it received: none when the transfer engine
+    reduces inline (``CardModel.reduces_inline``), else a vector kernel."""
+    if card.reduces_inline(dtype, op):
+        return 0.0
+    return card.reduce_launch_s + nbytes / card.vector_bandwidth_Bps
+
+
+def local_reduce_s(card: CardModel, nbytes: int, dtype: str, op: str) -> float:
+    """Seconds of a local reduction (``Copy`` with ``reduce_with``): a DMA with inline reduce where
+    the card has one (read and write, as a copy), else a vector kernel."""
+    if card.reduces_inline(dtype, op):
+        return 2 * nbytes / card.hbm_bandwidth_Bps
+    return card.reduce_launch_s + nbytes / card.vector_bandwidth_Bps
+
+
+_DEFAULT_DTYPES = {1: "int8", 2: "float16", 4: "float32", 8: "float64"}
+
+
+def default_dtype(itemsize: int) -> str:
+    """The dtype a call of ``itemsize``-byte elements is modeled with when none is given."""
+    return _DEFAULT_DTYPES.get(itemsize, "float32")
 
 
 class CostModel:
@@ -109,16 +176,20 @@ class CostModel:
         self._cache: dict[tuple, tuple[tuple[StepCost, ...], ...]] = {}
 
     def call_costs(self, fn: Callable[..., Schedule], size: int, count: int, root: int, itemsize: int,
-                   world_ranks: tuple[int, ...]) -> tuple[tuple[StepCost, ...], ...]:
-        """Every comm rank's ``StepCost`` per step for one call of schedule function ``fn``."""
-        key = (fn, size, count, root, itemsize, world_ranks)
+                   world_ranks: tuple[int, ...], *, dtype: str | None = None, op: str = "sum") -> tuple[tuple[StepCost, ...], ...]:
+        """Every comm rank's ``StepCost`` per step for one call of schedule function ``fn``, with
+        elements of numpy type ``dtype`` (default: by ``itemsize``, ``default_dtype``) reduced by
+        ``op`` (``sum``, ``prod``, ``max``, ``min``)."""
+        dtype = dtype or default_dtype(itemsize)
+        key = (fn, size, count, root, itemsize, world_ranks, dtype, op)
         costs = self._cache.get(key)
         if costs is None:
             schedules = [fn(r, size, count, root) for r in range(size)]
-            costs = self._cache[key] = self._costs(schedules, itemsize, world_ranks)
+            costs = self._cache[key] = self._costs(schedules, itemsize, world_ranks, dtype, op)
         return costs
 
-    def _costs(self, schedules: list[Schedule], itemsize: int, world_ranks: tuple[int, ...]) -> tuple[tuple[StepCost, ...], ...]:
+    def _costs(self, schedules: list[Schedule], itemsize: int, world_ranks: tuple[int, ...], dtype: str = "float32",
+               op: str = "sum") -> tuple[tuple[StepCost, ...], ...]:
         topo = self.topology
         cards = [topo.card(w) for w in world_ranks]
         nsteps = max((len(s.steps) for s in schedules), default=0)
@@ -140,23 +211,34 @@ class CostModel:
                     continue
                 step = schedule.steps[k]
                 card = cards[r]
-                copy_s = sum(2 * c.src.count * itemsize / card.hbm_bandwidth_Bps if c.reduce_with is None
-                             else c.src.count * itemsize / card.vector_bandwidth_Bps for c in step.copies)
-                recv_s = tuple(0.0 if rv.reduce_with is None else rv.dst.count * itemsize / card.vector_bandwidth_Bps for rv in step.recvs)
+                copy_s = step_copy_s(card, step, itemsize, dtype, op, first=(k == 0))
+                recv_s = tuple(0.0 if rv.reduce_with is None else reduce_s(card, rv.dst.count * itemsize, dtype, op)
+                               for rv in step.recvs)
                 per_rank[r].append(StepCost(copy_s, tuple(send_times.get(r, ())), recv_s))
         return tuple(tuple(steps) for steps in per_rank)
 
     def p2p_costs(self, src: int, dst: int, nbytes: int, *, sender: bool) -> tuple[StepCost]:
-        """The one step of a send (``sender``) or of its matching receive: a lone flow."""
-        if sender:
-            key = ("send", src, dst, nbytes)
-            cost = self._cache.get(key)
-            if cost is None:
+        """The one step of a send (``sender``) or of its matching receive: a lone flow; each side
+        pays its card's op launch first."""
+        key = ("send" if sender else "recv", src, dst, nbytes)
+        cost = self._cache.get(key)
+        if cost is None:
+            if sender:
                 route = self.topology.route(src, dst)
                 factor = self.degraded.get((src, dst), 1.0)
-                cost = self._cache[key] = (StepCost(0.0, (transfer_s(self.topology, src, dst, nbytes, Counter(route.hops), factor),), ()),)
-            return cost
-        return _RECV_COST
+                send = transfer_s(self.topology, src, dst, nbytes, Counter(route.hops), factor)
+                cost = (StepCost(self.topology.card(src).launch_overhead_s, (send,), ()),)
+            else:
+                cost = (StepCost(self.topology.card(dst).launch_overhead_s, (), (0.0,)),)
+            self._cache[key] = cost
+        return cost
 
 
-_RECV_COST = (StepCost(0.0, (), (0.0,)),)
+def step_copy_s(card: CardModel, step, itemsize: int, dtype: str, op: str, *, first: bool) -> float:
+    """Seconds of a step's local work before its transfers: the op launch on a call's first step,
+    then each local copy (``2n / HBM``) or local reduction (``local_reduce_s``), in order."""
+    copy_s = card.launch_overhead_s if first else 0.0
+    for c in step.copies:
+        nbytes = c.src.count * itemsize
+        copy_s += 2 * nbytes / card.hbm_bandwidth_Bps if c.reduce_with is None else local_reduce_s(card, nbytes, dtype, op)
+    return copy_s

@@ -4,7 +4,7 @@ card's roofline.
 
     dev = comm.device
     w = dev.empty((256, 256), np.float32)      # counts against HBM; freed when w is collected
-    y = dev.matmul(x, w)                        # real result; clock += max(flops/peak, bytes/BW) + launch
+    y = dev.matmul(x, w)                        # real result; clock += max(flops/rate, bytes/BW) + launch
     h = dev.gelu(dev.linear(x, w, b))           # the layer helpers a model needs (linear, softmax,
                                                 # layer_norm, gelu, embedding, mean), same roofline
 
@@ -24,13 +24,14 @@ import numpy as np
 
 from topology import CardModel
 
-from .cost_model import kernel_s
+from .cost_model import cube_flops, kernel_s
 from .errors import HcclMemoryError, HcclParamError
 
 ALIGNMENT = 512  # HBM allocations are rounded up to 512 bytes, as the Ascend runtime does
 
 
 def aligned(nbytes: int) -> int:
+    """``nbytes`` rounded up to the 512-byte HBM allocation granule."""
     return (nbytes + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
 
 
@@ -86,10 +87,12 @@ class Device:
     # -- memory ------------------------------------------------------------------------------
     @property
     def capacity_bytes(self) -> int:
+        """The card's HBM in bytes."""
         return self.model.hbm_bytes
 
     @property
     def free_bytes(self) -> int:
+        """HBM bytes not yet allocated."""
         return self.capacity_bytes - self.used_bytes
 
     def malloc(self, nbytes: int, what: str = "buffer") -> int:
@@ -114,6 +117,7 @@ class Device:
         return handle
 
     def free(self, handle: int) -> None:
+        """Release the allocation of a :meth:`malloc` handle; an unknown handle is ignored."""
         size = self._allocations.pop(handle, None)
         if size is not None:
             self.used_bytes -= size
@@ -132,15 +136,15 @@ class Device:
         return array
 
     # -- compute -----------------------------------------------------------------------------
-    def kernel_time_s(self, flops: float, nbytes: float) -> float:
-        """Modeled seconds of one kernel on this card (``cost_model.kernel_s``: the roofline plus
-        the launch overhead, times the card's slow factor)."""
-        return kernel_s(self.model, flops, nbytes, self.slow_factor)
+    def kernel_time_s(self, flops: float, nbytes: float, dtype: "np.dtype | str | None" = None) -> float:
+        """Modeled seconds of one kernel on this card (``cost_model.kernel_s``: the roofline at the
+        peak of ``dtype`` (None: FP16) plus the launch overhead, times the card's slow factor)."""
+        return kernel_s(self.model, flops, nbytes, self.slow_factor, _dtype_name(dtype))
 
-    def run(self, flops: float, nbytes: float, name: str = "kernel") -> float:
-        """Advance the compute stream's clock by one kernel's modeled time; returns that time.
-        With ``kernels`` set (tracing), the kernel's span is kept for the trace."""
-        seconds = self.kernel_time_s(flops, nbytes)
+    def run(self, flops: float, nbytes: float, dtype: "np.dtype | str | None" = None, name: str = "kernel") -> float:
+        """Advance the compute stream's clock by one kernel's modeled time (computing in ``dtype``);
+        returns that time. With ``kernels`` set (tracing), the kernel's span is kept for the trace."""
+        seconds = self.kernel_time_s(flops, nbytes, dtype)
         if self.kernels is not None:
             self.kernels.append((name, self.clock, seconds))
         self.clock += seconds
@@ -156,10 +160,10 @@ class Device:
         return compute()
 
     def matmul(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """``a @ b`` (batched allowed): 2·m·n·k FLOPs, inputs and output through HBM."""
+        """``a @ b`` (batched allowed): 2·m·n·k FLOPs in whole 16x16x16 cube tiles
+        (``cost_model.cube_flops``) at the rate of the operands' dtype, inputs and output through HBM."""
         out = self._exec(lambda: np.matmul(a, b), lambda: (_matmul_shape(a.shape, b.shape), np.result_type(a, b)))
-        k = a.shape[-1]
-        self.run(2.0 * out.size * k, a.nbytes + b.nbytes + out.nbytes, "matmul")
+        self.run(_matmul_flops(a.shape, b.shape, out.shape), a.nbytes + b.nbytes + out.nbytes, out.dtype, "matmul")
         return out
 
     def elementwise(self, fn: Callable[..., np.ndarray], *arrays: np.ndarray, flops_per_element: float = 1.0) -> np.ndarray:
@@ -167,7 +171,7 @@ class Device:
 
         On a ``dry`` card the result takes the broadcast shape and result type of ``arrays``."""
         out = self._exec(lambda: fn(*arrays), lambda: (np.broadcast_shapes(*(a.shape for a in arrays)), np.result_type(*arrays)))
-        self.run(flops_per_element * out.size, sum(a.nbytes for a in arrays) + out.nbytes, getattr(fn, "__name__", "elementwise"))
+        self.run(flops_per_element * out.size, sum(a.nbytes for a in arrays) + out.nbytes, out.dtype, getattr(fn, "__name__", "elementwise"))
         return out
 
     # -- layer helpers: one fused kernel each, real numpy result, roofline cost ----------------
@@ -185,8 +189,8 @@ class Device:
             return out
 
         out = self._exec(compute, lambda: (_matmul_shape(x.shape, w.shape), np.result_type(x, w)))
-        flops = 2.0 * out.size * x.shape[-1] + (out.size if b is not None else 0)
-        self.run(flops, x.nbytes + w.nbytes + (b.nbytes if b is not None else 0) + out.nbytes, "linear")
+        flops = _matmul_flops(x.shape, w.shape, out.shape) + (out.size if b is not None else 0)
+        self.run(flops, x.nbytes + w.nbytes + (b.nbytes if b is not None else 0) + out.nbytes, out.dtype, "linear")
         return out
 
     def softmax(self, x: np.ndarray, axis: int = -1, scale: float = 1.0) -> np.ndarray:
@@ -201,7 +205,7 @@ class Device:
             return z
 
         out = self._exec(compute, lambda: (x.shape, x.dtype))
-        self.run(5.0 * out.size, x.nbytes + out.nbytes, "softmax")
+        self.run(5.0 * out.size, x.nbytes + out.nbytes, out.dtype, "softmax")
         return out
 
     def layer_norm(self, x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float = 1e-5) -> np.ndarray:
@@ -218,7 +222,7 @@ class Device:
             return centred
 
         out = self._exec(compute, lambda: (x.shape, np.result_type(x, gamma, beta)))
-        self.run(8.0 * out.size, x.nbytes + gamma.nbytes + beta.nbytes + out.nbytes, "layer_norm")
+        self.run(8.0 * out.size, x.nbytes + gamma.nbytes + beta.nbytes + out.nbytes, out.dtype, "layer_norm")
         return out
 
     def gelu(self, x: np.ndarray) -> np.ndarray:
@@ -239,7 +243,7 @@ class Device:
             return inner
 
         out = self._exec(compute, lambda: (x.shape, x.dtype))
-        self.run(10.0 * out.size, x.nbytes + out.nbytes, "gelu")
+        self.run(10.0 * out.size, x.nbytes + out.nbytes, out.dtype, "gelu")
         return out
 
     def embedding(self, table: np.ndarray, ids: np.ndarray, positions: np.ndarray | None = None) -> np.ndarray:
@@ -255,15 +259,28 @@ class Device:
 
         out = self._exec(compute, lambda: (shape, table.dtype))
         used = positions[: ids.shape[-1]].nbytes if positions is not None else 0
-        self.run(float(out.size) if positions is not None else 0.0, 2 * out.nbytes + ids.nbytes + used, "embedding")
+        self.run(float(out.size) if positions is not None else 0.0, 2 * out.nbytes + ids.nbytes + used, out.dtype, "embedding")
         return out
 
     def mean(self, x: np.ndarray, axis: int) -> np.ndarray:
         """``x.mean(axis)`` (e.g. pooling over the sequence): one FLOP per input element."""
         shape = x.shape[:axis % x.ndim] + x.shape[axis % x.ndim + 1:]
         out = self._exec(lambda: x.mean(axis=axis, dtype=x.dtype), lambda: (shape, x.dtype))
-        self.run(float(x.size), x.nbytes + out.nbytes, "mean")
+        self.run(float(x.size), x.nbytes + out.nbytes, out.dtype, "mean")
         return out
+
+
+def _dtype_name(dtype) -> str | None:
+    return None if dtype is None else np.dtype(dtype).name
+
+
+def _matmul_flops(a: tuple[int, ...], b: tuple[int, ...], out: tuple[int, ...]) -> float:
+    """Cube FLOPs of ``np.matmul`` with operand shapes ``a``, ``b`` and result shape ``out``."""
+    m = a[-2] if len(a) > 1 else 1
+    n = b[-1] if len(b) > 1 else 1
+    k = a[-1]
+    batch = int(np.prod(out[:-2])) if len(out) > 2 else 1
+    return cube_flops(m, n, k, batch)
 
 
 def _matmul_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:

@@ -1,17 +1,20 @@
-"""Supported element types, numbered as HCCL's ``HcclDataType``, and reduce operations."""
+"""Supported element types, numbered as HCCL's ``HcclDataType``, and reduce operations.
+
+bfloat16 comes from ml_dtypes, which takes most of a second to import: it is loaded the first
+time a bfloat16 array (which the caller made with ml_dtypes already) or ``hccl_py.bfloat16`` is
+used, so ``import hccl_py`` stays cheap.
+"""
 
 from __future__ import annotations
 
 from enum import IntEnum
 
-import ml_dtypes
 import numpy as np
 
 from .errors import HcclParamError
 
-bfloat16 = np.dtype(ml_dtypes.bfloat16)
-
 # HcclDataType numbering (hccl_types.h), so wire headers and reports speak HCCL.
+BFLOAT16_CODE = 11
 DTYPE_CODES: dict[np.dtype, int] = {
     np.dtype(np.int8): 0,
     np.dtype(np.int16): 1,
@@ -21,10 +24,27 @@ DTYPE_CODES: dict[np.dtype, int] = {
     np.dtype(np.int64): 5,
     np.dtype(np.uint8): 7,
     np.dtype(np.float64): 10,
-    bfloat16: 11,
-}
+}  # + bfloat16: BFLOAT16_CODE, once ml_dtypes is loaded (see _bfloat16)
 DTYPES_BY_CODE: dict[int, np.dtype] = {code: dt for dt, code in DTYPE_CODES.items()}
-SUPPORTED_DTYPE_NAMES = ", ".join(sorted(str(dt) for dt in DTYPE_CODES))
+ITEMSIZE_BY_CODE: dict[int, int] = {**{code: dt.itemsize for code, dt in DTYPES_BY_CODE.items()}, BFLOAT16_CODE: 2}
+NAME_BY_CODE: dict[int, str] = {**{code: dt.name for code, dt in DTYPES_BY_CODE.items()}, BFLOAT16_CODE: "bfloat16"}
+SUPPORTED_DTYPE_NAMES = ", ".join(sorted(NAME_BY_CODE.values()))
+
+
+def _bfloat16() -> np.dtype:
+    """ml_dtypes' bfloat16, registered under its HCCL code (loads ml_dtypes once)."""
+    import ml_dtypes
+
+    dtype = np.dtype(ml_dtypes.bfloat16)
+    DTYPE_CODES[dtype] = BFLOAT16_CODE
+    DTYPES_BY_CODE[BFLOAT16_CODE] = dtype
+    return dtype
+
+
+def __getattr__(name: str):
+    if name == "bfloat16":  # hccl_py.dtypes.bfloat16, loaded on first use
+        return DTYPES_BY_CODE.get(BFLOAT16_CODE) or _bfloat16()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class ReduceOp(IntEnum):
@@ -43,6 +63,11 @@ class ReduceOp(IntEnum):
 
     @classmethod
     def parse(cls, op: "ReduceOp | str") -> "ReduceOp":
+        """``op`` as a ReduceOp: a member, its value, or its name in any case (``"max"``); HcclParamError
+        otherwise::
+
+            ReduceOp.parse("sum") is ReduceOp.SUM
+        """
         try:
             return _REDUCE_OPS[op]
         except (KeyError, TypeError):
@@ -60,7 +85,7 @@ _REDUCE_OPS = {**{op: op for op in ReduceOp}, **{op.name.lower(): op for op in R
 UFUNCS = {ReduceOp.SUM: np.add, ReduceOp.PROD: np.multiply, ReduceOp.MAX: np.maximum, ReduceOp.MIN: np.minimum}
 
 # As HCCL on Atlas A2: "prod" takes neither int16 nor bfp16.
-_UNSUPPORTED = {ReduceOp.PROD: {np.dtype(np.int16), bfloat16}}
+_UNSUPPORTED = {ReduceOp.PROD: {"int16", "bfloat16"}}
 
 
 def dtype_code(dtype: np.dtype, *, where: str) -> int:
@@ -68,11 +93,19 @@ def dtype_code(dtype: np.dtype, *, where: str) -> int:
     try:
         return DTYPE_CODES[np.dtype(dtype)]
     except (KeyError, TypeError):
-        raise HcclParamError(f"{where}: dtype {dtype} is not supported; use one of {SUPPORTED_DTYPE_NAMES}", dtype=str(dtype),
-                             rule="choices", choices=SUPPORTED_DTYPE_NAMES.split(", ")) from None
+        pass
+    try:
+        if np.dtype(dtype).name == "bfloat16" and BFLOAT16_CODE not in DTYPES_BY_CODE:
+            _bfloat16()
+            return DTYPE_CODES[np.dtype(dtype)]
+    except (KeyError, TypeError):
+        pass
+    raise HcclParamError(f"{where}: dtype {dtype} is not supported; use one of {SUPPORTED_DTYPE_NAMES}", dtype=str(dtype),
+                         rule="choices", choices=SUPPORTED_DTYPE_NAMES.split(", "))
 
 
 def check_op_dtype(op: ReduceOp, dtype: np.dtype, *, where: str) -> None:
-    if np.dtype(dtype) in _UNSUPPORTED.get(op, ()):
+    """HcclParamError when HCCL's ``op`` does not take ``dtype`` (prod: neither int16 nor bfloat16)."""
+    if np.dtype(dtype).name in _UNSUPPORTED.get(op, ()):
         raise HcclParamError(f"{where}: op={op.name.lower()} does not take dtype {dtype} (as in HCCL); cast to float32 or int32 first",
                              arg="op", value=op.name.lower(), dtype=str(np.dtype(dtype)), rule="dtype")

@@ -152,7 +152,7 @@ def flag(name: str, default: bool, environ: Mapping[str, str] | None = None) -> 
 
 
 def connect_timeout_s(environ: Mapping[str, str] | None = None) -> float:
-    """HCCL_CONNECT_TIMEOUT in seconds (any positive finite value)."""
+    """HCCL_CONNECT_TIMEOUT in seconds, in (0, MAX_TIMEOUT_S]."""
     return number(HCCL_CONNECT_TIMEOUT, DEFAULT_CONNECT_TIMEOUT_S, low=0, high=MAX_TIMEOUT_S, low_open=True, unit="s",
                   environ=environ)
 

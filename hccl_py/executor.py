@@ -14,6 +14,7 @@ wait is bounded by the call's deadline, and a dead peer is named to every member
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
 import time
@@ -28,16 +29,18 @@ from .algorithms.schedule import Schedule, message_numbers
 from .collectives import OpKind, of_kind
 from .cost_model import StepCost, step_end
 from .device import Device
-from .dtypes import DTYPES_BY_CODE, ReduceOp
+from .dtypes import NAME_BY_CODE, ReduceOp
 from .errors import HcclError, HcclParamError, HcclRemoteError, HcclTimeoutError, from_wire, to_wire
-from .transport.base import KIND_NOTICE, CallSignature, Incoming, SliceHeader, Transport
+from .transport.base import KIND_INLINE, KIND_NOTICE, CallSignature, Incoming, SliceHeader, Transport
 
 _UNSTAMPED = (0.0, 0.0)
-_make_header = SliceHeader._make  # a slice's header from its fields in wire order (kind 0, slot -1: the transport's)
+# A slice's header from its fields in wire order, without namedtuple._make's Python frame. The
+# executor writes kind KIND_INLINE and slot -1: a transport that sends it another way repacks.
+_make_header = functools.partial(tuple.__new__, SliceHeader)
 _NONE: list = []  # an empty list never appended to: "nothing pending" without allocating
-LIVENESS_CHECK_S = 0.5
+LIVENESS_CHECK_S = 0.5  # how often a blocked wait checks that the peers it waits for still live
 POLL_WITHOUT_WAKE_S = 0.002  # the progress thread's longest wait on a transport it cannot wake (a new call waits that long)
-NOTICE_FLUSH_S = 1.0  # how long a failing rank tries to deliver its notice to peers with full queues  # how often a blocked wait checks that the peers it waits for still live
+NOTICE_FLUSH_S = 1.0  # how long a failing rank tries to deliver its notice to peers with full queues
 P2P_SEQ_BIT = 1 << 62  # point-to-point messages count in their own sequence space
 
 
@@ -59,7 +62,7 @@ def describe_call(sig: tuple, algo_names: tuple[str, ...]) -> str:
     sig = CallSignature(*sig)
     op = OpKind(sig.op)
     spec = of_kind(op)
-    dtype = DTYPES_BY_CODE.get(sig.dtype, f"dtype#{sig.dtype}")
+    dtype = NAME_BY_CODE.get(sig.dtype, f"dtype#{sig.dtype}")
     parts = [f"count={sig.count}", f"dtype={dtype}"]
     if spec is not None and spec.reduces:
         parts.append(f"op={ReduceOp(sig.redop).name.lower()}")
@@ -87,6 +90,7 @@ class CallContext:
 
     @property
     def what(self) -> str:
+        """The call in words for messages: ``allreduce #3 on communicator 'world' (rank 1 of 4)``."""
         op = OpKind(self.sig.op).label
         seq = self.seq & ~P2P_SEQ_BIT
         return f"{op} #{seq} on communicator '{self.comm_name}' (rank {self.comm_rank} of {len(self.world_ranks)})"
@@ -97,9 +101,11 @@ class CallContext:
                 **more}
 
     def comm_rank_of(self, world_peer: int) -> int:
+        """The communicator rank of world rank ``world_peer`` (ValueError when it is no member)."""
         return self.world_ranks.index(world_peer)
 
     def peer_label(self, world_peer: int) -> str:
+        """``world_peer`` as its communicator rank, with the world rank in brackets when they differ."""
         comm_peer = self.world_ranks.index(world_peer)
         return f"{comm_peer}" if comm_peer == world_peer else f"{comm_peer} (world rank {world_peer})"
 
@@ -121,12 +127,14 @@ class _PendingSend:
 class _PendingRecv:
     """A receive of the current step: where its slices go, how far they have come."""
 
-    __slots__ = ("peer", "dst", "reduce_with", "incoming_first", "key", "applied", "before", "started", "done", "sent_at", "arrival")
+    __slots__ = ("peer", "dst", "count", "reduce_with", "incoming_first", "key", "applied", "before", "started", "done", "sent_at",
+                 "arrival")
 
     def __init__(self, peer: int, dst: np.ndarray, reduce_with: np.ndarray | None, key: tuple, before: "_PendingRecv | None",
                  incoming_first: bool = False):
         self.peer = peer
         self.dst = dst
+        self.count = dst.size
         self.reduce_with = reduce_with
         self.incoming_first = incoming_first  # dst = incoming (op) reduce_with (Recv.incoming_first)
         self.key = key  # the mailbox key of its slices: (comm, seq, sender, message index)
@@ -152,6 +160,8 @@ class CopyPlan(NamedTuple):
 
 
 class SendPlan(NamedTuple):
+    """One send of a step, resolved: elements ``start:end`` of buffer ``buf`` to world rank ``peer``."""
+
     peer: int  # world rank
     buf: int
     start: int
@@ -161,6 +171,9 @@ class SendPlan(NamedTuple):
 
 
 class RecvPlan(NamedTuple):
+    """One receive of a step, resolved: into elements ``start:end`` of buffer ``buf`` from world rank
+    ``peer``, reduced with the ``reduce_with`` region (buffer, start, end) when it is not None."""
+
     peer: int  # world rank
     buf: int
     start: int
@@ -260,17 +273,20 @@ class CallRun:
         self.t0 = 0.0  # modeled clock when the step's transfers start (its copies done)
         self.send_costs = None
         self.late_ok = None  # copies after the sends assume IN and OUT apart, as the regions name them
-        self.head = (engine.transport.world_rank if engine.transport is not None else 0, ctx.comm_id, ctx.seq)
-        self.deadline = None if ctx.timeout_s is None else time.monotonic() + ctx.timeout_s
-        self.last_liveness = time.monotonic()  # when the peers it waits for were last checked
+        self.head = (engine.world_rank, ctx.comm_id, ctx.seq)
+        now = time.monotonic()
+        self.deadline = None if ctx.timeout_s is None else now + ctx.timeout_s
+        self.last_liveness = now  # when the peers it waits for were last checked
         self.suspects: list[int] = []  # peers found dead at that check (dead twice: gone)
 
     @property
     def done(self) -> bool:
+        """Whether every step has finished."""
         return self.index >= self.nsteps
 
     @property
     def end_clock(self) -> float:
+        """The modeled clock (seconds) of the call's stream: when the call ends, once it is done."""
         return self.stream.clock
 
     def advance(self) -> bool:
@@ -283,9 +299,8 @@ class CallRun:
                     continue  # a copy-only step: done already
             progressed = self._push_sends() if self.sending else False
             engine = self.engine
-            incoming = engine.transport.progress(0.0)
-            if incoming:
-                engine._dispatch(incoming)
+            # Only what the driver already took from the transport (the mailbox): asking the
+            # transport is the driver's job, once per wait (each ask is a system call).
             if self.receiving and engine._mailbox and self._apply_arrivals():
                 progressed = True
             if engine._notices and self.ctx.comm_id in engine._notices:
@@ -309,25 +324,29 @@ class CallRun:
                 self.late_ok = bufs[0] is not bufs[1] and not np.may_share_memory(bufs[0], bufs[1])
             if not self.late_ok:
                 _copy(plan.late_copies, bufs, ufunc)
-        if self.costs is None:  # modeled time switched off (HCCL_PY_MODELED_TIME=0)
-            cost, self.t0, self.send_costs = None, 0.0, None
+        costs = self.costs
+        if costs is None:  # modeled time switched off (HCCL_PY_MODELED_TIME=0)
+            cost, t0, send_costs = None, 0.0, None
         else:
-            cost = self.costs[self.index]
-            self.t0 = self.stream.clock + cost.copy_s
-            self.send_costs = cost.send_s
+            cost = costs[self.index]
+            t0 = self.t0 = self.stream.clock + cost.copy_s
+            send_costs = self.send_costs = cost.send_s
         if not plan.sends and not plan.recvs:
             if cost is not None:
-                self.stream.clock = self.t0
+                self.stream.clock = t0
                 self.device.time.comm_s += cost.copy_s
             self.index += 1
             return False
-        comm_seq = self.head[1:]
-        recvs = self.recvs = []
-        for peer, b, o, e, rw, first, msg_index, before in plan.recvs:
-            recvs.append(_PendingRecv(peer, bufs[b][o:e], None if rw is None else bufs[rw[0]][rw[1]:rw[2]],
-                                      (*comm_seq, peer, msg_index), None if before < 0 else recvs[before], first))
-        self.receiving = recvs
-        self.sending = self.engine._post_sends(self.head, self.ctx.sig, plan, bufs, self.t0, self.send_costs) if plan.sends else _NONE
+        if plan.recvs:
+            comm_id, seq = self.head[1], self.head[2]
+            recvs = self.recvs = []
+            for peer, b, o, e, rw, first, msg_index, before in plan.recvs:
+                recvs.append(_PendingRecv(peer, bufs[b][o:e], None if rw is None else bufs[rw[0]][rw[1]:rw[2]],
+                                          (comm_id, seq, peer, msg_index), None if before < 0 else recvs[before], first))
+            self.receiving = recvs
+        else:
+            self.recvs = self.receiving = _NONE
+        self.sending = self.engine._post_sends(self.head, self.ctx.sig, plan, bufs, t0, send_costs) if plan.sends else _NONE
         if self.late_ok and plan.late_copies:
             _copy(plan.late_copies, bufs, ufunc)
         self.entered = True
@@ -344,7 +363,7 @@ class CallRun:
             total = data.size
             while True:
                 n = min(total - send.pos, transport.max_slice_bytes(send.peer) // data.itemsize or 1)
-                header = _make_header((0, *head, send.msg_index, *sig, total, send.pos, n, -1, *send.stamps))
+                header = _make_header((KIND_INLINE, *head, send.msg_index, *sig, total, send.pos, n, -1, *send.stamps))
                 if not transport.try_send(send.peer, header, data[send.pos : send.pos + n]):
                     break
                 send.pos += n
@@ -367,27 +386,32 @@ class CallRun:
             box = mailbox.get(key)
             while box:
                 inc = box[0]
-                if inc.sig != sig or inc.msg_count != recv.dst.size:
+                count = recv.count
+                if inc.sig != sig or inc.msg_count != count:
                     engine._mismatch(ctx, inc)
-                end = inc.offset + inc.nelem
+                start = inc.offset
+                end = start + inc.nelem
                 if recv.before is not None and recv.before.applied < end:
                     break  # the earlier receive into this destination goes first
                 box.popleft()
                 if not recv.started:
                     recv.started = True
                     recv.sent_at, recv.arrival = inc.sent_at, inc.arrival
-                if inc.nelem:
-                    dst = recv.dst[inc.offset : end]
+                if start < end:
+                    whole = start == 0 and end == count  # the message in one slice: no views to cut
+                    dst = recv.dst if whole else recv.dst[start:end]
                     if recv.reduce_with is None:
                         inc.copy_into(dst)
-                    elif recv.incoming_first:
-                        ufunc(inc.array(dst.dtype), recv.reduce_with[inc.offset : end], out=dst)
                     else:
-                        ufunc(recv.reduce_with[inc.offset : end], inc.array(dst.dtype), out=dst)
+                        other = recv.reduce_with if whole else recv.reduce_with[start:end]
+                        if recv.incoming_first:
+                            ufunc(inc.array(dst.dtype), other, out=dst)
+                        else:
+                            ufunc(other, inc.array(dst.dtype), out=dst)
                 transport.release(inc)
                 recv.applied = end
                 progressed = True
-                if end >= recv.dst.size:
+                if end >= count:
                     recv.done = True
             if box is not None and not box:
                 del mailbox[key]
@@ -437,17 +461,21 @@ class BatchRun:
 
     @property
     def index(self) -> int:
+        """Steps finished, summed over the batch's runs (for the timeout message: step index + 1 of nsteps)."""
         return sum(r.index for r in self.runs)
 
     @property
     def nsteps(self) -> int:
+        """Steps of all the batch's runs together."""
         return sum(r.nsteps for r in self.runs)
 
     @property
     def end_clock(self) -> float:
+        """The modeled clock (seconds) when the last of the batch's runs ends."""
         return max(r.stream.clock for r in self.runs)
 
     def advance(self) -> bool:
+        """Advance every unfinished run as far as it goes without waiting; True once all are complete."""
         done = True
         for run in self.runs:
             if not run.done and not run.advance():
@@ -455,6 +483,7 @@ class BatchRun:
         return done
 
     def waiting_on(self) -> list[int]:
+        """World ranks the unfinished runs wait for now."""
         return sorted({peer for run in self.runs if not run.done for peer in run.waiting_on()})
 
 
@@ -470,14 +499,49 @@ class _Job:
         self.run: CallRun | BatchRun | None = None
 
 
+class _QuietFloats:
+    """``np.errstate(all="ignore")`` for the executor's reductions, at a tenth of its cost (a
+    fresh errstate object costs microseconds per call): numpy 2 keeps the error state in a
+    context variable, set here to a state made once. Falls back to np.errstate elsewhere."""
+
+    __slots__ = ("token", "fallback")
+
+    try:
+        from numpy._core._ufunc_config import _extobj_contextvar as _var
+        from numpy._core._ufunc_config import _make_extobj
+
+        _ignore = _make_extobj(all="ignore")
+    except ImportError:  # numpy 1.x
+        _var = None
+
+    def __enter__(self):
+        if self._var is not None:
+            self.token = self._var.set(self._ignore)
+        else:
+            self.fallback = np.errstate(all="ignore")
+            self.fallback.__enter__()
+
+    def __exit__(self, *exc):
+        if self._var is not None:
+            self._var.reset(self.token)
+        else:
+            self.fallback.__exit__(*exc)
+
+
+_NULL = contextlib.nullcontext()
+
+
+def quiet_floats(ufunc, dtype: np.dtype) -> bool:
+    """Whether reductions with ``ufunc`` on ``dtype`` run with numpy's warnings off: overflow and
+    NaN in float sums and products are the user's data, as on the device; integer errors stay
+    as numpy has them."""
+    return (ufunc is np.add or ufunc is np.multiply) and np.dtype(dtype).kind not in "iu"
+
+
 def _errstate_of(run: "CallRun | BatchRun"):
-    """numpy's error state for ``run``'s reductions: overflow and NaN in float sums and products
-    are the user's data, as on the device (no warnings); integer errors stay as numpy has them."""
+    """numpy's error state for ``run``'s reductions (see :func:`quiet_floats`)."""
     first = run.runs[0] if isinstance(run, BatchRun) else run
-    ufunc = first.ufunc
-    if (ufunc is np.add or ufunc is np.multiply) and first.bufs[0].dtype.kind not in "iu":
-        return np.errstate(all="ignore")
-    return contextlib.nullcontext()
+    return _QuietFloats() if quiet_floats(first.ufunc, first.bufs[0].dtype) else _NULL
 
 
 class Engine:
@@ -486,6 +550,7 @@ class Engine:
 
     def __init__(self, transport: Transport | None):
         self.transport = transport
+        self.world_rank = transport.world_rank if transport is not None else 0
         self._mailbox: dict[tuple[int, int, int, int], deque[Incoming]] = {}
         self._notices: dict[int, list[tuple[int, int, bytes]]] = {}  # comm -> [(seq, world rank, errors.to_wire)]
         self._abandoned: set[int] = set()
@@ -512,10 +577,13 @@ class Engine:
 
     # -- notices: a peer telling a communicator that a call failed -------------------------------
     def pending_notice(self, comm_id: int) -> tuple[int, int, bytes] | None:
+        """The first notice a peer sent communicator ``comm_id`` (seq, sender's world rank, the error in
+        wire form), or None."""
         notes = self._notices.get(comm_id)
         return notes[0] if notes else None
 
     def clear_notices(self, comm_id: int) -> None:
+        """Forget the notices held for communicator ``comm_id``."""
         self._notices.pop(comm_id, None)
 
     def notify(self, ctx: CallContext, error: HcclError) -> None:
@@ -540,7 +608,7 @@ class Engine:
                 self.transport.release(inc)
                 continue
             if inc.kind == KIND_NOTICE:
-                self._notices.setdefault(inc.comm_id, []).append((inc.seq, inc.src, bytes(inc.payload)))
+                self._notices.setdefault(inc.comm_id, []).append((inc.seq, inc.src, bytes(inc.body())))
                 continue
             key = (inc.comm_id, inc.seq, inc.src, inc.msg_index)
             box = self._mailbox.get(key)
@@ -569,6 +637,21 @@ class Engine:
         """Drive ``run`` to its end on this thread, blocking: the path of a blocking call while
         no asynchronous call is outstanding (:meth:`inline` says when)."""
         with _errstate_of(run):
+            self._drive(run)
+
+    def run_call(self, ctx: CallContext, schedule: Schedule, bufs: tuple[np.ndarray, np.ndarray, np.ndarray | None], ufunc,
+                 step_costs: Sequence[StepCost] | None, device: Device, quiet: bool) -> None:
+        """:meth:`call_run` then :meth:`run` on the device's own clock, in one call: the fast
+        path of a blocking call (``quiet``: the call reduces floats, see ``quiet_floats``)."""
+        run = CallRun(self, ctx, self._plan(schedule, ctx.world_ranks), bufs, ufunc, step_costs, device, device)
+        if quiet:
+            token = _QuietFloats._var.set(_QuietFloats._ignore) if _QuietFloats._var is not None else None
+            try:
+                self._drive(run)
+            finally:
+                if token is not None:
+                    _QuietFloats._var.reset(token)
+        else:
             self._drive(run)
 
     def _plan(self, schedule: Schedule, world: tuple[int, ...]) -> list[StepPlan]:
@@ -634,6 +717,8 @@ class Engine:
         """Whether a blocking call may run on the caller's thread now: no asynchronous call is
         outstanding (else it queues behind them, as a call on a stream does). Waits the moment
         the progress thread takes to step back from the transport after its last call."""
+        if not self._outstanding and not self._driving:  # the common case, without the lock: only
+            return True  # this thread submits, so neither can change under it
         with self._cv:
             while self._driving and not self._outstanding:
                 self._cv.wait()
@@ -756,7 +841,7 @@ class Engine:
         if plan.fanouts and self._send_shared is not None and not self.drop_next_message:
             posted = self._post_fanouts(head, sig, plan, bufs, t0, send_costs)
         for i, (peer, b, o, e, msg_index, slice_bytes) in enumerate(plan.sends):
-            if i in posted:
+            if posted and i in posted:
                 continue
             data = bufs[b][o:e]
             stamps = _UNSTAMPED if send_costs is None else (t0, t0 + send_costs[i])
@@ -765,7 +850,7 @@ class Engine:
                 continue
             total = e - o
             if (total * itemsize <= slice_bytes or total <= 1) and try_send(
-                    peer, _make_header((0, *head, msg_index, *sig, total, 0, total, -1, *stamps)), data):
+                    peer, _make_header((KIND_INLINE, *head, msg_index, *sig, total, 0, total, -1, *stamps)), data):
                 continue
             pending.append(_PendingSend(peer, data, msg_index, stamps))
         return pending
@@ -782,7 +867,7 @@ class Engine:
                 send = plan.sends[i]
                 peers.append(send.peer)
                 stamps = _UNSTAMPED if send_costs is None else (t0, t0 + send_costs[i])
-                headers.append(_make_header((0, *head, send.msg_index, *sig, total, 0, total, -1, *stamps)))
+                headers.append(_make_header((KIND_INLINE, *head, send.msg_index, *sig, total, 0, total, -1, *stamps)))
             if self._send_shared(peers, headers, bufs[first.buf][first.start:first.end]):
                 posted.update(group)
         return posted

@@ -48,6 +48,8 @@ class Fault:
     spec: str = ""
 
     def matches(self, op: str, seq: int, comm: str) -> bool:
+        """Whether a call (``op``, sequence number ``seq`` on communicator ``comm``) triggers this fault:
+        a fault naming neither op nor seq matches the first call it is checked against."""
         if self.op is None and self.seq is None:
             return True  # the first call that reaches the check (the caller fires it once)
         return ((self.op is None or self.op == op) and (self.seq is None or self.seq == seq)
@@ -74,7 +76,10 @@ def _number(spec: str, key: str, text: str, kind=float, positive: bool = True):
 
 def parse_fault(spec: str) -> Fault:
     """One spec (``key=value`` pairs joined by commas) -> :class:`Fault`; ``HcclParamError``
-    naming the exact problem otherwise."""
+    naming the exact problem otherwise::
+
+        parse_fault("rank=1,action=crash,at=allgather#2")   # Fault(action='crash', rank=1, op='allgather', seq=2, ...)
+    """
     if not isinstance(spec, str) or not spec.strip():
         raise _error(str(spec), "it is empty", rule="nonempty")
     fields: dict[str, str] = {}

@@ -56,11 +56,15 @@ class CallRecord:
         self.wall_end: float | None = None
 
     def to_dict(self) -> dict:
+        """Every field by name, as the flight recorder writes it to JSON."""
         return {name: getattr(self, name) for name in self.__slots__}
 
 
 @dataclass
 class OpStats:
+    """Totals of one operation's completed calls on one communicator: calls, bytes, modeled and wall
+    seconds."""
+
     calls: int = 0
     nbytes: int = 0
     modeled_s: float = 0.0
@@ -87,10 +91,13 @@ class Recorder:
         self._sums: dict[tuple[str, str], list] = {}  # (comm, op) -> [calls, nbytes, modeled_s, wall_s]
 
     def enter(self, record: CallRecord) -> CallRecord:
+        """Keep ``record`` (state "entered"), dropping the oldest beyond the capacity; returns it."""
         self.records.append(record)
         return record
 
     def complete(self, record: CallRecord, modeled_end: float, wall_end: float) -> None:
+        """Mark ``record`` completed at ``modeled_end`` (modeled seconds) and ``wall_end`` (``time.monotonic()``)
+        and add it to its communicator's totals."""
         record.state = "completed"
         record.modeled_end = modeled_end
         record.wall_end = wall_end
@@ -103,12 +110,14 @@ class Recorder:
         sums[3] += wall_end - record.wall_start
 
     def fail(self, record: CallRecord, error: BaseException, modeled_end: float, wall_end: float) -> None:
+        """Mark ``record`` failed with ``error`` (kept as "Type: message"); failed calls count in no total."""
         record.state = "failed"
         record.error = f"{type(error).__name__}: {error}"
         record.modeled_end = modeled_end
         record.wall_end = wall_end
 
     def totals(self, comm: str) -> CommStats:
+        """Totals of communicator ``comm``'s completed calls (what ``Communicator.stats()`` returns)."""
         stats = CommStats()
         for (name, op), (calls, nbytes, modeled_s, wall_s) in self._sums.items():
             if name == comm:

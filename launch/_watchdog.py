@@ -134,6 +134,8 @@ class Watchdog:
 
     @classmethod
     def start(cls) -> Watchdog:
+        """Start the watchdog process (this file, ``python -I -S``, in a session of its own so signals
+        meant for the launcher's group miss it) and return the launcher's end of its socket."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             process = subprocess.Popen(

@@ -91,6 +91,9 @@ def diagnose(dumps: dict[int, dict], world_size: int, local_ranks: list[int] | N
 
 
 def format_diagnosis(found: dict) -> str:
+    """The report's "Collective state" section in words, from :func:`diagnose`'s findings: the first
+    failure (wall seconds since the job started), per communicator who never entered the stuck call
+    and who waited in it, why a rank dumped (unless it was only stopped), modeled time per rank (ms)."""
     lines = ["Collective state (from the ranks' flight recorders):"]
     first = found["first_failure"]
     if first is not None:

@@ -4,8 +4,8 @@ communication-group partitions. Pure: imports only the standard library, numpy a
 
 >>> from topology import Topology, auto_partition
 >>> topo = Topology.preset("ascend910-8p")
->>> topo.route(0, 1).bandwidth_Bps / 1e9, auto_partition(topo)
-(30.0, [[0, 1, 2, 3], [4, 5, 6, 7]])
+>>> topo.route(0, 1).bandwidth_Bps / 2**30, auto_partition(topo)
+(10.0, [[0, 1, 2, 3], [4, 5, 6, 7]])
 """
 
 from .errors import TopologyError

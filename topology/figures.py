@@ -1,32 +1,65 @@
 """Link and card figures: the one table every modeled time is computed from.
 
-Every number carries its public source in the comment next to it. Where no vendor figure is
-public the comment says *estimate* and gives the reasoning. Bandwidths are **per direction**
-in bytes/s (links are full duplex: a flow A->B does not slow a flow B->A); latencies are one
-hop in seconds. A user overrides any figure from a JSON file with :func:`load_figures`.
+Every number carries, in the comment next to it, a public source that states it, or the word
+*estimate* and the reasoning. Bandwidths are **per direction** in bytes/s and are what transfers
+*achieve*, not the line rate (links are full duplex: a flow A->B does not slow a flow B->A);
+latencies are per hop in seconds, and a route's latency (the sum over its hops) is the fixed cost
+of one transfer over it: the DMA or RDMA task plus the notify handshakes HCCL posts around it. A
+user overrides any figure from a JSON file with :func:`load_figures` (``hccl-calibrate`` writes
+such files from hccl_test logs). ``docs/fidelity.md`` holds the figures against public
+measurements (``hccl-sim validate``).
 
-Sources cited below:
+Sources cited below (quotes are in docs/fidelity.md and hccl_py/planning/fidelity/measurements.json):
 
+[HCOMM-CAP] Huawei CANN hcomm (the HCCL algorithm layer), device_capacity.cc: the per-link
+         bandwidths HCCL itself assumes, "// 常用带宽值   GB/s" used as GiB/s (x GB2B = 1024^3 in
+         coll_alg_operator.cc): BANDWIDTH_HCCS_910A = 10.0f, BANDWIDTH_HCCS_910B = 18.3f,
+         BANDWIDTH_RDMA_910A = 12.5f * 0.8, BANDWIDTH_RDMA_910B = 25.0f * 0.8,
+         BANDWIDTH_PCIE_GEN4 = 32.0f * 0.85; and which dtypes and ops each chip reduces *inline*
+         (IsDataTypeSupport / IsRedOpSupport, the SDMA engine reducing as it writes):
+         910B fp32/fp16/int8/int16/int32/bf16 with sum/max/min; 910 fp32 sum; 310P3 fp32/int16/fp16 sum.
+         https://github.com/libochao-huawei/hcomm/blob/8958adbf038b710779d790842b36b504c185c9e4/src/legacy/ascend910/platform/common/device_capacity.cc
+[HCOMM-TASK] the same repository, src/legacy/ascend910/common/debug/profiling/task_profiling.h
+         (HCCL's own task-time estimator): "SDMA的固定开销按照0.6us(<512KB), 1.5us(>512KB)计算",
+         "RDMA的固定开销按照7us计算(实测7us)", "RDMA实测大包单流带宽为 12.5 GB(刨去协议头, 取12GB)",
+         "统一按照10GB计算, CCE reduce的固定开销按照0.6us计算", "统一按1us算(片间1us, 片内0.5us),
+         Notify Wait按0.02us估计".
+[LIM]    gameofdimension/limulidae README (commit 27a8db0): torch_npu collectives on 2/4/8 x 910B,
+         CANN 8.0.0.beta1: all_gather 38/64/149 GB/s, all_reduce 18/30/72 GB/s; matmul BF16 328,
+         FP32 87 TFLOPS.
+[FLAGPERF] FlagOpen/FlagPerf, Huawei-contributed Atlas 800T A2 results (later deleted from the
+         tree): 8192^3 matmul FP16 313.182, BF16 304.277, FP32 82.920, INT8 608.554 TFLOPS;
+         ascend-dmi d2h 24.926 GB/s.
+[TPTD]   zzc0721/torch-performance-test-data: torch.mm on 910B2 by size (FP16 1024^2 98.08 ...
+         4096^2 314.52 TFLOPS) and on 910ProA (FP32 39.83, FP16 110.01, BF16 1.11 TFLOPS; the
+         database's own note: "仅供参考，910 有硬件向量缓存，基准测试不准").
+[GUS]    Kirrito-k423/GroundUpScale issue-36 M-sweep on 910B2: "初步 median latency 从小 Shape 的约
+         15–19 μs" for small fp32 matmuls (preliminary).
 [HC31]   Huawei, "DaVinci: A Scalable Architecture for Neural Network Computing", Hot Chips 31
-         (2019); slide figures as reported live by AnandTech
-         (https://www.anandtech.com/show/14756/hot-chips-live-blogs-huawei-da-vinci-architecture)
-         and summarised at https://vengineer.hatenablog.com/entry/2019/09/06/070000:
-         Ascend 910 256 TFLOPS FP16 / 512 TOPS INT8, PCIe 4.0 x16, 3x 240 Gbps HCCS ports,
-         RoCE v2 2x 100 Gbps; cube = 4096 FP16 MACs or 8192 INT8 MACs per cycle.
-[LINLEY] Linley Group Microprocessor Report, "Huawei Delivers Powerful AI Training",
-         2019-10-08 (https://www.linleygroup.com/newsletters/newsletter_detail.php?num=6076):
-         Ascend 910 with four HBM2 stacks, 32 GB HBM2, 256 FP16 TFLOPS, 100 Gbps Ethernet.
+         (2019), as summarised at https://vengineer.hatenablog.com/entry/2019/09/06/070000:
+         Ascend 910 "256 TFLOPS@FP16, 512 TOPS@INT8", "3x 240Gbps HCCS ports",
+         "RoCE v2 ((2x100Gbps : for networking)"; cube = 4096 FP16 or 8192 INT8 MACs per cycle.
+[LINLEY] Linley Group Microprocessor Report, "Huawei Delivers Powerful AI Training", 2019-10-08:
+         Ascend 910 with four HBM2 stacks, 32 GB HBM2.
 [AC-DS]  A. Chiao, "GPU Performance (Data Sheets) Quick Reference (2023)",
-         https://arthurchiao.art/blog/gpu-data-sheets/ : Ascend 910B 320 TFLOPS FP16,
-         64 GB HBM2e, HCCS 56 GB/s GPU-to-GPU (bidirectional) and 392 GB/s total (= 7 x 56).
-[AC-910B] A. Chiao, "GPU 进阶笔记（二）：华为昇腾 910B", https://arthurchiao.art/blog/gpu-advanced-notes-2-zh/ :
-         npu-smi on an 8x 910B server shows 65536 MB HBM per NPU, HCCS between every NPU pair
-         (full mesh) and 8x 200 Gb/s RoCE ports (one per NPU).
+         https://arthurchiao.art/blog/gpu-data-sheets/ : Ascend 910B FP16 "320" TFLOPS, INT8
+         "640", "64G HBM2e", HCCS "56GB/s" one-to-one (both directions), "392GB/s" one-to-many.
+[AC-910B] A. Chiao, https://arthurchiao.art/blog/gpu-advanced-notes-2-zh/ : npu-smi on an
+         8 x 910B server: 65536 MB HBM per NPU, HCCS between every pair, "网卡: 2*100G + 8*200G",
+         hccn_tool "Speed: 200000Mb/s".
+[DEPLOYER] https://www.hiascend.com/document/detail/zh/mindcluster/730/deployer/deployerug/deployer_0025.html :
+         Atlas 800 (model 9000) "每台训练节点上的8个NPU网口", Atlas 800T A2 "每台训练节点的8个NPU网口":
+         8 NPU network ports per 8-NPU server, i.e. one per NPU.
+[POPOMEN] https://popomen.github.io/2023/10/16/%5BAscend%5D910B%E6%9C%89%E5%93%AA%E4%BA%9B%E6%8F%90%E5%8D%87 :
+         "910:每张卡自带一个 100GE 的RoCE网卡。 910B:每张卡自带一个 200GE 的RoCE网卡。"
+[LLS]    JiusiServe/light-llm-simulator conf/hardware_config.py (third-party simulator, "vendor-
+         published hardware specifications"): 910B2/910B3 local_memory_bandwidth=1.6 TB/s.
 [A300IDUO] Atlas 300I Duo (two Ascend 310P chips): 280 TOPS INT8, 96 GB LPDDR4X, 408 GB/s,
          PCIe 4.0 x16, as reported from Gamers Nexus / ComputerBase teardown coverage,
          e.g. https://avalanchenoticias.com.br/servidores-clusters-supercomputadores-computadores-industriais-e-multiprocessadores/o-acelerador-huawei-atlas-300i-duo-e-equipado-com-um-par-de-chips-ascend-310-ai
-[PCIE4]  PCI-SIG PCI Express Base Specification 4.0: 16 GT/s per lane, 128b/130b encoding.
-[ETH]    IEEE 802.3 100GBASE / 200GBASE: 100 and 200 Gb/s line rate per direction.
+[PRACT]  The practitioner report on CANN's architecture this project started from
+         (/work/shared/SOURCE-FACTS.md): "a well-tiled FP16 matmul on a 910B reaches about 70-80% of
+         the theoretical peak"; "the Cube unit works on 16x16x16 blocks".
 """
 
 from __future__ import annotations
@@ -46,10 +79,11 @@ GiB = 1 << 30
 
 @dataclass(frozen=True, slots=True)
 class LinkSpec:
-    """One physical link kind: ``bandwidth_Bps`` per direction (bytes/s), ``latency_s`` per hop.
+    """One physical link kind: ``bandwidth_Bps`` achieved per direction (bytes/s), ``latency_s``
+    per hop (a route's hops add up to the fixed cost of one transfer).
 
     >>> LINK_KINDS["PCIE"].bandwidth_Bps
-    31507692307.692307
+    24926000000.0
     """
 
     kind: str
@@ -59,9 +93,16 @@ class LinkSpec:
 
 @dataclass(frozen=True, slots=True)
 class CardModel:
-    """One NPU model: peak FP16 FLOP/s, HBM capacity (bytes) and bandwidth (bytes/s), the rate
-    (bytes/s) at which it reduces an incoming buffer into a local one, and the fixed cost of
-    launching one device kernel.
+    """One NPU model.
+
+    Compute: nominal peak rates per dtype (``peak_fp16_flops``, ``peak_bf16_flops``,
+    ``peak_fp32_flops``, ``peak_int8_ops``), the fraction of peak a large, well-tiled matmul
+    reaches (``matmul_efficiency``), HBM capacity (bytes) and bandwidth (bytes/s), and the fixed
+    cost of launching one op on the card (``launch_overhead_s``: a compute kernel or a collective).
+
+    Reduction in collectives: a received buffer is reduced *inline* by the transfer engine (no
+    extra time) when its dtype is in ``inline_reduce_dtypes`` and the op in ``inline_reduce_ops``;
+    otherwise by a vector-unit kernel costing ``reduce_launch_s`` + bytes / ``vector_bandwidth_Bps``.
 
     >>> CARD_MODELS["ascend910b"].hbm_bytes // 2**30
     64
@@ -73,83 +114,176 @@ class CardModel:
     hbm_bandwidth_Bps: float
     vector_bandwidth_Bps: float
     launch_overhead_s: float
+    peak_bf16_flops: float = 0.0
+    peak_fp32_flops: float = 0.0
+    peak_int8_ops: float = 0.0
+    matmul_efficiency: float = 1.0
+    reduce_launch_s: float = 0.0
+    inline_reduce_dtypes: tuple[str, ...] = ()
+    inline_reduce_ops: tuple[str, ...] = ()
+
+    def peak_flops(self, dtype: str | None = None) -> float:
+        """Nominal peak of ``dtype`` (numpy name: float16, bfloat16, float32, int8, ...); ``None``
+        is FP16. Other types are charged as the nearest: float64 at half the FP32 rate (no FP64
+        cube path on Ascend; twice the bytes per element, estimate), other integers at FP32's."""
+        key = _DTYPE_KIND.get(dtype or "float16", "fp32")
+        if key == "fp16":
+            return self.peak_fp16_flops
+        if key == "bf16":
+            return self.peak_bf16_flops or self.peak_fp16_flops
+        if key == "int8":
+            return self.peak_int8_ops or self.peak_fp16_flops
+        if key == "fp64":
+            return (self.peak_fp32_flops or self.peak_fp16_flops) / 2
+        return self.peak_fp32_flops or self.peak_fp16_flops
+
+    def reduces_inline(self, dtype: str, op: str) -> bool:
+        """Whether the transfer engine reduces ``dtype`` with ``op`` as it writes (HCCL's
+        IsSupportSDMAReduce), so the reduction adds no time to the transfer."""
+        return dtype in self.inline_reduce_dtypes and op in self.inline_reduce_ops
 
 
-# A reduction out = a + b streams three buffers through HBM (read a, read b, write out) while the
-# vector units could go much faster (a 910B's vector units do ~20 TFLOPS FP16, i.e. tens of TB/s of
-# operands), so a reduce is HBM-bound: about HBM bandwidth / 3 bytes of result per second.
-# Estimate; no vendor figure exists for "reduce bandwidth".
-_REDUCE_HBM_PASSES = 3
+_DTYPE_KIND = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "int8": "int8", "uint8": "int8",
+               "float64": "fp64"}
 
-# One device kernel launch (task dispatch from the stream to the AI cores). Estimate: a few us when
-# tasks are queued on a stream; host-side API overhead is larger but overlaps with device work.
-_LAUNCH_S = 5e-6
+# HCCL's own figures (GiB/s: device_capacity.cc's "GB/s" times GB2B = 1024^3) [HCOMM-CAP]
+_HCCL_GB = float(GiB)
+
+# The fixed cost of one SDMA transfer between chips [HCOMM-TASK]: a notify record before (the
+# receiver is ready) and after (the data is there), 1 us each between chips, plus the SDMA task's
+# own 0.6 us (transfers below 512 KB; 1.5 us above, where bandwidth dominates anyway).
+_SDMA_TRANSFER_S = 1.0e-6 + 1.0e-6 + 0.6e-6
+# The fixed cost of one RDMA transfer: three RDMA operations - the receiver's "ready" notify, the
+# data write, the "done" notify (a notify to another server is an RDMA write) - each paying the
+# RDMA task's fixed cost, "RDMA的固定开销按照7us计算(实测7us)" (measured) [HCOMM-TASK]. Estimate: the
+# three-operation handshake is HCCL's transfer protocol as its task types show (notify record /
+# wait around each DMA); the per-operation cost is HCCL's measurement.
+_RDMA_TRANSFER_S = 3 * 7.0e-6
+# A same-leaf RoCE route has 4 hops (card->NIC->leaf->NIC->card); the transfer's fixed cost is
+# spread evenly over them (estimate: the split is not observable; a cross-leaf route's 2 more hops
+# through the spine add 2 x this, i.e. about one more switch pair's forwarding and queueing).
+_ROCE_HOP_S = _RDMA_TRANSFER_S / 4
+
+# Vector-unit (TBE/CCE) reduction of a received buffer when the engine cannot reduce inline:
+# HCCL's estimate, "统一按照10GB计算, CCE reduce的固定开销按照0.6us计算" [HCOMM-TASK].
+_VECTOR_REDUCE_Bps = 10e9
+_VECTOR_REDUCE_LAUNCH_S = 0.6e-6
+
+# One op launched on the card (eager mode: from the host through the runtime's task queue).
+# [GUS]: small fp32 matmuls on a 910B2 take "约 15–19 μs" median, far above their arithmetic
+# (a 1x512x512 matmul is 0.5 MFLOP): 15 us, the low end, is the per-op fixed cost. The same cost
+# reproduces [TPTD]'s small square matmuls (1024^2 FP16: 98 TFLOPS measured, 98 modeled).
+# Collectives are launched through the same task queue, so each call pays it too (estimate; the
+# only public per-collective gaps are larger: 150 us between ops in AI_CPU expansion on A3,
+# hicann/hccl docs/zh/user_guide/hccl_env/comm_retry_perf_impact.md). 910 and 310P: the same
+# figure (estimate: same runtime; no public measurement).
+_LAUNCH_S = 15e-6
+
+_910B_INLINE_DTYPES = ("float32", "float16", "int8", "int16", "int32", "bfloat16")  # [HCOMM-CAP]
+_SUM_MAX_MIN = ("sum", "max", "min")  # [HCOMM-CAP] IsRedOpSupport, 910B / 910_93
 
 
 LINK_KINDS: dict[str, LinkSpec] = {
-    # Ascend 910 HCCS: 3 ports of 240 Gb/s [HC31] = 30 GB/s per direction per port; each card of
-    # a 4-card island uses one port per peer, so one pair of cards gets one port.
-    # Latency estimate: one SerDes hop on the board plus the SDMA descriptor and the notify that
-    # HCCL posts per transfer, ~1 us (NVLink-class links are quoted in the same range).
-    "HCCS": LinkSpec("HCCS", 240e9 / 8, 1.0e-6),
-    # Ascend 910B HCCS: 56 GB/s per NPU pair counting both directions, 392 GB/s = 7 x 56 per NPU
-    # [AC-DS] -> 28 GB/s per direction per pair. Latency estimate as for HCCS above.
-    "HCCS_910B": LinkSpec("HCCS_910B", 56e9 / 2, 1.0e-6),
-    # PCIe gen4 x16: 16 GT/s x 16 lanes x 128/130 / 8 = 31.5 GB/s per direction [PCIE4] (raw; no
-    # TLP overhead modeled). Latency estimate: a DMA through one switch or root port is ~1-2 us
-    # device to device, so 2 us per hop to the CPU/PCIe root.
-    "PCIE": LinkSpec("PCIE", 16e9 * 16 * 128 / 130 / 8, 2.0e-6),
-    # RoCE v2 over 100 GbE: 12.5 GB/s per direction [ETH]; Atlas 300T/800 (910) give every NPU a
-    # 100 GE port [HC31]. Latency estimate per hop (card->NIC, NIC->switch, ...): an RDMA write
-    # through one switch takes ~2-3 us NIC to NIC and HCCL adds a notify write per transfer, so
-    # ~6 us card to card through one leaf = 4 hops x 1.5 us.
-    "ROCE100": LinkSpec("ROCE100", 100e9 / 8, 1.5e-6),
-    # RoCE v2 over 200 GbE: 25 GB/s per direction [ETH]; Atlas 800T A2 (910B) servers have one
-    # 200 GE port per NPU [AC-910B]. Latency estimate as ROCE100 (same NIC/switch pipeline).
-    "ROCE200": LinkSpec("ROCE200", 200e9 / 8, 1.5e-6),
+    # Ascend 910 HCCS: HCCL's own figure for the 910's level-0 links, BANDWIDTH_HCCS_910A = 10 GiB/s
+    # [HCOMM-CAP]. Nominal: 240 Gb/s (30 GB/s) per port, 3 ports [HC31]; as on the 910B (below)
+    # transfers achieve well under the nominal, and no public 910 measurement exists.
+    # Latency: one SDMA transfer between chips [HCOMM-TASK].
+    "HCCS": LinkSpec("HCCS", 10.0 * _HCCL_GB, _SDMA_TRANSFER_S),
+    # Ascend 910B HCCS, per NPU pair and direction: HCCL's own BANDWIDTH_HCCS_910B = 18.3 GiB/s
+    # = 19.65 GB/s [HCOMM-CAP], which is what collectives achieve: [LIM]'s 2-card all_gather moves
+    # 38/2 = 19 GB/s per direction over the one link, its 8-card all_gather 149 x 7/8 / 7 = 18.6 GB/s
+    # per link. The nominal is 56 GB/s per pair counting both directions [AC-DS], 28 per direction.
+    "HCCS_910B": LinkSpec("HCCS_910B", 18.3 * _HCCL_GB, _SDMA_TRANSFER_S),
+    # PCIe gen4 x16 as an Ascend card achieves it: 24.926 GB/s device-to-host on an Atlas 800T A2
+    # (ascend-dmi, 512 MiB) [FLAGPERF]; nominal 31.5 GB/s (16 GT/s x 16 x 128/130 / 8); HCCL assumes
+    # 27.2 GiB/s (BANDWIDTH_PCIE_GEN4 = 32 x 0.85) [HCOMM-CAP]. Latency: an SDMA transfer
+    # [HCOMM-TASK] over the two hops card -> switch/root -> card, split evenly (estimate).
+    "PCIE": LinkSpec("PCIE", 24.926e9, _SDMA_TRANSFER_S / 2),
+    # RoCE v2 over 100 GbE, one port per NPU on 910 servers ([DEPLOYER]: 8 NPU ports per 8-NPU
+    # Atlas 800 (9000); [POPOMEN]: "910:每张卡自带一个 100GE 的RoCE网卡"; the chip has 2 x 100G RoCE
+    # [HC31]): HCCL measured 12 GB/s for a large single-stream RDMA transfer ("RDMA实测大包单流带宽为
+    # 12.5 GB(刨去协议头, 取12GB)") [HCOMM-TASK]. Latency: the RDMA transfer's fixed cost per hop.
+    "ROCE100": LinkSpec("ROCE100", 12e9, _ROCE_HOP_S),
+    # RoCE v2 over 200 GbE, one port per NPU on Atlas 800T A2 ([AC-910B]: 8 x 200G, "Speed:
+    # 200000Mb/s"; [DEPLOYER]: 8 NPU ports per node; [POPOMEN]): HCCL's own BANDWIDTH_RDMA_910B =
+    # 25 x 0.8 = 20 GiB/s [HCOMM-CAP]. Latency as ROCE100.
+    "ROCE200": LinkSpec("ROCE200", 25.0 * 0.8 * _HCCL_GB, _ROCE_HOP_S),
     # The host path: through the CPU complex, i.e. peer-to-peer forwarding between CPU sockets or
-    # staging in host DRAM (device->host, host->device). Estimate, no vendor figure: staging
-    # crosses PCIe twice and host memory once, so about half a PCIe gen4 x16 direction minus copy
-    # overhead, ~12 GB/s; software/forwarding latency ~5 us.
+    # staging in host DRAM. Estimate, no public figure: staging crosses PCIe twice and host memory
+    # once, so about half a PCIe gen4 x16 direction, ~12 GB/s; software forwarding ~5 us.
     "HOST": LinkSpec("HOST", 12e9, 5.0e-6),
 }
 
 CARD_MODELS: dict[str, CardModel] = {
-    # Ascend 310P (Atlas 300I Pro/Duo inference cards).
+    # Ascend 310P (Atlas 300I Pro/Duo inference cards), per chip.
     "ascend310p": CardModel(
         "ascend310p",
         # 140 TOPS INT8 per chip (280 for the two-chip Duo [A300IDUO]); the DaVinci cube does half
-        # as many FP16 as INT8 MACs [HC31] -> 70 TFLOPS FP16.
+        # as many FP16 as INT8 MACs [HC31] -> 70 TFLOPS FP16 (derived; no published FP16 figure).
         peak_fp16_flops=140e12 / 2,
-        # 24 GB LPDDR4X on the single-chip Atlas 300I Pro (Huawei product page); the Duo carries
-        # 96 GB over two chips [A300IDUO]. The smaller, single-chip card is the default.
-        hbm_bytes=24 * GiB,
+        peak_int8_ops=140e12,
+        # Estimate: no public BF16 figure; charged at the FP16 rate.
+        peak_bf16_flops=140e12 / 2,
+        # Estimate: no public FP32 figure; the FP32/FP16 ratio measured on the 910B (87 / 320 [LIM],
+        # [AC-DS]) applied to 70 TFLOPS.
+        peak_fp32_flops=140e12 / 2 * 87 / 320,
+        # Estimate: no measurement; the middle of "70-80% of the theoretical peak" [PRACT].
+        matmul_efficiency=0.75,
+        # The Duo carries 96 GB LPDDR4X over its two chips [A300IDUO]: 48 GB per chip. (No public
+        # figure was found for the single-chip Atlas 300I Pro.)
+        hbm_bytes=96 * GiB // 2,
         # 408 GB/s over two chips [A300IDUO] -> 204 GB/s per chip.
         hbm_bandwidth_Bps=408e9 / 2,
-        vector_bandwidth_Bps=408e9 / 2 / _REDUCE_HBM_PASSES,
+        vector_bandwidth_Bps=_VECTOR_REDUCE_Bps,
+        reduce_launch_s=_VECTOR_REDUCE_LAUNCH_S,
+        inline_reduce_dtypes=("float32", "int16", "float16"),  # [HCOMM-CAP], DEV_TYPE_310P3
+        inline_reduce_ops=("sum",),
         launch_overhead_s=_LAUNCH_S,
     ),
     # Ascend 910 (Atlas 300T / Atlas 800 model 9000).
     "ascend910": CardModel(
         "ascend910",
-        peak_fp16_flops=256e12,  # [HC31], [LINLEY]
+        peak_fp16_flops=256e12,  # [HC31]
+        peak_int8_ops=512e12,  # [HC31]
+        # The 910 has no BF16 cube path: torch.mm in BF16 measured 1.11 TFLOPS on a 910ProA [TPTD],
+        # whose FP32 measured 39.83 TFLOPS; both are taken as peak x efficiency (so the peaks are
+        # back-derived, estimate; the source marks its 910 numbers as for reference only).
+        peak_bf16_flops=1.11e12 / 0.75,
+        peak_fp32_flops=39.83e12 / 0.75,
+        # Estimate: "70-80% of the theoretical peak" [PRACT]; the one 910 measurement (FP16 110 of
+        # 256 TFLOPS [TPTD]) is flagged unreliable by its own source.
+        matmul_efficiency=0.75,
         hbm_bytes=32 * GiB,  # 32 GB HBM2 [LINLEY]
         # Estimate: four HBM2 stacks [LINLEY] x 1024 bits x 2.4 Gb/s per pin (JEDEC JESD235B top
-        # speed grade) / 8 = 1.23 TB/s, in line with the 1.2 TB/s commonly quoted for the 910.
+        # speed grade) / 8 = 1.23 TB/s; no public figure.
         hbm_bandwidth_Bps=1.2e12,
-        vector_bandwidth_Bps=1.2e12 / _REDUCE_HBM_PASSES,
+        vector_bandwidth_Bps=_VECTOR_REDUCE_Bps,
+        reduce_launch_s=_VECTOR_REDUCE_LAUNCH_S,
+        inline_reduce_dtypes=("float32",),  # [HCOMM-CAP], DEV_TYPE_910: fp32 sum only
+        inline_reduce_ops=("sum",),
         launch_overhead_s=_LAUNCH_S,
     ),
     # Ascend 910B (Atlas 800T A2).
     "ascend910b": CardModel(
         "ascend910b",
-        # 320 TFLOPS FP16 [AC-DS]; the 910B2/B3/B4 bins range ~245-354 TFLOPS, 320 is mid-range.
+        # 320 TFLOPS FP16, 640 TOPS INT8 [AC-DS]; bins differ (910B2 353.8, 910B3 294.9 [LLS]).
         peak_fp16_flops=320e12,
+        peak_int8_ops=640e12,
+        # Estimate: no published BF16 figure; the cube runs BF16 at its FP16 rate: measured BF16
+        # matmuls are within 3% of FP16 (304.3 vs 313.2 TFLOPS at 8192^3 [FLAGPERF]).
+        peak_bf16_flops=320e12,
+        # Estimate: no published FP32 figure; the best measured FP32 matmul (87 TFLOPS [LIM]) / the
+        # efficiency below.
+        peak_fp32_flops=87e12 / (313.182 / 320),
+        # 313.182 TFLOPS measured for FP16 8192^3 matmuls (8-card average) [FLAGPERF] / 320.
+        matmul_efficiency=313.182 / 320,
         hbm_bytes=64 * GiB,  # 64 GB HBM2e [AC-DS]; npu-smi reports 65536 MB [AC-910B]
-        # Estimate: 1.6 TB/s, the figure given for 910B2/910B3 in the hardware tables of public
-        # Ascend performance-modeling tools; Huawei publishes no 910B chip datasheet.
+        # 1.6 TB/s for 910B2/910B3 [LLS] (a third-party table; Huawei publishes no 910B datasheet).
         hbm_bandwidth_Bps=1.6e12,
-        vector_bandwidth_Bps=1.6e12 / _REDUCE_HBM_PASSES,
+        vector_bandwidth_Bps=_VECTOR_REDUCE_Bps,
+        reduce_launch_s=_VECTOR_REDUCE_LAUNCH_S,
+        inline_reduce_dtypes=_910B_INLINE_DTYPES,
+        inline_reduce_ops=_SUM_MAX_MIN,
         launch_overhead_s=_LAUNCH_S,
     ),
 }
@@ -159,6 +293,8 @@ FiguresArg = Union[Figures, str, os.PathLike, None]
 
 _LINK_FIELDS = ("bandwidth_Bps", "latency_s")
 _CARD_FIELDS = tuple(f.name for f in dataclasses.fields(CardModel) if f.name != "name")
+_NAME_LIST_FIELDS = ("inline_reduce_dtypes", "inline_reduce_ops")
+_FRACTION_FIELDS = ("matmul_efficiency",)
 
 
 def load_figures(path: str | os.PathLike) -> Figures:
@@ -220,7 +356,12 @@ def figures_from_dict(doc: Any) -> Figures:
                 if field not in fields:
                     raise TopologyError(f"unknown field {field!r} for {section[:-1]} {name!r} in figures. "
                                         f"Fix: use one of {', '.join(fields)}.", key, rule="unknown", choices=list(fields))
-                changes[field] = _positive(number, key, integral=(field == "hbm_bytes"))
+                if field in _NAME_LIST_FIELDS:
+                    changes[field] = _names(number, key)
+                else:
+                    changes[field] = _positive(number, key, integral=(field == "hbm_bytes"))
+                    if field in _FRACTION_FIELDS and changes[field] > 1:
+                        raise TopologyError(f"Value [{number!r}] for figure {key} is invalid. Expected value: a fraction in (0, 1].", key, value=number, rule="range", expected="(0, 1]")
             table[name] = dataclasses.replace(table[name], **changes)
     return links, cards
 
@@ -247,3 +388,32 @@ def _positive(value: Any, key: str, *, integral: bool) -> float | int:
                                 value=value, rule="type", expected="int")
         return int(value)
     return float(value)
+
+
+def _names(value: Any, key: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise TopologyError(f"Value [{value!r}] for figure {key} is invalid. Expected value: a list of names, "
+                            "e.g. [\"float32\", \"float16\"].", key, value=value, rule="type", expected="list of str")
+    return tuple(value)
+
+
+def figures_to_dict(figures: "Figures") -> dict:
+    """The JSON form of ``(link_kinds, card_models)``: every figure that differs from the table
+    (what :func:`load_figures` reads back to the same pair)."""
+    links, cards = figures
+    out: dict[str, dict] = {}
+    for name, spec in links.items():
+        base = LINK_KINDS.get(name)
+        diff = {f: getattr(spec, f) for f in _LINK_FIELDS if base is None or getattr(spec, f) != getattr(base, f)}
+        if diff:
+            out.setdefault("links", {})[name] = diff
+    for name, card in cards.items():
+        base = CARD_MODELS.get(name)
+        diff = {}
+        for f in _CARD_FIELDS:
+            value = getattr(card, f)
+            if base is None or value != getattr(base, f):
+                diff[f] = list(value) if isinstance(value, tuple) else value
+        if diff:
+            out.setdefault("cards", {})[name] = diff
+    return out

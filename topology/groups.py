@@ -41,7 +41,10 @@ def auto_partition(topo: _TopologyLike, ranks: Iterable[int] | None = None) -> l
        300I Duo card are such a pair). This is the rule that misses the fast pair {1,2} of
        ``mixed-4p``.
 
-    Ranks keep their given order inside each group; groups come in order of their first rank.
+    Ranks keep their given order inside each group; groups come in order of their first rank::
+
+        auto_partition(Topology.preset("ascend910-8p"))                   # [[0, 1, 2, 3], [4, 5, 6, 7]]
+        auto_partition(Topology.preset("2x8p-roce"), ranks=range(6, 10))  # [[6, 7], [8, 9]]
     """
     chosen = _ranks(topo, ranks)
     by_server: dict[int, list[int]] = {}

@@ -120,6 +120,7 @@ class PresetSpec:
 
     @property
     def num_ranks(self) -> int:
+        """Cards in the whole cluster: ``num_servers * cards_per_server``."""
         return self.num_servers * self.cards_per_server
 
 

@@ -25,8 +25,6 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable
 
-import networkx as nx
-
 from .errors import TopologyError
 from .figures import CardModel, FiguresArg, LinkSpec, resolve_figures
 from .presets import SERVERS_PER_LEAF, ServerTemplate, TEMPLATES, card_count_check, parse_preset
@@ -42,7 +40,7 @@ class Route:
     itself has no hops, latency 0 and infinite bandwidth.
 
     >>> Topology.preset("ascend910-8p").route(0, 1)                 # doctest: +SKIP
-    Route(hops=(('card0', 'card1'),), latency_s=1e-06, bandwidth_Bps=30000000000.0)
+    Route(hops=(('card0', 'card1'),), latency_s=2.6e-06, bandwidth_Bps=10737418240.0)
     """
 
     hops: tuple[Hop, ...]
@@ -81,7 +79,8 @@ class Topology:
         self._up: list[tuple[Hop, ...]] = [()] * num_ranks  # card -> its leaf, when multi-server
         self._routes: dict[tuple[int, int], Route] = {}
         self._spec: dict[str, dict[str, LinkSpec]] = {}
-        self.graph = nx.Graph(name=name)
+        self._graph = None  # networkx's view, built on first use (importing networkx costs ~0.2 s)
+        self._graph_parts: tuple[list, list] = ([], [])
         self.num_islands = 0
         self._build(template, servers, links)
 
@@ -229,8 +228,21 @@ class Topology:
         if len(seen_ranks) != self.num_ranks:
             raise TopologyError(f"ranks must be 0..{self.num_ranks - 1}, each once.", "rank", rule="complete",
                                 missing_ranks=sorted(set(range(self.num_ranks)) - seen_ranks))
-        self.graph.add_nodes_from(nodes)
-        self.graph.add_edges_from(edges)
+        self._graph_parts = (nodes, edges)
+
+    @property
+    def graph(self):
+        """The cluster as a ``networkx.Graph``: nodes (cards, PCIe/CPU roots, NICs, switches, with
+        a ``type``) and links (``spec``: the LinkSpec). Routes never need it; drawing and the
+        partition heuristics do."""
+        if self._graph is None:
+            import networkx as nx
+
+            graph = nx.Graph(name=self.name)
+            graph.add_nodes_from(self._graph_parts[0])
+            graph.add_edges_from(self._graph_parts[1])
+            self._graph = graph
+        return self._graph
 
     # ------------------------------------------------------------------ per-rank facts
     def _check(self, rank: int) -> int:

@@ -5,13 +5,14 @@
 
 from __future__ import annotations
 
-from . import allgather, allreduce, broadcast, reduce, reducescatter
+from . import allgather, allreduce, alltoall, broadcast, gather, reduce, reducescatter, scatter
 from .base import Case, Collective
 
 __all__ = ["COLLECTIVES", "Case", "Collective", "get"]
 
 COLLECTIVES: dict[str, Collective] = {
-    m.COLLECTIVE.name: m.COLLECTIVE for m in (allreduce, allgather, broadcast, reduce, reducescatter)
+    m.COLLECTIVE.name: m.COLLECTIVE
+    for m in (allreduce, allgather, broadcast, reduce, reducescatter, alltoall, scatter, gather)
 }
 
 

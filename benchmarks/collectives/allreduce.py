@@ -11,6 +11,7 @@ from .base import Case, Collective, reduce_input, reduced, same_counts
 
 
 def init(case: Case):
+    """Each rank's :func:`reduce_input`; every rank expects the reduction over all ranks."""
     return (reduce_input(case.count, case.rank, case.op, case.dtype),
             reduced(case.count, case.nranks, case.op, case.dtype))
 

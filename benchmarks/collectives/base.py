@@ -53,8 +53,9 @@ class Collective:
     :class:`Case`; send/recv counts are buffer lengths in elements. The row's size is
     ``max(send, recv) * itemsize`` (nccl-tests' convention: the whole gathered/scattered buffer).
     ``init(case) -> (input, expected)``: the rank's input (the buffer itself for in-place
-    collectives) and its expected result, flat; ``None`` where the rank's result is undefined
-    (reduce on non-roots).
+    collectives; empty where the rank sends nothing: scatter off the root) and its expected
+    result, flat; ``None`` where the rank's result is undefined or absent (reduce, gather off the
+    root: gather's other ranks get an empty output buffer, see :meth:`receives`).
     """
 
     name: str
@@ -69,15 +70,22 @@ class Collective:
 
     @property
     def reduces(self) -> bool:
+        """Whether the collective reduces (it takes ``-o``): ``spec.reduces``."""
         return self.spec.reduces
 
     @property
     def rooted(self) -> bool:
+        """Whether the collective has a root (it takes ``-r``): ``spec.rooted``."""
         return self.spec.rooted
 
     @property
     def in_place(self) -> bool:
+        """Whether the call's input buffer is its output (``spec.in_place``)."""
         return self.spec.in_place
+
+    def receives(self, rank: int, root: int) -> bool:
+        """Whether ``rank`` has an output buffer (gather: the root only, as ``spec.root_only`` says)."""
+        return self.spec.root_only != "out" or rank == root
 
     def bus_factor(self, nranks: int) -> float:
         """busbw = algbw * bus_factor(nranks), as nccl-tests."""

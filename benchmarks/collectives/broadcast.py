@@ -8,7 +8,8 @@ from .base import Case, Collective, pattern, same_counts
 
 
 def init(case: Case):
-    # Every rank starts with its own pattern, so a rank that receives nothing is caught.
+    """Every rank starts with its own pattern (so a rank that receives nothing is caught) and
+    expects the root's."""
     return pattern(case.count, case.rank, case.dtype), pattern(case.count, case.root, case.dtype)
 
 

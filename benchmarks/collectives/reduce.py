@@ -12,6 +12,7 @@ from .base import Case, Collective, reduce_input, reduced, same_counts
 
 
 def init(case: Case):
+    """Each rank's :func:`reduce_input`; the root expects the reduction, the others nothing (None)."""
     expected = reduced(case.count, case.nranks, case.op, case.dtype) if case.rank == case.root else None
     return reduce_input(case.count, case.rank, case.op, case.dtype), expected
 

@@ -83,6 +83,7 @@ def run_workers(commands: Sequence[Sequence[str]], env: dict[str, str], timeout_
 
 
 def cmd_name(cmd: Sequence[str]) -> list[str]:
+    """A command shortened for messages: the program's file name and the next five arguments."""
     return [Path(cmd[0]).name, *cmd[1:6]]
 
 

@@ -6,7 +6,9 @@ One subprocess per rank, joined through a ``file://`` rendezvous in the run's te
 
 In place where torch has it: ``all_reduce(t)``, ``broadcast(t)``, ``reduce(t)``; out of place
 ``all_gather_single(out, t)`` and ``reduce_scatter_single(out, t)`` (``*_into_tensor`` /
-``*_tensor`` on older torch). Tensors are ``torch.from_numpy`` views of the harness's buffers.
+``*_tensor`` on older torch), ``all_to_all_single(out, t)``, ``scatter(out, blocks, src)`` and
+``gather(t, blocks, dst)`` (the root's list of blocks: views of its buffer; None elsewhere).
+Tensors are ``torch.from_numpy`` views of the harness's buffers.
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ _CALLS = {
     "broadcast": "broadcast(t) in place",
     "reduce": "reduce(t) in place",
     "reducescatter": "reduce_scatter_single(out, t)",
+    "alltoall": "all_to_all_single(out, t)",
+    "scatter": "scatter(out, [blocks of t] on root / None, src=root)",
+    "gather": "gather(t, [blocks of out] on root / None, dst=root)",
 }
 
 
@@ -80,6 +85,15 @@ class GlooRankComm(RankComm):
             return functools.partial(self._allgather, out, t)
         if name == "reducescatter":
             return functools.partial(self._reduce_scatter, out, t, op=self._ops[op])
+        if name == "alltoall":
+            return functools.partial(dist.all_to_all_single, out, t)
+        at_root = self.rank == root
+        if name == "scatter":  # the root's list: views of its send buffer, one block per rank
+            blocks = list(t.chunk(self.size)) if at_root else None
+            return functools.partial(dist.scatter, out, blocks, src=root)
+        if name == "gather":  # the root's list: views of its output buffer
+            blocks = list(out.chunk(self.size)) if at_root else None
+            return functools.partial(dist.gather, t, blocks, dst=root)
         raise ValueError(f"no gloo binding for {name}")
 
     def barrier(self) -> None:
@@ -95,6 +109,9 @@ class GlooRankComm(RankComm):
 
 
 class GlooBackend(Backend):
+    """torch.distributed gloo (``--vs gloo``): one ``gloo_worker`` process per rank, file:// rendezvous
+    in the run's work directory."""
+
     name = "gloo"
     label = "torch gloo"
 
@@ -104,6 +121,8 @@ class GlooBackend(Backend):
         return None
 
     def unsupported(self, cfg: BenchConfig) -> str | None:
+        if cfg.collective not in _CALLS:
+            return f"no torch.distributed binding for {cfg.collective}"
         if cfg.dt.name == "int16":
             return "gloo has no int16"
         return None

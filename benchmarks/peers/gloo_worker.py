@@ -15,6 +15,8 @@ from .gloo import GlooRankComm
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Run one gloo rank of a sweep with ``argv`` (see the module doc); rank 0 writes its rows to
+    ``--out``."""
     parser = argparse.ArgumentParser(prog="benchmarks.peers.gloo_worker")
     parser.add_argument("--config", required=True, help="BenchConfig as JSON (file)")
     parser.add_argument("--rank", type=int, required=True)

@@ -1,8 +1,9 @@
 """hccl-py itself: ranks started with ``launch.spawn`` (or already running under hccl-launch).
 
 Calls as a user writes them: ``all_reduce``/``broadcast``/``reduce`` in place on the buffer,
-``all_gather``/``reduce_scatter`` into the staged output buffer (``out=``),
-every call with ``algo=--algo``.
+``all_gather``/``reduce_scatter``/``all_to_all``/``scatter``/``gather`` into the staged output
+buffer (``out=``; scatter's other ranks pass ``x=None``, gather's no ``out``), every call with
+``algo=--algo``.
 
 Extra columns (the hook for modeled time): list them in ``EXTRA_COLUMNS`` and fill the measured
 ones in ``HcclRankComm.extra_start``/``extra_stop``, e.g. once the communicator reports its
@@ -47,6 +48,9 @@ _CALLS = {
     "broadcast": "broadcast(x) in place",
     "reduce": "reduce(x) in place",
     "reducescatter": "reduce_scatter(y, out=buf)",
+    "alltoall": "all_to_all(x, out=buf)",
+    "scatter": "scatter(x on root / None, root, out=buf)",
+    "gather": "gather(x, root, out=buf on root)",
 }
 
 
@@ -78,6 +82,13 @@ class HcclRankComm(RankComm):
             return functools.partial(c.all_gather, send, out=recv, algo=algo)
         if name == "reducescatter":
             return functools.partial(c.reduce_scatter, send, op, out=recv, algo=algo)
+        if name == "alltoall":
+            return functools.partial(c.all_to_all, send, out=recv, algo=algo)
+        at_root = self.rank == root
+        if name == "scatter":
+            return functools.partial(c.scatter, send if at_root else None, root, out=recv, algo=algo)
+        if name == "gather":
+            return functools.partial(c.gather, send, root, out=recv if at_root else None, algo=algo)
         raise ValueError(f"hccl-py has no benchmark binding for {name}")
 
     def barrier(self) -> None:
@@ -128,6 +139,9 @@ def rank_work(cfg: BenchConfig, progress_path: str | None, repeats: int = 1) -> 
 
 
 class HcclBackend(Backend):
+    """hccl-py itself (always run): ``cfg.nranks`` ranks started with ``launch.spawn``, ``env`` added
+    to their environment."""
+
     name = "hccl"
     label = "hccl-py"
     extra_columns = EXTRA_COLUMNS

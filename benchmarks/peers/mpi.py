@@ -6,7 +6,8 @@ The driver starts the ranks with that wheel's mpiexec (found next to this Python
 
 Buffer-based calls on numpy arrays, in place where MPI has it: ``Allreduce(IN_PLACE, x)``,
 ``Bcast(x)``, ``Reduce(IN_PLACE, x)`` on root, ``Allgather(x, out)``,
-``Reduce_scatter_block(y, out)``. MPI has no bfloat16 reductions; bf16 copies go as 16-bit words.
+``Reduce_scatter_block(y, out)``, ``Alltoall(x, out)``, ``Scatter``/``Gather`` (the buffer
+that only the root has is ``None`` elsewhere). MPI has no bfloat16 reductions; bf16 copies go as 16-bit words.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..collectives import Collective
+from ..collectives import get as get_collective
 from ..config import BFLOAT16, BenchConfig
 from ..harness import Backend, RankComm
 from .base import importable, read_result, run_workers, worker_env
@@ -35,6 +37,9 @@ _CALLS = {
     "broadcast": "Bcast(x)",
     "reduce": "Reduce(IN_PLACE, x) on root",
     "reducescatter": "Reduce_scatter_block(y, out)",
+    "alltoall": "Alltoall(x, out)",
+    "scatter": "Scatter(x on root / None, out, root)",
+    "gather": "Gather(x, out on root / None, root)",
 }
 
 
@@ -82,6 +87,13 @@ class MpiRankComm(RankComm):
             return functools.partial(c.Allgather, self._buf(send), self._buf(recv))
         if name == "reducescatter":
             return functools.partial(c.Reduce_scatter_block, self._buf(send), self._buf(recv), mop)
+        if name == "alltoall":
+            return functools.partial(c.Alltoall, self._buf(send), self._buf(recv))
+        at_root = self.rank == root
+        if name == "scatter":
+            return functools.partial(c.Scatter, self._buf(send) if at_root else None, self._buf(recv), root)
+        if name == "gather":
+            return functools.partial(c.Gather, self._buf(send), self._buf(recv) if at_root else None, root)
         raise ValueError(f"no MPI binding for {name}")
 
     def barrier(self) -> None:
@@ -92,6 +104,8 @@ class MpiRankComm(RankComm):
 
 
 class MpiBackend(Backend):
+    """MPICH through mpi4py (``--vs mpi``): ``cfg.nranks`` ``mpi_worker`` processes under ``mpiexec -n``."""
+
     name = "mpi"
     label = "MPICH (mpi4py)"
 
@@ -103,7 +117,9 @@ class MpiBackend(Backend):
         return None
 
     def unsupported(self, cfg: BenchConfig) -> str | None:
-        if cfg.dt.name == "bf16" and cfg.collective in ("allreduce", "reduce", "reducescatter"):
+        if cfg.collective not in _CALLS:
+            return f"no MPI binding for {cfg.collective}"
+        if cfg.dt.name == "bf16" and get_collective(cfg.collective).reduces:
             return "MPI has no bfloat16 reductions"
         return None
 

@@ -15,6 +15,8 @@ from .mpi import MpiRankComm
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Run one MPI rank of a sweep with ``argv`` (under ``mpiexec``); rank 0 writes its rows to
+    ``--out``."""
     parser = argparse.ArgumentParser(prog="benchmarks.peers.mpi_worker")
     parser.add_argument("--config", required=True, help="BenchConfig as JSON (file)")
     parser.add_argument("--out", required=True, help="rank 0 writes its rows here (JSON)")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+import numpy as np
+
 from .schedule import TMP, Buf, Region, Schedule, Step
 
 Bounds = Sequence[tuple[int, int]]  # (offset, count) per chunk, contiguous and in order
@@ -86,3 +88,14 @@ def packed_displacements(counts: Sequence[int]) -> tuple[int, ...]:
         out.append(offset)
         offset += n
     return tuple(out)
+
+
+def mesh_lanes(size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(peers, lanes): ``peers[j, r]`` is rank r's j-th peer in rank order (j < size - 1), the
+    order its sends and receives are listed in; ``lanes[j, r]`` is the position of r among that
+    peer's own peers, i.e. the lane of the peer's send that r receives."""
+    ranks = np.arange(size)
+    j = np.arange(size - 1)[:, None]
+    peers = np.where(j < ranks, j, j + 1)
+    lanes = np.where(ranks < peers, ranks, ranks - 1)
+    return peers, lanes

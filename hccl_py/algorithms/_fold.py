@@ -21,17 +21,23 @@ Range = tuple[int, int]  # half-open range of newranks
 
 @dataclass(frozen=True)
 class Fold:
+    """The folding of ``size`` ranks onto ``p`` newranks, p the largest power of two <= size
+    (see the module docstring)."""
+
     size: int
 
     @property
     def p(self) -> int:
+        """The largest power of two <= size: the number of newranks."""
         return 1 << (self.size.bit_length() - 1)
 
     @property
     def e(self) -> int:
+        """The number of extras, size - p."""
         return self.size - self.p
 
     def is_extra(self, u: int) -> bool:
+        """Whether rank u is an extra (odd and below 2e), which hands its data to proxy u-1."""
         return u < 2 * self.e and u % 2 == 1
 
     def extra_of(self, u: int) -> int | None:

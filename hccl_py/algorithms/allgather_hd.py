@@ -14,14 +14,20 @@ TMP: none.
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Iterator
+
+import numpy as np
 
 from ._common import block_bounds, finish, span
 from ._fold import Fold, doubling
-from .schedule import IN, OUT, Copy, Recv, Region, Schedule, Send, Step
+from .schedule import IN, OUT, Copy, Recv, Region, Schedule, Send, Step, StepFlows
 
 
 @lru_cache(maxsize=256)
 def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
+    """Recursive-doubling allgather: each extra hands its IN to its proxy, log2(p) doubling steps swap the
+    blocks held with partner v ^ 2^k, then each proxy sends its extra the rest of OUT; returns the
+    Schedule of rank ``rank``."""
     fold = Fold(size)
     blocks = block_bounds(count, size)
     own = Region(IN, 0, count)
@@ -42,3 +48,18 @@ def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
         rest = (Send(extra, span(OUT, blocks, 0, extra)), Send(extra, span(OUT, blocks, extra + 1, size)))
         steps.append(Step(sends=rest))
     return finish(steps)
+
+
+def flows(size: int, count: int, root: int = 0) -> Iterator[StepFlows]:
+    """Every rank's steps at once (see ``StepFlows``); needs a power-of-two ``size`` (no fold)
+    and ``count >= 1``."""
+    if size < 2 or size & (size - 1) or count < 1:
+        raise ValueError("hd allgather flows need a power-of-two size >= 2 and count >= 1")
+    v = np.arange(size)
+    none = np.full(size, -1)
+    yield StepFlows(none, np.zeros(size, dtype=np.int64), none, False, copies=(count,))
+    dist = 1
+    while dist < size:  # swap the aligned range held, doubling it
+        partner = v ^ dist
+        yield StepFlows(partner, np.full(size, dist * count), partner, False)
+        dist *= 2

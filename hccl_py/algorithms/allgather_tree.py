@@ -21,6 +21,8 @@ from .schedule import IN, OUT, Copy, Recv, Region, Schedule, Send, Step
 
 @lru_cache(maxsize=256)
 def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
+    """Binomial-tree allgather: gather the subtrees' blocks up to rank 0 (nearest child first), then
+    broadcast all of OUT back down (farthest child first); returns the Schedule of rank ``rank``."""
     blocks = block_bounds(count, size)
     whole = Region(OUT, 0, size * count)
     kids = children(rank, size)

@@ -27,6 +27,9 @@ from .schedule import OUT, Recv, Region, Schedule, Send, Step, StepFlows, chunk_
 
 @lru_cache(maxsize=256)
 def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
+    """Halving-doubling (Rabenseifner) allreduce: log2(p) recursive-halving reduce-scatter steps, then
+    log2(p) recursive-doubling allgather steps, with extras folded onto proxies when size is not a power
+    of two; returns the Schedule of rank ``rank``."""
     fold = Fold(size)
     whole = Region(OUT, 0, count)
     if fold.is_extra(rank):
@@ -61,14 +64,15 @@ def flows(size: int, count: int, root: int = 0) -> Iterator[StepFlows]:
         lo = owner - owner % dist
         return prefix[lo + dist] - prefix[lo]
 
+    partners = {}  # the same arrays in both phases: the simulator routes each pattern once
     dist = size // 2
     while dist:  # halving: send the partner's half, reduce the partner's copy of ours
-        partner = v ^ dist
+        partner = partners[dist] = v ^ dist
         yield StepFlows(partner, block(partner, dist), partner, True)
         dist //= 2
     dist = 1
     while dist < size:  # doubling: swap the reduced ranges
-        partner = v ^ dist
+        partner = partners[dist]
         yield StepFlows(partner, block(v, dist), partner, False)
         dist *= 2
 

@@ -27,6 +27,8 @@ from .schedule import OUT, TMP, Copy, Recv, Region, Schedule, Send, Step
 
 @lru_cache(maxsize=256)
 def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
+    """One-shot allreduce: one step exchanging whole buffers into TMP, then a local left-to-right fold into
+    OUT; returns the Schedule of rank ``rank`` (no steps for size 1 or count 0)."""
     if size == 1 or count == 0:
         return finish([])
     mine = Region(OUT, 0, count)

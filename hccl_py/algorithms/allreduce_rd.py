@@ -26,6 +26,9 @@ from .schedule import OUT, TMP, Copy, Recv, Region, Schedule, Send, Step
 
 @lru_cache(maxsize=256)
 def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
+    """Recursive-doubling allreduce: log2(p) steps each swapping the whole buffer with partner v ^ 2^k
+    and reducing it (OUT and TMP alternating), folded when size is not a power of two; returns the
+    Schedule of rank ``rank``."""
     fold = Fold(size)
     whole = Region(OUT, 0, count)
     if fold.is_extra(rank):

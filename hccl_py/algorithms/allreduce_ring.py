@@ -23,6 +23,8 @@ from .schedule import OUT, Recv, Region, Schedule, Send, Step, StepFlows, chunk_
 
 @lru_cache(maxsize=256)
 def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
+    """Ring allreduce: reduce-scatter then allgather round the ring, size-1 steps each; returns the
+    Schedule of rank ``rank``."""
     chunks = chunk_bounds(count, size)
     right, left = (rank + 1) % size, (rank - 1) % size
     steps = []
@@ -43,7 +45,10 @@ def flows(size: int, count: int, root: int = 0) -> Iterator[StepFlows]:
     chunks = np.array([n for _, n in chunk_bounds(count, size)])
     ranks = np.arange(size)
     right, left = (ranks + 1) % size, (ranks - 1) % size
+    twice = np.concatenate([chunks, chunks])  # rank r's chunk (r + shift - s) mod size is a window of it
     for shift, reduce in ((0, True), (1, False)):
         for s in range(size - 1):
-            yield StepFlows(right, chunks[(ranks + shift - s) % size], left, reduce)
+            start = (shift - s) % size
+            counts = chunks if count % size == 0 else twice[start:start + size]  # equal chunks: one array
+            yield StepFlows(right, counts, left, reduce)
 

@@ -21,6 +21,8 @@ from .schedule import OUT, Recv, Region, Schedule, Send, Step
 
 @lru_cache(maxsize=256)
 def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
+    """Binomial-tree allreduce: reduce the whole buffer up the tree to rank 0, then broadcast the result
+    back down; returns the Schedule of rank ``rank``."""
     whole = Region(OUT, 0, count)
     kids = children(rank, size)
     steps = [Step(recvs=(Recv(c, whole, reduce_with=whole),)) for c in kids]

@@ -20,6 +20,8 @@ from .schedule import IN, OUT, Copy, Recv, Region, Schedule, Send, Step
 
 @lru_cache(maxsize=256)
 def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
+    """Mesh all-to-all of ``count`` elements per block: one step that sends every peer its block
+    (``schedule_v`` with equal counts); returns the Schedule of rank ``rank``."""
     counts = ((count,) * size,) * size
     displs = packed_displacements(counts[0])
     return schedule_v(rank, counts, displs, displs)

@@ -22,6 +22,8 @@ from .schedule import IN, OUT, Copy, Recv, Region, Schedule, Send, Step
 
 @lru_cache(maxsize=256)
 def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
+    """Pairwise all-to-all of ``count`` elements per block: size-1 rounds, in round s sending to rank+s and
+    receiving from rank-s (``schedule_v`` with equal counts); returns the Schedule of rank ``rank``."""
     counts = ((count,) * size,) * size
     displs = packed_displacements(counts[0])
     return schedule_v(rank, counts, displs, displs)

@@ -19,6 +19,8 @@ from .schedule import TMP, Recv, Region, Schedule, Send, Step
 
 @lru_cache(maxsize=256)
 def schedule(rank: int, size: int, count: int = 0, root: int = 0) -> Schedule:
+    """Dissemination barrier: ceil(log2 size) rounds, in round k one element to rank + 2^k and one from
+    rank - 2^k (``count`` and ``root`` unused); returns the Schedule of rank ``rank``."""
     steps = []
     dist = 1
     while dist < size:

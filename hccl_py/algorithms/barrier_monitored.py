@@ -25,6 +25,8 @@ def _slot(rank: int) -> Region:
 
 @lru_cache(maxsize=256)
 def schedule(rank: int, size: int, count: int = 0, root: int = 0) -> Schedule:
+    """Monitored barrier: every rank checks in with rank 0 in one step, rank 0 releases them all in the
+    next (``count`` and ``root`` unused); returns the Schedule of rank ``rank``."""
     if size == 1:
         return Schedule(())
     if rank == 0:

@@ -26,6 +26,9 @@ from .schedule import OUT, Recv, Region, Schedule, Send, Step, chunk_bounds
 
 @lru_cache(maxsize=256)
 def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
+    """Halving-doubling (van de Geijn) broadcast: binomial scatter of p chunks from the root, then a
+    recursive-doubling allgather, then each proxy sends the buffer to its extra; returns the
+    Schedule of rank ``rank``."""
     fold = Fold(size)
     p = fold.p
     whole = Region(OUT, 0, count)

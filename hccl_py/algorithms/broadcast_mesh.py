@@ -14,6 +14,8 @@ from .schedule import OUT, Recv, Region, Schedule, Send, Step
 
 @lru_cache(maxsize=256)
 def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
+    """Mesh broadcast: in one step the root sends its buffer to every other rank; returns the
+    Schedule of rank ``rank``."""
     whole = Region(OUT, 0, count)
     if rank == root:
         return finish([Step(sends=tuple(Send(j, whole) for j in range(size) if j != root))])

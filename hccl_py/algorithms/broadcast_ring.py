@@ -22,6 +22,8 @@ from .schedule import OUT, Recv, Region, Schedule, Send, Step, chunk_bounds
 
 @lru_cache(maxsize=256)
 def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
+    """Ring (chain) broadcast: the buffer, cut into size chunks, pipelined from the root along root,
+    root+1, ... over 2*size-2 steps; returns the Schedule of rank ``rank``."""
     chunks = chunk_bounds(count, size)
     d = relative(rank, root, size)
     prev, nxt = absolute(d - 1, root, size), absolute(d + 1, root, size)

@@ -18,6 +18,8 @@ from .schedule import OUT, Recv, Region, Schedule, Send, Step
 
 @lru_cache(maxsize=256)
 def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
+    """Binomial-tree broadcast: receive the buffer from the parent, then send it to each child, farthest
+    first; returns the Schedule of rank ``rank``."""
     whole = Region(OUT, 0, count)
     v = relative(rank, root, size)
     steps = []

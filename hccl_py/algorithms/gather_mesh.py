@@ -14,6 +14,8 @@ from .schedule import IN, OUT, Copy, Recv, Region, Schedule, Send, Step
 
 @lru_cache(maxsize=256)
 def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
+    """Mesh gather: in one step every rank sends its IN to the root, which receives block j of OUT from
+    rank j; returns the Schedule of rank ``rank``."""
     mine = Region(IN, 0, count)
     if rank != root:
         return finish([Step(sends=(Send(root, mine),))])

@@ -16,6 +16,8 @@ from .schedule import IN, OUT, TMP, Copy, Recv, Region, Schedule, Send, Step
 
 @lru_cache(maxsize=256)
 def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
+    """Ring (chain) gather: over size-1 steps the blocks flow up the chain to the root, forwarded through
+    two TMP slots; returns the Schedule of rank ``rank``."""
     v = relative(rank, root, size)
     up, down = absolute(v - 1, root, size), absolute(v + 1, root, size)
     slot = [Region(TMP, 0, count), Region(TMP, count, count)]

@@ -20,6 +20,8 @@ from .schedule import IN, OUT, TMP, Copy, Recv, Region, Schedule, Send, Step
 
 @lru_cache(maxsize=256)
 def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
+    """Binomial-tree gather: collect the subtree's blocks in TMP (nearest child first) and send them to the
+    parent; the root copies them to OUT. Returns the Schedule of rank ``rank``."""
     v = relative(rank, root, size)
     lo, hi = subtree(v, size)
     blocks = [(b * count, count) for b in range(hi - lo)]

@@ -57,12 +57,13 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Callable, Sequence
 
+import numpy as np
 from topology import TopologyError, validate_partition
 
 from ..errors import HcclParamError
 from ._common import finish
 from .registry import get_schedule
-from .schedule import IN, OUT, TMP, Copy, Recv, Region, Schedule, Send, Step, chunk_bounds
+from .schedule import IN, OUT, TMP, Copy, Recv, Region, Schedule, Send, Step, StepFlows, chunk_bounds
 
 ScheduleFn = Callable[..., Schedule]
 Partition = tuple[tuple[int, ...], ...]
@@ -439,3 +440,145 @@ _BUILDERS = {
     "reduce": _reduce,
     "reduce_scatter": _reduce_scatter,
 }
+
+
+# ------------------------------------------------------------------------------- flows at scale
+# The composite on equal groups as whole steps of every rank (``StepFlows``), for the simulator
+# at cluster scale: each phase is the flat algorithm's flows, run by every group (inner) or every
+# column of holders (outer) at once and mapped to communicator ranks; local copies come from one
+# rank's composite schedule (every rank of equal groups copies the same amounts, checked).
+
+_FLOW_PHASES = {"allreduce", "allgather", "reduce_scatter"}
+
+
+def flows_of(fn: ScheduleFn, size: int, count: int):
+    """Every rank's steps at once for a hierarchical schedule function of ``schedule_for``
+    (allreduce, allgather, reduce_scatter on equal groups whose levels have flows); ValueError
+    where it does not apply (the simulator then goes rank by rank)."""
+    from .registry import FLOWS, SCHEDULES
+
+    collective = getattr(fn, "collective", None)
+    if collective not in _FLOW_PHASES or count < 1:
+        raise ValueError("hierarchical flows: allreduce, allgather or reduce_scatter with count >= 1")
+    plan = _Plan.of(fn.partition)
+    if not plan.uniform or plan.size != size or plan.m < 2 or plan.k < 2:
+        raise ValueError("hierarchical flows need equal groups of at least 2, at least 2 groups")
+    g, k = plan.m, plan.k
+    matrix = np.array(plan.groups)  # (k, g): group i, member t -> rank
+
+    def phase(name: str, collective: str, counts: list[int], members: int):
+        """(steps, {count: flows factory}, count per column or None) of one phase."""
+        if (collective, name) not in FLOWS:
+            raise ValueError(f"no flows for {collective}/{name}")
+        factories = {}
+        steps = None
+        for n in dict.fromkeys(counts):
+            next(iter(FLOWS[(collective, name)](members, n)))  # ValueError when they do not apply
+            factories[n] = (lambda n=n: FLOWS[(collective, name)](members, n))
+            these = len(SCHEDULES[(collective, name)](0, members, n).steps)
+            if steps is not None and these != steps:
+                raise ValueError("hierarchical flows: columns with different step counts")
+            steps = these
+        return steps, factories, counts
+
+    if collective == "allreduce":
+        ch = _Chunks(plan, count)
+        phases = [("inner", phase(fn.inner, "reduce_scatter", [ch.q], g)),
+                  ("outer", phase(fn.outer, "allreduce", [ch.bounds[t][1] for t in range(g)], k)),
+                  ("inner", phase(fn.inner, "allgather", [ch.q], g))]
+    elif collective == "allgather":
+        phases = [("outer", phase(fn.outer, "allgather", [count] * g, k)),
+                  ("inner", phase(fn.inner, "allgather", [k * count], g))]
+    else:
+        phases = [("inner", phase(fn.inner, "reduce_scatter", [k * count], g)),
+                  ("outer", phase(fn.outer, "reduce_scatter", [count] * g, k))]
+    copies = _uniform_copies(fn, size, count)
+    nsteps = sum(steps for _, (steps, _, _) in phases)
+    if len(copies) not in (nsteps, nsteps + 1):
+        raise ValueError("hierarchical flows: the composite's steps do not line up with its phases")
+    return _compose_flows(phases, matrix, copies, size)
+
+
+def _uniform_copies(fn: ScheduleFn, size: int, count: int) -> list[tuple[int, ...]]:
+    """Per step of the composite, the element counts of its plain local copies; the same for every
+    rank (checked on the first, a middle and the last rank), else ValueError."""
+    seen = None
+    for r in sorted({0, size // 2, size - 1}):
+        steps = fn(r, size, count).steps
+        if any(c.reduce_with is not None for step in steps for c in step.copies):
+            raise ValueError("hierarchical flows: local reductions")
+        mine = [tuple(c.src.count for c in step.copies) for step in steps]
+        if seen is not None and mine != seen:
+            raise ValueError("hierarchical flows: ranks copy different amounts")
+        seen = mine
+    return seen
+
+
+def _compose_flows(phases, matrix: np.ndarray, copies: list[tuple[int, ...]], size: int):
+    k, g = matrix.shape
+    group_of = np.empty(size, dtype=np.int64)
+    member_of = np.empty(size, dtype=np.int64)
+    group_of[matrix] = np.arange(k)[:, None]
+    member_of[matrix] = np.arange(g)[None, :]
+    cache: dict = {}
+
+    def mapped(tag: str, arrays: tuple, build):
+        """``build()`` once per distinct tuple of sub-flow arrays (sub-flows reuse their arrays
+        from step to step, so the world arrays are reused too and the simulator routes once)."""
+        key = (tag, *(id(a) for a in arrays))
+        hit = cache.get(key)
+        if hit is not None and all(a is b for a, b in zip(hit[0], arrays)):
+            return hit[1]
+        value = build()
+        if len(cache) > 256:
+            cache.clear()
+        cache[key] = (arrays, value)
+        return value
+
+    def inner_rank(sub_rank: np.ndarray) -> np.ndarray:  # member sub_rank[l, t] of the group
+        local = np.atleast_2d(sub_rank)[:, member_of]
+        return np.where(local >= 0, matrix[group_of, np.maximum(local, 0)], -1)
+
+    def inner_value(values: np.ndarray) -> np.ndarray:
+        return np.atleast_2d(values)[:, member_of]
+
+    def stacked(per_column: tuple) -> np.ndarray:  # (lanes, size): column t's value of group i
+        rows = np.stack([np.atleast_2d(a) for a in per_column])  # (g, lanes, k)
+        return rows[member_of, :, group_of].T
+
+    def outer_rank(per_column: tuple) -> np.ndarray:  # group sub_rank of the rank's column
+        picked = stacked(per_column)
+        return np.where(picked >= 0, matrix[np.maximum(picked, 0), member_of], -1)
+
+    step_index = 0
+    for level, (steps, factories, counts) in phases:
+        if level == "inner":
+            (factory,) = factories.values()
+            for f in factory():
+                send_to = mapped("to", (f.send_to,), lambda: inner_rank(f.send_to))
+                send_count = mapped("n", (f.send_count,), lambda: inner_value(f.send_count))
+                recv_from = mapped("from", (f.recv_from,), lambda: inner_rank(f.recv_from))
+                lanes = None if f.recv_lane is None else mapped("lane", (f.recv_lane,), lambda: inner_value(f.recv_lane))
+                yield StepFlows(send_to, send_count, recv_from, f.reduce, lanes, _copies(copies[step_index], size))
+                step_index += 1
+        else:
+            iterators = {n: iter(factory()) for n, factory in factories.items()}
+            for _ in range(steps):
+                now = {n: next(it) for n, it in iterators.items()}
+                cols = tuple(now[n] for n in counts)
+                first = cols[0]
+                send_to = mapped("to", tuple(c.send_to for c in cols), lambda: outer_rank(tuple(c.send_to for c in cols)))
+                send_count = mapped("n", tuple(c.send_count for c in cols), lambda: stacked(tuple(c.send_count for c in cols)))
+                recv_from = mapped("from", tuple(c.recv_from for c in cols), lambda: outer_rank(tuple(c.recv_from for c in cols)))
+                lanes = None if first.recv_lane is None else mapped(
+                    "lane", tuple(c.recv_lane for c in cols), lambda: stacked(tuple(c.recv_lane for c in cols)))
+                yield StepFlows(send_to, send_count, recv_from, first.reduce, lanes, _copies(copies[step_index], size))
+                step_index += 1
+    if step_index < len(copies):  # the copies out of the staging area ride on a step of their own
+        none = np.full(size, -1)
+        yield StepFlows(none, np.zeros(size, dtype=np.int64), none, False, None, _copies(copies[step_index], size))
+
+
+def _copies(counts: tuple[int, ...], size: int) -> tuple[int, ...]:
+    """A step's plain copies, the same count on every rank (``StepFlows.copies`` takes ints)."""
+    return counts

@@ -83,6 +83,9 @@ class Plan(NamedTuple):
 
 
 class StepIO(NamedTuple):
+    """One checked step as a cost model walks it: its ``index`` in the schedule,
+    its ``sends`` and ``recvs``."""
+
     index: int
     sends: tuple[Send, ...]
     recvs: tuple[Recv, ...]

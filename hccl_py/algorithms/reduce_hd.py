@@ -25,6 +25,8 @@ from .schedule import IN, OUT, TMP, Recv, Region, Schedule, Send, Step, chunk_bo
 
 @lru_cache(maxsize=256)
 def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
+    """Halving-doubling reduce: log2(p) recursive-halving reduce-scatter steps, then a binomial gather of
+    the reduced chunks to the root, extras folded onto proxies; returns the Schedule of rank ``rank``."""
     fold = Fold(size)
     p = fold.p
     u = relative(rank, root, size)

@@ -20,6 +20,8 @@ from .schedule import IN, OUT, TMP, Recv, Region, Schedule, Send, Step, chunk_bo
 
 @lru_cache(maxsize=256)
 def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
+    """Mesh reduce: one step of direct reduce-scatter (chunk j to rank j), then every owner sends its
+    reduced chunk to the root; returns the Schedule of rank ``rank``."""
     bounds = chunk_bounds(count, size)
     own = Region(IN, *bounds[rank])
     acc = Region(OUT, *bounds[rank]) if rank == root else Region(TMP, 0, bounds[rank][1])

@@ -21,6 +21,8 @@ from .schedule import IN, OUT, TMP, Recv, Region, Schedule, Send, Step, chunk_bo
 
 @lru_cache(maxsize=256)
 def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
+    """Ring (chain) reduce: size chunks pipelined from the chain's tail to the root, each rank reducing what
+    it receives with its own IN chunk, over 2*size-2 steps; returns the Schedule of rank ``rank``."""
     chunks = chunk_bounds(count, size)
     d = relative(rank, root, size)
     u = size - 1 - d

@@ -15,14 +15,19 @@ TMP: size * count elements on core ranks (none on extras, none for size = 2).
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Iterator
+
+import numpy as np
 
 from ._common import block_bounds, finish, span
 from ._fold import Fold, halving
-from .schedule import IN, OUT, TMP, Copy, Recv, Region, Schedule, Send, Step
+from .schedule import IN, OUT, TMP, Copy, Recv, Region, Schedule, Send, Step, StepFlows
 
 
 @lru_cache(maxsize=256)
 def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
+    """Recursive-halving reduce-scatter: log2(p) halving steps leave each newrank its blocks reduced;
+    extras send their IN to a proxy and get their block back. Returns the Schedule of rank ``rank``."""
     fold = Fold(size)
     blocks = block_bounds(count, size)
     every = Region(IN, 0, size * count)
@@ -49,3 +54,16 @@ def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
         own = Copy(Region(TMP, *blocks[rank]), mine)
         steps.append(Step(copies=(own,), sends=(Send(extra, Region(TMP, *blocks[extra])),)))
     return finish(steps)
+
+
+def flows(size: int, count: int, root: int = 0) -> Iterator[StepFlows]:
+    """Every rank's steps at once (see ``StepFlows``); needs a power-of-two ``size`` (no fold)
+    and ``count >= 1``."""
+    if size < 2 or size & (size - 1) or count < 1:
+        raise ValueError("hd reduce_scatter flows need a power-of-two size >= 2 and count >= 1")
+    v = np.arange(size)
+    dist = size // 2
+    while dist:  # halving: send the half not kept (dist blocks), reduce the partner's copy of ours
+        partner = v ^ dist
+        yield StepFlows(partner, np.full(size, dist * count), partner, True)
+        dist //= 2

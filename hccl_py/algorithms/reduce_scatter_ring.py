@@ -14,13 +14,18 @@ TMP: count elements for size >= 3. IN is never written.
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Iterator
+
+import numpy as np
 
 from ._common import block_bounds, finish, ring_indices
-from .schedule import IN, OUT, TMP, Copy, Recv, Region, Schedule, Send, Step
+from .schedule import IN, OUT, TMP, Copy, Recv, Region, Schedule, Send, Step, StepFlows
 
 
 @lru_cache(maxsize=256)
 def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
+    """Ring reduce-scatter: size-1 steps, each passing a partial to the right and reducing the one from the
+    left with the IN block, the last landing in OUT; returns the Schedule of rank ``rank``."""
     blocks = block_bounds(count, size)
     if size == 1:
         return finish([Step(copies=(Copy(Region(IN, 0, count), Region(OUT, 0, count)),))])
@@ -33,3 +38,14 @@ def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
         recv = Recv(left, partial, reduce_with=Region(IN, *blocks[got]))
         steps.append(Step(sends=(Send(right, src),), recvs=(recv,)))
     return finish(steps)
+
+
+def flows(size: int, count: int, root: int = 0) -> Iterator[StepFlows]:
+    """Every rank's steps at once (see ``StepFlows``); needs ``size >= 2`` and ``count >= 1``."""
+    if size < 2 or count < 1:
+        raise ValueError("ring reduce_scatter flows need size >= 2 and count >= 1")
+    ranks = np.arange(size)
+    right, left = (ranks + 1) % size, (ranks - 1) % size
+    counts = np.full(size, count)
+    for _ in range(size - 1):
+        yield StepFlows(right, counts, left, True)

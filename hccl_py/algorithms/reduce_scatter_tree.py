@@ -22,6 +22,8 @@ from .schedule import IN, OUT, TMP, Copy, Recv, Region, Schedule, Send, Step
 
 @lru_cache(maxsize=256)
 def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
+    """Binomial-tree reduce-scatter: reduce all of IN up the tree to rank 0 (in TMP), then scatter the
+    reduced blocks back down; returns the Schedule of rank ``rank``."""
     blocks = block_bounds(count, size)
     own_in = Region(IN, 0, size * count)
     acc = Region(TMP, 0, size * count)

@@ -19,6 +19,8 @@ from .schedule import IN, OUT, TMP, Recv, Region, Schedule, Send, Step
 
 @lru_cache(maxsize=256)
 def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
+    """Binomial-tree reduce: reduce the children's partials (nearest first) with the own data, then send to
+    the parent; the root accumulates in OUT. Returns the Schedule of rank ``rank``."""
     v = relative(rank, root, size)
     own = Region(IN, 0, count)
     acc = Region(OUT if v == 0 else TMP, 0, count)

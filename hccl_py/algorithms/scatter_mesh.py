@@ -14,6 +14,8 @@ from .schedule import IN, OUT, Copy, Recv, Region, Schedule, Send, Step
 
 @lru_cache(maxsize=256)
 def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
+    """Mesh scatter: in one step the root sends block j of its IN to rank j and copies its own; returns the
+    Schedule of rank ``rank``."""
     mine = Region(OUT, 0, count)
     if rank != root:
         return finish([Step(recvs=(Recv(root, mine),))])

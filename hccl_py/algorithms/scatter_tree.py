@@ -20,6 +20,9 @@ from .schedule import IN, OUT, TMP, Copy, Recv, Region, Schedule, Send, Step
 
 @lru_cache(maxsize=256)
 def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
+    """Binomial-tree scatter: the root lays IN out in TMP in relative order; each rank receives its
+    subtree's blocks, copies its own to OUT, sends each child its subtree (farthest first); returns the
+    Schedule of rank ``rank``."""
     v = relative(rank, root, size)
     lo, hi = subtree(v, size)
     # TMP holds the subtree's blocks, relative rank lo first

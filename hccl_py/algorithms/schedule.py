@@ -40,6 +40,9 @@ import numpy as np
 
 
 class Buf(IntEnum):
+    """The buffers a schedule names: ``IN`` the caller's input, ``OUT`` its output (the same array for
+    in-place collectives), ``TMP`` the executor's scratch."""
+
     IN = 0
     OUT = 1
     TMP = 2
@@ -58,9 +61,11 @@ class Region:
 
     @property
     def end(self) -> int:
+        """One past the region's last element."""
         return self.offset + self.count
 
     def overlaps(self, other: "Region") -> bool:
+        """Whether the two regions share an element (same buffer, neither empty)."""
         return (
             self.buf == other.buf
             and self.count > 0
@@ -72,12 +77,17 @@ class Region:
 
 @dataclass(frozen=True, slots=True)
 class Send:
+    """Send region ``src`` to rank ``peer``."""
+
     peer: int  # rank within the communicator
     src: Region
 
 
 @dataclass(frozen=True, slots=True)
 class Recv:
+    """Receive from rank ``peer`` into ``dst``: a copy, or with ``reduce_with`` a reduction (operand order
+    set by ``incoming_first``)."""
+
     peer: int
     dst: Region
     reduce_with: Region | None = None  # None: copy; else dst = reduce_with (op) incoming
@@ -88,6 +98,8 @@ class Recv:
 
 @dataclass(frozen=True, slots=True)
 class Copy:
+    """A local copy of ``src`` to ``dst``, or with ``reduce_with`` a local reduction into ``dst``."""
+
     src: Region
     dst: Region
     reduce_with: Region | None = None  # None: dst = src; else dst = reduce_with (op) src, a local reduction
@@ -95,6 +107,9 @@ class Copy:
 
 @dataclass(frozen=True, slots=True)
 class Step:
+    """One step of a rank: its ``copies`` run first, in order, then its ``sends``
+    and ``recvs`` concurrently."""
+
     copies: tuple[Copy, ...] = ()
     sends: tuple[Send, ...] = ()
     recvs: tuple[Recv, ...] = ()
@@ -102,11 +117,15 @@ class Step:
 
 @dataclass(frozen=True, slots=True)
 class Schedule:
+    """One rank's part of a collective: its ``steps`` in order and ``tmp_count``, the TMP elements
+    the executor must provide."""
+
     steps: tuple[Step, ...]
     tmp_count: int = 0
 
     @property
     def peers(self) -> frozenset[int]:
+        """Every rank this schedule sends to or receives from."""
         return frozenset(t.peer for s in self.steps for t in (*s.sends, *s.recvs))
 
 
@@ -151,14 +170,23 @@ def chunk_bounds(count: int, parts: int) -> list[tuple[int, int]]:
 @dataclass(frozen=True)
 class StepFlows:
     """Step k of *every* rank at once, for simulating thousands of ranks without building each
-    rank's ``Schedule``: rank r sends ``send_count[r]`` elements to ``send_to[r]`` and receives
-    from ``recv_from[r]`` the message that rank sent in the same step (``reduce``: reduced in,
-    else copied). Only algorithms whose every rank sends one message and receives one in every
-    step have this form; a test holds it equal to ``schedule`` for every rank.
+    rank's ``Schedule``.
+
+    One lane: rank r sends ``send_count[r]`` elements to ``send_to[r]`` and receives from
+    ``recv_from[r]`` the message that rank sent in the same step (``reduce``: reduced in, else
+    copied). Several lanes (2-D arrays, one row per lane, as a full mesh needs): row l of
+    ``send_to`` / ``send_count`` is each rank's l-th send of the step, row m of ``recv_from`` its
+    m-th receive (in schedule order), which the sender sent in its lane ``recv_lane[m, r]``
+    (default: lane m); ``reduce`` may then give one flag per receive lane. -1 in ``send_to`` or
+    ``recv_from`` means no such send or receive. ``copies``: element counts of the step's plain
+    local copies, in schedule order (they run before the transfers): per rank (an array) or the
+    same on every rank (an int). A test holds every
+    algorithm's flows equal to its ``schedule`` for every rank.
     """
 
     send_to: np.ndarray
     send_count: np.ndarray
     recv_from: np.ndarray
-    reduce: bool
-
+    reduce: "bool | tuple[bool, ...]"
+    recv_lane: "np.ndarray | None" = None
+    copies: "tuple[np.ndarray | int, ...]" = ()

@@ -3,6 +3,9 @@ talk most, so they sit on the fastest links of ``auto`` partitions: one server o
 data-parallel groups across pipelines (stage ``s`` of every pipeline).
 
     pp_comm, dp_comm = hybrid_groups(comm, stages=2)   # 4 ranks: pipelines [0,1] [2,3]; dp [0,2] [1,3]
+    tp_comm, dp_comm = tp_dp_groups(comm, tp=2)        # 4 ranks: tensor-parallel [0,1] [2,3]; dp [0,2] [1,3]
+
+Tensor-parallel groups take consecutive ranks for the same reason: they all_reduce twice per layer.
 """
 
 from __future__ import annotations
@@ -28,3 +31,13 @@ def hybrid_groups(comm: Communicator, stages: int) -> tuple[Communicator, Commun
     """This rank's (pipeline communicator, data-parallel communicator); every rank calls it."""
     pipelines, replicas = hybrid_partitions(comm.size, stages)
     return comm.create_groups(pipelines), comm.create_groups(replicas)
+
+
+def tp_dp_groups(comm: Communicator, tp: int) -> tuple[Communicator, Communicator]:
+    """This rank's (tensor-parallel communicator of ``tp`` consecutive ranks, data-parallel
+    communicator across the tensor-parallel groups); every rank calls it."""
+    if tp < 1 or comm.size % tp:
+        raise HcclParamError(f"tp x dp: {comm.size} ranks do not divide into tensor-parallel groups of {tp}",
+                             arg="tp", value=tp, rule="divisible", expected=comm.size)
+    groups, replicas = hybrid_partitions(comm.size, tp)
+    return comm.create_groups(groups), comm.create_groups(replicas)

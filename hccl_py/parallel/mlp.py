@@ -40,6 +40,8 @@ class MLPConfig:
 
 
 class Dense(Block):
+    """Layer ``index`` of the MLP: ``x @ weight + bias``, then GELU unless it is the last layer."""
+
     def __init__(self, index: int, n_in: int, n_out: int, activation: bool):
         self.prefix = f"layers.{index}"
         self.activation = activation

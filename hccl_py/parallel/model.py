@@ -65,28 +65,40 @@ class Ops:
         return self.device.adopt(array, "activation")
 
     def linear(self, x, w, b=None):
+        """``x @ w + b`` (``Device.linear``), the result counted in HBM."""
         return self._keep(self.device.linear(x, w, b))
 
     def matmul(self, a, b):
+        """``a @ b`` (``Device.matmul``, batched allowed), the result counted in HBM."""
         return self._keep(self.device.matmul(a, b))
 
     def softmax(self, x, axis=-1, scale=1.0):
+        """``softmax(scale * x)`` along ``axis`` (``Device.softmax``), the result counted in HBM."""
         return self._keep(self.device.softmax(x, axis, scale))
 
     def layer_norm(self, x, gamma, beta, eps=1e-5):
+        """LayerNorm over the last axis (``Device.layer_norm``), the result counted in HBM."""
         return self._keep(self.device.layer_norm(x, gamma, beta, eps))
 
     def gelu(self, x):
+        """GELU, tanh form (``Device.gelu``), the result counted in HBM."""
         return self._keep(self.device.gelu(x))
 
     def embedding(self, table, ids, positions=None):
+        """``table[ids]`` plus ``positions[:seq]`` (``Device.embedding``), the result counted in HBM."""
         return self._keep(self.device.embedding(table, ids, positions))
 
     def mean(self, x, axis):
+        """``x.mean(axis)`` (``Device.mean``), the result counted in HBM."""
         return self._keep(self.device.mean(x, axis))
 
     def add(self, a, b):
+        """``a + b`` as an elementwise kernel, the result counted in HBM."""
         return self._keep(self.device.elementwise(np.add, a, b))
+
+    def elementwise(self, fn, *arrays, flops_per_element: float = 1.0):
+        """``fn(*arrays)`` as a memory-bound kernel (``Device.elementwise``), the result counted in HBM."""
+        return self._keep(self.device.elementwise(fn, *arrays, flops_per_element=flops_per_element))
 
 
 class Block:
@@ -97,9 +109,11 @@ class Block:
     params: tuple[ParamSpec, ...] = ()
 
     def forward(self, ops: Ops, p: Mapping[str, np.ndarray], x: np.ndarray) -> np.ndarray:
+        """The block's output for input ``x``, every kernel through ``ops`` (subclasses)."""
         raise NotImplementedError
 
     def key(self, name: str) -> str:
+        """The model-wide key of this block's weight ``name``: ``layers.3.attn.qkv.weight``."""
         return f"{self.prefix}.{name}" if self.prefix else name
 
 
@@ -124,6 +138,7 @@ class Model:
     # -- description --------------------------------------------------------------------------
     @property
     def block_names(self) -> list[str]:
+        """Each block's prefix, in order (``["embed", "layers.0", ...]``)."""
         return [b.prefix for b in self.blocks]
 
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
@@ -131,17 +146,21 @@ class Model:
         return {b.key(s.name): s.shape for b in self.blocks for s in b.params}
 
     def param_bytes(self, blocks: Iterable[int] | None = None) -> int:
+        """Bytes of the weights of ``blocks`` (indices; all by default) in the model's dtype."""
         chosen = range(len(self.blocks)) if blocks is None else blocks
         return sum(int(np.prod(s.shape)) * self.dtype.itemsize for i in chosen for s in self.blocks[i].params)
 
     def describe(self) -> str:
+        """One line for reports: the model, its size and its weights' MiB."""
         return f"{self.name}: {len(self.blocks)} blocks, {self.param_bytes() / 2**20:.1f} MiB of weights"
 
     # -- inputs (subclasses) ------------------------------------------------------------------
     def input_spec(self, batch: int) -> tuple[tuple[int, ...], np.dtype]:
+        """(shape, dtype) of the input for a batch of ``batch`` (subclasses)."""
         raise NotImplementedError
 
     def sample_inputs(self, batch: int, seed: int = 1234) -> np.ndarray:
+        """A deterministic input batch of ``batch`` from ``seed``, the same on every rank (subclasses)."""
         raise NotImplementedError
 
     # -- weights --------------------------------------------------------------------------------
@@ -203,6 +222,37 @@ class Model:
                                                        lambda b=block, s=spec: self._make(b, s))
             params.append(placed)
         return ModelShard(self, device, chosen[0], chosen[-1] + 1, params)
+
+    def load_tensor(self, device: Device, block: int, name: str, ranges: Sequence[tuple[int, int]] | None = None,
+                    axis: int = 0) -> np.ndarray:
+        """One weight of block ``block`` placed on ``device``; with ``ranges``, only those
+        ``(start, stop)`` ranges along ``axis``, concatenated (a tensor- or expert-parallel
+        card's shard of it). HBM is reserved for the shard before it is created."""
+        auto_limit()
+        b = self.blocks[block]
+        spec = next((s for s in b.params if s.name == name), None)
+        if spec is None:
+            raise HcclParamError(f"load_tensor: block {b.prefix!r} has no weight {name!r}", key=b.key(name))
+        if ranges is None:
+            shape = spec.shape
+            make = lambda: self._make(b, spec)  # noqa: E731
+        else:
+            ranges = [(int(lo), int(hi)) for lo, hi in ranges]
+            axis = axis % len(spec.shape)
+            if any(not 0 <= lo <= hi <= spec.shape[axis] for lo, hi in ranges):
+                raise HcclParamError(f"load_tensor: ranges {ranges} fall outside axis {axis} of {b.key(name)} {spec.shape}",
+                                     key=b.key(name), value=ranges, rule="range")
+            shape = spec.shape[:axis] + (sum(hi - lo for lo, hi in ranges),) + spec.shape[axis + 1:]
+
+            def make() -> np.ndarray:
+                full = self._make(b, spec)
+                index = [slice(None)] * full.ndim
+                parts = []
+                for lo, hi in ranges:
+                    index[axis] = slice(lo, hi)
+                    parts.append(full[tuple(index)])
+                return np.ascontiguousarray(np.concatenate(parts, axis=axis)) if parts else np.empty(shape, self.dtype)
+        return _reserve_then_make(device, self.dtype, shape, f"weight {b.key(name)}", make)
 
     # -- cost estimates (dry runs on a planning card) ----------------------------------------------
     def estimate(self, card: CardModel, batch: int, slow_factor: float = 1.0) -> tuple[list[float], list[tuple[tuple[int, ...], np.dtype]]]:
@@ -270,6 +320,7 @@ class ModelShard:
 
     @property
     def block_names(self) -> list[str]:
+        """The prefixes of the blocks this shard holds."""
         return self.model.block_names[self.lo:self.hi]
 
     def run_blocks(self, x: np.ndarray, timeline: Timeline | None = None, label: str = "") -> np.ndarray:
@@ -304,4 +355,5 @@ class ModelShard:
         return [sum(self.model.estimate(card, int(n), slow)[0][self.lo:self.hi]) if n else 0.0 for n in sizes]
 
     def output_spec(self, batch: int) -> tuple[tuple[int, ...], np.dtype]:
+        """(shape, dtype) of the shard's output (the input of block ``hi``) for a batch of ``batch``."""
         return self.model.boundary_spec(batch, self.hi)

@@ -58,10 +58,12 @@ class PipelineRun:
 
     @property
     def span_s(self) -> float:
+        """Modeled seconds from the first micro-batch in to the last out."""
         return self.end_s - self.start_s
 
     @property
     def bubble_fraction(self) -> float:
+        """The mean over the stages of ``stage_bubble`` (0 with no stages)."""
         return sum(self.stage_bubble) / len(self.stage_bubble) if self.stage_bubble else 0.0
 
 
@@ -135,6 +137,7 @@ class PipelineParallel:
 
     # -- runner protocol (DataParallel over pipelines) ----------------------------------------------------
     def output_spec(self, batch: int):
+        """(shape, dtype) of the output for a batch of ``batch``: the model's, on every stage."""
         return self.model.output_spec(batch)
 
     def piece_costs(self, sizes: Sequence[int]) -> list[float]:

@@ -48,7 +48,8 @@ def plot_timelines(path: str | Path, timelines: Sequence[Sequence[Segment]], lab
             x0, width = (start - origin) * 1e3, (stop - start) * 1e3
             height = 0.62 if kind == "compute" else 0.42
             ax.broken_barh([(x0, width)], (y - height / 2, height), facecolors=COLORS[kind],
-                           edgecolor="white" if kind == "compute" else "none", linewidth=0.6)
+                           edgecolor="white" if kind == "compute" else "none", linewidth=0.6,
+                           zorder=3 if kind == "comm" else 2)  # asynchronous calls: drawn over the compute they overlap
             if kind == "compute" and width > span_ms * 0.035 and group.startswith(("mb ", "piece ")):
                 ax.text(x0 + width / 2, y, group.replace("piece ", "p").replace("mb ", "mb"), ha="center", va="center",
                         fontsize=7, color="white")

@@ -47,9 +47,11 @@ class ShardPlan:
 
     @property
     def counts(self) -> tuple[int, ...]:
+        """Samples each rank runs."""
         return tuple(sum(b - a for a, b in ranges) for ranges in self.pieces)
 
     def sizes(self, rank: int) -> list[int]:
+        """The sizes of rank ``rank``'s pieces, in its order (what ``forward(x, splits=...)`` takes)."""
         return [b - a for a, b in self.pieces[rank]]
 
 

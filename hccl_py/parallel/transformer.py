@@ -56,7 +56,22 @@ class TransformerConfig:
             raise HcclParamError(f"TransformerConfig: d_model={self.d_model} is not divisible by heads={self.heads}")
 
 
+def self_attention(ops: Ops, x: np.ndarray, qkv_weight: np.ndarray, qkv_bias: np.ndarray, heads: int) -> np.ndarray:
+    """Multi-head self-attention of ``x`` ``(b, s, d)`` up to the output projection: the context
+    ``(b, s, heads * dh)``. ``qkv_weight`` ``(d, 3 * heads * dh)`` holds q, k and v side by side,
+    each head ``dh`` consecutive columns (a tensor-parallel card passes its own heads' columns)."""
+    b, s, _ = x.shape
+    dh = qkv_weight.shape[1] // (3 * heads)
+    qkv = ops.linear(x, qkv_weight, qkv_bias)
+    qkv = qkv.reshape(b, s, 3, heads, dh).transpose(2, 0, 3, 1, 4)  # (3, b, heads, s, dh): views, no kernel
+    q, k, v = qkv[0], qkv[1], qkv[2]
+    probs = ops.softmax(ops.matmul(q, k.swapaxes(-1, -2)), scale=1 / math.sqrt(dh))
+    return ops.matmul(probs, v).transpose(0, 2, 1, 3).reshape(b, s, heads * dh)
+
+
 class Embedding(Block):
+    """``embed``: token embeddings plus learned position embeddings."""
+
     def __init__(self, cfg: TransformerConfig):
         self.prefix = "embed"
         self.params = (ParamSpec("tokens", (cfg.vocab, cfg.d_model)), ParamSpec("positions", (cfg.seq_len, cfg.d_model), scale=0.1))
@@ -66,6 +81,8 @@ class Embedding(Block):
 
 
 class EncoderLayer(Block):
+    """``layers.{index}``: pre-LayerNorm self-attention and GELU MLP, each with a residual."""
+
     def __init__(self, cfg: TransformerConfig, index: int):
         d, f = cfg.d_model, cfg.mlp_ratio * cfg.d_model
         self.prefix = f"layers.{index}"
@@ -80,19 +97,16 @@ class EncoderLayer(Block):
         )
 
     def forward(self, ops: Ops, p: Mapping[str, np.ndarray], x: np.ndarray) -> np.ndarray:
-        b, s, d = x.shape
-        h, dh = self.heads, d // self.heads
-        qkv = ops.linear(ops.layer_norm(x, p["ln1.gamma"], p["ln1.beta"]), p["attn.qkv.weight"], p["attn.qkv.bias"])
-        qkv = qkv.reshape(b, s, 3, h, dh).transpose(2, 0, 3, 1, 4)  # (3, b, heads, s, dh): views, no kernel
-        q, k, v = qkv[0], qkv[1], qkv[2]
-        probs = ops.softmax(ops.matmul(q, k.swapaxes(-1, -2)), scale=1 / math.sqrt(dh))
-        context = ops.matmul(probs, v).transpose(0, 2, 1, 3).reshape(b, s, d)
+        normed = ops.layer_norm(x, p["ln1.gamma"], p["ln1.beta"])
+        context = self_attention(ops, normed, p["attn.qkv.weight"], p["attn.qkv.bias"], self.heads)
         x = ops.add(x, ops.linear(context, p["attn.out.weight"], p["attn.out.bias"]))
         hidden = ops.gelu(ops.linear(ops.layer_norm(x, p["ln2.gamma"], p["ln2.beta"]), p["mlp.fc1.weight"], p["mlp.fc1.bias"]))
         return ops.add(x, ops.linear(hidden, p["mlp.fc2.weight"], p["mlp.fc2.bias"]))
 
 
 class ClassifierHead(Block):
+    """``head``: final LayerNorm, mean over the sequence, linear classifier to logits."""
+
     def __init__(self, cfg: TransformerConfig):
         d = cfg.d_model
         self.prefix = "head"
@@ -105,6 +119,9 @@ class ClassifierHead(Block):
     def forward(self, ops: Ops, p: Mapping[str, np.ndarray], x: np.ndarray) -> np.ndarray:
         pooled = ops.mean(ops.layer_norm(x, p["ln.gamma"], p["ln.beta"]), axis=1)
         return ops.linear(pooled, p["classifier.weight"], p["classifier.bias"])
+
+
+_SHORT = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64"}
 
 
 class TransformerEncoder(Model):
@@ -129,4 +146,4 @@ class TransformerEncoder(Model):
     def describe(self) -> str:
         c = self.config
         return (f"transformer encoder: {c.layers} layers, d_model {c.d_model}, {c.heads} heads, seq {c.seq_len}, "
-                f"{self.param_bytes() / 2**20:.1f} MiB fp32 weights")
+                f"{self.param_bytes() / 2**20:.1f} MiB {_SHORT.get(self.dtype.name, self.dtype.name)} weights")

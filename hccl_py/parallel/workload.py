@@ -27,7 +27,7 @@ class DpInferWorkload:
     """``dp-infer``: one step of data-parallel inference of the default model.
 
     Every card holds the whole model (:class:`~hccl_py.parallel.TransformerEncoder` with its
-    default config unless ``model`` is given) and runs ``batch_per_card`` samples of the step's
+    default config in FP16, as Ascend inference runs, unless ``model`` is given) and runs ``batch_per_card`` samples of the step's
     global batch (``batch_per_card`` x cards): its modeled compute is ``Model.estimate`` on its own
     card (the same roofline the cards use at run time). Then the step's outputs — the encoder's
     per-token hidden states (``share x seq x d_model``, what a decoder or a token-level head on
@@ -77,11 +77,15 @@ class DpInferWorkload:
         return [self.compute_s(topo, r) for r in range(topo.num_ranks)]
 
     def time_s(self, topo: Topology, partition: Partition, model: CostModel) -> float:
+        """Modeled step time on ``partition``: each card's compute, then the hierarchical all_gather of the
+        outputs starting from those clocks; the last card's end."""
         fn = schedule_for("allgather", partition, self.inner, self.outer)
         return max(simulate("allgather", fn, topo, self.count(), itemsize=self.dtype_bytes, cost_model=model,
                             start_clocks=self._starts(topo)).end_clocks)
 
     def flat_time_s(self, topo: Topology, algo: str, model: CostModel) -> float:
+        """Modeled step time with a flat all_gather of algorithm ``algo`` instead: the
+        reference without groups."""
         return max(simulate("allgather", algo, topo, self.count(), itemsize=self.dtype_bytes, cost_model=model,
                             start_clocks=self._starts(topo)).end_clocks)
 
@@ -91,6 +95,7 @@ class DpInferWorkload:
         return topo.num_ranks * self.compute_s(topo, 0)
 
     def describe(self, topo: Topology) -> str:
+        """The workload in words: model, batch per card, what is all-gathered and how."""
         model = self._model()
         what = "per-token hidden states" if self.output == "hidden" else "logits"
         per = self.count() * self.dtype_bytes
@@ -103,4 +108,4 @@ class DpInferWorkload:
 def _default_model():
     from .transformer import TransformerEncoder
 
-    return TransformerEncoder()
+    return TransformerEncoder(dtype=np.float16)

@@ -52,10 +52,17 @@ class Workload(Protocol):
 
     name: str
 
-    def time_s(self, topo: Topology, partition: Partition, model: CostModel) -> float: ...
-    def flat_time_s(self, topo: Topology, algo: str, model: CostModel) -> float: ...
-    def one_card_s(self, topo: Topology) -> float | None: ...  # same work on one card; None: undefined
-    def describe(self, topo: Topology) -> str: ...
+    def time_s(self, topo: Topology, partition: Partition, model: CostModel) -> float:
+        """Modeled seconds with hierarchical collectives on ``partition``."""
+
+    def flat_time_s(self, topo: Topology, algo: str, model: CostModel) -> float:
+        """Modeled seconds with flat collectives of algorithm ``algo`` (the reference without groups)."""
+
+    def one_card_s(self, topo: Topology) -> float | None:
+        """Modeled seconds of the same work on one card; None where that is undefined."""
+
+    def describe(self, topo: Topology) -> str:
+        """The workload in words, for a report's header."""
 
 
 @dataclass(frozen=True)
@@ -78,24 +85,30 @@ class CollectiveWorkload:
 
     @property
     def name(self) -> str:
+        """``<collective>:<size>``, as :func:`parse_workload` reads it."""
         return f"{self.collective}:{format_size(self.nbytes)}"
 
     def count(self, n: int) -> int:
+        """The call's count for ``n`` ranks (``Collective.message_elements``)."""
         return lookup(self.collective).message_elements(self.nbytes, self.itemsize, n)
 
     def time_s(self, topo: Topology, partition: Partition, model: CostModel) -> float:
+        """Modeled seconds of the hierarchical collective on ``partition``."""
         fn = schedule_for(self.collective, partition, self.inner, self.outer)
         return simulate(self.collective, fn, topo, self.count(topo.num_ranks), itemsize=self.itemsize, root=self.root,
                         cost_model=model).time_s
 
     def flat_time_s(self, topo: Topology, algo: str, model: CostModel) -> float:
+        """Modeled seconds of the flat collective with algorithm ``algo``."""
         return simulate(self.collective, algo, topo, self.count(topo.num_ranks), itemsize=self.itemsize, root=self.root,
                         cost_model=model).time_s
 
     def one_card_s(self, topo: Topology) -> float | None:
+        """None: one card alone does no collective."""
         return None
 
     def describe(self, topo: Topology) -> str:
+        """The collective, its size and algorithms in words."""
         return (f"one hierarchical {self.collective} of {format_size(self.nbytes)} per rank ({self.itemsize}-byte elements), "
                 f"level0 {self.inner}, level1 {self.outer}")
 
@@ -156,6 +169,7 @@ class Choice:
 
     @property
     def evaluated(self) -> int:
+        """How many partitions were simulated."""
         return len(self.times)
 
 

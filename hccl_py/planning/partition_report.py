@@ -40,6 +40,9 @@ MANUAL_EXAMPLES: dict[str, dict[str, str]] = {
 
 @dataclass(frozen=True)
 class Row:
+    """One line of the table: the ``strategy``, its ``partition`` (None: flat, no groups), the workload's
+    modeled ``time_s`` and a ``note``."""
+
     strategy: str
     partition: tuple[tuple[int, ...], ...] | None  # None: flat (no groups)
     time_s: float
@@ -126,6 +129,7 @@ def format_table(topo, workload, rows: Sequence[Row], choice) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``hccl-bench partition``."""
     p = argparse.ArgumentParser(
         prog="hccl-bench partition",
         description="Compare communication-group partitions (HCCL's auto, manual, optimized) by the modeled time "
@@ -164,6 +168,8 @@ def _workload(args):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``hccl-bench partition``: one table per topology, optionally a plot and JSON; exit status
+    0, or 2 for bad arguments."""
     parser = build_parser()
     args = parser.parse_args(argv)
     from hccl_py.errors import HcclError

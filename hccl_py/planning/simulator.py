@@ -19,8 +19,8 @@ import numpy as np
 from topology import Topology
 
 from ..algorithms.registry import FLOWS, get_schedule
-from ..algorithms.schedule import message_numbers
-from ..cost_model import Arrival, CostModel, flow_load, route_share, step_end
+from ..algorithms.schedule import StepFlows, message_numbers
+from ..cost_model import Arrival, CostModel, default_dtype, flow_shares, step_end
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,7 @@ class SimResult:
 
     @property
     def time_s(self) -> float:
+        """Modeled seconds from the first rank's start to the last rank's end."""
         return max(self.end_clocks) - min(self.start_clocks)
 
 
@@ -41,14 +42,15 @@ class ScheduleDeadlock(RuntimeError):
 
 def simulate(collective: str, algo: str, topology: Topology, count: int, *, itemsize: int = 4, root: int = 0,
              world_ranks: Sequence[int] | None = None, start_clocks: Sequence[float] | None = None,
-             cost_model: CostModel | None = None) -> SimResult:
+             cost_model: CostModel | None = None, dtype: str | None = None, op: str = "sum") -> SimResult:
     """Modeled clocks of one call of ``collective`` with ``algo`` on the ranks ``world_ranks``
-    (default: every rank of ``topology``), each starting at ``start_clocks`` (default 0)."""
+    (default: every rank of ``topology``), each starting at ``start_clocks`` (default 0), with
+    elements of numpy type ``dtype`` (default by ``itemsize``) reduced by ``op``."""
     ranks = tuple(range(topology.num_ranks) if world_ranks is None else world_ranks)
     size = len(ranks)
     model = cost_model or CostModel(topology)
     fn = get_schedule(collective, algo)
-    costs = model.call_costs(fn, size, count, root, itemsize, ranks)
+    costs = model.call_costs(fn, size, count, root, itemsize, ranks, dtype=dtype, op=op)
     schedules = [fn(r, size, count, root) for r in range(size)]
     clocks = [0.0] * size if start_clocks is None else [float(c) for c in start_clocks]
     start = tuple(clocks)
@@ -90,52 +92,324 @@ def simulate(collective: str, algo: str, topology: Topology, count: int, *, item
     return SimResult(start, tuple(clocks))
 
 
-def can_simulate_flows(collective: str, algo: str, size: int, count: int) -> bool:
+def can_simulate_flows(collective: str, algo, size: int, count: int) -> bool:
     """Whether :func:`simulate_flows` applies: the algorithm lists its steps for all ranks at
-    once and this call has no empty step."""
-    if (collective, algo) not in FLOWS:
-        return False
+    once (``flows``) for this size and count (no empty step; hierarchical algorithms on equal
+    groups whose levels have flows)."""
     try:
-        next(iter(FLOWS[(collective, algo)](size, count)))
-    except (ValueError, StopIteration):
+        next(iter(_flows_of(collective, algo, size, count)))
+    except (ValueError, StopIteration, KeyError):
         return False
     return True
 
 
-def simulate_flows(collective: str, algo: str, topology: Topology, count: int, *, itemsize: int = 4,
-                   start_clocks: Sequence[float] | None = None, cost_model: CostModel | None = None) -> SimResult:
+def _flows_of(collective: str, algo, size: int, count: int):
+    if callable(algo):
+        from ..algorithms.hierarchical import flows_of
+
+        return flows_of(algo, size, count)
+    if (collective, algo) not in FLOWS:
+        raise KeyError((collective, algo))
+    return FLOWS[(collective, algo)](size, count)
+
+
+def simulate_flows(collective: str, algo, topology: Topology, count: int, *, itemsize: int = 4,
+                   start_clocks: Sequence[float] | None = None, cost_model: CostModel | None = None,
+                   dtype: str | None = None, op: str = "sum") -> SimResult:
     """:func:`simulate` for thousands of ranks: every rank's step at once, with numpy.
 
-    Uses the algorithm's ``flows`` (one send and one receive per rank per step) and the cost
-    model's formulas in the same floating-point order, so it agrees with :func:`simulate`
-    exactly (a test holds it); each distinct pattern of destinations is routed once.
+    Uses the algorithm's ``flows`` (``StepFlows``: each rank's sends, receives and local copies
+    of one step) and the cost model's formulas in the same floating-point order, so it agrees with
+    :func:`simulate` exactly (a test holds it); each distinct pattern of destinations is routed
+    once. ``algo`` is a registry name or a hierarchical schedule function on equal groups.
     """
     size = topology.num_ranks
-    ranks = np.arange(size)
-    vector_Bps = np.array([topology.card(r).vector_bandwidth_Bps for r in range(size)])
+    dtype = dtype or default_dtype(itemsize)
+    degraded = cost_model.degraded if cost_model else {}
+    engine = _FlowEngine(topology, size, itemsize, dtype, op, degraded)
     clock = np.zeros(size) if start_clocks is None else np.array(start_clocks, dtype=np.float64)
     start = tuple(clock.tolist())
-    patterns: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
-    for flows in FLOWS[(collective, algo)](size, count):
-        key = flows.send_to.tobytes()
-        if key not in patterns:
-            patterns[key] = _route_pattern(topology, ranks, flows.send_to, cost_model.degraded if cost_model else {})
-        latency_s, share_Bps = patterns[key]
-        send_s = latency_s + (flows.send_count * itemsize) / share_Bps
-        arrival = (clock + send_s)[flows.recv_from]
-        t = np.maximum(clock, arrival)
-        if flows.reduce:
-            t = t + (flows.send_count[flows.recv_from] * itemsize) / vector_Bps
-        clock = np.maximum(t, clock + send_s)
+    for k, step in enumerate(_flows_of(collective, algo, size, count)):
+        clock = engine.step(clock, step, first=(k == 0))
     return SimResult(start, tuple(clock.tolist()))
 
 
-def _route_pattern(topology: Topology, ranks: np.ndarray, send_to: np.ndarray, degraded: dict) -> tuple[np.ndarray, np.ndarray]:
-    """Latency and bandwidth share of every flow r -> send_to[r] of one step (cost_model rules)."""
-    pairs = [(int(src), int(dst)) for src, dst in zip(ranks, send_to)]
-    routes = [topology.route(src, dst) for src, dst in pairs]
-    load = flow_load(routes)
-    latency = np.array([route.latency_s for route in routes])
-    shares = [route_share(topology, route, load, degraded.get(pair, 1.0)) for pair, route in zip(pairs, routes)]
-    return latency, np.array(shares)
+class _FlowEngine:
+    """The clock arithmetic of ``simulate`` / ``cost_model.step_end`` on whole steps as arrays."""
 
+    def __init__(self, topology: Topology, size: int, itemsize: int, dtype: str, op: str, degraded: dict):
+        self.topology, self.size, self.itemsize, self.degraded = topology, size, itemsize, degraded
+        self.ranks = np.arange(size)
+        cards = [topology.card(r) for r in range(size)]
+        uniform = all(c is cards[0] for c in cards)
+
+        def per_card(get, dt=np.float64):
+            return get(cards[0]) if uniform else np.array([get(c) for c in cards], dtype=dt)
+
+        self.launch = per_card(lambda c: c.launch_overhead_s)
+        self.hbm = per_card(lambda c: c.hbm_bandwidth_Bps)
+        self.inline = per_card(lambda c: c.reduces_inline(dtype, op), bool)
+        self.red_launch = per_card(lambda c: c.reduce_launch_s)
+        self.vector = per_card(lambda c: c.vector_bandwidth_Bps)
+        self._patterns: dict = {}
+        self._steps: dict = {}
+        self._by_content: dict = {}
+        self._shapes: dict = {}
+        self._tables: dict = {}
+        self._bases: dict = {}
+        self._all_inline = bool(np.all(self.inline))
+
+    def _pattern(self, send_to: np.ndarray):
+        """(latency, share, valid) of every flow of a step's destinations (rows: lanes), routed
+        once per distinct pattern (by identity, then by content)."""
+        entry = self._patterns.get(id(send_to))
+        if entry is not None and entry[0] is send_to:
+            return entry[1]
+        lanes = np.atleast_2d(send_to)
+        content = lanes.tobytes() + bytes(str(lanes.shape), "ascii")
+        value = self._by_content.get(content)
+        if value is None:
+            value = self._route_lanes(lanes)
+            if len(self._by_content) > 64:
+                self._by_content.clear()
+            self._by_content[content] = value
+        if len(self._patterns) > 64:
+            self._patterns.clear()
+        self._patterns[id(send_to)] = (send_to, value)
+        return value
+
+    def _route_lanes(self, lanes: np.ndarray):
+        """Latency and bandwidth share (``cost_model.flow_shares``) of every flow r -> lanes[l, r]."""
+        topo = self.topology
+        valid = lanes >= 0
+        srcs = np.broadcast_to(self.ranks, lanes.shape)[valid].tolist()
+        dsts = lanes[valid].tolist()
+        routes = [topo.route(a, b) for a, b in zip(srcs, dsts)]
+        factors = [self.degraded.get(pair, 1.0) for pair in zip(srcs, dsts)] if self.degraded else None
+        latency = np.zeros(lanes.shape)
+        share = np.full(lanes.shape, np.inf)
+        latency[valid] = [route.latency_s for route in routes]
+        share[valid] = flow_shares(topo, routes, factors)
+        return latency, share, valid
+
+    def _prepared(self, step: StepFlows):
+        """Everything about a step that does not depend on the clocks, cached by the identity of
+        its arrays (algorithms hand the same arrays to every step of the same shape): the
+        pattern's routes and receive structure once per pattern, the transfer times once per
+        pattern and counts."""
+        key = (id(step.send_to), id(step.send_count), id(step.recv_from), id(step.recv_lane), step.reduce)
+        entry = self._steps.get(key)
+        arrays = (step.send_to, step.send_count, step.recv_from, step.recv_lane)
+        if entry is not None and all(a is b for a, b in zip(entry[0], arrays)):
+            return entry[1]
+        latency, share, valid, recv_shape = self._shape(step)
+        counts = np.atleast_2d(step.send_count)
+        fast = self._two_valued(step, counts, latency, share, valid, recv_shape)
+        if fast is not None:
+            return fast
+        send_s = latency + (counts * self.itemsize) / share
+        sends = [(row, ok_all, ok) for row, ok_all, ok in zip(send_s, valid.all(axis=1), valid)]
+        recvs = []
+        for lane, s_idx, every, has, shift, reduce in recv_shape:
+            if shift > 0 and lane.ndim == 0:  # a ring: take the sender's row shifted, no gather
+                offset = np.empty(self.size)
+                row = send_s[int(lane)]
+                offset[shift:], offset[:shift] = row[:-shift], row[-shift:]
+                moved = counts[int(lane)]
+                n = np.empty_like(moved)
+                n[shift:], n[:shift] = moved[:-shift], moved[-shift:]
+            else:
+                lanes = np.broadcast_to(lane, s_idx.shape)
+                offset, n = send_s[lanes, s_idx], counts[lanes, s_idx]
+            red = self._reduce_s(n * self.itemsize) if reduce else None
+            recvs.append((s_idx, every, has, offset, red, shift))
+        prepared = (recvs, sends)
+        if len(self._steps) > 64:
+            self._steps.clear()
+        self._steps[key] = (arrays, prepared)
+        return prepared
+
+    def _two_valued(self, step: StepFlows, counts, latency, share, valid, recv_shape):
+        """A ring step whose counts take two adjacent values (chunks that differ by one element,
+        rotating every step): per-value transfer times computed once per pattern, selected per
+        step. None where it does not apply."""
+        if counts.shape[0] != 1 or len(recv_shape) != 1 or not valid.all():
+            return None
+        lane, s_idx, every, has, shift, reduce = recv_shape[0]
+        if shift <= 0 or lane.ndim != 0 or int(lane) != 0:
+            return None
+        row = counts[0]
+        window = self._window(row)
+        if window is not None:
+            lo, hi, big2, start = window
+        else:
+            lo, hi = int(row.min()), int(row.max())
+        if hi - lo > 1:
+            return None
+        key = (id(step.send_to), id(step.recv_from), lo, hi, reduce, shift)
+        entry = self._tables.get(key)
+        if entry is None or entry[0] is not step.send_to or entry[1] is not step.recv_from:
+            table = [latency[0] + (n * self.itemsize) / share[0] for n in (lo, hi)]
+            rolled = [np.concatenate([t[-shift:], t[:-shift]]) for t in table]
+            reds = [self._reduce_s(np.full(self.size, n * self.itemsize)) if reduce and not self._all_inline else None
+                    for n in (lo, hi)]
+            entry = (step.send_to, step.recv_from, table, rolled, reds)
+            if len(self._tables) > 64:
+                self._tables.clear()
+            self._tables[key] = entry
+        (send_lo, send_hi), (off_lo, off_hi), (red_lo, red_hi) = entry[2], entry[3], entry[4]
+        size = self.size
+        if window is not None:  # the rotating chunk sizes are windows of one doubled array: no pass to find them
+            big = big2[start:start + size]
+            back = (start - shift) % size
+            moved = big2[back:back + size]
+        else:
+            big = row == hi
+            moved = np.empty_like(big)
+            moved[shift:], moved[:shift] = big[:-shift], big[-shift:]
+        send_row = np.where(big, send_hi, send_lo)
+        offset = np.where(moved, off_hi, off_lo)
+        red = None if red_lo is None else np.where(moved, red_hi, red_lo)
+        return [(s_idx, True, has, offset, red, shift)], [(send_row, True, valid[0])]
+
+    def _window(self, row: np.ndarray):
+        """(lo, hi, base == hi, start) when ``row`` is a window of a doubled array of two adjacent
+        values (ring flows hand rotating chunk sizes so), computed once per base; else None."""
+        base = row.base
+        if base is None or base.ndim != 1 or base.shape[0] != 2 * self.size or row.strides != base.strides:
+            return None
+        entry = self._bases.get(id(base))
+        if entry is None or entry[0] is not base:
+            lo, hi = int(base.min()), int(base.max())
+            entry = (base, lo, hi, base == hi)
+            if len(self._bases) > 16:
+                self._bases.clear()
+            self._bases[id(base)] = entry
+        start = (row.__array_interface__["data"][0] - base.__array_interface__["data"][0]) // row.itemsize
+        return entry[1], entry[2], entry[3], start
+
+    def _shape(self, step: StepFlows):
+        """The pattern's routes (``_pattern``) and, per receive lane, (sender's lane, sender,
+        everyone receives, who receives, ring shift or -1, reduced), cached by identity."""
+        key = (id(step.send_to), id(step.recv_from), id(step.recv_lane), step.reduce)
+        arrays = (step.send_to, step.recv_from, step.recv_lane)
+        entry = self._shapes.get(key)
+        if entry is not None and all(a is b for a, b in zip(entry[0], arrays)):
+            return entry[1]
+        latency, share, valid = self._pattern(step.send_to)
+        recv_from = np.atleast_2d(step.recv_from)
+        reduce = step.reduce if isinstance(step.reduce, tuple) else (step.reduce,) * recv_from.shape[0]
+        recv_shape = []
+        for m, src in enumerate(recv_from):
+            lane = np.asarray(m) if step.recv_lane is None else np.atleast_2d(step.recv_lane)[m]
+            has = src >= 0
+            every = bool(has.all())
+            s_idx = src if every else np.where(has, src, 0)
+            shift = int((self.ranks[0] - s_idx[0]) % self.size) if every else -1
+            if shift <= 0 or not np.array_equal(s_idx, (self.ranks - shift) % self.size):
+                shift = -1
+            recv_shape.append((lane, s_idx, every, has, shift, reduce[m]))
+        value = (latency, share, valid, recv_shape)
+        if len(self._shapes) > 64:
+            self._shapes.clear()
+        self._shapes[key] = (arrays, value)
+        return value
+
+    def _reduce_s(self, nbytes: np.ndarray):
+        """``cost_model.reduce_s`` per rank (None when every card reduces this dtype and op inline)."""
+        if self._all_inline:
+            return None
+        cost = self.red_launch + nbytes / self.vector
+        return np.where(self.inline, 0.0, cost)
+
+    def _copy_s(self, copies, first: bool):
+        """``cost_model.step_copy_s`` for every rank: the launch on the first step, then each plain
+        copy's ``2n / HBM`` in order (one number when every rank copies alike on equal cards)."""
+        if all(isinstance(n, (int, np.integer)) for n in copies) and np.ndim(self.hbm) == 0 and np.ndim(self.launch) == 0:
+            copy_s = float(self.launch) if first else 0.0
+            for n in copies:
+                copy_s += 2 * (int(n) * self.itemsize) / self.hbm
+            return copy_s
+        copy_s = np.full(self.size, self.launch) if first else np.zeros(self.size)
+        for n in copies:
+            copy_s = copy_s + (2 * (n * self.itemsize)) / self.hbm
+        return copy_s
+
+    def step(self, clock: np.ndarray, step: StepFlows, *, first: bool) -> np.ndarray:
+        """The clocks after one step (``step_end`` per rank: receives in order, then sends)."""
+        if first or step.copies:
+            t0 = clock + self._copy_s(step.copies, first)
+        else:
+            t0 = clock
+        recvs, sends = self._prepared(step)
+        t = t0
+        for s_idx, every, has, offset, red, shift in recvs:
+            if shift > 0:  # a ring: the sender is `shift` ranks back
+                source = np.empty_like(t0)
+                source[shift:] = t0[:-shift]
+                source[:shift] = t0[-shift:]
+            else:
+                source = t0[s_idx]
+            arrival = source + offset
+            t_new = np.maximum(t, arrival)
+            if red is not None:
+                t_new = t_new + red
+            t = t_new if every else np.where(has, t_new, t)
+        for row, all_ok, ok in sends:
+            done = t0 + row
+            t = np.maximum(t, done) if all_ok else np.where(ok, np.maximum(t, done), t)
+        return t
+
+
+@dataclass(frozen=True)
+class CallResult:
+    """One modeled call: the result, the algorithm that ran (``auto`` resolved) and how it was
+    simulated."""
+
+    result: SimResult
+    algo: str
+    how: str
+
+    @property
+    def time_s(self) -> float:
+        """The call's modeled seconds (``result.time_s``)."""
+        return self.result.time_s
+
+
+def simulate_call(collective: str, topology: Topology, count: int, *, algo: str = "auto", itemsize: int = 4,
+                  root: int = 0, dtype: str | None = None, op: str = "sum", cost_model: CostModel | None = None,
+                  world_ranks: Sequence[int] | None = None) -> CallResult:
+    """Modeled time of one call as a program would run it: ``algo`` is ``auto`` (HCCL's rules,
+    ``algo_select.auto``), a flat algorithm, or ``hier:<inner>/<outer>`` (on the partition by
+    server); simulated all ranks at once where the algorithm has flows, else rank by rank."""
+    from ..algo_select import auto, hier_levels, server_partition
+    from ..algorithms.hierarchical import schedule_for
+
+    model = cost_model or CostModel(topology)
+    ranks = tuple(range(topology.num_ranks) if world_ranks is None else world_ranks)
+    name = algo
+    if name == "auto":
+        name = auto(model, collective, count, itemsize, ranks, root, dtype, op)
+    levels = hier_levels(name)
+    fn = name if levels is None else schedule_for(collective, server_partition(topology, ranks), *levels)
+    whole = ranks == tuple(range(topology.num_ranks))
+    if whole and root == 0 and can_simulate_flows(collective, fn, len(ranks), count):
+        result = simulate_flows(collective, fn, topology, count, itemsize=itemsize, cost_model=model, dtype=dtype, op=op)
+        return CallResult(result, name, "all ranks at once (flows)")
+    result = simulate(collective, fn, topology, count, itemsize=itemsize, root=root, world_ranks=ranks,
+                      cost_model=model, dtype=dtype, op=op)
+    return CallResult(result, name, "rank by rank")
+
+
+def simulate_p2p(topology: Topology, src: int, dst: int, nbytes: int, *, cost_model: CostModel | None = None) -> SimResult:
+    """Modeled clocks of one send of ``nbytes`` from world rank ``src`` to ``dst`` and its receive,
+    both posted at clock 0 (the emulator's send/recv costs, ``CostModel.p2p_costs``)."""
+    model = cost_model or CostModel(topology)
+    send, = model.p2p_costs(src, dst, nbytes, sender=True)
+    recv, = model.p2p_costs(src, dst, nbytes, sender=False)
+    t_send = send.copy_s
+    sender_end = step_end(t_send, send.send_s, (), ())[0]
+    receiver_end = step_end(recv.copy_s, (), (Arrival(t_send, t_send + send.send_s[0]),), recv.recv_s)[0]
+    clocks = [0.0] * topology.num_ranks
+    clocks[src], clocks[dst] = sender_end, receiver_end
+    return SimResult(tuple([0.0] * topology.num_ranks), tuple(clocks))

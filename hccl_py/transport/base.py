@@ -14,9 +14,7 @@ from typing import Callable, NamedTuple, Protocol
 
 import numpy as np
 
-from ..dtypes import DTYPES_BY_CODE
-
-ITEMSIZE_BY_CODE = {code: dt.itemsize for code, dt in DTYPES_BY_CODE.items()}
+from ..dtypes import ITEMSIZE_BY_CODE
 
 
 class CallSignature(NamedTuple):
@@ -69,6 +67,12 @@ class SliceHeader(NamedTuple):
         """The header at ``data[offset:]`` (``struct.error`` when there are fewer than SIZE bytes)."""
         return cls._make(_WIRE.unpack_from(data, offset))
 
+    @staticmethod
+    def unpack_fields(data, offset: int = 0) -> tuple:
+        """The header's fields at ``data[offset:]`` as a plain tuple, in wire order (the receive
+        fast path: no named tuple built)."""
+        return _WIRE.unpack_from(data, offset)
+
     @classmethod
     def control(cls, kind: int, src: int, *, comm_id: int = 0, seq: int = 0, count: int = 0, offset: int = 0,
                 nelem: int = 0, slot: int = -1) -> "SliceHeader":
@@ -76,6 +80,7 @@ class SliceHeader(NamedTuple):
         return cls(kind, src, comm_id, seq, 0, 0, 0, 0, 0, count, 0, 0, offset, nelem, slot, 0.0, 0.0)
 
     def pack(self) -> bytes:
+        """The header as its HEADER_BYTES wire bytes, fields as they are."""
         return _WIRE.pack(*self)
 
     def pack_as(self, kind: int, slot: int = -1) -> bytes:
@@ -83,6 +88,7 @@ class SliceHeader(NamedTuple):
         return _WIRE.pack(kind, *self[1:14], slot, self[15], self[16])
 
     def pack_into(self, buffer, offset: int = 0) -> None:
+        """Write the packed header into writable ``buffer`` at ``offset`` (no bytes object made)."""
         _WIRE.pack_into(buffer, offset, *self)
 
     @property
@@ -110,17 +116,19 @@ KIND_WAKE = 9  # a rank to itself: another thread has work for the one waiting i
 
 class Incoming:
     """One received slice (or a notice): its header's fields by name, ``sig`` as a plain tuple,
-    and the payload. ``array()`` views the payload without copying."""
+    and the payload: ``payload[start:]`` (a datagram whose payload follows its header, or a
+    mapped slot). ``array()`` views the payload without copying."""
 
     __slots__ = ("kind", "src", "comm_id", "seq", "msg_index", "sig", "msg_count", "offset", "nelem", "slot", "sent_at",
-                 "arrival", "payload", "fetch")
+                 "arrival", "payload", "fetch", "start")
 
-    def __init__(self, header: SliceHeader | tuple, payload: memoryview | None = None,
-                 fetch: Callable[[np.ndarray | None, np.dtype, int], np.ndarray] | None = None):
+    def __init__(self, header: SliceHeader | tuple, payload=None,
+                 fetch: Callable[[np.ndarray | None, np.dtype, int], np.ndarray] | None = None, start: int = 0):
         (self.kind, self.src, self.comm_id, self.seq, self.msg_index, op, algo, dtype, redop, count, root,
          self.msg_count, self.offset, self.nelem, self.slot, self.sent_at, self.arrival) = header
         self.sig = (op, algo, dtype, redop, count, root)
-        self.payload = payload  # inline bytes, or the mapped slot
+        self.payload = payload  # the bytes that hold the payload from ``start`` on
+        self.start = start
         # rendezvous: fetch(dst or None, dtype, nelem) reads the payload into dst (or a scratch array) and returns it
         self.fetch = fetch
 
@@ -128,23 +136,34 @@ class Incoming:
         """The payload as an array (a view where it can be; read into scratch for a rendezvous)."""
         if self.fetch is not None:
             return self.fetch(None, dtype, self.nelem)
-        return np.frombuffer(self.payload, dtype=dtype, count=self.nelem)
+        return np.frombuffer(self.payload, dtype, self.nelem, self.start)
+
+    def body(self) -> memoryview:
+        """The payload's bytes (a view)."""
+        return memoryview(self.payload)[self.start:]
 
     def copy_into(self, dst: np.ndarray) -> None:
         """Copy the payload into ``dst`` (a rendezvous reads straight into it: one copy)."""
         if self.fetch is not None:
             self.fetch(dst, dst.dtype, self.nelem)
-        elif dst.dtype.isbuiltin == 1 and len(self.payload) == dst.nbytes:  # numpy's own types (2: user-defined)
-            memoryview(dst).cast("B")[:] = self.payload  # a byte copy: a quarter of numpy's cost for a small slice
+        elif dst.dtype.isbuiltin == 1:  # numpy's own types (2: user-defined)
+            start = self.start
+            memoryview(dst).cast("B")[:] = memoryview(self.payload)[start:start + dst.nbytes]  # a quarter of numpy's cost
         else:  # types without a buffer format (bfloat16)
-            np.copyto(dst, np.frombuffer(self.payload, dtype=dst.dtype, count=self.nelem))
+            np.copyto(dst, np.frombuffer(self.payload, dst.dtype, self.nelem, self.start))
 
 
 class Transport(Protocol):
+    """What the executor asks of a transport: send slices, progress, release, notify. The
+    transports (shm, tcp, mpi, and HostSplitTransport over shm and tcp) match it without
+    subclassing it."""
+
     world_rank: int
     world_size: int
 
-    def max_slice_bytes(self, peer: int) -> int: ...
+    def max_slice_bytes(self, peer: int) -> int:
+        """The largest payload of one slice to ``peer``, in bytes: the executor cuts each message
+        into slices of at most this size (at least one element)."""
 
     def try_send(self, peer: int, header: SliceHeader, data: np.ndarray) -> bool:
         """Hand one slice (``header``: kind 0 and slot -1, the transport sets them) to the
@@ -169,6 +188,9 @@ class Transport(Protocol):
         """Send ``body`` (an error in its wire form, ``errors.to_wire``) to ``peer`` as a notice
         for communicator ``comm_id``; a peer that is gone is skipped."""
 
-    def peer_alive(self, peer: int) -> bool: ...
+    def peer_alive(self, peer: int) -> bool:
+        """False once ``peer`` is known to be gone (its process has exited, its connection was
+        lost); True while it lives or when the transport cannot tell (a peer on another host)."""
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Release sockets, shared memory and the like; a second call does nothing."""

@@ -93,8 +93,8 @@ def use_mpi(requested: str | None, launched: MpiLaunch | None, launcher_env: boo
 
 
 def host_identity(environ: Mapping[str, str] = os.environ) -> str:
-    """Ranks with equal identities can share memory: same kernel boot, same network namespace
-    (abstract unix sockets) and pid namespace (peer pids). ``HCCL_PY_HOST_ID`` overrides it,
+    """Ranks with equal identities can share memory: same hostname, kernel boot, network namespace
+    and pid namespace (peer pids). ``HCCL_PY_HOST_ID`` overrides it,
     e.g. to make two launchers on one machine behave as two hosts."""
     forced = environ.get(env.HCCL_PY_HOST_ID)
     if forced:

@@ -1,16 +1,20 @@
-"""Pieces every transport shares: slice sizes cut from ``HCCL_BUFFSIZE``, the inline limit, and
-the liveness check of a peer process on this host."""
+"""Pieces every transport shares: slice sizes cut from ``HCCL_BUFFSIZE``, the inline limit of the
+TCP and MPI transports, and the liveness check of a peer process on this host."""
 
 from __future__ import annotations
 
-INLINE_MAX_BYTES = 16 * 1024  # up to this, a slice rides inline (shm: in the datagram) and needs no credit
+# Up to this, a slice rides inline in its frame or message and needs no credit (tcp, mpi). The shm
+# transport inlines more, up to ``shm.SHM_INLINE_MAX_BYTES`` (64 KiB) in the datagram; below this
+# size it joins header and payload into one buffer, above it the kernel gathers them (sendmsg).
+INLINE_MAX_BYTES = 16 * 1024
 MAX_SLICE_BYTES = 4 * 1024 * 1024  # larger slices amortise the per-slice cost; smaller ones pipeline
 MIN_SLICE_BYTES = 64 * 1024
 
 
 def slice_layout(world_size: int, buffsize_bytes: int) -> tuple[int, int]:
     """(slots or credits per peer, bytes per slice) from ``HCCL_BUFFSIZE``: a sender parks at most
-    that many slices larger than ``INLINE_MAX_BYTES`` at one receiver (shm: its slots)."""
+    that many slices at one receiver (shm: its slots; tcp and mpi: credits, taken by slices larger
+    than ``INLINE_MAX_BYTES``)."""
     per_peer = max(buffsize_bytes // max(world_size - 1, 1), 2 * MIN_SLICE_BYTES)
     slots = max(2, min(8, per_peer // MAX_SLICE_BYTES))
     slice_bytes = max(MIN_SLICE_BYTES, (per_peer // slots) // 4096 * 4096)

@@ -20,6 +20,9 @@ WAIT_SLICE_S = 0.001  # while idle, look at the TCP side at least this often
 
 
 class HostSplitTransport:
+    """One :class:`~.base.Transport` over two: ``shm`` for the ranks of this host (``local``, in
+    world-rank order), ``tcp`` for the rest; ranks are world ranks on both sides of it."""
+
     def __init__(self, shm, tcp, local: tuple[int, ...], world_rank: int, world_size: int):
         self.shm = shm
         self.tcp = tcp

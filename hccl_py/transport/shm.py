@@ -20,6 +20,7 @@ its rank, or ``None`` when the header does not say) instead of corrupting a resu
 
 from __future__ import annotations
 
+import array
 import mmap
 import os
 import select
@@ -63,6 +64,7 @@ SHM_INLINE_MAX_BYTES = max(64 * 1024, INLINE_MAX_BYTES)
 _RECV_BYTES = HEADER_BYTES + SHM_INLINE_MAX_BYTES + 8 * 4096
 _ITEMSIZES = tuple(ITEMSIZE_BY_CODE.get(code, -1) for code in range(256))  # by the header's dtype byte; -1: unknown
 _unpack_header = SliceHeader.unpack_from
+_unpack_fields = SliceHeader.unpack_fields
 
 
 _SRC = struct.Struct("<BH")  # the start of a SliceHeader: kind, src
@@ -80,6 +82,18 @@ def malformed(data: bytes, src: int | None, what: str, me: int) -> HcclRemoteErr
     who = f"rank {src}" if src is not None else f"an unidentified sender ({len(data)} bytes)"
     return HcclRemoteError(f"rank {me} received a malformed message from {who}: {what}; that process does not speak "
                            "this hccl-py version's protocol (or is not one of this job's ranks)", peer=src, nbytes=len(data))
+
+
+_FD_SPACE = socket.CMSG_LEN(array.array("i").itemsize)  # room for the one descriptor a handshake passes
+
+
+def _passed_fds(ancdata) -> list[int]:
+    """The file descriptors an SCM_RIGHTS message passed (every one, so none leaks)."""
+    fds = array.array("i")
+    for level, kind, data in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
+    return list(fds)
 
 
 class ShmTransport:
@@ -108,7 +122,11 @@ class ShmTransport:
         except BaseException:
             self._sock.close()
             raise
-        self._sock.setblocking(False)
+        # Blocking, with a receive timeout (SO_RCVTIMEO): a rank with nothing to do waits in one
+        # receive rather than a poll and then a receive; every other read says MSG_DONTWAIT or
+        # asks poll first.
+        self._sock.setblocking(True)
+        self._receive_timeout = -1.0  # what SO_RCVTIMEO is set to (seconds), -1: not set yet
         try:
             self._fd = os.memfd_create(f"hccl_py.{job_id}.{world_rank}", os.MFD_CLOEXEC)
             try:
@@ -223,9 +241,11 @@ class ShmTransport:
     def _receive_hellos(self, missing: set[int]) -> None:
         while True:
             try:
-                data, fds, _flags, _addr = socket.recv_fds(self._sock, _RECV_BYTES, 1)
+                # recvmsg, not socket.recv_fds: Python 3.11's recv_fds drops its flags argument.
+                data, ancdata, _flags, _addr = self._sock.recvmsg(_RECV_BYTES, _FD_SPACE, socket.MSG_DONTWAIT)
             except BlockingIOError:
                 return
+            fds = _passed_fds(ancdata)
             if data[:1] == bytes([KIND_HELLO]):
                 try:
                     self._hello(data, fds)
@@ -428,22 +448,38 @@ class ShmTransport:
                 os.sched_yield()
             if self._drain(got):
                 return got
-        if blocked:
+        if blocked:  # wait for our message or for room in a full peer's queue
             poll = select.poll()
             poll.register(self._sock, select.POLLIN)
             for peer, outbox in self._outbox.items():
                 if outbox:
                     poll.register(self._out_socks[peer], select.POLLOUT)
-        else:
-            poll = self._poll
+            try:
+                poll.poll(timeout_s * 1000.0)
+            except InterruptedError:
+                pass
+            if self._queued:
+                self._flush()
+            self._drain(got)
+            return got
+        # One system call: a receive that blocks until a datagram comes or the timeout passes
+        # (what is queued behind it, the next call's drain takes).
+        if abs(timeout_s - self._receive_timeout) > 1e-3:
+            self._set_receive_timeout(timeout_s)
         try:
-            poll.poll(timeout_s * 1000.0)
-        except InterruptedError:
-            pass
+            data = self._sock.recv(_RECV_BYTES)
+        except (BlockingIOError, InterruptedError):  # the timeout passed (or a signal came)
+            return got
+        self._decode(data, got)
         if self._queued:
             self._flush()
-        self._drain(got)
         return got
+
+    def _set_receive_timeout(self, timeout_s: float) -> None:
+        seconds = max(timeout_s, 1e-6)  # 0 would mean "block forever"
+        whole = int(seconds)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", whole, int((seconds - whole) * 1e6)))
+        self._receive_timeout = timeout_s
 
     def _drain(self, got: list[Incoming]) -> int:
         """Decode every datagram waiting on the socket; how many there were. (Asking poll first:
@@ -464,15 +500,17 @@ class ShmTransport:
         """Check one datagram against the protocol and queue what it carries (see the module doc:
         anything malformed raises HcclRemoteError naming the sender)."""
         try:
-            h = _unpack_header(data)
+            fields = _unpack_fields(data)
         except struct.error:
             raise self._malformed(data, None, f"shorter than a message header ({HEADER_BYTES} bytes)") from None
-        nelem = h.nelem
-        # The common case first, checked in one expression: a well-formed inline slice of a peer.
-        if (h.kind == KIND_INLINE and h.src in self._peer_set and h.offset + nelem <= h.msg_count
-                and len(data) - HEADER_BYTES == nelem * _ITEMSIZES[h.dtype]):
-            got.append(Incoming(h, memoryview(data)[HEADER_BYTES:]))
+        # The common case first, on the plain fields, checked in one expression: a well-formed
+        # inline slice of a peer (kind, src, ..., dtype 7, ..., msg_count 11, offset 12, nelem 13).
+        if (fields[0] == KIND_INLINE and fields[1] in self._peer_set and fields[12] + fields[13] <= fields[11]
+                and len(data) - HEADER_BYTES == fields[13] * _ITEMSIZES[fields[7]]):
+            got.append(Incoming(fields, data, None, HEADER_BYTES))
             return
+        h = SliceHeader._make(fields)
+        nelem = h.nelem
         kind, src = h.kind, h.src
         if kind == KIND_WAKE and src == self.world_rank:
             return

@@ -42,6 +42,13 @@ class ThreadComm(RankComm):
 
     def _result(self, name: str, send: np.ndarray, op: str, root: int) -> np.ndarray | None:
         inputs = self._exchange(send.copy())
+        n, me = self.size, self.rank
+        if name == "alltoall":  # block `me` of every rank's input, in rank order
+            return np.concatenate([np.split(x, n)[me] for x in inputs])
+        if name == "scatter":  # block `me` of the root's input (the others send nothing)
+            return np.split(inputs[root], n)[me]
+        if name == "gather":
+            return np.concatenate(inputs) if me == root else None
         stacked = np.stack(inputs)
         if name == "allreduce":
             return _UFUNC[op].reduce(stacked, axis=0).astype(send.dtype)

@@ -76,7 +76,7 @@ def test_missing_peer_is_skipped_with_one_line(monkeypatch, capsys, tmp_path, pe
     ("allreduce -n 2 -r 2 -b 8 -e 8", "not a rank"),
     ("allreduce -d fp8", "unknown data type"),
     ("allreduce --vs nccl", "unknown peer"),
-    ("alltoall", "invalid choice"),
+    ("alltoallv", "invalid choice"),
     ("allreduce -b 64 -e 8", "-b <= -e"),
     ("allreduce -n 2,x", "comma-separated list"),
 ])
@@ -101,6 +101,7 @@ def test_runs_in_place_under_hccl_launch():
 @pytest.mark.parametrize("args, words", [
     ("allreduce --algo nosuch -b 8 -e 8", "no algorithm 'nosuch'"),
     ("allreduce -o prod -d bf16 -b 8 -e 8", "does not take dtype bfloat16"),
+    ("alltoall --algo ring -b 8 -e 8", "no algorithm 'ring'"),
 ])
 def test_what_hccl_py_refuses_fails_before_any_rank_starts(capsys, args, words):
     assert cli.main(args.split() + ["--no-progress"]) == 2

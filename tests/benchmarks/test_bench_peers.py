@@ -30,6 +30,7 @@ def _tiny(collective: str, **kw) -> BenchConfig:
 @pytest.mark.parametrize("collective, kw", [
     ("allreduce", {}), ("allgather", {"dtype": "bf16"}), ("broadcast", {"root": 1}),
     ("reduce", {"root": 1, "op": "min", "dtype": "int8"}), ("reducescatter", {"op": "max", "dtype": "fp16"}),
+    ("alltoall", {"dtype": "bf16"}), ("scatter", {"root": 1, "dtype": "int8"}), ("gather", {"root": 1, "dtype": "fp64"}),
 ])
 def test_mpi_runs_every_collective(tmp_path, collective, kw):
     backend = _require("mpi")
@@ -48,7 +49,10 @@ def test_mpi_declines_bf16_reductions():
 
 
 @pytest.mark.timeout(90)
-@pytest.mark.parametrize("collective, kw", [("allreduce", {}), ("reducescatter", {"dtype": "bf16", "op": "min"})])
+@pytest.mark.parametrize("collective, kw", [
+    ("allreduce", {}), ("reducescatter", {"dtype": "bf16", "op": "min"}),
+    ("alltoall", {}), ("scatter", {"root": 1}), ("gather", {"root": 1, "dtype": "int8"}),
+])
 def test_gloo_runs(tmp_path, collective, kw):
     backend = _require("gloo")
     cfg = _tiny(collective, **kw)

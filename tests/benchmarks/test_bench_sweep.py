@@ -57,14 +57,17 @@ def test_size_plan_rounds_to_whole_elements_and_ranks():
     ("allreduce", 2, 1.0), ("allreduce", 4, 1.5), ("allreduce", 8, 1.75),
     ("allgather", 4, 0.75), ("reducescatter", 4, 0.75), ("allgather", 2, 0.5),
     ("broadcast", 4, 1.0), ("reduce", 4, 1.0),
+    ("alltoall", 2, 0.5), ("alltoall", 8, 0.875), ("scatter", 4, 0.75), ("gather", 4, 0.75),
 ])
 def test_busbw_factors_are_nccl_tests(name, n, factor):
     assert get(name).bus_factor(n) == pytest.approx(factor)
 
 
 def test_collective_flags():
-    assert set(COLLECTIVES) == {"allreduce", "allgather", "broadcast", "reduce", "reducescatter"}
-    assert [c for c in COLLECTIVES if COLLECTIVES[c].rooted] == ["broadcast", "reduce"]
+    assert set(COLLECTIVES) == {"allreduce", "allgather", "broadcast", "reduce", "reducescatter",
+                                "alltoall", "scatter", "gather"}
+    assert [c for c in COLLECTIVES if COLLECTIVES[c].rooted] == ["broadcast", "reduce", "scatter", "gather"]
+    assert not any(COLLECTIVES[c].in_place or COLLECTIVES[c].reduces for c in ("alltoall", "scatter", "gather"))
     assert not COLLECTIVES["allgather"].reduces and COLLECTIVES["reducescatter"].reduces
 
 

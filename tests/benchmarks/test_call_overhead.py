@@ -8,7 +8,7 @@ import pytest
 from benchmarks.call_overhead import loopback_comm, main, measure
 
 
-@pytest.mark.parametrize("size, algo", [(2, "auto"), (4, "oneshot"), (4, "rd"), (8, "rd")])
+@pytest.mark.parametrize("size, algo", [(2, "rd"), (4, "oneshot"), (4, "rd"), (8, "rd")])
 def test_mirrored_peers_give_n_times_the_input(size, algo):
     comm = loopback_comm(size)
     x = np.arange(10, dtype=np.float32)
@@ -26,9 +26,14 @@ def test_a_ring_cannot_be_mirrored_and_times_out():
     assert (info.value.op, info.value.seq, info.value.step, info.value.ranks) == ("allreduce", 1, 1, [3])
 
 
+def test_an_algorithm_the_mirror_cannot_serve_is_refused():
+    with pytest.raises(ValueError, match="cannot serve algo='ring'"):
+        measure(2, 8, algo="ring", calls=10, repeats=1)
+
+
 def test_unmodeled_comm_keeps_the_clock_at_zero():
     comm = loopback_comm(2, modeled=False)
-    comm.all_reduce(np.ones(4, np.float32))
+    comm.all_reduce(np.ones(4, np.float32), algo="rd")
     assert comm.clock == 0.0
 
 

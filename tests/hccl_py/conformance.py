@@ -313,3 +313,177 @@ def _ring_send_recv():
             comm.send(np.full(6, comm.rank, np.int64), dst=right)
         expect(got, np.full(6, left, np.int64), f"recv from {left} on rank {comm.rank}")
     return run
+
+
+# -- HCCL's other operators and the out= forms ---------------------------------------------------------
+def operator_cases(size: int, dtypes=DTYPES) -> Iterator[Case]:
+    """AlltoAll, AlltoAllV, AlltoAllVC, Scatter, Gather (mpi4py's testAlltoall, testScatter,
+    testGather, their v-variants; torch's test_all_to_all*, test_scatter, test_gather), every
+    algorithm, every root, and the out= forms of the in-place collectives."""
+    for dtype in dtypes:
+        for algo in algos("alltoall"):
+            for n in counts(size)[:4]:
+                yield Case(f"alltoall/{algo}/{dtype}/n{n}", _alltoall(algo, dtype, n))
+        for algo in algos("alltoallv"):
+            yield Case(f"alltoallv/{algo}/{dtype}", _alltoallv(algo, dtype, gaps=False))
+            yield Case(f"alltoallv-gaps/{algo}/{dtype}", _alltoallv(algo, dtype, gaps=True))
+            yield Case(f"alltoallvc/{algo}/{dtype}", _alltoallvc(algo, dtype))
+        for algo in algos("scatter"):
+            for root in range(size):
+                yield Case(f"scatter/{algo}/{dtype}/root{root}", _scatter(algo, dtype, root, 3 + root % 2))
+        for algo in algos("gather"):
+            for root in range(size):
+                yield Case(f"gather/{algo}/{dtype}/root{root}", _gather(algo, dtype, root, 2 + root % 3))
+        for root in range(size):
+            yield Case(f"allreduce-out/{dtype}", _allreduce_out(dtype, ReduceOp.MAX))
+            yield Case(f"bcast-out/{dtype}/root{root}", _bcast_out(dtype, root))
+            yield Case(f"reduce-out/{dtype}/root{root}", _reduce_out(dtype, ReduceOp.SUM, root))
+
+
+def out_overlap_cases(size: int, count: int = 4) -> Iterator[Case]:
+    """``out=`` overlapping the input at every offset, for the collectives new to ``out=``."""
+    for offset in range(-count + 1, count):
+        yield Case(f"allreduce-out-overlap/off{offset}", _allreduce_out_overlap(offset, count))
+    for algo in algos("alltoall"):
+        yield Case(f"alltoall-in-place/{algo}", _alltoall_in_place(algo))
+
+
+def _matrix(size: int, salt: int) -> list[list[int]]:
+    """Counts from rank i to rank j: small, some zero, from the ranks and the size."""
+    return [[(i * 3 + j * 5 + salt) % 4 for j in range(size)] for i in range(size)]
+
+
+def _alltoall(algo, dtype, n):
+    def run(comm):
+        size, r = comm.size, comm.rank
+        x = np.concatenate([value(r * size + j, n, dtype, salt=7) for j in range(size)]).reshape(size, n) if n else \
+            np.empty((size, 0), dtype)
+        got = comm.all_to_all(x, algo=algo)
+        want = np.stack([value(i * size + r, n, dtype, salt=7) for i in range(size)]) if n else np.empty((size, 0), dtype)
+        expect(got, want, f"alltoall on rank {r}")
+    return run
+
+
+def _alltoallv(algo, dtype, gaps: bool):
+    def run(comm):
+        size, r = comm.size, comm.rank
+        m = _matrix(size, 1)
+        sends, recvs = m[r], [m[i][r] for i in range(size)]
+        pad = 2 if gaps else 0
+        # reversed block order with gaps: displacements need not follow rank order
+        sdispl, offset = [0] * size, 0
+        for j in reversed(range(size)):
+            sdispl[j], offset = offset, offset + sends[j] + pad
+        send = garbage(r, offset, dtype)
+        for j in range(size):
+            send[sdispl[j]:sdispl[j] + sends[j]] = value(r * size + j, sends[j], dtype, salt=3)
+        rdispl, offset = [0] * size, pad
+        for i in range(size):
+            rdispl[i], offset = offset, offset + recvs[i] + pad
+        recv = garbage(r + 50, offset, dtype)
+        before = recv.copy()
+        assert comm.all_to_all_v(send, sends, sdispl, recv, recvs, rdispl, algo=algo) is recv
+        for i in range(size):
+            expect(recv[rdispl[i]:rdispl[i] + recvs[i]], value(i * size + r, recvs[i], dtype, salt=3), f"alltoallv block {i} on rank {r}")
+        gap = np.ones(recv.size, bool)
+        for i in range(size):
+            gap[rdispl[i]:rdispl[i] + recvs[i]] = False
+        expect(recv[gap], before[gap], f"alltoallv left the gaps alone on rank {r}")
+    return run
+
+
+def _alltoallvc(algo, dtype):
+    def run(comm):
+        size, r = comm.size, comm.rank
+        m = _matrix(size, 2)
+        send = np.concatenate([value(r * size + j, m[r][j], dtype, salt=4) for j in range(size)])
+        recv = garbage(r, sum(m[i][r] for i in range(size)), dtype)
+        comm.all_to_all_vc(send, m, recv, algo=algo)
+        want = np.concatenate([value(i * size + r, m[i][r], dtype, salt=4) for i in range(size)])
+        expect(recv, want, f"alltoallvc on rank {r}")
+    return run
+
+
+def _scatter(algo, dtype, root, n):
+    def run(comm):
+        size, r = comm.size, comm.rank
+        table = np.concatenate([value(j, n, dtype, salt=root) for j in range(size)]).reshape(size, n)
+        if r == root:
+            got = comm.scatter(table, root=root, algo=algo)
+        else:
+            got = comm.scatter(None, root=root, out=garbage(r, n, dtype), algo=algo)
+        expect(got.reshape(-1), value(r, n, dtype, salt=root), f"scatter root={root} on rank {r}")
+    return run
+
+
+def _gather(algo, dtype, root, n):
+    def run(comm):
+        size, r = comm.size, comm.rank
+        got = comm.gather(value(r, n, dtype, salt=9), root=root, algo=algo)
+        if r == root:
+            expect(got, np.stack([value(i, n, dtype, salt=9) for i in range(size)]), f"gather root={root}")
+            return None
+        assert got is None, f"gather returned {got!r} on non-root rank {r}"
+    return run
+
+
+def _allreduce_out(dtype, op):
+    def run(comm):
+        x = value(comm.rank, 6, dtype, op)
+        kept = x.copy()
+        out = garbage(comm.rank, 6, dtype)
+        assert comm.all_reduce(x, op=op, out=out) is out
+        expect(out, reduced(comm.size, 6, dtype, op), f"allreduce out= on rank {comm.rank}")
+        expect(x, kept, f"allreduce out= left x alone on rank {comm.rank}")
+        return digest(out)
+    return run
+
+
+def _bcast_out(dtype, root):
+    def run(comm):
+        x = value(root, 5, dtype, salt=2) if comm.rank == root else garbage(comm.rank, 5, dtype)
+        kept = x.copy()
+        out = garbage(comm.rank + 1, 5, dtype)
+        assert comm.broadcast(x, root=root, out=out) is out
+        expect(out, value(root, 5, dtype, salt=2), f"bcast out= root={root} on rank {comm.rank}")
+        expect(x, kept, f"bcast out= left x alone on rank {comm.rank}")
+    return run
+
+
+def _reduce_out(dtype, op, root):
+    def run(comm):
+        x = value(comm.rank, 5, dtype, op)
+        kept = x.copy()
+        out = garbage(comm.rank, 5, dtype)
+        untouched = out.copy()
+        comm.reduce(x, root=root, op=op, out=out)
+        expect(x, kept, f"reduce out= left x alone on rank {comm.rank}")
+        if comm.rank == root:
+            expect(out, reduced(comm.size, 5, dtype, op), f"reduce out= root={root}")
+        else:
+            expect(out, untouched, f"reduce out= root={root}: rank {comm.rank}'s out must stay untouched")
+    return run
+
+
+def _allreduce_out_overlap(offset, n):
+    dtype = np.dtype(np.int32)
+
+    def run(comm):
+        buf = garbage(comm.rank, 3 * n, dtype)
+        x = buf[n:2 * n]
+        x[:] = value(comm.rank, n, dtype)
+        out = buf[n + offset:2 * n + offset]
+        comm.all_reduce(x, out=out)
+        expect(out, reduced(comm.size, n, dtype, ReduceOp.SUM), f"allreduce out overlapping x by {offset} on rank {comm.rank}")
+    return run
+
+
+def _alltoall_in_place(algo):
+    dtype = np.dtype(np.int64)
+
+    def run(comm):
+        size, r = comm.size, comm.rank
+        x = np.concatenate([value(r * size + j, 3, dtype, salt=5) for j in range(size)]).reshape(size, 3)
+        assert comm.all_to_all(x, out=x, algo=algo) is x
+        expect(x, np.stack([value(i * size + r, 3, dtype, salt=5) for i in range(size)]), f"in-place alltoall on rank {r}")
+    return run

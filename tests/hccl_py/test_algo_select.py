@@ -64,3 +64,82 @@ def test_unknown_algo_argument():
     with pytest.raises(HcclParamError) as info:
         resolve("allreduce", "fast", _auto, {})
     assert (info.value.collective, info.value.arg, info.value.value, info.value.rule) == ("allreduce", "algo", "fast", "choices")
+
+
+# ---------------------------------------------------------------------------------- HCCL's own rules
+
+from hccl_py.algo_select import CallShape, auto, call_shape, explain_auto, fastest, hccl_choice  # noqa: E402
+from hccl_py.algorithms.registry import algos_for  # noqa: E402
+from hccl_py.cost_model import CostModel  # noqa: E402
+from hccl_py.planning.simulator import simulate  # noqa: E402
+from topology import Topology  # noqa: E402
+
+KB, MB = 1024, 1024 * 1024
+
+
+@pytest.mark.parametrize("preset, collective, nbytes, algo", [
+    # one server: the topology decides (alg_configurator.cc), with the per-operator size rules
+    ("ascend910b-8p", "allreduce", 64 * MB, "mesh"),        # 910B full HCCS mesh: NP mesh
+    ("ascend910b-8p", "allgather", 8, "mesh"),
+    ("ascend910-8p", "allreduce", 1 * MB, "hd"),            # 910, 8 NPUs, <= 1 MB: AllReduceDoubling
+    ("ascend910-8p", "allreduce", 1 * MB + 4, "ring"),      # 910, 8 NPUs: 8P ring
+    ("ascend910-8p", "reduce_scatter", 256 * KB, "hd"),     # 910 reduce-scatter <= 256 KB
+    ("ascend910-8p", "reduce_scatter", 512 * KB, "ring"),
+    ("ascend910-8p", "broadcast", 8, "ring"),
+    ("pcie-4p", "allreduce", 256 * KB, "hd"),               # 310P, power of two, inline fp32 sum
+    ("pcie-4p", "allreduce", 512 * KB, "ring"),
+    ("mixed-4p", "allgather", 8, "ring"),                   # standard PCIe cards: single ring
+    # several servers: level 0 inside, level 1 across, on the partition by server
+    ("2x8p-roce", "allreduce", 64 * MB, "hier:mesh/ring@server"),   # 910B, 2-3 servers: ring
+    ("3x8p-roce", "allgather", 8, "hier:mesh/ring@server"),
+    ("4x8p-roce", "allreduce", 8, "hier:mesh/hd@server"),           # NHR, run as hd
+    ("3x8p-roce", "broadcast", 8, "hier:mesh/hd@server"),           # RHD beats ring on latency
+    ("3x8p-roce", "broadcast", 64 * MB, "hier:mesh/ring@server"),   # ... not on bandwidth
+    ("2x8p-roce-910", "allreduce", 8, "hier:ring/hd@server"),       # 910: power of two -> H-D_R
+    ("3x8p-roce-910", "allreduce", 8, "hier:ring/ring@server"),     # 910: otherwise ring
+    ("8x8p-roce-910", "allgather", 8, "hier:ring/hd@server"),       # 910: >= 8 servers -> H-D_R
+    ("4x1p-roce", "allreduce", 8, "hd"),                            # one NPU per server: level 1 only
+])
+def test_auto_follows_hccls_rules(preset, collective, nbytes, algo):
+    topo = Topology.preset(preset)
+    model = CostModel(topo)
+    count = nbytes // 4
+    assert auto(model, collective, count, 4, tuple(range(topo.num_ranks))) == algo
+
+
+def test_hccl_level1_tie_breaking_and_unequal_servers():
+    # "if same cost, Ring > NHR > HD": 2 servers tie ring and HD; 3 servers tie ring and NHR
+    for m in (2, 3):
+        shape = CallShape("allreduce", 64 * MB, "ascend910b", m, 8, "mesh")
+        assert hccl_choice(shape).algo == "hier:mesh/ring@server"
+    shape = CallShape("allreduce", 8, "ascend910b", 2, None, "mesh")
+    assert hccl_choice(shape).algo == "ring" and "different NPU counts" in hccl_choice(shape).rule
+    big = hccl_choice(CallShape("allgather", 64 * MB, "ascend910b", 4, 8, "mesh"))
+    assert "pipeline" in big.rule and big.estimate  # HCCL would pipeline; hccl-py says so
+
+
+def test_call_shape_reads_the_topology():
+    topo = Topology.preset("2x8p-roce-910")
+    shape = call_shape(topo, "allreduce", 10, 4, tuple(range(16)))
+    assert (shape.servers, shape.per_server, shape.level0_topo, shape.card, shape.nbytes) == (2, 8, "islands", "ascend910", 40)
+    assert call_shape(topo, "allreduce", 10, 4, (0, 1, 2, 3)).level0_topo == "mesh"
+    assert call_shape(Topology.preset("mixed-4p"), "allreduce", 1, 4, (0, 1, 2, 3)).level0_topo == "pcie"
+
+
+@pytest.mark.parametrize("preset", ["ascend910-8p", "mixed-4p", "ascend910b-8p", "2x4p-roce"])
+@pytest.mark.parametrize("collective", ["allreduce", "allgather", "reduce_scatter", "broadcast", "reduce"])
+def test_pruned_argmin_picks_what_full_evaluation_picks(preset, collective):
+    topo = Topology.preset(preset)
+    ranks = tuple(range(topo.num_ranks))
+    for count in (1, 100, 40_000, 1 << 20):
+        model = CostModel(topo)
+        full = {a: simulate(collective, a, topo, count, itemsize=4, cost_model=model).time_s for a in algos_for(collective)}
+        best = min(full.values())
+        expected = next(a for a in algos_for(collective) if full[a] == best)  # ties: ALL_ALGOS order
+        assert fastest(model, collective, count, 4, ranks) == expected, (collective, count, full)
+
+
+def test_explain_auto_says_estimate_where_no_rule_applies():
+    topo = Topology.preset("ascend910-8p", n=6)  # a 910 server with 6 NPUs: HCCL takes 1, 2, 4 or 8
+    choice = explain_auto(CostModel(topo), "allgather", 100, 4, tuple(range(6)))
+    assert choice.algo == "ring" and choice.estimate and "estimate" in choice.rule

@@ -38,10 +38,10 @@ def _run_suite(size: int) -> dict:
     digests, ran = [], 0
     started = time.monotonic()
     for comm, dtypes in _groups(world):
-        cases = [*conformance.basic_cases(comm.size, dtypes)]
+        cases = [*conformance.basic_cases(comm.size, dtypes), *conformance.operator_cases(comm.size, dtypes)]
         if comm is world:
-            cases += [*conformance.overlap_cases(comm.size), *conformance.bitwise_cases(comm.size),
-                      *conformance.large_cases(comm.size, LARGE_COUNT)]
+            cases += [*conformance.overlap_cases(comm.size), *conformance.out_overlap_cases(comm.size),
+                      *conformance.bitwise_cases(comm.size), *conformance.large_cases(comm.size, LARGE_COUNT)]
         for case in cases:
             try:
                 result = case.run(comm)

@@ -1,4 +1,4 @@
-"""Partition strategies (hccl_py/partition.py): enumeration, the workloads' definitions, optimized
+"""Partition strategies (hccl_py/planning/partition.py): enumeration, the workloads' definitions, optimized
 at least as good as every manual grouping (the mixed-4p effect of issue 7), the link-graph
 heuristic for clusters too large to enumerate, and the ACS uplink sharing behind mixed-4p."""
 
@@ -78,15 +78,19 @@ def test_dp_infer_speedups_on_mixed_4p_show_the_reported_gap():
     one = w.one_card_s(topo)
     speed_auto = one / evaluate(topo, w, auto(topo))
     speed_fast = one / evaluate(topo, w, [[1, 2], [0, 3]])
-    assert 2.0 < speed_auto < speed_fast < 4.0  # a user saw 3.2x vs 3.6x (1.125); the model gives 2.6x vs 2.95x
-    assert speed_fast / speed_auto > 1.08
+    assert 2.0 < speed_auto < speed_fast < 4.0  # a user saw 3.2x vs 3.6x; the model gives 2.33x vs 2.63x
+    assert abs(speed_fast / speed_auto - 3.6 / 3.2) < 0.05  # the seed's effect: 1.125
 
 
 def test_eight_ranks_search_equal_groups_and_find_the_islands():
     topo = Topology.preset("ascend910-8p")
     best = optimize(topo, CollectiveWorkload("allreduce", 16 << 20))
     assert best.method == "exhaustive" and best.evaluated == 142 and "equal groups" in best.detail
-    assert best.partition == ((0, 1, 2, 3), (4, 5, 6, 7))  # HCCL's islands are right here
+    islands = ((0, 1, 2, 3), (4, 5, 6, 7))
+    assert best.time_s <= evaluate(topo, CollectiveWorkload("allreduce", 16 << 20), islands)
+    # With HCCL's own figure for the 910's HCCS (10 GiB/s per link, below the host path's 12 GB/s)
+    # grouping by island gains nothing over one ring through all 8 cards, the 8P ring HCCL runs there.
+    assert best.partition == ((0, 1, 2, 3, 4, 5, 6, 7),)
 
 
 def test_large_clusters_use_the_link_graph_heuristic():

@@ -73,29 +73,48 @@ def test_simulator_equals_emulator_to_the_last_bit(size):
         assert list(result.end_clocks) == ends, (collective, algo, count)
 
 
-def _uniform_parameters(topo: Topology, nbytes: int) -> tuple[float, float, float]:
+def _uniform_parameters(topo: Topology, op: str) -> tuple[float, float, float, float, float]:
+    """HCCL's alpha-beta-gamma on a uniform topology, plus hccl-py's fixed costs: (launch, alpha,
+    beta, gamma, gamma0) with gamma0 the fixed cost of one vector-unit reduction (0 inline)."""
     route = topo.route(0, 1)
     card = topo.card(0)
-    return route.latency_s, 1.0 / route.bandwidth_Bps, 1.0 / card.vector_bandwidth_Bps
+    inline = card.reduces_inline("float32", op)
+    gamma = 0.0 if inline else 1.0 / card.vector_bandwidth_Bps
+    gamma0 = 0.0 if inline else card.reduce_launch_s
+    return card.launch_overhead_s, route.latency_s, 1.0 / route.bandwidth_Bps, gamma, gamma0
 
 
+@pytest.mark.parametrize("op", ["sum", "prod"])  # the 910B reduces sum inline, prod on the vector unit
 @pytest.mark.parametrize("p", [2, 4, 8])
-def test_ring_allreduce_follows_hccl_closed_form(p):
+def test_ring_allreduce_follows_hccl_closed_form(p, op):
     topo = Topology.preset("ascend910b-8p", n=p)  # HCCS full mesh: every pair alike
     n = 4 * 1024 * 1024 * p  # bytes, divisible into p chunks
-    alpha, beta, gamma = _uniform_parameters(topo, n)
-    expected = 2 * (p - 1) * alpha + 2 * (p - 1) / p * n * beta + (p - 1) / p * n * gamma
-    got = simulate("allreduce", "ring", topo, n // 4, itemsize=4).time_s
+    launch, alpha, beta, gamma, gamma0 = _uniform_parameters(topo, op)
+    expected = launch + 2 * (p - 1) * alpha + 2 * (p - 1) / p * n * beta + (p - 1) * gamma0 + (p - 1) / p * n * gamma
+    got = simulate("allreduce", "ring", topo, n // 4, itemsize=4, op=op).time_s
+    assert math.isclose(got, expected, rel_tol=1e-9)
+
+
+@pytest.mark.parametrize("op", ["sum", "prod"])
+@pytest.mark.parametrize("p", [2, 4, 8])
+def test_mesh_allreduce_follows_hccl_closed_form(p, op):
+    topo = Topology.preset("ascend910b-8p", n=p)
+    n = 4 * 1024 * 1024 * p
+    launch, alpha, beta, gamma, gamma0 = _uniform_parameters(topo, op)
+    expected = launch + 2 * alpha + 2 / p * n * beta + (p - 1) * gamma0 + (p - 1) / p * n * gamma
+    got = simulate("allreduce", "mesh", topo, n // 4, itemsize=4, op=op).time_s
     assert math.isclose(got, expected, rel_tol=1e-9)
 
 
 @pytest.mark.parametrize("p", [2, 4, 8])
-def test_mesh_allreduce_follows_hccl_closed_form(p):
+def test_mesh_allgather_follows_hccl_closed_form(p):
     topo = Topology.preset("ascend910b-8p", n=p)
-    n = 4 * 1024 * 1024 * p
-    alpha, beta, gamma = _uniform_parameters(topo, n)
-    expected = 2 * alpha + 2 / p * n * beta + (p - 1) / p * n * gamma
-    got = simulate("allreduce", "mesh", topo, n // 4, itemsize=4).time_s
+    n = 4 * 1024 * 1024 * p  # the gathered output
+    launch, alpha, beta, _, _ = _uniform_parameters(topo, "sum")
+    card = topo.card(0)
+    own_copy = 2 * (n // p) / card.hbm_bandwidth_Bps  # a rank's own block, IN -> OUT
+    expected = launch + own_copy + alpha + 1 / p * n * beta  # HCCL: alpha + n/p beta
+    got = simulate("allgather", "mesh", topo, n // p // 4, itemsize=4).time_s
     assert math.isclose(got, expected, rel_tol=1e-9)
 
 
@@ -167,13 +186,21 @@ def test_device_memory_and_roofline():
     y = dev.matmul(x, w)
     assert np.array_equal(y, x @ w)
     flops = 2 * 64 * 32 * 128
-    expected = max(flops / card.peak_fp16_flops, (x.nbytes + w.nbytes + y.nbytes) / card.hbm_bandwidth_Bps) + card.launch_overhead_s
+    rate = card.peak_flops("float32") * card.matmul_efficiency  # FP32 operands: the FP32 rate
+    expected = max(flops / rate, (x.nbytes + w.nbytes + y.nbytes) / card.hbm_bandwidth_Bps) + card.launch_overhead_s
     assert dev.clock == pytest.approx(expected) and dev.time.compute_s == dev.clock
+    big = np.ones((1, 4096), np.float16), np.ones((4096, 4096), np.float16)  # one row: a whole 16-row tile of work
+    start = dev.clock
+    dev.matmul(*big)
+    tile = 2 * 16 * 4096 * 4096 / (card.peak_flops("float16") * card.matmul_efficiency)
+    memory = (big[0].nbytes + big[1].nbytes + 4096 * 2) / card.hbm_bandwidth_Bps
+    assert dev.clock - start == pytest.approx(max(tile, memory) + card.launch_overhead_s)
 
 
-@pytest.mark.parametrize("algo, sizes", [("ring", [2, 3, 5, 8, 16]), ("hd", [2, 4, 8, 16])])
+@pytest.mark.parametrize("collective", ["allreduce", "allgather", "reduce_scatter"])
+@pytest.mark.parametrize("algo, sizes", [("ring", [2, 3, 5, 8, 16]), ("hd", [2, 4, 8, 16]), ("mesh", [2, 3, 8])])
 @pytest.mark.parametrize("preset", ["ascend910-8p", "2x8p-roce"])
-def test_all_ranks_at_once_equals_rank_by_rank(algo, sizes, preset):
+def test_all_ranks_at_once_equals_rank_by_rank(collective, algo, sizes, preset):
     from hccl_py.planning.simulator import can_simulate_flows, simulate_flows
 
     for size in sizes:
@@ -184,13 +211,35 @@ def test_all_ranks_at_once_equals_rank_by_rank(algo, sizes, preset):
         if topo is None:
             continue
         for count in (size, 1000, 4097):
-            assert can_simulate_flows("allreduce", algo, size, count)
+            assert can_simulate_flows(collective, algo, size, count)
             starts = [0.001 * ((r * 7) % 3) for r in range(size)]  # uneven arrival
-            generic = simulate("allreduce", algo, topo, count, itemsize=4, start_clocks=starts)
-            fast = simulate_flows("allreduce", algo, topo, count, itemsize=4, start_clocks=starts)
-            assert fast.end_clocks == generic.end_clocks, (size, count)
+            for dtype, op in (("float32", "sum"), ("float16", "max")):  # inline and vector-unit reductions
+                generic = simulate(collective, algo, topo, count, itemsize=4, start_clocks=starts, dtype=dtype, op=op)
+                fast = simulate_flows(collective, algo, topo, count, itemsize=4, start_clocks=starts, dtype=dtype, op=op)
+                assert fast.end_clocks == generic.end_clocks, (size, count, dtype)
     assert not can_simulate_flows("allreduce", "hd", 6, 100)  # folds: rank by rank only
     assert not can_simulate_flows("allreduce", "ring", 8, 3)  # empty steps
+
+
+@pytest.mark.parametrize("preset", ["2x4p-roce", "4x2p-roce", "2x4p-roce-910"])
+@pytest.mark.parametrize("collective", ["allreduce", "allgather", "reduce_scatter"])
+def test_two_level_flows_equal_rank_by_rank(preset, collective):
+    from hccl_py.algo_select import server_partition
+    from hccl_py.algorithms.hierarchical import schedule_for
+    from hccl_py.planning.simulator import can_simulate_flows, simulate_flows
+
+    topo = Topology.preset(preset)
+    n = topo.num_ranks
+    part = server_partition(topo, tuple(range(n)))
+    model = CostModel(topo, degraded={(0, n - 1): 0.5})
+    for inner, outer in (("mesh", "ring"), ("mesh", "hd"), ("ring", "hd"), ("hd", "ring")):
+        fn = schedule_for(collective, part, inner, outer)
+        for count in (n, 1000, 4097):  # 4097: allreduce's staged path (chunks of unequal size)
+            assert can_simulate_flows(collective, fn, n, count)
+            starts = [0.001 * ((r * 5) % 3) for r in range(n)]
+            generic = simulate(collective, fn, topo, count, itemsize=2, start_clocks=starts, cost_model=model, dtype="float16")
+            fast = simulate_flows(collective, fn, topo, count, itemsize=2, start_clocks=starts, cost_model=model, dtype="float16")
+            assert fast.end_clocks == generic.end_clocks, (inner, outer, count)
 
 
 def test_hccl_sim_cli(capsys):
@@ -201,4 +250,80 @@ def test_hccl_sim_cli(capsys):
     assert "allreduce fp32 67108864 bytes on 2x8p-roce (16 ranks), algo ring" in out
     assert "modeled time" in out and "busbw" in out and "peak memory" in out
     assert main(["allreduce", "--preset", "2x8p-roce", "--bytes", "8", "--algo", "auto"]) == 0
+    out = capsys.readouterr().out
+    assert "algo hier:mesh/ring@server" in out and "auto: level 0: 910B" in out
+    assert main(["allreduce", "--preset", "2x8p-roce", "--bytes", "1M", "--algo", "hier:mesh/hd"]) == 0
     assert main(["allgather", "--preset", "nope", "--bytes", "8"]) == 2
+    assert main(["allgather", "--preset", "mixed-4p", "--bytes", "8", "--algo", "fastest"]) == 2
+
+
+def test_hccl_sim_sweep_prints_hccl_tests_columns(capsys):
+    from hccl_py.planning.cli import main
+
+    assert main(["allgather", "--preset", "ascend910b-8p", "-b", "8K", "-e", "1M", "-f", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2] == "data_size(Bytes): | aveg_time(us): | alg_bandwidth(GB/s): | check_result:"
+    rows = [line.split("|") for line in lines[3:]]
+    assert [int(r[0]) for r in rows] == [8192 << i for i in range(8)]
+    for r in rows:  # alg_bandwidth = data_size / aveg_time, as HCCL Test prints it
+        assert float(r[2]) == pytest.approx(int(r[0]) / float(r[1]) / 1e3, rel=1e-3)
+        assert r[3].split()[0] == "NULL"
+    times = [float(r[1]) for r in rows]
+    assert times == sorted(times) and times[0] > 15  # small messages are not free: launch + a step
+    assert main(["allreduce", "--preset", "mixed-4p", "-b", "1M", "-e", "8"]) == 2
+
+
+def test_hccl_sim_sendrecv_and_figures(tmp_path, capsys):
+    import json as _json
+
+    from hccl_py.planning.cli import main
+    from hccl_py.planning.simulator import simulate_p2p
+
+    assert main(["sendrecv", "--preset", "2x8p-roce", "--src", "0", "--dst", "8", "--bytes", "1G"]) == 0
+    out = capsys.readouterr().out
+    topo = Topology.preset("2x8p-roce")
+    expected = simulate_p2p(topo, 0, 8, 1 << 30).time_s
+    assert f"{expected * 1e6:14.3f} us" in out and "ROCE200" in out
+    route, card = topo.route(0, 8), topo.card(0)
+    assert expected == pytest.approx(card.launch_overhead_s + route.latency_s + (1 << 30) / route.bandwidth_Bps)
+    figures = tmp_path / "f.json"
+    figures.write_text(_json.dumps({"links": {"ROCE200": {"bandwidth_Bps": 1e9}}}))
+    assert main(["sendrecv", "--preset", "2x8p-roce", "--src", "0", "--dst", "8", "--bytes", "1G", "--figures", str(figures)]) == 0
+    assert "bandwidth              1.0" in capsys.readouterr().out
+    assert main(["sendrecv", "--preset", "2x8p-roce", "--src", "3", "--dst", "3", "--bytes", "1"]) == 2
+    assert main(["sendrecv", "--preset", "2x8p-roce", "--src", "0", "--dst", "99", "--bytes", "1"]) == 2
+
+
+def _auto_calls() -> list:
+    import hccl_py
+
+    comm = hccl_py.init()
+    out = []
+    for collective, count in (("allreduce", 1000), ("allgather", 300), ("allreduce", 1 << 16)):
+        x = np.ones(count, np.float32)
+        start = comm.clock
+        if collective == "allreduce":
+            comm.all_reduce(x)
+        else:
+            comm.all_gather(x)
+        out.append((comm._rc.recorder.records[-1].algo, start, comm.clock))
+    return out
+
+
+@pytest.mark.timeout(120)
+def test_auto_runs_hccls_two_level_choice_in_the_emulator_as_in_the_simulator():
+    from hccl_py.algo_select import auto, hier_levels, server_partition
+    from hccl_py.algorithms.hierarchical import schedule_for
+
+    preset, size = "2x2p-roce", 4
+    per_rank = run_ranks(_auto_calls, size, env={"HCCL_PY_TOPOLOGY": preset}, timeout=100)
+    topo = Topology.preset(preset)
+    model = CostModel(topo)
+    ranks = tuple(range(size))
+    for i, (collective, count) in enumerate((("allreduce", 1000), ("allgather", 300), ("allreduce", 1 << 16))):
+        algo = auto(model, collective, count, 4, ranks)
+        assert algo == "hier:mesh/ring@server" and {per_rank[r][i][0] for r in ranks} == {algo}
+        fn = schedule_for(collective, server_partition(topo, ranks), *hier_levels(algo))
+        starts = [per_rank[r][i][1] for r in ranks]
+        result = simulate(collective, fn, topo, count, itemsize=4, start_clocks=starts, cost_model=model)
+        assert list(result.end_clocks) == [per_rank[r][i][2] for r in ranks]

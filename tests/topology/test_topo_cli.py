@@ -27,7 +27,7 @@ def test_show_preset(capsys):
     assert lines[0] == "ascend910-8p: 8 ranks on 1 server, ascend910 cards, 2 HCCS islands"
     assert "rank  server  device  card       island" in out
     assert "   7       0       7  ascend910       1" in out
-    assert "HCCS     12  30.0        1.00" in out and "HCCL auto groups: {0-3} {4-7}" in out
+    assert "HCCS     12  10.7        2.60" in out and "HCCL auto groups: {0-3} {4-7}" in out
 
 
 def test_show_defaults_and_n(capsys):

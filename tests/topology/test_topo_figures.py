@@ -28,14 +28,35 @@ def test_card_table_has_every_required_model_with_positive_figures():
 
 def test_figures_are_the_cited_ones():
     # Spot checks against the sources in figures.py, so an accidental edit shows up.
-    assert LINK_KINDS["HCCS"].bandwidth_Bps == 30e9  # 240 Gb/s per port
-    assert LINK_KINDS["HCCS_910B"].bandwidth_Bps == 28e9  # 56 GB/s per pair, both directions
-    assert LINK_KINDS["ROCE100"].bandwidth_Bps == 12.5e9
-    assert LINK_KINDS["ROCE200"].bandwidth_Bps == 25e9
-    assert LINK_KINDS["PCIE"].bandwidth_Bps == pytest.approx(31.5e9, rel=1e-3)
+    gib = 2**30
+    assert LINK_KINDS["HCCS"].bandwidth_Bps == 10.0 * gib  # HCCL's BANDWIDTH_HCCS_910A
+    assert LINK_KINDS["HCCS_910B"].bandwidth_Bps == 18.3 * gib  # HCCL's BANDWIDTH_HCCS_910B
+    assert LINK_KINDS["ROCE100"].bandwidth_Bps == 12e9  # HCCL's measured single-stream RDMA
+    assert LINK_KINDS["ROCE200"].bandwidth_Bps == 25.0 * 0.8 * gib  # HCCL's BANDWIDTH_RDMA_910B
+    assert LINK_KINDS["PCIE"].bandwidth_Bps == 24.926e9  # FlagPerf ascend-dmi d2h
+    assert LINK_KINDS["HCCS_910B"].latency_s == pytest.approx(2.6e-6)  # 2 notify records + SDMA fixed
+    assert 4 * LINK_KINDS["ROCE200"].latency_s == pytest.approx(21e-6)  # 3 RDMA operations x 7 us
     assert CARD_MODELS["ascend910"].peak_fp16_flops == 256e12
     assert CARD_MODELS["ascend910b"].hbm_bytes == 64 * 2**30
     assert CARD_MODELS["ascend310p"].peak_fp16_flops == 70e12
+    assert CARD_MODELS["ascend910b"].peak_flops("float16") * CARD_MODELS["ascend910b"].matmul_efficiency == pytest.approx(313.182e12)
+    assert CARD_MODELS["ascend910b"].launch_overhead_s == 15e-6
+    assert CARD_MODELS["ascend910b"].vector_bandwidth_Bps == 10e9  # HCCL's CCE reduce estimate
+
+
+def test_inline_reduction_follows_hccl_per_chip():
+    b, a, p = CARD_MODELS["ascend910b"], CARD_MODELS["ascend910"], CARD_MODELS["ascend310p"]
+    assert b.reduces_inline("bfloat16", "max") and b.reduces_inline("float32", "sum") and not b.reduces_inline("float32", "prod")
+    assert a.reduces_inline("float32", "sum") and not a.reduces_inline("float16", "sum") and not a.reduces_inline("float32", "max")
+    assert p.reduces_inline("float16", "sum") and not p.reduces_inline("int8", "sum")
+
+
+def test_peak_by_dtype():
+    card = CARD_MODELS["ascend910b"]
+    assert card.peak_flops(None) == card.peak_flops("float16") == 320e12
+    assert card.peak_flops("int8") == 640e12 and card.peak_flops("bfloat16") == 320e12
+    assert card.peak_flops("float32") < card.peak_flops("float16") / 3
+    assert card.peak_flops("float64") == card.peak_flops("float32") / 2
 
 
 def test_specs_are_frozen():
@@ -55,7 +76,7 @@ def test_override_changes_only_the_named_figures(tmp_path):
     assert links["ROCE200"] == LinkSpec("ROCE200", 5e9, LINK_KINDS["ROCE200"].latency_s)
     assert cards["ascend910b"].hbm_bytes == 2**34
     assert cards["ascend910b"].peak_fp16_flops == CARD_MODELS["ascend910b"].peak_fp16_flops
-    assert links["HCCS"] == LINK_KINDS["HCCS"] and LINK_KINDS["ROCE200"].bandwidth_Bps == 25e9  # defaults untouched
+    assert links["HCCS"] == LINK_KINDS["HCCS"] and LINK_KINDS["ROCE200"].bandwidth_Bps == 20 * 2**30  # defaults untouched
 
 
 def test_topology_uses_overridden_figures(tmp_path):
@@ -63,7 +84,7 @@ def test_topology_uses_overridden_figures(tmp_path):
     for figures in (load_figures(path), str(path), path):
         topo = Topology.preset("2x8p-roce", figures=figures)
         assert topo.route(0, 8).bandwidth_Bps == 5e9
-        assert topo.link("card0", "card1").bandwidth_Bps == 28e9
+        assert topo.link("card0", "card1").bandwidth_Bps == LINK_KINDS["HCCS_910B"].bandwidth_Bps
 
 
 @pytest.mark.parametrize("doc, key", [
@@ -86,6 +107,20 @@ def test_bad_values_are_rejected(tmp_path, value):
         load_figures(_write(tmp_path, {"links": {"PCIE": {"latency_s": value}}}))
     assert (info.value.field, info.value.rule) == ("links.PCIE.latency_s", "positive")
     assert info.value.value == value and type(info.value.value) is type(value)
+
+
+def test_card_lists_and_fractions_round_trip(tmp_path):
+    from topology.figures import figures_to_dict
+
+    doc = {"cards": {"ascend910": {"inline_reduce_dtypes": ["float32", "float16"], "matmul_efficiency": 0.5}},
+           "links": {"HCCS": {"bandwidth_Bps": 2e10}}}
+    figures = load_figures(_write(tmp_path, doc))
+    assert figures[1]["ascend910"].reduces_inline("float16", "sum") and figures[1]["ascend910"].matmul_efficiency == 0.5
+    assert figures_to_dict(figures) == doc
+    with pytest.raises(TopologyError, match="fraction"):
+        load_figures(_write(tmp_path, {"cards": {"ascend910": {"matmul_efficiency": 2}}}))
+    with pytest.raises(TopologyError, match="list of names"):
+        load_figures(_write(tmp_path, {"cards": {"ascend910": {"inline_reduce_ops": "sum"}}}))
 
 
 def test_hbm_bytes_must_be_whole(tmp_path):

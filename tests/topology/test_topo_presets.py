@@ -29,8 +29,9 @@ def test_ascend910_8p_has_two_hccs_islands_joined_over_pcie():
     assert [h for h in route.hops] == [("card0", "s0.pcie0"), ("s0.pcie0", "s0.pcie1"), ("s0.pcie1", "card5")]
     assert kinds(topo, 0, 5) == ["PCIE", "HOST", "PCIE"]
     assert route.bandwidth_Bps == topo.link_kinds["HOST"].bandwidth_Bps
-    assert route.latency_s == pytest.approx(2 * 2e-6 + 5e-6)
-    assert topo.route(0, 1).bandwidth_Bps == 30e9 and topo.route(0, 1).latency_s == 1e-6
+    assert route.latency_s == pytest.approx(2 * topo.link_kinds["PCIE"].latency_s + topo.link_kinds["HOST"].latency_s)
+    hccs = topo.link_kinds["HCCS"]
+    assert topo.route(0, 1).bandwidth_Bps == hccs.bandwidth_Bps and topo.route(0, 1).latency_s == hccs.latency_s
 
 
 def test_ascend910_8p_first_four_cards_are_one_island():
@@ -73,7 +74,7 @@ def test_2x8p_roce_goes_card_nic_leaf_nic_card():
     assert topo.num_servers == 2 and topo.server_of(8) == 1 and topo.device_of(11) == 3
     assert topo.route(3, 12).hops == (("card3", "s0.nic3"), ("s0.nic3", "leaf0"), ("leaf0", "s1.nic4"), ("s1.nic4", "card12"))
     assert kinds(topo, 3, 12) == ["ROCE200"] * 4
-    assert topo.route(3, 12).bandwidth_Bps == 25e9
+    assert topo.route(3, 12).bandwidth_Bps == topo.link_kinds["ROCE200"].bandwidth_Bps
     assert kinds(topo, 8, 9) == ["HCCS_910B"]
     assert "spine" not in topo.graph
 
@@ -98,8 +99,8 @@ def test_many_servers_get_leaves_and_a_spine():
     route = topo.route(0, 511)
     assert route.hops[2:4] == (("leaf0", "spine"), ("spine", "leaf1"))
     # the trunk carries the whole leaf's downlink bandwidth: never the bottleneck of one flow
-    assert topo.link("leaf0", "spine").bandwidth_Bps == 256 * 25e9
-    assert route.bandwidth_Bps == 25e9
+    assert topo.link("leaf0", "spine").bandwidth_Bps == 256 * topo.link_kinds["ROCE200"].bandwidth_Bps
+    assert route.bandwidth_Bps == topo.link_kinds["ROCE200"].bandwidth_Bps
 
 
 def test_route_to_self_is_empty_and_routes_are_cached():
@@ -154,8 +155,12 @@ def test_structural_routes_are_latency_shortest_paths(name, n):
 
 def test_intra_server_traffic_stays_inside_the_server():
     # Card 0 -> 4 of a 910 server: HCCL's default intra-server path is PCIe (HCCL_INTRA_PCIE_ENABLE
-    # default), even though the RoCE loop card->NIC->leaf->NIC->card has lower modeled latency.
-    topo = Topology.preset("2x8p-roce-910")
+    # default), even where the RoCE loop card->NIC->leaf->NIC->card would be faster (figures
+    # that make it so: a slow host path).
+    slow_host = {"links": {"HOST": {"latency_s": 1e-4, "bandwidth_Bps": 1e9}}}
+    from topology.figures import figures_from_dict
+
+    topo = Topology.preset("2x8p-roce-910", figures=figures_from_dict(slow_host))
     assert kinds(topo, 0, 4) == ["PCIE", "HOST", "PCIE"]
     roce_loop = 4 * topo.link_kinds["ROCE100"].latency_s
     assert roce_loop < topo.route(0, 4).latency_s
@@ -213,7 +218,7 @@ def test_describe_lists_ranks_kinds_and_links():
     text = Topology.preset("mixed-4p").describe()
     assert text.splitlines()[0].startswith("mixed-4p: 4 ranks on 1 server")
     assert "rank  server  device  card" in text and "island" in text
-    assert "HCCS" in text and "31.5" in text and re.search(r"card1 +card2 +HCCS +30\.0 +1\.00", text)
+    assert "HCCS" in text and "24.9" in text and re.search(r"card1 +card2 +HCCS +10\.7 +2\.60", text)
     big = Topology.preset("64x8p-roce").describe()
     assert "only the summary above is shown" in big and big.count("\n") > 512
 

@@ -185,13 +185,18 @@ def test_another_user_cannot_reach_the_ranks_and_results_stay_right(tmp_path) ->
     assert [r["wrong"] for r in results] == [0, 0]
 
 
-def _rank1_sends_junk(junk: bytes) -> dict:
-    """Rank 1, a member of the job, sends ``junk`` to rank 0 before an allreduce; rank 0 reports
-    what its allreduce raised."""
+def _rank1_sends_junk(junk: bytes, ready: str) -> dict:
+    """Rank 1, a member of the job, sends ``junk`` to rank 0 once rank 0 is past init and the
+    barrier (it says so with the file ``ready``); rank 0 reports what its allreduce raised."""
     import hccl_py
+    from tests.mp import wait_for_file
 
     comm = hccl_py.init()
-    if comm.rank == 1:
+    comm.barrier()
+    if comm.rank == 0:
+        open(ready, "w").close()
+    else:
+        wait_for_file(ready, within=30)
         comm._engine.transport._out_socks[0].send(junk)
     try:
         comm.all_reduce(np.ones(4, np.float32))
@@ -205,6 +210,6 @@ def _rank1_sends_junk(junk: bytes) -> dict:
 @pytest.mark.timeout(60)
 @pytest.mark.usefixtures("no_leaks")
 @pytest.mark.parametrize("junk, sender", [(b"\x01", None), (_header(42, 1), 1)], ids=["one byte", "unknown kind"])
-def test_a_malformed_datagram_inside_a_job_fails_the_call_naming_the_sender(junk: bytes, sender) -> None:
-    results = run_ranks(_rank1_sends_junk, 2, junk, timeout=40)
+def test_a_malformed_datagram_inside_a_job_fails_the_call_naming_the_sender(junk: bytes, sender, tmp_path) -> None:
+    results = run_ranks(_rank1_sends_junk, 2, junk, str(tmp_path / "ready"), timeout=40)
     assert results[0] == {"class": "HcclRemoteError", "code": 21, "peer": sender}
