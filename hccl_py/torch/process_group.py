@@ -39,26 +39,44 @@ from .tensors import Staged, as_array, check, contiguous_array
 from .work import DONE, HcclWork, backend_error
 
 _RedOp = dist.ReduceOp.RedOpType
-# torch's ReduceOp (and its RedOpType) hash to the op's code: SUM 0, AVG 1, PRODUCT 2, MIN 3, MAX 4, ...
-# One int lookup is the cheapest way to read it (comparing pybind enums costs a microsecond).
-_NAMES = {hash(kind): name for name, kind in _RedOp.__members__.items()}
-_OPS = {hash(_RedOp.SUM): (ReduceOp.SUM, False), hash(_RedOp.PRODUCT): (ReduceOp.PROD, False),
-        hash(_RedOp.MIN): (ReduceOp.MIN, False), hash(_RedOp.MAX): (ReduceOp.MAX, False),
-        hash(_RedOp.AVG): (ReduceOp.SUM, True)}  # AVG: SUM, then divided by the group size
+_ReduceOpT = dist.ReduceOp
+# An op's code (SUM 0, AVG 1, PRODUCT 2, MIN 3, MAX 4, ..., PREMUL_SUM 8) is what torch's ReduceOp
+# and its RedOpType hash to: one hash and one int lookup is the cheapest way to read it (reading
+# .op and comparing pybind enums costs about a microsecond). Only those two types are read that way
+# (:func:`_code`); the import checks the rule holds for this torch, else ops are read by int(.op).
+_NAMES = {int(kind): name for name, kind in _RedOp.__members__.items()}
+_HASH_IS_CODE = all(hash(kind) == int(kind) for kind in _RedOp.__members__.values()) and all(
+    hash(_ReduceOpT(kind)) == int(kind) for name, kind in _RedOp.__members__.items() if name != "PREMUL_SUM")
+_OPS = {int(_RedOp.SUM): (ReduceOp.SUM, False), int(_RedOp.PRODUCT): (ReduceOp.PROD, False),
+        int(_RedOp.MIN): (ReduceOp.MIN, False), int(_RedOp.MAX): (ReduceOp.MAX, False),
+        int(_RedOp.AVG): (ReduceOp.SUM, True)}  # AVG: SUM, then divided by the group size
 # bool travels as uint8: "sum" and "max" are a logical or, "product" and "min" a logical and.
-_BOOL_OPS = {hash(_RedOp.SUM): (ReduceOp.MAX, False), hash(_RedOp.MAX): (ReduceOp.MAX, False),
-             hash(_RedOp.PRODUCT): (ReduceOp.MIN, False), hash(_RedOp.MIN): (ReduceOp.MIN, False)}
+_BOOL_OPS = {int(_RedOp.SUM): (ReduceOp.MAX, False), int(_RedOp.MAX): (ReduceOp.MAX, False),
+             int(_RedOp.PRODUCT): (ReduceOp.MIN, False), int(_RedOp.MIN): (ReduceOp.MIN, False)}
 _F32 = torch.float32
 _NO_TIMEOUT = timedelta(0)
 
 
+def _code(red_op) -> int | None:
+    """The op code of torch's ``ReduceOp`` (``dist.ReduceOp.SUM``, ``ReduceOp.RedOpType.SUM``, a
+    ``ReduceOp`` instance such as ``opts.reduceOp`` or a premul_sum); None for anything else."""
+    kind = type(red_op)
+    if _HASH_IS_CODE and (kind is _ReduceOpT or kind is _RedOp):
+        return hash(red_op)
+    if isinstance(red_op, _ReduceOpT):
+        return int(red_op.op)
+    if isinstance(red_op, _RedOp):
+        return int(red_op)
+    return None
+
+
 def _op(red_op, dtype: torch.dtype, what: str) -> tuple[ReduceOp, bool]:
     """(hccl-py's op, whether to divide by the group size after it) for torch's ReduceOp."""
-    code = hash(red_op)
+    code = _code(red_op)
     found = (_BOOL_OPS if dtype is torch.bool else _OPS).get(code)
     if found is None:
-        name = _NAMES.get(code, str(red_op))
-        raise HcclNotSupportedError(f"{what}: ReduceOp.{name} is not supported by hccl-py (SUM, PRODUCT, MIN, MAX"
+        name = f"ReduceOp.{_NAMES[code]}" if code in _NAMES else repr(red_op)
+        raise HcclNotSupportedError(f"{what}: {name} is not supported by hccl-py (SUM, PRODUCT, MIN, MAX"
                                     f"{' on bool' if dtype is torch.bool else ', AVG'})", arg="op", value=name,
                                     rule="choices")
     return found
@@ -178,10 +196,10 @@ class HcclProcessGroup(dist.ProcessGroup):
     # -- collectives ---------------------------------------------------------------------------------
     def allreduce(self, tensors, opts=None):
         opts = opts if opts is not None else dist.AllreduceOptions()
-        if not opts.asyncOp and len(tensors) == 1:  # the common case, kept short: blocking, float32, contiguous
+        if not opts.asyncOp and len(tensors) == 1:  # the common case, kept short: blocking float32 on the CPU
             t = tensors[0]
-            if t.dtype is _F32 and t.is_contiguous() and not t.requires_grad:
-                found = _OPS.get(hash(opts.reduceOp))
+            if t.dtype is _F32 and t.is_cpu and t.is_contiguous() and not t.requires_grad:
+                found = _OPS.get(_code(opts.reduceOp))
                 if found is not None:
                     try:
                         self.comm.all_reduce(t.numpy(), found[0])

@@ -207,6 +207,31 @@ def test_one_rank_group(one_rank):
     assert isinstance(info.value.__cause__, HcclNotSupportedError)
 
 
+def test_every_form_of_reduce_op(one_rank):
+    R = dist.ReduceOp
+    forms = [(R.SUM, 3.0), (R.RedOpType.SUM, 3.0), (R(R.RedOpType.SUM), 3.0), (R.MAX, 3.0), (R(R.RedOpType.MIN), 3.0),
+             (R.PRODUCT, 3.0), (R.AVG, 3.0), (R(R.RedOpType.AVG), 3.0)]
+    for red_op, expected in forms:  # a one-rank group: every op leaves the value, AVG divides by 1
+        for t in (torch.full((4,), 3.0), torch.full((4,), 3.0, dtype=torch.float64), torch.full((8,), 3.0)[::2]):
+            dist.all_reduce(t, op=red_op)  # float32 contiguous (the short path), float64, strided
+            assert t.tolist() == [expected] * 4, (red_op, t)
+    opts = dist.AllreduceOptions()
+    opts.reduceOp = R.MAX  # what torch hands the group: a ReduceOp instance
+    assert dist.group.WORLD.allreduce([torch.ones(2)], opts).wait()
+    for red_op in (R.BAND, R.BOR, R.BXOR, dist._make_nccl_premul_sum(2.0), dist._make_nccl_premul_sum(torch.tensor(2.0))):
+        for t in (torch.ones(2), torch.ones(2, dtype=torch.int32)):
+            with pytest.raises(dist.DistBackendError, match="not supported") as info:
+                dist.all_reduce(t, op=red_op)
+            assert isinstance(info.value.__cause__, HcclNotSupportedError)
+    with pytest.raises(dist.DistBackendError, match="AVG is not supported"):
+        dist.all_reduce(torch.ones(2, dtype=torch.bool), op=R.AVG)
+    from hccl_py.torch.process_group import _op
+
+    for other in (0, 1, True, "sum", hccl_py.ReduceOp.SUM):  # no torch ReduceOp: refused, whatever it hashes to
+        with pytest.raises(HcclNotSupportedError):
+            _op(other, torch.float32, "all_reduce")
+
+
 def test_destroy_releases_the_world_it_made(one_rank):
     comm = hccl_py.torch.communicator()
     dist.destroy_process_group()
