@@ -75,6 +75,7 @@ def make_call(op: str, nbytes: int, world: int, device: str):
 
 
 def main() -> None:
+    """Time each size with NPU events on every rank; rank 0 prints the slowest rank's medians."""
     parser = argparse.ArgumentParser(description="Ascend-style collective benchmark (torch.distributed + NPU events)")
     parser.add_argument("--op", default="all_reduce", choices=sorted(BUS_FACTOR))
     parser.add_argument("--sizes", default="1K,64K,1M,16M", help="bytes per rank, comma-separated (K/M/G suffixes)")

@@ -22,6 +22,7 @@ import hccl_py.torch  # registers the "hccl" backend
 
 
 def main() -> None:
+    """Run the sharded MLP for --steps batches, check it against the whole model, print the times."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--width", type=int, default=256)

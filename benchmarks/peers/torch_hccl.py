@@ -59,6 +59,9 @@ def rank_work(cfg: BenchConfig, progress_path: str | None) -> list[list[dict[str
 
 
 class TorchHcclBackend(Backend):
+    """torch.distributed on hccl-py's "hccl" backend (``--vs torch-hccl``): ``cfg.nranks`` ranks
+    started with ``launch.spawn`` as hccl-py's own, each calling ``dist.*`` on tensor views."""
+
     name = "torch-hccl"
     label = "torch on hccl-py"
     extra_columns = EXTRA_COLUMNS

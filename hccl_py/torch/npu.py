@@ -63,6 +63,7 @@ def set_device(device) -> None:
 
 
 def current_device() -> int:
+    """The card index last given to :func:`set_device` (0 before)."""
     return _current
 
 
@@ -75,15 +76,17 @@ def device_count() -> int:
 
 
 def is_available() -> bool:
+    """True: the stand-in's card is always there."""
     return True
 
 
 def is_initialized() -> bool:
+    """True: there is nothing to initialise."""
     return True
 
 
 def init() -> None:
-    pass
+    """Nothing to do (torch.npu.init() initialises the real runtime)."""
 
 
 def synchronize(device=None) -> None:
@@ -92,33 +95,45 @@ def synchronize(device=None) -> None:
 
 
 def get_device_name(device=None) -> str:
+    """The modeled card's model name, marked as the hccl-py stand-in."""
     card = _device()
     return f"{card.model.name} (hccl-py stand-in)" if card is not None else "Ascend (hccl-py stand-in)"
 
 
 def get_device_properties(device=None):
+    """``name``, ``total_memory`` (the modeled card's HBM bytes) and ``multi_processor_count`` (0)."""
     card = _device()
     memory = card.model.hbm_bytes if card is not None else 0
     return types.SimpleNamespace(name=get_device_name(device), total_memory=memory, multi_processor_count=0)
 
 
 def get_device_capability(device=None) -> tuple[int, int]:
+    """(0, 0): the stand-in has no compute capability to report."""
     return (0, 0)
 
 
 def is_bf16_supported() -> bool:
+    """True: hccl-py carries bfloat16 (as Ascend 910B does)."""
     return True
 
 
 def manual_seed(seed: int) -> None:
+    """Seed torch's CPU generator (the card's tensors live on the CPU); also ``manual_seed_all``."""
     torch.manual_seed(seed)
 
 
 manual_seed_all = manual_seed
-seed = seed_all = lambda: None  # noqa: E731
+
+
+def seed() -> None:
+    """Nothing to do: the CPU generator is torch's own (also ``seed_all``)."""
+
+
+seed_all = seed
 
 
 def _zero(device=None) -> int:
+    """0: the stand-in keeps no memory statistics (``memory_allocated`` and the rest of that family)."""
     return 0
 
 
@@ -126,17 +141,18 @@ memory_allocated = max_memory_allocated = memory_reserved = max_memory_reserved 
 
 
 def empty_cache() -> None:
-    pass
+    """Nothing to do: there is no device cache."""
 
 
 def reset_peak_memory_stats(device=None) -> None:
-    pass
+    """Nothing to do: there are no memory statistics (also ``reset_max_memory_*``)."""
 
 
 reset_max_memory_allocated = reset_max_memory_cached = reset_peak_memory_stats
 
 
 def mem_get_info(device=None) -> tuple[int, int]:
+    """(free, total) bytes of the modeled card's HBM, as hccl-py's simulated device counts them."""
     card = _device()
     total = card.model.hbm_bytes if card is not None else 0
     return (total - (card.used_bytes if card is not None else 0), total)
@@ -162,18 +178,21 @@ class Event:
         self._stamp: float | None = None
 
     def record(self, stream=None) -> None:
+        """Stamp the card's modeled clock now."""
         self._stamp = _clock()
 
     def query(self) -> bool:
+        """True: a recorded stamp is final at once (collectives return when done)."""
         return True
 
     def synchronize(self) -> None:
-        pass
+        """Nothing to wait for: the stamp was taken when ``record()`` ran."""
 
     def wait(self, stream=None) -> None:
-        pass
+        """Nothing to do: there is one stream."""
 
     def elapsed_time(self, end: "Event") -> float:
+        """Modeled milliseconds from this event's stamp to ``end``'s (both timing, both recorded)."""
         if not (self.enable_timing and end.enable_timing):
             raise RuntimeError("Both events must be created with enable_timing=True to measure elapsed time")
         if self._stamp is None or end._stamp is None:
@@ -191,18 +210,21 @@ class Stream:
         self.device = device
 
     def synchronize(self) -> None:
+        """Wait for every asynchronous collective, as :func:`synchronize`."""
         synchronize()
 
     def query(self) -> bool:
+        """True: work on the stream is done when its call returns."""
         return True
 
     def wait_stream(self, stream) -> None:
-        pass
+        """Nothing to do: there is one stream."""
 
     def wait_event(self, event) -> None:
-        pass
+        """Nothing to do: there is one stream."""
 
     def record_event(self, event: Event | None = None) -> Event:
+        """Record ``event`` (a new one if None) on the card's clock and return it."""
         event = event if event is not None else Event()
         event.record(self)
         return event
@@ -212,6 +234,7 @@ _STREAM = Stream()
 
 
 def current_stream(device=None) -> Stream:
+    """The card's one stream (also ``default_stream``)."""
     return _STREAM
 
 
@@ -220,10 +243,13 @@ default_stream = current_stream
 
 @contextlib.contextmanager
 def stream(s=None):
+    """``with torch.npu.stream(s):`` runs the block as it is: there is one stream."""
     yield s
 
 
 class device:  # noqa: N801  (torch.npu.device, a context manager)
+    """``with torch.npu.device(i):`` makes card ``i`` the current device for the block."""
+
     def __init__(self, device):
         self.index = _index(device)
 

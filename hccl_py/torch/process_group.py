@@ -132,18 +132,23 @@ class HcclProcessGroup(dist.ProcessGroup):
 
     # -- identity (what torch's C++ side asks) -----------------------------------------------
     def getBackendName(self) -> str:
+        """"hccl": what ``pg.name()`` and ``dist.get_backend()`` report."""
         return "hccl"
 
     def setGroupName(self, name: str) -> None:
+        """torch names the group ("0", "1", ...) when it registers it."""
         self._group_name = name
 
     def getGroupName(self) -> str:
+        """The name torch gave the group (functional collectives look groups up by it)."""
         return self._group_name
 
     def setGroupDesc(self, desc: str) -> None:
+        """torch describes the group ("default_pg", "undefined", or new_group(group_desc=))."""
         self._group_desc = desc
 
     def getGroupDesc(self) -> str:
+        """The description torch gave the group."""
         return self._group_desc
 
     def __repr__(self) -> str:

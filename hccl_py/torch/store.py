@@ -64,19 +64,24 @@ class C10dStore:
 
     # -- the StoreClient calls connect.py makes ----------------------------------------------------
     def set(self, key: str, value: bytes) -> None:
+        """Store ``value`` under ``key`` (replacing any value)."""
         self._call("set", key, lambda: self._store.set(key, bytes(value)))
 
     def get(self, key: str, timeout_s: float | None = None) -> bytes:
+        """The value of ``key``, waiting for it up to ``timeout_s`` (None: the store's timeout)."""
         self.wait([key], timeout_s)
         return self._call("get", key, lambda: self._store.get(key))
 
     def check(self, keys) -> list[bool]:
+        """For each key, whether it is set now (no waiting)."""
         return [self._call("check", k, lambda k=k: self._store.check([k])) for k in keys]
 
     def add(self, key: str, delta: int = 1) -> int:
+        """Add ``delta`` to the counter ``key`` (0 if absent) atomically; the new value."""
         return int(self._call("add", key, lambda: self._store.add(key, int(delta))))
 
     def delete(self, key: str) -> bool:
+        """Remove ``key``; whether it was there."""
         return bool(self._call("delete", key, lambda: self._store.delete_key(key)))
 
     def set_if_absent(self, key: str, value: bytes) -> tuple[bool, bytes]:
@@ -92,6 +97,8 @@ class C10dStore:
                                 lambda: self._store.compare_set(_JOB_KEY, b"", self._proposed.encode()))).decode()
 
     def wait(self, keys, timeout_s: float | None = None) -> None:
+        """Block until every key is set: HcclTimeoutError naming the missing ones after
+        ``timeout_s`` (None: the store's timeout), HcclConnectError if the store is gone."""
         keys = list(keys)
         if not keys:
             return
