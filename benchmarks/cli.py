@@ -1,5 +1,6 @@
 """``hccl-bench``: nccl-tests / hccl_test-style sweeps of hccl-py's collectives, side by side with
-MPI (mpi4py + MPICH) and torch.distributed gloo.
+MPI (mpi4py + MPICH) and torch.distributed gloo, or beside torch.distributed on hccl-py's own
+"hccl" backend (``--vs torch-hccl``).
 
     hccl-bench allreduce -n 4 -b 8 -e 64M -f 2 -w 5 -i 20 -d fp32 -o sum --algo ring
     hccl-bench allgather -n 2 -b 1K -e 16M -f 4 --vs mpi,gloo --json ag.json --plot ag.png
@@ -8,7 +9,7 @@ MPI (mpi4py + MPICH) and torch.distributed gloo.
     hccl-bench allreduce -n 2 -b 8 -e 4M -f 4 --vs torch-hccl --repeats 5   # what torch's API adds to hccl-py
     hccl-bench partition --topology mixed-4p --workload dp-infer     # communication groups (hccl_py/planning/partition_report.py)
 
-It starts its own ranks (launch.spawn, mpiexec, one process per gloo rank). Started as a rank of
+It starts its own ranks (launch.spawn, also for torch-hccl; mpiexec; one process per gloo rank). Started as a rank of
 a job instead (``hccl-launch -n 4 hccl-bench ...``, ``mpiexec -n 4 hccl-bench ...``), it runs
 hccl-py in place on that job's ranks and rank 0 prints.
 
@@ -66,7 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="hccl-bench",
         description="Measure hccl-py's collectives like nccl-tests (size sweep, algbw/busbw, #wrong), "
-                    "optionally side by side with MPI (mpi4py+MPICH) and torch gloo.",
+                    "optionally side by side with MPI (mpi4py+MPICH), torch gloo and torch on hccl-py's "
+                    "own backend (torch-hccl).",
         epilog="Sizes take K/M/G suffixes (powers of 1024). Example: "
                "hccl-bench allreduce -n 2 -b 8 -e 64M -f 4 --vs mpi,gloo --plot ar.png. "
                "Communication groups: hccl-bench partition --help",

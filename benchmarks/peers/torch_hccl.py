@@ -15,6 +15,7 @@ import importlib.metadata
 from typing import Any
 
 from ..collectives import Collective
+from ..collectives import get as get_collective
 from ..config import BenchConfig
 from ..harness import Backend, BackendError, rank_main
 from .base import importable
@@ -51,6 +52,24 @@ class TorchHcclRankComm(GlooRankComm):
         return {"modeled_us": (self._modeled_s() - start) * 1e6}
 
 
+def algo_env(cfg: BenchConfig) -> dict[str, str]:
+    """``--algo`` for ranks that call through torch (whose API takes no algorithm): HCCL_ALGO
+    naming it for the measured collective (``allreduce=ring``); {} for auto. HcclParamError if
+    HCCL_ALGO cannot say it (the two-level ``hier:...`` forms)."""
+    if cfg.algo == "auto":
+        return {}
+    from hccl_py import env
+    from hccl_py.algo_select import parse_hccl_algo
+
+    op = get_collective(cfg.collective).spec.name
+    text = f"{op}={cfg.algo}"
+    if parse_hccl_algo(text) != {op: cfg.algo}:
+        from hccl_py.errors import HcclParamError
+
+        raise HcclParamError(f"--algo {cfg.algo}: HCCL_ALGO has no short form for it", arg="algo", value=cfg.algo)
+    return {env.HCCL_ALGO: text}
+
+
 def rank_work(cfg: BenchConfig, progress_path: str | None) -> list[list[dict[str, Any]]] | None:
     """What each spawned rank runs (module level: launch.spawn pickles it by name)."""
     import os
@@ -72,7 +91,15 @@ class TorchHcclBackend(Backend):
         return None
 
     def unsupported(self, cfg: BenchConfig) -> str | None:
-        return unsupported_reason(cfg)
+        from hccl_py.errors import HcclError
+
+        reason = unsupported_reason(cfg)
+        if reason is None:
+            try:
+                algo_env(cfg)
+            except HcclError as err:
+                return f"torch calls cannot choose the algorithm: {err.message}"
+        return reason
 
     def version(self) -> str:
         import hccl_py
@@ -87,7 +114,7 @@ class TorchHcclBackend(Backend):
 
         try:
             results = launch.spawn(rank_work, cfg.nranks, args=(cfg, progress_path), timeout=cfg.timeout_s,
-                                   env={"OMP_NUM_THREADS": "1"})
+                                   env={"OMP_NUM_THREADS": "1", **algo_env(cfg)})
         except launch.SpawnError as err:
             raise BackendError(f"torch on hccl-py: ranks failed: {err}") from err
         assert isinstance(results, list) and results[0] is not None
