@@ -54,6 +54,7 @@ _OPS = {int(_RedOp.SUM): (ReduceOp.SUM, False), int(_RedOp.PRODUCT): (ReduceOp.P
 _BOOL_OPS = {int(_RedOp.SUM): (ReduceOp.MAX, False), int(_RedOp.MAX): (ReduceOp.MAX, False),
              int(_RedOp.PRODUCT): (ReduceOp.MIN, False), int(_RedOp.MIN): (ReduceOp.MIN, False)}
 _F32 = torch.float32
+_FAST_OP_TYPE = _ReduceOpT if _HASH_IS_CODE else None  # opts.reduceOp read by hash on the short path
 _NO_TIMEOUT = timedelta(0)
 
 
@@ -125,6 +126,7 @@ class HcclProcessGroup(dist.ProcessGroup):
     def __init__(self, comm, *, monitor=None, on_shutdown=None):
         super().__init__(comm.rank, comm.size)
         self.comm = comm
+        self._all_reduce_what = f"all_reduce on '{comm.name}'"
         self._monitor = monitor
         self._on_shutdown = on_shutdown
         self._group_name = ""
@@ -204,10 +206,12 @@ class HcclProcessGroup(dist.ProcessGroup):
         if not opts.asyncOp and len(tensors) == 1:  # the common case, kept short: blocking float32 on the CPU
             t = tensors[0]
             if t.dtype is _F32 and t.is_cpu and t.is_contiguous() and not t.requires_grad:
-                found = _OPS.get(_code(opts.reduceOp))
+                red_op = opts.reduceOp
+                found = _OPS.get(hash(red_op)) if type(red_op) is _FAST_OP_TYPE else None
                 if found is not None:
+                    a = t.numpy()  # the tensor's memory: C-contiguous, writable, float32 (takes every op of _OPS)
                     try:
-                        self.comm.all_reduce(t.numpy(), found[0])
+                        self.comm._all_reduce_flat(a if a.ndim == 1 else a.reshape(-1), found[0], self._all_reduce_what)
                     except HcclError as err:
                         raise backend_error(err, "all_reduce") from err
                     if found[1]:

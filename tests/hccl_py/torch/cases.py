@@ -86,6 +86,34 @@ def all_reduce_non_contiguous_and_scalar(rank, world):
 
 
 @case
+def all_reduce_short_path_on_reused_and_new_memory(rank, world):
+    """The blocking float32 path (views straight into hccl-py's call, without all_reduce's checks):
+    every call writes the tensor it was given, reused, new at a freed one's address, or a slice."""
+    torch, dist = _torch()
+    total = float(sum(range(1, world + 1)))
+    kept = torch.full((3, 2), float(rank + 1))
+    for step in range(3):  # the same tensor again and again
+        kept.fill_(rank + 1.0)
+        dist.all_reduce(kept)
+        _close(kept, torch.full((3, 2), total), f"same tensor, step {step}")
+    for step in range(20):  # new tensors, often at a freed one's address
+        t = torch.full((6,), float(rank + 1 + step))
+        dist.all_reduce(t, op=dist.ReduceOp.MAX if step % 2 else dist.ReduceOp.SUM)
+        expected = float(world + step) if step % 2 else total + world * step
+        _close(t, torch.full((6,), expected), f"new tensor, step {step}")
+        del t
+    base = torch.zeros(4, 8)  # rows of one storage: same length, different addresses
+    for row in range(4):
+        base[row].fill_(rank + 1.0)
+        dist.all_reduce(base[row])
+    _close(base, torch.full((4, 8), total), "rows")
+    big = torch.zeros(1 << 17)  # a slice of a large storage
+    big[:5].fill_(rank + 1.0)
+    dist.all_reduce(big[:5])
+    _close(big[:6], torch.tensor([total] * 5 + [0.0]), "slice of a large storage")
+
+
+@case
 def all_reduce_async_and_future(rank, world):
     torch, dist = _torch()
     ts = [torch.full((8,), float(rank * 10 + i)) for i in range(3)]
