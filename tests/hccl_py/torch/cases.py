@@ -114,6 +114,30 @@ def all_reduce_short_path_on_reused_and_new_memory(rank, world):
 
 
 @case
+def ddp_and_functional_collectives(rank, world):
+    """What reaches the group from torch's C++ side: DDP's gradient all_reduce, and the
+    functional collectives under DTensor/FSDP2."""
+    torch, dist = _torch()
+    import torch.distributed._functional_collectives as funcol
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    ddp(torch.full((3, 4), float(rank + 1))).sum().backward()  # d/dW of the sum: 3 * (rank + 1) per entry
+    _close(model.weight.grad, torch.full((2, 4), 3.0 * sum(range(1, world + 1)) / world), "DDP averaged gradient")
+    group = dist.group.WORLD
+    total = float(sum(range(world)))
+    _close(funcol.wait_tensor(funcol.all_reduce(torch.full((2,), float(rank)), "sum", group)), torch.full((2,), total))
+    _close(funcol.wait_tensor(funcol.broadcast(torch.full((2,), float(rank)), 1, group)), torch.full((2,), 1.0))
+    gathered = funcol.wait_tensor(funcol.all_gather_tensor(torch.full((2,), float(rank)), 0, group))
+    _close(gathered, torch.arange(world, dtype=torch.float32).repeat_interleave(2))
+    part = funcol.wait_tensor(funcol.reduce_scatter_tensor(torch.arange(2.0 * world) + rank, "sum", 0, group))
+    _close(part, world * torch.arange(2.0 * rank, 2.0 * rank + 2) + total)
+    moved = funcol.wait_tensor(funcol.all_to_all_single(torch.arange(float(world)) + 10 * rank, None, None, group))
+    _close(moved, torch.full((world,), float(rank)) + 10 * torch.arange(float(world)))
+
+
+@case
 def all_reduce_async_and_future(rank, world):
     torch, dist = _torch()
     ts = [torch.full((8,), float(rank * 10 + i)) for i in range(3)]
