@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,mpi]'
+	$(BIN)/python -m pip install --quiet -e '.[test,mpi,torch]'
 	touch $@
 
 install: $(BIN)/.installed

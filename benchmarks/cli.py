@@ -1,13 +1,15 @@
 """``hccl-bench``: nccl-tests / hccl_test-style sweeps of hccl-py's collectives, side by side with
-MPI (mpi4py + MPICH) and torch.distributed gloo.
+MPI (mpi4py + MPICH) and torch.distributed gloo, or beside torch.distributed on hccl-py's own
+"hccl" backend (``--vs torch-hccl``).
 
     hccl-bench allreduce -n 4 -b 8 -e 64M -f 2 -w 5 -i 20 -d fp32 -o sum --algo ring
     hccl-bench allgather -n 2 -b 1K -e 16M -f 4 --vs mpi,gloo --json ag.json --plot ag.png
     hccl-bench alltoall -n 4 -b 8 -e 16M -f 4 --vs mpi,gloo --algo pairwise
     hccl-bench allreduce -n 2,4 -b 8 -e 16M -f 4 --vs mpi     # and how each scales from 2 to 4 ranks
+    hccl-bench allreduce -n 2 -b 8 -e 4M -f 4 --vs torch-hccl --repeats 5   # what torch's API adds to hccl-py
     hccl-bench partition --topology mixed-4p --workload dp-infer     # communication groups (hccl_py/planning/partition_report.py)
 
-It starts its own ranks (launch.spawn, mpiexec, one process per gloo rank). Started as a rank of
+It starts its own ranks (launch.spawn, also for torch-hccl; mpiexec; one process per gloo rank). Started as a rank of
 a job instead (``hccl-launch -n 4 hccl-bench ...``, ``mpiexec -n 4 hccl-bench ...``), it runs
 hccl-py in place on that job's ranks and rank 0 prints.
 
@@ -65,7 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="hccl-bench",
         description="Measure hccl-py's collectives like nccl-tests (size sweep, algbw/busbw, #wrong), "
-                    "optionally side by side with MPI (mpi4py+MPICH) and torch gloo.",
+                    "optionally side by side with MPI (mpi4py+MPICH), torch gloo and torch on hccl-py's "
+                    "own backend (torch-hccl).",
         epilog="Sizes take K/M/G suffixes (powers of 1024). Example: "
                "hccl-bench allreduce -n 2 -b 8 -e 64M -f 4 --vs mpi,gloo --plot ar.png. "
                "Communication groups: hccl-bench partition --help",
@@ -90,8 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"hccl-py's algorithm: {', '.join(ALGOS)} (or any other hccl-py has for the collective; "
                         "alltoall, alltoallv: pairwise, mesh), default auto")
     p.add_argument("--vs", type=_peers, default=(), metavar="PEERS",
-                   help="also run these, alternating with hccl-py: mpi, gloo, unmodeled (hccl-py without "
-                        "modeled time), comma-separated")
+                   help="also run these, alternating with hccl-py: mpi, gloo, torch-hccl (torch.distributed on "
+                        "hccl-py's backend), unmodeled (hccl-py without modeled time), comma-separated")
     p.add_argument("--repeats", type=int, default=3,
                    help="whole sweeps per implementation (alternating); the median per size is reported. Default 3")
     p.add_argument("--json", metavar="FILE", help="write the results as JSON (schema hccl-bench/1)")

@@ -21,7 +21,7 @@ __all__ = ["BenchConfig", "DType", "DTYPES", "OPS", "PEERS", "parse_dtype"]
 
 # The same bfloat16 hccl_py uses (not imported from it: the peers' workers never load hccl_py).
 BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
-PEERS = ("mpi", "gloo", "unmodeled")  # implementations --vs accepts; "hccl" (hccl-py) always runs
+PEERS = ("mpi", "gloo", "torch-hccl", "unmodeled")  # implementations --vs accepts; "hccl" (hccl-py) always runs
 OPS = ("sum", "prod", "max", "min")
 
 @dataclass(frozen=True)

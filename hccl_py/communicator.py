@@ -471,6 +471,14 @@ class Communicator:
         return self._collective(OpKind.ALLREDUCE, "allreduce", algo, (flat, flat), flat.size, x.dtype, target, redop,
                                 async_op=async_op)
 
+    def _all_reduce_flat(self, flat: np.ndarray, redop: ReduceOp, what: str) -> None:
+        """Blocking, in-place ``all_reduce(flat, redop)`` without :meth:`all_reduce`'s argument
+        checks, for an adapter that made the buffer and the op itself: ``flat`` a 1-D, C-contiguous,
+        writable array of a dtype ``redop`` takes (the torch process group's float32 path).
+        ``what`` names the call as all_reduce would ("all_reduce on 'world'")."""
+        self._check_usable(what)
+        self._collective(OpKind.ALLREDUCE, "allreduce", "auto", (flat, flat), flat.size, flat.dtype, flat, redop)
+
     def all_gather(self, x: np.ndarray, *, out: np.ndarray | None = None, algo: str = "auto", async_op: bool = False):
         """Gather every rank's ``x`` into an array of shape ``(size, *x.shape)`` (``HcclAllGather``).
 

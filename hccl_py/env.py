@@ -3,6 +3,13 @@ hccl-launch read them from.
 
 HCCL and MindSpore name ranks ``RANK_ID``/``RANK_SIZE``/``DEVICE_ID``; torchrun names them
 ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``/``LOCAL_WORLD_SIZE``. hccl-launch sets both.
+
+Where ranks meet: hccl-py's own store is at ``HCCL_PY_STORE_ADDR``/``HCCL_PY_STORE_PORT``
+(hccl-launch and ``launch.spawn`` set them and host it), else at ``MASTER_ADDR``/``MASTER_PORT``
+(started by hand or by a plain launcher: rank 0 hosts it). ``MASTER_ADDR``/``MASTER_PORT`` belong
+to torch when hccl-launch starts the job (a free port for torch's ``env://`` rendezvous); under
+torchrun (``TORCHELASTIC_USE_AGENT_STORE=True``) they name torchrun's agent store, which
+hccl-py then meets through with torch's own client (``hccl_py/torch/store.py``).
 """
 
 from __future__ import annotations
@@ -29,6 +36,8 @@ JOB_ID = "HCCL_PY_JOB_ID"  # this job's identity (store keys, socket directory);
 JOB_SECRET = "HCCL_PY_JOB_SECRET"  # required on every store request; set by the launcher, else the per-user file
 RUN_DIR = "HCCL_PY_RUN_DIR"  # this user's 0700 directory for job sockets and the secret file
 STORE_HOSTED = "HCCL_PY_STORE_HOSTED"  # "1": someone else (hccl-launch, spawn) hosts the store
+STORE_ADDR = "HCCL_PY_STORE_ADDR"  # hccl-py's store (set by hccl-launch, spawn); unset: MASTER_ADDR
+STORE_PORT = "HCCL_PY_STORE_PORT"  # unset: MASTER_PORT (then rank 0 hosts the store there)
 
 HCCL_PY_TOPOLOGY = "HCCL_PY_TOPOLOGY"  # preset name (hccl-launch --topology)
 RANK_TABLE_FILE = "RANK_TABLE_FILE"  # HCCL's rank-table path (hccl-launch --rank-table)
@@ -58,6 +67,8 @@ MPI_LAUNCH_VARS = (
 
 # Other launchers' job identities (see launcher_job_id)
 TORCHELASTIC_RUN_ID = "TORCHELASTIC_RUN_ID"  # torchrun's --rdzv-id ("none" when not given)
+# torchrun: "True" in every worker; MASTER_ADDR:MASTER_PORT is then its agent's c10d TCPStore
+TORCHELASTIC_USE_AGENT_STORE = "TORCHELASTIC_USE_AGENT_STORE"
 SLURM_JOB_ID = "SLURM_JOB_ID"
 SLURM_STEP_ID = "SLURM_STEP_ID"
 SLURM_STEPID = "SLURM_STEPID"  # older Slurm's spelling of SLURM_STEP_ID
@@ -186,6 +197,22 @@ def master_port(environ: Mapping[str, str] | None = None) -> int | None:
     return integer(MASTER_PORT, low=1, high=65535, environ=environ)
 
 
+def store_address(environ: Mapping[str, str] | None = None) -> tuple[str, int | None, bool]:
+    """(host, port, torchrun's) of the store this rank meets its peers at: hccl-py's own at
+    HCCL_PY_STORE_ADDR/PORT (hccl-launch, spawn), else MASTER_ADDR/MASTER_PORT; the last item
+    says that store is torchrun's agent TCPStore (TORCHELASTIC_USE_AGENT_STORE=True, no
+    HCCL_PY_STORE_PORT), met with torch's client. Port ``None``: none named::
+
+        store_address({"HCCL_PY_STORE_PORT": "41000", "MASTER_PORT": "29500"})   # ("127.0.0.1", 41000, False)
+    """
+    environ = os.environ if environ is None else environ
+    port = integer(STORE_PORT, low=1, high=65535, environ=environ)
+    if port is not None:
+        return _raw(environ, STORE_ADDR) or _raw(environ, MASTER_ADDR) or "127.0.0.1", port, False
+    torchrun = environ.get(TORCHELASTIC_USE_AGENT_STORE) == "True"
+    return _raw(environ, MASTER_ADDR) or "127.0.0.1", master_port(environ), torchrun
+
+
 def rank_and_size(environ: Mapping[str, str] | None = None) -> tuple[int | None, int | None]:
     """(rank, world size) from RANK_ID/RANK and RANK_SIZE/WORLD_SIZE (HCCL's names first);
     ``None`` for what is unset."""
@@ -260,8 +287,9 @@ class JobConfig:
     size: int
     mpi: object | None  # transport.choice.MpiLaunch when mpiexec or srun started this process
     launcher_env: bool  # RANK_ID/RANK or RANK_SIZE/WORLD_SIZE set: hccl-launch, spawn, torchrun or a wrapper chose
-    master_addr: str
-    master_port: int | None
+    store_addr: str  # hccl-py's store: HCCL_PY_STORE_ADDR, else MASTER_ADDR (see store_address)
+    store_port: int | None  # HCCL_PY_STORE_PORT, else MASTER_PORT; None: not named
+    torch_store: bool  # store_addr:store_port is torchrun's agent TCPStore: meet through it with torch's client
     store_hosted: bool  # the launcher hosts the store (HCCL_PY_STORE_HOSTED=1); else rank 0 does
     local_world_size: int | None  # ranks on this host, when the launcher says
     launcher_id: tuple[str, str] | None  # (job id, the variable it came from), see launcher_job_id
@@ -310,9 +338,10 @@ def read_job(environ: Mapping[str, str] | None = None) -> JobConfig:
                              expected=f"0..{size - 1}")
     faults = tuple(parse_faults(environ.get(HCCL_PY_FAULTS)))
     check_ranks(list(faults), size)
+    store_addr, store_port, torch_store = store_address(environ)
     return JobConfig(
         rank=rank, size=size, mpi=mpi, launcher_env=launcher_env,
-        master_addr=_raw(environ, MASTER_ADDR) or "127.0.0.1", master_port=master_port(environ),
+        store_addr=store_addr, store_port=store_port, torch_store=torch_store,
         store_hosted=environ.get(STORE_HOSTED) == "1",
         local_world_size=integer(LOCAL_WORLD_SIZE, low=1, high=MAX_WORLD_SIZE, environ=environ),
         launcher_id=launcher_job_id(environ), secret=job_secret(environ),

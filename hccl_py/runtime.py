@@ -40,6 +40,14 @@ def init() -> Communicator:
         x = np.full(1000, comm.rank, np.float32)
         comm.all_reduce(x)
     """
+    return join()
+
+
+def join(job: env.JobConfig | None = None, store=None) -> Communicator:
+    """:func:`init` for adapters (the torch backend): ``job`` instead of the environment's (torch
+    gives the rank, the size and the timeout), ``store`` a store client to meet through (the
+    c10d store torch hands its backend, ``hccl_py.torch.store.C10dStore``). A live world
+    communicator is returned as it is."""
     global _world
     if _world is not None and _world._engine.forked:
         raise HcclInternalError(
@@ -49,12 +57,12 @@ def init() -> Communicator:
             "rank multiprocessing's 'spawn' start method")
     if _world is not None and _world._closed_reason is None:
         return _world
-    job = env.read_job()
+    job = env.read_job() if job is None else job
     transport = None
     if job.size > 1:
         from .transport.connect import connect
 
-        transport, description = connect(job)
+        transport, description = connect(job, store)
         if job.rank == 0:
             print(f"hccl-py: transport {description}", file=sys.stderr, flush=True)
     try:
@@ -69,6 +77,11 @@ def init() -> Communicator:
     _world = Communicator(rc, range(job.size), job.rank, WORLD_COMM_ID, "world",
                           on_destroy=_finisher(rc, transport, job.trace_dir))
     return _world
+
+
+def current() -> Communicator | None:
+    """The world communicator of this process while it is usable (joined, not destroyed), else None."""
+    return _world if _world is not None and _world._closed_reason is None and not _world._engine.forked else None
 
 
 def _finisher(rc: RankContext, transport: Transport | None, trace_dir: str | None) -> "callable":

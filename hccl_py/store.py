@@ -480,15 +480,16 @@ class StoreClient:
 
     @classmethod
     def from_env(cls, timeout_s: float | None = None) -> StoreClient:
-        """Connect to the store named by ``MASTER_ADDR``/``MASTER_PORT`` (set by hccl-launch).
+        """Connect to the job's store: ``HCCL_PY_STORE_ADDR``/``HCCL_PY_STORE_PORT`` (set by
+        hccl-launch and ``launch.spawn``), else ``MASTER_ADDR``/``MASTER_PORT``.
 
         Example: ``client = StoreClient.from_env()``.
         """
-        host, port = os.environ.get(env.MASTER_ADDR), env.master_port()
-        if not host or port is None:
+        host, port, _ = env.store_address()
+        if port is None:
             raise HcclParamError(
-                f"{env.MASTER_ADDR}/{env.MASTER_PORT} are not set; start the job with hccl-launch "
-                "or set both to the rendezvous store's host and port", variable=env.MASTER_PORT if host else env.MASTER_ADDR,
+                f"{env.STORE_PORT} and {env.MASTER_PORT} are not set; start the job with hccl-launch "
+                "or set MASTER_ADDR/MASTER_PORT to the rendezvous store's host and port", variable=env.MASTER_PORT,
                 rule="required"
             )
         return cls(store_address(host, port), timeout_s)

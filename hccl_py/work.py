@@ -15,15 +15,18 @@ blocking call raises; :meth:`exception` returns them without raising.
 from __future__ import annotations
 
 import threading
+import traceback
 from typing import Any
 
 from .errors import HcclError, HcclTimeoutError
+
+_CALLBACKS_LOCK = threading.Lock()  # orders add_done_callback against _finish (rarely contended)
 
 
 class Work:
     """One asynchronous call in flight (see the module doc)."""
 
-    __slots__ = ("what", "_result", "_done", "_error", "_end_clock", "_device", "_joined", "__weakref__")
+    __slots__ = ("what", "_result", "_done", "_error", "_end_clock", "_device", "_joined", "_callbacks", "__weakref__")
 
     def __init__(self, what: str, result: Any, device):
         self.what = what  # "allreduce #3 on communicator 'world' (rank 0 of 4)"
@@ -33,6 +36,7 @@ class Work:
         self._error: HcclError | None = None
         self._end_clock = 0.0
         self._joined = False
+        self._callbacks: list | None = None
 
     def wait(self, timeout: float | None = None) -> Any:
         """Block until the call is done and return its result (what the blocking call returns);
@@ -60,6 +64,19 @@ class Work:
         """The call's error once it has failed; None while it runs or when it succeeded."""
         return self._error if self._done.is_set() else None
 
+    def add_done_callback(self, fn) -> None:
+        """Call ``fn(work)`` once the call has ended, successfully or not: at once if it has,
+        else on the progress thread as it ends (keep ``fn`` short; it must not call the
+        communicator). Unlike :meth:`wait`, this does not join the card's streams: for adapters
+        that complete a future of their own (the torch backend)."""
+        with _CALLBACKS_LOCK:
+            if not self._done.is_set():
+                if self._callbacks is None:
+                    self._callbacks = []
+                self._callbacks.append(fn)
+                return
+        fn(self)
+
     @property
     def end_clock(self) -> float:
         """Modeled seconds on the communication stream when the call ended (0 before)."""
@@ -69,7 +86,14 @@ class Work:
         """Called once by the progress thread when the call ends."""
         self._error = error
         self._end_clock = end_clock
-        self._done.set()
+        with _CALLBACKS_LOCK:
+            self._done.set()
+            callbacks, self._callbacks = self._callbacks, None
+        for fn in callbacks or ():
+            try:
+                fn(self)
+            except Exception:  # a callback's bug must not take the progress thread down
+                traceback.print_exc()
 
     def __repr__(self) -> str:
         state = "failed" if self._error is not None else ("done" if self._done.is_set() else "running")

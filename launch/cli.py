@@ -3,12 +3,14 @@
     hccl-launch -n 4 infer.py --batch 8
     hccl-launch -n 4 -m mypkg.infer --batch 8
     hccl-launch -n 8 --log-dir logs --timeout 600 infer.py
+    hccl-launch -n 8 --npu --topology ascend910b-8p bench_collective.py all_reduce   # a script written for Ascend
     hccl-launch --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 --master-port 29500 -n 8 infer.py   # on host 1
     hccl-launch --nnodes 2 --node-rank 1 --master-addr 10.0.0.1 --master-port 29500 -n 8 infer.py   # on host 2
 
 Every rank gets RANK_ID/RANK_SIZE/DEVICE_ID (HCCL names), RANK/WORLD_SIZE/LOCAL_RANK/
-LOCAL_WORLD_SIZE (torchrun names), MASTER_ADDR/MASTER_PORT (the rendezvous store the launcher
-hosts) and HCCL_PY_JOB_ID. Output lines are prefixed with ``[rank] ``. If a rank fails, the
+LOCAL_WORLD_SIZE (torchrun names), HCCL_PY_STORE_ADDR/HCCL_PY_STORE_PORT (the rendezvous store the
+launcher hosts), MASTER_ADDR/MASTER_PORT (a free port for torch's ``env://`` rendezvous: torch
+scripts run as under torchrun) and HCCL_PY_JOB_ID. Output lines are prefixed with ``[rank] ``. If a rank fails, the
 others are stopped and a root-cause report is printed; the exit status is the failing rank's.
 Across nodes, global rank = node_rank * nproc + local rank (or as the rank table places them),
 node 0's launcher hosts the store, and ranks use shared memory within a host and TCP across.
@@ -72,6 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
                              "actions: hang, crash, delay, slow, degrade, drop (see hccl_py/faults.py)")
     parser.add_argument("--trace", type=Path, default=None, metavar="DIR",
                         help="write a Chrome trace (modeled and wall timelines, one process per rank) to DIR/trace.json")
+    parser.add_argument("--npu", action="store_true",
+                        help="run a script written for Ascend (torch_npu, torch.npu, transfer_to_npu) on CPU tensors: "
+                             "a torch_npu stand-in goes first on the ranks' path, events time the modeled card "
+                             "(see docs/torch.md)")
     parser.add_argument("target", help="the script to run, or the module name with -m")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to every rank")
     return parser
@@ -104,6 +110,7 @@ def parse_args(argv: Sequence[str] | None = None) -> LaunchConfig:
             faults=tuple(ns.fault),
             nnodes=ns.nnodes,
             node_rank=ns.node_rank,
+            npu=ns.npu,
         )
     except ValueError as err:
         parser.error(str(err))

@@ -13,14 +13,20 @@ Several hosts form one job when each runs a launcher with the same ``nnodes``, i
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import hccl_py
 from hccl_py import env
 from hccl_py.errors import HcclParamError
 from hccl_py.faults import check_ranks, parse_fault
 from topology import RankTable, TopologyError, default_preset
+
+# hccl-py's torch_npu stand-in (hccl_py/torch/standin/torch_npu), found without importing torch
+NPU_STANDIN = Path(hccl_py.__file__).resolve().parent / "torch" / "standin"
+TORCH_AUTOLOAD = "TORCH_DEVICE_BACKEND_AUTOLOAD"  # "0": `import torch` loads no device extension (torch_npu)
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,7 @@ class LaunchConfig:
     faults: tuple[str, ...] = ()  # fault specs (HCCL_PY_FAULTS), checked before any rank starts
     nnodes: int = 1  # launchers (hosts) in the job; nproc ranks each
     node_rank: int = 0  # this launcher's place among them; node 0 hosts the store
+    npu: bool = False  # the torch_npu stand-in first on the ranks' path (hccl-launch --npu)
     python: str = field(default_factory=lambda: sys.executable)
 
     def __post_init__(self) -> None:
@@ -122,6 +129,15 @@ class LaunchConfig:
         if self.faults:
             out[env.HCCL_PY_FAULTS] = ";".join(self.faults)
         return out
+
+    def npu_env(self, environ: dict[str, str]) -> dict[str, str]:
+        """With ``npu``: PYTHONPATH starting with the folder of hccl-py's ``torch_npu`` stand-in
+        (this run only; nothing is installed), and torch's autoload of device extensions off, so
+        a real torch_npu installed beside cannot take over. Empty otherwise."""
+        if not self.npu:
+            return {}
+        path = environ.get("PYTHONPATH", "")
+        return {"PYTHONPATH": str(NPU_STANDIN) + (os.pathsep + path if path else ""), TORCH_AUTOLOAD: "0"}
 
     def command(self) -> list[str]:
         """The argv every rank runs (identical for all ranks; ranks differ only by env)."""

@@ -13,6 +13,7 @@ import ctypes.util
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import time
 import uuid
@@ -86,14 +87,25 @@ def new_job_secret() -> str:
     return secrets.token_hex(16)
 
 
-def rank_env(rank: int, world_size: int, master_addr: str, master_port: int, job_id: str, job_secret: str,
-             local_rank: int | None = None, local_world_size: int | None = None) -> dict[str, str]:
-    """The environment a rank starts with: HCCL/MindSpore names and torchrun names, both; the
-    job's id and store secret.
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port on ``host`` that was free a moment ago: what hccl-launch and ``launch.spawn``
+    leave to torch as MASTER_PORT (torch's rank 0 binds it for its ``env://`` rendezvous)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def rank_env(rank: int, world_size: int, store_addr: str, store_port: int, job_id: str, job_secret: str,
+             local_rank: int | None = None, local_world_size: int | None = None, *,
+             torch_port: int | None = None) -> dict[str, str]:
+    """The environment a rank starts with: HCCL/MindSpore names and torchrun names, both; where
+    hccl-py's store is (HCCL_PY_STORE_ADDR/PORT), the job's id and store secret; and
+    MASTER_ADDR/MASTER_PORT for torch's ``env://`` rendezvous (``torch_port``, a free port the
+    launcher chose; the store's port if none is given, for programs that do not use torch).
 
     Example::
 
-        rank_env(1, 4, "127.0.0.1", 29500, "3f2a9c0d1b2e", new_job_secret())["DEVICE_ID"]   # "1"
+        rank_env(1, 4, "127.0.0.1", 29500, "3f2a9c0d1b2e", new_job_secret(), torch_port=29501)["DEVICE_ID"]   # "1"
     """
     local_rank = rank if local_rank is None else local_rank
     local_world_size = world_size if local_world_size is None else local_world_size
@@ -105,8 +117,10 @@ def rank_env(rank: int, world_size: int, master_addr: str, master_port: int, job
         env.WORLD_SIZE: str(world_size),
         env.LOCAL_RANK: str(local_rank),
         env.LOCAL_WORLD_SIZE: str(local_world_size),
-        env.MASTER_ADDR: master_addr,
-        env.MASTER_PORT: str(master_port),
+        env.STORE_ADDR: store_addr,
+        env.STORE_PORT: str(store_port),
+        env.MASTER_ADDR: store_addr,
+        env.MASTER_PORT: str(store_port if torch_port is None else torch_port),
         env.JOB_ID: job_id,
         env.JOB_SECRET: job_secret,
         env.STORE_HOSTED: "1",

@@ -50,7 +50,7 @@ from hccl_py.store import StoreServer
 from hccl_py.transport import rundir
 
 from . import _watchdog
-from .proc import describe_returncode, new_job_id, new_job_secret, rank_env, set_parent_death_signal, stop_all
+from .proc import describe_returncode, free_port, new_job_id, new_job_secret, rank_env, set_parent_death_signal, stop_all
 
 __all__ = ["spawn", "SpawnContext", "SpawnError"]
 
@@ -458,8 +458,9 @@ def spawn(fn: Callable[..., Any], nprocs: int, args: tuple[Any, ...] = (), *,
 
     ``fn``, ``args`` and the return values must be picklable (define ``fn`` at module level).
     Each rank's environment is the caller's current one plus what hccl-launch sets (RANK_ID,
-    RANK_SIZE, DEVICE_ID, RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
-    MASTER_PORT, HCCL_PY_JOB_ID, HCCL_PY_JOB_SECRET, HCCL_PY_STORE_HOSTED=1), updated with ``env``
+    RANK_SIZE, DEVICE_ID, RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, HCCL_PY_STORE_ADDR,
+    HCCL_PY_STORE_PORT, MASTER_ADDR/MASTER_PORT (a free port for torch), HCCL_PY_JOB_ID,
+    HCCL_PY_JOB_SECRET, HCCL_PY_STORE_HOSTED=1), updated with ``env``
     (a job id or secret given there is the store's too). It is applied
     before ``fn`` runs but after the rank has imported ``launch``/``hccl_py``, so read
     environment variables when called, not at import time. ``timeout`` bounds the whole call (seconds).
@@ -476,11 +477,13 @@ def spawn(fn: Callable[..., Any], nprocs: int, args: tuple[Any, ...] = (), *,
     secret = overrides.get(envnames.JOB_SECRET) or new_job_secret()
     store = StoreServer(job_id=job_id, secret=secret).start()
     children: list[_Child] = []
+    torch_port = free_port()
     try:
         for rank in range(nprocs):
             # The caller's environment as it is *now* (the forkserver's is a snapshot from its
             # start, e.g. before a test's monkeypatch.setenv), then the rank's, then overrides.
-            child_env = {**os.environ, **rank_env(rank, nprocs, "127.0.0.1", store.port, job_id, secret)}
+            child_env = {**os.environ, **rank_env(rank, nprocs, "127.0.0.1", store.port, job_id, secret,
+                                                  torch_port=torch_port)}
             child_env.update(overrides)
             reader, writer = ctx.Pipe(duplex=False)
             process = ctx.Process(target=_child_main, args=(fn, tuple(args), rank, child_env, writer, _CallerStdio(),

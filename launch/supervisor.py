@@ -1,6 +1,7 @@
 """Start, watch and stop the ranks of one hccl-launch job: all of them or none.
 
-The supervisor hosts the rendezvous store, starts each rank in its own session (so a terminal's
+The supervisor hosts the rendezvous store (HCCL_PY_STORE_ADDR/PORT; MASTER_ADDR/MASTER_PORT name a
+free port left to torch's ``env://`` rendezvous, so torch scripts run too), starts each rank in its own session (so a terminal's
 Ctrl-C reaches only the launcher, which decides what the ranks get), tees every rank's output
 line by line with a ``[rank] `` prefix, and polls for exits. The first rank to fail is the root
 cause: the others get SIGTERM, then SIGKILL after the grace, and the launcher exits with the
@@ -37,8 +38,8 @@ from hccl_py.errors import HcclError, HcclTimeoutError
 from hccl_py.store import StoreClient, StoreServer, store_address, user_secret
 from hccl_py.transport import rundir
 
-from .proc import (new_job_id, new_job_secret, pdeathsig_preexec, rank_env, shell_exit_code, signal_group, signal_name,
-                   stop_all)
+from .proc import (free_port, new_job_id, new_job_secret, pdeathsig_preexec, rank_env, shell_exit_code, signal_group,
+                   signal_name, stop_all)
 from ._watchdog import Watchdog, start_time, supported
 from .config import LaunchConfig
 from .diagnosis import diagnose, format_diagnosis, load_dumps
@@ -48,6 +49,7 @@ POLL_INTERVAL_S = 0.05  # how often exits are checked: a crash is noticed within
 STDERR_TAIL_LINES = 20
 EXIT_TIMEOUT = 124  # as coreutils timeout(1)
 JOB_ID_KEY = "hccl-launch/job_id"  # across nodes: node 0's launcher publishes the job id here
+TORCH_PORT_KEY = "hccl-launch/torch_port"  # and the port it left free for torch's env:// rendezvous
 NODE_KEY = "hccl-launch/node"  # and every other node's launcher checks in under NODE_KEY/<node rank>
 
 
@@ -101,6 +103,7 @@ class Supervisor:
         self._err = _Tee(stderr if stderr is not None else sys.stderr.buffer)
         self._ranks: list[_Rank] = []
         self._store: StoreServer | None = None
+        self.torch_port: int | None = None  # MASTER_PORT of the ranks: left free for torch's env:// rendezvous
         self._watchdog: Watchdog | None = None
         self._signals: list[int] = []  # signals received by the launcher, in order
         self._wake = threading.Event()
@@ -127,6 +130,7 @@ class Supervisor:
                 self._store = StoreServer(self.config.master_addr, self.config.master_port, job_id=self.job_id,
                                           secret=self.job_secret).start()
                 port = self._store.port
+                self.torch_port = free_port(self.config.master_addr)
                 if self.config.nnodes > 1:
                     self._share_job_id()
                     self._wait_for_nodes()
@@ -171,6 +175,7 @@ class Supervisor:
         rank of the job must name its keys and sockets alike)."""
         assert self._store is not None
         with StoreClient(self._store.address, timeout_s=10, secret=self.job_secret) as client:
+            client.set(TORCH_PORT_KEY, str(self.torch_port).encode())
             client.set(JOB_ID_KEY, self.job_id.encode())
 
     def _wait_for_nodes(self) -> None:
@@ -202,6 +207,7 @@ class Supervisor:
             while True:  # in short waits, so a Ctrl-C meanwhile is acted on
                 try:
                     job_id = client.get(JOB_ID_KEY, min(1.0, max(deadline - time.monotonic(), 0.01))).decode()
+                    self.torch_port = int(client.get(TORCH_PORT_KEY, 1.0))
                     client.set(f"{NODE_KEY}/{cfg.node_rank}", str(os.getpid()).encode())
                     return job_id
                 except HcclError as err:
@@ -219,8 +225,8 @@ class Supervisor:
         command = cfg.command()
         nodes = {env.HCCL_PY_NNODES: str(cfg.nnodes), env.HCCL_PY_NODE_RANK: str(cfg.node_rank)} if cfg.nnodes > 1 else {}
         for local, (r, device) in enumerate(cfg.node_ranks()):
-            child_env = {**os.environ, **rank_env(r, cfg.world_size, cfg.master_addr, port, self.job_id, self.job_secret,
-                                                 local, cfg.nproc),
+            child_env = {**os.environ, **cfg.npu_env(dict(os.environ)), **rank_env(r, cfg.world_size, cfg.master_addr, port, self.job_id, self.job_secret,
+                                                 local, cfg.nproc, torch_port=self.torch_port),
                          env.DEVICE_ID: str(device), **nodes,
                          **cfg.modeled_env(), env.HCCL_PY_WALL_ORIGIN: repr(self._wall_origin),
                          env.HCCL_PY_FLIGHT_DIR: str(self._flight_dir)}

@@ -44,15 +44,17 @@ _CALLS = {
 
 
 class GlooRankComm(RankComm):
-    """A rank's default torch.distributed process group (gloo), as the harness drives it."""
+    """A rank's default torch.distributed process group (gloo), as the harness drives it.
+    ``backend``: another torch backend on the same calls (``torch_hccl.py``: "hccl");
+    ``init_method`` None: env:// (the launcher's MASTER_ADDR/MASTER_PORT)."""
 
-    def __init__(self, rank: int, size: int, init_method: str, timeout_s: float):
+    def __init__(self, rank: int, size: int, init_method: str | None, timeout_s: float, backend: str = "gloo"):
         import torch
         import torch.distributed as dist
 
         warnings.filterwarnings("ignore", category=FutureWarning, module="torch")
         torch.set_num_threads(1)  # ranks share the machine's cores, as the other implementations' do
-        dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=size,
+        dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=size,
                                 timeout=timedelta(seconds=timeout_s))
         self.torch, self.dist = torch, dist
         self.rank, self.size = dist.get_rank(), dist.get_world_size()

@@ -2,10 +2,13 @@
 next to the transports they build.
 
 ``connect(job)`` returns this rank's transport and a one-line description (printed once by rank
-0). Ranks started by hccl-launch, ``launch.spawn`` or torchrun meet through the rendezvous store
+0). Ranks started by hccl-launch or ``launch.spawn`` meet through the rendezvous store
 (``hccl_py/store.py``): shared memory between ranks of one host (``shm.py``), TCP across hosts
 (``tcp.py``), both at once (``hosts.py``). Ranks started by ``mpiexec`` or ``srun`` meet and move
-bytes through MPI (``mpi.py``). Which applies is decided in ``choice.py``.
+bytes through MPI (``mpi.py``). Which applies is decided in ``choice.py``. Ranks started by
+torchrun meet through torchrun's agent store (a c10d TCPStore, reached with torch's client), and
+the torch backend passes the c10d store torch hands it (``connect(job, store)``): both through
+``hccl_py/torch/store.py``, which offers the store client's calls over a c10d store.
 
 Who belongs to a job: its id is the launcher's (``env.launcher_job_id``: HCCL_PY_JOB_ID,
 torchrun's run id, Slurm's job and step), else the id of the store the ranks meet at (a random
@@ -37,12 +40,14 @@ _generation = 0  # store rendezvous this process has made: the generation in key
 _hosted: dict[tuple[str, int], object] = {}  # stores this process hosts (rank 0, no launcher), kept until exit
 
 
-def connect(job: env.JobConfig) -> tuple[Transport, str]:
+def connect(job: env.JobConfig, store=None) -> tuple[Transport, str]:
     """This rank's transport to every other rank of ``job`` (blocks until all have joined, at
-    most ``job.connect_timeout_s``), and what it is, e.g. ``"shm (4 ranks, 1 host)"``."""
-    if _mpi_serves(job):
+    most ``job.connect_timeout_s``), and what it is, e.g. ``"shm (4 ranks, 1 host)"``.
+    ``store``: a store client to meet through instead of the one the job names (the torch
+    backend's c10d store, ``hccl_py.torch.store.C10dStore``); it stays open."""
+    if store is None and _mpi_serves(job):
         return _connect_mpi(job)
-    return _connect_store(job)
+    return _connect_store(job, store)
 
 
 def _have_mpi4py() -> bool:
@@ -56,7 +61,7 @@ def _have_mpi4py() -> bool:
 def _mpi_serves(job: env.JobConfig) -> bool:
     """Whether this job meets and moves bytes through MPI (see ``choice.py``); started by
     mpiexec without mpi4py, HcclNotSupportedError says what is missing."""
-    if not use_mpi(job.transport, job.mpi, job.launcher_env, store_given=job.master_port is not None):
+    if not use_mpi(job.transport, job.mpi, job.launcher_env, store_given=job.store_port is not None):
         return False
     if job.transport is None and not _have_mpi4py():
         launched = job.mpi
@@ -82,19 +87,48 @@ def _note_host_layout(rank: int, host_ids: list[str]) -> None:
     os.environ.setdefault(env.LOCAL_RANK, str(here.index(rank)))
 
 
-def _connect_store(job: env.JobConfig) -> tuple[Transport, str]:
+def _connect_store(job: env.JobConfig, store=None) -> tuple[Transport, str]:
     """Meet through the store; shared memory within a host, TCP across hosts."""
     global _generation
-    from ..store import StoreClient, store_address  # only multi-rank jobs need zmq
     from . import rundir
 
     rank, size = job.rank, job.size
     deadline = time.monotonic() + job.connect_timeout_s
-    addr, port, secret = job.master_addr, job.master_port, job.secret  # secret None: this user's secret file
+    hosting = False
+    if store is not None:  # the torch backend's c10d store
+        client, where, owned = store, store.where, False
+    elif job.torch_store and job.store_port is not None:  # under torchrun: its agent's store, with torch's client
+        from ..torch.store import C10dStore
+
+        client, owned = C10dStore.connect(job.store_addr, job.store_port, job.size, job.connect_timeout_s), True
+        where = client.where
+    else:
+        client, hosting = _zmq_store(job, deadline)
+        where, owned = client.address.removeprefix("tcp://"), True
+    _generation += 1
+    one_host = job.local_world_size == size  # hccl-launch on one node, launch.spawn
+    strategy = _connect_one_host if one_host and job.transport in (None, "shm") else _connect_hosts
+    try:
+        job_id = _job_identity(client, job.launcher_id, rank, where)
+        if hosting:
+            rundir.sweep_stale(keep=job_id)  # no launcher cleans up after this user's crashed jobs
+        transport, description = strategy(client, _Rendezvous(job_id, _generation, where), job, deadline)
+    finally:
+        if owned:
+            client.close()
+    return transport, description
+
+
+def _zmq_store(job: env.JobConfig, deadline: float):
+    """A client of hccl-py's own store (hosted here by rank 0 when no launcher does), and whether
+    this process hosts it."""
+    from ..store import StoreClient, store_address  # only multi-rank jobs need zmq
+
+    addr, port, secret = job.store_addr, job.store_port, job.secret  # secret None: this user's secret file
     hosting = False
     if port is None and job.mpi is not None:  # under mpiexec without a store address: rank 0 hosts one
-        addr, port, secret = _store_via_mpi(rank, addr, deadline, secret, job.launcher_id)
-    elif port is not None and rank == 0 and not job.store_hosted:
+        addr, port, secret = _store_via_mpi(job.rank, addr, deadline, secret, job.launcher_id)
+    elif port is not None and job.rank == 0 and not job.store_hosted:
         try:
             _host_store(addr, port, job.launcher_id, secret)
         except HcclConnectError as err:
@@ -104,19 +138,7 @@ def _connect_store(job: env.JobConfig) -> tuple[Transport, str]:
     if port is None:
         raise HcclParamError(f"{env.MASTER_PORT} is not set: run under hccl-launch, or set MASTER_ADDR/MASTER_PORT for the store",
                              variable=env.MASTER_PORT)
-    _generation += 1
-    where = f"{addr}:{port}"
-    one_host = job.local_world_size == size  # hccl-launch on one node, launch.spawn
-    strategy = _connect_one_host if one_host and job.transport in (None, "shm") else _connect_hosts
-    client = StoreClient(store_address(addr, port), secret=secret)
-    try:
-        job_id = _job_identity(client, job.launcher_id, rank, where)
-        if hosting:
-            rundir.sweep_stale(keep=job_id)  # no launcher cleans up after this user's crashed jobs
-        transport, description = strategy(client, _Rendezvous(job_id, _generation, where), job, deadline)
-    finally:
-        client.close()
-    return transport, description
+    return StoreClient(store_address(addr, port), secret=secret), hosting
 
 
 def _host_store(addr: str, port: int, own_id: tuple[str, str] | None, secret: str | None):

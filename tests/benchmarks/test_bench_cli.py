@@ -55,7 +55,8 @@ def test_console_script_prints_a_table_with_no_wrong_results():
 @pytest.mark.timeout(60)
 @pytest.mark.usefixtures("no_leaks")
 @pytest.mark.parametrize("peer, module, words", [("mpi", "mpi4py", "mpi4py is not installed"),
-                                                  ("gloo", "torch", "torch is not installed")])
+                                                  ("gloo", "torch", "torch is not installed"),
+                                                  ("torch-hccl", "torch", "torch is not installed")])
 def test_missing_peer_is_skipped_with_one_line(monkeypatch, capsys, tmp_path, peer, module, words):
     monkeypatch.setitem(sys.modules, module, None)  # as if not installed: import fails
     out_json = tmp_path / "r.json"

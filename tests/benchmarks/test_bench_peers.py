@@ -1,4 +1,5 @@
-"""The peers end to end at n=2 on a tiny sweep (mpi4py+MPICH, torch gloo), when installed."""
+"""The peers end to end at n=2 on a tiny sweep (mpi4py+MPICH, torch gloo, torch on hccl-py's
+"hccl" backend), when installed."""
 
 from __future__ import annotations
 
@@ -59,6 +60,31 @@ def test_gloo_runs(tmp_path, collective, kw):
     rows = backend.run(cfg, None, str(tmp_path))
     assert [r["wrong"] for r in rows] == [0, 0]
     assert all(r["time_us"] > 0 for r in rows)
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("collective, kw", [
+    ("allreduce", {}), ("reducescatter", {"op": "min", "dtype": "fp16"}), ("alltoall", {"dtype": "bf16"}),
+])
+def test_torch_hccl_runs(tmp_path, collective, kw):
+    """--vs torch-hccl: the same calls through torch.distributed on hccl-py's backend, so the
+    modeled columns equal hccl-py's own (the torch path adds wall time, never modeled time)."""
+    backend = _require("torch-hccl")
+    cfg = _tiny(collective, **kw)
+    rows = backend.run(cfg, None, str(tmp_path))
+    assert [r["size"] for r in rows] == [p.nbytes for p in size_plan(cfg)]
+    assert [r["wrong"] for r in rows] == [0, 0]
+    assert all(r["time_us"] > 0 for r in rows)
+    own = get_backend("hccl").run(cfg, None, str(tmp_path))
+    assert [r["extra"]["modeled_us"] for r in rows] == [r["extra"]["modeled_us"] for r in own]
+
+
+def test_torch_hccl_takes_algo_through_hccl_algo():
+    from benchmarks.peers.torch_hccl import TorchHcclBackend, algo_env
+
+    assert algo_env(_tiny("reducescatter")) == {}
+    assert algo_env(_tiny("reducescatter", algo="ring")) == {"HCCL_ALGO": "reduce_scatter=ring"}
+    assert "no algorithm" in TorchHcclBackend().unsupported(_tiny("allreduce", algo="pairwise"))
 
 
 @pytest.mark.timeout(60)

@@ -78,3 +78,20 @@ def test_hccl_launch_refuses_a_bad_value_before_starting_any_rank(tmp_path):
     assert out.returncode == 2
     assert "HCCL_EXEC_TIMEOUT" in out.stderr  # the one line a user reads
     assert not marker.exists()
+
+
+def test_where_the_store_is():
+    """hccl-py's own variables first (hccl-launch: MASTER_PORT is torch's), then MASTER_*; under
+    torchrun MASTER_ADDR:MASTER_PORT is its agent's c10d store."""
+    launched = {"HCCL_PY_STORE_ADDR": "10.0.0.1", "HCCL_PY_STORE_PORT": "41000", "MASTER_ADDR": "10.0.0.1",
+                "MASTER_PORT": "29500", "TORCHELASTIC_USE_AGENT_STORE": "True"}
+    assert env.store_address(launched) == ("10.0.0.1", 41000, False)
+    assert env.store_address({"MASTER_PORT": "29500"}) == ("127.0.0.1", 29500, False)  # by hand: rank 0 hosts it
+    torchrun = {"MASTER_ADDR": "localhost", "MASTER_PORT": "46405", "TORCHELASTIC_USE_AGENT_STORE": "True"}
+    assert env.store_address(torchrun) == ("localhost", 46405, True)
+    assert env.store_address({}) == ("127.0.0.1", None, False)
+    job = env.read_job({**torchrun, "RANK": "1", "WORLD_SIZE": "2"})
+    assert (job.store_addr, job.store_port, job.torch_store) == ("localhost", 46405, True)
+    with pytest.raises(HcclParamError) as info:
+        env.store_address({"HCCL_PY_STORE_PORT": "70000"})
+    assert info.value.variable == "HCCL_PY_STORE_PORT"

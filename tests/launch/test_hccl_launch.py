@@ -50,6 +50,18 @@ def _rank_pids(pid_dir: Path, n: int) -> set[int]:
 
 
 @pytest.mark.timeout(40)
+def test_npu_puts_the_torch_npu_standin_first_on_the_path() -> None:
+    from launch.config import NPU_STANDIN
+
+    done = _run("--npu", "-n", "2", str(SCRIPTS / "print_env.py"))
+    assert done.returncode == 0, done.stderr
+    for got in _by_rank(done.stdout).values():
+        assert got["PYTHONPATH"].split(os.pathsep)[0] == str(NPU_STANDIN)
+        assert str(ROOT) in got["PYTHONPATH"].split(os.pathsep)  # the caller's path is kept behind it
+        assert got["TORCH_DEVICE_BACKEND_AUTOLOAD"] == "0"  # a real torch_npu installed beside stays out
+
+
+@pytest.mark.timeout(40)
 def test_every_rank_gets_its_environment_and_a_prefix() -> None:
     done = _run("-n", "3", str(SCRIPTS / "print_env.py"), "a", "--flag")
     assert done.returncode == 0, done.stderr
@@ -57,14 +69,17 @@ def test_every_rank_gets_its_environment_and_a_prefix() -> None:
     assert sorted(ranks) == [0, 1, 2]
     job_ids = {ranks[r]["HCCL_PY_JOB_ID"] for r in ranks}
     ports = {ranks[r]["MASTER_PORT"] for r in ranks}
+    stores = {ranks[r]["HCCL_PY_STORE_PORT"] for r in ranks}
     assert len(job_ids) == 1 and re.fullmatch(r"[0-9a-f]{12}", job_ids.pop())
-    assert len(ports) == 1 and 0 < int(ports.pop()) < 65536
+    # hccl-py's store has its own variables; MASTER_PORT is another port, left to torch's env://
+    assert len(ports) == len(stores) == 1 and ports != stores and all(0 < int(p) < 65536 for p in ports | stores)
     for r, got in ranks.items():
         for name in ("RANK_ID", "DEVICE_ID", "RANK", "LOCAL_RANK"):
             assert got[name] == str(r), (name, got)
         for name in ("RANK_SIZE", "WORLD_SIZE", "LOCAL_WORLD_SIZE"):
             assert got[name] == "3", (name, got)
-        assert got["MASTER_ADDR"] == "127.0.0.1"
+        assert got["MASTER_ADDR"] == got["HCCL_PY_STORE_ADDR"] == "127.0.0.1"
+        assert got["TORCH_DEVICE_BACKEND_AUTOLOAD"] == "<unset>"  # only --npu turns torch's autoload off
         assert got["HCCL_PY_STORE_HOSTED"] == "1" and got["PYTHONUNBUFFERED"] == "1"
         assert got["ARGV"] == "['a', '--flag']"
     lines = done.stderr.splitlines()

@@ -107,6 +107,9 @@ def test_the_rank_table_gives_each_node_its_server(tmp_path: Path) -> None:
     assert got == {0: ("0", "0", "0", "2", "4"), 1: ("1", "3", "1", "2", "4"),
                    2: ("2", "2", "0", "2", "4"), 3: ("3", "1", "1", "2", "4")}
     assert len({e["HCCL_PY_JOB_ID"] for e in {**node0, **node1}.values()}) == 1  # one job
+    # torch's env:// rendezvous: one MASTER_PORT on every node (node 0's choice), not the store's
+    torch_ports = {e["MASTER_PORT"] for e in {**node0, **node1}.values()}
+    assert len(torch_ports) == 1 and torch_ports != {e["HCCL_PY_STORE_PORT"] for e in node0.values()}
 
 
 @pytest.mark.timeout(90)

@@ -1,0 +1,488 @@
+"""The ``"hccl"`` process group: torch.distributed's collectives on a hccl-py communicator.
+
+torch calls these methods directly (``dist.all_reduce(t)`` is ``group.allreduce([t], opts)``); C++
+callers (DDP, functional collectives) reach the ones torch's Python trampoline forwards. Each
+method maps onto one hccl-py call on numpy views of the tensors (``tensors.py``):
+
+====================================  =========================================================
+torch                                 hccl-py
+====================================  =========================================================
+all_reduce (SUM/PRODUCT/MIN/MAX/AVG)  all_reduce (AVG: SUM, then divided by the group size)
+broadcast, reduce                     broadcast, reduce
+all_gather (list), gather             all_gather / gather into one staging tensor, then rows
+all_gather_into_tensor (_single)      all_gather(out=)
+reduce_scatter (list)                 reduce_scatter of the concatenated list
+reduce_scatter_tensor (_single)       reduce_scatter(out=)
+all_to_all_single (splits)            all_to_all (equal blocks), all_to_all_v (split sizes)
+all_to_all (lists)                    all_to_all_v on the concatenated lists
+scatter                               scatter of the stacked list
+send/recv/isend/irecv                 send/recv, always asynchronous (batch_isend_irecv posts
+                                      them one by one: a send never waits for the peer's recv)
+barrier, monitored_barrier            barrier, barrier(monitored=True)
+====================================  =========================================================
+
+``async_op=False`` runs the call on the caller's thread and returns a shared finished Work;
+``async_op=True`` issues hccl-py's asynchronous call and returns an :class:`HcclWork`. HCCL's
+errors are raised as ``torch.distributed.DistBackendError`` with HCCL's message.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from ..dtypes import ReduceOp
+from ..errors import HcclError, HcclNotSupportedError, HcclParamError
+from .tensors import Staged, as_array, check, contiguous_array
+from .work import DONE, HcclWork, backend_error
+
+_RedOp = dist.ReduceOp.RedOpType
+_ReduceOpT = dist.ReduceOp
+# An op's code (SUM 0, AVG 1, PRODUCT 2, MIN 3, MAX 4, ..., PREMUL_SUM 8) is what torch's ReduceOp
+# and its RedOpType hash to: one hash and one int lookup is the cheapest way to read it (reading
+# .op and comparing pybind enums costs about a microsecond). Only those two types are read that way
+# (:func:`_code`); the import checks the rule holds for this torch, else ops are read by int(.op).
+_NAMES = {int(kind): name for name, kind in _RedOp.__members__.items()}
+_HASH_IS_CODE = all(hash(kind) == int(kind) for kind in _RedOp.__members__.values()) and all(
+    hash(_ReduceOpT(kind)) == int(kind) for name, kind in _RedOp.__members__.items() if name != "PREMUL_SUM")
+_OPS = {int(_RedOp.SUM): (ReduceOp.SUM, False), int(_RedOp.PRODUCT): (ReduceOp.PROD, False),
+        int(_RedOp.MIN): (ReduceOp.MIN, False), int(_RedOp.MAX): (ReduceOp.MAX, False),
+        int(_RedOp.AVG): (ReduceOp.SUM, True)}  # AVG: SUM, then divided by the group size
+# bool travels as uint8: "sum" and "max" are a logical or, "product" and "min" a logical and.
+_BOOL_OPS = {int(_RedOp.SUM): (ReduceOp.MAX, False), int(_RedOp.MAX): (ReduceOp.MAX, False),
+             int(_RedOp.PRODUCT): (ReduceOp.MIN, False), int(_RedOp.MIN): (ReduceOp.MIN, False)}
+_F32 = torch.float32
+_FAST_OP_TYPE = _ReduceOpT if _HASH_IS_CODE else None  # opts.reduceOp read by hash on the short path
+_NO_TIMEOUT = timedelta(0)
+
+
+def _code(red_op) -> int | None:
+    """The op code of torch's ``ReduceOp`` (``dist.ReduceOp.SUM``, ``ReduceOp.RedOpType.SUM``, a
+    ``ReduceOp`` instance such as ``opts.reduceOp`` or a premul_sum); None for anything else."""
+    kind = type(red_op)
+    if _HASH_IS_CODE and (kind is _ReduceOpT or kind is _RedOp):
+        return hash(red_op)
+    if isinstance(red_op, _ReduceOpT):
+        return int(red_op.op)
+    if isinstance(red_op, _RedOp):
+        return int(red_op)
+    return None
+
+
+def _op(red_op, dtype: torch.dtype, what: str) -> tuple[ReduceOp, bool]:
+    """(hccl-py's op, whether to divide by the group size after it) for torch's ReduceOp."""
+    code = _code(red_op)
+    found = (_BOOL_OPS if dtype is torch.bool else _OPS).get(code)
+    if found is None:
+        name = f"ReduceOp.{_NAMES[code]}" if code in _NAMES else repr(red_op)
+        raise HcclNotSupportedError(f"{what}: {name} is not supported by hccl-py (SUM, PRODUCT, MIN, MAX"
+                                    f"{' on bool' if dtype is torch.bool else ', AVG'})", arg="op", value=name,
+                                    rule="choices")
+    return found
+
+
+def _divide(t: torch.Tensor, n: int) -> None:
+    """AVG: the sum divided by the group size, in place (integers truncate, as NCCL's ncclAvg)."""
+    with torch.no_grad():
+        if t.is_floating_point():
+            t.div_(n)
+        else:
+            torch.div(t, n, rounding_mode="trunc", out=t)
+
+
+def _one(tensors: list, what: str) -> torch.Tensor:
+    """The one tensor of torch's list argument (one device per process)."""
+    if len(tensors) != 1:
+        raise backend_error(HcclParamError(f"{what}: takes one tensor per call (one device per process), got "
+                                           f"{len(tensors)}", arg="tensors", value=len(tensors), rule="length",
+                                           expected=1), what)
+    return tensors[0]
+
+
+def _splits(splits, numel0: int, n: int, rows: int, what: str, side: str) -> list[int]:
+    """Element counts per rank of an all_to_all_single side: split sizes (rows along dim 0) times
+    the elements of a row; equal blocks when none are given."""
+    if not splits:
+        if rows % n:
+            raise HcclParamError(f"{what}: {side} has {rows} rows along dim 0, not divisible by the group size {n}; "
+                                 f"give {side}_split_sizes", arg=f"{side}_split_sizes", value=rows, rule="divisible",
+                                 expected=n)
+        return [rows // n * numel0] * n
+    splits = [int(s) for s in splits]
+    if len(splits) != n or sum(splits) != rows:
+        raise HcclParamError(f"{what}: {side}_split_sizes {splits} must give {n} sizes summing to dim 0 ({rows})",
+                             arg=f"{side}_split_sizes", value=splits, rule="sum", expected=rows)
+    return [s * numel0 for s in splits]
+
+
+class HcclProcessGroup(dist.ProcessGroup):
+    """A torch process group whose collectives run on the hccl-py communicator ``comm`` (its
+    ranks in group-rank order). Made by the registered backend (``init_process_group("hccl")``,
+    ``new_group``); ``monitor`` makes the communicator of a monitored barrier with a given
+    timeout (seconds), ``on_shutdown`` releases the communicator."""
+
+    def __init__(self, comm, *, monitor=None, on_shutdown=None):
+        super().__init__(comm.rank, comm.size)
+        self.comm = comm
+        self._all_reduce_what = f"all_reduce on '{comm.name}'"
+        self._monitor = monitor
+        self._on_shutdown = on_shutdown
+        self._group_name = ""
+        self._group_desc = ""
+
+    # -- identity (what torch's C++ side asks) -----------------------------------------------
+    def getBackendName(self) -> str:
+        """"hccl": what ``pg.name()`` and ``dist.get_backend()`` report."""
+        return "hccl"
+
+    def setGroupName(self, name: str) -> None:
+        """torch names the group ("0", "1", ...) when it registers it."""
+        self._group_name = name
+
+    def getGroupName(self) -> str:
+        """The name torch gave the group (functional collectives look groups up by it)."""
+        return self._group_name
+
+    def setGroupDesc(self, desc: str) -> None:
+        """torch describes the group ("default_pg", "undefined", or new_group(group_desc=))."""
+        self._group_desc = desc
+
+    def getGroupDesc(self) -> str:
+        """The description torch gave the group."""
+        return self._group_desc
+
+    def __repr__(self) -> str:
+        return f"<HcclProcessGroup {self._group_name or '?'} on {self.comm!r}>"
+
+    def shutdown(self) -> None:
+        """destroy_process_group(): the communicator is released (its queued calls end first)."""
+        if self._on_shutdown is not None:
+            callback, self._on_shutdown = self._on_shutdown, None
+            callback()
+
+    def abort(self) -> None:
+        self.comm.abort("torch aborted the process group")
+
+    # -- the one issue path --------------------------------------------------------------------
+    def _call(self, what: str, async_op: bool, prep, *args):
+        """``prep(what, *args)`` checks the arguments and returns (issue, post, result):
+        ``issue(async_op)`` starts the hccl-py call (returning its Work when asynchronous),
+        ``post()`` (or None) runs once it succeeded, ``result`` is what the future holds."""
+        try:
+            issue, post, result = prep(what, *args)
+            if not async_op:
+                issue(False)
+                if post is not None:
+                    post()
+                return DONE
+            return HcclWork(what, [issue(True)], result, post)
+        except HcclError as err:
+            raise backend_error(err, what) from err
+
+    def _coalesced(self, what: str, opts, prep, calls: list, result: list):
+        """Several calls of one kind as one torch call (``*_coalesced``): one Work for all."""
+        try:
+            prepared = [prep(what, *args) for args in calls]
+            posts = [post for _, post, _ in prepared if post is not None]
+
+            def post_all():
+                for post in posts:
+                    post()
+
+            if opts is not None and not opts.asyncOp:
+                for issue, _, _ in prepared:
+                    issue(False)
+                post_all()
+                return DONE
+            return HcclWork(what, [issue(True) for issue, _, _ in prepared], result, post_all)
+        except HcclError as err:
+            raise backend_error(err, what) from err
+
+    # -- collectives ---------------------------------------------------------------------------------
+    def allreduce(self, tensors, opts=None):
+        opts = opts if opts is not None else dist.AllreduceOptions()
+        if not opts.asyncOp and len(tensors) == 1:  # the common case, kept short: blocking float32 on the CPU
+            t = tensors[0]
+            if t.dtype is _F32 and t.is_cpu and t.is_contiguous() and not t.requires_grad:
+                red_op = opts.reduceOp
+                found = _OPS.get(hash(red_op)) if type(red_op) is _FAST_OP_TYPE else None
+                if found is not None:
+                    a = t.numpy()  # the tensor's memory: C-contiguous, writable, float32 (takes every op of _OPS)
+                    try:
+                        self.comm._all_reduce_flat(a if a.ndim == 1 else a.reshape(-1), found[0], self._all_reduce_what)
+                    except HcclError as err:
+                        raise backend_error(err, "all_reduce") from err
+                    if found[1]:
+                        t.div_(self.comm.size)
+                    return DONE
+        return self._call("all_reduce", opts.asyncOp, self._allreduce, _one(tensors, "all_reduce"), opts.reduceOp)
+
+    def _allreduce(self, what, t, red_op):
+        staged = Staged(t, what)
+        op, avg = _op(red_op, t.dtype, what)
+
+        def post():
+            staged.copy_back()
+            if avg:
+                _divide(t, self.comm.size)
+
+        return lambda a: self.comm.all_reduce(staged.array, op, async_op=a), post, [t]
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        opts = opts if opts is not None else dist.AllreduceCoalescedOptions()
+        return self._coalesced("all_reduce_coalesced", opts, self._allreduce, [(t, opts.reduceOp) for t in tensors],
+                               list(tensors))
+
+    def broadcast(self, tensors, opts=None):
+        opts = opts if opts is not None else dist.BroadcastOptions()
+        return self._call("broadcast", opts.asyncOp, self._broadcast, _one(tensors, "broadcast"), opts.rootRank)
+
+    def _broadcast(self, what, t, root):
+        staged = Staged(t, what)
+        return lambda a: self.comm.broadcast(staged.array, root, async_op=a), staged.copy_back, [t]
+
+    def reduce(self, tensors, opts=None):
+        opts = opts if opts is not None else dist.ReduceOptions()
+        return self._call("reduce", opts.asyncOp, self._reduce, _one(tensors, "reduce"), opts.rootRank, opts.reduceOp)
+
+    def _reduce(self, what, t, root, red_op):
+        staged = Staged(t, what)
+        op, avg = _op(red_op, t.dtype, what)
+        mine = self.comm.rank == root
+
+        def post():
+            if mine:
+                staged.copy_back()
+                if avg:
+                    _divide(t, self.comm.size)
+
+        return lambda a: self.comm.reduce(staged.array, root, op, async_op=a), post, [t]
+
+    def allgather(self, output_tensors, input_tensors, opts=None):
+        opts = opts if opts is not None else dist.AllgatherOptions()
+        return self._call("all_gather", opts.asyncOp, self._allgather, _one(output_tensors, "all_gather"),
+                          _one(input_tensors, "all_gather"))
+
+    def _allgather(self, what, outs, t):
+        self._check_list(outs, t, what, "tensor_list")
+        x = contiguous_array(t, what)
+        buffer = torch.empty((self.comm.size, *t.shape), dtype=t.dtype)
+
+        def post():
+            with torch.no_grad():
+                for o, row in zip(outs, buffer):
+                    o.copy_(row)
+
+        return lambda a: self.comm.all_gather(x, out=as_array(buffer), async_op=a), post, [outs]
+
+    def allgather_coalesced(self, output_lists, input_list, opts=None):
+        return self._coalesced("all_gather_coalesced", opts, self._allgather, list(zip(output_lists, input_list)),
+                               list(output_lists))
+
+    def all_gather_single(self, output, input, opts=None):
+        opts = opts if opts is not None else dist.AllgatherOptions()
+        return self._call("all_gather_into_tensor", opts.asyncOp, self._all_gather_single, output, input)
+
+    def _all_gather_single(self, what, output, input):
+        staged = Staged(output, what)
+        x = contiguous_array(input, what)
+        self._check_numel(output, input.numel() * self.comm.size, what, "output")
+        return lambda a: self.comm.all_gather(x, out=staged.array, async_op=a), staged.copy_back, [output]
+
+    _allgather_base = all_gather_single  # the names before torch 2.13
+
+    def all_gather_single_coalesced(self, outputs, inputs, opts=None):
+        return self._coalesced("all_gather_into_tensor_coalesced", opts, self._all_gather_single,
+                               list(zip(outputs, inputs)), list(outputs))
+
+    allgather_into_tensor_coalesced = all_gather_single_coalesced
+
+    def gather(self, output_tensors, input_tensors, opts=None):
+        opts = opts if opts is not None else dist.GatherOptions()
+        return self._call("gather", opts.asyncOp, self._gather, output_tensors, _one(input_tensors, "gather"), opts.rootRank)
+
+    def _gather(self, what, output_tensors, t, root):
+        x = contiguous_array(t, what)
+        if self.comm.rank != root:
+            return lambda a: self.comm.gather(x, root, async_op=a), None, output_tensors
+        outs = _one(output_tensors, what)
+        self._check_list(outs, t, what, "gather_list")
+        buffer = torch.empty((self.comm.size, *t.shape), dtype=t.dtype)
+
+        def post():
+            with torch.no_grad():
+                for o, row in zip(outs, buffer):
+                    o.copy_(row)
+
+        return lambda a: self.comm.gather(x, root, out=as_array(buffer), async_op=a), post, output_tensors
+
+    def scatter(self, output_tensors, input_tensors, opts=None):
+        opts = opts if opts is not None else dist.ScatterOptions()
+        return self._call("scatter", opts.asyncOp, self._scatter, _one(output_tensors, "scatter"), input_tensors,
+                          opts.rootRank)
+
+    def _scatter(self, what, t, input_tensors, root):
+        staged = Staged(t, what)
+        x = None
+        if self.comm.rank == root:
+            ins = _one(input_tensors, what)
+            self._check_list(ins, t, what, "scatter_list")
+            x = as_array(torch.stack([i.detach() for i in ins]))
+        return lambda a: self.comm.scatter(x, root, out=staged.array, async_op=a), staged.copy_back, [t]
+
+    def reduce_scatter(self, output_tensors, input_tensors, opts=None):
+        opts = opts if opts is not None else dist.ReduceScatterOptions()
+        return self._call("reduce_scatter", opts.asyncOp, self._reduce_scatter, _one(output_tensors, "reduce_scatter"),
+                          _one(input_tensors, "reduce_scatter"), opts.reduceOp)
+
+    def _reduce_scatter(self, what, t, ins, red_op):
+        self._check_list(ins, t, what, "input_list")
+        y = as_array(torch.cat([i.detach().reshape(-1) for i in ins]))
+        return self._reduce_scatter_into(what, t, y, red_op)
+
+    def _reduce_scatter_into(self, what, output, y, red_op):
+        staged = Staged(output, what)
+        op, avg = _op(red_op, output.dtype, what)
+
+        def post():
+            staged.copy_back()
+            if avg:
+                _divide(output, self.comm.size)
+
+        return lambda a: self.comm.reduce_scatter(y, op, out=staged.array, async_op=a), post, [output]
+
+    def reduce_scatter_single(self, output, input, opts=None):
+        opts = opts if opts is not None else dist.ReduceScatterOptions()
+        return self._call("reduce_scatter_tensor", opts.asyncOp, self._reduce_scatter_single, output, input, opts.reduceOp)
+
+    def _reduce_scatter_single(self, what, output, input, red_op):
+        self._check_numel(input, output.numel() * self.comm.size, what, "input")
+        return self._reduce_scatter_into(what, output, contiguous_array(input, what), red_op)
+
+    _reduce_scatter_base = reduce_scatter_single
+
+    def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
+        red_op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+        return self._coalesced("reduce_scatter_tensor_coalesced", opts, self._reduce_scatter_single,
+                               [(o, i, red_op) for o, i in zip(outputs, inputs)], list(outputs))
+
+    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
+
+    def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        opts = opts if opts is not None else dist.AllToAllOptions()
+        return self._call("all_to_all_single", opts.asyncOp, self._all_to_all_single, output, input, output_split_sizes,
+                          input_split_sizes)
+
+    def _all_to_all_single(self, what, output, input, output_split_sizes, input_split_sizes):
+        n = self.comm.size
+        staged = Staged(output, what)
+        x = contiguous_array(input, what)
+        if output.dtype != input.dtype:
+            raise HcclParamError(f"{what}: output is {output.dtype}, input {input.dtype}", arg="output",
+                                 value=str(output.dtype), expected=str(input.dtype))
+        if (not output_split_sizes and not input_split_sizes and output.shape == input.shape and input.dim()
+                and input.shape[0] % n == 0):
+            return (lambda a: self.comm.all_to_all(x.reshape(n, -1), out=staged.array.reshape(n, -1), async_op=a),
+                    staged.copy_back, [output])
+        rows_in, rows_out = (input.shape[0] if input.dim() else 1), (output.shape[0] if output.dim() else 1)
+        send = _splits(input_split_sizes, input.numel() // max(rows_in, 1), n, rows_in, what, "input")
+        recv = _splits(output_split_sizes, output.numel() // max(rows_out, 1), n, rows_out, what, "output")
+        return (lambda a: self.comm.all_to_all_v(x.reshape(-1), send, None, staged.array.reshape(-1), recv, None, async_op=a),
+                staged.copy_back, [output])
+
+    alltoall_base = all_to_all_single
+
+    def alltoall(self, output_tensors, input_tensors, opts=None):
+        opts = opts if opts is not None else dist.AllToAllOptions()
+        return self._call("all_to_all", opts.asyncOp, self._alltoall, output_tensors, input_tensors)
+
+    def _alltoall(self, what, output_tensors, input_tensors):
+        n = self.comm.size
+        if len(output_tensors) != n or len(input_tensors) != n:
+            raise HcclParamError(f"{what}: takes {n} output and {n} input tensors (one per rank), got "
+                                 f"{len(output_tensors)} and {len(input_tensors)}", arg="tensor lists", rule="length",
+                                 expected=n)
+        for t in (*output_tensors, *input_tensors):
+            check(t, what)
+        dtypes = {t.dtype for t in (*output_tensors, *input_tensors)}
+        if len(dtypes) > 1:
+            raise HcclParamError(f"{what}: tensors of several dtypes {sorted(map(str, dtypes))}", arg="tensors", rule="dtype")
+        send = as_array(torch.cat([t.detach().reshape(-1) for t in input_tensors]))
+        buffer = torch.empty(sum(t.numel() for t in output_tensors), dtype=output_tensors[0].dtype)
+        send_counts = [t.numel() for t in input_tensors]
+        recv_counts = [t.numel() for t in output_tensors]
+
+        def post():
+            with torch.no_grad():
+                for o, part in zip(output_tensors, buffer.split(recv_counts)):
+                    o.copy_(part.view(o.shape))
+
+        return (lambda a: self.comm.all_to_all_v(send, send_counts, None, as_array(buffer), recv_counts, None, async_op=a),
+                post, output_tensors)
+
+    # -- point to point: always asynchronous (torch's send and isend both call this) ----------------------
+    def send(self, tensors, dstRank, tag=0):
+        what = f"send to {dstRank}"
+        try:
+            x = contiguous_array(_one(tensors, what), what)
+            return HcclWork(what, [self.comm.send(x, dstRank, async_op=True)], list(tensors))
+        except HcclError as err:
+            raise backend_error(err, what) from err
+
+    def recv(self, tensors, srcRank, tag=0):
+        what = f"recv from {srcRank}"
+        try:
+            staged = Staged(_one(tensors, what), what)
+            return HcclWork(what, [self.comm.recv(staged.array, srcRank, async_op=True)], list(tensors), staged.copy_back)
+        except HcclError as err:
+            raise backend_error(err, what) from err
+
+    def recv_anysource(self, tensors, tag=0):
+        raise backend_error(HcclNotSupportedError("recv without a source rank is not supported: HCCL's receives name "
+                                                  "their peer; pass src", rule="required", arg="src"), "recv")
+
+    # -- barriers --------------------------------------------------------------------------------
+    def barrier(self, opts=None):
+        """All ranks of the group entered; ``dist.barrier(timeout=)`` bounds the wait here."""
+        opts = opts if opts is not None else dist.BarrierOptions()
+        issue = (lambda what: (lambda a: self.comm.barrier(async_op=a), None, []))
+        if opts.timeout < _NO_TIMEOUT:  # not given (torch's kUnsetTimeout): the group's HCCL_EXEC_TIMEOUT applies
+            return self._call("barrier", opts.asyncOp, issue)
+        work = self._call("barrier", True, issue)
+        if opts.asyncOp:
+            return work
+        work.wait(opts.timeout)
+        return DONE
+
+    def monitored_barrier(self, timeout: timedelta | None = None, wait_all_ranks: bool = False) -> None:
+        """torch's monitored barrier: every rank reports to rank 0, which names every rank that
+        did not arrive within ``timeout`` (default: the group's HCCL_EXEC_TIMEOUT); the other
+        ranks raise with rank 0's finding. All missing ranks are named (``wait_all_ranks`` is
+        implied). torch's ``dist.monitored_barrier`` refuses backends other than gloo before it
+        reaches a group, so call this method (``group.monitored_barrier(...)``) or
+        ``hccl_py.torch.monitored_barrier``."""
+        comm = (self._monitor(timeout.total_seconds()) if timeout is not None and self._monitor is not None else None) or self.comm
+        try:
+            comm.barrier(monitored=True)
+        except HcclError as err:
+            raise backend_error(err, "monitored_barrier") from err
+
+    # -- checks ----------------------------------------------------------------------------------------
+    def _check_list(self, tensors: list, like: torch.Tensor, what: str, arg: str) -> None:
+        if len(tensors) != self.comm.size:
+            raise HcclParamError(f"{what}: {arg} has {len(tensors)} tensors; the group has {self.comm.size} ranks", arg=arg,
+                                 value=len(tensors), rule="length", expected=self.comm.size)
+        for t in tensors:
+            check(t, what)
+            if t.dtype != like.dtype or t.numel() != like.numel():
+                raise HcclParamError(f"{what}: {arg} holds a {t.dtype} tensor of {t.numel()} elements; expected "
+                                     f"{like.dtype} of {like.numel()}", arg=arg, value=[str(t.dtype), t.numel()],
+                                     expected=[str(like.dtype), like.numel()])
+
+    @staticmethod
+    def _check_numel(t: torch.Tensor, numel: int, what: str, arg: str) -> None:
+        if t.numel() != numel:
+            raise HcclParamError(f"{what}: {arg} has {t.numel()} elements; expected {numel}", arg=arg, value=t.numel(),
+                                 expected=numel)

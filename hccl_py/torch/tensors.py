@@ -1,0 +1,83 @@
+"""CPU tensors as the numpy arrays hccl-py's communicator takes, without copies where possible.
+
+A contiguous CPU tensor and its array share memory (``t.numpy()``); bfloat16 goes through a view
+of the same bytes as int16, then ml_dtypes' bfloat16 (numpy has no bfloat16 of its own); bool
+travels as uint8. A non-contiguous tensor is staged: the collective runs on a contiguous copy,
+which is copied back into the tensor afterwards (:class:`Staged`)::
+
+    a = as_array(t)                  # same memory as t
+    s = Staged(t_strided); comm.all_reduce(s.array); s.copy_back()
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..dtypes import bfloat16 as _BF16
+from ..errors import HcclParamError
+
+# Element types that map one-to-one: t.numpy() shares the tensor's memory.
+_PLAIN = frozenset({torch.float32, torch.float16, torch.float64, torch.int8, torch.int16, torch.int32, torch.int64,
+                    torch.uint8})
+# Element types seen through another of the same width: (torch view type, numpy view type or None).
+_VIEWED = {torch.bfloat16: (torch.int16, _BF16), torch.bool: (torch.uint8, None)}
+SUPPORTED = ", ".join(sorted(str(d).removeprefix("torch.") for d in (*_PLAIN, *_VIEWED)))
+
+
+def check(t: torch.Tensor, what: str) -> None:
+    """HcclParamError unless ``t`` is a CPU tensor of an element type hccl-py carries."""
+    if not isinstance(t, torch.Tensor):
+        raise HcclParamError(f"{what}: expected a torch.Tensor, got {type(t).__name__}", arg="tensor", rule="type",
+                             expected="torch.Tensor")
+    if t.device.type != "cpu":
+        raise HcclParamError(f"{what}: hccl-py's torch backend takes CPU tensors, got one on {t.device} "
+                             "(under hccl-launch --npu, 'npu' and 'cuda' tensors stay on the CPU)", arg="tensor",
+                             value=str(t.device), rule="device", expected="cpu")
+    if t.dtype not in _PLAIN and t.dtype not in _VIEWED:
+        raise HcclParamError(f"{what}: dtype {t.dtype} is not supported by hccl-py; use one of {SUPPORTED}", arg="tensor",
+                             dtype=str(t.dtype), rule="choices", choices=SUPPORTED.split(", "))
+
+
+def as_array(t: torch.Tensor) -> np.ndarray:
+    """The numpy array sharing ``t``'s memory (``t`` contiguous, on the CPU, of a supported type)."""
+    dtype = t.dtype
+    if t.requires_grad:
+        t = t.detach()
+    if dtype in _PLAIN:
+        return t.numpy()
+    raw, np_dtype = _VIEWED[dtype]
+    a = t.view(raw).numpy()
+    return a if np_dtype is None else a.view(np_dtype)
+
+
+class Staged:
+    """A tensor's contents as a contiguous array: the tensor's own memory when it is contiguous,
+    else a contiguous copy that :meth:`copy_back` writes into the tensor."""
+
+    __slots__ = ("tensor", "buffer", "array")
+
+    def __init__(self, t: torch.Tensor, what: str):
+        check(t, what)
+        self.tensor = t
+        self.buffer = t if t.is_contiguous() else t.detach().contiguous()
+        self.array = as_array(self.buffer)
+
+    def copy_back(self) -> None:
+        """Write the result into the tensor if it was staged through a copy."""
+        if self.buffer is not self.tensor:
+            with torch.no_grad():
+                self.tensor.copy_(self.buffer)
+
+
+def contiguous_array(t: torch.Tensor, what: str) -> np.ndarray:
+    """An input's contents as a contiguous array (the tensor's memory, or a contiguous copy)."""
+    check(t, what)
+    return as_array(t if t.is_contiguous() else t.detach().contiguous())
+
+
+def empty_like_stack(tensors: list[torch.Tensor] | torch.Tensor, n: int | None = None) -> torch.Tensor:
+    """A contiguous tensor of shape ``(n, *t.shape)`` for ``n`` tensors like ``t`` (staging of list
+    forms: all_gather, gather)."""
+    t = tensors if isinstance(tensors, torch.Tensor) else tensors[0]
+    return torch.empty((n if n is not None else len(tensors), *t.shape), dtype=t.dtype)
