@@ -329,8 +329,8 @@ def _on_cpu(fn, positional: bool = True):
     return wrapper
 
 
-def _to_hccl(backend):
-    return backend.replace("nccl", "hccl") if isinstance(backend, str) else backend
+def _to_hccl(name):
+    return name.replace("nccl", "hccl") if isinstance(name, str) else name
 
 
 def _nccl_to_hccl(fn):
