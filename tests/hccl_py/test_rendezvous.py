@@ -116,7 +116,9 @@ def test_a_second_job_on_the_same_port_is_refused_and_the_first_stays_right() ->
 def _wrong_store(port: int) -> str:
     import hccl_py
 
-    os.environ["MASTER_PORT"] = str(port)  # another job's store, which this job's secret opens
+    from hccl_py import env
+
+    os.environ[env.STORE_PORT] = str(port)  # another job's store, which this job's secret opens
     try:
         hccl_py.init()
     except hccl_py.HcclConnectError as err:
