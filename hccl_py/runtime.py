@@ -46,7 +46,7 @@ def init() -> Communicator:
 def join(job: env.JobConfig | None = None, store=None) -> Communicator:
     """:func:`init` for adapters (the torch backend): ``job`` instead of the environment's (torch
     gives the rank, the size and the timeout), ``store`` a store client to meet through (the
-    c10d store torch hands its backend, ``hccl_py.torch.store.C10dStore``). A live world
+    c10d store torch hands its backend, ``hccl_py.transport.torch.C10dStore``). A live world
     communicator is returned as it is."""
     global _world
     if _world is not None and _world._engine.forked:

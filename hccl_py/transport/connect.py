@@ -8,7 +8,7 @@ next to the transports they build.
 bytes through MPI (``mpi.py``). Which applies is decided in ``choice.py``. Ranks started by
 torchrun meet through torchrun's agent store (a c10d TCPStore, reached with torch's client), and
 the torch backend passes the c10d store torch hands it (``connect(job, store)``): both through
-``hccl_py/torch/store.py``, which offers the store client's calls over a c10d store.
+``hccl_py/transport/torch.py``, which offers the store client's calls over a c10d store.
 
 Who belongs to a job: its id is the launcher's (``env.launcher_job_id``: HCCL_PY_JOB_ID,
 torchrun's run id, Slurm's job and step), else the id of the store the ranks meet at (a random
@@ -44,7 +44,7 @@ def connect(job: env.JobConfig, store=None) -> tuple[Transport, str]:
     """This rank's transport to every other rank of ``job`` (blocks until all have joined, at
     most ``job.connect_timeout_s``), and what it is, e.g. ``"shm (4 ranks, 1 host)"``.
     ``store``: a store client to meet through instead of the one the job names (the torch
-    backend's c10d store, ``hccl_py.torch.store.C10dStore``); it stays open."""
+    backend's c10d store, ``hccl_py.transport.torch.C10dStore``); it stays open."""
     if store is None and _mpi_serves(job):
         return _connect_mpi(job)
     return _connect_store(job, store)
@@ -98,7 +98,7 @@ def _connect_store(job: env.JobConfig, store=None) -> tuple[Transport, str]:
     if store is not None:  # the torch backend's c10d store
         client, where, owned = store, store.where, False
     elif job.torch_store and job.store_port is not None:  # under torchrun: its agent's store, with torch's client
-        from ..torch.store import C10dStore
+        from .torch import C10dStore  # not the adapter package: a plain hccl-py program registers no backend
 
         client, owned = C10dStore.connect(job.store_addr, job.store_port, job.size, job.connect_timeout_s), True
         where = client.where

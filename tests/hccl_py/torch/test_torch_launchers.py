@@ -47,6 +47,8 @@ def test_plain_hccl_py_init_under_torchrun():
                           timeout=80)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "rank 0/2 sum 3" in done.stdout and "rank 1/2 sum 3" in done.stdout
+    # torch's store client, not the adapter: a plain program registers no "hccl" backend
+    assert done.stdout.count("adapter loaded: False") == 2, done.stdout
 
 
 @pytest.mark.timeout(90)

@@ -21,7 +21,7 @@ import hccl_py.torch  # noqa: E402
 from hccl_py import HcclConnectError, HcclNotSupportedError, HcclParamError, HcclTimeoutError, init  # noqa: E402
 from hccl_py.dtypes import bfloat16  # noqa: E402
 from hccl_py.torch import backend  # noqa: E402
-from hccl_py.torch.store import C10dStore  # noqa: E402
+from hccl_py.transport.torch import C10dStore  # noqa: E402
 from hccl_py.torch.tensors import Staged, as_array, check  # noqa: E402
 from hccl_py.torch.work import HcclWork  # noqa: E402
 from hccl_py.work import Work  # noqa: E402
@@ -299,3 +299,12 @@ def test_the_standin_is_not_importable_without_npu():
     import importlib.util
 
     assert importlib.util.find_spec("torch_npu") is None  # only hccl-launch --npu puts it on a path
+
+
+def test_the_adapter_without_torch_says_what_to_install():
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "import hccl_py\n"
+            "try:\n    import hccl_py.torch\nexcept hccl_py.HcclNotSupportedError as err:\n"
+            "    print(err.code, err.module)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["5", "torch"], done.stderr
