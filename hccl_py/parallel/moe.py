@@ -67,7 +67,7 @@ import numpy as np
 from ..communicator import Communicator
 from ..errors import HcclParamError
 from .model import Block, Model, Ops, ParamSpec
-from .overlap import Issuer
+from .overlap import OverlapDriver
 from .sharding import even_split
 from .timeline import Timeline
 from .transformer import ClassifierHead, Embedding, TransformerConfig, self_attention
@@ -355,7 +355,7 @@ class ExpertParallelRun:
         return tuple(sum(v for v, o in zip(values, self.owner) if o == c) for c in range(cards))
 
 
-class ExpertParallel:
+class ExpertParallel(OverlapDriver):
     """``model`` (a :class:`MoETransformer`) with its experts spread over ``comm``'s cards (see
     the module doc). ``overlap``: asynchronous dispatch and combine; ``chunks``: token chunks per
     layer (default 2 with overlap, else 1)."""
@@ -369,17 +369,7 @@ class ExpertParallel:
             raise HcclParamError(f"ExpertParallel: {cfg.experts} experts cannot spread over {comm.size} cards; use at most "
                                  f"{cfg.experts} cards or more experts", arg="experts", value=cfg.experts, rule="range",
                                  expected=f">= {comm.size}")
-        chunks = (2 if overlap else 1) if chunks is None else int(chunks)
-        if chunks < 1:
-            raise HcclParamError(f"ExpertParallel: chunks must be >= 1, got {chunks}", arg="chunks", value=chunks)
-        self.comm = comm
-        self.model = model
-        self.overlap = bool(overlap)
-        self.chunks = chunks
-        self.device = comm.device
-        self.timeline = timeline if timeline is not None else Timeline(comm.device)
-        self.ops = Ops(comm.device)
-        self.issuer = Issuer(comm, self.timeline, self.overlap)
+        super().__init__("ExpertParallel", comm, model, overlap, chunks, timeline)
         counts = even_split(cfg.experts, comm.size)
         self.owner = tuple(c for c, n in enumerate(counts) for _ in range(n))
         self.mine = tuple(e for e in range(cfg.experts) if self.owner[e] == comm.rank)

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..communicator import Communicator
+from ..errors import HcclParamError
+from .model import Ops
 from .timeline import Segment, Timeline
 
 
@@ -79,3 +81,23 @@ class Issuer:
     def _segment(self, kind: str, label: str, start: float, end: float, wall: float) -> None:
         if end > start:
             self.timeline.segments.append(Segment(kind, label, start, end, wall, time.monotonic()))
+
+
+class OverlapDriver:
+    """What the tensor- and expert-parallel drivers share: the communicator, the model, whether
+    collectives overlap compute and in how many chunks a batch is cut (default 2 with overlap,
+    else 1), the card's timeline, its kernels and the issuer of the collectives."""
+
+    def __init__(self, what: str, comm: Communicator, model, overlap: bool, chunks: int | None,
+                 timeline: Timeline | None):
+        chunks = (2 if overlap else 1) if chunks is None else int(chunks)
+        if chunks < 1:
+            raise HcclParamError(f"{what}: chunks must be >= 1, got {chunks}", arg="chunks", value=chunks)
+        self.comm = comm
+        self.model = model
+        self.overlap = bool(overlap)
+        self.chunks = chunks
+        self.device = comm.device
+        self.timeline = timeline if timeline is not None else Timeline(comm.device)
+        self.ops = Ops(comm.device)
+        self.issuer = Issuer(comm, self.timeline, self.overlap)

@@ -46,7 +46,7 @@ from ..cost_model import CostModel
 from ..device import Device
 from ..errors import HcclParamError
 from .model import UNLIMITED_HBM, Ops
-from .overlap import Issuer
+from .overlap import OverlapDriver
 from .sharding import even_split
 from .timeline import Timeline
 from .transformer import TransformerEncoder, self_attention
@@ -121,7 +121,7 @@ def residual(ops: Ops, x: np.ndarray, reduced: np.ndarray, bias: np.ndarray) -> 
     return ops.elementwise(lambda a, r, b: a + (r + b), x, reduced, bias, flops_per_element=2.0)
 
 
-class TensorParallel:
+class TensorParallel(OverlapDriver):
     """``model`` (a :class:`TransformerEncoder`) with its heads and MLP split over ``comm``'s
     cards (see the module doc). ``overlap``: asynchronous all_reduces overlapped with the next
     chunk's compute; ``chunks``: sequence groups a batch is cut into (default 2 with overlap,
@@ -137,20 +137,10 @@ class TensorParallel:
             raise HcclParamError(f"TensorParallel: {cfg.heads} attention heads cannot split over {comm.size} cards; "
                                  f"use at most {cfg.heads} cards per tensor-parallel group or more heads",
                                  arg="heads", value=cfg.heads, rule="range", expected=f">= {comm.size}")
-        chunks = (2 if overlap else 1) if chunks is None else int(chunks)
-        if chunks < 1:
-            raise HcclParamError(f"TensorParallel: chunks must be >= 1, got {chunks}", arg="chunks", value=chunks)
-        self.comm = comm
-        self.model = model
-        self.overlap = bool(overlap)
-        self.chunks = chunks
-        self.device = comm.device
-        self.timeline = timeline if timeline is not None else Timeline(comm.device)
-        self.ops = Ops(comm.device)
+        super().__init__("TensorParallel", comm, model, overlap, chunks, timeline)
         self.heads_per_card = tuple(even_split(cfg.heads, comm.size))
         self.hidden_per_card = tuple(even_split(cfg.mlp_ratio * cfg.d_model, comm.size))
         self.shard = _Shard(model, comm.device, comm.rank, comm.size)
-        self.issuer = Issuer(comm, self.timeline, self.overlap)
         self.last: TensorParallelRun | None = None
         self._estimates: dict[tuple, float] = {}
 
