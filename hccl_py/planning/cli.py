@@ -145,12 +145,22 @@ def _check_algo(collective: str, algo: str) -> None:
                      "hier:<inner>/<outer> or auto")
 
 
-def _one(args, topology: Topology, wall_start: float) -> int:
-    spec = lookup(args.collective)
-    collective = spec.name
-    _check_algo(collective, args.algo)
+def _dtype_args(args) -> tuple[str, int]:
+    """(numpy's dtype name, its size in bytes) for ``--dtype``."""
     dtype = DTYPE_SPELLINGS[args.dtype]
-    itemsize = ITEMSIZE_BY_NAME[dtype]
+    return dtype, ITEMSIZE_BY_NAME[dtype]
+
+
+def _call_args(args):
+    """(the collective's description, dtype name, itemsize) of a command line, its ``--algo`` checked."""
+    spec = lookup(args.collective)
+    _check_algo(spec.name, args.algo)
+    return (spec, *_dtype_args(args))
+
+
+def _one(args, topology: Topology, wall_start: float) -> int:
+    spec, dtype, itemsize = _call_args(args)
+    collective = spec.name
     n = topology.num_ranks
     count = spec.message_elements(args.bytes, itemsize, n)
     model = CostModel(topology)
@@ -173,11 +183,8 @@ def _one(args, topology: Topology, wall_start: float) -> int:
 
 
 def _sweep(args, topology: Topology, sizes: list[int]) -> int:
-    spec = lookup(args.collective)
+    spec, dtype, itemsize = _call_args(args)
     collective = spec.name
-    _check_algo(collective, args.algo)
-    dtype = DTYPE_SPELLINGS[args.dtype]
-    itemsize = ITEMSIZE_BY_NAME[dtype]
     n = topology.num_ranks
     model = CostModel(topology)
     print(f"# hccl-sim: {collective} {args.dtype} op {args.op} on {topology.name} ({n} ranks), algo {args.algo}; "
@@ -227,7 +234,7 @@ def _counts(args, n: int) -> tuple[tuple[int, ...], ...]:
     if args.minbytes is not None:
         raise ValueError("alltoallv takes --bytes per pair or --counts, not a sweep")
     if args.counts is None:
-        per_pair = args.bytes // ITEMSIZE_BY_NAME[DTYPE_SPELLINGS[args.dtype]]
+        per_pair = args.bytes // _dtype_args(args)[1]
         if per_pair < 1:
             raise ValueError(f"--bytes {args.bytes} is less than one {args.dtype} element per pair")
         return skewed_counts(n, per_pair, args.skew)
@@ -248,7 +255,7 @@ def _counts(args, n: int) -> tuple[tuple[int, ...], ...]:
 def _alltoallv(args, topology: Topology, wall_start: float) -> int:
     n = topology.num_ranks
     matrix = _counts(args, n)
-    itemsize = ITEMSIZE_BY_NAME[DTYPE_SPELLINGS[args.dtype]]
+    itemsize = _dtype_args(args)[1]
     algos = algos_for("alltoallv")
     if args.algo != "auto" and args.algo not in algos:
         raise ValueError(f"alltoallv has no algorithm {args.algo!r}; use one of {', '.join(algos)} or auto")
