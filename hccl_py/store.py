@@ -54,7 +54,6 @@ from dataclasses import dataclass, field
 from types import TracebackType
 
 import zmq
-from zmq.utils.monitor import recv_monitor_message
 
 from . import env
 from .errors import (HcclConnectError, HcclError, HcclMemoryError, HcclParamError, HcclSyscallError, HcclTimeoutError, from_wire,
@@ -648,6 +647,9 @@ class StoreClient:
         """Raise HcclConnectError if the store refused our handshake (zmq does not reconnect
         after that, so every later call fails the same way)."""
         while self._refused is None and self._monitor.poll(0, zmq.POLLIN):
+            # Imported here: zmq.utils.monitor loads asyncio (~20 ms a rank), and only a refusal gets here.
+            from zmq.utils.monitor import recv_monitor_message
+
             event = recv_monitor_message(self._monitor, zmq.NOBLOCK)
             if event["event"] == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
                 self._refused = (

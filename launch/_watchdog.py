@@ -159,6 +159,11 @@ class Watchdog:
         before ``exec``): one send, no SIGPIPE if the watchdog is gone."""
         register(self._sock)
 
+    def detach(self) -> None:
+        """In a rank forked from the launcher, after :meth:`register_self`: close this process's copy
+        of the launcher's end, so the watchdog's EOF still means "the launcher is gone"."""
+        self._sock.close()
+
     def forget(self, pid: int) -> None:
         """This rank's session has been cleaned up: never sweep its pid (it may be reused)."""
         _send(self._sock, f"-{pid}\n".encode())

@@ -78,6 +78,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="run a script written for Ascend (torch_npu, torch.npu, transfer_to_npu) on CPU tensors: "
                              "a torch_npu stand-in goes first on the ranks' path, events time the modeled card "
                              "(see docs/torch.md)")
+    parser.add_argument("--start", choices=("fork", "exec"), default="fork",
+                        help="how ranks start: fork = copies of this launcher, which has imported numpy and hccl_py "
+                             "already (fast); exec = a fresh `python script.py` each, with the interpreter's own start-up "
+                             "(default fork; see docs/launch.md)")
     parser.add_argument("target", help="the script to run, or the module name with -m")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to every rank")
     return parser
@@ -111,6 +115,7 @@ def parse_args(argv: Sequence[str] | None = None) -> LaunchConfig:
             nnodes=ns.nnodes,
             node_rank=ns.node_rank,
             npu=ns.npu,
+            start=ns.start,
         )
     except ValueError as err:
         parser.error(str(err))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from topology import RankTable, TopologyError, default_preset
 
 # hccl-py's torch_npu stand-in (hccl_py/torch/standin/torch_npu), found without importing torch
 NPU_STANDIN = Path(hccl_py.__file__).resolve().parent / "torch" / "standin"
+START_METHODS = ("fork", "exec")  # how hccl-launch starts ranks (--start)
 TORCH_AUTOLOAD = "TORCH_DEVICE_BACKEND_AUTOLOAD"  # "0": `import torch` loads no device extension (torch_npu)
 
 
@@ -56,6 +58,7 @@ class LaunchConfig:
     node_rank: int = 0  # this launcher's place among them; node 0 hosts the store
     npu: bool = False  # the torch_npu stand-in first on the ranks' path (hccl-launch --npu)
     python: str = field(default_factory=lambda: sys.executable)
+    start: str = "fork"  # "fork": ranks forked from the warm launcher (launch/fork.py); "exec": fresh interpreters
 
     def __post_init__(self) -> None:
         if self.nproc < 1:
@@ -70,6 +73,8 @@ class LaunchConfig:
             raise ValueError(f"nnodes must be >= 1, got {self.nnodes}")
         if not 0 <= self.node_rank < self.nnodes:
             raise ValueError(f"node rank must be in 0..{self.nnodes - 1} (--nnodes {self.nnodes}), got {self.node_rank}")
+        if self.start not in START_METHODS:
+            raise ValueError(f"start must be one of {', '.join(START_METHODS)}, got {self.start!r}")
         if self.nnodes > 1 and self.master_port == 0:
             raise ValueError("--nnodes > 1 needs --master-port (and --master-addr: node 0's address): "
                              "every node's launcher must find node 0's store there")
@@ -138,6 +143,17 @@ class LaunchConfig:
             return {}
         path = environ.get("PYTHONPATH", "")
         return {"PYTHONPATH": str(NPU_STANDIN) + (os.pathsep + path if path else ""), TORCH_AUTOLOAD: "0"}
+
+    def forks(self) -> bool:
+        """Whether ranks are forked from this (warm) launcher: ``start`` is "fork", they run this
+        very interpreter, and the process has no other thread yet (a fork copies only the
+        calling thread; otherwise ranks are exec'd)."""
+        return (self.start == "fork" and self.python == sys.executable and hasattr(os, "fork")
+                and threading.active_count() == 1)
+
+    def argv(self) -> list[str]:
+        """The rank's ``sys.argv``: the script (or module name) and its arguments."""
+        return [self.target, *self.args]
 
     def command(self) -> list[str]:
         """The argv every rank runs (identical for all ranks; ranks differ only by env)."""

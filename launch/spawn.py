@@ -1,7 +1,7 @@
 """``launch.spawn``: run a Python function on N ranks from Python (tests, notebooks).
 
 The parent hosts the rendezvous store for the call; each rank is a fresh process (forkserver
-with numpy preloaded, never plain fork: a forked copy of a threaded parent, e.g. one holding zmq
+with numpy, zmq and hccl_py preloaded, never plain fork: a forked copy of a threaded parent, e.g. one holding zmq
 contexts, can deadlock) whose environment is exactly what hccl-launch gives its ranks.
 
 Example::
@@ -50,13 +50,14 @@ from hccl_py.store import StoreServer
 from hccl_py.transport import rundir
 
 from . import _watchdog
+from .fork import WARM_MODULES
 from .proc import describe_returncode, free_port, new_job_id, new_job_secret, rank_env, set_parent_death_signal, stop_all
 
 __all__ = ["spawn", "SpawnContext", "SpawnError"]
 
 DEFAULT_GRACE_S = 3.0
 # What every rank imports anyway: loaded once in the forkserver, inherited by each fork.
-_FORKSERVER_PRELOAD = ["numpy", "zmq"]
+_FORKSERVER_PRELOAD = list(WARM_MODULES)
 
 
 class SpawnError(RuntimeError):

@@ -21,8 +21,10 @@ from __future__ import annotations
 import collections
 import json
 import os
+import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -38,6 +40,7 @@ from hccl_py.errors import HcclError, HcclTimeoutError
 from hccl_py.store import StoreClient, StoreServer, store_address, user_secret
 from hccl_py.transport import rundir
 
+from . import fork
 from .proc import (free_port, new_job_id, new_job_secret, pdeathsig_preexec, rank_env, shell_exit_code, signal_group,
                    signal_name, stop_all)
 from ._watchdog import Watchdog, start_time, supported
@@ -56,7 +59,7 @@ NODE_KEY = "hccl-launch/node"  # and every other node's launcher checks in under
 @dataclass(eq=False)
 class _Rank:
     rank: int
-    popen: subprocess.Popen[bytes]
+    popen: subprocess.Popen[bytes] | fork.ForkedProcess
     tail: collections.deque[str] = field(default_factory=lambda: collections.deque(maxlen=STDERR_TAIL_LINES))
     readers: list[threading.Thread] = field(default_factory=list)
     log: BinaryIO | None = None
@@ -106,7 +109,13 @@ class Supervisor:
         self.torch_port: int | None = None  # MASTER_PORT of the ranks: left free for torch's env:// rendezvous
         self._watchdog: Watchdog | None = None
         self._signals: list[int] = []  # signals received by the launcher, in order
-        self._wake = threading.Event()
+        # Signals wake the supervisor through this pair (signal.set_wakeup_fd: written by the C
+        # handler, so a Python handler never takes a lock the interrupted code may hold).
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._previous_wakeup_fd: int | None = None
+        self._waiting: list[fork.Waiting] = []  # forked children not yet given their rank
         self.start_time = time.time()
         self._wall_origin = time.monotonic()  # ranks' wall timelines start here (one host: one clock)
         # Ranks dump their flight recorders here when something fails; kept under --log-dir.
@@ -126,6 +135,12 @@ class Supervisor:
             if supported():
                 # First of all: from here on, nothing a rank starts can outlive this launcher.
                 self._watchdog = Watchdog.start()
+            if self.config.forks():
+                # Before any thread (the store's) exists: the children are copies of a
+                # single-threaded, warm launcher and wait for their rank's orders.
+                fork.warm_up()
+                self._waiting = fork.fork_waiting(self.config.nproc, self._watchdog,
+                                                  close=[self._wake_r.fileno(), self._wake_w.fileno()])
             if self.config.node_rank == 0:
                 self._store = StoreServer(self.config.master_addr, self.config.master_port, job_id=self.job_id,
                                           secret=self.job_secret).start()
@@ -143,6 +158,7 @@ class Supervisor:
             return self._supervise()
         finally:
             # Whatever happened (including a bug here or a failed start), nothing outlives us.
+            self._abandon_waiting()
             self._stop_all(signal.SIGKILL, grace_s=0.0)
             self._finish_io()
             if self._watchdog is not None:
@@ -158,6 +174,10 @@ class Supervisor:
                     self._report(f"hccl-launch: trace of {self.config.nproc} ranks written to {merged} (open in Perfetto)")
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
+            if self._previous_wakeup_fd is not None:
+                signal.set_wakeup_fd(self._previous_wakeup_fd)
+            self._wake_r.close()
+            self._wake_w.close()
 
     # -- start -------------------------------------------------------------------------------
 
@@ -230,19 +250,23 @@ class Supervisor:
                          env.DEVICE_ID: str(device), **nodes,
                          **cfg.modeled_env(), env.HCCL_PY_WALL_ORIGIN: repr(self._wall_origin),
                          env.HCCL_PY_FLIGHT_DIR: str(self._flight_dir)}
-            popen = subprocess.Popen(
-                command,
-                env=child_env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                # Own session: Ctrl-C in the terminal reaches only the launcher, which forwards it,
-                # the rank's whole process group can be signalled at once, and everything the rank
-                # starts can be found by its session id (= its pid). The rank registers that
-                # session with the watchdog before it execs.
-                start_new_session=True,
-                preexec_fn=pdeathsig_preexec(self._watchdog),
-            )
+            popen: subprocess.Popen[bytes] | fork.ForkedProcess
+            if self._waiting:
+                popen = self._waiting.pop(0).start(child_env, cfg.argv(), cfg.target, is_module=cfg.is_module)
+            else:
+                popen = subprocess.Popen(
+                    command,
+                    env=child_env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    # Own session: Ctrl-C in the terminal reaches only the launcher, which forwards it,
+                    # the rank's whole process group can be signalled at once, and everything the rank
+                    # starts can be found by its session id (= its pid). The rank registers that
+                    # session with the watchdog before it execs.
+                    start_new_session=True,
+                    preexec_fn=pdeathsig_preexec(self._watchdog),
+                )
             rank = _Rank(r, popen, start_time=start_time(popen.pid))
             if cfg.log_dir is not None:
                 rank.log_path = cfg.log_dir / f"rank_{r}.log"
@@ -254,6 +278,16 @@ class Supervisor:
                                           name=f"hccl-launch-tee-{r}", daemon=True)
                 reader.start()
                 rank.readers.append(reader)
+
+    def _abandon_waiting(self) -> None:
+        """Forked children that never got a rank (the start failed): they exit on EOF; reap them."""
+        for waiting in self._waiting:
+            waiting.abandon()
+            try:
+                os.waitpid(waiting.pid, 0)
+            except ChildProcessError:
+                pass
+        self._waiting = []
 
     def _pump(self, rank: _Rank, pipe: BinaryIO, tee: _Tee, keep_tail: bool) -> None:
         prefix = f"[{rank.rank}] ".encode()
@@ -375,9 +409,13 @@ class Supervisor:
                     rank.log = None
 
     def _nap(self) -> None:
-        # The signal handler sets _wake, so a Ctrl-C is acted on at once, not after the nap.
-        self._wake.wait(POLL_INTERVAL_S)
-        self._wake.clear()
+        # A signal (a Ctrl-C, a rank's exit) writes to _wake_w, so it is acted on at once.
+        select.select([self._wake_r], [], [], POLL_INTERVAL_S)
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except (BlockingIOError, InterruptedError):
+            pass
 
     def _report_diagnosis(self) -> None:
         """What the ranks' flight recorders say; also diagnosis.json under --log-dir."""
@@ -402,11 +440,17 @@ class Supervisor:
             return {}  # signal handlers can only be set from the main thread (e.g. in tests)
 
         def handler(signum: int, frame: object) -> None:
-            self._signals.append(signum)
-            self._wake.set()
+            self._signals.append(signum)  # the wakeup fd ends the supervisor's nap
+
+        def child_exited(signum: int, frame: object) -> None:
+            # Nothing to do: the wakeup fd makes the supervisor look at once. The first rank to
+            # exit is the root cause, and a peer that learns of its death exits a few
+            # milliseconds later, inside one poll interval.
+            pass
 
         previous = {}
-        for signum in (signal.SIGINT, signal.SIGTERM):
+        for signum, act in ((signal.SIGINT, handler), (signal.SIGTERM, handler), (signal.SIGCHLD, child_exited)):
             previous[signum] = signal.getsignal(signum)
-            signal.signal(signum, handler)
+            signal.signal(signum, act)
+        self._previous_wakeup_fd = signal.set_wakeup_fd(self._wake_w.fileno(), warn_on_full_buffer=False)
         return previous
