@@ -381,15 +381,88 @@ def hccl_choice(shape: CallShape) -> Choice:
                   "estimate" in rule + rule1 or "pipeline" in rule1)
 
 
+# --------------------------------------------- all-to-all, scatter, gather: rules without a level 1
+
+def alltoall_rule(s: CallShape) -> Choice:
+    """HCCL's all-to-all (AlltoAll, AlltoAllV, AlltoAllVC alike: alltoall_operator.cc
+    SelectAlgforAlltoAll), in hccl-py's algorithms; no algorithm ("") where HCCL runs a staged or
+    pipelined two-level all-to-all, which hccl-py does not have."""
+    if s.per_server is None:
+        return Choice("pairwise", "servers with different NPU counts: RunAlltoAllVFullMesh, pairwise over all ranks "
+                                  "(multiModuleDiffDeviceNumMode)")
+    if s.ranks <= 2:
+        return Choice("pairwise", "<= 2 ranks: RunAlltoAllVFullMesh, pairwise (HCCL_ALLTOALLV_P2P_SIZE = 2)")
+    if s.per_server == 1:
+        return Choice("pairwise", "one NPU per server, all ranks on one plane: RunAlltoAllVFullMesh, pairwise")
+    if s.servers > 1:
+        return Choice("", f"{s.card}, {s.servers} servers: HCCL runs a two-level all-to-all (910B: RunAlltoAllVTwoLevelPipeline, "
+                          "pairwise between servers' same-index NPUs overlapped with an in-server mesh; 910: RunAlltoAllVStaged, "
+                          "mesh inside groups then pairwise across), which hccl-py does not have", True)
+    if s.card in ("ascend910b", "ascend310p"):
+        return Choice("mesh", f"{s.card}, one server: RunAlltoAllDirectFullmesh (every peer at once; "
+                              "RunAlltoAllVStaged's mesh stage alone on a 910B below 200 MB)")
+    if s.card == "ascend910" and s.level0_topo == "mesh":
+        return Choice("mesh", "910, one HCCS island: RunAlltoAllVStaged on a single 4P mesh group, its mesh stage alone")
+    if s.card == "ascend910" and s.level0_topo == "pcie":
+        return Choice("pairwise", "910 standard PCIe cards: RunAlltoAllVStaged with groups of one card, its pairwise stage alone")
+    return Choice("", f"{s.card}, {s.per_server} NPUs in HCCS islands: HCCL runs RunAlltoAllVStaged (a mesh inside each 4P "
+                      "island, then pairwise between islands), which hccl-py does not have", True)
+
+
+def _rooted_rule(s: CallShape, gather: bool) -> Choice:
+    """HCCL's scatter (scatter_operator.cc ScatterOperator::SelectAlg: no size threshold, the
+    topology decides), and the same rule for gather, which HCCL does not have."""
+    what = "gather: HCCL has no Gather operator (algo_intro.md), its Scatter rule mirrored (GatherMesh/GatherRing, which " \
+           "its Reduce uses), estimate; " if gather else ""
+    if s.per_server is None or s.card == "ascend310p":
+        return Choice("ring", what + "servers with different NPU counts or a 310P: ScatterCommExecutor, one ring over all ranks",
+                      gather)
+    if s.per_server == 1:
+        return Choice("ring", what + "one NPU per server: ScatterRingExecutor's level-1 ring alone", gather)
+    if s.servers > 1:
+        return Choice("", what + f"{s.servers} servers: HCCL scatters across servers first (a ring of the root's plane), then "
+                                 "inside each server, which hccl-py does not have", True)
+    algo, rule = _level0_default(s, s.per_server)
+    if algo == "mesh":
+        return Choice("mesh", what + f"{rule}: ScatterMeshExecutor; HCCL's root sends to one peer after another on one "
+                                     "stream, hccl-py's mesh to all at once (estimate of its timing)", True)
+    return Choice("ring", what + f"{rule}: ScatterRingExecutor", gather or "estimate" in rule)
+
+
+# HCCL's rule for collectives without a level-1 algorithm. A choice without an algorithm ("")
+# says what HCCL runs that hccl-py does not have; auto then takes the least modeled time.
+FLAT_RULES: dict[str, Callable[[CallShape], Choice]] = {
+    "alltoall": alltoall_rule,
+    "alltoallv": alltoall_rule,
+    "scatter": lambda s: _rooted_rule(s, gather=False),
+    "gather": lambda s: _rooted_rule(s, gather=True),
+}
+
+
+def flat_choice(topology, collective: str, count: int, itemsize: int, world_ranks: tuple[int, ...]) -> Choice:
+    """HCCL's rule for an all-to-all, scatter or gather on ``world_ranks``; ``algo`` is "" when
+    the rule names an algorithm hccl-py does not have (``rule`` says which)."""
+    return FLAT_RULES[collective](call_shape(topology, collective, count, itemsize, world_ranks))
+
+
+def alltoallv_auto(topology, world_ranks: tuple[int, ...], least_time: Callable[[], str]) -> Choice:
+    """``auto`` of an all-to-all-v (AlltoAllV/VC): HCCL's all-to-all rule, else ``least_time()``
+    (the algorithm with the least modeled time for the call's very counts matrix), an estimate."""
+    choice = flat_choice(topology, "alltoallv", 0, 1, world_ranks)
+    if choice.algo:
+        return choice
+    return Choice(least_time(), f"{choice.rule}: the least modeled time for this counts matrix (estimate)", True)
+
+
 # auto's decisions per cost model, per call shape
 _auto_choices: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def auto(cost_model, collective: str, count: int, itemsize: int, world_ranks: tuple[int, ...], root: int = 0,
          dtype: str | None = None, op: str = "sum") -> str:
-    """``algo="auto"``: the algorithm HCCL's own rules choose for this call (:func:`hccl_choice`);
-    where no rule covers the call (a collective without one), the argmin of the model
-    (:func:`fastest`), labelled an estimate."""
+    """``algo="auto"``: the algorithm HCCL's own rules choose for this call (:func:`hccl_choice`,
+    :data:`FLAT_RULES`); where hccl-py lacks HCCL's algorithm or no rule covers the call (a
+    barrier), the argmin of the model (:func:`fastest`), labelled an estimate."""
     key = (collective, count, itemsize, world_ranks, root, dtype, op)
     cache = _auto_choices.get(cost_model)
     if cache is None:
@@ -403,6 +476,12 @@ def auto(cost_model, collective: str, count: int, itemsize: int, world_ranks: tu
 def explain_auto(cost_model, collective: str, count: int, itemsize: int, world_ranks: tuple[int, ...], root: int = 0,
                  dtype: str | None = None, op: str = "sum") -> Choice:
     """:func:`auto`'s choice with the rule behind it."""
+    if len(world_ranks) > 1 and collective in FLAT_RULES:
+        choice = flat_choice(cost_model.topology, collective, count, itemsize, world_ranks)
+        if choice.algo:
+            return choice
+        best = fastest(cost_model, collective, count, itemsize, world_ranks, root)
+        return Choice(best, f"{choice.rule}: the least modeled time of hccl-py's algorithms (estimate)", True)
     if len(world_ranks) == 1 or collective not in HIER_COLLECTIVES:
         best = fastest(cost_model, collective, count, itemsize, world_ranks, root)
         return Choice(best, "no HCCL rule: the least modeled time (estimate)", True)

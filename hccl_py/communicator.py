@@ -722,15 +722,19 @@ class Communicator:
         return call
 
     def _v_algorithm(self, algo: str, matrix, itemsize: int) -> str:
-        """The all-to-all algorithm of a counts matrix: the caller's, HCCL_ALGO's, or the one the
-        cost model finds fastest for this very matrix."""
+        """The all-to-all algorithm of a counts matrix: the caller's, HCCL_ALGO's, or HCCL's rule
+        (``algo_select.alltoallv_auto``: where hccl-py lacks HCCL's algorithm, the one the cost
+        model finds fastest for this very matrix)."""
         def fastest() -> str:
             from .planning.simulator import fastest_alltoallv, simulate_alltoallv
 
             return fastest_alltoallv(simulate_alltoallv(self._rc.topology, matrix, itemsize=itemsize,
                                                         world_ranks=self._world_ranks, cost_model=self._rc.cost_model))
 
-        return algo_select.resolve("alltoallv", algo, fastest, self._algo_env)
+        def auto() -> str:
+            return algo_select.alltoallv_auto(self._rc.topology, self._world_ranks, fastest).algo
+
+        return algo_select.resolve("alltoallv", algo, auto, self._algo_env)
 
     def scatter(self, x: np.ndarray | None, root: int = 0, *, out: np.ndarray | None = None, algo: str = "auto",
                 async_op: bool = False):

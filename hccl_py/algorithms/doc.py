@@ -99,8 +99,9 @@ def render() -> str:
         "simulator plays it for thousands of ranks, so the three cannot disagree. Each algorithm "
         f"lives in `{SOURCE_DIR}/<collective>_<algo>.py`; the registry (`registry.py`) maps "
         "(collective, algorithm) to it. `algo=\"auto\"` runs what HCCL's own selection rules "
-        "choose for the call's size, card and topology (see docs/fidelity.md); where no rule covers a "
-        "collective, the algorithm with the least modeled time (ties go to the one listed first).",
+        "choose for the call's size, card and topology (see docs/fidelity.md); where hccl-py lacks the algorithm "
+        "HCCL runs (all-to-all, scatter and gather across servers), the algorithm with the least modeled time (ties "
+        "go to the one listed first), labelled an estimate.",
         "",
         "Counts are in elements of the call's dtype: bytes on the wire = elements x itemsize. "
         "`size` is the number of ranks, `count` the call's count (the whole buffer for allreduce, "

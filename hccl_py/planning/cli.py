@@ -34,7 +34,7 @@ import time
 from topology import PRESETS, RankTable, Topology, TopologyError
 from topology.units import parse_size
 
-from ..algo_select import explain_auto, hier_levels
+from ..algo_select import alltoallv_auto, explain_auto, hier_levels
 from ..algorithms.alltoallv import as_matrix, skewed_counts
 from ..algorithms.registry import algos_for
 from ..collectives import COLLECTIVES, DATA_COLLECTIVES
@@ -261,7 +261,8 @@ def _alltoallv(args, topology: Topology, wall_start: float) -> int:
         raise ValueError(f"alltoallv has no algorithm {args.algo!r}; use one of {', '.join(algos)} or auto")
     model = CostModel(topology)
     vc = simulate_alltoallv(topology, matrix, itemsize=itemsize, cost_model=model)
-    choice = fastest_alltoallv(vc)
+    chosen = alltoallv_auto(topology, tuple(range(n)), lambda: fastest_alltoallv(vc))
+    choice = chosen.algo
     # all_to_all_v first gathers every rank's [ok, send counts, receive counts] (int64), then exchanges
     gather = simulate_call("allgather", topology, 1 + 2 * n, itemsize=8, dtype="int64", cost_model=model)
     v = simulate_alltoallv(topology, matrix, itemsize=itemsize, start_clocks=gather.result.end_clocks, cost_model=model)
@@ -283,7 +284,7 @@ def _alltoallv(args, topology: Topology, wall_start: float) -> int:
         print(f"  {algo:<10}{vc[algo].time_s * 1e6:>20.3f}{t_v * 1e6:>20.3f}{algbw / 1e9:>15.3f}"
               f"{algbw * (n - 1) / n / 1e9:>15.3f}{mark}")
     if args.algo == "auto":
-        print(f"  auto: {choice}, the least modeled time for this matrix (as the communicator's auto; HCCL_ALGO can name one)")
+        print(f"  auto: {choice}: {chosen.rule} (as the communicator's auto; HCCL_ALGO can name one)")
     print(f"  all_to_all_v: its counts exchange (allgather of {1 + 2 * n} int64 per rank, {gather.algo}, "
           f"{gather.time_s * 1e6:.3f} us), then the data exchange; all_to_all_vc: the data exchange alone")
     print("  algbw = average bytes per rank / all_to_all_v time; busbw = algbw * (n-1)/n")

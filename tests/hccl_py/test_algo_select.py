@@ -99,6 +99,18 @@ KB, MB = 1024, 1024 * 1024
     ("3x8p-roce-910", "allreduce", 8, "hier:ring/ring@server"),     # 910: otherwise ring
     ("8x8p-roce-910", "allgather", 8, "hier:ring/hd@server"),       # 910: >= 8 servers -> H-D_R
     ("4x1p-roce", "allreduce", 8, "hd"),                            # one NPU per server: level 1 only
+    # all-to-all (alltoall_operator.cc SelectAlgforAlltoAll): no size rule below 200 MB
+    ("ascend910b-8p", "alltoall", 1 * MB, "mesh"),          # RunAlltoAllDirectFullmesh
+    ("pcie-4p", "alltoall", 8, "mesh"),                     # 310P: DirectFullmesh
+    ("mixed-4p", "alltoall", 8, "pairwise"),                # 910 PCIe cards: Staged with groups of one
+    ("4x1p-roce", "alltoall", 64 * MB, "pairwise"),         # one rank per server: RunAlltoAllVFullMesh
+    # scatter (scatter_operator.cc): the topology decides; gather mirrors it (HCCL has no Gather)
+    ("ascend910-8p", "scatter", 8, "ring"),                 # 8P ring: ScatterRingExecutor
+    ("ascend910b-8p", "scatter", 64 * MB, "mesh"),          # NP mesh: ScatterMeshExecutor
+    ("pcie-4p", "scatter", 8, "ring"),                      # 310P: ScatterCommExecutor
+    ("4x1p-roce", "scatter", 8, "ring"),
+    ("ascend910b-8p", "gather", 8, "mesh"),
+    ("ascend910-8p", "gather", 64 * MB, "ring"),
 ])
 def test_auto_follows_hccls_rules(preset, collective, nbytes, algo):
     topo = Topology.preset(preset)
@@ -143,3 +155,30 @@ def test_explain_auto_says_estimate_where_no_rule_applies():
     topo = Topology.preset("ascend910-8p", n=6)  # a 910 server with 6 NPUs: HCCL takes 1, 2, 4 or 8
     choice = explain_auto(CostModel(topo), "allgather", 100, 4, tuple(range(6)))
     assert choice.algo == "ring" and choice.estimate and "estimate" in choice.rule
+
+
+@pytest.mark.parametrize("preset, collective, hccl_runs", [
+    ("ascend910-8p", "alltoall", "RunAlltoAllVStaged"),     # two 4P islands: staged, not built
+    ("2x8p-roce", "alltoall", "RunAlltoAllVTwoLevelPipeline"),
+    ("2x8p-roce", "scatter", "across servers first"),
+    ("2x8p-roce", "gather", "no Gather operator"),
+])
+def test_where_hccl_runs_what_hccl_py_lacks_auto_is_the_least_modeled_time_and_says_so(preset, collective, hccl_runs):
+    topo = Topology.preset(preset)
+    ranks = tuple(range(topo.num_ranks))
+    model = CostModel(topo)
+    choice = explain_auto(model, collective, 1000, 4, ranks)
+    assert choice.estimate and hccl_runs in choice.rule and "least modeled time" in choice.rule
+    assert choice.algo == fastest(model, collective, 1000, 4, ranks)
+
+
+def test_alltoallv_auto_follows_the_alltoall_rule_and_else_the_matrix():
+    from hccl_py.algo_select import alltoallv_auto
+
+    def never() -> str:
+        raise AssertionError("a rule that names an algorithm needs no simulation")
+
+    assert alltoallv_auto(Topology.preset("ascend910b-8p"), tuple(range(8)), never).algo == "mesh"
+    assert alltoallv_auto(Topology.preset("4x1p-roce"), tuple(range(4)), never).algo == "pairwise"
+    chosen = alltoallv_auto(Topology.preset("2x8p-roce"), tuple(range(16)), lambda: "pairwise")
+    assert chosen.algo == "pairwise" and chosen.estimate and "counts matrix" in chosen.rule

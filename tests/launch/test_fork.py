@@ -8,7 +8,6 @@ import os
 import re
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
@@ -71,17 +70,22 @@ def test_exit_statuses_and_tracebacks_are_the_interpreters(start):
 
 
 def test_a_launcher_with_threads_execs_its_ranks():
-    config = LaunchConfig(nproc=2, target=str(SCRIPT))
-    assert config.forks()
-    assert not LaunchConfig(nproc=2, target=str(SCRIPT), start="exec").forks()
-    assert not LaunchConfig(nproc=2, target=str(SCRIPT), python="/usr/bin/python3").forks()
-    stop = threading.Event()
-    other = threading.Thread(target=stop.wait)
-    other.start()
-    try:
-        assert not config.forks()  # a fork copies one thread: only a single-threaded launcher forks
-    finally:
-        stop.set()
-        other.join()
+    # In a fresh interpreter: the test process itself may hold threads of earlier tests.
+    probe = (
+        "import sys, threading\n"
+        "from launch.config import LaunchConfig\n"
+        f"config = LaunchConfig(nproc=2, target={str(SCRIPT)!r})\n"
+        "before = config.forks()\n"
+        "stop = threading.Event(); other = threading.Thread(target=stop.wait); other.start()\n"
+        "after = config.forks()\n"
+        "stop.set(); other.join()\n"
+        "print(before, after, LaunchConfig(nproc=2, target='x', start='exec').forks(),"
+        " LaunchConfig(nproc=2, target='x', python='/usr/bin/python3').forks())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT,
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    # a fork copies one thread: only a single-threaded launcher of this interpreter forks
+    assert done.stdout.split() == ["True", "False", "False", "False"]
     with pytest.raises(ValueError, match="start must be one of fork, exec"):
         LaunchConfig(nproc=2, target=str(SCRIPT), start="spawn")
