@@ -18,8 +18,10 @@ import weakref
 from dataclasses import dataclass
 from typing import Callable
 
+from topology import auto_partition
+
 from . import env
-from .algorithms.hierarchical import HIER_COLLECTIVES, LEVELS
+from .algorithms.hierarchical import HIER_COLLECTIVES, LEVELS, TWO_LEVEL
 from .algorithms.registry import ALL_ALGOS, SCHEDULES, algos_for, get_schedule
 from .collectives import collective
 from .errors import HcclNotSupportedError, HcclParamError
@@ -168,7 +170,25 @@ def _schedule_fn(topology, collective: str, algo: str, world_ranks: tuple[int, .
         return get_schedule(collective, algo)
     from .algorithms.hierarchical import schedule_for
 
-    return schedule_for(collective, server_partition(topology, world_ranks), *levels)
+    return schedule_for(collective, partition_of(topology, algo, world_ranks), *levels)
+
+
+def topology_partition(topology, world_ranks) -> tuple[tuple[int, ...], ...]:
+    """The communicator's ranks (0..n-1) in HCCL's mesh-aggregation groups: by server, a 910
+    server's by HCCS island (``topology.auto_partition``); the groups of the staged all-to-all."""
+    index = {w: r for r, w in enumerate(world_ranks)}
+    return tuple(tuple(index[w] for w in g) for g in auto_partition(topology, world_ranks))
+
+
+def partition_of(topology, name: str, world_ranks) -> tuple[tuple[int, ...], ...] | None:
+    """The partition a two-level name runs on: by server for ``...@server``, HCCL's mesh groups
+    for ``...@groups``; ``None`` for the communicator's own (``Communicator.partition``)."""
+    name = name.strip().lower()
+    if name.endswith(SERVER):
+        return server_partition(topology, world_ranks)
+    if name.endswith(GROUPS):
+        return topology_partition(topology, world_ranks)
+    return None
 
 
 def server_partition(topology, world_ranks) -> tuple[tuple[int, ...], ...]:
@@ -183,6 +203,7 @@ def server_partition(topology, world_ranks) -> tuple[tuple[int, ...], ...]:
 # ------------------------------------------------------------------------------ HCCL's own selection
 
 SERVER = "@server"  # suffix of a two-level choice on the partition by server
+GROUPS = "@groups"  # ... on HCCL's mesh-aggregation groups: servers, a 910 server split by HCCS island
 _SMALL_128K, _SMALL_256K, _SMALL_1M = 128 * 1024, 256 * 1024, 1024 * 1024
 # HCCL's level-1 alpha-beta comparison (coll_alg_operator.cc): LATENCY = 60 us per step and the
 # per-NPU level-1 bandwidth GetBandWidthPerNPU(1) of device_capacity.cc, in GiB/s (x GB2B).
@@ -383,10 +404,12 @@ def hccl_choice(shape: CallShape) -> Choice:
 
 # --------------------------------------------- all-to-all, scatter, gather: rules without a level 1
 
+STAGED = f"{HIER}:mesh/pairwise{GROUPS}"  # HCCL's RunAlltoAllVStaged on its mesh-aggregation groups
+
+
 def alltoall_rule(s: CallShape) -> Choice:
     """HCCL's all-to-all (AlltoAll, AlltoAllV, AlltoAllVC alike: alltoall_operator.cc
-    SelectAlgforAlltoAll), in hccl-py's algorithms; no algorithm ("") where HCCL runs a staged or
-    pipelined two-level all-to-all, which hccl-py does not have."""
+    SelectAlgforAlltoAll), in hccl-py's algorithms."""
     if s.per_server is None:
         return Choice("pairwise", "servers with different NPU counts: RunAlltoAllVFullMesh, pairwise over all ranks "
                                   "(multiModuleDiffDeviceNumMode)")
@@ -394,10 +417,15 @@ def alltoall_rule(s: CallShape) -> Choice:
         return Choice("pairwise", "<= 2 ranks: RunAlltoAllVFullMesh, pairwise (HCCL_ALLTOALLV_P2P_SIZE = 2)")
     if s.per_server == 1:
         return Choice("pairwise", "one NPU per server, all ranks on one plane: RunAlltoAllVFullMesh, pairwise")
-    if s.servers > 1:
-        return Choice("", f"{s.card}, {s.servers} servers: HCCL runs a two-level all-to-all (910B: RunAlltoAllVTwoLevelPipeline, "
-                          "pairwise between servers' same-index NPUs overlapped with an in-server mesh; 910: RunAlltoAllVStaged, "
-                          "mesh inside groups then pairwise across), which hccl-py does not have", True)
+    if s.servers > 1 and s.card == "ascend910b":
+        return Choice(STAGED, f"910B, {s.servers} servers: HCCL runs RunAlltoAllVTwoLevelPipeline (AlltoAllV: "
+                              "ContinuousPipeline), an in-server mesh and pairwise between the servers' same-index NPUs, "
+                              "the two overlapped; hccl-py runs the same transfers staged, one level after the other "
+                              "(RunAlltoAllVStaged, HCCL's choice in graph mode; estimate)", True)
+    if s.servers > 1 or s.level0_topo == "islands":
+        where = f"{s.servers} servers" if s.servers > 1 else f"{s.per_server} NPUs in HCCS islands"
+        return Choice(STAGED, f"{s.card}, {where}: RunAlltoAllVStaged, a mesh inside each mesh group (a server, or a 910's "
+                              "4P island), then pairwise among the groups' same-index NPUs")
     if s.card in ("ascend910b", "ascend310p"):
         return Choice("mesh", f"{s.card}, one server: RunAlltoAllDirectFullmesh (every peer at once; "
                               "RunAlltoAllVStaged's mesh stage alone on a 910B below 200 MB)")
@@ -405,8 +433,14 @@ def alltoall_rule(s: CallShape) -> Choice:
         return Choice("mesh", "910, one HCCS island: RunAlltoAllVStaged on a single 4P mesh group, its mesh stage alone")
     if s.card == "ascend910" and s.level0_topo == "pcie":
         return Choice("pairwise", "910 standard PCIe cards: RunAlltoAllVStaged with groups of one card, its pairwise stage alone")
-    return Choice("", f"{s.card}, {s.per_server} NPUs in HCCS islands: HCCL runs RunAlltoAllVStaged (a mesh inside each 4P "
-                      "island, then pairwise between islands), which hccl-py does not have", True)
+    return Choice("mesh", f"{s.card}, one server with HCCS between every pair: mesh (estimate by analogy with the 910B)", True)
+
+
+def staged_alltoall(topology, world_ranks) -> list[str]:
+    """``[STAGED]`` when HCCL's mesh groups of ``world_ranks`` are several and of one size (the
+    staged all-to-all runs there), else ``[]``."""
+    groups = topology_partition(topology, world_ranks)
+    return [STAGED] if len(groups) > 1 and len({len(g) for g in groups}) == 1 else []
 
 
 def _rooted_rule(s: CallShape, gather: bool) -> Choice:
@@ -442,7 +476,11 @@ FLAT_RULES: dict[str, Callable[[CallShape], Choice]] = {
 def flat_choice(topology, collective: str, count: int, itemsize: int, world_ranks: tuple[int, ...]) -> Choice:
     """HCCL's rule for an all-to-all, scatter or gather on ``world_ranks``; ``algo`` is "" when
     the rule names an algorithm hccl-py does not have (``rule`` says which)."""
-    return FLAT_RULES[collective](call_shape(topology, collective, count, itemsize, world_ranks))
+    choice = FLAT_RULES[collective](call_shape(topology, collective, count, itemsize, world_ranks))
+    if choice.algo == STAGED and not staged_alltoall(topology, world_ranks):
+        return Choice("pairwise", "mesh groups of different sizes: pairwise over all ranks, as HCCL does for servers of "
+                                  "different sizes (estimate)", True)
+    return choice
 
 
 def alltoallv_auto(topology, world_ranks: tuple[int, ...], least_time: Callable[[], str]) -> Choice:
@@ -490,9 +528,10 @@ def explain_auto(cost_model, collective: str, count: int, itemsize: int, world_r
 
 def hier_levels(name: str) -> tuple[str, str] | None:
     """``"hier"`` -> ``("ring", "ring")``, ``"hier:ring/H-D_R"`` -> ``("ring", "hd")`` (inner =
-    level0, outer = level1; a trailing ``@server`` names the partition, see :func:`on_servers`);
+    level0, outer = level1; a trailing ``@server`` or ``@groups`` names the partition, see
+    :func:`partition_of`);
     ``None`` for any other name."""
-    head, sep, rest = name.strip().lower().removesuffix(SERVER).partition(":")
+    head, sep, rest = name.strip().lower().removesuffix(SERVER).removesuffix(GROUPS).partition(":")
     if head != HIER:
         return None
     if not sep:
@@ -504,16 +543,10 @@ def hier_levels(name: str) -> tuple[str, str] | None:
     return _HCCL_ALGOS.get(inner.strip(), inner.strip()), _HCCL_ALGOS.get(outer.strip(), outer.strip())
 
 
-def on_servers(name: str) -> bool:
-    """Whether a hierarchical choice runs on the partition by server (``auto``'s two-level
-    algorithms) rather than on the communicator's partition."""
-    return name.strip().lower().endswith(SERVER)
-
-
 def _resolve_hier(collective: str, levels: tuple[str, str], source: dict) -> str:
-    if collective not in HIER_COLLECTIVES:
-        raise HcclNotSupportedError(f"{collective}: no hierarchical algorithm; hier serves {', '.join(HIER_COLLECTIVES)}",
-                                    collective=collective, algo=HIER, choices=list(HIER_COLLECTIVES), **source)
+    if collective not in TWO_LEVEL:
+        raise HcclNotSupportedError(f"{collective}: no hierarchical algorithm; hier serves {', '.join(TWO_LEVEL)}",
+                                    collective=collective, algo=HIER, choices=list(TWO_LEVEL), **source)
     for level, algo, flat in zip(("inner (level0)", "outer (level1)"), levels, LEVELS[collective]):
         for c in flat:
             if (c, algo) not in SCHEDULES:
@@ -539,7 +572,7 @@ def resolve(collective: str, algo: str, choose_auto: Callable[[], str], env_tabl
             # that algorithm; the others (an all-to-all under "level1:ring") choose as HCCL would.
             name = env_table.get("*", AUTO)
             levels = hier_levels(name) if name != AUTO else None
-            if (name in ALL_ALGOS and name not in algos_for(collective)) or (levels is not None and collective not in HIER_COLLECTIVES):
+            if (name in ALL_ALGOS and name not in algos_for(collective)) or (levels is not None and collective not in TWO_LEVEL):
                 name = AUTO
         source = env.HCCL_ALGO
         given = {"variable": env.HCCL_ALGO}  # where the name came from, as error fields

@@ -289,9 +289,10 @@ class Communicator:
             levels = algo_select.hier_levels(name)
             if levels is None:
                 fn = get_schedule(collective, name)
-            else:  # auto's two-level algorithms run on the partition by server, as HCCL's do
-                groups = (algo_select.server_partition(self._rc.topology, self._world_ranks) if algo_select.on_servers(name)
-                          else self.partition)
+            else:  # auto's two-level algorithms run on HCCL's partition (@server, @groups)
+                groups = algo_select.partition_of(self._rc.topology, name, self._world_ranks)
+                if groups is None:
+                    groups = self.partition
                 fn = hierarchical.schedule_for(collective, groups, *levels)
         else:
             name = algo
@@ -716,7 +717,9 @@ class Communicator:
         call = self._calls.get(key)
         if call is None:
             name = self._v_algorithm(algo, matrix, dtype.itemsize)
-            fn = VSchedule(name, matrix, owner=self._rank, send_displs=displs_out, recv_displs=displs_in)
+            groups = algo_select.partition_of(self._rc.topology, name, self._world_ranks) if name.startswith("hier") else None
+            fn = VSchedule(name, matrix, owner=self._rank, send_displs=displs_out, recv_displs=displs_in,
+                           partition=groups if groups is not None or not name.startswith("hier") else self.partition)
             call = self._remember(key, self._prepare(OpKind.ALLTOALLV, "alltoallv", name, 0, dtype, None, 0, fn=fn,
                                                      sig_count=alltoallv_digest(matrix)))
         return call

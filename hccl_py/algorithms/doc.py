@@ -100,7 +100,7 @@ def render() -> str:
         f"lives in `{SOURCE_DIR}/<collective>_<algo>.py`; the registry (`registry.py`) maps "
         "(collective, algorithm) to it. `algo=\"auto\"` runs what HCCL's own selection rules "
         "choose for the call's size, card and topology (see docs/fidelity.md); where hccl-py lacks the algorithm "
-        "HCCL runs (all-to-all, scatter and gather across servers), the algorithm with the least modeled time (ties "
+        "HCCL runs (scatter and gather across servers), the algorithm with the least modeled time (ties "
         "go to the one listed first), labelled an estimate.",
         "",
         "Counts are in elements of the call's dtype: bytes on the wire = elements x itemsize. "
@@ -121,7 +121,8 @@ def render() -> str:
                  "`HcclAlltoAllVC` | the caller's layout | the caller's layout | no | "
                  f"{', '.join(f'`{a}`' for a in V_ALGORITHMS)} |")
     parts += ["", "Two-level (hierarchical) versions of allreduce, allgather, broadcast, reduce and reduce_scatter: "
-              "[Two-level algorithms](#two-level-algorithms-hierarchicalpy).", ""]
+              "[Two-level algorithms](#two-level-algorithms-hierarchicalpy); of alltoall and alltoallv: "
+              "[Staged all-to-all](#staged-all-to-all-alltoall_stagedpy).", ""]
     parts += ["## The schedule", "", f"From {_link('schedule')}.", "", markdown(_module("schedule").__doc__)]
     for collective, algos in ALGORITHMS.items():
         parts += [f"## {_heading(collective)}", ""]
@@ -136,6 +137,10 @@ def render() -> str:
     parts += ["## Two-level algorithms (hierarchical.py)", "",
               f"`algo=\"hier\"` or `\"hier:<inner>/<outer>\"`. From {_link('hierarchical')}.", "",
               markdown(_module("hierarchical").__doc__)]
+    parts += ["## Staged all-to-all (alltoall_staged.py)", "",
+              f"`algo=\"hier:<inner>/<outer>\"` for alltoall and alltoallv; `auto`'s `hier:mesh/pairwise@groups` runs it "
+              f"on HCCL's mesh groups. From {_link('alltoall_staged')}.", "",
+              markdown(_module("alltoall_staged").__doc__)]
     parts += ["## Building blocks", ""]
     for name, title in (("_fold", "Folding a size that is not a power of two"), ("_trees", "Binomial trees"),
                         ("playback", "Checking a schedule in one process")):

@@ -31,6 +31,8 @@ every inter-group phase.
 * **broadcast**: scatter from the root inside its group (direct: the root sends each member its
   chunk in one step), outer broadcast of each chunk from its holder in the root's group to the
   holders in the other groups, inner allgather in every group (the root only sends).
+* **alltoall**: the staged all-to-all of ``alltoall_staged.py`` (HCCL's ``RunAlltoAllVStaged``),
+  ``inner`` and ``outer`` each mesh or pairwise, on equal groups.
 * **reduce** mirrors broadcast: inner reduce-scatter, outer reduce of each chunk to its holder in
   the root's group, gather to the root inside the root's group (direct, one step).
 
@@ -76,7 +78,10 @@ LEVELS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "reduce_scatter": (("reduce_scatter",), ("reduce_scatter",)),
     "broadcast": (("allgather",), ("broadcast",)),
     "reduce": (("reduce_scatter",), ("reduce",)),
+    "alltoall": (("alltoall",), ("alltoall",)),  # staged: alltoall_staged.py, not composed here
 }
+# Every collective with a two-level algorithm: the composed ones and the staged all-to-all
+TWO_LEVEL = (*HIER_COLLECTIVES, "alltoall")
 
 
 def _checked_partition(groups) -> Partition:
@@ -104,8 +109,14 @@ def schedule_for(collective: str, partition, inner: str = "ring", outer: str = "
 @lru_cache(maxsize=512)
 def _schedule_for(collective: str, partition: Partition, inner: str, outer: str) -> ScheduleFn:
     if collective not in LEVELS:
-        raise HcclParamError(f"no hierarchical algorithm for {collective!r}; use one of {', '.join(HIER_COLLECTIVES)}",
-                             arg="collective", value=collective, rule="choices", choices=list(HIER_COLLECTIVES))
+        raise HcclParamError(f"no hierarchical algorithm for {collective!r}; use one of {', '.join(TWO_LEVEL)}",
+                             arg="collective", value=collective, rule="choices", choices=list(TWO_LEVEL))
+    if collective == "alltoall":
+        from . import alltoall_staged
+
+        staged = alltoall_staged.schedule_for(partition, inner, outer)
+        staged.collective, staged.partition, staged.inner, staged.outer = collective, partition, inner, outer
+        return staged
     inner_names, outer_names = LEVELS[collective]
     fns = {("inner", c): get_schedule(c, inner) for c in inner_names}
     fns.update({("outer", c): get_schedule(c, outer) for c in outer_names})

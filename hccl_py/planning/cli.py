@@ -34,7 +34,7 @@ import time
 from topology import PRESETS, RankTable, Topology, TopologyError
 from topology.units import parse_size
 
-from ..algo_select import alltoallv_auto, explain_auto, hier_levels
+from ..algo_select import alltoallv_auto, explain_auto, hier_levels, staged_alltoall
 from ..algorithms.alltoallv import as_matrix, skewed_counts
 from ..algorithms.registry import algos_for
 from ..collectives import COLLECTIVES, DATA_COLLECTIVES
@@ -256,7 +256,7 @@ def _alltoallv(args, topology: Topology, wall_start: float) -> int:
     n = topology.num_ranks
     matrix = _counts(args, n)
     itemsize = _dtype_args(args)[1]
-    algos = algos_for("alltoallv")
+    algos = (*algos_for("alltoallv"), *staged_alltoall(topology, tuple(range(n))))
     if args.algo != "auto" and args.algo not in algos:
         raise ValueError(f"alltoallv has no algorithm {args.algo!r}; use one of {', '.join(algos)} or auto")
     model = CostModel(topology)
@@ -276,12 +276,13 @@ def _alltoallv(args, topology: Topology, wall_start: float) -> int:
     print(f"alltoallv {args.dtype} {total // n} bytes per rank on average on {topology.name} ({n} ranks), {made}")
     if total:
         print(f"  rank {hot} receives the most: {received[hot]} bytes, {received[hot] * n / total:.2f}x the average")
-    print(f"  {'algo':<10}{'all_to_all_vc (us)':>20}{'all_to_all_v (us)':>20}{'algbw (GB/s)':>15}{'busbw (GB/s)':>15}")
+    width = max(10, *(len(a) + 2 for a in algos))
+    print(f"  {'algo':<{width}}{'all_to_all_vc (us)':>20}{'all_to_all_v (us)':>20}{'algbw (GB/s)':>15}{'busbw (GB/s)':>15}")
     for algo in (algos if args.algo == "auto" else (args.algo,)):
         t_v = max(v[algo].end_clocks) - min(gather.result.start_clocks)  # from the call, counts exchange included
         algbw = total / n / t_v if t_v > 0 else float("inf")
         mark = "   <- auto" if args.algo == "auto" and algo == choice else ""
-        print(f"  {algo:<10}{vc[algo].time_s * 1e6:>20.3f}{t_v * 1e6:>20.3f}{algbw / 1e9:>15.3f}"
+        print(f"  {algo:<{width}}{vc[algo].time_s * 1e6:>20.3f}{t_v * 1e6:>20.3f}{algbw / 1e9:>15.3f}"
               f"{algbw * (n - 1) / n / 1e9:>15.3f}{mark}")
     if args.algo == "auto":
         print(f"  auto: {choice}: {chosen.rule} (as the communicator's auto; HCCL_ALGO can name one)")

@@ -381,8 +381,8 @@ def simulate_call(collective: str, topology: Topology, count: int, *, algo: str 
                   world_ranks: Sequence[int] | None = None) -> CallResult:
     """Modeled time of one call as a program would run it: ``algo`` is ``auto`` (HCCL's rules,
     ``algo_select.auto``), a flat algorithm, or ``hier:<inner>/<outer>`` (on the partition by
-    server); simulated all ranks at once where the algorithm has flows, else rank by rank."""
-    from ..algo_select import auto, hier_levels, server_partition
+    server; ``...@groups``: HCCL's mesh groups); simulated all ranks at once where the algorithm has flows, else rank by rank."""
+    from ..algo_select import auto, hier_levels, partition_of, server_partition
     from ..algorithms.hierarchical import schedule_for
 
     model = cost_model or CostModel(topology)
@@ -391,7 +391,8 @@ def simulate_call(collective: str, topology: Topology, count: int, *, algo: str 
     if name == "auto":
         name = auto(model, collective, count, itemsize, ranks, root, dtype, op)
     levels = hier_levels(name)
-    fn = name if levels is None else schedule_for(collective, server_partition(topology, ranks), *levels)
+    fn = name if levels is None else schedule_for(collective, partition_of(topology, name, ranks) or
+                                                  server_partition(topology, ranks), *levels)
     whole = ranks == tuple(range(topology.num_ranks))
     if whole and root == 0 and can_simulate_flows(collective, fn, len(ranks), count):
         result = simulate_flows(collective, fn, topology, count, itemsize=itemsize, cost_model=model, dtype=dtype, op=op)
@@ -406,20 +407,25 @@ def simulate_alltoallv(topology: Topology, counts, *, algos: Sequence[str] | Non
                        cost_model: CostModel | None = None) -> dict[str, SimResult]:
     """Modeled clocks of one all-to-all with counts per pair (``counts[i][j]`` elements from rank i
     to rank j, an n x n matrix for the n ranks ``world_ranks``) under each of ``algos`` (default:
-    every algorithm it has), in that order: the data exchange alone, as ``all_to_all_vc`` runs it
+    every algorithm it has, the staged one where HCCL's groups are several and equal), in that
+    order: the data exchange alone, as ``all_to_all_vc`` runs it
     (``all_to_all_v`` gathers the counts first)::
 
-        times = simulate_alltoallv(topo, counts)        # {"pairwise": SimResult, "mesh": SimResult}
+        times = simulate_alltoallv(topo, counts)        # {"pairwise": SimResult, "mesh": SimResult, "hier:...": ...}
         fastest_alltoallv(times)                        # what the communicator's auto runs
     """
-    from ..algorithms.alltoallv import VSchedule, as_matrix
+    from ..algo_select import partition_of, staged_alltoall
+    from ..algorithms.alltoallv import VSchedule, as_matrix, staged_levels
     from ..algorithms.registry import algos_for
 
     matrix = as_matrix(counts)
     model = cost_model or CostModel(topology)
-    return {a: simulate("alltoallv", VSchedule(a, matrix), topology, 0, itemsize=itemsize, world_ranks=world_ranks,
-                        start_clocks=start_clocks, cost_model=model)
-            for a in (algos_for("alltoallv") if algos is None else algos)}
+    ranks = tuple(range(topology.num_ranks) if world_ranks is None else world_ranks)
+    if algos is None:
+        algos = [*algos_for("alltoallv"), *staged_alltoall(topology, ranks)]
+    return {a: simulate("alltoallv", VSchedule(a, matrix, partition=partition_of(topology, a, ranks) if staged_levels(a) else None),
+                        topology, 0, itemsize=itemsize, world_ranks=world_ranks, start_clocks=start_clocks, cost_model=model)
+            for a in algos}
 
 
 def fastest_alltoallv(results: dict[str, SimResult]) -> str:

@@ -104,6 +104,9 @@ KB, MB = 1024, 1024 * 1024
     ("pcie-4p", "alltoall", 8, "mesh"),                     # 310P: DirectFullmesh
     ("mixed-4p", "alltoall", 8, "pairwise"),                # 910 PCIe cards: Staged with groups of one
     ("4x1p-roce", "alltoall", 64 * MB, "pairwise"),         # one rank per server: RunAlltoAllVFullMesh
+    ("ascend910-8p", "alltoall", 8, "hier:mesh/pairwise@groups"),    # two 4P islands: RunAlltoAllVStaged
+    ("2x8p-roce-910", "alltoall", 8, "hier:mesh/pairwise@groups"),   # 910 across servers: staged
+    ("2x8p-roce", "alltoall", 64 * MB, "hier:mesh/pairwise@groups"),  # 910B: the pipeline's transfers, staged
     # scatter (scatter_operator.cc): the topology decides; gather mirrors it (HCCL has no Gather)
     ("ascend910-8p", "scatter", 8, "ring"),                 # 8P ring: ScatterRingExecutor
     ("ascend910b-8p", "scatter", 64 * MB, "mesh"),          # NP mesh: ScatterMeshExecutor
@@ -158,8 +161,6 @@ def test_explain_auto_says_estimate_where_no_rule_applies():
 
 
 @pytest.mark.parametrize("preset, collective, hccl_runs", [
-    ("ascend910-8p", "alltoall", "RunAlltoAllVStaged"),     # two 4P islands: staged, not built
-    ("2x8p-roce", "alltoall", "RunAlltoAllVTwoLevelPipeline"),
     ("2x8p-roce", "scatter", "across servers first"),
     ("2x8p-roce", "gather", "no Gather operator"),
 ])
@@ -180,5 +181,24 @@ def test_alltoallv_auto_follows_the_alltoall_rule_and_else_the_matrix():
 
     assert alltoallv_auto(Topology.preset("ascend910b-8p"), tuple(range(8)), never).algo == "mesh"
     assert alltoallv_auto(Topology.preset("4x1p-roce"), tuple(range(4)), never).algo == "pairwise"
-    chosen = alltoallv_auto(Topology.preset("2x8p-roce"), tuple(range(16)), lambda: "pairwise")
-    assert chosen.algo == "pairwise" and chosen.estimate and "counts matrix" in chosen.rule
+    chosen = alltoallv_auto(Topology.preset("2x8p-roce"), tuple(range(16)), never)
+    assert chosen.algo == "hier:mesh/pairwise@groups" and chosen.estimate and "TwoLevelPipeline" in chosen.rule
+    # islands of different sizes (a 910 server with 6 NPUs: 4 + 2): pairwise over all ranks, an estimate
+    uneven = alltoallv_auto(Topology.preset("ascend910-8p", n=6), tuple(range(6)), never)
+    assert uneven.algo == "pairwise" and uneven.estimate
+
+
+def test_the_staged_alltoall_is_hccls_on_its_groups_and_refuses_uneven_ones():
+    from hccl_py.algo_select import partition_of
+    from hccl_py.algorithms import alltoall_staged
+
+    topo = Topology.preset("2x8p-roce-910")
+    assert partition_of(topo, "hier:mesh/pairwise@groups", tuple(range(16))) == tuple(
+        tuple(range(i, i + 4)) for i in range(0, 16, 4))  # the 910's 4P islands, across both servers
+    assert partition_of(Topology.preset("2x8p-roce"), "hier:mesh/pairwise@groups", tuple(range(16))) == (
+        tuple(range(8)), tuple(range(8, 16)))
+    with pytest.raises(HcclParamError) as info:
+        alltoall_staged.schedule_for(((0, 1, 2), (3, 4)))
+    assert info.value.rule == "equal groups"
+    with pytest.raises(HcclParamError):
+        alltoall_staged.schedule_for(((0, 1), (2, 3)), inner="ring")

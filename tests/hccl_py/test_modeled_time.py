@@ -110,7 +110,7 @@ def test_all_to_all_v_vc_and_batch_send_recv_equal_the_simulator(size):
     """all_to_all_v (its counts exchange, an allgather of int64, then the data), all_to_all_vc and a
     batch_send_recv ring exchange end at the simulator's clocks to the last bit; auto runs the
     algorithm the simulator finds fastest for the matrix."""
-    from hccl_py.algo_select import auto
+    from hccl_py.algo_select import alltoallv_auto, auto, partition_of
     from hccl_py.algorithms.alltoallv import VSchedule
     from hccl_py.planning.simulator import fastest_alltoallv, simulate_alltoallv, simulate_batch
 
@@ -124,18 +124,20 @@ def test_all_to_all_v_vc_and_batch_send_recv_equal_the_simulator(size):
     gather_algo, v_algo = v[0][2]
     assert {tuple(c[2]) for c in v} == {(gather_algo, v_algo)}
     assert gather_algo == auto(model, "allgather", 1 + 2 * size, 8, ranks, dtype="int64")
-    assert v_algo == fastest_alltoallv(simulate_alltoallv(topo, skewed, cost_model=model))
+    assert v_algo == alltoallv_auto(topo, ranks, lambda: fastest_alltoallv(simulate_alltoallv(topo, skewed, cost_model=model))).algo
     gathered = simulate("allgather", gather_algo, topo, 1 + 2 * size, itemsize=8, dtype="int64",
                         start_clocks=[c[0] for c in v], cost_model=model)
-    data = simulate("alltoallv", VSchedule(v_algo, skewed), topo, 0, itemsize=4, start_clocks=gathered.end_clocks,
-                    cost_model=model)
+    groups = partition_of(topo, v_algo, ranks) if v_algo.startswith("hier") else None  # 8 ranks: the staged one
+    data = simulate("alltoallv", VSchedule(v_algo, skewed, partition=groups), topo, 0, itemsize=4,
+                    start_clocks=gathered.end_clocks, cost_model=model)
     assert list(data.end_clocks) == [c[1] for c in v]
     for algo in ("pairwise", "mesh"):  # the same through simulate_alltoallv
         assert simulate_alltoallv(topo, skewed, algos=[algo], start_clocks=gathered.end_clocks, cost_model=model)[algo] == \
             simulate("alltoallv", VSchedule(algo, skewed), topo, 0, start_clocks=gathered.end_clocks, cost_model=model)
     # all_to_all_vc: the data exchange alone
     vc_algo = vc[0][2][-1]
-    assert {c[2][-1] for c in vc} == {vc_algo} == {fastest_alltoallv(simulate_alltoallv(topo, sparse, cost_model=model))}
+    assert {c[2][-1] for c in vc} == {vc_algo} == {
+        alltoallv_auto(topo, ranks, lambda: fastest_alltoallv(simulate_alltoallv(topo, sparse, cost_model=model))).algo}
     result = simulate_alltoallv(topo, sparse, algos=[vc_algo], start_clocks=[c[0] for c in vc], cost_model=model)[vc_algo]
     assert list(result.end_clocks) == [c[1] for c in vc]
     # batch_send_recv: every rank sends 3000 float32 to rank+1 and receives from rank-1, in one batch
@@ -383,7 +385,10 @@ def test_hccl_sim_alltoallv_and_batchsendrecv(tmp_path, capsys):
         (row,) = [line.split() for line in out.splitlines() if line.split()[:1] == [algo]]
         assert float(row[1]) == pytest.approx(vc[algo].time_s * 1e6, abs=1e-3)
         assert float(row[2]) == pytest.approx(max(v[algo].end_clocks) * 1e6, abs=1e-3) and float(row[2]) > float(row[1])
-    assert f"auto: {fastest_alltoallv(vc)}," in out and "Zipf skew 1.2" in out and "rank 0 receives the most" in out
+    staged = "hier:mesh/pairwise@groups"  # HCCL's two-level all-to-all across servers, staged
+    assert f"auto: {staged}: 910B, 2 servers" in out and "Zipf skew 1.2" in out and "rank 0 receives the most" in out
+    (row,) = [line.split() for line in out.splitlines() if line.split()[:1] == [staged]]
+    assert float(row[1]) == pytest.approx(vc[staged].time_s * 1e6, abs=1e-3) and row[-1] == "auto"
     counts = tmp_path / "counts.json"
     counts.write_text(json.dumps([[j + i for j in range(n)] for i in range(n)]))
     assert main(["all_to_all_vc", "--preset", "2x8p-roce", "--counts", str(counts), "--algo", "pairwise"]) == 0

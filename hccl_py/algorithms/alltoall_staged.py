@@ -1,0 +1,191 @@
+"""Staged all-to-all (HCCL's ``RunAlltoAllVStaged``, and the data movement of its two-level
+pipelines): on a partition of the ranks into G groups of M (servers, or a 910 server's HCCS
+islands), stage 1 inside every group, stage 2 across groups among the ranks with the same index
+in their group, so every message between groups carries M blocks.
+
+Rank (g, i) is member i of group g. Stage 1 (``inner``: mesh, every member at once, or pairwise,
+M-1 rounds): (g, i) sends member (g, t) what it has for index t of *every* group, G blocks packed
+into one message; the block for (g, t) itself is final. Stage 2 (``outer``: pairwise, G-1 rounds,
+or mesh): (g, i) sends (h, i) the M blocks its group has for (h, i), its own from IN and the
+others from what stage 1 brought, packed into one message, and receives (h, i)'s message for it:
+the blocks of every member of group h, into TMP, then copied to their places in OUT (so a rank's
+steps and costs depend on the counts alone, never on its caller's displacements). A pack of one
+block is sent from where it lies, so one group is a mesh (or pairwise) all-to-all and groups of one rank are the
+flat ``outer`` algorithm.
+
+Blocks may differ in size (``schedule_v``: AlltoAllV/VC, ``counts[i][j]`` elements from rank i
+to rank j); ``schedule_for(partition, inner, outer)`` gives the equal-block (AlltoAll) schedule
+function, ``fn(rank, size, count)``. Groups must be of equal size (HCCL runs the flat pairwise
+all-to-all otherwise).
+
+Steps: stage 1 (1 or M-1) + stage 2 (G-1 or 1) + a final copy out of TMP. Sent
+per rank: its blocks to others, those for other groups twice (inside, then across; HCCL's
+staging too). TMP: the packs of both stages and what stage 1 receives, up to ~3x the rank's data.
+IN is never written.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Callable, Sequence
+
+from ..errors import HcclParamError
+from ._common import finish, packed_displacements
+from .schedule import IN, OUT, TMP, Copy, Recv, Region, Schedule, Send, Step
+
+Partition = tuple[tuple[int, ...], ...]
+LEVEL_ALGOS = ("mesh", "pairwise")  # what each stage can run
+
+
+def check_partition(partition: Partition, inner: str, outer: str) -> None:
+    """HcclParamError unless the groups are of one size and both stages name mesh or pairwise."""
+    sizes = {len(g) for g in partition}
+    if len(sizes) != 1:
+        raise HcclParamError(f"staged all-to-all needs groups of one size, got sizes {sorted(sizes)} (HCCL runs the flat "
+                             "pairwise all-to-all there: algo='pairwise')", collective="alltoall", arg="partition",
+                             value=[len(g) for g in partition], rule="equal groups")
+    for level, algo in (("inner", inner), ("outer", outer)):
+        if algo not in LEVEL_ALGOS:
+            raise HcclParamError(f"staged all-to-all: the {level} level runs mesh or pairwise, not {algo!r}",
+                                 collective="alltoall", arg=level, value=algo, rule="choices", choices=list(LEVEL_ALGOS))
+
+
+def schedule_for(partition: Partition, inner: str = "mesh", outer: str = "pairwise") -> Callable[..., Schedule]:
+    """The equal-block staged all-to-all on ``partition`` (cached: equal arguments, one function)."""
+    check_partition(partition, inner, outer)
+    return _equal_blocks(partition, inner, outer)
+
+
+@lru_cache(maxsize=128)
+def _equal_blocks(partition: Partition, inner: str, outer: str) -> Callable[..., Schedule]:
+    size = sum(len(g) for g in partition)
+
+    @lru_cache(maxsize=256)
+    def schedule(rank: int, size_: int, count: int, root: int = 0) -> Schedule:
+        """Staged all-to-all of ``count`` elements per block on the partition; rank ``rank``'s Schedule."""
+        if size_ != size:
+            raise HcclParamError(f"staged all-to-all on {len(partition)} groups serves {size} ranks, not {size_}",
+                                 collective="alltoall", arg="size", value=size_, rule="const", expected=size)
+        counts = ((count,) * size,) * size
+        displs = packed_displacements(counts[0])
+        return schedule_v(rank, counts, displs, displs, partition, inner, outer)
+
+    return schedule
+
+
+def schedule_v(rank: int, counts: Sequence[Sequence[int]], send_displs: Sequence[int], recv_displs: Sequence[int],
+               partition: Partition, inner: str = "mesh", outer: str = "pairwise") -> Schedule:
+    """Rank ``rank``'s staged all-to-all for ``counts[i][j]`` elements from i to j (displacements
+    as in ``alltoall_pairwise.schedule_v``) on ``partition``."""
+    check_partition(partition, inner, outer)
+    where = {r: (g, t) for g, members in enumerate(partition) for t, r in enumerate(members)}
+    me_g, me_i = where[rank]
+    groups, m = len(partition), len(partition[0])
+    tmp = _Tmp()
+
+    def block_in(dst: int) -> Region:  # my block for rank dst, in IN
+        return Region(IN, send_displs[dst], counts[rank][dst])
+
+    # Stage 1: to member t of my group, my blocks for index t of every group, in group order.
+    firsts: list[Copy] = [Copy(block_in(rank), Region(OUT, recv_displs[rank], counts[rank][rank]))]
+    stage1_sends: dict[int, Region] = {}
+    for t in range(m):
+        if t == me_i:
+            continue
+        dsts = [partition[h][t] for h in range(groups)]
+        stage1_sends[partition[me_g][t]] = tmp.pack([block_in(d) for d in dsts], firsts)
+    # ... and from member u, its blocks for my index in every group: sub-block h at arrived[u][h]
+    stage1_recvs: dict[int, Region] = {}
+    arrived: dict[int, list[Region]] = {}
+    for u in range(m):
+        if u == me_i:
+            continue
+        src = partition[me_g][u]
+        if groups == 1:  # nothing to forward: straight into OUT
+            stage1_recvs[src] = Region(OUT, recv_displs[src], counts[src][rank])
+            continue
+        sizes = [counts[src][partition[h][me_i]] for h in range(groups)]
+        area = tmp.take(sum(sizes))
+        stage1_recvs[src] = area
+        arrived[u] = _split(area, sizes)
+    steps = _exchange(rank, partition[me_g], me_i, inner, stage1_sends, stage1_recvs, firsts) if m > 1 else []
+
+    # Stage 2: what my group has for (h, my index): members' blocks in member order.
+    seconds: list[Copy] = [] if m > 1 else firsts  # groups of one: the own block's copy rides here
+    for u, parts in arrived.items():  # blocks for me from my own group: final
+        src = partition[me_g][u]
+        seconds.append(Copy(parts[me_g], Region(OUT, recv_displs[src], counts[src][rank])))
+    same_index = [partition[h][me_i] for h in range(groups)]
+    stage2_sends: dict[int, Region] = {}
+    for h in range(groups):
+        if h == me_g:
+            continue
+        pieces = [block_in(partition[h][me_i]) if u == me_i else arrived[u][h] for u in range(m)]
+        stage2_sends[partition[h][me_i]] = tmp.pack(pieces, seconds)
+    stage2_recvs: dict[int, Region] = {}
+    lasts: list[Copy] = []
+    for h in range(groups):
+        if h == me_g:
+            continue
+        # Through TMP whatever the layout: a rank's steps and costs must not depend on where its
+        # caller put the blocks (AlltoAllV's displacements), only on the counts.
+        srcs = partition[h]
+        sizes = [counts[s][rank] for s in srcs]
+        area = tmp.take(sum(sizes))
+        stage2_recvs[partition[h][me_i]] = area
+        lasts += [Copy(part, Region(OUT, recv_displs[s], n)) for part, s, n in zip(_split(area, sizes), srcs, sizes)]
+    steps += _exchange(rank, same_index, me_g, outer, stage2_sends, stage2_recvs, seconds)
+    if lasts:
+        steps.append(Step(copies=tuple(lasts)))
+    return finish(steps)
+
+
+class _Tmp:
+    """TMP handed out front to back."""
+
+    def __init__(self) -> None:
+        self.used = 0
+
+    def take(self, n: int) -> Region:
+        region = Region(TMP, self.used, n)
+        self.used += n
+        return region
+
+    def pack(self, pieces: list[Region], copies: list[Copy]) -> Region:
+        """One region holding ``pieces`` in order: the piece itself when there is one, else a TMP
+        area the ``copies`` fill."""
+        if len(pieces) == 1:
+            return pieces[0]
+        area = self.take(sum(p.count for p in pieces))
+        offset = area.offset
+        for p in pieces:
+            copies.append(Copy(p, Region(TMP, offset, p.count)))
+            offset += p.count
+        return area
+
+
+def _split(area: Region, sizes: list[int]) -> list[Region]:
+    parts, offset = [], area.offset
+    for n in sizes:
+        parts.append(Region(area.buf, offset, n))
+        offset += n
+    return parts
+
+
+def _exchange(rank: int, members: Sequence[int], me: int, algo: str, sends: dict[int, Region], recvs: dict[int, Region],
+              copies: list[Copy]) -> list[Step]:
+    """One stage among ``members`` (me = my index there): every send and receive in one step
+    (mesh), or a round per distance (pairwise); ``copies`` run before the first."""
+    n = len(members)
+    if n == 1:
+        return [Step(copies=tuple(copies))] if copies else []
+    if algo == "mesh":
+        peers = [members[(me + s) % n] for s in range(1, n)]
+        return [Step(copies=tuple(copies), sends=tuple(Send(p, sends[p]) for p in peers),
+                     recvs=tuple(Recv(p, recvs[p]) for p in peers))]
+    steps = []
+    for s in range(1, n):
+        to, frm = members[(me + s) % n], members[(me - s) % n]
+        steps.append(Step(copies=tuple(copies) if s == 1 else (), sends=(Send(to, sends[to]),),
+                          recvs=(Recv(frm, recvs[frm]),)))
+    return steps
