@@ -133,7 +133,7 @@ def fastest(cost_model, collective: str, count: int, itemsize: int, world_ranks:
         for algo in sorted(algos, key=lambda a: (bounds[a], order.get(a.partition(":")[0], 99))):
             if bounds[algo] > best_time:
                 break
-            time_s = simulate(collective, _schedule_fn(cost_model.topology, collective, algo, world_ranks),
+            time_s = simulate(collective, schedule_fn(cost_model.topology, collective, algo, world_ranks),
                               cost_model.topology, count, itemsize=itemsize, root=root, world_ranks=world_ranks,
                               cost_model=cost_model).time_s
             if time_s < best_time or (time_s == best_time and order.get(algo.partition(":")[0], 99) < order.get(best.partition(":")[0], 99)):
@@ -148,7 +148,7 @@ def lower_bound_s(topology, collective: str, algo: str, count: int, itemsize: in
     root (rank 0 when unrooted) and for the last rank, each step's largest send at the smallest
     hop latency and the largest link bandwidth of the topology (a step ends no earlier than its
     sends have left). Needs only those ranks' schedules."""
-    fn = _schedule_fn(topology, collective, algo, world_ranks)
+    fn = schedule_fn(topology, collective, algo, world_ranks)
     size = len(world_ranks)
     alpha = min(spec.latency_s for spec in topology.link_kinds.values())
     bandwidth = max(spec.bandwidth_Bps for spec in topology.link_kinds.values())
@@ -163,8 +163,9 @@ def lower_bound_s(topology, collective: str, algo: str, count: int, itemsize: in
     return bound
 
 
-def _schedule_fn(topology, collective: str, algo: str, world_ranks: tuple[int, ...]):
-    """The schedule function of a flat name or of ``hier:<inner>/<outer>@server``."""
+def schedule_fn(topology, collective: str, algo: str, world_ranks: tuple[int, ...]):
+    """The schedule function of a flat name or of ``hier:<inner>/<outer>@server|@groups`` on
+    ``world_ranks`` (what the communicator runs for that name)."""
     levels = hier_levels(algo)
     if levels is None:
         return get_schedule(collective, algo)
@@ -453,18 +454,20 @@ def _rooted_rule(s: CallShape, gather: bool) -> Choice:
                       gather)
     if s.per_server == 1:
         return Choice("ring", what + "one NPU per server: ScatterRingExecutor's level-1 ring alone", gather)
-    if s.servers > 1:
-        return Choice("", what + f"{s.servers} servers: HCCL scatters across servers first (a ring of the root's plane), then "
-                                 "inside each server, which hccl-py does not have", True)
     algo, rule = _level0_default(s, s.per_server)
+    if s.servers > 1:  # KernelRunLevel1, then the server's executor; level 1 is RING by default (scatter_operator.cc:22)
+        executor = "ScatterMeshExecutor" if algo == "mesh" else "ScatterRingExecutor"
+        timing = "; HCCL's mesh root sends to one peer after another, hccl-py's to all at once (estimate)" if algo == "mesh" else ""
+        return Choice(f"{HIER}:{algo}/ring{SERVER}", what + f"{s.servers} servers: {executor}, a ring across the root's "
+                      f"plane (one NPU per server, whole servers' blocks), then inside each server ({rule}){timing}",
+                      gather or algo == "mesh" or "estimate" in rule)
     if algo == "mesh":
         return Choice("mesh", what + f"{rule}: ScatterMeshExecutor; HCCL's root sends to one peer after another on one "
                                      "stream, hccl-py's mesh to all at once (estimate of its timing)", True)
     return Choice("ring", what + f"{rule}: ScatterRingExecutor", gather or "estimate" in rule)
 
 
-# HCCL's rule for collectives without a level-1 algorithm. A choice without an algorithm ("")
-# says what HCCL runs that hccl-py does not have; auto then takes the least modeled time.
+# HCCL's rule for the collectives whose selection has no level-1 cost comparison
 FLAT_RULES: dict[str, Callable[[CallShape], Choice]] = {
     "alltoall": alltoall_rule,
     "alltoallv": alltoall_rule,
@@ -474,8 +477,7 @@ FLAT_RULES: dict[str, Callable[[CallShape], Choice]] = {
 
 
 def flat_choice(topology, collective: str, count: int, itemsize: int, world_ranks: tuple[int, ...]) -> Choice:
-    """HCCL's rule for an all-to-all, scatter or gather on ``world_ranks``; ``algo`` is "" when
-    the rule names an algorithm hccl-py does not have (``rule`` says which)."""
+    """HCCL's rule for an all-to-all, scatter or gather on ``world_ranks``."""
     choice = FLAT_RULES[collective](call_shape(topology, collective, count, itemsize, world_ranks))
     if choice.algo == STAGED and not staged_alltoall(topology, world_ranks):
         return Choice("pairwise", "mesh groups of different sizes: pairwise over all ranks, as HCCL does for servers of "
@@ -483,13 +485,10 @@ def flat_choice(topology, collective: str, count: int, itemsize: int, world_rank
     return choice
 
 
-def alltoallv_auto(topology, world_ranks: tuple[int, ...], least_time: Callable[[], str]) -> Choice:
-    """``auto`` of an all-to-all-v (AlltoAllV/VC): HCCL's all-to-all rule, else ``least_time()``
-    (the algorithm with the least modeled time for the call's very counts matrix), an estimate."""
-    choice = flat_choice(topology, "alltoallv", 0, 1, world_ranks)
-    if choice.algo:
-        return choice
-    return Choice(least_time(), f"{choice.rule}: the least modeled time for this counts matrix (estimate)", True)
+def alltoallv_auto(topology, world_ranks: tuple[int, ...]) -> Choice:
+    """``auto`` of an all-to-all-v (AlltoAllV/VC): HCCL's all-to-all rule, which does not look at
+    the counts."""
+    return flat_choice(topology, "alltoallv", 0, 1, world_ranks)
 
 
 # auto's decisions per cost model, per call shape
@@ -499,8 +498,8 @@ _auto_choices: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 def auto(cost_model, collective: str, count: int, itemsize: int, world_ranks: tuple[int, ...], root: int = 0,
          dtype: str | None = None, op: str = "sum") -> str:
     """``algo="auto"``: the algorithm HCCL's own rules choose for this call (:func:`hccl_choice`,
-    :data:`FLAT_RULES`); where hccl-py lacks HCCL's algorithm or no rule covers the call (a
-    barrier), the argmin of the model (:func:`fastest`), labelled an estimate."""
+    :data:`FLAT_RULES`); where no rule covers the call (a barrier, one rank), the argmin of the
+    model (:func:`fastest`), labelled an estimate."""
     key = (collective, count, itemsize, world_ranks, root, dtype, op)
     cache = _auto_choices.get(cost_model)
     if cache is None:
@@ -515,11 +514,7 @@ def explain_auto(cost_model, collective: str, count: int, itemsize: int, world_r
                  dtype: str | None = None, op: str = "sum") -> Choice:
     """:func:`auto`'s choice with the rule behind it."""
     if len(world_ranks) > 1 and collective in FLAT_RULES:
-        choice = flat_choice(cost_model.topology, collective, count, itemsize, world_ranks)
-        if choice.algo:
-            return choice
-        best = fastest(cost_model, collective, count, itemsize, world_ranks, root)
-        return Choice(best, f"{choice.rule}: the least modeled time of hccl-py's algorithms (estimate)", True)
+        return flat_choice(cost_model.topology, collective, count, itemsize, world_ranks)
     if len(world_ranks) == 1 or collective not in HIER_COLLECTIVES:
         best = fastest(cost_model, collective, count, itemsize, world_ranks, root)
         return Choice(best, "no HCCL rule: the least modeled time (estimate)", True)

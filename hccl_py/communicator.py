@@ -726,18 +726,9 @@ class Communicator:
 
     def _v_algorithm(self, algo: str, matrix, itemsize: int) -> str:
         """The all-to-all algorithm of a counts matrix: the caller's, HCCL_ALGO's, or HCCL's rule
-        (``algo_select.alltoallv_auto``: where hccl-py lacks HCCL's algorithm, the one the cost
-        model finds fastest for this very matrix)."""
-        def fastest() -> str:
-            from .planning.simulator import fastest_alltoallv, simulate_alltoallv
-
-            return fastest_alltoallv(simulate_alltoallv(self._rc.topology, matrix, itemsize=itemsize,
-                                                        world_ranks=self._world_ranks, cost_model=self._rc.cost_model))
-
-        def auto() -> str:
-            return algo_select.alltoallv_auto(self._rc.topology, self._world_ranks, fastest).algo
-
-        return algo_select.resolve("alltoallv", algo, auto, self._algo_env)
+        (``algo_select.alltoallv_auto``)."""
+        return algo_select.resolve("alltoallv", algo, lambda: algo_select.alltoallv_auto(self._rc.topology, self._world_ranks).algo,
+                                   self._algo_env)
 
     def scatter(self, x: np.ndarray | None, root: int = 0, *, out: np.ndarray | None = None, algo: str = "auto",
                 async_op: bool = False):
@@ -771,8 +762,9 @@ class Communicator:
 
     def gather(self, x: np.ndarray, root: int = 0, *, out: np.ndarray | None = None, algo: str = "auto",
                async_op: bool = False):
-        """The root gets every rank's ``x`` as an array of shape ``(size, *x.shape)``
-        (``HcclGather``), or in ``out``; the other ranks get None::
+        """The root gets every rank's ``x`` as an array of shape ``(size, *x.shape)``, or in ``out``;
+        the other ranks get None (HCCL has no Gather operator, only ``HCCL_CMD_GATHER`` inside its
+        Reduce; this is the mirror of ``HcclScatter``)::
 
             table = comm.gather(row, root=0)
         """

@@ -81,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--start", choices=("fork", "exec"), default="fork",
                         help="how ranks start: fork = copies of this launcher, which has imported numpy and hccl_py "
                              "already (fast); exec = a fresh `python script.py` each, with the interpreter's own start-up "
-                             "(default fork; see docs/launch.md)")
+                             "(default fork; see README, Commands)")
     parser.add_argument("target", help="the script to run, or the module name with -m")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to every rank")
     return parser

@@ -99,9 +99,9 @@ def render() -> str:
         "simulator plays it for thousands of ranks, so the three cannot disagree. Each algorithm "
         f"lives in `{SOURCE_DIR}/<collective>_<algo>.py`; the registry (`registry.py`) maps "
         "(collective, algorithm) to it. `algo=\"auto\"` runs what HCCL's own selection rules "
-        "choose for the call's size, card and topology (see docs/fidelity.md); where hccl-py lacks the algorithm "
-        "HCCL runs (scatter and gather across servers), the algorithm with the least modeled time (ties "
-        "go to the one listed first), labelled an estimate.",
+        "choose for the call's size, card and topology (see docs/fidelity.md); where no HCCL rule covers a call "
+        "(a barrier), the algorithm with the least modeled time (ties go to the one listed first), labelled an "
+        "estimate.",
         "",
         "Counts are in elements of the call's dtype: bytes on the wire = elements x itemsize. "
         "`size` is the number of ranks, `count` the call's count (the whole buffer for allreduce, "
@@ -120,7 +120,7 @@ def render() -> str:
     parts.append(f"| [alltoallv](#{_anchor(_heading('alltoallv'))}) | `{COLLECTIVES['alltoallv'].hccl_name}`, "
                  "`HcclAlltoAllVC` | the caller's layout | the caller's layout | no | "
                  f"{', '.join(f'`{a}`' for a in V_ALGORITHMS)} |")
-    parts += ["", "Two-level (hierarchical) versions of allreduce, allgather, broadcast, reduce and reduce_scatter: "
+    parts += ["", "Two-level (hierarchical) versions of allreduce, allgather, broadcast, reduce, reduce_scatter, scatter and gather: "
               "[Two-level algorithms](#two-level-algorithms-hierarchicalpy); of alltoall and alltoallv: "
               "[Staged all-to-all](#staged-all-to-all-alltoall_stagedpy).", ""]
     parts += ["## The schedule", "", f"From {_link('schedule')}.", "", markdown(_module("schedule").__doc__)]

@@ -31,6 +31,10 @@ every inter-group phase.
 * **broadcast**: scatter from the root inside its group (direct: the root sends each member its
   chunk in one step), outer broadcast of each chunk from its holder in the root's group to the
   holders in the other groups, inner allgather in every group (the root only sends).
+* **scatter** (HCCL's two-level Scatter): an outer scatter of whole groups' blocks among the ranks
+  with the root's index in their group, then an inner scatter in every group from that rank;
+  **gather** mirrors it (inner gather, then outer). Equal groups only; the root stages its
+  buffer through TMP when groups are not runs of consecutive ranks.
 * **alltoall**: the staged all-to-all of ``alltoall_staged.py`` (HCCL's ``RunAlltoAllVStaged``),
   ``inner`` and ``outer`` each mesh or pairwise, on equal groups.
 * **reduce** mirrors broadcast: inner reduce-scatter, outer reduce of each chunk to its holder in
@@ -78,10 +82,13 @@ LEVELS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "reduce_scatter": (("reduce_scatter",), ("reduce_scatter",)),
     "broadcast": (("allgather",), ("broadcast",)),
     "reduce": (("reduce_scatter",), ("reduce",)),
+    "scatter": (("scatter",), ("scatter",)),
+    "gather": (("gather",), ("gather",)),
     "alltoall": (("alltoall",), ("alltoall",)),  # staged: alltoall_staged.py, not composed here
 }
-# Every collective with a two-level algorithm: the composed ones and the staged all-to-all
-TWO_LEVEL = (*HIER_COLLECTIVES, "alltoall")
+# Every collective with a two-level algorithm: the composed ones (scatter and gather on equal
+# groups only) and the staged all-to-all
+TWO_LEVEL = (*HIER_COLLECTIVES, "scatter", "gather", "alltoall")
 
 
 def _checked_partition(groups) -> Partition:
@@ -444,7 +451,96 @@ def _reduce_scatter(plan: _Plan, fns, rank: int, count: int, root: int) -> Sched
     return c.done()
 
 
+def _rooted_plan(plan: _Plan, collective: str) -> None:
+    if not plan.uniform:
+        raise HcclParamError(f"hierarchical {collective} needs groups of one size, got sizes "
+                             f"{sorted({len(g) for g in plan.groups})}", collective=collective, arg="partition",
+                             value=[len(g) for g in plan.groups], rule="equal groups")
+
+
+def _group_blocks(plan: _Plan, count: int, c: _Compose, whole: Region, into_stage: bool) -> list[Region]:
+    """Where group h's blocks (its members' blocks in member order, m * count) lie in ``whole``
+    (the root's size * count buffer): in place when every group is a run of consecutive ranks in
+    order, else in a TMP staging area (copied in from ``whole`` when ``into_stage``, else to be
+    copied out to it by :func:`_unstage`)."""
+    m = plan.m
+    if all(list(g) == list(range(g[0], g[0] + m)) for g in plan.groups):
+        return [Region(whole.buf, whole.offset + g[0] * count, m * count) for g in plan.groups]
+    areas = []
+    for h, group in enumerate(plan.groups):
+        area = Region(TMP, h * m * count, m * count)
+        areas.append(area)
+        if into_stage:
+            for u, r in enumerate(group):
+                c.copy(Region(whole.buf, whole.offset + r * count, count), Region(TMP, area.offset + u * count, count))
+    return areas
+
+
+def _unstage(plan: _Plan, count: int, c: _Compose, whole: Region, areas: list[Region]) -> None:
+    for area, group in zip(areas, plan.groups):
+        if area.buf == TMP:
+            for u, r in enumerate(group):
+                c.copy(Region(TMP, area.offset + u * count, count), Region(whole.buf, whole.offset + r * count, count))
+
+
+def _scatter(plan: _Plan, fns, rank: int, count: int, root: int) -> Schedule:
+    """HCCL's two-level Scatter (ScatterMeshExecutor / ScatterRingExecutor on several servers): an
+    outer scatter of whole groups' blocks among the ranks with the root's index in their group
+    (the root's plane), then an inner scatter inside every group from its plane rank."""
+    _rooted_plan(plan, "scatter")
+    i, t = plan.where[rank]
+    i0, t0 = plan.where[root]
+    m, k, size = plan.m, plan.k, plan.size
+    staged = rank == root and not all(list(g) == list(range(g[0], g[0] + m)) for g in plan.groups)
+    c = _Compose(persistent=size * count + m * count if staged else (m * count if t == t0 else 0))
+    if t == t0:
+        plane = [g[t0] for g in plan.groups]
+        if rank == root:
+            blocks = _group_blocks(plan, count, c, Region(IN, 0, size * count), into_stage=True)
+            source = Region(blocks[0].buf, blocks[0].offset, k * m * count)
+            # the outer root's copy of its own group's blocks goes to TMP (IN is never written); the
+            # inner scatter reads them where they already lie
+            landing = Region(TMP, size * count if staged else 0, m * count)
+            c.run(_sub(fns, "outer", "scatter", i, k, m * count, i0), plane, source, landing, me=i)
+            mine = blocks[i]
+        else:
+            mine = Region(TMP, 0, m * count)
+            c.run(_sub(fns, "outer", "scatter", i, k, m * count, i0), plane, mine, mine, me=i)
+    else:
+        mine = Region(TMP, 0, 0)  # an inner scatter's non-root never reads IN
+    c.run(_sub(fns, "inner", "scatter", t, m, count, t0), plan.groups[i], mine, Region(OUT, 0, count), me=t)
+    return c.done()
+
+
+def _gather(plan: _Plan, fns, rank: int, count: int, root: int) -> Schedule:
+    """The mirror of :func:`_scatter` (HCCL has no Gather operator; its GatherMesh / GatherRing
+    templates serve its Reduce): an inner gather to every group's plane rank, then an outer
+    gather of whole groups' blocks to the root among the root's plane."""
+    _rooted_plan(plan, "gather")
+    i, t = plan.where[rank]
+    i0, t0 = plan.where[root]
+    m, k, size = plan.m, plan.k, plan.size
+    staged = rank == root and not all(list(g) == list(range(g[0], g[0] + m)) for g in plan.groups)
+    c = _Compose(persistent=size * count if staged else (m * count if t == t0 else 0))
+    whole = Region(OUT, 0, size * count)
+    if rank == root:
+        blocks = _group_blocks(plan, count, c, whole, into_stage=False)
+        mine = blocks[i]
+    else:
+        mine = Region(TMP, 0, m * count if t == t0 else 0)
+    c.run(_sub(fns, "inner", "gather", t, m, count, t0), plan.groups[i], Region(IN, 0, count), mine, me=t)
+    if t == t0:
+        plane = [g[t0] for g in plan.groups]
+        target = Region(blocks[0].buf, blocks[0].offset, k * m * count) if rank == root else Region(TMP, 0, 0)
+        c.run(_sub(fns, "outer", "gather", i, k, m * count, i0), plane, mine, target, me=i)
+        if rank == root:
+            _unstage(plan, count, c, whole, blocks)
+    return c.done()
+
+
 _BUILDERS = {
+    "scatter": _scatter,
+    "gather": _gather,
     "allreduce": _allreduce,
     "allgather": _allgather,
     "broadcast": _broadcast,

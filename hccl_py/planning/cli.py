@@ -42,7 +42,7 @@ from ..collectives import collective as lookup
 from ..cost_model import CostModel
 from ..dtypes import DTYPE_SPELLINGS, ITEMSIZE_BY_NAME, SHORT_DTYPE_NAMES
 from ..errors import HcclError
-from .simulator import fastest_alltoallv, simulate_alltoallv, simulate_batch, simulate_call, simulate_p2p
+from .simulator import simulate_alltoallv, simulate_batch, simulate_call, simulate_p2p
 
 P2P = ("sendrecv", "send", "p2p")
 BATCH = ("batchsendrecv", "batch_send_recv")
@@ -261,7 +261,7 @@ def _alltoallv(args, topology: Topology, wall_start: float) -> int:
         raise ValueError(f"alltoallv has no algorithm {args.algo!r}; use one of {', '.join(algos)} or auto")
     model = CostModel(topology)
     vc = simulate_alltoallv(topology, matrix, itemsize=itemsize, cost_model=model)
-    chosen = alltoallv_auto(topology, tuple(range(n)), lambda: fastest_alltoallv(vc))
+    chosen = alltoallv_auto(topology, tuple(range(n)))
     choice = chosen.algo
     # all_to_all_v first gathers every rank's [ok, send counts, receive counts] (int64), then exchanges
     gather = simulate_call("allgather", topology, 1 + 2 * n, itemsize=8, dtype="int64", cost_model=model)

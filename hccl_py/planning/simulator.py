@@ -412,7 +412,6 @@ def simulate_alltoallv(topology: Topology, counts, *, algos: Sequence[str] | Non
     (``all_to_all_v`` gathers the counts first)::
 
         times = simulate_alltoallv(topo, counts)        # {"pairwise": SimResult, "mesh": SimResult, "hier:...": ...}
-        fastest_alltoallv(times)                        # what the communicator's auto runs
     """
     from ..algo_select import partition_of, staged_alltoall
     from ..algorithms.alltoallv import VSchedule, as_matrix, staged_levels
@@ -426,12 +425,6 @@ def simulate_alltoallv(topology: Topology, counts, *, algos: Sequence[str] | Non
     return {a: simulate("alltoallv", VSchedule(a, matrix, partition=partition_of(topology, a, ranks) if staged_levels(a) else None),
                         topology, 0, itemsize=itemsize, world_ranks=world_ranks, start_clocks=start_clocks, cost_model=model)
             for a in algos}
-
-
-def fastest_alltoallv(results: dict[str, SimResult]) -> str:
-    """The algorithm of :func:`simulate_alltoallv`'s results with the least modeled time (the first
-    on a tie): the all-to-all-v's ``auto``."""
-    return min(results, key=lambda a: results[a].time_s)
 
 
 def simulate_batch(topology: Topology, sends: Sequence[tuple[int, int, int]], *,

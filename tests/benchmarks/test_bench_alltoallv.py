@@ -32,7 +32,8 @@ def test_alltoallv_is_alltoalls_data_with_counts_per_pair():
 @pytest.mark.usefixtures("no_leaks")
 def test_console_script_alltoallv(tmp_path):
     from hccl_py.context import load_topology
-    from hccl_py.planning.simulator import fastest_alltoallv, simulate_alltoallv, simulate_call
+    from hccl_py.algo_select import alltoallv_auto
+    from hccl_py.planning.simulator import simulate_alltoallv, simulate_call
 
     mpi = _has("mpi4py")
     out_json = tmp_path / "v.json"
@@ -48,7 +49,7 @@ def test_console_script_alltoallv(tmp_path):
     gather = simulate_call("allgather", topo, 5, itemsize=8, dtype="int64")  # [ok, 2 send, 2 receive counts]
     for row in hccl["rows"]:
         matrix = [[row["count"] // 2] * 2] * 2
-        algo = fastest_alltoallv(simulate_alltoallv(topo, matrix))
+        algo = alltoallv_auto(topo, (0, 1)).algo  # 2 ranks: pairwise
         v = simulate_alltoallv(topo, matrix, algos=[algo], start_clocks=gather.result.end_clocks)[algo]
         assert row["extra"]["modeled_us"] == pytest.approx(max(v.end_clocks) * 1e6, rel=1e-9)
     if mpi:

@@ -109,10 +109,10 @@ def _clocked_v_and_batch_calls(size: int) -> list:
 def test_all_to_all_v_vc_and_batch_send_recv_equal_the_simulator(size):
     """all_to_all_v (its counts exchange, an allgather of int64, then the data), all_to_all_vc and a
     batch_send_recv ring exchange end at the simulator's clocks to the last bit; auto runs the
-    algorithm the simulator finds fastest for the matrix."""
+    algorithm HCCL's all-to-all rule names."""
     from hccl_py.algo_select import alltoallv_auto, auto, partition_of
     from hccl_py.algorithms.alltoallv import VSchedule
-    from hccl_py.planning.simulator import fastest_alltoallv, simulate_alltoallv, simulate_batch
+    from hccl_py.planning.simulator import simulate_alltoallv, simulate_batch
 
     per_rank = run_ranks(_clocked_v_and_batch_calls, size, size, env={"HCCL_PY_TOPOLOGY": PRESET}, timeout=100)
     topo = Topology.preset(PRESET, n=size)
@@ -124,7 +124,7 @@ def test_all_to_all_v_vc_and_batch_send_recv_equal_the_simulator(size):
     gather_algo, v_algo = v[0][2]
     assert {tuple(c[2]) for c in v} == {(gather_algo, v_algo)}
     assert gather_algo == auto(model, "allgather", 1 + 2 * size, 8, ranks, dtype="int64")
-    assert v_algo == alltoallv_auto(topo, ranks, lambda: fastest_alltoallv(simulate_alltoallv(topo, skewed, cost_model=model))).algo
+    assert v_algo == alltoallv_auto(topo, ranks).algo
     gathered = simulate("allgather", gather_algo, topo, 1 + 2 * size, itemsize=8, dtype="int64",
                         start_clocks=[c[0] for c in v], cost_model=model)
     groups = partition_of(topo, v_algo, ranks) if v_algo.startswith("hier") else None  # 8 ranks: the staged one
@@ -137,7 +137,7 @@ def test_all_to_all_v_vc_and_batch_send_recv_equal_the_simulator(size):
     # all_to_all_vc: the data exchange alone
     vc_algo = vc[0][2][-1]
     assert {c[2][-1] for c in vc} == {vc_algo} == {
-        alltoallv_auto(topo, ranks, lambda: fastest_alltoallv(simulate_alltoallv(topo, sparse, cost_model=model))).algo}
+        alltoallv_auto(topo, ranks).algo}
     result = simulate_alltoallv(topo, sparse, algos=[vc_algo], start_clocks=[c[0] for c in vc], cost_model=model)[vc_algo]
     assert list(result.end_clocks) == [c[1] for c in vc]
     # batch_send_recv: every rank sends 3000 float32 to rank+1 and receives from rank-1, in one batch
@@ -370,7 +370,7 @@ def test_hccl_sim_sendrecv_and_figures(tmp_path, capsys):
 def test_hccl_sim_alltoallv_and_batchsendrecv(tmp_path, capsys):
     from hccl_py.algorithms.alltoallv import skewed_counts
     from hccl_py.planning.cli import main
-    from hccl_py.planning.simulator import fastest_alltoallv, simulate_alltoallv, simulate_batch, simulate_call
+    from hccl_py.planning.simulator import simulate_alltoallv, simulate_batch, simulate_call
 
     topo = Topology.preset("2x8p-roce")
     n = topo.num_ranks
@@ -438,3 +438,52 @@ def test_auto_runs_hccls_two_level_choice_in_the_emulator_as_in_the_simulator():
         starts = [per_rank[r][i][1] for r in ranks]
         result = simulate(collective, fn, topo, count, itemsize=4, start_clocks=starts, cost_model=model)
         assert list(result.end_clocks) == [per_rank[r][i][2] for r in ranks]
+
+
+def _two_level_auto_calls(size: int) -> list:
+    """scatter, gather and all-to-all under auto on two servers (their two-level algorithms),
+    results checked against numpy here, clocks returned."""
+    import hccl_py
+
+    comm = hccl_py.init()
+    r = comm.rank
+    out = []
+    for collective in ("scatter", "gather", "alltoall"):
+        comm.device.run(flops=1e9 * (r + 1), nbytes=0)  # uneven compute: the calls start at different clocks
+        start = comm.clock
+        if collective == "scatter":
+            table = np.arange(size * 37, dtype=np.float32) + 1000 * 5
+            got = comm.scatter(table if r == 5 else None, root=5, out=np.empty(37, np.float32))
+            assert np.array_equal(got, table[r * 37:(r + 1) * 37])
+        elif collective == "gather":
+            got = comm.gather(np.full(37, r, np.float32), root=2)
+            if r == 2:
+                assert np.array_equal(got, np.repeat(np.arange(size, dtype=np.float32), 37).reshape(size, 37))
+        else:
+            x = np.arange(size * 37, dtype=np.float32) + 1000 * r
+            got = comm.all_to_all(x)
+            want = np.concatenate([np.arange(r * 37, (r + 1) * 37, dtype=np.float32) + 1000 * i for i in range(size)])
+            assert np.array_equal(got, want)
+        out.append((start, comm.clock))
+    return out
+
+
+@pytest.mark.timeout(120)
+def test_two_level_scatter_gather_and_alltoall_under_auto_equal_the_simulator():
+    from hccl_py.algo_select import auto, schedule_fn
+    from hccl_py.planning.simulator import simulate_call
+
+    preset, size = "2x4p-roce", 8
+    per_rank = run_ranks(_two_level_auto_calls, size, size, env={"HCCL_PY_TOPOLOGY": preset}, timeout=100)
+    topo = Topology.preset(preset)
+    model = CostModel(topo)
+    ranks = tuple(range(size))
+    for i, (collective, count, root) in enumerate((("scatter", 37, 5), ("gather", 37, 2), ("alltoall", 37, 0))):
+        algo = auto(model, collective, count, 4, ranks, root)
+        assert algo in ("hier:mesh/ring@server", "hier:mesh/pairwise@groups"), (collective, algo)  # two-level, by HCCL's rules
+        result = simulate_call(collective, topo, count, algo=algo, root=root, cost_model=model, world_ranks=ranks)
+        starts = [per_rank[r][i][0] for r in ranks]
+        exact = simulate(collective, schedule_fn(topo, collective, algo, ranks), topo, count, itemsize=4, root=root, start_clocks=starts,
+                         cost_model=model)
+        assert list(exact.end_clocks) == [per_rank[r][i][1] for r in ranks], collective
+        assert result.algo == algo
