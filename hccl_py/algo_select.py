@@ -455,16 +455,12 @@ def _rooted_rule(s: CallShape, gather: bool) -> Choice:
     if s.per_server == 1:
         return Choice("ring", what + "one NPU per server: ScatterRingExecutor's level-1 ring alone", gather)
     algo, rule = _level0_default(s, s.per_server)
+    executor = "ScatterMeshExecutor" if algo == "mesh" else "ScatterRingExecutor"
     if s.servers > 1:  # KernelRunLevel1, then the server's executor; level 1 is RING by default (scatter_operator.cc:22)
-        executor = "ScatterMeshExecutor" if algo == "mesh" else "ScatterRingExecutor"
-        timing = "; HCCL's mesh root sends to one peer after another, hccl-py's to all at once (estimate)" if algo == "mesh" else ""
         return Choice(f"{HIER}:{algo}/ring{SERVER}", what + f"{s.servers} servers: {executor}, a ring across the root's "
-                      f"plane (one NPU per server, whole servers' blocks), then inside each server ({rule}){timing}",
-                      gather or algo == "mesh" or "estimate" in rule)
-    if algo == "mesh":
-        return Choice("mesh", what + f"{rule}: ScatterMeshExecutor; HCCL's root sends to one peer after another on one "
-                                     "stream, hccl-py's mesh to all at once (estimate of its timing)", True)
-    return Choice("ring", what + f"{rule}: ScatterRingExecutor", gather or "estimate" in rule)
+                      f"plane (one NPU per server, whole servers' blocks), then inside each server ({rule})",
+                      gather or "estimate" in rule)
+    return Choice(algo, what + f"{rule}: {executor}", gather or "estimate" in rule)
 
 
 # HCCL's rule for the collectives whose selection has no level-1 cost comparison

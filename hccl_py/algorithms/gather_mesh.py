@@ -1,5 +1,7 @@
-"""Direct gather (HCCL's mesh Gather): every rank sends its IN to the root at once; the root
-copies its own into block ``root`` of OUT and receives block j from rank j.
+"""Mesh gather (HCCL's GatherMesh template, which its Reduce uses; HCCL has no Gather operator):
+every rank sends its IN to the root at once, the root receiving each on a stream of its own
+(hcomm ``temp_gather/gather_mesh.cc``); it copies its own into block ``root`` of OUT and receives
+block j from rank j.
 
 Steps: 1. Received by the root: (size-1) * count elements; sent per rank: count. TMP: none.
 """

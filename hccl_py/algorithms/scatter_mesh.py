@@ -1,7 +1,11 @@
-"""Direct scatter (HCCL's mesh Scatter): the root sends block j of its IN to rank j, all at
-once, and copies its own block into OUT.
+"""Mesh scatter (HCCL's ScatterMesh template): the root talks to every rank directly, one after
+another in rank order on its one stream, as HCCL's root does (``for (dstRank = 0; dstRank <
+rankSize; dstRank++)``: wait for the receiver's ready, send, wait until done; its own block is a
+local copy in its turn; hcomm ``temp_scatter/scatter_mesh.cc``). Every rank but the root receives
+its block in one step.
 
-Steps: 1. Sent by the root: (size-1) * count elements; received per rank: count. TMP: none.
+Steps: size-1 at the root (its own copy rides with the send after it), 1 elsewhere. Sent by the
+root: (size-1) * count elements, one block per step; received per rank: count. TMP: none.
 """
 
 from __future__ import annotations
@@ -14,11 +18,18 @@ from .schedule import IN, OUT, Copy, Recv, Region, Schedule, Send, Step
 
 @lru_cache(maxsize=256)
 def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
-    """Mesh scatter: in one step the root sends block j of its IN to rank j and copies its own; returns the
-    Schedule of rank ``rank``."""
+    """Mesh scatter: the root sends block j of its IN to rank j, j = 0, 1, ... in turn (its own
+    block copied into OUT in its turn); returns the Schedule of rank ``rank``."""
     mine = Region(OUT, 0, count)
     if rank != root:
         return finish([Step(recvs=(Recv(root, mine),))])
-    peers = [(root + s) % size for s in range(1, size)]
-    return finish([Step(copies=(Copy(Region(IN, root * count, count), mine),),
-                        sends=tuple(Send(j, Region(IN, j * count, count)) for j in peers))])
+    steps, copies = [], []
+    for j in range(size):
+        if j == root:
+            copies.append(Copy(Region(IN, root * count, count), mine))
+            continue
+        steps.append(Step(copies=tuple(copies), sends=(Send(j, Region(IN, j * count, count)),)))
+        copies = []
+    if copies:  # the root is the last rank: its copy comes after the last send
+        steps.append(Step(copies=tuple(copies)))
+    return finish(steps)
