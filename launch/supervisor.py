@@ -1,7 +1,8 @@
 """Start, watch and stop the ranks of one hccl-launch job: all of them or none.
 
 The supervisor hosts the rendezvous store (HCCL_PY_STORE_ADDR/PORT; MASTER_ADDR/MASTER_PORT name a
-free port left to torch's ``env://`` rendezvous, so torch scripts run too), starts each rank in its own session (so a terminal's
+free port left to torch's ``env://`` rendezvous, so torch scripts run too), starts each rank (forked from
+this warm launcher, ``launch/fork.py``, or exec'd with ``--start exec``) in its own session (so a terminal's
 Ctrl-C reaches only the launcher, which decides what the ranks get), tees every rank's output
 line by line with a ``[rank] `` prefix, and polls for exits. The first rank to fail is the root
 cause: the others get SIGTERM, then SIGKILL after the grace, and the launcher exits with the

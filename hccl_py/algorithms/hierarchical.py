@@ -154,6 +154,9 @@ class _Plan:
     where: tuple[tuple[int, int], ...]  # rank -> (group, index in group)
     m: int  # largest group
     uniform: bool
+    # holder_table[j]: the rank of every group holding chunk / column j, built once per partition
+    # (per rank it would be quadratic at 65,536 ranks)
+    holder_table: tuple[tuple[int, ...], ...]
 
     @classmethod
     def of(cls, groups: Partition) -> "_Plan":
@@ -162,15 +165,16 @@ class _Plan:
             for t, r in enumerate(group):
                 where[r] = (i, t)
         m = max(len(g) for g in groups)
-        return cls(groups, len(where), tuple(where), m, all(len(g) == m for g in groups))
+        table = tuple(tuple(g[j % len(g)] for g in groups) for j in range(m))
+        return cls(groups, len(where), tuple(where), m, all(len(g) == m for g in groups), table)
 
     @property
     def k(self) -> int:
         return len(self.groups)
 
-    def holders(self, j: int) -> list[int]:
+    def holders(self, j: int) -> tuple[int, ...]:
         """The rank of every group (in group order) that holds chunk / column j < m."""
-        return [g[j % len(g)] for g in self.groups]
+        return self.holder_table[j]
 
     def slots(self, i: int, t: int) -> list[int]:
         """The chunks / columns member t of group i holds, ascending."""
@@ -184,7 +188,7 @@ class _Plan:
         """Whether the holders of column t are the ranks t*k .. t*k+k-1 in order, for every t
         (then a member's column of blocks is one contiguous range of the user buffer)."""
         k = self.k
-        return self.uniform and all(self.holders(t) == list(range(t * k, (t + 1) * k)) for t in range(self.m))
+        return self.uniform and all(self.holders(t) == tuple(range(t * k, (t + 1) * k)) for t in range(self.m))
 
 
 class _Compose:
