@@ -176,15 +176,18 @@ class CostModel:
         self._cache: dict[tuple, tuple[tuple[StepCost, ...], ...]] = {}
 
     def call_costs(self, fn: Callable[..., Schedule], size: int, count: int, root: int, itemsize: int,
-                   world_ranks: tuple[int, ...], *, dtype: str | None = None, op: str = "sum") -> tuple[tuple[StepCost, ...], ...]:
+                   world_ranks: tuple[int, ...], *, dtype: str | None = None, op: str = "sum",
+                   schedules: list[Schedule] | None = None) -> tuple[tuple[StepCost, ...], ...]:
         """Every comm rank's ``StepCost`` per step for one call of schedule function ``fn``, with
         elements of numpy type ``dtype`` (default: by ``itemsize``, ``default_dtype``) reduced by
-        ``op`` (``sum``, ``prod``, ``max``, ``min``)."""
+        ``op`` (``sum``, ``prod``, ``max``, ``min``). ``schedules``: every rank's schedule of that
+        call, when the caller has built them already (the simulator: built once, not twice)."""
         dtype = dtype or default_dtype(itemsize)
         key = (fn, size, count, root, itemsize, world_ranks, dtype, op)
         costs = self._cache.get(key)
         if costs is None:
-            schedules = [fn(r, size, count, root) for r in range(size)]
+            if schedules is None:
+                schedules = [fn(r, size, count, root) for r in range(size)]
             costs = self._cache[key] = self._costs(schedules, itemsize, world_ranks, dtype, op)
         return costs
 

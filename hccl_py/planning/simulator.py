@@ -50,8 +50,8 @@ def simulate(collective: str, algo: str, topology: Topology, count: int, *, item
     size = len(ranks)
     model = cost_model or CostModel(topology)
     fn = get_schedule(collective, algo)
-    costs = model.call_costs(fn, size, count, root, itemsize, ranks, dtype=dtype, op=op)
     schedules = [fn(r, size, count, root) for r in range(size)]
+    costs = model.call_costs(fn, size, count, root, itemsize, ranks, dtype=dtype, op=op, schedules=schedules)
     clocks = [0.0] * size if start_clocks is None else [float(c) for c in start_clocks]
     start = tuple(clocks)
     # Message k from a to b (``message_numbers``) has stamps[(a, b)][k]; each rank walks its steps in order.
