@@ -21,11 +21,13 @@ def finish(steps: Iterable[Step]) -> Schedule:
     """
     kept = []
     for step in steps:
-        step = Step(
-            copies=tuple(c for c in step.copies if c.dst.count),
-            sends=tuple(s for s in step.sends if s.src.count),
-            recvs=tuple(r for r in step.recvs if r.dst.count),
-        )
+        if not (all(c.dst.count for c in step.copies) and all(s.src.count for s in step.sends)
+                and all(r.dst.count for r in step.recvs)):  # rebuilt only when something is empty
+            step = Step(
+                copies=tuple(c for c in step.copies if c.dst.count),
+                sends=tuple(s for s in step.sends if s.src.count),
+                recvs=tuple(r for r in step.recvs if r.dst.count),
+            )
         if step.copies or step.sends or step.recvs:
             kept.append(step)
     regions = [
