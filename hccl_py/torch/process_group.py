@@ -219,15 +219,23 @@ class HcclProcessGroup(dist.ProcessGroup):
                     return DONE
         return self._call("all_reduce", opts.asyncOp, self._allreduce, _one(tensors, "all_reduce"), opts.reduceOp)
 
-    def _allreduce(self, what, t, red_op):
+    def _reduced(self, t, red_op, what: str, keep: bool = True):
+        """A reduction into ``t``: (its staging, hccl-py's op, what runs after the call: the result
+        copied back into ``t`` and, for AVG, divided by the group size; nothing unless ``keep``,
+        as on a non-root of reduce)."""
         staged = Staged(t, what)
         op, avg = _op(red_op, t.dtype, what)
 
         def post():
-            staged.copy_back()
-            if avg:
-                _divide(t, self.comm.size)
+            if keep:
+                staged.copy_back()
+                if avg:
+                    _divide(t, self.comm.size)
 
+        return staged, op, post
+
+    def _allreduce(self, what, t, red_op):
+        staged, op, post = self._reduced(t, red_op, what)
         return lambda a: self.comm.all_reduce(staged.array, op, async_op=a), post, [t]
 
     def allreduce_coalesced(self, tensors, opts=None):
@@ -248,16 +256,7 @@ class HcclProcessGroup(dist.ProcessGroup):
         return self._call("reduce", opts.asyncOp, self._reduce, _one(tensors, "reduce"), opts.rootRank, opts.reduceOp)
 
     def _reduce(self, what, t, root, red_op):
-        staged = Staged(t, what)
-        op, avg = _op(red_op, t.dtype, what)
-        mine = self.comm.rank == root
-
-        def post():
-            if mine:
-                staged.copy_back()
-                if avg:
-                    _divide(t, self.comm.size)
-
+        staged, op, post = self._reduced(t, red_op, what, keep=self.comm.rank == root)
         return lambda a: self.comm.reduce(staged.array, root, op, async_op=a), post, [t]
 
     def allgather(self, output_tensors, input_tensors, opts=None):
@@ -343,14 +342,7 @@ class HcclProcessGroup(dist.ProcessGroup):
         return self._reduce_scatter_into(what, t, y, red_op)
 
     def _reduce_scatter_into(self, what, output, y, red_op):
-        staged = Staged(output, what)
-        op, avg = _op(red_op, output.dtype, what)
-
-        def post():
-            staged.copy_back()
-            if avg:
-                _divide(output, self.comm.size)
-
+        staged, op, post = self._reduced(output, red_op, what)
         return lambda a: self.comm.reduce_scatter(y, op, out=staged.array, async_op=a), post, [output]
 
     def reduce_scatter_single(self, output, input, opts=None):
