@@ -716,19 +716,16 @@ class Communicator:
         key = ("alltoallv", algo, matrix, tuple(displs_out), tuple(displs_in), dtype)
         call = self._calls.get(key)
         if call is None:
-            name = self._v_algorithm(algo, matrix, dtype.itemsize)
-            groups = algo_select.partition_of(self._rc.topology, name, self._world_ranks) if name.startswith("hier") else None
-            fn = VSchedule(name, matrix, owner=self._rank, send_displs=displs_out, recv_displs=displs_in,
-                           partition=groups if groups is not None or not name.startswith("hier") else self.partition)
+            # the caller's, HCCL_ALGO's, or HCCL's all-to-all rule (which does not look at the counts)
+            name = algo_select.resolve("alltoallv", algo, lambda: algo_select.alltoallv_auto(self._rc.topology, self._world_ranks).algo,
+                                       self._algo_env)
+            levels = algo_select.hier_levels(name)
+            staged = None if levels is None else (
+                algo_select.partition_of(self._rc.topology, name, self._world_ranks) or self.partition, *levels)
+            fn = VSchedule(name, matrix, owner=self._rank, send_displs=displs_out, recv_displs=displs_in, staged=staged)
             call = self._remember(key, self._prepare(OpKind.ALLTOALLV, "alltoallv", name, 0, dtype, None, 0, fn=fn,
                                                      sig_count=alltoallv_digest(matrix)))
         return call
-
-    def _v_algorithm(self, algo: str, matrix, itemsize: int) -> str:
-        """The all-to-all algorithm of a counts matrix: the caller's, HCCL_ALGO's, or HCCL's rule
-        (``algo_select.alltoallv_auto``)."""
-        return algo_select.resolve("alltoallv", algo, lambda: algo_select.alltoallv_auto(self._rc.topology, self._world_ranks).algo,
-                                   self._algo_env)
 
     def scatter(self, x: np.ndarray | None, root: int = 0, *, out: np.ndarray | None = None, algo: str = "auto",
                 async_op: bool = False):

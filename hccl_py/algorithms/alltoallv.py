@@ -9,7 +9,7 @@ take it like any algorithm::
     fn = VSchedule("pairwise", ((1, 2), (3, 0)))
     fn(0, 2, 0).steps                   # rank 0 sends 2 elements to rank 1, receives 3
     VSchedule("mesh", counts, owner=rank, send_displs=sd, recv_displs=rd)   # with this rank's layout
-    VSchedule("hier:mesh/pairwise", counts, partition=((0, 1), (2, 3)))   # staged (alltoall_staged.py)
+    VSchedule("hier:mesh/pairwise", counts, staged=(((0, 1), (2, 3)), "mesh", "pairwise"))   # alltoall_staged.py
 
 The blocks of ``owner`` sit at the displacements its caller gave; every other rank's are packed
 (its displacements change no modeled cost, and this rank never touches its buffers). Equal
@@ -29,15 +29,8 @@ from .schedule import Schedule
 
 _BUILDERS = {"pairwise": alltoall_pairwise.schedule_v, "mesh": alltoall_mesh.schedule_v}
 Partition = tuple[tuple[int, ...], ...]
+Staged = tuple[Partition, str, str]  # the staged all-to-all's (partition, inner, outer)
 
-
-def staged_levels(algo: str) -> tuple[str, str] | None:
-    """(inner, outer) of a staged name, ``hier:mesh/pairwise`` with or without ``@...``; else None."""
-    head, sep, rest = algo.partition("@")[0].partition(":")
-    if head != "hier":
-        return None
-    inner, _, outer = rest.partition("/")
-    return (inner or "mesh", outer or "pairwise") if sep else ("mesh", "pairwise")
 
 Matrix = tuple[tuple[int, ...], ...]
 
@@ -77,16 +70,13 @@ class VSchedule:
     """The schedule function of one all-to-all with counts per pair (see the module doc)."""
 
     def __init__(self, algo: str, counts: Matrix, owner: int = -1, send_displs: Sequence[int] | None = None,
-                 recv_displs: Sequence[int] | None = None, partition: Partition | None = None):
-        levels = staged_levels(algo)
-        if levels is None and algo not in _BUILDERS:
+                 recv_displs: Sequence[int] | None = None, staged: Staged | None = None):
+        if staged is None and algo not in _BUILDERS:
             raise KeyError(algo)
-        if levels is not None:
-            if partition is None:
-                raise ValueError(f"{algo}: the staged all-to-all needs its partition")
-            alltoall_staged.check_partition(partition, *levels)
+        if staged is not None:
+            alltoall_staged.check_partition(*staged)
         self.algo = algo
-        self.partition = partition if levels is not None else None
+        self.staged = staged  # (partition, inner, outer) of a two-level name: the staged all-to-all
         self.counts = counts
         self.owner = owner
         self.send_displs = tuple(send_displs) if send_displs is not None else None
@@ -95,9 +85,9 @@ class VSchedule:
 
     def __call__(self, rank: int, size: int, count: int = 0, root: int = 0) -> Schedule:
         if rank == self.owner and self.send_displs is not None:
-            return _schedule(self.algo, self.counts, rank, self.send_displs, self.recv_displs, self.partition)
+            return _schedule(self.algo, self.counts, rank, self.send_displs, self.recv_displs, self.staged)
         return _schedule(self.algo, self.counts, rank, packed_displacements(self.counts[rank]),
-                         packed_displacements([row[rank] for row in self.counts]), self.partition)
+                         packed_displacements([row[rank] for row in self.counts]), self.staged)
 
     def buffer_counts(self, rank: int) -> tuple[int, int]:
         """(send, receive) elements rank ``rank``'s buffers need (packed, for ranks but the owner)."""
@@ -108,11 +98,11 @@ class VSchedule:
         return sum(sends), sum(recvs)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, VSchedule) and (self.algo, self.counts, self.partition) == (other.algo, other.counts,
-                                                                                            other.partition)
+        return isinstance(other, VSchedule) and (self.algo, self.counts, self.staged) == (other.algo, other.counts,
+                                                                                         other.staged)
 
     def __hash__(self) -> int:
-        return hash((VSchedule, self.algo, self.counts, self.partition))
+        return hash((VSchedule, self.algo, self.counts, self.staged))
 
     def __repr__(self) -> str:
         return f"VSchedule({self.algo!r}, {len(self.counts)} ranks)"
@@ -120,8 +110,7 @@ class VSchedule:
 
 @lru_cache(maxsize=512)
 def _schedule(algo: str, counts: Matrix, rank: int, send_displs: tuple[int, ...], recv_displs: tuple[int, ...],
-              partition: Partition | None) -> Schedule:
-    levels = staged_levels(algo)
-    if levels is not None:
-        return alltoall_staged.schedule_v(rank, counts, send_displs, recv_displs, partition, *levels)
+              staged: Staged | None) -> Schedule:
+    if staged is not None:
+        return alltoall_staged.schedule_v(rank, counts, send_displs, recv_displs, *staged)
     return _BUILDERS[algo](rank, counts, send_displs, recv_displs)

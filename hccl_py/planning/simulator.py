@@ -413,8 +413,8 @@ def simulate_alltoallv(topology: Topology, counts, *, algos: Sequence[str] | Non
 
         times = simulate_alltoallv(topo, counts)        # {"pairwise": SimResult, "mesh": SimResult, "hier:...": ...}
     """
-    from ..algo_select import partition_of, staged_alltoall
-    from ..algorithms.alltoallv import VSchedule, as_matrix, staged_levels
+    from ..algo_select import hier_levels, partition_of, server_partition, staged_alltoall
+    from ..algorithms.alltoallv import VSchedule, as_matrix
     from ..algorithms.registry import algos_for
 
     matrix = as_matrix(counts)
@@ -422,8 +422,15 @@ def simulate_alltoallv(topology: Topology, counts, *, algos: Sequence[str] | Non
     ranks = tuple(range(topology.num_ranks) if world_ranks is None else world_ranks)
     if algos is None:
         algos = [*algos_for("alltoallv"), *staged_alltoall(topology, ranks)]
-    return {a: simulate("alltoallv", VSchedule(a, matrix, partition=partition_of(topology, a, ranks) if staged_levels(a) else None),
-                        topology, 0, itemsize=itemsize, world_ranks=world_ranks, start_clocks=start_clocks, cost_model=model)
+    def schedule_fn(algo: str) -> VSchedule:
+        levels = hier_levels(algo)
+        if levels is None:
+            return VSchedule(algo, matrix)
+        # a plain hier: name runs on the partition by server, as in simulate_call
+        return VSchedule(algo, matrix, staged=(partition_of(topology, algo, ranks) or server_partition(topology, ranks), *levels))
+
+    return {a: simulate("alltoallv", schedule_fn(a), topology, 0, itemsize=itemsize, world_ranks=world_ranks,
+                        start_clocks=start_clocks, cost_model=model)
             for a in algos}
 
 

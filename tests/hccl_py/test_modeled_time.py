@@ -110,7 +110,7 @@ def test_all_to_all_v_vc_and_batch_send_recv_equal_the_simulator(size):
     """all_to_all_v (its counts exchange, an allgather of int64, then the data), all_to_all_vc and a
     batch_send_recv ring exchange end at the simulator's clocks to the last bit; auto runs the
     algorithm HCCL's all-to-all rule names."""
-    from hccl_py.algo_select import alltoallv_auto, auto, partition_of
+    from hccl_py.algo_select import alltoallv_auto, auto, hier_levels, partition_of
     from hccl_py.algorithms.alltoallv import VSchedule
     from hccl_py.planning.simulator import simulate_alltoallv, simulate_batch
 
@@ -127,8 +127,9 @@ def test_all_to_all_v_vc_and_batch_send_recv_equal_the_simulator(size):
     assert v_algo == alltoallv_auto(topo, ranks).algo
     gathered = simulate("allgather", gather_algo, topo, 1 + 2 * size, itemsize=8, dtype="int64",
                         start_clocks=[c[0] for c in v], cost_model=model)
-    groups = partition_of(topo, v_algo, ranks) if v_algo.startswith("hier") else None  # 8 ranks: the staged one
-    data = simulate("alltoallv", VSchedule(v_algo, skewed, partition=groups), topo, 0, itemsize=4,
+    levels = hier_levels(v_algo)  # 8 ranks: the staged one
+    staged = None if levels is None else (partition_of(topo, v_algo, ranks), *levels)
+    data = simulate("alltoallv", VSchedule(v_algo, skewed, staged=staged), topo, 0, itemsize=4,
                     start_clocks=gathered.end_clocks, cost_model=model)
     assert list(data.end_clocks) == [c[1] for c in v]
     for algo in ("pairwise", "mesh"):  # the same through simulate_alltoallv

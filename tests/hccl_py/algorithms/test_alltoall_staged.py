@@ -46,7 +46,7 @@ def test_counts_per_pair(partition, inner, outer):
     for _ in range(3):
         counts = as_matrix(rng.integers(0, 5, (size, size)))
         xs = [np.arange(sum(counts[r]), dtype=np.int64) + 1000 * r for r in range(size)]
-        outs = play("alltoallv", VSchedule(name, counts, partition=partition), size, xs)
+        outs = play("alltoallv", VSchedule(name, counts, staged=(partition, inner, outer)), size, xs)
         for r in range(size):
             parts = [xs[i][sum(counts[i][:r]):sum(counts[i][:r]) + counts[i][r]] for i in range(size)]
             assert np.array_equal(outs[r], np.concatenate(parts)), (partition, counts, r)
@@ -55,14 +55,15 @@ def test_counts_per_pair(partition, inner, outer):
 def test_the_owners_layout_changes_neither_steps_nor_equality():
     partition = ((0, 1), (2, 3))
     counts = as_matrix([[1, 2, 0, 3], [3, 1, 1, 0], [0, 2, 2, 1], [2, 0, 1, 1]])
-    packed = VSchedule("hier:mesh/pairwise", counts, partition=partition)
+    staged = (partition, "mesh", "pairwise")
+    packed = VSchedule("hier:mesh/pairwise", counts, staged=staged)
     scattered = VSchedule("hier:mesh/pairwise", counts, owner=2, send_displs=[20, 0, 10, 5],
-                          recv_displs=[30, 8, 0, 16], partition=partition)
+                          recv_displs=[30, 8, 0, 16], staged=staged)
     check("alltoallv", scattered, 4, 0)  # bounds, matching, hazards with the owner's layout
     assert [len(s.copies) + len(s.sends) + len(s.recvs) for s in scattered(2, 4).steps] == \
         [len(s.copies) + len(s.sends) + len(s.recvs) for s in packed(2, 4).steps]
     assert scattered == packed and hash(scattered) == hash(packed)  # one cost entry
-    assert packed != VSchedule("hier:mesh/pairwise", counts, partition=((0, 2), (1, 3)))
+    assert packed != VSchedule("hier:mesh/pairwise", counts, staged=(((0, 2), (1, 3)), "mesh", "pairwise"))
 
 
 def test_messages_between_groups_carry_a_whole_groups_blocks():
