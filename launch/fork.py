@@ -37,7 +37,6 @@ import os
 import pickle
 import signal
 import sys
-import time
 import traceback
 from dataclasses import dataclass
 from types import TracebackType
@@ -90,17 +89,10 @@ class ForkedProcess:
         """The exit status if the rank has exited (reaping it), else ``None``."""
         return self._reap(os.WNOHANG)
 
-    def wait(self, timeout: float | None = None) -> int:
-        """Block until the rank exits (``timeout`` is polled in 10 ms steps); its exit status."""
-        if timeout is None:
-            code = self._reap(0)
-            assert code is not None
-            return code
-        deadline = time.monotonic() + timeout
-        while (code := self.poll()) is None:
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"rank pid {self.pid} still running after {timeout} s")
-            time.sleep(0.01)
+    def wait(self) -> int:
+        """Block until the rank exits; its exit status."""
+        code = self._reap(0)
+        assert code is not None
         return code
 
 

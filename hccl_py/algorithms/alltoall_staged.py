@@ -77,9 +77,7 @@ def schedule_v(rank: int, counts: Sequence[Sequence[int]], send_displs: Sequence
                partition: Partition, inner: str = "mesh", outer: str = "pairwise") -> Schedule:
     """Rank ``rank``'s staged all-to-all for ``counts[i][j]`` elements from i to j (displacements
     as in ``alltoall_pairwise.schedule_v``) on ``partition``."""
-    check_partition(partition, inner, outer)
-    where = {r: (g, t) for g, members in enumerate(partition) for t, r in enumerate(members)}
-    me_g, me_i = where[rank]
+    me_g, me_i = _places(partition, inner, outer)[rank]
     groups, m = len(partition), len(partition[0])
     tmp = _Tmp()
 
@@ -108,7 +106,7 @@ def schedule_v(rank: int, counts: Sequence[Sequence[int]], send_displs: Sequence
         area = tmp.take(sum(sizes))
         stage1_recvs[src] = area
         arrived[u] = _split(area, sizes)
-    steps = _exchange(rank, partition[me_g], me_i, inner, stage1_sends, stage1_recvs, firsts) if m > 1 else []
+    steps = _exchange(partition[me_g], me_i, inner, stage1_sends, stage1_recvs, firsts) if m > 1 else []
 
     # Stage 2: what my group has for (h, my index): members' blocks in member order.
     seconds: list[Copy] = [] if m > 1 else firsts  # groups of one: the own block's copy rides here
@@ -134,10 +132,17 @@ def schedule_v(rank: int, counts: Sequence[Sequence[int]], send_displs: Sequence
         area = tmp.take(sum(sizes))
         stage2_recvs[partition[h][me_i]] = area
         lasts += [Copy(part, Region(OUT, recv_displs[s], n)) for part, s, n in zip(_split(area, sizes), srcs, sizes)]
-    steps += _exchange(rank, same_index, me_g, outer, stage2_sends, stage2_recvs, seconds)
+    steps += _exchange(same_index, me_g, outer, stage2_sends, stage2_recvs, seconds)
     if lasts:
         steps.append(Step(copies=tuple(lasts)))
     return finish(steps)
+
+
+@lru_cache(maxsize=32)
+def _places(partition: Partition, inner: str, outer: str) -> dict[int, tuple[int, int]]:
+    """rank -> (its group, its index there), once per partition (checked), not once per rank."""
+    check_partition(partition, inner, outer)
+    return {r: (g, t) for g, members in enumerate(partition) for t, r in enumerate(members)}
 
 
 class _Tmp:
@@ -172,7 +177,7 @@ def _split(area: Region, sizes: list[int]) -> list[Region]:
     return parts
 
 
-def _exchange(rank: int, members: Sequence[int], me: int, algo: str, sends: dict[int, Region], recvs: dict[int, Region],
+def _exchange(members: Sequence[int], me: int, algo: str, sends: dict[int, Region], recvs: dict[int, Region],
               copies: list[Copy]) -> list[Step]:
     """One stage among ``members`` (me = my index there): every send and receive in one step
     (mesh), or a round per distance (pairwise); ``copies`` run before the first."""

@@ -184,6 +184,12 @@ class _Plan:
         """Slots per member of group i (the most any member holds)."""
         return math.ceil(self.m / len(self.groups[i]))
 
+    @property
+    def runs(self) -> bool:
+        """Whether every group is a run of consecutive ranks in order (then a group's blocks of a
+        per-rank buffer lie together)."""
+        return all(g == tuple(range(g[0], g[0] + len(g))) for g in self.groups)
+
     def columns_contiguous(self) -> bool:
         """Whether the holders of column t are the ranks t*k .. t*k+k-1 in order, for every t
         (then a member's column of blocks is one contiguous range of the user buffer)."""
@@ -471,7 +477,7 @@ def _group_blocks(plan: _Plan, count: int, c: _Compose, whole: Region, into_stag
     order, else in a TMP staging area (copied in from ``whole`` when ``into_stage``, else to be
     copied out to it by :func:`_unstage`)."""
     m = plan.m
-    if all(list(g) == list(range(g[0], g[0] + m)) for g in plan.groups):
+    if plan.runs:
         return [Region(whole.buf, whole.offset + g[0] * count, m * count) for g in plan.groups]
     areas = []
     for h, group in enumerate(plan.groups):
@@ -498,7 +504,7 @@ def _scatter(plan: _Plan, fns, rank: int, count: int, root: int) -> Schedule:
     i, t = plan.where[rank]
     i0, t0 = plan.where[root]
     m, k, size = plan.m, plan.k, plan.size
-    staged = rank == root and not all(list(g) == list(range(g[0], g[0] + m)) for g in plan.groups)
+    staged = rank == root and not plan.runs
     c = _Compose(persistent=size * count + m * count if staged else (m * count if t == t0 else 0))
     if t == t0:
         plane = [g[t0] for g in plan.groups]
@@ -527,7 +533,7 @@ def _gather(plan: _Plan, fns, rank: int, count: int, root: int) -> Schedule:
     i, t = plan.where[rank]
     i0, t0 = plan.where[root]
     m, k, size = plan.m, plan.k, plan.size
-    staged = rank == root and not all(list(g) == list(range(g[0], g[0] + m)) for g in plan.groups)
+    staged = rank == root and not plan.runs
     c = _Compose(persistent=size * count if staged else (m * count if t == t0 else 0))
     whole = Region(OUT, 0, size * count)
     if rank == root:
