@@ -11,8 +11,10 @@ simulated clocks equal the emulator's to the last bit::
 
 from __future__ import annotations
 
+import gc
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -40,6 +42,23 @@ class ScheduleDeadlock(RuntimeError):
     """The schedules cannot complete: some receive has no send that can ever be posted."""
 
 
+@contextmanager
+def without_cyclic_gc() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector while a simulation builds its schedules, costs and
+    stamps: millions of long-lived objects with no cycles among them, which the collector would
+    otherwise walk again and again as they accumulate (16,384 ranks: 15.6 s with it, 8.3 s
+    without). Reference counting still frees everything; the collector resumes afterwards."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+@without_cyclic_gc()
 def simulate(collective: str, algo: str, topology: Topology, count: int, *, itemsize: int = 4, root: int = 0,
              world_ranks: Sequence[int] | None = None, start_clocks: Sequence[float] | None = None,
              cost_model: CostModel | None = None, dtype: str | None = None, op: str = "sum") -> SimResult:
@@ -113,6 +132,7 @@ def _flows_of(collective: str, algo, size: int, count: int):
     return FLOWS[(collective, algo)](size, count)
 
 
+@without_cyclic_gc()
 def simulate_flows(collective: str, algo, topology: Topology, count: int, *, itemsize: int = 4,
                    start_clocks: Sequence[float] | None = None, cost_model: CostModel | None = None,
                    dtype: str | None = None, op: str = "sum") -> SimResult:

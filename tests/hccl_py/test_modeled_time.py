@@ -295,6 +295,38 @@ def test_all_ranks_at_once_equals_rank_by_rank(collective, algo, sizes, preset):
     assert not can_simulate_flows("allreduce", "ring", 8, 3)  # empty steps
 
 
+def test_the_simulator_pauses_the_cyclic_collector_and_restores_it():
+    import gc
+
+    from hccl_py.algorithms.registry import get_schedule
+
+    ring = get_schedule("allreduce", "ring")
+    seen = []
+
+    def watched(rank, size, count, root):
+        seen.append(gc.isenabled())
+        return ring(rank, size, count, root)
+
+    topo = Topology.preset(PRESET, n=4)
+    assert gc.isenabled()
+    paused = simulate("allreduce", watched, topo, 100)
+    assert seen == [False] * 4 and gc.isenabled()
+    assert paused.end_clocks == simulate("allreduce", "ring", topo, 100).end_clocks
+
+    def broken(rank, size, count, root):
+        raise ValueError("no schedule")
+
+    with pytest.raises(ValueError):
+        simulate("allreduce", broken, topo, 100)
+    assert gc.isenabled()  # resumed after an error too
+    gc.disable()
+    try:
+        simulate("allreduce", watched, topo, 100)
+        assert not gc.isenabled()  # a caller's own pause is left as it was
+    finally:
+        gc.enable()
+
+
 @pytest.mark.parametrize("preset", ["2x4p-roce", "4x2p-roce", "2x4p-roce-910"])
 @pytest.mark.parametrize("collective", ["allreduce", "allgather", "reduce_scatter"])
 def test_two_level_flows_equal_rank_by_rank(preset, collective):
