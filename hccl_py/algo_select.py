@@ -7,7 +7,7 @@ per-operator form ``allreduce=ring/allgather=mesh``. HCCL's names map onto hccl-
 (``level0:ring;level1:H-D_R``) asks for HCCL's two-level algorithm: ``hier:ring/hd``, level0
 inside the communicator's groups, level1 across them (``algorithms/hierarchical.py``; the groups
 are ``Communicator.partition``). ``algo="hier"`` is ``hier:ring/ring``. HCCL algorithms hccl-py does not
-implement (NHR, NB, pipeline, ...) are accepted by the parser and refused, with
+implement (NHR_V1, NB, pipeline, ...) are accepted by the parser and refused, with
 ``HcclNotSupportedError``, by the call that would use them — never silently replaced.
 """
 
@@ -33,7 +33,10 @@ HIER = "hier"
 # HCCL operators that HCCL_ALGO may name and hccl-py does not have (yet): accepted, never used
 _OTHER_HCCL_OPS = ("batchsendrecv",)
 _HCCL_ALGOS = {"na": AUTO, "auto": AUTO, "h-d_r": "hd", "fullmesh": "mesh", **{a: a for a in ALL_ALGOS}}
-HCCL_ONLY_ALGOS = {"nhr", "nhr_v1", "nb", "pipeline", "ahc", "star"}
+HCCL_ONLY_ALGOS = {"nhr_v1", "nb", "pipeline", "ahc", "star"}
+# Operators HCCL runs an algorithm for and hccl-py does not: HCCL_ALGO's global form refuses
+# them rather than choose another (NHR: broadcast_nhr.cc, reduce_nhr_oneshot.cc, scatter_nhr.cc)
+_HCCL_HAS = {"nhr": ("broadcast", "reduce", "scatter")}
 # HCCL_ALGO names one operator for a family of calls: its AlltoAll setting serves AlltoAllV(C)
 _ENV_KEY = {"alltoallv": "alltoall"}
 
@@ -65,8 +68,9 @@ def _algo_name(value: str, where: str) -> str:
         return _HCCL_ALGOS[key]
     if key in HCCL_ONLY_ALGOS:
         return value.strip()  # refused by the call that needs it, with the reason
-    raise HcclParamError(f"HCCL_ALGO: unknown algorithm {value.strip()!r} in {where!r}; use ring, H-D_R (hd), tree, mesh or NA",
-                         variable=env.HCCL_ALGO, value=value.strip(), rule="choices", choices=["ring", "H-D_R", "tree", "mesh", "NA"])
+    raise HcclParamError(f"HCCL_ALGO: unknown algorithm {value.strip()!r} in {where!r}; use ring, H-D_R (hd), NHR, tree, mesh or NA",
+                         variable=env.HCCL_ALGO, value=value.strip(), rule="choices",
+                         choices=["ring", "H-D_R", "NHR", "tree", "mesh", "NA"])
 
 
 def _hccl_op(name: str) -> str | None:
@@ -211,6 +215,7 @@ _SMALL_128K, _SMALL_256K, _SMALL_1M = 128 * 1024, 256 * 1024, 1024 * 1024
 _HCCL_LEVEL1_LATENCY_US = 60.0
 _HCCL_LEVEL1_GIB = {"ascend910b": 25.0 * 0.8, "ascend910": 12.5 * 0.8}
 _HCCL_CCL_BUFFER = 200 * 1024 * 1024  # HCCL_BUFFSIZE default 200 MB: data per loop
+_NHR_ONESHOT = _SMALL_256K  # NHR_ALLREDUCE_SMALL_SIZE (op_context.h L18): one-shot NHR at or below, per device
 
 
 @dataclass(frozen=True)
@@ -361,8 +366,9 @@ def _level1(s: CallShape) -> tuple[str, str]:
         pipeline = _pipeline(s)
         if pipeline:
             rule += f"; {pipeline}"
-        if algo == "nhr":
-            return "hd", rule + "; hccl-py has no NHR: hd, whose alpha-beta cost is NHR's for power-of-two server counts (estimate)"
+        if algo == "nhr" and s.collective == "allreduce" and s.nbytes // (s.per_server or 1) <= _NHR_ONESHOT:
+            rule += ("; at <= 256 KiB per device HCCL runs NHR's one-shot form (NHR_ALLREDUCE_SMALL_SIZE), "
+                     "hccl-py its segmented form (estimate)")
         return algo, rule
     if m >= 8:
         return "hd", f"{s.card}, {m} >= 8 servers: H-D_R (GetDefaultAlgoLevel1V1)"
@@ -563,7 +569,8 @@ def resolve(collective: str, algo: str, choose_auto: Callable[[], str], env_tabl
             # that algorithm; the others (an all-to-all under "level1:ring") choose as HCCL would.
             name = env_table.get("*", AUTO)
             levels = hier_levels(name) if name != AUTO else None
-            if (name in ALL_ALGOS and name not in algos_for(collective)) or (levels is not None and collective not in TWO_LEVEL):
+            if ((name in ALL_ALGOS and name not in algos_for(collective) and collective not in _HCCL_HAS.get(name, ()))
+                    or (levels is not None and collective not in TWO_LEVEL)):
                 name = AUTO
         source = env.HCCL_ALGO
         given = {"variable": env.HCCL_ALGO}  # where the name came from, as error fields

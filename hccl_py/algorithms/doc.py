@@ -143,7 +143,7 @@ def render() -> str:
               markdown(_module("alltoall_staged").__doc__)]
     parts += ["## Building blocks", ""]
     for name, title in (("_fold", "Folding a size that is not a power of two"), ("_trees", "Binomial trees"),
-                        ("playback", "Checking a schedule in one process")):
+                        ("_nhr", "HCCL's NHR steps"), ("playback", "Checking a schedule in one process")):
         parts += [f"### {title}", "", f"From {_link(name)}.", "", markdown(_module(name).__doc__)]
     return "\n".join(parts).rstrip() + "\n"
 

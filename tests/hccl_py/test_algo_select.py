@@ -50,11 +50,17 @@ def test_env_choice_applies_to_auto_and_explicit_algo_wins():
 
 
 def test_hccl_algorithm_hccl_py_lacks_is_refused_not_replaced():
-    env = parse_hccl_algo("level0:NA;level1:NHR")
+    env = parse_hccl_algo("level0:NA;level1:NHR_V1")
     with pytest.raises(HcclNotSupportedError) as info:
         resolve("allreduce", "auto", _auto, env)
-    assert (info.value.collective, info.value.algo, info.value.variable) == ("allreduce", "NHR", "HCCL_ALGO")
+    assert (info.value.collective, info.value.algo, info.value.variable) == ("allreduce", "NHR_V1", "HCCL_ALGO")
     assert "ring" in info.value.choices  # what to use instead
+    nhr = parse_hccl_algo("level0:NA;level1:NHR")  # NHR itself is an hccl-py algorithm
+    assert resolve("allreduce", "auto", _auto, nhr) == "nhr"
+    assert resolve("allreduce", "auto", _auto, parse_hccl_algo("level0:fullmesh;level1:NHR")) == "hier:mesh/nhr"
+    with pytest.raises(HcclNotSupportedError) as info:  # ... for allreduce, allgather, reduce_scatter only
+        resolve("broadcast", "auto", _auto, nhr)
+    assert (info.value.collective, info.value.algo) == ("broadcast", "nhr")
     with pytest.raises(HcclNotSupportedError) as info:
         resolve("allreduce", "pipeline", _auto, {})
     assert (info.value.collective, info.value.algo, info.value.arg) == ("allreduce", "pipeline", "algo")
@@ -92,13 +98,16 @@ KB, MB = 1024, 1024 * 1024
     # several servers: level 0 inside, level 1 across, on the partition by server
     ("2x8p-roce", "allreduce", 64 * MB, "hier:mesh/ring@server"),   # 910B, 2-3 servers: ring
     ("3x8p-roce", "allgather", 8, "hier:mesh/ring@server"),
-    ("4x8p-roce", "allreduce", 8, "hier:mesh/hd@server"),           # NHR, run as hd
+    ("4x8p-roce", "allreduce", 8, "hier:mesh/nhr@server"),          # 910B, >= 4 servers: NHR
+    ("6x8p-roce", "allgather", 64 * MB, "hier:mesh/nhr@server"),    # ... also where H-D_R would fold
+    ("5x1p-roce", "reduce_scatter", 8, "nhr"),                      # one NPU per server: level 1 only
     ("3x8p-roce", "broadcast", 8, "hier:mesh/hd@server"),           # RHD beats ring on latency
     ("3x8p-roce", "broadcast", 64 * MB, "hier:mesh/ring@server"),   # ... not on bandwidth
     ("2x8p-roce-910", "allreduce", 8, "hier:ring/hd@server"),       # 910: power of two -> H-D_R
     ("3x8p-roce-910", "allreduce", 8, "hier:ring/ring@server"),     # 910: otherwise ring
     ("8x8p-roce-910", "allgather", 8, "hier:ring/hd@server"),       # 910: >= 8 servers -> H-D_R
-    ("4x1p-roce", "allreduce", 8, "hd"),                            # one NPU per server: level 1 only
+    ("4x1p-roce", "allreduce", 8, "nhr"),                           # one NPU per server: level 1 only
+    ("4x8p-roce", "broadcast", 8, "hier:mesh/hd@server"),           # broadcast: ring or HD only, never NHR
     # all-to-all (alltoall_operator.cc SelectAlgforAlltoAll): no size rule below 200 MB
     ("ascend910b-8p", "alltoall", 1 * MB, "mesh"),          # RunAlltoAllDirectFullmesh
     ("pcie-4p", "alltoall", 8, "mesh"),                     # 310P: DirectFullmesh
@@ -134,6 +143,9 @@ def test_hccl_level1_tie_breaking_and_unequal_servers():
     assert hccl_choice(shape).algo == "ring" and "different NPU counts" in hccl_choice(shape).rule
     big = hccl_choice(CallShape("allgather", 64 * MB, "ascend910b", 4, 8, "mesh"))
     assert "pipeline" in big.rule and big.estimate  # HCCL would pipeline; hccl-py says so
+    small = hccl_choice(CallShape("allreduce", 8 * 256 * KB, "ascend910b", 4, 8, "mesh"))
+    assert small.algo == "hier:mesh/nhr@server" and "one-shot" in small.rule and small.estimate
+    assert "one-shot" not in hccl_choice(CallShape("allreduce", 8 * 256 * KB + 8, "ascend910b", 4, 8, "mesh")).rule
 
 
 def test_call_shape_reads_the_topology():

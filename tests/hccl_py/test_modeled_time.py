@@ -272,7 +272,8 @@ def test_device_memory_and_roofline():
 
 
 @pytest.mark.parametrize("collective", ["allreduce", "allgather", "reduce_scatter"])
-@pytest.mark.parametrize("algo, sizes", [("ring", [2, 3, 5, 8, 16]), ("hd", [2, 4, 8, 16]), ("mesh", [2, 3, 8])])
+@pytest.mark.parametrize("algo, sizes", [("ring", [2, 3, 5, 8, 16]), ("hd", [2, 4, 8, 16]), ("mesh", [2, 3, 8]),
+                                         ("nhr", [2, 3, 5, 6, 7, 8, 16])])
 @pytest.mark.parametrize("preset", ["ascend910-8p", "2x8p-roce"])
 def test_all_ranks_at_once_equals_rank_by_rank(collective, algo, sizes, preset):
     from hccl_py.planning.simulator import can_simulate_flows, simulate_flows
@@ -338,7 +339,7 @@ def test_two_level_flows_equal_rank_by_rank(preset, collective):
     n = topo.num_ranks
     part = server_partition(topo, tuple(range(n)))
     model = CostModel(topo, degraded={(0, n - 1): 0.5})
-    for inner, outer in (("mesh", "ring"), ("mesh", "hd"), ("ring", "hd"), ("hd", "ring")):
+    for inner, outer in (("mesh", "ring"), ("mesh", "hd"), ("ring", "hd"), ("hd", "ring"), ("mesh", "nhr"), ("nhr", "ring")):
         fn = schedule_for(collective, part, inner, outer)
         for count in (n, 1000, 4097):  # 4097: allreduce's staged path (chunks of unequal size)
             assert can_simulate_flows(collective, fn, n, count)

@@ -114,13 +114,13 @@ def test_error_codes_and_pickling():
 def test_hccl_algo_env_reaches_the_runtime(monkeypatch):
     for name in ("RANK_ID", "RANK_SIZE", "RANK", "WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("HCCL_ALGO", "allreduce=level0:NA;level1:NHR")
+    monkeypatch.setenv("HCCL_ALGO", "allreduce=level0:NA;level1:NHR_V1")
     with hccl_py.init() as c:
         x = np.ones(4, np.float32)
         with pytest.raises(hccl_py.HcclNotSupportedError) as info:
             c.all_reduce(x)
         assert info.value.code == 5
-        assert (info.value.collective, info.value.algo, info.value.variable) == ("allreduce", "NHR", "HCCL_ALGO")
+        assert (info.value.collective, info.value.algo, info.value.variable) == ("allreduce", "NHR_V1", "HCCL_ALGO")
         assert np.array_equal(c.all_gather(x)[0], x)  # other operators stay automatic
 
 
