@@ -96,17 +96,18 @@ def route_share(topology: Topology, route, load, factor: float = 1.0) -> float:
     return share * factor if factor != 1.0 else share
 
 
-def flow_shares(topology: Topology, routes: Sequence, factors: Sequence[float] | None = None) -> np.ndarray:
-    """:func:`route_share` of every route in ``routes`` when all of them carry one flow at once,
-    as an array (the cluster-scale simulator's form: links counted with bincount, each share the
-    minimum over the route's hops of bandwidth / flows, times ``factors`` where not 1)."""
+def flow_shares(topology: Topology, routes: Sequence, factors: Sequence[float] | None = None,
+                repeat: int = 1) -> np.ndarray:
+    """:func:`route_share` of every route in ``routes`` when all of them carry ``repeat`` flows at
+    once, as an array (the cluster-scale simulator's form: links counted with bincount, each share
+    the minimum over the route's hops of bandwidth / flows, times ``factors`` where not 1)."""
     if not routes:
         return np.zeros(0)
     hop_ids: dict = {}
     flat = np.array([hop_ids.setdefault(hop, len(hop_ids)) for route in routes for hop in route.hops], dtype=np.int64)
     starts = np.cumsum([0] + [len(route.hops) for route in routes[:-1]])
     bandwidth = np.array([topology.link(u, v).bandwidth_Bps for u, v in hop_ids], dtype=np.float64)
-    load = np.bincount(flat, minlength=len(hop_ids)).astype(np.float64)
+    load = np.bincount(flat, minlength=len(hop_ids)).astype(np.float64) * repeat
     shares = np.minimum.reduceat((bandwidth / load)[flat], starts)
     if factors is not None:
         f = np.asarray(factors, dtype=np.float64)

@@ -40,15 +40,14 @@ def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
 
 
 def flows(size: int, count: int, root: int = 0) -> Iterator[StepFlows]:
-    """Every rank's steps at once (see ``StepFlows``): step k has c_j lanes, all to rank + 2^j;
-    needs ``size >= 2`` and ``count >= 1``."""
+    """Every rank's steps at once (see ``StepFlows``): step k is c_j messages of ``count`` to
+    rank + 2^j (one lane, repeated); needs ``size >= 2`` and ``count >= 1``."""
     if size < 2 or count < 1:
         raise ValueError("nhr allgather flows need size >= 2 and count >= 1")
     ranks = np.arange(size)
+    counts = np.full(size, count)
     top = nsteps(size) - 1
     for k in range(top + 1):
         j = top - k
-        lanes = blocks_per_step(size, j)
-        to = np.broadcast_to((ranks + (1 << j)) % size, (lanes, size))
-        frm = np.broadcast_to((ranks - (1 << j)) % size, (lanes, size))
-        yield StepFlows(to, np.full((lanes, size), count), frm, False, copies=(count,) if k == 0 else ())
+        to, frm = (ranks + (1 << j)) % size, (ranks - (1 << j)) % size
+        yield StepFlows(to, counts, frm, False, copies=(count,) if k == 0 else (), repeat=blocks_per_step(size, j))

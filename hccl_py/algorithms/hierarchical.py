@@ -679,7 +679,8 @@ def _compose_flows(phases, matrix: np.ndarray, copies: list[tuple[int, ...]], si
                 send_count = mapped("n", (f.send_count,), lambda: inner_value(f.send_count))
                 recv_from = mapped("from", (f.recv_from,), lambda: inner_rank(f.recv_from))
                 lanes = None if f.recv_lane is None else mapped("lane", (f.recv_lane,), lambda: inner_value(f.recv_lane))
-                yield StepFlows(send_to, send_count, recv_from, f.reduce, lanes, _copies(copies[step_index], size))
+                yield StepFlows(send_to, send_count, recv_from, f.reduce, lanes, _copies(copies[step_index], size),
+                                f.repeat)
                 step_index += 1
         else:
             iterators = {n: iter(factory()) for n, factory in factories.items()}
@@ -687,12 +688,15 @@ def _compose_flows(phases, matrix: np.ndarray, copies: list[tuple[int, ...]], si
                 now = {n: next(it) for n, it in iterators.items()}
                 cols = tuple(now[n] for n in counts)
                 first = cols[0]
+                if any(c.repeat != first.repeat for c in cols):
+                    raise ValueError("hierarchical flows: columns repeat their messages differently")
                 send_to = mapped("to", tuple(c.send_to for c in cols), lambda: outer_rank(tuple(c.send_to for c in cols)))
                 send_count = mapped("n", tuple(c.send_count for c in cols), lambda: stacked(tuple(c.send_count for c in cols)))
                 recv_from = mapped("from", tuple(c.recv_from for c in cols), lambda: outer_rank(tuple(c.recv_from for c in cols)))
                 lanes = None if first.recv_lane is None else mapped(
                     "lane", tuple(c.recv_lane for c in cols), lambda: stacked(tuple(c.recv_lane for c in cols)))
-                yield StepFlows(send_to, send_count, recv_from, first.reduce, lanes, _copies(copies[step_index], size))
+                yield StepFlows(send_to, send_count, recv_from, first.reduce, lanes, _copies(copies[step_index], size),
+                                first.repeat)
                 step_index += 1
     if step_index < len(copies):  # the copies out of the staging area ride on a step of their own
         none = np.full(size, -1)

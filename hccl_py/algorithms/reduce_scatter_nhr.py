@@ -44,13 +44,12 @@ def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
 
 
 def flows(size: int, count: int, root: int = 0) -> Iterator[StepFlows]:
-    """Every rank's steps at once (see ``StepFlows``): step k has c_k lanes, all to rank - 2^k;
-    needs ``size >= 2`` and ``count >= 1``."""
+    """Every rank's steps at once (see ``StepFlows``): step k is c_k messages of ``count`` to
+    rank - 2^k (one lane, repeated); needs ``size >= 2`` and ``count >= 1``."""
     if size < 2 or count < 1:
         raise ValueError("nhr reduce_scatter flows need size >= 2 and count >= 1")
     ranks = np.arange(size)
+    counts = np.full(size, count)
     for k in range(nsteps(size)):
-        lanes = blocks_per_step(size, k)
-        to = np.broadcast_to((ranks - (1 << k)) % size, (lanes, size))
-        frm = np.broadcast_to((ranks + (1 << k)) % size, (lanes, size))
-        yield StepFlows(to, np.full((lanes, size), count), frm, True)
+        to, frm = (ranks - (1 << k)) % size, (ranks + (1 << k)) % size
+        yield StepFlows(to, counts, frm, True, repeat=blocks_per_step(size, k))

@@ -183,8 +183,9 @@ class StepFlows:
     (default: lane m); ``reduce`` may then give one flag per receive lane. -1 in ``send_to`` or
     ``recv_from`` means no such send or receive. ``copies``: element counts of the step's plain
     local copies, in schedule order (they run before the transfers): per rank (an array) or the
-    same on every rank (an int). A test holds every
-    algorithm's flows equal to its ``schedule`` for every rank.
+    same on every rank (an int). ``repeat``: every lane stands for that many identical messages
+    (same peer, same count) listed one after another, as NHR's blocks of one step. A test holds
+    every algorithm's flows, simulated, equal to its ``schedule`` simulated rank by rank.
     """
 
     send_to: np.ndarray
@@ -193,3 +194,4 @@ class StepFlows:
     reduce: "bool | tuple[bool, ...]"
     recv_lane: "np.ndarray | None" = None
     copies: "tuple[np.ndarray | int, ...]" = ()
+    repeat: int = 1

@@ -179,26 +179,26 @@ class _FlowEngine:
         self._bases: dict = {}
         self._all_inline = bool(np.all(self.inline))
 
-    def _pattern(self, send_to: np.ndarray):
-        """(latency, share, valid) of every flow of a step's destinations (rows: lanes), routed
-        once per distinct pattern (by identity, then by content)."""
-        entry = self._patterns.get(id(send_to))
+    def _pattern(self, send_to: np.ndarray, repeat: int):
+        """(latency, share, valid) of every flow of a step's destinations (rows: lanes, each
+        ``repeat`` flows), routed once per distinct pattern (by identity, then by content)."""
+        entry = self._patterns.get((id(send_to), repeat))
         if entry is not None and entry[0] is send_to:
             return entry[1]
         lanes = np.atleast_2d(send_to)
-        content = lanes.tobytes() + bytes(str(lanes.shape), "ascii")
+        content = lanes.tobytes() + bytes(str((lanes.shape, repeat)), "ascii")
         value = self._by_content.get(content)
         if value is None:
-            value = self._route_lanes(lanes)
+            value = self._route_lanes(lanes, repeat)
             if len(self._by_content) > 64:
                 self._by_content.clear()
             self._by_content[content] = value
         if len(self._patterns) > 64:
             self._patterns.clear()
-        self._patterns[id(send_to)] = (send_to, value)
+        self._patterns[(id(send_to), repeat)] = (send_to, value)
         return value
 
-    def _route_lanes(self, lanes: np.ndarray):
+    def _route_lanes(self, lanes: np.ndarray, repeat: int):
         """Latency and bandwidth share (``cost_model.flow_shares``) of every flow r -> lanes[l, r]."""
         topo = self.topology
         valid = lanes >= 0
@@ -209,7 +209,7 @@ class _FlowEngine:
         latency = np.zeros(lanes.shape)
         share = np.full(lanes.shape, np.inf)
         latency[valid] = [route.latency_s for route in routes]
-        share[valid] = flow_shares(topo, routes, factors)
+        share[valid] = flow_shares(topo, routes, factors, repeat)
         return latency, share, valid
 
     def _prepared(self, step: StepFlows):
@@ -217,7 +217,7 @@ class _FlowEngine:
         its arrays (algorithms hand the same arrays to every step of the same shape): the
         pattern's routes and receive structure once per pattern, the transfer times once per
         pattern and counts."""
-        key = (id(step.send_to), id(step.send_count), id(step.recv_from), id(step.recv_lane), step.reduce)
+        key = (id(step.send_to), id(step.send_count), id(step.recv_from), id(step.recv_lane), step.reduce, step.repeat)
         entry = self._steps.get(key)
         arrays = (step.send_to, step.send_count, step.recv_from, step.recv_lane)
         if entry is not None and all(a is b for a, b in zip(entry[0], arrays)):
@@ -253,7 +253,7 @@ class _FlowEngine:
         """A ring step whose counts take two adjacent values (chunks that differ by one element,
         rotating every step): per-value transfer times computed once per pattern, selected per
         step. None where it does not apply."""
-        if counts.shape[0] != 1 or len(recv_shape) != 1 or not valid.all():
+        if counts.shape[0] != 1 or len(recv_shape) != 1 or not valid.all() or step.repeat != 1:
             return None
         lane, s_idx, every, has, shift, reduce = recv_shape[0]
         if shift <= 0 or lane.ndim != 0 or int(lane) != 0:
@@ -311,12 +311,12 @@ class _FlowEngine:
     def _shape(self, step: StepFlows):
         """The pattern's routes (``_pattern``) and, per receive lane, (sender's lane, sender,
         everyone receives, who receives, ring shift or -1, reduced), cached by identity."""
-        key = (id(step.send_to), id(step.recv_from), id(step.recv_lane), step.reduce)
+        key = (id(step.send_to), id(step.recv_from), id(step.recv_lane), step.reduce, step.repeat)
         arrays = (step.send_to, step.recv_from, step.recv_lane)
         entry = self._shapes.get(key)
         if entry is not None and all(a is b for a, b in zip(entry[0], arrays)):
             return entry[1]
-        latency, share, valid = self._pattern(step.send_to)
+        latency, share, valid = self._pattern(step.send_to, step.repeat)
         recv_from = np.atleast_2d(step.recv_from)
         reduce = step.reduce if isinstance(step.reduce, tuple) else (step.reduce,) * recv_from.shape[0]
         recv_shape = []
@@ -372,8 +372,9 @@ class _FlowEngine:
                 source = t0[s_idx]
             arrival = source + offset
             t_new = np.maximum(t, arrival)
-            if red is not None:
-                t_new = t_new + red
+            if red is not None:  # a lane's repeated messages arrive together and reduce one by one
+                for _ in range(step.repeat):
+                    t_new = t_new + red
             t = t_new if every else np.where(has, t_new, t)
         for row, all_ok, ok in sends:
             done = t0 + row

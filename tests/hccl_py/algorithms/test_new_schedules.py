@@ -75,3 +75,42 @@ def test_only_the_root_has_the_root_only_buffer(collective):
     for algo in algos_for(collective):
         for size in (2, 5, 8):
             check(collective, algo, size, 3, root=size - 1)
+
+
+# ------------------------------------------------------------------------------------------- NHR
+def test_nhr_steps_and_layout_follow_hccls_templates():
+    """HCCL's own worked figures (hcomm reduce_scatter_nhr.cc / nonuniform_hierarchical_ring_base.cc):
+    ceil(log2 n) steps, c_k blocks a step summing to n - 1, the tree layout, and one message per
+    run (one per step for powers of two)."""
+    from hccl_py.algorithms import _nhr
+    from hccl_py.algorithms.registry import get_schedule
+
+    assert [_nhr.blocks_per_step(6, k) for k in range(_nhr.nsteps(6))] == [3, 1, 1]
+    assert [_nhr.blocks_per_step(5, k) for k in range(_nhr.nsteps(5))] == [2, 1, 1]
+    assert _nhr.tree_map(5) == (0, 3, 1, 4, 2) and _nhr.tree_map(6) == (0, 3, 1, 4, 2, 5)
+    assert _nhr.tree_map(8) == (0, 4, 2, 6, 1, 5, 3, 7) and _nhr.tree_map(12) == (0, 6, 3, 9, 1, 7, 4, 10, 2, 8, 5, 11)
+    assert _nhr.rs_step(0, 6, 0) == (5, [5, 3, 1], 1, [0, 4, 2])  # rank 0 -> 5 {5, 3, 1}
+    assert _nhr.ag_step(0, 6, 2) == (1, [0, 4, 2], 5, [5, 3, 1])
+    for n in (2, 3, 5, 6, 7, 8, 12, 16):
+        for collective in ("reduce_scatter", "allgather"):
+            fn = get_schedule(collective, "nhr")
+            for r in range(n):
+                steps = fn(r, n, 10).steps
+                assert len(steps) == _nhr.nsteps(n)
+                assert sum(s.src.count for st in steps for s in st.sends) == (n - 1) * 10  # (n-1)/n of the data
+                assert sum(len(st.sends) for st in steps) == n - 1  # one message per block
+        ar = get_schedule("allreduce", "nhr")
+        for r in range(n):
+            steps = ar(r, n, 64 * n).steps
+            assert len(steps) == 2 * _nhr.nsteps(n)
+            assert sum(s.src.count for st in steps for s in st.sends) == 2 * (n - 1) * 64
+            if n & (n - 1) == 0:
+                assert all(len(st.sends) == 1 for st in steps)  # merged into one run a step
+    for n in (5, 6, 7, 12, 24):  # the vectorised runs equal the per-rank merge
+        for k in range(_nhr.nsteps(n)):
+            for send in (True, False):
+                lo, hi = _nhr.step_runs(n, k, send)
+                for r in range(n):
+                    blocks = _nhr.rs_step(r, n, k)[1 if send else 3]
+                    want = _nhr.runs([_nhr.tree_map(n)[x] for x in blocks])
+                    assert want == [(int(a), int(b)) for a, b in zip(lo[:, r], hi[:, r]) if a >= 0]
