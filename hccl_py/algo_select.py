@@ -22,6 +22,7 @@ from topology import auto_partition
 
 from . import env
 from .algorithms.hierarchical import HIER_COLLECTIVES, LEVELS, TWO_LEVEL
+from .algorithms.pipeline import PIPELINED
 from .algorithms.registry import ALL_ALGOS, SCHEDULES, algos_for, get_schedule
 from .collectives import collective
 from .errors import HcclNotSupportedError, HcclParamError
@@ -57,6 +58,8 @@ def _parse_levels(text: str, where: str) -> str:
         if name != AUTO:
             chosen = name
     inner, outer = levels.get("level0", AUTO), levels.get("level1", AUTO)
+    if outer.lower() == "pipeline":  # HCCL's pipeline: level 0 is its full mesh
+        return f"{HIER}:{'mesh' if inner == AUTO else inner}/pipeline"
     if AUTO not in (inner, outer) and inner.lower() not in HCCL_ONLY_ALGOS and outer.lower() not in HCCL_ONLY_ALGOS:
         return f"{HIER}:{inner}/{outer}"  # both levels set: the two-level algorithm
     return chosen
@@ -215,6 +218,9 @@ _SMALL_128K, _SMALL_256K, _SMALL_1M = 128 * 1024, 256 * 1024, 1024 * 1024
 _HCCL_LEVEL1_LATENCY_US = 60.0
 _HCCL_LEVEL1_GIB = {"ascend910b": 25.0 * 0.8, "ascend910": 12.5 * 0.8}
 _HCCL_CCL_BUFFER = 200 * 1024 * 1024  # HCCL_BUFFSIZE default 200 MB: data per loop
+# HCCL's pipeline thresholds (coll_alg_operator.cc L31-34): 32 KB for allgather / reduce_scatter,
+# 2 MB without RDMA lite; the FFTS task limit beyond which the operator takes H-D_R instead
+_PIPELINE_MIN, _PIPELINE_NO_LITE, _HCCL_FFTS_CAPACITY = 32 * 1024, 2 * 1024 * 1024, 65535
 _NHR_ONESHOT = _SMALL_256K  # NHR_ALLREDUCE_SMALL_SIZE (op_context.h L18): one-shot NHR at or below, per device
 
 
@@ -236,6 +242,7 @@ class CallShape:
     level0_topo: str
     dtype: str = "float32"
     op: str = "sum"
+    inline_reduce: bool = True  # the card's DMA engines reduce this dtype and op (SDMA and RDMA reduce)
 
     @property
     def ranks(self) -> int:
@@ -268,8 +275,9 @@ def call_shape(topology, collective: str, count: int, itemsize: int, world_ranks
     else:
         level0 = "pcie"
     nbytes = count * itemsize
+    dtype = dtype or {1: "int8", 2: "float16", 4: "float32", 8: "float64"}.get(itemsize, "float32")
     return CallShape(collective, nbytes, card, len(groups), sizes.pop() if len(sizes) == 1 else None, level0,
-                     dtype or {1: "int8", 2: "float16", 4: "float32", 8: "float64"}.get(itemsize, "float32"), op)
+                     dtype, op, topology.card(world_ranks[0]).reduces_inline(dtype, op))
 
 
 def _level0_default(s: CallShape, g: int) -> tuple[str, str]:
@@ -363,9 +371,6 @@ def _level1(s: CallShape) -> tuple[str, str]:
             algo = "hd"
         rule = (f"910B, {m} servers: HCCL's alpha-beta comparison (60 us per step, 20 GiB/s per NPU) picks "
                 f"{'H-D_R' if algo == 'hd' else algo.upper()}")
-        pipeline = _pipeline(s)
-        if pipeline:
-            rule += f"; {pipeline}"
         if algo == "nhr" and s.collective == "allreduce" and s.nbytes // (s.per_server or 1) <= _NHR_ONESHOT:
             rule += ("; at <= 256 KiB per device HCCL runs NHR's one-shot form (NHR_ALLREDUCE_SMALL_SIZE), "
                      "hccl-py its segmented form (estimate)")
@@ -377,15 +382,32 @@ def _level1(s: CallShape) -> tuple[str, str]:
     return "hd", f"{s.card}, {m} servers, a power of two: H-D_R (GetDefaultAlgoLevel1V1; HCCL_ALGO docs)"
 
 
-def _pipeline(s: CallShape) -> str:
-    """Whether the 910B would run its pipeline algorithm (not in hccl-py), said as a note."""
-    if (s.per_server or 1) < 2 or s.card != "ascend910b":
-        return ""
-    if s.collective in ("allgather", "reduce_scatter") and s.nbytes >= 32 * 1024:
-        return "HCCL would pipeline this (>= 32 KB, PIPELINE_MIN_SIZE); hccl-py has no pipeline algorithm"
-    if s.collective == "allreduce" and s.nbytes // max(s.ranks, 1) >= _SMALL_1M:
-        return "HCCL would pipeline this (>= 1 MB per slice, PIPELINE_ALLREDUCE_MIN_SIZE); hccl-py has no pipeline algorithm"
-    return ""
+def _pipeline(s: CallShape) -> Choice | None:
+    """HCCL's two-level pipeline where its 910B selection runs it (coll_alg_operator.cc
+    GetDefaultAlgoLevel1V2 L521-569, before the alpha-beta comparison), else None."""
+    g, m = s.per_server or 1, s.servers
+    if s.card != "ascend910b" or s.level0_topo != "mesh" or g < 2 or m < 2 or s.collective not in PIPELINED:
+        return None
+    reduces = s.collective != "allgather"
+    if reduces and not s.inline_reduce:  # IsSupportSDMAReduce and IsSupportRDMAReduce: dtype and op
+        return None
+    if s.collective == "allreduce":
+        if g <= 2:  # all_reduce_operator.cc L438-446 takes another path for 2 NPUs per server (hccl_choice says so)
+            return None
+        size, floor, name = s.nbytes // (m * g), _SMALL_1M, "1 MB per slice (PIPELINE_ALLREDUCE_MIN_SIZE)"
+    else:
+        size, floor, name = s.nbytes, _PIPELINE_MIN, "32 KB (PIPELINE_MIN_SIZE)"
+    if size < floor:
+        return None
+    tasks = (m * (5 * (g - 1) + 7 + 1) + 5) * (2 if s.collective == "allreduce" else 1)
+    if tasks > _HCCL_FFTS_CAPACITY:  # the operator falls back to H-D_R (all_gather_operator.cc L167-177)
+        return Choice(f"{HIER}:mesh/hd{SERVER}", f"910B, {m} servers: the pipeline would take {tasks} tasks "
+                                                 f"(> {_HCCL_FFTS_CAPACITY}, HCCL_FFTS_CAPACITY): H-D_R")
+    rule = (f"910B, {m} servers of {g} NPUs, >= {name}: HCCL's pipeline, the ring across servers "
+            f"overlapped with the mesh inside (GetDefaultAlgoLevel1V2)")
+    if size < _PIPELINE_NO_LITE:
+        rule += "; below 2 MB only where the NIC has RDMA lite (PIPELINE_MIN_SIZE_NO_LITE), not stated for A2: estimate"
+    return Choice(f"{HIER}:mesh/pipeline{SERVER}", rule, size < _PIPELINE_NO_LITE)
 
 
 def hccl_choice(shape: CallShape) -> Choice:
@@ -399,14 +421,20 @@ def hccl_choice(shape: CallShape) -> Choice:
     if shape.servers == 1:
         algo, rule = rule0(shape, g)
         return Choice(algo, rule, "estimate" in rule)
+    piped = _pipeline(shape)
+    if piped is not None:
+        return piped
     outer, rule1 = _level1(shape)
     if g == 1:
         return Choice(outer, f"one NPU per server: level 1 only; {rule1}", "estimate" in rule1)
     inner, rule = rule0(shape, g)
     if (shape.collective, inner) not in SCHEDULES or (shape.collective not in HIER_COLLECTIVES):
         return Choice(outer, rule1, True)
-    return Choice(f"{HIER}:{inner}/{outer}{SERVER}", f"level 0: {rule}; level 1: {rule1}",
-                  "estimate" in rule + rule1 or "pipeline" in rule1)
+    if (shape.collective == "allreduce" and g == 2 and shape.card == "ascend910b" and shape.inline_reduce
+            and shape.nbytes // shape.ranks >= _SMALL_1M):
+        rule1 += ("; HCCL's allreduce with 2 NPUs per server takes its own path here (all_reduce_operator.cc "
+                  "L438-446), not known to hccl-py: estimate")
+    return Choice(f"{HIER}:{inner}/{outer}{SERVER}", f"level 0: {rule}; level 1: {rule1}", "estimate" in rule + rule1)
 
 
 # --------------------------------------------- all-to-all, scatter, gather: rules without a level 1
@@ -541,6 +569,12 @@ def hier_levels(name: str) -> tuple[str, str] | None:
 
 
 def _resolve_hier(collective: str, levels: tuple[str, str], source: dict) -> str:
+    if levels[1] == "pipeline":
+        if collective not in PIPELINED or levels[0] != "mesh":
+            raise HcclNotSupportedError(f"{collective}: HCCL's pipeline is hier:mesh/pipeline, for {', '.join(PIPELINED)}",
+                                        collective=collective, algo=f"{HIER}:{levels[0]}/pipeline", choices=list(PIPELINED),
+                                        **source)
+        return f"{HIER}:mesh/pipeline"
     if collective not in TWO_LEVEL:
         raise HcclNotSupportedError(f"{collective}: no hierarchical algorithm; hier serves {', '.join(TWO_LEVEL)}",
                                     collective=collective, algo=HIER, choices=list(TWO_LEVEL), **source)
@@ -570,7 +604,8 @@ def resolve(collective: str, algo: str, choose_auto: Callable[[], str], env_tabl
             name = env_table.get("*", AUTO)
             levels = hier_levels(name) if name != AUTO else None
             if ((name in ALL_ALGOS and name not in algos_for(collective) and collective not in _HCCL_HAS.get(name, ()))
-                    or (levels is not None and collective not in TWO_LEVEL)):
+                    or (levels is not None and collective not in TWO_LEVEL)
+                    or (levels is not None and levels[1] == "pipeline" and collective not in PIPELINED)):
                 name = AUTO
         source = env.HCCL_ALGO
         given = {"variable": env.HCCL_ALGO}  # where the name came from, as error fields

@@ -141,6 +141,10 @@ def render() -> str:
               f"`algo=\"hier:<inner>/<outer>\"` for alltoall and alltoallv; `auto`'s `hier:mesh/pairwise@groups` runs it "
               f"on HCCL's mesh groups. From {_link('alltoall_staged')}.", "",
               markdown(_module("alltoall_staged").__doc__)]
+    parts += ["## HCCL's pipeline (pipeline.py)", "",
+              f"`algo=\"hier:mesh/pipeline\"` for allgather, reduce_scatter and allreduce; `auto`'s "
+              f"`hier:mesh/pipeline@server` runs it where HCCL's 910B selection does. From {_link('pipeline')}.", "",
+              markdown(_module("pipeline").__doc__)]
     parts += ["## Building blocks", ""]
     for name, title in (("_fold", "Folding a size that is not a power of two"), ("_trees", "Binomial trees"),
                         ("_nhr", "HCCL's NHR steps"), ("playback", "Checking a schedule in one process")):

@@ -118,6 +118,21 @@ def _schedule_for(collective: str, partition: Partition, inner: str, outer: str)
     if collective not in LEVELS:
         raise HcclParamError(f"no hierarchical algorithm for {collective!r}; use one of {', '.join(TWO_LEVEL)}",
                              arg="collective", value=collective, rule="choices", choices=list(TWO_LEVEL))
+    if outer == "pipeline":  # HCCL's pipeline: its own two-level schedule, level 0 a full mesh
+        from . import pipeline
+
+        if inner != "mesh" or collective not in pipeline.PIPELINED:
+            raise HcclParamError(f"HCCL's pipeline is hier:mesh/pipeline for {', '.join(pipeline.PIPELINED)}, "
+                                 f"not {collective} with {inner!r} inside", collective=collective, arg="algo",
+                                 value=f"hier:{inner}/{outer}", rule="choices", choices=list(pipeline.PIPELINED))
+        try:
+            piped = pipeline.schedule_for(collective, partition)
+        except ValueError as err:
+            raise HcclParamError(f"hierarchical {collective}: {err}", collective=collective, arg="partition",
+                                 rule="equal groups") from None
+        piped.__qualname__ = piped.__name__ = f"hier[{format_partition(partition)}]:{inner}/{outer}"
+        piped.collective, piped.partition, piped.inner, piped.outer = collective, partition, inner, outer
+        return piped
     if collective == "alltoall":
         from . import alltoall_staged
 
@@ -578,6 +593,10 @@ def flows_of(fn: ScheduleFn, size: int, count: int):
     from .registry import FLOWS, SCHEDULES
 
     collective = getattr(fn, "collective", None)
+    if getattr(fn, "outer", None) == "pipeline":
+        from . import pipeline
+
+        return pipeline.flows(collective, fn.partition, size, count)
     if collective not in _FLOW_PHASES or count < 1:
         raise ValueError("hierarchical flows: allreduce, allgather or reduce_scatter with count >= 1")
     plan = _Plan.of(fn.partition)

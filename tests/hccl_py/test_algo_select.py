@@ -61,6 +61,12 @@ def test_hccl_algorithm_hccl_py_lacks_is_refused_not_replaced():
     with pytest.raises(HcclNotSupportedError) as info:  # ... for allreduce, allgather, reduce_scatter only
         resolve("broadcast", "auto", _auto, nhr)
     assert (info.value.collective, info.value.algo) == ("broadcast", "nhr")
+    piped = parse_hccl_algo("level0:NA;level1:pipeline")  # HCCL's pipeline: level 0 is its mesh
+    assert resolve("allgather", "auto", _auto, piped) == "hier:mesh/pipeline"
+    assert resolve("broadcast", "auto", _auto, piped) == _auto()  # no pipeline for broadcast: HCCL's default
+    with pytest.raises(HcclNotSupportedError) as info:
+        resolve("broadcast", "hier:mesh/pipeline", _auto, {})
+    assert info.value.collective == "broadcast" and "allgather" in info.value.choices
     with pytest.raises(HcclNotSupportedError) as info:
         resolve("allreduce", "pipeline", _auto, {})
     assert (info.value.collective, info.value.algo, info.value.arg) == ("allreduce", "pipeline", "algo")
@@ -96,10 +102,14 @@ KB, MB = 1024, 1024 * 1024
     ("pcie-4p", "allreduce", 512 * KB, "ring"),
     ("mixed-4p", "allgather", 8, "ring"),                   # standard PCIe cards: single ring
     # several servers: level 0 inside, level 1 across, on the partition by server
-    ("2x8p-roce", "allreduce", 64 * MB, "hier:mesh/ring@server"),   # 910B, 2-3 servers: ring
+    ("2x8p-roce", "allreduce", 1 * MB, "hier:mesh/ring@server"),    # 910B, 2-3 servers: ring
+    ("2x8p-roce", "allreduce", 64 * MB, "hier:mesh/pipeline@server"),  # >= 1 MB per slice: the pipeline
+    ("2x8p-roce", "allgather", 4 * MB, "hier:mesh/pipeline@server"),   # >= 32 KB (2 MB without RDMA lite)
+    ("4x8p-roce", "reduce_scatter", 4 * MB, "hier:mesh/pipeline@server"),
+    ("2x2p-roce", "allreduce", 64 * MB, "hier:mesh/ring@server"),   # 2 NPUs per server: not this pipeline
     ("3x8p-roce", "allgather", 8, "hier:mesh/ring@server"),
     ("4x8p-roce", "allreduce", 8, "hier:mesh/nhr@server"),          # 910B, >= 4 servers: NHR
-    ("6x8p-roce", "allgather", 64 * MB, "hier:mesh/nhr@server"),    # ... also where H-D_R would fold
+    ("6x8p-roce", "allgather", 16 * KB, "hier:mesh/nhr@server"),    # ... also where H-D_R would fold
     ("5x1p-roce", "reduce_scatter", 8, "nhr"),                      # one NPU per server: level 1 only
     ("3x8p-roce", "broadcast", 8, "hier:mesh/hd@server"),           # RHD beats ring on latency
     ("3x8p-roce", "broadcast", 64 * MB, "hier:mesh/ring@server"),   # ... not on bandwidth
@@ -137,12 +147,21 @@ def test_auto_follows_hccls_rules(preset, collective, nbytes, algo):
 def test_hccl_level1_tie_breaking_and_unequal_servers():
     # "if same cost, Ring > NHR > HD": 2 servers tie ring and HD; 3 servers tie ring and NHR
     for m in (2, 3):
-        shape = CallShape("allreduce", 64 * MB, "ascend910b", m, 8, "mesh")
+        shape = CallShape("allreduce", 4 * MB, "ascend910b", m, 8, "mesh")
         assert hccl_choice(shape).algo == "hier:mesh/ring@server"
     shape = CallShape("allreduce", 8, "ascend910b", 2, None, "mesh")
     assert hccl_choice(shape).algo == "ring" and "different NPU counts" in hccl_choice(shape).rule
     big = hccl_choice(CallShape("allgather", 64 * MB, "ascend910b", 4, 8, "mesh"))
-    assert "pipeline" in big.rule and big.estimate  # HCCL would pipeline; hccl-py says so
+    assert big.algo == "hier:mesh/pipeline@server" and not big.estimate
+    lite = hccl_choice(CallShape("allgather", 64 * KB, "ascend910b", 4, 8, "mesh"))
+    assert lite.algo == big.algo and lite.estimate and "RDMA lite" in lite.rule  # 32 KB - 2 MB: depends on the NIC
+    assert hccl_choice(CallShape("allgather", 32 * KB - 4, "ascend910b", 4, 8, "mesh")).algo == "hier:mesh/nhr@server"
+    prod = CallShape("reduce_scatter", 64 * MB, "ascend910b", 4, 8, "mesh", "float32", "prod", inline_reduce=False)
+    assert hccl_choice(prod).algo == "hier:mesh/nhr@server"  # no SDMA/RDMA reduce for prod: no pipeline
+    huge = hccl_choice(CallShape("allgather", 64 * MB, "ascend910b", 2048, 8, "mesh"))
+    assert huge.algo == "hier:mesh/hd@server" and "65535" in huge.rule  # too many tasks: HCCL takes H-D_R
+    two = hccl_choice(CallShape("allreduce", 64 * MB, "ascend910b", 2, 2, "mesh"))
+    assert two.algo == "hier:mesh/ring@server" and two.estimate
     small = hccl_choice(CallShape("allreduce", 8 * 256 * KB, "ascend910b", 4, 8, "mesh"))
     assert small.algo == "hier:mesh/nhr@server" and "one-shot" in small.rule and small.estimate
     assert "one-shot" not in hccl_choice(CallShape("allreduce", 8 * 256 * KB + 8, "ascend910b", 4, 8, "mesh")).rule

@@ -160,3 +160,42 @@ def test_algo_names_resolve_to_hier_levels():
         algo_select.resolve("allgather", "hier:ring/rd", auto, {})
     with pytest.raises(HcclNotSupportedError):
         algo_select.resolve("barrier", "hier", auto, {})
+
+
+# ------------------------------------------------------------------------------- HCCL's pipeline
+EQUAL = [p for p in PARTITIONS if len({len(g) for g in p}) == 1] + [[[0, 1, 2, 3, 4, 5]], [[5, 0], [3, 1], [2, 4]]]
+
+
+@pytest.mark.parametrize("partition", EQUAL, ids=format_partition)
+@pytest.mark.parametrize("collective", ["allgather", "reduce_scatter", "allreduce"])
+def test_pipeline_equals_the_flat_result(collective, partition):
+    size = sum(map(len, partition))
+    fn = schedule_for(collective, partition, "mesh", "pipeline")
+    for count in (*COUNTS, 3 * size + 1):
+        inputs = _inputs(collective, size, count, np.int64, count)
+        for op in ("sum", "max"):
+            outs = play(collective, fn, size, inputs, op=op)
+            for r, (got, want) in enumerate(zip(outs, _reference(collective, inputs, op, 0))):
+                assert np.array_equal(got, want), (collective, partition, count, op, r)
+    if collective == "allreduce":  # float sums: one order, so every rank ends bit-identical
+        outs = play(collective, fn, size, _inputs(collective, size, 29, np.float32, 3), op="sum")
+        assert all(o.tobytes() == outs[0].tobytes() for o in outs)
+
+
+def test_pipeline_overlaps_the_levels_and_refuses_what_hccl_has_not():
+    m, g = 2, 4
+    partition = [[0, 1, 2, 3], [4, 5, 6, 7]]
+    fn = schedule_for("allgather", partition, "mesh", "pipeline")
+    steps = fn(0, 8, 10).steps
+    assert len(steps) == m  # m steps, not m - 1 across plus the mesh after
+    first = steps[0]
+    assert [s.peer for s in first.sends] == [4, 1, 2, 3] and [r.peer for r in first.recvs] == [4, 1, 2, 3]
+    assert len(steps[-1].sends) == g - 1  # the drain step: no ring transfer, the mesh only
+    with pytest.raises(HcclParamError) as info:
+        schedule_for("broadcast", partition, "mesh", "pipeline")
+    assert info.value.collective == "broadcast"
+    with pytest.raises(HcclParamError):
+        schedule_for("allgather", partition, "ring", "pipeline")  # level 0 of HCCL's pipeline is the mesh
+    with pytest.raises(HcclParamError) as info:
+        schedule_for("allgather", [[0, 1, 2], [3]], "mesh", "pipeline")
+    assert info.value.rule == "equal groups"

@@ -339,7 +339,8 @@ def test_two_level_flows_equal_rank_by_rank(preset, collective):
     n = topo.num_ranks
     part = server_partition(topo, tuple(range(n)))
     model = CostModel(topo, degraded={(0, n - 1): 0.5})
-    for inner, outer in (("mesh", "ring"), ("mesh", "hd"), ("ring", "hd"), ("hd", "ring"), ("mesh", "nhr"), ("nhr", "ring")):
+    for inner, outer in (("mesh", "ring"), ("mesh", "hd"), ("ring", "hd"), ("hd", "ring"), ("mesh", "nhr"), ("nhr", "ring"),
+                         ("mesh", "pipeline")):
         fn = schedule_for(collective, part, inner, outer)
         for count in (n, 1000, 4097):  # 4097: allreduce's staged path (chunks of unequal size)
             assert can_simulate_flows(collective, fn, n, count)
@@ -523,43 +524,47 @@ def test_two_level_scatter_gather_and_alltoall_under_auto_equal_the_simulator():
         assert result.algo == algo
 
 
-def _nhr_auto_calls(size: int) -> list:
-    """allreduce, allgather and reduce_scatter under auto (HCCL's level 1 on four servers: NHR),
-    results checked against numpy here; (algo, start, end) returned."""
+def _level1_auto_calls(size: int, counts: tuple) -> list:
+    """allreduce, allgather and reduce_scatter of ``counts`` elements under auto, results checked
+    against numpy here; (algo, start, end) returned."""
     import hccl_py
 
     comm = hccl_py.init()
     r = comm.rank
     out = []
-    for collective, count in (("allreduce", 1001), ("allgather", 37), ("reduce_scatter", 37)):
+    for collective, count in zip(("allreduce", "allgather", "reduce_scatter"), counts):
         comm.device.run(flops=1e9 * (r % 3 + 1), nbytes=0)  # uneven compute: the calls start at different clocks
         start = comm.clock
         if collective == "allreduce":
-            x = np.arange(count, dtype=np.float32) * (r + 1)
-            got = comm.all_reduce(x.copy())
-            assert np.array_equal(got, np.arange(count, dtype=np.float32) * (size * (size + 1) // 2))
+            base = (np.arange(count) % 1000).astype(np.float32)  # sums stay exact in float32
+            got = comm.all_reduce(base * (r + 1))
+            assert np.array_equal(got, base * (size * (size + 1) // 2))
         elif collective == "allgather":
             got = comm.all_gather(np.full(count, r, np.float32))
             assert np.array_equal(np.asarray(got).reshape(size, count), np.repeat(np.arange(size, dtype=np.float32), count).reshape(size, count))
         else:
-            x = np.arange(size * count, dtype=np.float32) + r
-            got = comm.reduce_scatter(x)
-            want = (np.arange(size * count, dtype=np.float32) * size + size * (size - 1) // 2)[r * count:(r + 1) * count]
+            base = (np.arange(size * count) % 1000).astype(np.float32)
+            got = comm.reduce_scatter(base + r)
+            want = (base * size + size * (size - 1) // 2)[r * count:(r + 1) * count]
             assert np.array_equal(got, want)
         out.append((comm._rc.recorder.records[-1].algo, start, comm.clock))
     return out
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("preset, size, algo", [("4x2p-roce", 8, "hier:mesh/nhr@server"), ("5x1p-roce", 5, "nhr")])
-def test_nhr_under_auto_moves_the_right_data_and_equals_the_simulator(preset, size, algo):
+@pytest.mark.parametrize("preset, size, algo, counts", [
+    ("4x2p-roce", 8, "hier:mesh/nhr@server", (1001, 37, 37)),  # four servers: NHR across
+    ("5x1p-roce", 5, "nhr", (1001, 37, 37)),
+    ("2x4p-roce", 8, "hier:mesh/pipeline@server", ((1 << 21) + 3, 8197, 8197)),  # >= 1 MB a slice, >= 32 KB: pipeline
+])
+def test_nhr_and_pipeline_under_auto_move_the_right_data_and_equal_the_simulator(preset, size, algo, counts):
     from hccl_py.algo_select import auto, schedule_fn
 
-    per_rank = run_ranks(_nhr_auto_calls, size, size, env={"HCCL_PY_TOPOLOGY": preset}, timeout=100)
+    per_rank = run_ranks(_level1_auto_calls, size, size, counts, env={"HCCL_PY_TOPOLOGY": preset}, timeout=100)
     topo = Topology.preset(preset)
     model = CostModel(topo)
     ranks = tuple(range(size))
-    for i, (collective, count) in enumerate((("allreduce", 1001), ("allgather", 37), ("reduce_scatter", 37))):
+    for i, (collective, count) in enumerate(zip(("allreduce", "allgather", "reduce_scatter"), counts)):
         assert auto(model, collective, count, 4, ranks) == algo
         assert {per_rank[r][i][0] for r in ranks} == {algo}  # what the emulator ran
         starts = [per_rank[r][i][1] for r in ranks]
