@@ -58,3 +58,26 @@ def test_validate_fails_when_the_model_drifts(tmp_path, capsys):
 def test_compute_rows_follow_the_card_figures(row_id):
     check = next(c for c in validate() if c.row["id"] == row_id)
     assert check.metric in ("tflops", "time_us") and abs(check.ratio - 1) <= 0.05
+
+
+def test_the_docs_table_shows_what_validate_prints():
+    """docs/fidelity.md's table is a copy of `hccl-sim validate`: every row, model and ratio as now."""
+    import re
+    from pathlib import Path
+
+    from hccl_py.planning.fidelity import _UNITS
+
+    checks = {c.row["id"]: c for c in validate()}
+    page = (Path(__file__).resolve().parents[3] / "docs" / "fidelity.md").read_text()
+    shown = {}
+    for line in page.splitlines():
+        found = re.match(r"^\| `([^`]+)` \|", line)
+        if found:
+            cols = line.split(" | ")
+            shown[found.group(1)] = (cols[3].rsplit(", ", 1)[-1], cols[5], cols[6])
+    assert set(shown) == set(checks)
+    for row_id, (what, model, ratio) in shown.items():
+        c = checks[row_id]
+        assert (model, ratio) == (f"{c.model:.4g} {_UNITS[c.metric]}", f"{c.ratio:.3f}"), row_id
+        if c.row["kind"] not in ("matmul", "p2p"):
+            assert what == c.algo, row_id
