@@ -3,11 +3,13 @@
 ``HCCL_ALGO`` is read in HCCL's own syntax, globally (``level0:NA;level1:ring``) or per
 operator (``allreduce=level0:NA;level1:ring/allgather=level0:NA;level1:H-D_R``), and in the short
 per-operator form ``allreduce=ring/allgather=mesh``. HCCL's names map onto hccl-py's: ``ring``,
-``H-D_R`` -> ``hd``, ``fullmesh`` -> ``mesh``, ``NA`` -> automatic. Setting *both* levels
+``H-D_R`` -> ``hd``, ``NHR`` -> ``nhr``, ``fullmesh`` -> ``mesh``, ``NA`` -> automatic; ``level1:pipeline``
+is HCCL's pipeline, ``hier:mesh/pipeline`` (allgather, reduce_scatter, allreduce; in the global
+form the other operators stay automatic, as HCCL resets it). Setting *both* levels
 (``level0:ring;level1:H-D_R``) asks for HCCL's two-level algorithm: ``hier:ring/hd``, level0
 inside the communicator's groups, level1 across them (``algorithms/hierarchical.py``; the groups
 are ``Communicator.partition``). ``algo="hier"`` is ``hier:ring/ring``. HCCL algorithms hccl-py does not
-implement (NHR_V1, NB, pipeline, ...) are accepted by the parser and refused, with
+implement (NHR_V1, NB, AHC, ...) are accepted by the parser and refused, with
 ``HcclNotSupportedError``, by the call that would use them — never silently replaced.
 """
 
@@ -18,7 +20,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Callable
 
-from topology import auto_partition
+from topology import CARD_MODELS, auto_partition
 
 from . import env
 from .algorithms.hierarchical import HIER_COLLECTIVES, LEVELS, TWO_LEVEL
@@ -34,7 +36,9 @@ HIER = "hier"
 # HCCL operators that HCCL_ALGO may name and hccl-py does not have (yet): accepted, never used
 _OTHER_HCCL_OPS = ("batchsendrecv",)
 _HCCL_ALGOS = {"na": AUTO, "auto": AUTO, "h-d_r": "hd", "fullmesh": "mesh", **{a: a for a in ALL_ALGOS}}
-HCCL_ONLY_ALGOS = {"nhr_v1", "nb", "pipeline", "ahc", "star"}
+HCCL_ONLY_ALGOS = {"nhr_v1", "nb", "ahc", "star"}
+PIPELINE = f"{HIER}:mesh/pipeline"  # HCCL's pipeline: a two-level algorithm whose level 0 is the mesh
+_ALIASES = {"pipeline": PIPELINE}
 # Operators HCCL runs an algorithm for and hccl-py does not: HCCL_ALGO's global form refuses
 # them rather than choose another (NHR: broadcast_nhr.cc, reduce_nhr_oneshot.cc, scatter_nhr.cc)
 _HCCL_HAS = {"nhr": ("broadcast", "reduce", "scatter")}
@@ -58,8 +62,8 @@ def _parse_levels(text: str, where: str) -> str:
         if name != AUTO:
             chosen = name
     inner, outer = levels.get("level0", AUTO), levels.get("level1", AUTO)
-    if outer.lower() == "pipeline":  # HCCL's pipeline: level 0 is its full mesh
-        return f"{HIER}:{'mesh' if inner == AUTO else inner}/pipeline"
+    if outer == PIPELINE:  # HCCL's pipeline: level 0 is its full mesh
+        return PIPELINE if inner in (AUTO, "mesh") else f"{HIER}:{inner}/pipeline"
     if AUTO not in (inner, outer) and inner.lower() not in HCCL_ONLY_ALGOS and outer.lower() not in HCCL_ONLY_ALGOS:
         return f"{HIER}:{inner}/{outer}"  # both levels set: the two-level algorithm
     return chosen
@@ -67,6 +71,8 @@ def _parse_levels(text: str, where: str) -> str:
 
 def _algo_name(value: str, where: str) -> str:
     key = value.strip().lower()
+    if key in _ALIASES:
+        return _ALIASES[key]
     if key in _HCCL_ALGOS:
         return _HCCL_ALGOS[key]
     if key in HCCL_ONLY_ALGOS:
@@ -242,7 +248,16 @@ class CallShape:
     level0_topo: str
     dtype: str = "float32"
     op: str = "sum"
-    inline_reduce: bool = True  # the card's DMA engines reduce this dtype and op (SDMA and RDMA reduce)
+    inline_reduce: bool | None = None  # the card's DMA engines reduce this dtype and op; None: from the card
+
+    @property
+    def reduces_inline(self) -> bool:
+        """Whether the card's SDMA and RDMA engines reduce this dtype and op (``inline_reduce``, else
+        the card model's rule)."""
+        if self.inline_reduce is not None:
+            return self.inline_reduce
+        card = CARD_MODELS.get(self.card)
+        return card is not None and card.reduces_inline(self.dtype, self.op)
 
     @property
     def ranks(self) -> int:
@@ -389,20 +404,18 @@ def _pipeline(s: CallShape) -> Choice | None:
     if s.card != "ascend910b" or s.level0_topo != "mesh" or g < 2 or m < 2 or s.collective not in PIPELINED:
         return None
     reduces = s.collective != "allgather"
-    if reduces and not s.inline_reduce:  # IsSupportSDMAReduce and IsSupportRDMAReduce: dtype and op
+    if reduces and not s.reduces_inline:  # IsSupportSDMAReduce and IsSupportRDMAReduce: dtype and op
         return None
     if s.collective == "allreduce":
-        if g <= 2:  # all_reduce_operator.cc L438-446 takes another path for 2 NPUs per server (hccl_choice says so)
-            return None
         size, floor, name = s.nbytes // (m * g), _SMALL_1M, "1 MB per slice (PIPELINE_ALLREDUCE_MIN_SIZE)"
     else:
         size, floor, name = s.nbytes, _PIPELINE_MIN, "32 KB (PIPELINE_MIN_SIZE)"
     if size < floor:
         return None
-    tasks = (m * (5 * (g - 1) + 7 + 1) + 5) * (2 if s.collective == "allreduce" else 1)
-    if tasks > _HCCL_FFTS_CAPACITY:  # the operator falls back to H-D_R (all_gather_operator.cc L167-177)
-        return Choice(f"{HIER}:mesh/hd{SERVER}", f"910B, {m} servers: the pipeline would take {tasks} tasks "
-                                                 f"(> {_HCCL_FFTS_CAPACITY}, HCCL_FFTS_CAPACITY): H-D_R")
+    # CalcContextNumForPipeline <= HCCL_FFTS_CAPACITY is part of the condition: past it the
+    # alpha-beta comparison decides (coll_alg_operator.cc L536-541, L553-562)
+    if (m * (5 * (g - 1) + 7 + 1) + 5) * (2 if s.collective == "allreduce" else 1) > _HCCL_FFTS_CAPACITY:
+        return None
     rule = (f"910B, {m} servers of {g} NPUs, >= {name}: HCCL's pipeline, the ring across servers "
             f"overlapped with the mesh inside (GetDefaultAlgoLevel1V2)")
     if size < _PIPELINE_NO_LITE:
@@ -430,10 +443,6 @@ def hccl_choice(shape: CallShape) -> Choice:
     inner, rule = rule0(shape, g)
     if (shape.collective, inner) not in SCHEDULES or (shape.collective not in HIER_COLLECTIVES):
         return Choice(outer, rule1, True)
-    if (shape.collective == "allreduce" and g == 2 and shape.card == "ascend910b" and shape.inline_reduce
-            and shape.nbytes // shape.ranks >= _SMALL_1M):
-        rule1 += ("; HCCL's allreduce with 2 NPUs per server takes its own path here (all_reduce_operator.cc "
-                  "L438-446), not known to hccl-py: estimate")
     return Choice(f"{HIER}:{inner}/{outer}{SERVER}", f"level 0: {rule}; level 1: {rule1}", "estimate" in rule + rule1)
 
 
@@ -614,7 +623,7 @@ def resolve(collective: str, algo: str, choose_auto: Callable[[], str], env_tabl
     else:
         source = "algo="
         given = {"arg": "algo"}
-        name = _HCCL_ALGOS.get(name, name)
+        name = _ALIASES.get(name, _HCCL_ALGOS.get(name, name))
     levels = hier_levels(name)
     if levels is not None:
         return _resolve_hier(collective, levels, given)

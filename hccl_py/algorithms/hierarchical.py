@@ -126,13 +126,10 @@ def _schedule_for(collective: str, partition: Partition, inner: str, outer: str)
                                  f"not {collective} with {inner!r} inside", collective=collective, arg="algo",
                                  value=f"hier:{inner}/{outer}", rule="choices", choices=list(pipeline.PIPELINED))
         try:
-            piped = pipeline.schedule_for(collective, partition)
+            return pipeline.schedule_for(collective, partition)
         except ValueError as err:
             raise HcclParamError(f"hierarchical {collective}: {err}", collective=collective, arg="partition",
                                  rule="equal groups") from None
-        piped.__qualname__ = piped.__name__ = f"hier[{format_partition(partition)}]:{inner}/{outer}"
-        piped.collective, piped.partition, piped.inner, piped.outer = collective, partition, inner, outer
-        return piped
     if collective == "alltoall":
         from . import alltoall_staged
 

@@ -40,6 +40,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
+from ..errors import HcclParamError
 from ._common import finish
 from .schedule import IN, OUT, TMP, Copy, Recv, Region, Schedule, Send, Step, StepFlows, chunk_bounds
 
@@ -89,80 +90,82 @@ def schedule_for(collective: str, partition: Partition) -> Callable[..., Schedul
 def _schedule_for(collective: str, partition: Partition) -> Callable[..., Schedule]:
     grid = _Grid(partition)
     build = {"allgather": _allgather, "reduce_scatter": _reduce_scatter, "allreduce": _allreduce}[collective]
+    name = f"hier[{';'.join(','.join(map(str, g)) for g in partition)}]:mesh/pipeline"
 
     @lru_cache(maxsize=256)
     def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
+        if size != grid.m * grid.g:
+            raise HcclParamError(f"{name} ({collective}) serves {grid.m * grid.g} ranks, not {size}",
+                                 collective=collective, arg="size", value=size, rule="const", expected=grid.m * grid.g)
         if count == 0:
             return finish([])
         return build(grid, rank, count)
 
+    schedule.__qualname__ = schedule.__name__ = name
+    schedule.collective, schedule.partition, schedule.inner, schedule.outer = collective, partition, "mesh", "pipeline"
     return schedule
 
 
-def _allgather(grid: _Grid, rank: int, count: int) -> Schedule:
+def _rs_phase(grid: _Grid, rank: int, source: Callable[[int], Region], slot: Callable[[int, int], Region]) -> list[Step]:
+    """The pipelined reduce-scatter's m steps on rank ``rank``: in step k, accumulate the block of
+    rank (n+k+1, l) in ``slot(k, that rank)`` from ``source`` (its own copy, then the ring's and the
+    members' partials), sending the finished partial of step k-1 to (n-1, l)."""
     n, l = grid.where[rank]
-    m, g = grid.m, grid.g
-    out = lambda r: Region(OUT, r * count, count)  # noqa: E731 - block of rank r
-    slot = lambda s: Region(TMP, (s % 2) * count, count)  # noqa: E731
+    steps = []
+    for k in range(grid.m):
+        target = grid.at(n + k + 1, l)
+        acc = slot(k, target)
+        ring = k >= 1
+        sends = ((Send(grid.at(n - 1, l), slot(k - 1, grid.at(n + k, l))),) if ring else ()) + \
+            tuple(Send(grid.at(n, l + i), source(grid.at(n + k + 1, l + i))) for i in range(1, grid.g))
+        recvs = ((Recv(grid.at(n + 1, l), acc, reduce_with=acc),) if ring else ()) + \
+            tuple(Recv(grid.at(n, l + i), acc, reduce_with=acc) for i in range(1, grid.g))
+        steps.append(Step((Copy(source(target), acc),), sends, recvs))
+    return steps
+
+
+def _ag_phase(grid: _Grid, rank: int, way: int, first: int, slot: Callable[[int, int], Region],
+              out: Callable[[int], Region]) -> list[Step]:
+    """The pipelined allgather's m steps on rank ``rank``, the ring running towards n + ``way``: in
+    step s the rank holds the block of (n - way*s, l) in ``slot(first + s, ...)``, copies it to
+    ``out``, passes it along the ring (but the last step) and to every member, and receives the
+    next block into the other slot and the members' blocks into ``out``."""
+    n, l = grid.where[rank]
+    m = grid.m
     steps = []
     for s in range(m):
+        held = grid.at(n - way * s, l)
+        mine = slot(first + s, held)
         ring = s < m - 1
-        copies = ((Copy(Region(IN, 0, count), slot(0)),) if s == 0 else ()) + (Copy(slot(s), out(grid.at(n - s, l))),)
-        sends = ((Send(grid.at(n + 1, l), slot(s)),) if ring else ()) + \
-            tuple(Send(grid.at(n, l + i), slot(s)) for i in range(1, g))
-        recvs = ((Recv(grid.at(n - 1, l), slot(s + 1)),) if ring else ()) + \
-            tuple(Recv(grid.at(n, l + i), out(grid.at(n - s, l + i))) for i in range(1, g))
-        steps.append(Step(copies, sends, recvs))
+        sends = ((Send(grid.at(n + way, l), mine),) if ring else ()) + \
+            tuple(Send(grid.at(n, l + i), mine) for i in range(1, grid.g))
+        recvs = ((Recv(grid.at(n - way, l), slot(first + s + 1, grid.at(n - way * (s + 1), l))),) if ring else ()) + \
+            tuple(Recv(grid.at(n, l + i), out(grid.at(n - way * s, l + i))) for i in range(1, grid.g))
+        steps.append(Step((Copy(mine, out(held)),), sends, recvs))
+    return steps
+
+
+def _allgather(grid: _Grid, rank: int, count: int) -> Schedule:
+    slot = lambda s, r: Region(TMP, (s % 2) * count, count)  # noqa: E731
+    steps = _ag_phase(grid, rank, +1, 0, slot, lambda r: Region(OUT, r * count, count))
+    steps[0] = Step((Copy(Region(IN, 0, count), slot(0, rank)), *steps[0].copies), steps[0].sends, steps[0].recvs)
     return finish(steps)
 
 
 def _reduce_scatter(grid: _Grid, rank: int, count: int) -> Schedule:
-    n, l = grid.where[rank]
-    m, g = grid.m, grid.g
-    block = lambda r: Region(IN, r * count, count)  # noqa: E731 - IN's block for rank r
-    slot = lambda k: Region(TMP, (k % 2) * count, count)  # noqa: E731
-    steps = []
-    for k in range(m):
-        acc = slot(k)
-        ring = k >= 1
-        copies = (Copy(block(grid.at(n + k + 1, l)), acc),)
-        sends = ((Send(grid.at(n - 1, l), slot(k - 1)),) if ring else ()) + \
-            tuple(Send(grid.at(n, l + i), block(grid.at(n + k + 1, l + i))) for i in range(1, g))
-        recvs = ((Recv(grid.at(n + 1, l), acc, reduce_with=acc),) if ring else ()) + \
-            tuple(Recv(grid.at(n, l + i), acc, reduce_with=acc) for i in range(1, g))
-        steps.append(Step(copies, sends, recvs))
-    steps.append(Step(copies=(Copy(slot(m - 1), Region(OUT, 0, count)),)))
+    slot = lambda k, r: Region(TMP, (k % 2) * count, count)  # noqa: E731
+    steps = _rs_phase(grid, rank, lambda r: Region(IN, r * count, count), slot)
+    steps.append(Step(copies=(Copy(slot(grid.m - 1, rank), Region(OUT, 0, count)),)))  # the last target is the rank
     return finish(steps)
 
 
 def _allreduce(grid: _Grid, rank: int, count: int) -> Schedule:
-    n, l = grid.where[rank]
-    m, g = grid.m, grid.g
-    chunks = chunk_bounds(count, m * g)
+    chunks = chunk_bounds(count, grid.m * grid.g)
     width = chunks[0][1]  # the largest slice
     part = lambda r: Region(OUT, *chunks[r])  # noqa: E731 - slice r (reduced on rank r)
     slot = lambda k, r: Region(TMP, (k % 2) * width, chunks[r][1])  # noqa: E731 - slot k holding slice r
-    steps = []
-    for k in range(m):  # reduce-scatter of the slices
-        target = grid.at(n + k + 1, l)
-        acc = slot(k, target)
-        ring = k >= 1
-        copies = (Copy(part(target), acc),)
-        sends = ((Send(grid.at(n - 1, l), slot(k - 1, grid.at(n + k, l))),) if ring else ()) + \
-            tuple(Send(grid.at(n, l + i), part(grid.at(n + k + 1, l + i))) for i in range(1, g))
-        recvs = ((Recv(grid.at(n + 1, l), acc, reduce_with=acc),) if ring else ()) + \
-            tuple(Recv(grid.at(n, l + i), acc, reduce_with=acc) for i in range(1, g))
-        steps.append(Step(copies, sends, recvs))
-    for s in range(m):  # allgather: in step s rank (n, l) holds slice (n+s, l) in slot m-1+s
-        held = grid.at(n + s, l)
-        ring = s < m - 1
-        copies = (Copy(slot(m - 1 + s, held), part(held)),)
-        sends = ((Send(grid.at(n - 1, l), slot(m - 1 + s, held)),) if ring else ()) + \
-            tuple(Send(grid.at(n, l + i), slot(m - 1 + s, held)) for i in range(1, g))
-        recvs = ((Recv(grid.at(n + 1, l), slot(m + s, grid.at(n + s + 1, l))),) if ring else ()) + \
-            tuple(Recv(grid.at(n, l + i), part(grid.at(n + s, l + i))) for i in range(1, g))
-        steps.append(Step(copies, sends, recvs))
-    return finish(steps)
+    # the reduce-scatter leaves slice (n, l) in slot m-1; the allgather's ring runs towards n-1
+    return finish(_rs_phase(grid, rank, part, slot) + _ag_phase(grid, rank, -1, grid.m - 1, slot, part))
 
 
 # ------------------------------------------------------------------------------------ all at once
@@ -192,30 +195,33 @@ def flows(collective: str, partition: Partition, size: int, count: int) -> Itera
         frm = np.stack([ring_from if ring else no_ring, *members])
         return to, frm
 
-    if collective == "allgather":
-        counts = np.full((g, size), count)
-        on, last = lanes(at(1), at(-1), True), lanes(at(1), at(-1), False)
+    def rs_phase(length):  # length: every block's elements (an int), or each slice's (by rank)
+        first, on = lanes(at(-1), at(1), False), lanes(at(-1), at(1), True)
+        uniform = np.full((g, size), length) if np.ndim(length) == 0 else None
+        for k in range(m):  # the ring sends the partial of (n+k, l); member l+i gets (n+k+1, l+i)
+            to, frm = on if k else first
+            if uniform is not None:
+                yield StepFlows(to, uniform, frm, True, lane, (length,))
+            else:
+                sent = np.stack([length[at(k)], *[length[at(k + 1, i)] for i in range(1, g)]])
+                yield StepFlows(to, sent, frm, True, lane, (length[at(k + 1)],))
+
+    def ag_phase(length, way: int, first_copy: tuple):  # the ring towards n + way; every send is the held block
+        on, last = lanes(at(way), at(-way), True), lanes(at(way), at(-way), False)
+        uniform = np.full((g, size), length) if np.ndim(length) == 0 else None
         for s in range(m):
             to, frm = on if s < m - 1 else last
-            yield StepFlows(to, counts, frm, False, lane, (count, count) if s == 0 else (count,))
-        return
-    if collective == "reduce_scatter":
-        counts = np.full((g, size), count)
-        first, on = lanes(at(-1), at(1), False), lanes(at(-1), at(1), True)
-        for k in range(m):
-            to, frm = on if k else first
-            yield StepFlows(to, counts, frm, True, lane, (count,))
+            held = length if uniform is not None else length[at(-way * s)]
+            sent = uniform if uniform is not None else np.broadcast_to(held, (g, size))
+            yield StepFlows(to, sent, frm, False, lane, (*first_copy, held) if s == 0 else (held,))
+
+    if collective == "allgather":
+        yield from ag_phase(count, +1, (count,))  # step 0 first copies IN into its slot
+    elif collective == "reduce_scatter":
+        yield from rs_phase(count)
         none = np.full(size, -1)
         yield StepFlows(none, np.zeros(size, dtype=np.int64), none, False, None, (count,))
-        return
-    lengths = np.array([c for _, c in chunk_bounds(count, size)])
-    first, on = lanes(at(-1), at(1), False), lanes(at(-1), at(1), True)
-    for k in range(m):  # reduce-scatter: ring sends the partial of (n+k, l); members get (n+k+1, l+i)
-        sent = np.stack([lengths[at(k)], *[lengths[at(k + 1, i)] for i in range(1, g)]])
-        to, frm = on if k else first
-        yield StepFlows(to, sent, frm, True, lane, (lengths[at(k + 1)],))
-    last = lanes(at(-1), at(1), False)
-    for s in range(m):  # allgather: every send is the held slice (n+s, l)
-        held = lengths[at(s)]
-        to, frm = on if s < m - 1 else last
-        yield StepFlows(to, np.broadcast_to(held, (g, size)), frm, False, lane, (held,))
+    else:
+        lengths = np.array([c for _, c in chunk_bounds(count, size)])
+        yield from rs_phase(lengths)
+        yield from ag_phase(lengths, -1, ())

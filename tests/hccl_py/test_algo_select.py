@@ -68,8 +68,10 @@ def test_hccl_algorithm_hccl_py_lacks_is_refused_not_replaced():
         resolve("broadcast", "hier:mesh/pipeline", _auto, {})
     assert info.value.collective == "broadcast" and "allgather" in info.value.choices
     with pytest.raises(HcclNotSupportedError) as info:
-        resolve("allreduce", "pipeline", _auto, {})
-    assert (info.value.collective, info.value.algo, info.value.arg) == ("allreduce", "pipeline", "algo")
+        resolve("allreduce", "NB", _auto, {})
+    assert (info.value.collective, info.value.algo, info.value.arg) == ("allreduce", "nb", "algo")
+    assert resolve("allreduce", "pipeline", _auto, {}) == "hier:mesh/pipeline"  # HCCL's name for it
+    assert resolve("allgather", "auto", _auto, parse_hccl_algo("allgather=pipeline")) == "hier:mesh/pipeline"
 
 
 def test_unknown_algo_argument():
@@ -86,7 +88,7 @@ from hccl_py.cost_model import CostModel  # noqa: E402
 from hccl_py.planning.simulator import simulate  # noqa: E402
 from topology import Topology  # noqa: E402
 
-KB, MB = 1024, 1024 * 1024
+KB, MB, GB = 1024, 1024 * 1024, 1024 ** 3
 
 
 @pytest.mark.parametrize("preset, collective, nbytes, algo", [
@@ -106,7 +108,7 @@ KB, MB = 1024, 1024 * 1024
     ("2x8p-roce", "allreduce", 64 * MB, "hier:mesh/pipeline@server"),  # >= 1 MB per slice: the pipeline
     ("2x8p-roce", "allgather", 4 * MB, "hier:mesh/pipeline@server"),   # >= 32 KB (2 MB without RDMA lite)
     ("4x8p-roce", "reduce_scatter", 4 * MB, "hier:mesh/pipeline@server"),
-    ("2x2p-roce", "allreduce", 64 * MB, "hier:mesh/ring@server"),   # 2 NPUs per server: not this pipeline
+    ("2x2p-roce", "allreduce", 64 * MB, "hier:mesh/pipeline@server"),  # 2 NPUs per server too (all_reduce_operator.cc L437-446)
     ("3x8p-roce", "allgather", 8, "hier:mesh/ring@server"),
     ("4x8p-roce", "allreduce", 8, "hier:mesh/nhr@server"),          # 910B, >= 4 servers: NHR
     ("6x8p-roce", "allgather", 16 * KB, "hier:mesh/nhr@server"),    # ... also where H-D_R would fold
@@ -156,12 +158,15 @@ def test_hccl_level1_tie_breaking_and_unequal_servers():
     lite = hccl_choice(CallShape("allgather", 64 * KB, "ascend910b", 4, 8, "mesh"))
     assert lite.algo == big.algo and lite.estimate and "RDMA lite" in lite.rule  # 32 KB - 2 MB: depends on the NIC
     assert hccl_choice(CallShape("allgather", 32 * KB - 4, "ascend910b", 4, 8, "mesh")).algo == "hier:mesh/nhr@server"
-    prod = CallShape("reduce_scatter", 64 * MB, "ascend910b", 4, 8, "mesh", "float32", "prod", inline_reduce=False)
+    prod = CallShape("reduce_scatter", 64 * MB, "ascend910b", 4, 8, "mesh", "float32", "prod")
     assert hccl_choice(prod).algo == "hier:mesh/nhr@server"  # no SDMA/RDMA reduce for prod: no pipeline
-    huge = hccl_choice(CallShape("allgather", 64 * MB, "ascend910b", 2048, 8, "mesh"))
-    assert huge.algo == "hier:mesh/hd@server" and "65535" in huge.rule  # too many tasks: HCCL takes H-D_R
-    two = hccl_choice(CallShape("allreduce", 64 * MB, "ascend910b", 2, 2, "mesh"))
-    assert two.algo == "hier:mesh/ring@server" and two.estimate
+    assert hccl_choice(CallShape("reduce_scatter", 64 * MB, "ascend910b", 4, 8, "mesh", "float64")).algo == "hier:mesh/nhr@server"
+    assert hccl_choice(CallShape("allgather", 64 * MB, "ascend910b", 4, 8, "mesh", "float64")).algo == big.algo  # no reduction
+    # more tasks than HCCL_FFTS_CAPACITY (m(5(g-1)+8)+5 > 65535): the pipeline is not chosen, the alpha-beta comparison is
+    assert hccl_choice(CallShape("allgather", 64 * MB, "ascend910b", 1523, 8, "mesh")).algo == big.algo
+    assert hccl_choice(CallShape("allgather", 64 * MB, "ascend910b", 1524, 8, "mesh")).algo == "hier:mesh/nhr@server"
+    assert hccl_choice(CallShape("allreduce", 64 * GB, "ascend910b", 761, 8, "mesh")).algo == big.algo
+    assert hccl_choice(CallShape("allreduce", 64 * GB, "ascend910b", 762, 8, "mesh")).algo == "hier:mesh/nhr@server"
     small = hccl_choice(CallShape("allreduce", 8 * 256 * KB, "ascend910b", 4, 8, "mesh"))
     assert small.algo == "hier:mesh/nhr@server" and "one-shot" in small.rule and small.estimate
     assert "one-shot" not in hccl_choice(CallShape("allreduce", 8 * 256 * KB + 8, "ascend910b", 4, 8, "mesh")).rule

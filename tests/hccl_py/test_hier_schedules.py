@@ -199,3 +199,7 @@ def test_pipeline_overlaps_the_levels_and_refuses_what_hccl_has_not():
     with pytest.raises(HcclParamError) as info:
         schedule_for("allgather", [[0, 1, 2], [3]], "mesh", "pipeline")
     assert info.value.rule == "equal groups"
+    with pytest.raises(HcclParamError) as info:
+        fn(0, 4, 10)  # the partition serves 8 ranks
+    assert (info.value.arg, info.value.value, info.value.expected) == ("size", 4, 8)
+    assert fn.__name__ == "hier[0,1,2,3;4,5,6,7]:mesh/pipeline" and fn.outer == "pipeline"
