@@ -34,17 +34,18 @@ def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
     ``rank``."""
     chunks = chunk_bounds(count, size)
     mapping = tree_map(size)
+
+    def regions(blocks: list[int]) -> list:  # one region of OUT per run of adjacent chunks
+        return [span(OUT, chunks, lo, hi) for lo, hi in runs([mapping[x] for x in blocks])]
+
     steps = []
     for k in range(nsteps(size)):
         to, sent, frm, got = rs_step(rank, size, k)
-        sends = tuple(Send(to, span(OUT, chunks, lo, hi)) for lo, hi in runs([mapping[x] for x in sent]))
-        acc = [span(OUT, chunks, lo, hi) for lo, hi in runs([mapping[x] for x in got])]
-        steps.append(Step(sends=sends, recvs=tuple(Recv(frm, a, reduce_with=a) for a in acc)))
+        steps.append(Step(sends=tuple(Send(to, r) for r in regions(sent)),
+                          recvs=tuple(Recv(frm, r, reduce_with=r) for r in regions(got))))
     for k in range(nsteps(size)):
         to, sent, frm, got = ag_step(rank, size, k)
-        sends = tuple(Send(to, span(OUT, chunks, lo, hi)) for lo, hi in runs([mapping[x] for x in sent]))
-        recvs = tuple(Recv(frm, span(OUT, chunks, lo, hi)) for lo, hi in runs([mapping[x] for x in got]))
-        steps.append(Step(sends=sends, recvs=recvs))
+        steps.append(Step(sends=tuple(Send(to, r) for r in regions(sent)), recvs=tuple(Recv(frm, r) for r in regions(got))))
     return finish(steps)
 
 
