@@ -387,8 +387,10 @@ def _level1(s: CallShape) -> tuple[str, str]:
         rule = (f"910B, {m} servers: HCCL's alpha-beta comparison (60 us per step, 20 GiB/s per NPU) picks "
                 f"{'H-D_R' if algo == 'hd' else algo.upper()}")
         if algo == "nhr" and s.collective == "allreduce" and s.nbytes // (s.per_server or 1) <= _NHR_ONESHOT:
-            rule += ("; at <= 256 KiB per device HCCL runs NHR's one-shot form (NHR_ALLREDUCE_SMALL_SIZE), "
-                     "hccl-py its segmented form (estimate)")
+            # coll_all_reduce_mesh_executor.cc L149-160, coll_all_reduce_comm_executor.cc L97-108
+            return "tree", rule + ("; at <= 256 KiB per device its one-shot form (NHR_ALLREDUCE_SMALL_SIZE): "
+                                   "a binomial reduce of the whole buffer to rank 0, then a binomial broadcast, "
+                                   "hccl-py's tree")
         return algo, rule
     if m >= 8:
         return "hd", f"{s.card}, {m} >= 8 servers: H-D_R (GetDefaultAlgoLevel1V1)"

@@ -7,9 +7,10 @@ blocks of one step next to each other, and each run of adjacent chunks is one me
 rank - 2^k the runs of blocks ``r - 2^k - i 2^(k+1)`` and reduces into its own copy those of
 blocks ``r - i 2^(k+1)`` from rank + 2^k; after S = ceil(log2 size) steps rank r holds block r
 complete, and the allgather's S steps hand the complete blocks back along the same trees. Every
-element is reduced by one rank and then copied, so all ranks end bit-identical. HCCL runs its
-one-shot variant (a binomial reduce to rank 0, then broadcast) at <= 256 KiB per device; this is
-the segmented algorithm at every size.
+element is reduced by one rank and then copied, so all ranks end bit-identical. At <= 256 KiB
+per device HCCL runs NHR's one-shot form instead, a binomial reduce of the whole buffer to rank 0
+and a binomial broadcast: that is ``tree``, which ``auto`` runs there; ``nhr`` by name is the
+segmented algorithm at every size.
 
 Steps: 2 * ceil(log2 size), for any size (no fold). Sent per rank: 2 * (size-1)/size * count
 elements (as many received). TMP: none (in place).

@@ -110,7 +110,8 @@ KB, MB, GB = 1024, 1024 * 1024, 1024 ** 3
     ("4x8p-roce", "reduce_scatter", 4 * MB, "hier:mesh/pipeline@server"),
     ("2x2p-roce", "allreduce", 64 * MB, "hier:mesh/pipeline@server"),  # 2 NPUs per server too (all_reduce_operator.cc L437-446)
     ("3x8p-roce", "allgather", 8, "hier:mesh/ring@server"),
-    ("4x8p-roce", "allreduce", 8, "hier:mesh/nhr@server"),          # 910B, >= 4 servers: NHR
+    ("4x8p-roce", "allreduce", 8 * MB, "hier:mesh/nhr@server"),     # 910B, >= 4 servers: NHR
+    ("4x8p-roce", "allreduce", 2 * MB, "hier:mesh/tree@server"),    # ... <= 256 KiB per device: NHR one-shot = tree
     ("6x8p-roce", "allgather", 16 * KB, "hier:mesh/nhr@server"),    # ... also where H-D_R would fold
     ("5x1p-roce", "reduce_scatter", 8, "nhr"),                      # one NPU per server: level 1 only
     ("3x8p-roce", "broadcast", 8, "hier:mesh/hd@server"),           # RHD beats ring on latency
@@ -118,7 +119,8 @@ KB, MB, GB = 1024, 1024 * 1024, 1024 ** 3
     ("2x8p-roce-910", "allreduce", 8, "hier:ring/hd@server"),       # 910: power of two -> H-D_R
     ("3x8p-roce-910", "allreduce", 8, "hier:ring/ring@server"),     # 910: otherwise ring
     ("8x8p-roce-910", "allgather", 8, "hier:ring/hd@server"),       # 910: >= 8 servers -> H-D_R
-    ("4x1p-roce", "allreduce", 8, "nhr"),                           # one NPU per server: level 1 only
+    ("4x1p-roce", "allreduce", 8, "tree"),                          # one NPU per server: level 1 only (one-shot)
+    ("4x1p-roce", "allreduce", 1 * MB, "nhr"),
     ("4x8p-roce", "broadcast", 8, "hier:mesh/hd@server"),           # broadcast: ring or HD only, never NHR
     # all-to-all (alltoall_operator.cc SelectAlgforAlltoAll): no size rule below 200 MB
     ("ascend910b-8p", "alltoall", 1 * MB, "mesh"),          # RunAlltoAllDirectFullmesh
@@ -168,8 +170,8 @@ def test_hccl_level1_tie_breaking_and_unequal_servers():
     assert hccl_choice(CallShape("allreduce", 64 * GB, "ascend910b", 761, 8, "mesh")).algo == big.algo
     assert hccl_choice(CallShape("allreduce", 64 * GB, "ascend910b", 762, 8, "mesh")).algo == "hier:mesh/nhr@server"
     small = hccl_choice(CallShape("allreduce", 8 * 256 * KB, "ascend910b", 4, 8, "mesh"))
-    assert small.algo == "hier:mesh/nhr@server" and "one-shot" in small.rule and small.estimate
-    assert "one-shot" not in hccl_choice(CallShape("allreduce", 8 * 256 * KB + 8, "ascend910b", 4, 8, "mesh")).rule
+    assert small.algo == "hier:mesh/tree@server" and "one-shot" in small.rule and not small.estimate
+    assert hccl_choice(CallShape("allreduce", 8 * 256 * KB + 8, "ascend910b", 4, 8, "mesh")).algo == "hier:mesh/nhr@server"
 
 
 def test_call_shape_reads_the_topology():

@@ -553,8 +553,8 @@ def _level1_auto_calls(size: int, counts: tuple) -> list:
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("preset, size, algo, counts", [
-    ("4x2p-roce", 8, "hier:mesh/nhr@server", (1001, 37, 37)),  # four servers: NHR across
-    ("5x1p-roce", 5, "nhr", (1001, 37, 37)),
+    ("4x2p-roce", 8, "hier:mesh/nhr@server", (140_001, 37, 37)),  # four servers: NHR across (> 256 KiB per device)
+    ("5x1p-roce", 5, "nhr", (140_001, 37, 37)),
     ("2x4p-roce", 8, "hier:mesh/pipeline@server", ((1 << 21) + 3, 8197, 8197)),  # >= 1 MB a slice, >= 32 KB: pipeline
 ])
 def test_nhr_and_pipeline_under_auto_move_the_right_data_and_equal_the_simulator(preset, size, algo, counts):

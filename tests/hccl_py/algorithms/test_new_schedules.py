@@ -114,3 +114,34 @@ def test_nhr_steps_and_layout_follow_hccls_templates():
                     blocks = _nhr.rs_step(r, n, k)[1 if send else 3]
                     want = _nhr.runs([_nhr.tree_map(n)[x] for x in blocks])
                     assert want == [(int(a), int(b)) for a, b in zip(lo[:, r], hi[:, r]) if a >= 0]
+
+
+def test_tree_allreduce_is_hccls_nhr_one_shot():
+    """HCCL's AllReduceNHROneshot (reduce_nhr_oneshot.cc GetStepInfo L196-227, then
+    broadcast_nhr_oneshot.cc L175-204, root 0): in reduce step k rank D = j 2^(k+1) receives the
+    whole buffer from D + 2^k; in broadcast step k, with j = S-1-k, D = i 2^(j+1) sends to D + 2^j.
+    hccl-py's tree allreduce is the same sequence of transfers on every rank."""
+    from hccl_py.algorithms import _nhr
+    from hccl_py.algorithms.registry import get_schedule
+
+    tree = get_schedule("allreduce", "tree")
+    for n in range(2, 18):
+        top = _nhr.nsteps(n)
+        want = {r: [] for r in range(n)}
+        for k in range(top):  # reduce, nearest child first
+            pair, grp = 1 << k, 2 << k
+            for d in range(n):
+                if d % grp == 0 and d + pair < n:
+                    want[d].append(("recv", d + pair))
+                    want[d + pair].append(("send", d))
+        for k in range(top):  # broadcast, farthest child first
+            j = top - 1 - k
+            pair, grp = 1 << j, 2 << j
+            for d in range(n):
+                if d % grp == 0 and d + pair < n:
+                    want[d].append(("send", d + pair))
+                    want[d + pair].append(("recv", d))
+        for r in range(n):
+            got = [(kind, t.peer) for st in tree(r, n, 16).steps
+                   for kind, ts in (("recv", st.recvs), ("send", st.sends)) for t in ts]
+            assert got == want[r], (n, r)
