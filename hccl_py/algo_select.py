@@ -39,6 +39,7 @@ _HCCL_ALGOS = {"na": AUTO, "auto": AUTO, "h-d_r": "hd", "fullmesh": "mesh", **{a
 HCCL_ONLY_ALGOS = {"nhr_v1", "nb", "ahc", "star"}
 PIPELINE = f"{HIER}:mesh/pipeline"  # HCCL's pipeline: a two-level algorithm whose level 0 is the mesh
 _ALIASES = {"pipeline": PIPELINE}
+_PIPELINES = (*PIPELINED, "alltoall", "alltoallv")  # the pipelined all-to-all: algorithms/alltoall_staged.py
 # Operators HCCL runs an algorithm for and hccl-py does not: HCCL_ALGO's global form refuses
 # them rather than choose another (NHR: broadcast_nhr.cc, reduce_nhr_oneshot.cc, scatter_nhr.cc)
 _HCCL_HAS = {"nhr": ("broadcast", "reduce", "scatter")}
@@ -451,6 +452,7 @@ def hccl_choice(shape: CallShape) -> Choice:
 # --------------------------------------------- all-to-all, scatter, gather: rules without a level 1
 
 STAGED = f"{HIER}:mesh/pairwise{GROUPS}"  # HCCL's RunAlltoAllVStaged on its mesh-aggregation groups
+A2A_PIPELINE = f"{PIPELINE}{GROUPS}"  # HCCL's RunAlltoAllVTwoLevelPipeline on them
 
 
 def alltoall_rule(s: CallShape) -> Choice:
@@ -463,11 +465,19 @@ def alltoall_rule(s: CallShape) -> Choice:
         return Choice("pairwise", "<= 2 ranks: RunAlltoAllVFullMesh, pairwise (HCCL_ALLTOALLV_P2P_SIZE = 2)")
     if s.per_server == 1:
         return Choice("pairwise", "one NPU per server, all ranks on one plane: RunAlltoAllVFullMesh, pairwise")
-    if s.servers > 1 and s.card == "ascend910b":
-        return Choice(STAGED, f"910B, {s.servers} servers: HCCL runs RunAlltoAllVTwoLevelPipeline (AlltoAllV: "
-                              "ContinuousPipeline), an in-server mesh and pairwise between the servers' same-index NPUs, "
-                              "the two overlapped; hccl-py runs the same transfers staged, one level after the other "
-                              "(RunAlltoAllVStaged, HCCL's choice in graph mode; estimate)", True)
+    m, g = s.servers, s.per_server
+    if m > 1 and s.card == "ascend910b" and m * (5 * (g - 1) + 8) + 5 + m <= _HCCL_FFTS_CAPACITY:
+        # IsSatisfyAlltoallPipelineCondition (alltoall_operator.cc L534-560; the task count of
+        # CalcContextNumForPipeline); AlltoAllV first tries RunAlltoAllVContinuousPipeline (L287)
+        rule = (f"910B, {m} servers: RunAlltoAllVTwoLevelPipeline, pairwise between the servers' same-index NPUs "
+                "overlapped with the in-server mesh")
+        if s.collective == "alltoallv":
+            return Choice(A2A_PIPELINE, rule + "; for AlltoAllV HCCL runs RunAlltoAllVContinuousPipeline, not read here: "
+                                               "this pipeline stands in (estimate)", True)
+        return Choice(A2A_PIPELINE, rule)
+    if m > 1 and s.card == "ascend910b":
+        return Choice(STAGED, f"910B, {m} servers: the pipeline would exceed HCCL's {_HCCL_FFTS_CAPACITY} tasks: "
+                              "RunAlltoAllVStaged, a mesh inside each server, then pairwise among the servers' same-index NPUs")
     if s.servers > 1 or s.level0_topo == "islands":
         where = f"{s.servers} servers" if s.servers > 1 else f"{s.per_server} NPUs in HCCS islands"
         return Choice(STAGED, f"{s.card}, {where}: RunAlltoAllVStaged, a mesh inside each mesh group (a server, or a 910's "
@@ -483,10 +493,10 @@ def alltoall_rule(s: CallShape) -> Choice:
 
 
 def staged_alltoall(topology, world_ranks) -> list[str]:
-    """``[STAGED]`` when HCCL's mesh groups of ``world_ranks`` are several and of one size (the
-    staged all-to-all runs there), else ``[]``."""
+    """``[STAGED, A2A_PIPELINE]`` when HCCL's mesh groups of ``world_ranks`` are several and of
+    one size (the two-level all-to-alls run there), else ``[]``."""
     groups = topology_partition(topology, world_ranks)
-    return [STAGED] if len(groups) > 1 and len({len(g) for g in groups}) == 1 else []
+    return [STAGED, A2A_PIPELINE] if len(groups) > 1 and len({len(g) for g in groups}) == 1 else []
 
 
 def _rooted_rule(s: CallShape, gather: bool) -> Choice:
@@ -520,7 +530,7 @@ FLAT_RULES: dict[str, Callable[[CallShape], Choice]] = {
 def flat_choice(topology, collective: str, count: int, itemsize: int, world_ranks: tuple[int, ...]) -> Choice:
     """HCCL's rule for an all-to-all, scatter or gather on ``world_ranks``."""
     choice = FLAT_RULES[collective](call_shape(topology, collective, count, itemsize, world_ranks))
-    if choice.algo == STAGED and not staged_alltoall(topology, world_ranks):
+    if choice.algo in (STAGED, A2A_PIPELINE) and not staged_alltoall(topology, world_ranks):
         return Choice("pairwise", "mesh groups of different sizes: pairwise over all ranks, as HCCL does for servers of "
                                   "different sizes (estimate)", True)
     return choice
@@ -581,11 +591,11 @@ def hier_levels(name: str) -> tuple[str, str] | None:
 
 def _resolve_hier(collective: str, levels: tuple[str, str], source: dict) -> str:
     if levels[1] == "pipeline":
-        if collective not in PIPELINED or levels[0] != "mesh":
-            raise HcclNotSupportedError(f"{collective}: HCCL's pipeline is hier:mesh/pipeline, for {', '.join(PIPELINED)}",
-                                        collective=collective, algo=f"{HIER}:{levels[0]}/pipeline", choices=list(PIPELINED),
+        if collective not in _PIPELINES or levels[0] != "mesh":
+            raise HcclNotSupportedError(f"{collective}: HCCL's pipeline is hier:mesh/pipeline, for {', '.join(_PIPELINES)}",
+                                        collective=collective, algo=f"{HIER}:{levels[0]}/pipeline", choices=list(_PIPELINES),
                                         **source)
-        return f"{HIER}:mesh/pipeline"
+        return PIPELINE
     if collective not in TWO_LEVEL:
         raise HcclNotSupportedError(f"{collective}: no hierarchical algorithm; hier serves {', '.join(TWO_LEVEL)}",
                                     collective=collective, algo=HIER, choices=list(TWO_LEVEL), **source)
@@ -616,7 +626,7 @@ def resolve(collective: str, algo: str, choose_auto: Callable[[], str], env_tabl
             levels = hier_levels(name) if name != AUTO else None
             if ((name in ALL_ALGOS and name not in algos_for(collective) and collective not in _HCCL_HAS.get(name, ()))
                     or (levels is not None and collective not in TWO_LEVEL)
-                    or (levels is not None and levels[1] == "pipeline" and collective not in PIPELINED)):
+                    or (levels is not None and levels[1] == "pipeline" and collective not in _PIPELINES)):
                 name = AUTO
         source = env.HCCL_ALGO
         given = {"variable": env.HCCL_ALGO}  # where the name came from, as error fields

@@ -1,5 +1,6 @@
-"""Staged all-to-all (HCCL's ``RunAlltoAllVStaged``, and the data movement of its two-level
-pipelines): on a partition of the ranks into G groups of M (servers, or a 910 server's HCCS
+"""HCCL's two-level all-to-alls: staged (``RunAlltoAllVStaged``) and pipelined (below).
+
+Staged: on a partition of the ranks into G groups of M (servers, or a 910 server's HCCS
 islands), stage 1 inside every group, stage 2 across groups among the ranks with the same index
 in their group, so every message between groups carries M blocks.
 
@@ -22,6 +23,17 @@ Steps: stage 1 (1 or M-1) + stage 2 (G-1 or 1) + a final copy out of TMP. Sent
 per rank: its blocks to others, those for other groups twice (inside, then across; HCCL's
 staging too). TMP: the packs of both stages and what stage 1 receives, up to ~3x the rank's data.
 IN is never written.
+
+**Pipelined** (``outer="pipeline"``, HCCL's ``RunAlltoAllVTwoLevelPipeline``, template
+``AlltoallPipelineMeshPairwiseCCLEnough``: hcomm ``libochao-huawei/hcomm@8958adbf``
+``alg_template/temp_alltoall/allltoall_pipeline_mesh_pairwise_ccl_enough.cc`` L27-300): the same
+transfers with the levels overlapped, G steps. In step s, (g, i) sends (g+1+s, i) its blocks for
+every member of group g+1+s in one message (s < G-1) and receives from (g-1-s, i) that rank's
+blocks for every member of its own group, into TMP; at the same time it sends each member (g, t)
+the block for (g, t) that originated at (g-s, i) (its own IN block at s = 0, else what it received
+in step s-1) and receives from each member the block for itself that originated at (g-s, t),
+into OUT; its own block from (g-s, i) is copied out first. Steps: G. TMP: the packs and what
+the ring of groups brings, ~2x the rank's data.
 """
 
 from __future__ import annotations
@@ -35,6 +47,7 @@ from .schedule import IN, OUT, TMP, Copy, Recv, Region, Schedule, Send, Step
 
 Partition = tuple[tuple[int, ...], ...]
 LEVEL_ALGOS = ("mesh", "pairwise")  # what each stage can run
+PIPELINE = "pipeline"  # the outer level of HCCL's pipelined two-level all-to-all (inner: mesh)
 
 
 def check_partition(partition: Partition, inner: str, outer: str) -> None:
@@ -44,6 +57,8 @@ def check_partition(partition: Partition, inner: str, outer: str) -> None:
         raise HcclParamError(f"staged all-to-all needs groups of one size, got sizes {sorted(sizes)} (HCCL runs the flat "
                              "pairwise all-to-all there: algo='pairwise')", collective="alltoall", arg="partition",
                              value=[len(g) for g in partition], rule="equal groups")
+    if outer == PIPELINE and inner == "mesh":
+        return
     for level, algo in (("inner", inner), ("outer", outer)):
         if algo not in LEVEL_ALGOS:
             raise HcclParamError(f"staged all-to-all: the {level} level runs mesh or pairwise, not {algo!r}",
@@ -77,6 +92,8 @@ def schedule_v(rank: int, counts: Sequence[Sequence[int]], send_displs: Sequence
                partition: Partition, inner: str = "mesh", outer: str = "pairwise") -> Schedule:
     """Rank ``rank``'s staged all-to-all for ``counts[i][j]`` elements from i to j (displacements
     as in ``alltoall_pairwise.schedule_v``) on ``partition``."""
+    if outer == PIPELINE:
+        return _pipelined(rank, counts, send_displs, recv_displs, partition)
     me_g, me_i = _places(partition, inner, outer)[rank]
     groups, m = len(partition), len(partition[0])
     tmp = _Tmp()
@@ -135,6 +152,42 @@ def schedule_v(rank: int, counts: Sequence[Sequence[int]], send_displs: Sequence
     steps += _exchange(same_index, me_g, outer, stage2_sends, stage2_recvs, seconds)
     if lasts:
         steps.append(Step(copies=tuple(lasts)))
+    return finish(steps)
+
+
+def _pipelined(rank: int, counts: Sequence[Sequence[int]], send_displs: Sequence[int], recv_displs: Sequence[int],
+               partition: Partition) -> Schedule:
+    """HCCL's pipelined two-level all-to-all (module doc) on ``partition``: rank ``rank``'s steps."""
+    n, l = _places(partition, "mesh", PIPELINE)[rank]
+    groups, m = len(partition), len(partition[0])
+    at = lambda g, t: partition[g % groups][t % m]  # noqa: E731 - member t of group g, round the ring
+    tmp = _Tmp()
+
+    def block_in(dst: int) -> Region:  # my block for rank dst, in IN
+        return Region(IN, send_displs[dst], counts[rank][dst])
+
+    def into_out(src: int) -> Region:  # the block from rank src, in OUT
+        return Region(OUT, recv_displs[src], counts[src][rank])
+
+    came: list[Region] | None = None  # what the ring brought in the step before, by member of my group
+    steps = []
+    for s in range(groups):
+        origin = at(n - s, l)  # the rank whose blocks this step hands round my group
+        copies = [Copy(block_in(rank) if s == 0 else came[l], into_out(origin))]
+        sends, recvs = [], []
+        if s < groups - 1:
+            sends.append(Send(at(n + 1 + s, l), tmp.pack([block_in(at(n + 1 + s, t)) for t in range(m)], copies)))
+            src = at(n - 1 - s, l)
+            sizes = [counts[src][at(n, t)] for t in range(m)]
+            area = tmp.take(sum(sizes))
+            recvs.append(Recv(src, area))
+        for i in range(1, m):
+            peer = at(n, l + i)
+            sends.append(Send(peer, block_in(peer) if s == 0 else came[(l + i) % m]))
+            recvs.append(Recv(peer, into_out(at(n - s, l + i))))
+        steps.append(Step(tuple(copies), tuple(sends), tuple(recvs)))
+        if s < groups - 1:
+            came = _split(area, sizes)
     return finish(steps)
 
 

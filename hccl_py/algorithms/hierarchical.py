@@ -118,7 +118,7 @@ def _schedule_for(collective: str, partition: Partition, inner: str, outer: str)
     if collective not in LEVELS:
         raise HcclParamError(f"no hierarchical algorithm for {collective!r}; use one of {', '.join(TWO_LEVEL)}",
                              arg="collective", value=collective, rule="choices", choices=list(TWO_LEVEL))
-    if outer == "pipeline":  # HCCL's pipeline: its own two-level schedule, level 0 a full mesh
+    if outer == "pipeline" and collective != "alltoall":  # HCCL's pipeline: its own schedule, level 0 a full mesh
         from . import pipeline
 
         if inner != "mesh" or collective not in pipeline.PIPELINED:

@@ -129,7 +129,9 @@ KB, MB, GB = 1024, 1024 * 1024, 1024 ** 3
     ("4x1p-roce", "alltoall", 64 * MB, "pairwise"),         # one rank per server: RunAlltoAllVFullMesh
     ("ascend910-8p", "alltoall", 8, "hier:mesh/pairwise@groups"),    # two 4P islands: RunAlltoAllVStaged
     ("2x8p-roce-910", "alltoall", 8, "hier:mesh/pairwise@groups"),   # 910 across servers: staged
-    ("2x8p-roce", "alltoall", 64 * MB, "hier:mesh/pairwise@groups"),  # 910B: the pipeline's transfers, staged
+    ("2x8p-roce", "alltoall", 64 * MB, "hier:mesh/pipeline@groups"),  # 910B: RunAlltoAllVTwoLevelPipeline
+    ("1489x8p-roce", "alltoall", 8, "hier:mesh/pipeline@groups"),   # m(5(g-1)+8)+5+m <= 65535 tasks ...
+    ("1490x8p-roce", "alltoall", 8, "hier:mesh/pairwise@groups"),   # ... past it: RunAlltoAllVStaged
     # scatter (scatter_operator.cc): the topology decides; gather mirrors it (HCCL has no Gather)
     ("ascend910-8p", "scatter", 8, "ring"),                 # 8P ring: ScatterRingExecutor
     ("ascend910b-8p", "scatter", 64 * MB, "mesh"),          # NP mesh: ScatterMeshExecutor
@@ -207,7 +209,7 @@ def test_alltoallv_auto_follows_the_alltoall_rule():
     assert alltoallv_auto(Topology.preset("ascend910b-8p"), tuple(range(8))).algo == "mesh"
     assert alltoallv_auto(Topology.preset("4x1p-roce"), tuple(range(4))).algo == "pairwise"
     chosen = alltoallv_auto(Topology.preset("2x8p-roce"), tuple(range(16)))
-    assert chosen.algo == "hier:mesh/pairwise@groups" and chosen.estimate and "TwoLevelPipeline" in chosen.rule
+    assert chosen.algo == "hier:mesh/pipeline@groups" and chosen.estimate and "ContinuousPipeline" in chosen.rule
     # islands of different sizes (a 910 server with 6 NPUs: 4 + 2): pairwise over all ranks, an estimate
     uneven = alltoallv_auto(Topology.preset("ascend910-8p", n=6), tuple(range(6)))
     assert uneven.algo == "pairwise" and uneven.estimate

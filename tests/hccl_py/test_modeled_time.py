@@ -420,10 +420,13 @@ def test_hccl_sim_alltoallv_and_batchsendrecv(tmp_path, capsys):
         (row,) = [line.split() for line in out.splitlines() if line.split()[:1] == [algo]]
         assert float(row[1]) == pytest.approx(vc[algo].time_s * 1e6, abs=1e-3)
         assert float(row[2]) == pytest.approx(max(v[algo].end_clocks) * 1e6, abs=1e-3) and float(row[2]) > float(row[1])
-    staged = "hier:mesh/pairwise@groups"  # HCCL's two-level all-to-all across servers, staged
-    assert f"auto: {staged}: 910B, 2 servers" in out and "Zipf skew 1.2" in out and "rank 0 receives the most" in out
+    piped, staged = "hier:mesh/pipeline@groups", "hier:mesh/pairwise@groups"  # HCCL's two-level all-to-alls
+    assert f"auto: {piped}: 910B, 2 servers" in out and "Zipf skew 1.2" in out and "rank 0 receives the most" in out
+    (row,) = [line.split() for line in out.splitlines() if line.split()[:1] == [piped]]
+    assert float(row[1]) == pytest.approx(vc[piped].time_s * 1e6, abs=1e-3) and row[-1] == "auto"
     (row,) = [line.split() for line in out.splitlines() if line.split()[:1] == [staged]]
-    assert float(row[1]) == pytest.approx(vc[staged].time_s * 1e6, abs=1e-3) and row[-1] == "auto"
+    assert float(row[1]) == pytest.approx(vc[staged].time_s * 1e6, abs=1e-3)
+    assert vc[staged].time_s > vc[piped].time_s  # the pipeline overlaps the levels
     counts = tmp_path / "counts.json"
     counts.write_text(json.dumps([[j + i for j in range(n)] for i in range(n)]))
     assert main(["all_to_all_vc", "--preset", "2x8p-roce", "--counts", str(counts), "--algo", "pairwise"]) == 0
@@ -515,7 +518,7 @@ def test_two_level_scatter_gather_and_alltoall_under_auto_equal_the_simulator():
     ranks = tuple(range(size))
     for i, (collective, count, root) in enumerate((("scatter", 37, 5), ("gather", 37, 2), ("alltoall", 37, 0))):
         algo = auto(model, collective, count, 4, ranks, root)
-        assert algo in ("hier:mesh/ring@server", "hier:mesh/pairwise@groups"), (collective, algo)  # two-level, by HCCL's rules
+        assert algo in ("hier:mesh/ring@server", "hier:mesh/pipeline@groups"), (collective, algo)  # two-level, by HCCL's rules
         result = simulate_call(collective, topo, count, algo=algo, root=root, cost_model=model, world_ranks=ranks)
         starts = [per_rank[r][i][0] for r in ranks]
         exact = simulate(collective, schedule_fn(topo, collective, algo, ranks), topo, count, itemsize=4, root=root, start_clocks=starts,

@@ -12,6 +12,7 @@ import pytest
 from hccl_py.algorithms import alltoall_staged
 from hccl_py.algorithms.alltoallv import VSchedule, as_matrix
 from hccl_py.algorithms.playback import check, play
+from hccl_py.errors import HcclParamError
 
 PARTITIONS = [
     ((0, 1, 2, 3), (4, 5, 6, 7)),      # two servers / a 910's two islands
@@ -21,7 +22,7 @@ PARTITIONS = [
     ((0,), (1,), (2,)),                # groups of one: the flat outer algorithm
     ((0, 1, 2),),                      # one group: the flat inner algorithm
 ]
-LEVELS = list(itertools.product(alltoall_staged.LEVEL_ALGOS, repeat=2))
+LEVELS = [*itertools.product(alltoall_staged.LEVEL_ALGOS, repeat=2), ("mesh", alltoall_staged.PIPELINE)]
 
 
 @pytest.mark.parametrize("partition", PARTITIONS, ids=str)
@@ -73,3 +74,19 @@ def test_messages_between_groups_carry_a_whole_groups_blocks():
     assert [(s.peer, s.src.count) for s in across] == [(4, 40)]  # one message of 4 blocks to rank 4 only
     inside = [send for step in schedule.steps for send in step.sends if send.peer < 4]
     assert sorted((s.peer, s.src.count) for s in inside) == [(1, 20), (2, 20), (3, 20)]  # 2 blocks each, one step
+
+
+def test_the_pipeline_overlaps_the_levels_and_sends_each_server_its_blocks_at_once():
+    """HCCL's RunAlltoAllVTwoLevelPipeline: G steps; in step s rank (n, l) sends (n+1+s, l) its
+    blocks for that whole server in one message while the server's mesh hands round the blocks
+    that arrived in the step before."""
+    partition = ((0, 1, 2, 3), (4, 5, 6, 7), (8, 9, 10, 11))
+    fn = alltoall_staged.schedule_for(partition, "mesh", "pipeline")
+    steps = fn(1, 12, 10).steps
+    assert len(steps) == 3
+    assert [(s.peer, s.src.count) for s in steps[0].sends] == [(5, 40), (2, 10), (3, 10), (0, 10)]
+    assert [(s.peer, s.src.count) for s in steps[1].sends] == [(9, 40), (2, 10), (3, 10), (0, 10)]
+    assert [s.peer for s in steps[2].sends] == [2, 3, 0]  # the last step: the mesh only
+    assert [(r.peer, r.dst.count) for r in steps[0].recvs][0] == (9, 40)  # from server n-1-s
+    with pytest.raises(HcclParamError):
+        alltoall_staged.schedule_for(partition, "pairwise", "pipeline")  # level 0 of HCCL's pipeline is the mesh
