@@ -219,7 +219,7 @@ def server_partition(topology, world_ranks) -> tuple[tuple[int, ...], ...]:
 
 SERVER = "@server"  # suffix of a two-level choice on the partition by server
 GROUPS = "@groups"  # ... on HCCL's mesh-aggregation groups: servers, a 910 server split by HCCS island
-_SMALL_128K, _SMALL_256K, _SMALL_1M = 128 * 1024, 256 * 1024, 1024 * 1024
+_SMALL_128K, _SMALL_256K, _SMALL_512K, _SMALL_1M = 128 * 1024, 256 * 1024, 512 * 1024, 1024 * 1024
 # HCCL's level-1 alpha-beta comparison (coll_alg_operator.cc): LATENCY = 60 us per step and the
 # per-NPU level-1 bandwidth GetBandWidthPerNPU(1) of device_capacity.cc, in GiB/s (x GB2B).
 _HCCL_LEVEL1_LATENCY_US = 60.0
@@ -446,6 +446,12 @@ def hccl_choice(shape: CallShape) -> Choice:
     inner, rule = rule0(shape, g)
     if (shape.collective, inner) not in SCHEDULES or (shape.collective not in HIER_COLLECTIVES):
         return Choice(outer, rule1, True)
+    if (shape.collective == "allreduce" and shape.card == "ascend910b" and g > 2 and shape.nbytes < _SMALL_512K
+            and shape.reduces_inline):
+        # all_reduce_operator.cc NonDeterministicSelector L573-578: a small-count executor that
+        # hccl-py does not model; the two-level algorithm stands in
+        rule1 += ("; below 512 KB HCCL runs AllReduceMeshOpbaseSmallCountDeterministicExecutor (the whole buffer "
+                  "by doubling inside the server and across servers), not modeled: estimate")
     return Choice(f"{HIER}:{inner}/{outer}{SERVER}", f"level 0: {rule}; level 1: {rule1}", "estimate" in rule + rule1)
 
 
@@ -466,14 +472,19 @@ def alltoall_rule(s: CallShape) -> Choice:
     if s.per_server == 1:
         return Choice("pairwise", "one NPU per server, all ranks on one plane: RunAlltoAllVFullMesh, pairwise")
     m, g = s.servers, s.per_server
+    rule = (f"910B, {m} servers: RunAlltoAllVTwoLevelPipeline, pairwise between the servers' same-index NPUs "
+            "overlapped with the in-server mesh")
+    if m > 1 and s.card == "ascend910b" and s.collective == "alltoallv":
+        # AlltoAllV first takes RunAlltoAllVContinuousPipeline (alltoall_operator.cc L287, L725-751:
+        # no task limit); AlltoAllVC the two-level pipeline
+        return Choice(A2A_PIPELINE, rule + " (AlltoAllVC); AlltoAllV runs RunAlltoAllVContinuousPipeline, not read "
+                                           "here: the two-level pipeline stands in (estimate)", True)
     if m > 1 and s.card == "ascend910b" and m * (5 * (g - 1) + 8) + 5 + m <= _HCCL_FFTS_CAPACITY:
         # IsSatisfyAlltoallPipelineCondition (alltoall_operator.cc L534-560; the task count of
-        # CalcContextNumForPipeline); AlltoAllV first tries RunAlltoAllVContinuousPipeline (L287)
-        rule = (f"910B, {m} servers: RunAlltoAllVTwoLevelPipeline, pairwise between the servers' same-index NPUs "
-                "overlapped with the in-server mesh")
-        if s.collective == "alltoallv":
-            return Choice(A2A_PIPELINE, rule + "; for AlltoAllV HCCL runs RunAlltoAllVContinuousPipeline, not read here: "
-                                               "this pipeline stands in (estimate)", True)
+        # CalcContextNumForPipeline)
+        if s.nbytes * s.ranks > _HCCL_CCL_BUFFER:  # a rank's data beyond the CCL buffer: another template
+            return Choice(A2A_PIPELINE, rule + "; beyond HCCL's 200 MB buffer per rank it runs the ping-pong template "
+                                               "(AlltoallPipelineMeshPairwisePingPong), not modeled: estimate", True)
         return Choice(A2A_PIPELINE, rule)
     if m > 1 and s.card == "ascend910b":
         return Choice(STAGED, f"910B, {m} servers: the pipeline would exceed HCCL's {_HCCL_FFTS_CAPACITY} tasks: "

@@ -9,8 +9,9 @@ blocks ``r - i 2^(k+1)`` from rank + 2^k; after S = ceil(log2 size) steps rank r
 complete, and the allgather's S steps hand the complete blocks back along the same trees. Every
 element is reduced by one rank and then copied, so all ranks end bit-identical. At <= 256 KiB
 per device HCCL runs NHR's one-shot form instead, a binomial reduce of the whole buffer to rank 0
-and a binomial broadcast: that is ``tree``, which ``auto`` runs there; ``nhr`` by name is the
-segmented algorithm at every size.
+and a binomial broadcast: that is ``tree``, which ``auto`` runs there (below 512 KB on servers of
+3 or more NPUs HCCL takes a small-count executor instead, see docs/fidelity.md); ``nhr`` by name
+is the segmented algorithm at every size.
 
 Steps: 2 * ceil(log2 size), for any size (no fold). Sent per rank: 2 * (size-1)/size * count
 elements (as many received). TMP: none (in place).

@@ -122,7 +122,8 @@ def render() -> str:
                  f"{', '.join(f'`{a}`' for a in V_ALGORITHMS)} |")
     parts += ["", "Two-level (hierarchical) versions of allreduce, allgather, broadcast, reduce, reduce_scatter, scatter and gather: "
               "[Two-level algorithms](#two-level-algorithms-hierarchicalpy); of alltoall and alltoallv: "
-              "[Staged all-to-all](#staged-all-to-all-alltoall_stagedpy).", ""]
+              "[Two-level all-to-alls](#two-level-all-to-alls-alltoall_stagedpy); HCCL's pipeline of allgather, "
+              "reduce_scatter and allreduce: [HCCL's pipeline](#hccls-pipeline-pipelinepy).", ""]
     parts += ["## The schedule", "", f"From {_link('schedule')}.", "", markdown(_module("schedule").__doc__)]
     for collective, algos in ALGORITHMS.items():
         parts += [f"## {_heading(collective)}", ""]
@@ -137,9 +138,10 @@ def render() -> str:
     parts += ["## Two-level algorithms (hierarchical.py)", "",
               f"`algo=\"hier\"` or `\"hier:<inner>/<outer>\"`. From {_link('hierarchical')}.", "",
               markdown(_module("hierarchical").__doc__)]
-    parts += ["## Staged all-to-all (alltoall_staged.py)", "",
-              f"`algo=\"hier:<inner>/<outer>\"` for alltoall and alltoallv; `auto`'s `hier:mesh/pairwise@groups` runs it "
-              f"on HCCL's mesh groups. From {_link('alltoall_staged')}.", "",
+    parts += ["## Two-level all-to-alls (alltoall_staged.py)", "",
+              f"`algo=\"hier:<inner>/<outer>\"` (staged) or `\"hier:mesh/pipeline\"` (pipelined) for alltoall and alltoallv; "
+              f"`auto` runs `hier:mesh/pipeline@groups` across 910B servers and `hier:mesh/pairwise@groups` on other "
+              f"cards' mesh groups, as HCCL does. From {_link('alltoall_staged')}.", "",
               markdown(_module("alltoall_staged").__doc__)]
     parts += ["## HCCL's pipeline (pipeline.py)", "",
               f"`algo=\"hier:mesh/pipeline\"` for allgather, reduce_scatter and allreduce; `auto`'s "

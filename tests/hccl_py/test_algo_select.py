@@ -132,6 +132,7 @@ KB, MB, GB = 1024, 1024 * 1024, 1024 ** 3
     ("2x8p-roce", "alltoall", 64 * MB, "hier:mesh/pipeline@groups"),  # 910B: RunAlltoAllVTwoLevelPipeline
     ("1489x8p-roce", "alltoall", 8, "hier:mesh/pipeline@groups"),   # m(5(g-1)+8)+5+m <= 65535 tasks ...
     ("1490x8p-roce", "alltoall", 8, "hier:mesh/pairwise@groups"),   # ... past it: RunAlltoAllVStaged
+    ("1490x8p-roce", "alltoallv", 8, "hier:mesh/pipeline@groups"),  # AlltoAllV: ContinuousPipeline, no task limit
     # scatter (scatter_operator.cc): the topology decides; gather mirrors it (HCCL has no Gather)
     ("ascend910-8p", "scatter", 8, "ring"),                 # 8P ring: ScatterRingExecutor
     ("ascend910b-8p", "scatter", 64 * MB, "mesh"),          # NP mesh: ScatterMeshExecutor
@@ -174,6 +175,12 @@ def test_hccl_level1_tie_breaking_and_unequal_servers():
     small = hccl_choice(CallShape("allreduce", 8 * 256 * KB, "ascend910b", 4, 8, "mesh"))
     assert small.algo == "hier:mesh/tree@server" and "one-shot" in small.rule and not small.estimate
     assert hccl_choice(CallShape("allreduce", 8 * 256 * KB + 8, "ascend910b", 4, 8, "mesh")).algo == "hier:mesh/nhr@server"
+    # below 512 KB with 3 or more NPUs per server HCCL runs a small-count executor hccl-py does not model: said
+    tiny = hccl_choice(CallShape("allreduce", 256 * KB, "ascend910b", 4, 8, "mesh"))
+    assert tiny.algo == "hier:mesh/tree@server" and tiny.estimate and "SmallCount" in tiny.rule
+    pair = hccl_choice(CallShape("allreduce", 8, "ascend910b", 4, 2, "mesh"))  # 2 NPUs per server: the one-shot
+    assert pair.algo == "hier:mesh/tree@server" and not pair.estimate
+    assert hccl_choice(CallShape("allreduce", 256 * KB, "ascend910b", 2, 8, "mesh")).estimate  # ring across, same executor
 
 
 def test_call_shape_reads_the_topology():
@@ -210,6 +217,12 @@ def test_alltoallv_auto_follows_the_alltoall_rule():
     assert alltoallv_auto(Topology.preset("4x1p-roce"), tuple(range(4))).algo == "pairwise"
     chosen = alltoallv_auto(Topology.preset("2x8p-roce"), tuple(range(16)))
     assert chosen.algo == "hier:mesh/pipeline@groups" and chosen.estimate and "ContinuousPipeline" in chosen.rule
+    from hccl_py.algo_select import alltoall_rule
+
+    exact = alltoall_rule(CallShape("alltoall", 1 * MB, "ascend910b", 2, 8, "mesh"))  # 16 MB a rank: the CCL buffer holds it
+    assert exact.algo == "hier:mesh/pipeline@groups" and not exact.estimate
+    big = alltoall_rule(CallShape("alltoall", 16 * MB, "ascend910b", 2, 8, "mesh"))  # 256 MB a rank: ping-pong template
+    assert big.algo == exact.algo and big.estimate and "ping-pong" in big.rule
     # islands of different sizes (a 910 server with 6 NPUs: 4 + 2): pairwise over all ranks, an estimate
     uneven = alltoallv_auto(Topology.preset("ascend910-8p", n=6), tuple(range(6)))
     assert uneven.algo == "pairwise" and uneven.estimate
