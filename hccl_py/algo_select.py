@@ -23,7 +23,7 @@ from typing import Callable
 from topology import CARD_MODELS, auto_partition
 
 from . import env
-from .algorithms.hierarchical import HIER_COLLECTIVES, LEVELS, TWO_LEVEL
+from .algorithms.hierarchical import HIER_COLLECTIVES, LEVELS, TWO_LEVEL, whole_buffer
 from .algorithms.pipeline import PIPELINED
 from .algorithms.registry import ALL_ALGOS, SCHEDULES, algos_for, get_schedule
 from .collectives import collective
@@ -426,6 +426,25 @@ def _pipeline(s: CallShape) -> Choice | None:
     return Choice(f"{HIER}:mesh/pipeline{SERVER}", rule, size < _PIPELINE_NO_LITE)
 
 
+def _small_count(s: CallShape, level1: str) -> Choice:
+    """HCCL's allreduce below 512 KB across servers of 3+ NPUs (all_reduce_operator.cc
+    NonDeterministicSelector L576-577): AllReduceMeshOpbaseSmallCountDeterministicExecutor, whole
+    buffers at both levels, no allgather after (``hierarchical.whole_buffer``)."""
+    m, g = s.servers, s.per_server
+    if m & (m - 1) == 0:
+        outer, across = "rd", "recursive doubling (any level-1 setting)"
+    else:  # the level-1 setting's segmented algorithm: NHR (not its one-shot form), ring or RHD
+        outer = "nhr" if level1 == "tree" else level1
+        across = f"{'H-D_R' if outer == 'hd' else outer.upper()} on the whole buffer"
+    inside = "recursive doubling" if g & (g - 1) == 0 else (
+        "a reduce to the first NPU and a broadcast (all_reduce_local_reduce_bcast.cc), hccl-py's recursive doubling "
+        "(with its fold) standing in: estimate")
+    return Choice(f"{HIER}:rd/{outer}{SERVER}",
+                  f"910B, {m} servers of {g} NPUs, below 512 KB: AllReduceMeshOpbaseSmallCountDeterministicExecutor, "
+                  f"the whole buffer by {inside} inside the server (all_reduce_doubling_local_reduce.cc), then across "
+                  f"servers by {across}", g & (g - 1) != 0)
+
+
 def hccl_choice(shape: CallShape) -> Choice:
     """What HCCL's own selection rules run for a call of ``shape`` (docs/fidelity.md lists the
     rules and their sources)."""
@@ -446,12 +465,9 @@ def hccl_choice(shape: CallShape) -> Choice:
     inner, rule = rule0(shape, g)
     if (shape.collective, inner) not in SCHEDULES or (shape.collective not in HIER_COLLECTIVES):
         return Choice(outer, rule1, True)
-    if (shape.collective == "allreduce" and shape.card == "ascend910b" and g > 2 and shape.nbytes < _SMALL_512K
-            and shape.reduces_inline):
-        # all_reduce_operator.cc NonDeterministicSelector L573-578: a small-count executor that
-        # hccl-py does not model; the two-level algorithm stands in
-        rule1 += ("; below 512 KB HCCL runs AllReduceMeshOpbaseSmallCountDeterministicExecutor (the whole buffer "
-                  "by doubling inside the server and across servers), not modeled: estimate")
+    if (shape.collective == "allreduce" and shape.card == "ascend910b" and shape.level0_topo == "mesh" and g > 2
+            and shape.nbytes < _SMALL_512K and shape.reduces_inline):
+        return _small_count(shape, outer)
     return Choice(f"{HIER}:{inner}/{outer}{SERVER}", f"level 0: {rule}; level 1: {rule1}", "estimate" in rule + rule1)
 
 
@@ -610,7 +626,10 @@ def _resolve_hier(collective: str, levels: tuple[str, str], source: dict) -> str
     if collective not in TWO_LEVEL:
         raise HcclNotSupportedError(f"{collective}: no hierarchical algorithm; hier serves {', '.join(TWO_LEVEL)}",
                                     collective=collective, algo=HIER, choices=list(TWO_LEVEL), **source)
-    for level, algo, flat in zip(("inner (level0)", "outer (level1)"), levels, LEVELS[collective]):
+    needs = LEVELS[collective]
+    if collective == "allreduce" and whole_buffer(levels[0]):  # whole buffers, an allreduce at each level
+        needs = (("allreduce",), ("allreduce",))
+    for level, algo, flat in zip(("inner (level0)", "outer (level1)"), levels, needs):
         for c in flat:
             if (c, algo) not in SCHEDULES:
                 raise HcclNotSupportedError(f"{collective}: hier's {level} algorithm {algo!r} has no {c}; "

@@ -17,6 +17,9 @@ Notation: groups G_0 .. G_{k-1} (in the order given), sizes g_i, m = max g_i; ra
 member t of G_i. ``inner`` names the flat algorithm of every intra-group phase, ``outer`` that of
 every inter-group phase.
 
+* **allreduce** with an allreduce-only algorithm inside (``rd``, ``oneshot``; HCCL's small-count
+  executor): the inner allreduce of the whole buffer in every group, then the outer allreduce of
+  the whole buffer among the ranks with one index; equal groups only.
 * **allreduce** (HCCL's hierarchical allreduce): the buffer is cut into m chunks; inner
   reduce-scatter in every group leaves member t with the group's partial sum of chunk t; an outer
   allreduce of chunk t among the k ranks holding it (one per group: the "same device id" across
@@ -137,10 +140,15 @@ def _schedule_for(collective: str, partition: Partition, inner: str, outer: str)
         staged.collective, staged.partition, staged.inner, staged.outer = collective, partition, inner, outer
         return staged
     inner_names, outer_names = LEVELS[collective]
-    fns = {("inner", c): get_schedule(c, inner) for c in inner_names}
-    fns.update({("outer", c): get_schedule(c, outer) for c in outer_names})
     plan = _Plan.of(partition)
     build = _BUILDERS[collective]
+    if collective == "allreduce" and whole_buffer(inner):  # an allreduce-only algorithm inside: whole buffers
+        if not plan.uniform:
+            raise HcclParamError(f"hierarchical allreduce with {inner!r} inside needs groups of one size",
+                                 collective=collective, arg="partition", rule="equal groups")
+        inner_names, build = ("allreduce",), _allreduce_whole
+    fns = {("inner", c): get_schedule(c, inner) for c in inner_names}
+    fns.update({("outer", c): get_schedule(c, outer) for c in outer_names})
 
     @lru_cache(maxsize=256)
     def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
@@ -337,6 +345,27 @@ def _allreduce(plan: _Plan, fns, rank: int, count: int, root: int) -> Schedule:
             c.run(_sub(fns, "outer", "allreduce", i, k, n), plan.holders(j), mine, mine, me=i)
     c.run(_sub(fns, "inner", "allgather", t, g, b), group, held, stage, me=t)
     ch.stage_out(c, i)
+    return c.done()
+
+
+def whole_buffer(inner: str) -> bool:
+    """Whether a hierarchical allreduce with ``inner`` inside groups reduces whole buffers: an
+    allreduce-only algorithm (``rd``, ``oneshot``) has no reduce-scatter to cut the buffer with."""
+    from .registry import SCHEDULES
+
+    return ("allreduce", inner) in SCHEDULES and ("reduce_scatter", inner) not in SCHEDULES
+
+
+def _allreduce_whole(plan: _Plan, fns, rank: int, count: int, root: int) -> Schedule:
+    """Whole buffers (HCCL's small-count executor, AllReduceMeshOpbaseSmallCountDeterministicExecutor):
+    the inner allreduce of the whole buffer in every group, then the outer allreduce of the whole
+    buffer among the ranks with one index (each index's ranks compute the same sums in the same
+    order, so every rank ends bit-identical)."""
+    i, t = plan.where[rank]
+    whole = Region(OUT, 0, count)
+    c = _Compose()
+    c.run(_sub(fns, "inner", "allreduce", t, len(plan.groups[i]), count), plan.groups[i], whole, whole, me=t)
+    c.run(_sub(fns, "outer", "allreduce", i, plan.k, count), plan.holders(t), whole, whole, me=i)
     return c.done()
 
 

@@ -175,12 +175,16 @@ def test_hccl_level1_tie_breaking_and_unequal_servers():
     small = hccl_choice(CallShape("allreduce", 8 * 256 * KB, "ascend910b", 4, 8, "mesh"))
     assert small.algo == "hier:mesh/tree@server" and "one-shot" in small.rule and not small.estimate
     assert hccl_choice(CallShape("allreduce", 8 * 256 * KB + 8, "ascend910b", 4, 8, "mesh")).algo == "hier:mesh/nhr@server"
-    # below 512 KB with 3 or more NPUs per server HCCL runs a small-count executor hccl-py does not model: said
+    # below 512 KB on servers of 3+ NPUs: HCCL's small-count executor, whole buffers by doubling
+    # inside and across (a power of two of servers), else the level-1 setting's segmented algorithm
     tiny = hccl_choice(CallShape("allreduce", 256 * KB, "ascend910b", 4, 8, "mesh"))
-    assert tiny.algo == "hier:mesh/tree@server" and tiny.estimate and "SmallCount" in tiny.rule
+    assert tiny.algo == "hier:rd/rd@server" and not tiny.estimate and "SmallCount" in tiny.rule
+    assert hccl_choice(CallShape("allreduce", 8, "ascend910b", 3, 8, "mesh")).algo == "hier:rd/ring@server"
+    assert hccl_choice(CallShape("allreduce", 8, "ascend910b", 5, 8, "mesh")).algo == "hier:rd/nhr@server"  # not one-shot
+    assert hccl_choice(CallShape("allreduce", 8, "ascend910b", 4, 6, "mesh")).estimate  # 6 NPUs: reduce-bcast inside
     pair = hccl_choice(CallShape("allreduce", 8, "ascend910b", 4, 2, "mesh"))  # 2 NPUs per server: the one-shot
     assert pair.algo == "hier:mesh/tree@server" and not pair.estimate
-    assert hccl_choice(CallShape("allreduce", 256 * KB, "ascend910b", 2, 8, "mesh")).estimate  # ring across, same executor
+    assert hccl_choice(CallShape("allreduce", 512 * KB, "ascend910b", 4, 8, "mesh")).algo == "hier:mesh/tree@server"
 
 
 def test_call_shape_reads_the_topology():

@@ -203,3 +203,23 @@ def test_pipeline_overlaps_the_levels_and_refuses_what_hccl_has_not():
         fn(0, 4, 10)  # the partition serves 8 ranks
     assert (info.value.arg, info.value.value, info.value.expected) == ("size", 4, 8)
     assert fn.__name__ == "hier[0,1,2,3;4,5,6,7]:mesh/pipeline" and fn.outer == "pipeline"
+
+
+# --------------------------------------------------- whole buffers (HCCL's small-count allreduce)
+@pytest.mark.parametrize("partition", EQUAL, ids=format_partition)
+def test_whole_buffer_allreduce_equals_numpy_and_is_bit_identical(partition):
+    size = sum(map(len, partition))
+    for inner, outer in (("rd", "rd"), ("rd", "nhr"), ("rd", "ring"), ("oneshot", "hd")):
+        fn = schedule_for("allreduce", partition, inner, outer)
+        for count in (0, 1, 5, 37):
+            inputs = _inputs("allreduce", size, count, np.int64, count)
+            for op in ("sum", "max"):
+                for got, want in zip(play("allreduce", fn, size, inputs, op=op), _reference("allreduce", inputs, op, 0)):
+                    assert np.array_equal(got, want), (partition, inner, outer, count, op)
+        outs = play("allreduce", fn, size, _inputs("allreduce", size, 29, np.float32, 5), op="sum")
+        assert all(o.tobytes() == outs[0].tobytes() for o in outs)
+    steps = schedule_for("allreduce", [[0, 1, 2, 3], [4, 5, 6, 7]], "rd", "rd")(0, 8, 10).steps
+    assert [[s.peer for s in st.sends] for st in steps if st.sends] == [[1], [2], [4]]  # doubling inside, then across
+    with pytest.raises(HcclParamError) as info:
+        schedule_for("allreduce", [[0, 1, 2], [3]], "rd", "rd")
+    assert info.value.rule == "equal groups"

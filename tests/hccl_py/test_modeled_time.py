@@ -359,7 +359,7 @@ def test_hccl_sim_cli(capsys):
     assert "modeled time" in out and "busbw" in out and "peak memory" in out
     assert main(["allreduce", "--preset", "2x8p-roce", "--bytes", "8", "--algo", "auto"]) == 0
     out = capsys.readouterr().out
-    assert "algo hier:mesh/ring@server" in out and "auto: level 0: 910B" in out
+    assert "algo hier:rd/rd@server" in out and "SmallCountDeterministicExecutor" in out  # HCCL below 512 KB
     assert main(["allreduce", "--preset", "2x8p-roce", "--bytes", "1M", "--algo", "hier:mesh/hd"]) == 0
     assert main(["allgather", "--preset", "nope", "--bytes", "8"]) == 2
     assert main(["allgather", "--preset", "mixed-4p", "--bytes", "8", "--algo", "fastest"]) == 2
@@ -555,19 +555,20 @@ def _level1_auto_calls(size: int, counts: tuple) -> list:
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("preset, size, algo, counts", [
-    ("4x2p-roce", 8, "hier:mesh/nhr@server", (140_001, 37, 37)),  # four servers: NHR across (> 256 KiB per device)
-    ("5x1p-roce", 5, "nhr", (140_001, 37, 37)),
-    ("2x4p-roce", 8, "hier:mesh/pipeline@server", ((1 << 21) + 3, 8197, 8197)),  # >= 1 MB a slice, >= 32 KB: pipeline
+@pytest.mark.parametrize("preset, size, algos, counts", [
+    ("4x2p-roce", 8, ("hier:mesh/nhr@server",) * 3, (140_001, 37, 37)),  # four servers: NHR across (> 256 KiB per device)
+    ("5x1p-roce", 5, ("nhr",) * 3, (140_001, 37, 37)),
+    ("2x4p-roce", 8, ("hier:mesh/pipeline@server",) * 3, ((1 << 21) + 3, 8197, 8197)),  # >= 1 MB a slice, >= 32 KB
+    ("2x4p-roce", 8, ("hier:rd/rd@server", "hier:mesh/ring@server", "hier:mesh/ring@server"), (1001, 37, 37)),  # small count
 ])
-def test_nhr_and_pipeline_under_auto_move_the_right_data_and_equal_the_simulator(preset, size, algo, counts):
+def test_hccls_level1_choices_under_auto_move_the_right_data_and_equal_the_simulator(preset, size, algos, counts):
     from hccl_py.algo_select import auto, schedule_fn
 
     per_rank = run_ranks(_level1_auto_calls, size, size, counts, env={"HCCL_PY_TOPOLOGY": preset}, timeout=100)
     topo = Topology.preset(preset)
     model = CostModel(topo)
     ranks = tuple(range(size))
-    for i, (collective, count) in enumerate(zip(("allreduce", "allgather", "reduce_scatter"), counts)):
+    for i, (collective, count, algo) in enumerate(zip(("allreduce", "allgather", "reduce_scatter"), counts, algos)):
         assert auto(model, collective, count, 4, ranks) == algo
         assert {per_rank[r][i][0] for r in ranks} == {algo}  # what the emulator ran
         starts = [per_rank[r][i][1] for r in ranks]
