@@ -18,10 +18,13 @@ TMP: count (when size >= 2).
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Iterator
+
+import numpy as np
 
 from ._common import finish
 from ._fold import Fold
-from .schedule import OUT, TMP, Copy, Recv, Region, Schedule, Send, Step
+from .schedule import OUT, TMP, Copy, Recv, Region, Schedule, Send, Step, StepFlows
 
 
 @lru_cache(maxsize=256)
@@ -50,3 +53,19 @@ def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
     home = (Copy(Region(held, 0, count), whole),) if held != OUT else ()
     steps.append(Step(copies=home, sends=(Send(extra, whole),) if extra is not None else ()))
     return finish(steps)
+
+
+def flows(size: int, count: int, root: int = 0) -> Iterator[StepFlows]:
+    """Every rank's steps at once (see ``StepFlows``); needs a power-of-two ``size`` (no fold)
+    and ``count >= 1``."""
+    if size < 2 or size & (size - 1) or count < 1:
+        raise ValueError("rd flows need a power-of-two size >= 2 and count >= 1")
+    v = np.arange(size)
+    counts = np.full(size, count)
+    dist, swaps = 1, 0
+    while dist < size:  # swap the whole buffer with v ^ dist and reduce it
+        yield StepFlows(v ^ dist, counts, v ^ dist, True)
+        dist, swaps = dist * 2, swaps + 1
+    if swaps % 2:  # the result ends in TMP: a last copy brings it home
+        none = np.full(size, -1)
+        yield StepFlows(none, np.zeros(size, dtype=np.int64), none, False, copies=(count,))

@@ -646,7 +646,10 @@ def flows_of(fn: ScheduleFn, size: int, count: int):
             steps = these
         return steps, factories, counts
 
-    if collective == "allreduce":
+    if collective == "allreduce" and whole_buffer(fn.inner):
+        phases = [("inner", phase(fn.inner, "allreduce", [count], g)),
+                  ("outer", phase(fn.outer, "allreduce", [count] * g, k))]
+    elif collective == "allreduce":
         ch = _Chunks(plan, count)
         phases = [("inner", phase(fn.inner, "reduce_scatter", [ch.q], g)),
                   ("outer", phase(fn.outer, "allreduce", [ch.bounds[t][1] for t in range(g)], k)),

@@ -292,6 +292,12 @@ def test_all_ranks_at_once_equals_rank_by_rank(collective, algo, sizes, preset):
                 generic = simulate(collective, algo, topo, count, itemsize=4, start_clocks=starts, dtype=dtype, op=op)
                 fast = simulate_flows(collective, algo, topo, count, itemsize=4, start_clocks=starts, dtype=dtype, op=op)
                 assert fast.end_clocks == generic.end_clocks, (size, count, dtype)
+    for size in (2, 4, 8):  # recursive doubling (allreduce only)
+        topo = Topology.preset("ascend910-8p", n=size)
+        for count in (1, 1000):
+            assert can_simulate_flows("allreduce", "rd", size, count)
+            generic = simulate("allreduce", "rd", topo, count, dtype="float16", op="max")
+            assert simulate_flows("allreduce", "rd", topo, count, dtype="float16", op="max").end_clocks == generic.end_clocks
     assert not can_simulate_flows("allreduce", "hd", 6, 100)  # folds: rank by rank only
     assert not can_simulate_flows("allreduce", "ring", 8, 3)  # empty steps
 
@@ -340,7 +346,9 @@ def test_two_level_flows_equal_rank_by_rank(preset, collective):
     part = server_partition(topo, tuple(range(n)))
     model = CostModel(topo, degraded={(0, n - 1): 0.5})
     for inner, outer in (("mesh", "ring"), ("mesh", "hd"), ("ring", "hd"), ("hd", "ring"), ("mesh", "nhr"), ("nhr", "ring"),
-                         ("mesh", "pipeline")):
+                         ("mesh", "pipeline"), ("rd", "rd"), ("rd", "nhr"), ("rd", "ring")):
+        if inner == "rd" and collective != "allreduce":
+            continue  # whole buffers: allreduce only
         fn = schedule_for(collective, part, inner, outer)
         for count in (n, 1000, 4097):  # 4097: allreduce's staged path (chunks of unequal size)
             assert can_simulate_flows(collective, fn, n, count)
