@@ -2,7 +2,9 @@
 
 ``HCCL_ALGO`` is read in HCCL's own syntax, globally (``level0:NA;level1:ring``) or per
 operator (``allreduce=level0:NA;level1:ring/allgather=level0:NA;level1:H-D_R``), and in the short
-per-operator form ``allreduce=ring/allgather=mesh``. HCCL's names map onto hccl-py's: ``ring``,
+per-operator form ``allreduce=ring/allgather=mesh``. Level 1 alone (``level0:NA;level1:ring``) is
+what HCCL does with it: its own level 0 for the topology, that algorithm across servers, nothing
+inside one server (``auto(level1=...)``). HCCL's names map onto hccl-py's: ``ring``,
 ``H-D_R`` -> ``hd``, ``NHR`` -> ``nhr``, ``fullmesh`` -> ``mesh``, ``NA`` -> automatic; ``level1:pipeline``
 is HCCL's pipeline, ``hier:mesh/pipeline`` (allgather, reduce_scatter, allreduce; in the global
 form the other operators stay automatic, as HCCL resets it). Setting *both* levels
@@ -37,6 +39,7 @@ HIER = "hier"
 _OTHER_HCCL_OPS = ("batchsendrecv",)
 _HCCL_ALGOS = {"na": AUTO, "auto": AUTO, "h-d_r": "hd", "fullmesh": "mesh", **{a: a for a in ALL_ALGOS}}
 HCCL_ONLY_ALGOS = {"nhr_v1", "nb", "ahc", "star"}
+LEVEL1 = "level1:"  # HCCL_ALGO naming level 1 alone: auto's level 0, this algorithm across servers
 PIPELINE = f"{HIER}:mesh/pipeline"  # HCCL's pipeline: a two-level algorithm whose level 0 is the mesh
 _ALIASES = {"pipeline": PIPELINE}
 _PIPELINES = (*PIPELINED, "alltoall", "alltoallv")  # the pipelined all-to-all: algorithms/alltoall_staged.py
@@ -47,7 +50,8 @@ _HCCL_HAS = {"nhr": ("broadcast", "reduce", "scatter")}
 _ENV_KEY = {"alltoallv": "alltoall"}
 
 def _parse_levels(text: str, where: str) -> str:
-    """'level0:NA;level1:ring' or 'ring' -> the algorithm name (level1 decides the flat case)."""
+    """'level0:NA;level1:ring' -> 'level1:ring' (level 1 alone: auto keeps HCCL's level 0 and runs
+    ring across servers), 'level0:ring;level1:H-D_R' -> 'hier:ring/hd', 'ring' -> 'ring'."""
     text = text.strip()
     if ":" not in text:
         return _algo_name(text, where)
@@ -65,6 +69,8 @@ def _parse_levels(text: str, where: str) -> str:
     inner, outer = levels.get("level0", AUTO), levels.get("level1", AUTO)
     if outer == PIPELINE:  # HCCL's pipeline: level 0 is its full mesh
         return PIPELINE if inner in (AUTO, "mesh") else f"{HIER}:{inner}/pipeline"
+    if inner == AUTO and outer != AUTO and outer.lower() not in HCCL_ONLY_ALGOS:
+        return f"{LEVEL1}{outer}"  # level 1 alone: HCCL's level 0 for the topology, this across servers
     if AUTO not in (inner, outer) and inner.lower() not in HCCL_ONLY_ALGOS and outer.lower() not in HCCL_ONLY_ALGOS:
         return f"{HIER}:{inner}/{outer}"  # both levels set: the two-level algorithm
     return chosen
@@ -97,9 +103,9 @@ def parse_hccl_algo(text: str | None) -> dict[str, str]:
     """HCCL_ALGO -> {collective: algo}; key '*' holds the global setting.
 
     >>> parse_hccl_algo("level0:NA;level1:ring")
-    {'*': 'ring'}
+    {'*': 'level1:ring'}
     >>> parse_hccl_algo("allreduce=ring/allgather=level0:NA;level1:H-D_R")
-    {'allreduce': 'ring', 'allgather': 'hd'}
+    {'allreduce': 'ring', 'allgather': 'level1:hd'}
     """
     if not text or not text.strip():
         return {}
@@ -400,6 +406,22 @@ def _level1(s: CallShape) -> tuple[str, str]:
     return "hd", f"{s.card}, {m} servers, a power of two: H-D_R (GetDefaultAlgoLevel1V1; HCCL_ALGO docs)"
 
 
+def _named_level1(s: CallShape, algo: str) -> tuple[str, str]:
+    """Level 1 as HCCL_ALGO names it (``level0:NA;level1:<algo>``); HcclNotSupportedError when
+    hccl-py has no such level-1 algorithm for this collective."""
+    needs = LEVELS[s.collective][1] if s.per_server != 1 else (s.collective,)
+    missing = [c for c in needs if (c, algo) not in SCHEDULES]
+    if missing:
+        raise HcclNotSupportedError(f"{s.collective}: HCCL_ALGO names {algo!r} for level 1, which hccl-py has not for "
+                                    f"{', '.join(missing)}; use one of {', '.join(algos_for(missing[0]))}",
+                                    collective=s.collective, algo=algo, variable=env.HCCL_ALGO,
+                                    choices=list(algos_for(missing[0])))
+    rule = f"HCCL_ALGO names {'H-D_R' if algo == 'hd' else algo} for level 1"
+    if algo == "nhr" and s.collective == "allreduce" and s.nbytes // (s.per_server or 1) <= _NHR_ONESHOT:
+        return "tree", rule + "; at <= 256 KiB per device NHR's one-shot form, hccl-py's tree"
+    return algo, rule
+
+
 def _pipeline(s: CallShape) -> Choice | None:
     """HCCL's two-level pipeline where its 910B selection runs it (coll_alg_operator.cc
     GetDefaultAlgoLevel1V2 L521-569, before the alpha-beta comparison), else None."""
@@ -445,9 +467,9 @@ def _small_count(s: CallShape, level1: str) -> Choice:
                   f"servers by {across}", g & (g - 1) != 0)
 
 
-def hccl_choice(shape: CallShape) -> Choice:
+def hccl_choice(shape: CallShape, level1: str | None = None) -> Choice:
     """What HCCL's own selection rules run for a call of ``shape`` (docs/fidelity.md lists the
-    rules and their sources)."""
+    rules and their sources); ``level1``: HCCL_ALGO's level-1 algorithm, where it names one."""
     if shape.per_server is None:
         return Choice("ring", "servers with different NPU counts: HCCL runs one ring over all ranks "
                               "(multiModuleDiffDeviceNumMode)")
@@ -456,10 +478,10 @@ def hccl_choice(shape: CallShape) -> Choice:
     if shape.servers == 1:
         algo, rule = rule0(shape, g)
         return Choice(algo, rule, "estimate" in rule)
-    piped = _pipeline(shape)
+    piped = _pipeline(shape) if level1 is None else None  # HCCL's own level-1 choice only by default
     if piped is not None:
         return piped
-    outer, rule1 = _level1(shape)
+    outer, rule1 = _level1(shape) if level1 is None else _named_level1(shape, level1)
     if g == 1:
         return Choice(outer, f"one NPU per server: level 1 only; {rule1}", "estimate" in rule1)
     inner, rule = rule0(shape, g)
@@ -574,29 +596,30 @@ _auto_choices: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def auto(cost_model, collective: str, count: int, itemsize: int, world_ranks: tuple[int, ...], root: int = 0,
-         dtype: str | None = None, op: str = "sum") -> str:
+         dtype: str | None = None, op: str = "sum", level1: str | None = None) -> str:
     """``algo="auto"``: the algorithm HCCL's own rules choose for this call (:func:`hccl_choice`,
     :data:`FLAT_RULES`); where no rule covers the call (a barrier, one rank), the argmin of the
-    model (:func:`fastest`), labelled an estimate."""
-    key = (collective, count, itemsize, world_ranks, root, dtype, op)
+    model (:func:`fastest`), labelled an estimate. ``level1``: the algorithm HCCL_ALGO names for
+    level 1 alone (HCCL's selection then keeps its level 0 and skips its own level-1 choice)."""
+    key = (collective, count, itemsize, world_ranks, root, dtype, op, level1)
     cache = _auto_choices.get(cost_model)
     if cache is None:
         cache = _auto_choices[cost_model] = {}
     found = cache.get(key)
     if found is None:
-        found = cache[key] = explain_auto(cost_model, collective, count, itemsize, world_ranks, root, dtype, op).algo
+        found = cache[key] = explain_auto(cost_model, collective, count, itemsize, world_ranks, root, dtype, op, level1).algo
     return found
 
 
 def explain_auto(cost_model, collective: str, count: int, itemsize: int, world_ranks: tuple[int, ...], root: int = 0,
-                 dtype: str | None = None, op: str = "sum") -> Choice:
+                 dtype: str | None = None, op: str = "sum", level1: str | None = None) -> Choice:
     """:func:`auto`'s choice with the rule behind it."""
     if len(world_ranks) > 1 and collective in FLAT_RULES:
         return flat_choice(cost_model.topology, collective, count, itemsize, world_ranks)
     if len(world_ranks) == 1 or collective not in HIER_COLLECTIVES:
         best = fastest(cost_model, collective, count, itemsize, world_ranks, root)
         return Choice(best, "no HCCL rule: the least modeled time (estimate)", True)
-    return hccl_choice(call_shape(cost_model.topology, collective, count, itemsize, world_ranks, dtype, op))
+    return hccl_choice(call_shape(cost_model.topology, collective, count, itemsize, world_ranks, dtype, op), level1)
 
 
 def hier_levels(name: str) -> tuple[str, str] | None:
@@ -638,10 +661,12 @@ def _resolve_hier(collective: str, levels: tuple[str, str], source: dict) -> str
     return f"{HIER}:{levels[0]}/{levels[1]}"
 
 
-def resolve(collective: str, algo: str, choose_auto: Callable[[], str], env_table: dict[str, str]) -> str:
+def resolve(collective: str, algo: str, choose_auto: Callable[..., str], env_table: dict[str, str]) -> str:
     """The concrete algorithm for one call; raises for names that cannot serve it.
 
-    ``choose_auto`` is called only when the call and HCCL_ALGO both leave the choice open.
+    ``choose_auto`` is called only when the call and HCCL_ALGO both leave the choice open, or
+    when HCCL_ALGO names level 1 alone (``choose_auto(level1=algo)``: HCCL's level 0 for the
+    topology, that algorithm across servers; :func:`auto`).
     """
     if not isinstance(algo, str):
         raise HcclParamError(f"{collective}: algo must be a string, got {algo!r}", collective=collective, arg="algo",
@@ -662,6 +687,8 @@ def resolve(collective: str, algo: str, choose_auto: Callable[[], str], env_tabl
         given = {"variable": env.HCCL_ALGO}  # where the name came from, as error fields
         if name == AUTO:
             return choose_auto()
+        if name.startswith(LEVEL1):
+            return choose_auto(level1=name[len(LEVEL1):])
     else:
         source = "algo="
         given = {"arg": "algo"}

@@ -10,10 +10,11 @@ from hccl_py.errors import HcclNotSupportedError, HcclParamError
     "text, table",
     [
         ("", {}),
-        ("level0:NA;level1:ring", {"*": "ring"}),
-        ("level0:NA;level1:H-D_R", {"*": "hd"}),
+        ("level0:NA;level1:ring", {"*": "level1:ring"}),  # level 1 alone: auto's level 0, ring across servers
+        ("level0:NA;level1:H-D_R", {"*": "level1:hd"}),
+        ("level1:NHR", {"*": "level1:nhr"}),
         ("level0:NA;level1:NA", {"*": "auto"}),
-        ("allreduce=level0:NA;level1:ring/allgather=level0:NA;level1:H-D_R", {"allreduce": "ring", "allgather": "hd"}),
+        ("allreduce=level0:NA;level1:ring/allgather=level0:NA;level1:H-D_R", {"allreduce": "level1:ring", "allgather": "level1:hd"}),
         ("allreduce=ring/allgather=mesh", {"allreduce": "ring", "allgather": "mesh"}),
         ("reducescatter=tree/broadcast=fullmesh", {"reduce_scatter": "tree", "broadcast": "mesh"}),
     ],
@@ -37,8 +38,8 @@ def test_malformed_hccl_algo_names_the_problem(text, value, rule):
     assert (info.value.variable, info.value.value, info.value.rule) == ("HCCL_ALGO", value, rule)
 
 
-def _auto() -> str:
-    return "chosen-by-the-cost-model"
+def _auto(level1: str | None = None) -> str:
+    return "chosen-by-the-cost-model" if level1 is None else f"auto's level 0, {level1} across"
 
 
 def test_env_choice_applies_to_auto_and_explicit_algo_wins():
@@ -56,11 +57,8 @@ def test_hccl_algorithm_hccl_py_lacks_is_refused_not_replaced():
     assert (info.value.collective, info.value.algo, info.value.variable) == ("allreduce", "NHR_V1", "HCCL_ALGO")
     assert "ring" in info.value.choices  # what to use instead
     nhr = parse_hccl_algo("level0:NA;level1:NHR")  # NHR itself is an hccl-py algorithm
-    assert resolve("allreduce", "auto", _auto, nhr) == "nhr"
+    assert resolve("allreduce", "auto", _auto, nhr) == "auto's level 0, nhr across"  # auto, told level 1
     assert resolve("allreduce", "auto", _auto, parse_hccl_algo("level0:fullmesh;level1:NHR")) == "hier:mesh/nhr"
-    with pytest.raises(HcclNotSupportedError) as info:  # ... for allreduce, allgather, reduce_scatter only
-        resolve("broadcast", "auto", _auto, nhr)
-    assert (info.value.collective, info.value.algo) == ("broadcast", "nhr")
     piped = parse_hccl_algo("level0:NA;level1:pipeline")  # HCCL's pipeline: level 0 is its mesh
     assert resolve("allgather", "auto", _auto, piped) == "hier:mesh/pipeline"
     assert resolve("broadcast", "auto", _auto, piped) == _auto()  # no pipeline for broadcast: HCCL's default
@@ -246,3 +244,23 @@ def test_the_staged_alltoall_is_hccls_on_its_groups_and_refuses_uneven_ones():
     assert info.value.rule == "equal groups"
     with pytest.raises(HcclParamError):
         alltoall_staged.schedule_for(((0, 1), (2, 3)), inner="ring")
+
+
+def test_hccl_algo_naming_level_1_alone_keeps_hccls_level_0():
+    """``level0:NA;level1:X``: HCCL keeps its level-0 choice and runs X across servers; inside one
+    server level 1 does not apply; X that hccl-py lacks for the collective's level 1 is refused."""
+    two = Topology.preset("4x8p-roce")
+    model = CostModel(two)
+    ranks = tuple(range(two.num_ranks))
+    assert auto(model, "allgather", 1 << 20, 4, ranks, level1="ring") == "hier:mesh/ring@server"  # not the pipeline
+    assert auto(model, "allreduce", 1 << 20, 4, ranks, level1="hd") == "hier:mesh/hd@server"
+    assert auto(model, "allreduce", 1 << 20, 4, ranks, level1="nhr") == "hier:mesh/nhr@server"
+    assert auto(model, "allreduce", 8, 4, ranks, level1="ring") == "hier:rd/rd@server"  # HCCL's small count: doubling
+    one = Topology.preset("ascend910b-8p")
+    assert auto(CostModel(one), "allreduce", 1 << 20, 4, tuple(range(8)), level1="ring") == "mesh"  # one server
+    flat = Topology.preset("5x1p-roce")
+    assert auto(CostModel(flat), "reduce_scatter", 1 << 20, 4, tuple(range(5)), level1="ring") == "ring"
+    with pytest.raises(HcclNotSupportedError) as info:
+        auto(model, "broadcast", 1 << 20, 4, ranks, level1="nhr")  # HCCL has NHR broadcast, hccl-py not
+    assert (info.value.collective, info.value.algo, info.value.variable) == ("broadcast", "nhr", "HCCL_ALGO")
+    assert auto(model, "alltoall", 1 << 10, 4, ranks, level1="ring") == "hier:mesh/pipeline@groups"  # HCCL's rule

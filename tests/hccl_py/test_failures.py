@@ -79,7 +79,7 @@ def _mismatch(kind: str) -> dict:
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("kind", sorted(MISMATCHES))
 def test_mismatched_call_raises_param_error_naming_both_calls(kind):
-    results = run_ranks(_mismatch, 3, kind, env={"HCCL_EXEC_TIMEOUT": "20", "HCCL_ALGO": "level0:NA;level1:ring"}, timeout=50)
+    results = run_ranks(_mismatch, 3, kind, env={"HCCL_EXEC_TIMEOUT": "20", "HCCL_ALGO": "allreduce=ring/broadcast=ring"}, timeout=50)
     _, fragment = MISMATCHES[kind]
     for rank, r in enumerate(results):
         assert (r["class"], r["code"], r["rank"], r["comm"]) == ("HcclParamError", 1, rank, "world"), (rank, r)

@@ -154,7 +154,7 @@ def test_algo_names_resolve_to_hier_levels():
     assert algo_select.resolve("allgather", "HIER:fullmesh/H-D_R", auto, {}) == "hier:mesh/hd"
     assert algo_select.resolve("allreduce", "auto", auto, {"*": "hier:ring/hd"}) == "hier:ring/hd"
     assert algo_select.parse_hccl_algo("level0:ring;level1:H-D_R") == {"*": "hier:ring/hd"}
-    assert algo_select.parse_hccl_algo("level0:NA;level1:ring") == {"*": "ring"}  # one level: flat, as before
+    assert algo_select.parse_hccl_algo("level0:NA;level1:ring") == {"*": "level1:ring"}  # level 1 alone: auto's level 0
     assert algo_select.parse_hccl_algo("allreduce=level0:fullmesh;level1:ring") == {"allreduce": "hier:mesh/ring"}
     with pytest.raises(HcclNotSupportedError):
         algo_select.resolve("allgather", "hier:ring/rd", auto, {})
