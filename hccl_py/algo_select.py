@@ -40,6 +40,7 @@ _OTHER_HCCL_OPS = ("batchsendrecv",)
 _HCCL_ALGOS = {"na": AUTO, "auto": AUTO, "h-d_r": "hd", "fullmesh": "mesh", **{a: a for a in ALL_ALGOS}}
 HCCL_ONLY_ALGOS = {"nhr_v1", "nb", "ahc", "star"}
 LEVEL1 = "level1:"  # HCCL_ALGO naming level 1 alone: auto's level 0, this algorithm across servers
+_LEVEL1_ALGOS = ("ring", "hd", "nhr")  # HCCL's level-1 algorithms hccl-py has (pipeline: PIPELINE)
 PIPELINE = f"{HIER}:mesh/pipeline"  # HCCL's pipeline: a two-level algorithm whose level 0 is the mesh
 _ALIASES = {"pipeline": PIPELINE}
 _PIPELINES = (*PIPELINED, "alltoall", "alltoallv")  # the pipelined all-to-all: algorithms/alltoall_staged.py
@@ -69,8 +70,10 @@ def _parse_levels(text: str, where: str) -> str:
     inner, outer = levels.get("level0", AUTO), levels.get("level1", AUTO)
     if outer == PIPELINE:  # HCCL's pipeline: level 0 is its full mesh
         return PIPELINE if inner in (AUTO, "mesh") else f"{HIER}:{inner}/pipeline"
-    if inner == AUTO and outer != AUTO and outer.lower() not in HCCL_ONLY_ALGOS:
+    if inner == AUTO and outer in _LEVEL1_ALGOS:
         return f"{LEVEL1}{outer}"  # level 1 alone: HCCL's level 0 for the topology, this across servers
+    if inner == AUTO and outer == "mesh":
+        return AUTO  # HCCL ignores level1:fullmesh (alg_configurator.cc L259-265)
     if AUTO not in (inner, outer) and inner.lower() not in HCCL_ONLY_ALGOS and outer.lower() not in HCCL_ONLY_ALGOS:
         return f"{HIER}:{inner}/{outer}"  # both levels set: the two-level algorithm
     return chosen
@@ -355,8 +358,9 @@ LEVEL0_RULES: dict[str, Callable[[CallShape, int], tuple[str, str]]] = {
 
 
 def _hccl_level1_costs(s: CallShape) -> dict[str, float]:
-    """HCCL's level-1 alpha-beta costs (us) of ring, NHR and HD/RHD for a 910B call
-    (coll_alg_operator.cc SelectAlgoTypeFor<Op>)."""
+    """HCCL's level-1 alpha-beta costs (us) of ring, NHR and HD/RHD for a 910B allgather,
+    reduce_scatter or allreduce (coll_alg_operator.cc SelectAlgoTypeFor<Op>, called by
+    AutoSelectAlgTypeLevel1 for those three operators only)."""
     m, d = s.servers, s.per_server or 1
     delta = _HCCL_LEVEL1_LATENCY_US
     bandwidth = _HCCL_LEVEL1_GIB.get(s.card, 20.0) * GiB
@@ -369,23 +373,21 @@ def _hccl_level1_costs(s: CallShape) -> dict[str, float]:
         nhr = log_up * delta + (m - 1) / m * beta
         hd = math.log2(m) * delta + (m - 1) / m * beta if pow2 else log_up * delta + (2 * m - 1) / m * beta
         return {"ring": ring, "nhr": nhr, "hd": hd}
-    beta = size / d / bandwidth * 1e6
+    beta = size / d / bandwidth * 1e6  # allreduce (broadcast and reduce never run this comparison)
     ring = 2 * (m - 1) * delta + 2 * (m - 1) / m * beta
-    if s.collective == "allreduce":
-        nhr = 2 * log_up * delta + 2 * (m - 1) / m * beta
-        hd = 2 * math.log2(m) * delta + 2 * (m - 1) / m * beta if pow2 else 2 * log_up * delta + 2 * (2 * m - 1) / m * beta
-        return {"ring": ring, "nhr": nhr, "hd": hd}
-    # broadcast, reduce: ring against HD / RHD (scatter or reduce-scatter, allgather or gather, copy)
-    hd = (2 * math.log2(m) * delta + 2 * (m - 1) / m * beta if pow2
-          else (1 + 2 * math.floor(math.log2(m))) * delta + (1 + 2 * (m - 1) / m) * beta)
-    return {"ring": ring, "hd": hd}
+    nhr = 2 * log_up * delta + 2 * (m - 1) / m * beta
+    hd = 2 * math.log2(m) * delta + 2 * (m - 1) / m * beta if pow2 else 2 * log_up * delta + 2 * (2 * m - 1) / m * beta
+    return {"ring": ring, "nhr": nhr, "hd": hd}
 
 
 def _level1(s: CallShape) -> tuple[str, str]:
     """HCCL's inter-server algorithm: per call on the 910B (AutoSelectAlgTypeLevel1 ->
     GetDefaultAlgoLevel1V2), by server count elsewhere (GetDefaultAlgoLevel1V1)."""
     m = s.servers
-    if s.card == "ascend910b":
+    if s.card == "ascend910b" and s.collective == "broadcast":
+        return "hd", (f"910B, {m} servers: HCCL's broadcast runs no ring across servers, level 1 is H-D_R "
+                      "(broadcast_operator.cc L24-29)")
+    if s.card == "ascend910b" and s.collective in ("allgather", "allreduce", "reduce_scatter"):
         costs = _hccl_level1_costs(s)
         # "if same cost, Ring > NHR > HD": NHR must be strictly cheaper than ring, HD than both
         algo = "nhr" if "nhr" in costs and costs["nhr"] < costs["ring"] else "ring"
@@ -407,8 +409,12 @@ def _level1(s: CallShape) -> tuple[str, str]:
 
 
 def _named_level1(s: CallShape, algo: str) -> tuple[str, str]:
-    """Level 1 as HCCL_ALGO names it (``level0:NA;level1:<algo>``); HcclNotSupportedError when
-    hccl-py has no such level-1 algorithm for this collective."""
+    """Level 1 as HCCL_ALGO names it (``level0:NA;level1:<algo>``), after the operator's own
+    resets (broadcast_operator.cc L24-29: anything but NHR becomes H-D_R; reduce_operator.cc
+    L20-25: NHR becomes H-D_R); HcclNotSupportedError when hccl-py has no such level-1 algorithm
+    for this collective (NHR broadcast)."""
+    if s.collective == "broadcast" and algo != "nhr" or s.collective == "reduce" and algo == "nhr":
+        algo = "hd"
     needs = LEVELS[s.collective][1] if s.per_server != 1 else (s.collective,)
     missing = [c for c in needs if (c, algo) not in SCHEDULES]
     if missing:
@@ -458,13 +464,12 @@ def _small_count(s: CallShape, level1: str) -> Choice:
     else:  # the level-1 setting's segmented algorithm: NHR (not its one-shot form), ring or RHD
         outer = "nhr" if level1 == "tree" else level1
         across = f"{'H-D_R' if outer == 'hd' else outer.upper()} on the whole buffer"
-    inside = "recursive doubling" if g & (g - 1) == 0 else (
-        "a reduce to the first NPU and a broadcast (all_reduce_local_reduce_bcast.cc), hccl-py's recursive doubling "
-        "(with its fold) standing in: estimate")
+    inside = "recursive doubling inside the server (all_reduce_doubling_local_reduce.cc)" if g & (g - 1) == 0 else (
+        "a reduce to the server's first NPU and a broadcast (all_reduce_local_reduce_bcast.cc), hccl-py's recursive "
+        "doubling (with its fold) standing in: estimate")
     return Choice(f"{HIER}:rd/{outer}{SERVER}",
                   f"910B, {m} servers of {g} NPUs, below 512 KB: AllReduceMeshOpbaseSmallCountDeterministicExecutor, "
-                  f"the whole buffer by {inside} inside the server (all_reduce_doubling_local_reduce.cc), then across "
-                  f"servers by {across}", g & (g - 1) != 0)
+                  f"the whole buffer by {inside}, then across servers by {across}", g & (g - 1) != 0)
 
 
 def hccl_choice(shape: CallShape, level1: str | None = None) -> Choice:
@@ -615,7 +620,15 @@ def explain_auto(cost_model, collective: str, count: int, itemsize: int, world_r
                  dtype: str | None = None, op: str = "sum", level1: str | None = None) -> Choice:
     """:func:`auto`'s choice with the rule behind it."""
     if len(world_ranks) > 1 and collective in FLAT_RULES:
-        return flat_choice(cost_model.topology, collective, count, itemsize, world_ranks)
+        if level1 == "nhr" and collective == "scatter":  # HCCL's scatter takes NHR across servers: hccl-py has none
+            raise HcclNotSupportedError("scatter: HCCL_ALGO names NHR for level 1, which hccl-py has not for scatter; "
+                                        "use ring or auto", collective=collective, algo="nhr", variable=env.HCCL_ALGO,
+                                        choices=list(algos_for(collective)))
+        choice = flat_choice(cost_model.topology, collective, count, itemsize, world_ranks)
+        if level1 == "nhr" and choice.algo == A2A_PIPELINE:  # NHR at level 1: no pipelined all-to-all (L540-544)
+            return Choice(STAGED, "HCCL_ALGO names NHR for level 1, so HCCL skips its pipelined all-to-all "
+                                  "(alltoall_operator.cc L540-544): RunAlltoAllVStaged")
+        return choice
     if len(world_ranks) == 1 or collective not in HIER_COLLECTIVES:
         best = fastest(cost_model, collective, count, itemsize, world_ranks, root)
         return Choice(best, "no HCCL rule: the least modeled time (estimate)", True)

@@ -112,8 +112,10 @@ KB, MB, GB = 1024, 1024 * 1024, 1024 ** 3
     ("4x8p-roce", "allreduce", 2 * MB, "hier:mesh/tree@server"),    # ... <= 256 KiB per device: NHR one-shot = tree
     ("6x8p-roce", "allgather", 16 * KB, "hier:mesh/nhr@server"),    # ... also where H-D_R would fold
     ("5x1p-roce", "reduce_scatter", 8, "nhr"),                      # one NPU per server: level 1 only
-    ("3x8p-roce", "broadcast", 8, "hier:mesh/hd@server"),           # RHD beats ring on latency
-    ("3x8p-roce", "broadcast", 64 * MB, "hier:mesh/ring@server"),   # ... not on bandwidth
+    ("3x8p-roce", "broadcast", 8, "hier:mesh/hd@server"),           # broadcast: no server ring, H-D_R
+    ("3x8p-roce", "broadcast", 64 * MB, "hier:mesh/hd@server"),     # ... at every size (broadcast_operator.cc)
+    ("3x8p-roce", "reduce", 64 * MB, "hier:mesh/ring@server"),      # reduce: GetDefaultAlgoLevel1V1, 3 servers: ring
+    ("4x8p-roce", "reduce", 8, "hier:mesh/hd@server"),              # ... a power of two: H-D_R
     ("2x8p-roce-910", "allreduce", 8, "hier:ring/hd@server"),       # 910: power of two -> H-D_R
     ("3x8p-roce-910", "allreduce", 8, "hier:ring/ring@server"),     # 910: otherwise ring
     ("8x8p-roce-910", "allgather", 8, "hier:ring/hd@server"),       # 910: >= 8 servers -> H-D_R
@@ -264,3 +266,13 @@ def test_hccl_algo_naming_level_1_alone_keeps_hccls_level_0():
         auto(model, "broadcast", 1 << 20, 4, ranks, level1="nhr")  # HCCL has NHR broadcast, hccl-py not
     assert (info.value.collective, info.value.algo, info.value.variable) == ("broadcast", "nhr", "HCCL_ALGO")
     assert auto(model, "alltoall", 1 << 10, 4, ranks, level1="ring") == "hier:mesh/pipeline@groups"  # HCCL's rule
+    assert auto(model, "alltoall", 1 << 10, 4, ranks, level1="nhr") == "hier:mesh/pairwise@groups"  # no pipeline with NHR
+    assert auto(model, "broadcast", 1 << 20, 4, ranks, level1="ring") == "hier:mesh/hd@server"  # broadcast resets to H-D_R
+    assert auto(model, "reduce", 1 << 20, 4, ranks, level1="nhr") == "hier:mesh/hd@server"  # reduce: NHR becomes H-D_R
+    with pytest.raises(HcclNotSupportedError) as info:
+        auto(model, "scatter", 1 << 10, 4, ranks, level1="nhr")  # HCCL's scatter runs NHR across servers
+    assert (info.value.collective, info.value.algo) == ("scatter", "nhr")
+    # HCCL ignores fullmesh and pairwise at level 1; hccl-py's own names keep their flat meaning
+    assert parse_hccl_algo("level0:NA;level1:fullmesh") == {"*": "auto"}
+    assert parse_hccl_algo("level0:NA;level1:pairwise") == {"*": "pairwise"}
+    assert parse_hccl_algo("level0:NA;level1:rd") == {"*": "rd"}
