@@ -4,9 +4,7 @@
 operator (``allreduce=level0:NA;level1:ring/allgather=level0:NA;level1:H-D_R``), and in the short
 per-operator form ``allreduce=ring/allgather=mesh``. Level 1 alone (``level0:NA;level1:ring``) is
 what HCCL does with it: its own level 0 for the topology, that algorithm across servers, nothing
-inside one server (``auto(level1=...)``); level 0 alone (``level0:ring``) runs that algorithm
-inside every server and HCCL's level-1 choice across (``auto(level0=...)``). HCCL's names map
-onto hccl-py's: ``ring``,
+inside one server (``auto(level1=...)``). HCCL's names map onto hccl-py's: ``ring``,
 ``H-D_R`` -> ``hd``, ``NHR`` -> ``nhr``, ``fullmesh`` -> ``mesh``, ``NA`` -> automatic; ``level1:pipeline``
 is HCCL's pipeline, ``hier:mesh/pipeline`` (allgather, reduce_scatter, allreduce; in the global
 form the other operators stay automatic, as HCCL resets it). Setting *both* levels
@@ -43,8 +41,6 @@ _HCCL_ALGOS = {"na": AUTO, "auto": AUTO, "h-d_r": "hd", "fullmesh": "mesh", **{a
 HCCL_ONLY_ALGOS = {"nhr_v1", "nb", "ahc", "star"}
 LEVEL1 = "level1:"  # HCCL_ALGO naming level 1 alone: auto's level 0, this algorithm across servers
 _LEVEL1_ALGOS = ("ring", "hd", "nhr")  # HCCL's level-1 algorithms hccl-py has (pipeline: PIPELINE)
-LEVEL0 = "level0:"  # HCCL_ALGO naming level 0 alone: this algorithm inside servers, auto's level 1 across
-_LEVEL0_ALGOS = ("ring", "mesh")  # HCCL's level-0 algorithms (ring, fullmesh) hccl-py has
 PIPELINE = f"{HIER}:mesh/pipeline"  # HCCL's pipeline: a two-level algorithm whose level 0 is the mesh
 _ALIASES = {"pipeline": PIPELINE}
 _PIPELINES = (*PIPELINED, "alltoall", "alltoallv")  # the pipelined all-to-all: algorithms/alltoall_staged.py
@@ -56,8 +52,7 @@ _ENV_KEY = {"alltoallv": "alltoall"}
 
 def _parse_levels(text: str, where: str) -> str:
     """'level0:NA;level1:ring' -> 'level1:ring' (level 1 alone: auto keeps HCCL's level 0 and runs
-    ring across servers), 'level0:ring;level1:NA' -> 'level0:ring' (level 0 alone: ring inside
-    servers, HCCL's level 1 across), 'level0:ring;level1:H-D_R' -> 'hier:ring/hd', 'ring' -> 'ring'."""
+    ring across servers), 'level0:ring;level1:H-D_R' -> 'hier:ring/hd', 'ring' -> 'ring'."""
     text = text.strip()
     if ":" not in text:
         return _algo_name(text, where)
@@ -79,8 +74,6 @@ def _parse_levels(text: str, where: str) -> str:
         return f"{LEVEL1}{outer}"  # level 1 alone: HCCL's level 0 for the topology, this across servers
     if inner == AUTO and outer == "mesh":
         return AUTO  # HCCL ignores level1:fullmesh (alg_configurator.cc L259-265)
-    if outer == AUTO and inner in _LEVEL0_ALGOS:
-        return f"{LEVEL0}{inner}"  # level 0 alone: this inside servers, HCCL's own level 1 across
     if AUTO not in (inner, outer) and inner.lower() not in HCCL_ONLY_ALGOS and outer.lower() not in HCCL_ONLY_ALGOS:
         return f"{HIER}:{inner}/{outer}"  # both levels set: the two-level algorithm
     return chosen
@@ -479,22 +472,18 @@ def _small_count(s: CallShape, level1: str) -> Choice:
                   f"the whole buffer by {inside}, then across servers by {across}", g & (g - 1) != 0)
 
 
-def hccl_choice(shape: CallShape, level1: str | None = None, level0: str | None = None) -> Choice:
+def hccl_choice(shape: CallShape, level1: str | None = None) -> Choice:
     """What HCCL's own selection rules run for a call of ``shape`` (docs/fidelity.md lists the
-    rules and their sources); ``level1`` / ``level0``: the algorithm HCCL_ALGO names for that
-    level alone, where it names one."""
+    rules and their sources); ``level1``: HCCL_ALGO's level-1 algorithm, where it names one."""
     if shape.per_server is None:
         return Choice("ring", "servers with different NPU counts: HCCL runs one ring over all ranks "
                               "(multiModuleDiffDeviceNumMode)")
     g = shape.per_server
     rule0 = LEVEL0_RULES.get(shape.collective, _level0_default)
-    if level0 is not None:
-        rule0 = lambda s, g: (level0, f"HCCL_ALGO names {level0} for level 0")  # noqa: E731
     if shape.servers == 1:
         algo, rule = rule0(shape, g)
         return Choice(algo, rule, "estimate" in rule)
-    # HCCL's own level-1 choice only by default; its pipeline and small-count executor need level 0's mesh
-    piped = _pipeline(shape) if level1 is None and level0 in (None, "mesh") else None
+    piped = _pipeline(shape) if level1 is None else None  # HCCL's own level-1 choice only by default
     if piped is not None:
         return piped
     outer, rule1 = _level1(shape) if level1 is None else _named_level1(shape, level1)
@@ -504,7 +493,7 @@ def hccl_choice(shape: CallShape, level1: str | None = None, level0: str | None 
     if (shape.collective, inner) not in SCHEDULES or (shape.collective not in HIER_COLLECTIVES):
         return Choice(outer, rule1, True)
     if (shape.collective == "allreduce" and shape.card == "ascend910b" and shape.level0_topo == "mesh" and g > 2
-            and shape.nbytes < _SMALL_512K and shape.reduces_inline and level0 in (None, "mesh")):
+            and shape.nbytes < _SMALL_512K and shape.reduces_inline):
         return _small_count(shape, outer)
     return Choice(f"{HIER}:{inner}/{outer}{SERVER}", f"level 0: {rule}; level 1: {rule1}", "estimate" in rule + rule1)
 
@@ -612,26 +601,23 @@ _auto_choices: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def auto(cost_model, collective: str, count: int, itemsize: int, world_ranks: tuple[int, ...], root: int = 0,
-         dtype: str | None = None, op: str = "sum", level1: str | None = None, level0: str | None = None) -> str:
+         dtype: str | None = None, op: str = "sum", level1: str | None = None) -> str:
     """``algo="auto"``: the algorithm HCCL's own rules choose for this call (:func:`hccl_choice`,
     :data:`FLAT_RULES`); where no rule covers the call (a barrier, one rank), the argmin of the
     model (:func:`fastest`), labelled an estimate. ``level1``: the algorithm HCCL_ALGO names for
-    level 1 alone (HCCL's selection then keeps its level 0 and skips its own level-1 choice);
-    ``level0``: the algorithm it names for level 0 alone (inside servers; HCCL's level 1 across)."""
-    key = (collective, count, itemsize, world_ranks, root, dtype, op, level1, level0)
+    level 1 alone (HCCL's selection then keeps its level 0 and skips its own level-1 choice)."""
+    key = (collective, count, itemsize, world_ranks, root, dtype, op, level1)
     cache = _auto_choices.get(cost_model)
     if cache is None:
         cache = _auto_choices[cost_model] = {}
     found = cache.get(key)
     if found is None:
-        found = cache[key] = explain_auto(cost_model, collective, count, itemsize, world_ranks, root, dtype, op, level1,
-                                          level0).algo
+        found = cache[key] = explain_auto(cost_model, collective, count, itemsize, world_ranks, root, dtype, op, level1).algo
     return found
 
 
 def explain_auto(cost_model, collective: str, count: int, itemsize: int, world_ranks: tuple[int, ...], root: int = 0,
-                 dtype: str | None = None, op: str = "sum", level1: str | None = None,
-                 level0: str | None = None) -> Choice:
+                 dtype: str | None = None, op: str = "sum", level1: str | None = None) -> Choice:
     """:func:`auto`'s choice with the rule behind it."""
     if len(world_ranks) > 1 and collective in FLAT_RULES:
         if level1 == "nhr" and collective == "scatter":  # HCCL's scatter takes NHR across servers: hccl-py has none
@@ -646,7 +632,7 @@ def explain_auto(cost_model, collective: str, count: int, itemsize: int, world_r
     if len(world_ranks) == 1 or collective not in HIER_COLLECTIVES:
         best = fastest(cost_model, collective, count, itemsize, world_ranks, root)
         return Choice(best, "no HCCL rule: the least modeled time (estimate)", True)
-    return hccl_choice(call_shape(cost_model.topology, collective, count, itemsize, world_ranks, dtype, op), level1, level0)
+    return hccl_choice(call_shape(cost_model.topology, collective, count, itemsize, world_ranks, dtype, op), level1)
 
 
 def hier_levels(name: str) -> tuple[str, str] | None:
@@ -716,8 +702,6 @@ def resolve(collective: str, algo: str, choose_auto: Callable[..., str], env_tab
             return choose_auto()
         if name.startswith(LEVEL1):
             return choose_auto(level1=name[len(LEVEL1):])
-        if name.startswith(LEVEL0):
-            return choose_auto(level0=name[len(LEVEL0):])
     else:
         source = "algo="
         given = {"arg": "algo"}

@@ -283,8 +283,8 @@ class Communicator:
         if fn is None:
             name = algo_select.resolve(
                 collective, algo,
-                lambda level1=None, level0=None: algo_select.auto(self._rc.cost_model, collective, count, itemsize,
-                                                                  self._world_ranks, root, dtype.name, op, level1, level0),
+                lambda level1=None: algo_select.auto(self._rc.cost_model, collective, count, itemsize, self._world_ranks, root,
+                                                     dtype.name, op, level1),
                 self._algo_env,
             )
             levels = algo_select.hier_levels(name)
@@ -719,7 +719,7 @@ class Communicator:
         if call is None:
             # the caller's, HCCL_ALGO's, or HCCL's all-to-all rule (which does not look at the counts)
             name = algo_select.resolve("alltoallv", algo,
-                                       lambda **levels: algo_select.alltoallv_auto(self._rc.topology, self._world_ranks).algo,
+                                       lambda level1=None: algo_select.alltoallv_auto(self._rc.topology, self._world_ranks).algo,
                                        self._algo_env)
             levels = algo_select.hier_levels(name)
             staged = None if levels is None else (

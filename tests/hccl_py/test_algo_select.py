@@ -276,20 +276,3 @@ def test_hccl_algo_naming_level_1_alone_keeps_hccls_level_0():
     assert parse_hccl_algo("level0:NA;level1:fullmesh") == {"*": "auto"}
     assert parse_hccl_algo("level0:NA;level1:pairwise") == {"*": "pairwise"}
     assert parse_hccl_algo("level0:NA;level1:rd") == {"*": "rd"}
-
-
-def test_hccl_algo_naming_level_0_alone_keeps_hccls_level_1():
-    """``level0:ring;level1:NA``: that algorithm inside every server, HCCL's own level-1 choice
-    across (no pipeline or small-count executor without level 0's mesh); one server: flat."""
-    assert parse_hccl_algo("level0:ring;level1:NA") == {"*": "level0:ring"}
-    assert parse_hccl_algo("allgather=level0:fullmesh") == {"allgather": "level0:mesh"}
-    assert resolve("allreduce", "auto", lambda level0=None: f"{level0} inside", parse_hccl_algo("level0:ring")) == "ring inside"
-    four = Topology.preset("4x8p-roce")
-    model = CostModel(four)
-    ranks = tuple(range(four.num_ranks))
-    assert auto(model, "allgather", 1 << 20, 4, ranks, level0="ring") == "hier:ring/nhr@server"  # no pipeline
-    assert auto(model, "allgather", 1 << 20, 4, ranks, level0="mesh") == "hier:mesh/pipeline@server"
-    assert auto(model, "allreduce", 8, 4, ranks, level0="ring") == "hier:ring/tree@server"  # no small-count executor
-    one = Topology.preset("ascend910b-8p")
-    assert auto(CostModel(one), "allreduce", 1 << 20, 4, tuple(range(8)), level0="ring") == "ring"
-    assert auto(model, "alltoall", 1 << 10, 4, ranks, level0="ring") == "hier:mesh/pipeline@groups"  # its own rule
