@@ -52,7 +52,9 @@ _ENV_KEY = {"alltoallv": "alltoall"}
 
 def _parse_levels(text: str, where: str) -> str:
     """'level0:NA;level1:ring' -> 'level1:ring' (level 1 alone: auto keeps HCCL's level 0 and runs
-    ring across servers), 'level0:ring;level1:H-D_R' -> 'hier:ring/hd', 'ring' -> 'ring'."""
+    ring across servers), 'level0:ring;level1:NA' -> 'auto' (HCCL ignores level 0), both levels
+    'level0:ring;level1:H-D_R' -> 'hier:ring/hd' (hccl-py's request for that two-level algorithm),
+    'ring' -> 'ring'."""
     text = text.strip()
     if ":" not in text:
         return _algo_name(text, where)
@@ -74,6 +76,8 @@ def _parse_levels(text: str, where: str) -> str:
         return f"{LEVEL1}{outer}"  # level 1 alone: HCCL's level 0 for the topology, this across servers
     if inner == AUTO and outer == "mesh":
         return AUTO  # HCCL ignores level1:fullmesh (alg_configurator.cc L259-265)
+    if outer == AUTO and inner != AUTO:
+        return AUTO  # HCCL ignores any level-0 setting (alg_configurator.cc SetAlgoLevel0Module L374-386)
     if AUTO not in (inner, outer) and inner.lower() not in HCCL_ONLY_ALGOS and outer.lower() not in HCCL_ONLY_ALGOS:
         return f"{HIER}:{inner}/{outer}"  # both levels set: the two-level algorithm
     return chosen
@@ -384,8 +388,8 @@ def _level1(s: CallShape) -> tuple[str, str]:
     """HCCL's inter-server algorithm: per call on the 910B (AutoSelectAlgTypeLevel1 ->
     GetDefaultAlgoLevel1V2), by server count elsewhere (GetDefaultAlgoLevel1V1)."""
     m = s.servers
-    if s.card == "ascend910b" and s.collective == "broadcast":
-        return "hd", (f"910B, {m} servers: HCCL's broadcast runs no ring across servers, level 1 is H-D_R "
+    if s.collective == "broadcast":
+        return "hd", (f"{m} servers: HCCL's broadcast runs no ring across servers, level 1 is H-D_R "
                       "(broadcast_operator.cc L24-29)")
     if s.card == "ascend910b" and s.collective in ("allgather", "allreduce", "reduce_scatter"):
         costs = _hccl_level1_costs(s)
@@ -581,19 +585,29 @@ FLAT_RULES: dict[str, Callable[[CallShape], Choice]] = {
 }
 
 
-def flat_choice(topology, collective: str, count: int, itemsize: int, world_ranks: tuple[int, ...]) -> Choice:
-    """HCCL's rule for an all-to-all, scatter or gather on ``world_ranks``."""
-    choice = FLAT_RULES[collective](call_shape(topology, collective, count, itemsize, world_ranks))
+def flat_choice(topology, collective: str, count: int, itemsize: int, world_ranks: tuple[int, ...],
+                level1: str | None = None) -> Choice:
+    """HCCL's rule for an all-to-all, scatter or gather on ``world_ranks`` (``level1``: what
+    HCCL_ALGO names for level 1 alone)."""
+    shape = call_shape(topology, collective, count, itemsize, world_ranks)
+    if level1 == "nhr" and collective == "scatter" and shape.servers > 1:  # HCCL's NHR scatter: not in hccl-py
+        raise HcclNotSupportedError("scatter: HCCL_ALGO names NHR for level 1, which hccl-py has not for scatter; "
+                                    "use ring or auto", collective=collective, algo="nhr", variable=env.HCCL_ALGO,
+                                    choices=list(algos_for(collective)))
+    choice = FLAT_RULES[collective](shape)
     if choice.algo in (STAGED, A2A_PIPELINE) and not staged_alltoall(topology, world_ranks):
         return Choice("pairwise", "mesh groups of different sizes: pairwise over all ranks, as HCCL does for servers of "
                                   "different sizes (estimate)", True)
+    if level1 == "nhr" and choice.algo == A2A_PIPELINE:  # NHR at level 1: no pipelined all-to-all
+        return Choice(STAGED, "HCCL_ALGO names NHR for level 1, so HCCL skips its pipelined all-to-all "
+                              "(alltoall_operator.cc L540-544): RunAlltoAllVStaged")
     return choice
 
 
-def alltoallv_auto(topology, world_ranks: tuple[int, ...]) -> Choice:
+def alltoallv_auto(topology, world_ranks: tuple[int, ...], level1: str | None = None) -> Choice:
     """``auto`` of an all-to-all-v (AlltoAllV/VC): HCCL's all-to-all rule, which does not look at
     the counts."""
-    return flat_choice(topology, "alltoallv", 0, 1, world_ranks)
+    return flat_choice(topology, "alltoallv", 0, 1, world_ranks, level1)
 
 
 # auto's decisions per cost model, per call shape
@@ -620,15 +634,7 @@ def explain_auto(cost_model, collective: str, count: int, itemsize: int, world_r
                  dtype: str | None = None, op: str = "sum", level1: str | None = None) -> Choice:
     """:func:`auto`'s choice with the rule behind it."""
     if len(world_ranks) > 1 and collective in FLAT_RULES:
-        if level1 == "nhr" and collective == "scatter":  # HCCL's scatter takes NHR across servers: hccl-py has none
-            raise HcclNotSupportedError("scatter: HCCL_ALGO names NHR for level 1, which hccl-py has not for scatter; "
-                                        "use ring or auto", collective=collective, algo="nhr", variable=env.HCCL_ALGO,
-                                        choices=list(algos_for(collective)))
-        choice = flat_choice(cost_model.topology, collective, count, itemsize, world_ranks)
-        if level1 == "nhr" and choice.algo == A2A_PIPELINE:  # NHR at level 1: no pipelined all-to-all (L540-544)
-            return Choice(STAGED, "HCCL_ALGO names NHR for level 1, so HCCL skips its pipelined all-to-all "
-                                  "(alltoall_operator.cc L540-544): RunAlltoAllVStaged")
-        return choice
+        return flat_choice(cost_model.topology, collective, count, itemsize, world_ranks, level1)
     if len(world_ranks) == 1 or collective not in HIER_COLLECTIVES:
         best = fastest(cost_model, collective, count, itemsize, world_ranks, root)
         return Choice(best, "no HCCL rule: the least modeled time (estimate)", True)
@@ -677,9 +683,10 @@ def _resolve_hier(collective: str, levels: tuple[str, str], source: dict) -> str
 def resolve(collective: str, algo: str, choose_auto: Callable[..., str], env_table: dict[str, str]) -> str:
     """The concrete algorithm for one call; raises for names that cannot serve it.
 
-    ``choose_auto`` is called only when the call and HCCL_ALGO both leave the choice open, or
-    when HCCL_ALGO names level 1 alone (``choose_auto(level1=algo)``: HCCL's level 0 for the
-    topology, that algorithm across servers; :func:`auto`).
+    ``choose_auto`` is called only when the call and HCCL_ALGO both leave the choice open (HCCL
+    ignores a level-0 setting alone), or when HCCL_ALGO names level 1 alone
+    (``choose_auto(level1=algo)``: HCCL's level 0 for the topology, that algorithm across servers;
+    :func:`auto`).
     """
     if not isinstance(algo, str):
         raise HcclParamError(f"{collective}: algo must be a string, got {algo!r}", collective=collective, arg="algo",
@@ -692,7 +699,9 @@ def resolve(collective: str, algo: str, choose_auto: Callable[..., str], env_tab
             # that algorithm; the others (an all-to-all under "level1:ring") choose as HCCL would.
             name = env_table.get("*", AUTO)
             levels = hier_levels(name) if name != AUTO else None
-            if ((name in ALL_ALGOS and name not in algos_for(collective) and collective not in _HCCL_HAS.get(name, ()))
+            if levels is not None and levels[1] == "pipeline" and collective in ("broadcast", "reduce"):
+                name = f"{LEVEL1}hd"  # their operators reset a pipeline to H-D_R (reduce_operator.cc L20-25)
+            elif ((name in ALL_ALGOS and name not in algos_for(collective) and collective not in _HCCL_HAS.get(name, ()))
                     or (levels is not None and collective not in TWO_LEVEL)
                     or (levels is not None and levels[1] == "pipeline" and collective not in _PIPELINES)):
                 name = AUTO

@@ -719,7 +719,8 @@ class Communicator:
         if call is None:
             # the caller's, HCCL_ALGO's, or HCCL's all-to-all rule (which does not look at the counts)
             name = algo_select.resolve("alltoallv", algo,
-                                       lambda level1=None: algo_select.alltoallv_auto(self._rc.topology, self._world_ranks).algo,
+                                       lambda level1=None: algo_select.alltoallv_auto(self._rc.topology, self._world_ranks,
+                                                                                      level1).algo,
                                        self._algo_env)
             levels = algo_select.hier_levels(name)
             staged = None if levels is None else (

@@ -61,7 +61,7 @@ def test_hccl_algorithm_hccl_py_lacks_is_refused_not_replaced():
     assert resolve("allreduce", "auto", _auto, parse_hccl_algo("level0:fullmesh;level1:NHR")) == "hier:mesh/nhr"
     piped = parse_hccl_algo("level0:NA;level1:pipeline")  # HCCL's pipeline: level 0 is its mesh
     assert resolve("allgather", "auto", _auto, piped) == "hier:mesh/pipeline"
-    assert resolve("broadcast", "auto", _auto, piped) == _auto()  # no pipeline for broadcast: HCCL's default
+    assert resolve("broadcast", "auto", _auto, piped) == _auto(level1="hd")  # its operator resets a pipeline to H-D_R
     with pytest.raises(HcclNotSupportedError) as info:
         resolve("broadcast", "hier:mesh/pipeline", _auto, {})
     assert info.value.collective == "broadcast" and "allgather" in info.value.choices
@@ -272,6 +272,14 @@ def test_hccl_algo_naming_level_1_alone_keeps_hccls_level_0():
     with pytest.raises(HcclNotSupportedError) as info:
         auto(model, "scatter", 1 << 10, 4, ranks, level1="nhr")  # HCCL's scatter runs NHR across servers
     assert (info.value.collective, info.value.algo) == ("scatter", "nhr")
+    assert auto(CostModel(one), "scatter", 1 << 10, 4, tuple(range(8)), level1="nhr") == "mesh"  # one server: no level 1
+    from hccl_py.algo_select import alltoallv_auto
+
+    assert alltoallv_auto(two, ranks, "nhr").algo == "hier:mesh/pairwise@groups"  # AlltoAllV as AlltoAll
+    # HCCL ignores level 0 set alone; a pipeline named for broadcast or reduce is reset to H-D_R
+    assert parse_hccl_algo("level0:ring;level1:NA") == {"*": "auto"} and parse_hccl_algo("level0:ring") == {"*": "auto"}
+    assert resolve("reduce", "auto", _auto, parse_hccl_algo("level0:NA;level1:pipeline")) == "auto's level 0, hd across"
+    assert auto(CostModel(Topology.preset("3x8p-roce-910")), "broadcast", 1 << 20, 4, tuple(range(24))) == "hier:ring/hd@server"
     # HCCL ignores fullmesh and pairwise at level 1; hccl-py's own names keep their flat meaning
     assert parse_hccl_algo("level0:NA;level1:fullmesh") == {"*": "auto"}
     assert parse_hccl_algo("level0:NA;level1:pairwise") == {"*": "pairwise"}
