@@ -29,6 +29,7 @@ from .algorithms.hierarchical import HIER_COLLECTIVES, LEVELS, TWO_LEVEL, whole_
 from .algorithms.pipeline import PIPELINED
 from .algorithms.registry import ALL_ALGOS, SCHEDULES, algos_for, get_schedule
 from .collectives import collective
+from .cost_model import default_dtype
 from .errors import HcclNotSupportedError, HcclParamError
 
 GiB = 1 << 30
@@ -304,7 +305,7 @@ def call_shape(topology, collective: str, count: int, itemsize: int, world_ranks
     else:
         level0 = "pcie"
     nbytes = count * itemsize
-    dtype = dtype or {1: "int8", 2: "float16", 4: "float32", 8: "float64"}.get(itemsize, "float32")
+    dtype = dtype or default_dtype(itemsize)
     return CallShape(collective, nbytes, card, len(groups), sizes.pop() if len(sizes) == 1 else None, level0,
                      dtype, op, topology.card(world_ranks[0]).reduces_inline(dtype, op))
 
@@ -399,12 +400,7 @@ def _level1(s: CallShape) -> tuple[str, str]:
             algo = "hd"
         rule = (f"910B, {m} servers: HCCL's alpha-beta comparison (60 us per step, 20 GiB/s per NPU) picks "
                 f"{'H-D_R' if algo == 'hd' else algo.upper()}")
-        if algo == "nhr" and s.collective == "allreduce" and s.nbytes // (s.per_server or 1) <= _NHR_ONESHOT:
-            # coll_all_reduce_mesh_executor.cc L149-160, coll_all_reduce_comm_executor.cc L97-108
-            return "tree", rule + ("; at <= 256 KiB per device its one-shot form (NHR_ALLREDUCE_SMALL_SIZE): "
-                                   "a binomial reduce of the whole buffer to rank 0, then a binomial broadcast, "
-                                   "hccl-py's tree")
-        return algo, rule
+        return _one_shot(s, algo, rule)
     if m >= 8:
         return "hd", f"{s.card}, {m} >= 8 servers: H-D_R (GetDefaultAlgoLevel1V1)"
     if m & (m - 1):
@@ -426,10 +422,27 @@ def _named_level1(s: CallShape, algo: str) -> tuple[str, str]:
                                     f"{', '.join(missing)}; use one of {', '.join(algos_for(missing[0]))}",
                                     collective=s.collective, algo=algo, variable=env.HCCL_ALGO,
                                     choices=list(algos_for(missing[0])))
-    rule = f"HCCL_ALGO names {'H-D_R' if algo == 'hd' else algo} for level 1"
+    return _one_shot(s, algo, f"HCCL_ALGO names {'H-D_R' if algo == 'hd' else algo} for level 1")
+
+
+def _one_shot(s: CallShape, algo: str, rule: str) -> tuple[str, str]:
+    """NHR's one-shot form where HCCL's allreduce executors take it (<= 256 KiB per device:
+    coll_all_reduce_mesh_executor.cc L149-160, coll_all_reduce_comm_executor.cc L97-108): a
+    binomial reduce of the whole buffer to rank 0, then a binomial broadcast, hccl-py's ``tree``."""
     if algo == "nhr" and s.collective == "allreduce" and s.nbytes // (s.per_server or 1) <= _NHR_ONESHOT:
-        return "tree", rule + "; at <= 256 KiB per device NHR's one-shot form, hccl-py's tree"
+        return "tree", rule + ("; at <= 256 KiB per device its one-shot form (NHR_ALLREDUCE_SMALL_SIZE): a binomial "
+                               "reduce of the whole buffer to rank 0, then a binomial broadcast, hccl-py's tree")
     return algo, rule
+
+
+def _pipeline_tasks(collective: str, m: int, g: int) -> int:
+    """HCCL's count of the tasks a pipeline takes on m servers of g NPUs (coll_alg_operator.cc
+    CalcContextNumForPipeline L481-519, non-deterministic): per step 5(g-1) HCCS, 7 RoCE and 1
+    copy tasks, then 4 for the closing barrier and the first/last copies."""
+    tasks = m * (5 * (g - 1) + 7 + 1) + 4
+    if collective in ("alltoall", "alltoallv"):
+        return tasks + 1 + m
+    return (tasks + 1) * (2 if collective == "allreduce" else 1)
 
 
 def _pipeline(s: CallShape) -> Choice | None:
@@ -449,7 +462,7 @@ def _pipeline(s: CallShape) -> Choice | None:
         return None
     # CalcContextNumForPipeline <= HCCL_FFTS_CAPACITY is part of the condition: past it the
     # alpha-beta comparison decides (coll_alg_operator.cc L536-541, L553-562)
-    if (m * (5 * (g - 1) + 7 + 1) + 5) * (2 if s.collective == "allreduce" else 1) > _HCCL_FFTS_CAPACITY:
+    if _pipeline_tasks(s.collective, m, g) > _HCCL_FFTS_CAPACITY:
         return None
     rule = (f"910B, {m} servers of {g} NPUs, >= {name}: HCCL's pipeline, the ring across servers "
             f"overlapped with the mesh inside (GetDefaultAlgoLevel1V2)")
@@ -526,7 +539,7 @@ def alltoall_rule(s: CallShape) -> Choice:
         # no task limit); AlltoAllVC the two-level pipeline
         return Choice(A2A_PIPELINE, rule + " (AlltoAllVC); AlltoAllV runs RunAlltoAllVContinuousPipeline, not read "
                                            "here: the two-level pipeline stands in (estimate)", True)
-    if m > 1 and s.card == "ascend910b" and m * (5 * (g - 1) + 8) + 5 + m <= _HCCL_FFTS_CAPACITY:
+    if m > 1 and s.card == "ascend910b" and _pipeline_tasks(s.collective, m, g) <= _HCCL_FFTS_CAPACITY:
         # IsSatisfyAlltoallPipelineCondition (alltoall_operator.cc L534-560; the task count of
         # CalcContextNumForPipeline)
         if s.nbytes * s.ranks > _HCCL_CCL_BUFFER:  # a rank's data beyond the CCL buffer: another template

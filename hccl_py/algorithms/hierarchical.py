@@ -71,7 +71,7 @@ from topology import TopologyError, validate_partition
 
 from ..errors import HcclParamError
 from ._common import finish
-from .registry import get_schedule
+from .registry import SCHEDULES, get_schedule
 from .schedule import IN, OUT, TMP, Copy, Recv, Region, Schedule, Send, Step, StepFlows, chunk_bounds
 
 ScheduleFn = Callable[..., Schedule]
@@ -351,8 +351,6 @@ def _allreduce(plan: _Plan, fns, rank: int, count: int, root: int) -> Schedule:
 def whole_buffer(inner: str) -> bool:
     """Whether a hierarchical allreduce with ``inner`` inside groups reduces whole buffers: an
     allreduce-only algorithm (``rd``, ``oneshot``) has no reduce-scatter to cut the buffer with."""
-    from .registry import SCHEDULES
-
     return ("allreduce", inner) in SCHEDULES and ("reduce_scatter", inner) not in SCHEDULES
 
 
@@ -616,7 +614,7 @@ def flows_of(fn: ScheduleFn, size: int, count: int):
     """Every rank's steps at once for a hierarchical schedule function of ``schedule_for``
     (allreduce, allgather, reduce_scatter on equal groups whose levels have flows); ValueError
     where it does not apply (the simulator then goes rank by rank)."""
-    from .registry import FLOWS, SCHEDULES
+    from .registry import FLOWS
 
     collective = getattr(fn, "collective", None)
     if getattr(fn, "outer", None) == "pipeline":
