@@ -11,13 +11,18 @@ from .schedule import TMP, Buf, Region, Schedule, Step
 Bounds = Sequence[tuple[int, int]]  # (offset, count) per chunk, contiguous and in order
 
 
-def finish(steps: Iterable[Step]) -> Schedule:
+def finish(steps: Iterable[Step], *, aligned: bool = False) -> Schedule:
     """The schedule of ``steps`` with zero-count copies, sends and receives left out, then empty
     steps; ``tmp_count`` is the end of the highest TMP region used.
 
     Both ends of a transfer compute the same count, so dropping the empty ones here keeps FIFO
     matching consistent and lets the algorithms be written without special cases for
     ``count < size``. (Barrier messages carry one element, so they are kept.)
+
+    ``aligned``: keep the empty steps before a rank's last non-empty one, so that step k of every
+    rank is the algorithm's step k (a chain's rank idles until the data reaches it). The cost
+    model shares links among the k-th steps of all ranks, and the cluster-scale simulator's flows
+    need a message's two ends in the same step.
     """
     kept = []
     for step in steps:
@@ -28,8 +33,10 @@ def finish(steps: Iterable[Step]) -> Schedule:
                 sends=tuple(s for s in step.sends if s.src.count),
                 recvs=tuple(r for r in step.recvs if r.dst.count),
             )
-        if step.copies or step.sends or step.recvs:
+        if step.copies or step.sends or step.recvs or aligned:
             kept.append(step)
+    while aligned and kept and not (kept[-1].copies or kept[-1].sends or kept[-1].recvs):
+        kept.pop()
     regions = [
         region
         for step in kept

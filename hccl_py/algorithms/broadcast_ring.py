@@ -8,7 +8,8 @@ predecessor while forwarding chunk t-d to its successor. With K = size the pipel
 for bandwidth, fewer the other way.
 
 Steps: the pipeline is size + K - 2 = 2*size - 2 steps long, each rank active in at most K + 1
-of them (fewer when count < size). Sent per non-tail rank: count elements; received per non-root
+of them (fewer when count < size); a rank idles (empty steps) until the first chunk reaches it,
+so step t is the same moment of the pipeline on every rank. Sent per non-tail rank: count elements; received per non-root
 rank: count. TMP: none. The root only reads its buffer.
 """
 
@@ -32,4 +33,4 @@ def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
         sends = (Send(nxt, Region(OUT, *chunks[t - d])),) if d < size - 1 and 0 <= t - d < len(chunks) else ()
         recvs = (Recv(prev, Region(OUT, *chunks[t - d + 1])),) if d > 0 and 0 <= t - d + 1 < len(chunks) else ()
         steps.append(Step(sends=sends, recvs=recvs))
-    return finish(steps)
+    return finish(steps, aligned=True)

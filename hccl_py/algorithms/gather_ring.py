@@ -3,7 +3,7 @@ root-1, ..., root+1, root: in step s relative rank v sends its parent v-1 the bl
 rank v+s (its own IN first, then what it received the step before) and receives from v+1 the
 block of rank v+1+s; the root receives block v+1+s straight into its OUT.
 
-Steps: size-1. Sent per rank: (size-v) * count elements. TMP: 2 * count.
+Steps: size-1 (the root's own block is a copy on its first step). Sent per rank: (size-v) * count elements. TMP: 2 * count.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
             origin = v + 1 + s
             recvs = (Recv(down, Region(OUT, absolute(origin, root, size) * count, count) if v == 0 else slot[s % 2]),)
         steps.append(Step(sends=sends, recvs=recvs))
-    if v == 0:
-        steps.insert(0, Step(copies=(Copy(Region(IN, 0, count), Region(OUT, root * count, count)),)))
+    if v == 0:  # the root's own block: a local copy on its first step (it receives another block then)
+        own = Copy(Region(IN, 0, count), Region(OUT, root * count, count))
+        steps[:1] = [Step(copies=(own,), recvs=steps[0].recvs)] if steps else [Step(copies=(own,))]
     return finish(steps)

@@ -258,10 +258,15 @@ class _Compose:
             self.steps.append(Step(tuple(self.pending + copies), tuple(sends), tuple(recvs)))
             self.pending = []
 
-    def done(self) -> Schedule:
+    def idle(self, steps: int) -> None:
+        """``steps`` empty steps (a phase this rank has no part in, kept by ``done(aligned=True)``)."""
+        for _ in range(steps):
+            self.step()
+
+    def done(self, *, aligned: bool = False) -> Schedule:
         if self.pending:
             self.step()
-        return finish(self.steps)
+        return finish(self.steps, aligned=aligned)
 
 
 def _sub(fns, level: str, collective: str, rank: int, size: int, count: int, root: int = 0) -> Schedule:
@@ -545,6 +550,9 @@ def _scatter(plan: _Plan, fns, rank: int, count: int, root: int) -> Schedule:
     m, k, size = plan.m, plan.k, plan.size
     staged = rank == root and not plan.runs
     c = _Compose(persistent=size * count + m * count if staged else (m * count if t == t0 else 0))
+    # every rank's inner scatter starts at the same step: the outer phase lasts as long as its root's
+    # schedule (the longest) on every plane rank, and ranks off the plane idle through it
+    phase = len(_sub(fns, "outer", "scatter", i0, k, m * count, i0).steps)
     if t == t0:
         plane = [g[t0] for g in plan.groups]
         if rank == root:
@@ -553,15 +561,19 @@ def _scatter(plan: _Plan, fns, rank: int, count: int, root: int) -> Schedule:
             # the outer root's copy of its own group's blocks goes to TMP (IN is never written); the
             # inner scatter reads them where they already lie
             landing = Region(TMP, size * count if staged else 0, m * count)
-            c.run(_sub(fns, "outer", "scatter", i, k, m * count, i0), plane, source, landing, me=i)
+            outer = _sub(fns, "outer", "scatter", i, k, m * count, i0)
+            c.run(outer, plane, source, landing, me=i)
             mine = blocks[i]
         else:
             mine = Region(TMP, 0, m * count)
-            c.run(_sub(fns, "outer", "scatter", i, k, m * count, i0), plane, mine, mine, me=i)
+            outer = _sub(fns, "outer", "scatter", i, k, m * count, i0)
+            c.run(outer, plane, mine, mine, me=i)
+        c.idle(phase - len(outer.steps))
     else:
         mine = Region(TMP, 0, 0)  # an inner scatter's non-root never reads IN
+        c.idle(phase)
     c.run(_sub(fns, "inner", "scatter", t, m, count, t0), plan.groups[i], mine, Region(OUT, 0, count), me=t)
-    return c.done()
+    return c.done(aligned=True)
 
 
 def _gather(plan: _Plan, fns, rank: int, count: int, root: int) -> Schedule:

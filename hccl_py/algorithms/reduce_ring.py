@@ -7,7 +7,8 @@ The tail sends its IN chunks as they are; middle ranks accumulate in TMP (they m
 their buffer); the root accumulates in OUT. Each chunk is reduced in chain order from the tail.
 
 Steps: the pipeline is 2*size - 2 steps long, each rank active in at most K + 1 of them (fewer
-when count < size). Sent per non-root rank: count elements; received per non-tail rank: count.
+when count < size); a rank idles (empty steps) until the first chunk reaches it, so step t is the
+same moment of the pipeline on every rank. Sent per non-root rank: count elements; received per non-tail rank: count.
 TMP: count elements on the middle ranks of the chain, none on root and tail.
 """
 
@@ -37,4 +38,4 @@ def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
             chunk = chunks[t - u + 1]
             recvs = (Recv(away, Region(acc, *chunk), reduce_with=Region(IN, *chunk)),)
         steps.append(Step(sends=sends, recvs=recvs))
-    return finish(steps)
+    return finish(steps, aligned=True)

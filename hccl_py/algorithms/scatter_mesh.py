@@ -4,7 +4,8 @@ rankSize; dstRank++)``: wait for the receiver's ready, send, wait until done; it
 local copy in its turn; hcomm ``temp_scatter/scatter_mesh.cc``). Every rank but the root receives
 its block in one step.
 
-Steps: size-1 at the root (its own copy rides with the send after it), 1 elsewhere. Sent by the
+Steps: size-1 at the root (its own copy rides with the send after it); rank j receives in the
+root's step for j, idle before it. Sent by the
 root: (size-1) * count elements, one block per step; received per rank: count. TMP: none.
 """
 
@@ -21,8 +22,9 @@ def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
     """Mesh scatter: the root sends block j of its IN to rank j, j = 0, 1, ... in turn (its own
     block copied into OUT in its turn); returns the Schedule of rank ``rank``."""
     mine = Region(OUT, 0, count)
-    if rank != root:
-        return finish([Step(recvs=(Recv(root, mine),))])
+    if rank != root:  # idle until the root's turn for this rank: step s is the root's send s everywhere
+        turn = rank if rank < root else rank - 1
+        return finish([Step()] * turn + [Step(recvs=(Recv(root, mine),))], aligned=True)
     steps, copies = [], []
     for j in range(size):
         if j == root:

@@ -7,7 +7,8 @@ v-1 .. size-2 (its own block last, straight into OUT) and forwards in steps v ..
 received the step before. Received blocks alternate between two TMP slots, so a step never
 receives into the slot it sends from.
 
-Steps: size-1. Sent per rank: (size-1-v) * count elements. TMP: 2 * count.
+Steps: size-1 (the root's own block is a copy on its first step); relative rank v idles for v-1
+steps until the chain reaches it, so step s is the same moment on every rank. Sent per rank: (size-1-v) * count elements. TMP: 2 * count.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
     v = relative(rank, root, size)
     nxt, prev = absolute(v + 1, root, size), absolute(v - 1, root, size)
     slot = [Region(TMP, 0, count), Region(TMP, count, count)]
-    steps = []
+    # the root's own block is a local copy riding on its first step (it sends other blocks then)
+    steps = [Step(copies=(Copy(Region(IN, root * count, count), Region(OUT, 0, count)),))] if v == 0 else []
     for s in range(size - 1):
         sends, recvs = (), ()
         if v == 0:
@@ -37,7 +39,8 @@ def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
             if s >= v - 1:
                 dest = size - 2 - s + v
                 recvs = (Recv(prev, Region(OUT, 0, count) if dest == v else slot[s % 2]),)
-        steps.append(Step(sends=sends, recvs=recvs))
-    if v == 0:
-        steps.append(Step(copies=(Copy(Region(IN, root * count, count), Region(OUT, 0, count)),)))
-    return finish(steps)
+        if v == 0 and s == 0:
+            steps[0] = Step(copies=steps[0].copies, sends=sends)
+        else:
+            steps.append(Step(sends=sends, recvs=recvs))
+    return finish(steps, aligned=True)
