@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from .schedule import TMP, Buf, Region, Schedule, Step
+from .schedule import TMP, Buf, Region, Schedule, Step, chunk_bounds
 
 Bounds = Sequence[tuple[int, int]]  # (offset, count) per chunk, contiguous and in order
 
@@ -97,6 +97,24 @@ def packed_displacements(counts: Sequence[int]) -> tuple[int, ...]:
         out.append(offset)
         offset += n
     return tuple(out)
+
+
+def chain_pattern(size: int, towards_root: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(send_to, recv_from) of the chain 0 -> 1 -> ... -> size-1 (or back towards 0): the whole
+    pattern that chain flows (``StepFlows.senders``) take their active part of, step by step."""
+    ranks = np.arange(size)
+    ahead = np.where(ranks < size - 1, ranks + 1, -1)
+    behind = np.where(ranks > 0, ranks - 1, -1)
+    return (behind, ahead) if towards_root else (ahead, behind)
+
+
+def chunk_windows(count: int, parts: int, size: int) -> np.ndarray:
+    """The sizes of ``chunk_bounds(count, parts)`` at ``size..size+parts-1`` of an array of
+    ``parts + 2 * size`` zeros, so that each step of a pipelined chain reads its ranks' chunk sizes
+    as one view (``[t + 1 : t + 1 + size]``, or reversed)."""
+    padded = np.zeros(parts + 2 * size, dtype=np.int64)
+    padded[size:size + parts] = [n for _, n in chunk_bounds(count, parts)]
+    return padded
 
 
 def mesh_lanes(size: int) -> tuple[np.ndarray, np.ndarray]:

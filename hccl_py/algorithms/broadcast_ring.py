@@ -17,8 +17,10 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from ._common import absolute, finish, relative
-from .schedule import OUT, Recv, Region, Schedule, Send, Step, chunk_bounds
+from typing import Iterator
+
+from ._common import absolute, chain_pattern, chunk_windows, finish, relative
+from .schedule import OUT, Recv, Region, Schedule, Send, Step, StepFlows, chunk_bounds
 
 
 @lru_cache(maxsize=256)
@@ -34,3 +36,16 @@ def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
         recvs = (Recv(prev, Region(OUT, *chunks[t - d + 1])),) if d > 0 and 0 <= t - d + 1 < len(chunks) else ()
         steps.append(Step(sends=sends, recvs=recvs))
     return finish(steps, aligned=True)
+
+
+def flows(size: int, count: int, root: int = 0) -> Iterator[StepFlows]:
+    """Every rank's steps at once (``StepFlows.senders``: in step t ranks t-K+1 .. t send chunk
+    t - d on); root 0, ``size >= 2`` and ``count >= size`` (no empty chunk)."""
+    if size < 2 or count < size or root != 0:
+        raise ValueError("ring broadcast flows need root 0, size >= 2 and count >= size")
+    send_to, recv_from = chain_pattern(size, towards_root=False)
+    backwards = chunk_windows(count, size, size)[::-1]  # rank d's chunk t - d, read as one view per step
+    last = len(backwards) - 1
+    for t in range(2 * size - 2):
+        counts = backwards[last - size - t:last - t]
+        yield StepFlows(send_to, counts, recv_from, False, senders=slice(max(0, t - size + 1), min(t, size - 2) + 1))

@@ -10,8 +10,12 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from ._common import absolute, finish, relative
-from .schedule import IN, OUT, TMP, Copy, Recv, Region, Schedule, Send, Step
+from typing import Iterator
+
+import numpy as np
+
+from ._common import absolute, chain_pattern, finish, relative
+from .schedule import IN, OUT, TMP, Copy, Recv, Region, Schedule, Send, Step, StepFlows
 
 
 @lru_cache(maxsize=256)
@@ -34,3 +38,17 @@ def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
         own = Copy(Region(IN, 0, count), Region(OUT, root * count, count))
         steps[:1] = [Step(copies=(own,), recvs=steps[0].recvs)] if steps else [Step(copies=(own,))]
     return finish(steps)
+
+
+def flows(size: int, count: int, root: int = 0) -> Iterator[StepFlows]:
+    """Every rank's steps at once (``StepFlows.senders``: in step s ranks 1 .. size-1-s pass a
+    block up); root 0, ``size >= 2``, ``count >= 1``."""
+    if size < 2 or count < 1 or root != 0:
+        raise ValueError("ring gather flows need root 0, size >= 2 and count >= 1")
+    send_to, recv_from = chain_pattern(size, towards_root=True)
+    counts = np.full(size, count)
+    own = np.zeros(size, dtype=np.int64)
+    own[0] = count  # the root's own block, copied on its first step
+    for s in range(size - 1):
+        yield StepFlows(send_to, counts, recv_from, False, copies=(own,) if s == 0 else (),
+                        senders=slice(1, size - s))

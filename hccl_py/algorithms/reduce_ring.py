@@ -16,8 +16,10 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from ._common import absolute, finish, relative
-from .schedule import IN, OUT, TMP, Recv, Region, Schedule, Send, Step, chunk_bounds
+from typing import Iterator
+
+from ._common import absolute, chain_pattern, chunk_windows, finish, relative
+from .schedule import IN, OUT, TMP, Recv, Region, Schedule, Send, Step, StepFlows, chunk_bounds
 
 
 @lru_cache(maxsize=256)
@@ -39,3 +41,16 @@ def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
             recvs = (Recv(away, Region(acc, *chunk), reduce_with=Region(IN, *chunk)),)
         steps.append(Step(sends=sends, recvs=recvs))
     return finish(steps, aligned=True)
+
+
+def flows(size: int, count: int, root: int = 0) -> Iterator[StepFlows]:
+    """Every rank's steps at once (``StepFlows.senders``: in step t rank d, u = size-1-d from the
+    tail, sends chunk t - u towards the root, which reduces it in); root 0, ``size >= 2`` and
+    ``count >= size`` (no empty chunk)."""
+    if size < 2 or count < size or root != 0:
+        raise ValueError("ring reduce flows need root 0, size >= 2 and count >= size")
+    send_to, recv_from = chain_pattern(size, towards_root=True)
+    sizes = chunk_windows(count, size, size)  # rank d's chunk t - u at t + 1 + d
+    for t in range(2 * size - 2):
+        yield StepFlows(send_to, sizes[t + 1:t + 1 + size], recv_from, True,
+                        senders=slice(max(1, size - 1 - t), min(size - 1, 2 * size - 2 - t) + 1))

@@ -15,8 +15,12 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from ._common import absolute, finish, relative
-from .schedule import IN, OUT, TMP, Copy, Recv, Region, Schedule, Send, Step
+from typing import Iterator
+
+import numpy as np
+
+from ._common import absolute, chain_pattern, finish, relative
+from .schedule import IN, OUT, TMP, Copy, Recv, Region, Schedule, Send, Step, StepFlows
 
 
 @lru_cache(maxsize=256)
@@ -44,3 +48,17 @@ def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
         else:
             steps.append(Step(sends=sends, recvs=recvs))
     return finish(steps, aligned=True)
+
+
+def flows(size: int, count: int, root: int = 0) -> Iterator[StepFlows]:
+    """Every rank's steps at once (``StepFlows.senders``: in step s ranks 0 .. s pass a block on);
+    root 0, ``size >= 2``, ``count >= 1``."""
+    if size < 2 or count < 1 or root != 0:
+        raise ValueError("ring scatter flows need root 0, size >= 2 and count >= 1")
+    send_to, recv_from = chain_pattern(size, towards_root=False)
+    counts = np.full(size, count)
+    own = np.zeros(size, dtype=np.int64)
+    own[0] = count  # the root's own block, copied on its first step
+    for s in range(size - 1):
+        yield StepFlows(send_to, counts, recv_from, False, copies=(own,) if s == 0 else (),
+                        senders=slice(0, min(s, size - 2) + 1))

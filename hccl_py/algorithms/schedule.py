@@ -186,6 +186,12 @@ class StepFlows:
     same on every rank (an int). ``repeat``: every lane stands for that many identical messages
     (same peer, same count) listed one after another, as NHR's blocks of one step. A test holds
     every algorithm's flows, simulated, equal to its ``schedule`` simulated rank by rank.
+
+    ``senders`` (a slice of ranks; one lane): only those ranks send this step, each to
+    ``send_to[r]``, and each destination receives that one message; ``send_to``, ``send_count``
+    and ``recv_from`` then describe the whole pattern (the same arrays from step to step), so a
+    chain whose active part moves along it (a pipelined broadcast, a ring scatter) is routed
+    once and each step costs only its active ranks.
     """
 
     send_to: np.ndarray
@@ -195,3 +201,4 @@ class StepFlows:
     recv_lane: "np.ndarray | None" = None
     copies: "tuple[np.ndarray | int, ...]" = ()
     repeat: int = 1
+    senders: "slice | None" = None

@@ -150,7 +150,7 @@ def simulate_flows(collective: str, algo, topology: Topology, count: int, *, ite
     clock = np.zeros(size) if start_clocks is None else np.array(start_clocks, dtype=np.float64)
     start = tuple(clock.tolist())
     for k, step in enumerate(_flows_of(collective, algo, size, count)):
-        clock = engine.step(clock, step, first=(k == 0))
+        clock = engine.step(clock, step, first=(k == 0))  # may update ``clock`` in place
     return SimResult(start, tuple(clock.tolist()))
 
 
@@ -178,6 +178,7 @@ class _FlowEngine:
         self._tables: dict = {}
         self._bases: dict = {}
         self._all_inline = bool(np.all(self.inline))
+        self._chains: dict = {}
 
     def _pattern(self, send_to: np.ndarray, repeat: int):
         """(latency, share, valid) of every flow of a step's destinations (rows: lanes, each
@@ -211,6 +212,53 @@ class _FlowEngine:
         latency[valid] = [route.latency_s for route in routes]
         share[valid] = flow_shares(topo, routes, factors, repeat)
         return latency, share, valid
+
+    def _chain(self, send_to: np.ndarray):
+        """(latency, share, valid, shift) of a one-lane pattern whose every flow goes ``shift``
+        ranks on (r -> r + shift) and shares no link with another, so that any part of it costs
+        what it costs in the whole; None otherwise. Cached by identity."""
+        entry = self._chains.get(id(send_to))
+        if entry is not None and entry[0] is send_to:
+            return entry[1]
+        value = None
+        valid = send_to >= 0
+        if send_to.ndim == 1 and valid.any():
+            shifts = np.unique(send_to[valid] - self.ranks[valid])
+            pairs = list(zip(self.ranks[valid].tolist(), send_to[valid].tolist()))
+            hops = [hop for a, b in pairs for hop in self.topology.route(a, b).hops]
+            if len(shifts) == 1 and len(set(hops)) == len(hops):
+                latency, share, _ = self._pattern(send_to, 1)
+                value = (latency[0], share[0], valid, int(shifts[0]))
+        if len(self._chains) > 64:
+            self._chains.clear()
+        self._chains[id(send_to)] = (send_to, value)
+        return value
+
+    def _senders_step(self, clock: np.ndarray, step: StepFlows, first: bool) -> np.ndarray:
+        """A step of ``StepFlows.senders``: ``step_end`` on the active ranks only (receive, then
+        reduce, then the send's end), in place; a pattern that is not an exclusive shift falls
+        back to whole arrays."""
+        chain = self._chain(step.send_to) if step.repeat == 1 else None
+        src = step.senders
+        if chain is None or not chain[2][src].all():
+            to = np.full(self.size, -1)
+            to[src] = step.send_to[src]
+            frm = np.full(self.size, -1)
+            frm[to[src]] = self.ranks[src]
+            plain = StepFlows(to, step.send_count, frm, step.reduce, copies=step.copies, repeat=step.repeat)
+            return self.step(clock, plain, first=first)
+        latency, share, _, shift = chain
+        if first or step.copies:
+            clock = clock + self._copy_s(step.copies, first)
+        dst = slice(src.start + shift, src.stop + shift, src.step)
+        moved = step.send_count[src]
+        arrival = clock[src] + (latency[src] + (moved * self.itemsize) / share[src])
+        received = np.maximum(clock[dst], arrival)
+        if step.reduce and not self._all_inline:
+            received = received + self._reduce_s(moved * self.itemsize, dst)
+        clock[dst] = received
+        clock[src] = np.maximum(clock[src], arrival)
+        return clock
 
     def _prepared(self, step: StepFlows):
         """Everything about a step that does not depend on the clocks, cached by the identity of
@@ -335,12 +383,17 @@ class _FlowEngine:
         self._shapes[key] = (arrays, value)
         return value
 
-    def _reduce_s(self, nbytes: np.ndarray):
-        """``cost_model.reduce_s`` per rank (None when every card reduces this dtype and op inline)."""
+    def _reduce_s(self, nbytes: np.ndarray, ranks: slice = slice(None)):
+        """``cost_model.reduce_s`` per rank (None when every card reduces this dtype and op inline);
+        ``ranks``: of those ranks only, ``nbytes`` being theirs."""
         if self._all_inline:
             return None
-        cost = self.red_launch + nbytes / self.vector
-        return np.where(self.inline, 0.0, cost)
+
+        def of(per_card):
+            return per_card if np.ndim(per_card) == 0 else per_card[ranks]
+
+        cost = of(self.red_launch) + nbytes / of(self.vector)
+        return np.where(of(self.inline), 0.0, cost)
 
     def _copy_s(self, copies, first: bool):
         """``cost_model.step_copy_s`` for every rank: the launch on the first step, then each plain
@@ -357,6 +410,8 @@ class _FlowEngine:
 
     def step(self, clock: np.ndarray, step: StepFlows, *, first: bool) -> np.ndarray:
         """The clocks after one step (``step_end`` per rank: receives in order, then sends)."""
+        if step.senders is not None:
+            return self._senders_step(clock, step, first)
         if first or step.copies:
             t0 = clock + self._copy_s(step.copies, first)
         else:

@@ -302,6 +302,57 @@ def test_all_ranks_at_once_equals_rank_by_rank(collective, algo, sizes, preset):
     assert not can_simulate_flows("allreduce", "ring", 8, 3)  # empty steps
 
 
+@pytest.mark.parametrize("collective", ["broadcast", "reduce", "scatter", "gather"])
+def test_chain_flows_equal_rank_by_rank(collective):
+    """The pipelined chains (``StepFlows.senders``) against the rank-by-rank simulator, bit for
+    bit: exclusive links (the active part costs what it costs in the whole pattern), shared PCIe
+    (mixed-4p: whole arrays instead), a degraded link, inline and vector-unit reductions."""
+    from hccl_py.planning.simulator import can_simulate_flows, simulate_flows
+
+    for preset in ("ascend910-8p", "2x8p-roce", "mixed-4p", "2x4p-roce-910"):
+        full = Topology.preset(preset)
+        for size in (2, 3, 5, 8, 16):
+            if size > full.num_ranks:
+                continue
+            topo = Topology.preset(preset, n=size) if size < full.num_ranks else full
+            model = CostModel(topo, degraded={(0, 1): 0.5})
+            for count in (size, 1000, 4097):
+                assert can_simulate_flows(collective, "ring", size, count)
+                starts = [0.001 * ((r * 7) % 3) for r in range(size)]
+                for dtype, op in (("float32", "sum"), ("float16", "max")):
+                    generic = simulate(collective, "ring", topo, count, start_clocks=starts, dtype=dtype, op=op,
+                                       cost_model=model)
+                    fast = simulate_flows(collective, "ring", topo, count, start_clocks=starts, dtype=dtype, op=op,
+                                          cost_model=model)
+                    assert fast.end_clocks == generic.end_clocks, (preset, size, count, dtype)
+    if collective in ("broadcast", "reduce"):
+        assert not can_simulate_flows(collective, "ring", 8, 7)  # an empty chunk: rank by rank
+
+
+def test_chain_steps_are_the_pipelines_moments():
+    """Step t of every rank of a chain is the pipeline's step t (idle steps kept before a rank's
+    last), so a message's two ends share a step and links are shared among what runs at once."""
+    from hccl_py.algorithms.registry import get_schedule
+    from hccl_py.algorithms.schedule import message_numbers
+
+    for collective, algo in (("broadcast", "ring"), ("reduce", "ring"), ("scatter", "ring"), ("gather", "ring"),
+                             ("scatter", "mesh")):
+        fn = get_schedule(collective, algo)
+        for size, count in ((5, 5), (6, 20), (4, 4096)):
+            schedules = [fn(r, size, count, 0) for r in range(size)]
+            sent = {}
+            for r, sched in enumerate(schedules):
+                for k, (step, (numbers, _)) in enumerate(zip(sched.steps, message_numbers(sched))):
+                    for send, n in zip(step.sends, numbers):
+                        sent[(r, send.peer, n)] = k
+            for r, sched in enumerate(schedules):
+                last = sched.steps[-1]
+                assert last.sends or last.recvs or last.copies  # idle steps only before the last
+                for k, (step, (_, numbers)) in enumerate(zip(sched.steps, message_numbers(sched))):
+                    for recv, n in zip(step.recvs, numbers):
+                        assert sent[(recv.peer, r, n)] == k, (collective, algo, size, r, k)
+
+
 def test_the_simulator_pauses_the_cyclic_collector_and_restores_it():
     import gc
 
