@@ -9,9 +9,16 @@ Steps: 1. Received by the root: (size-1) * count elements; sent per rank: count.
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Iterator
+
+import numpy as np
 
 from ._common import finish
-from .schedule import IN, OUT, Copy, Recv, Region, Schedule, Send, Step
+from .schedule import IN, OUT, Copy, Recv, Region, Schedule, Send, Step, StepFlows
+
+# Flows list the root's size-1 receives as lanes of size entries each: kept to servers and small
+# groups (rank by rank, a flat mesh gather is only size - 1 messages).
+FLOWS_MAX_SIZE = 1024
 
 
 @lru_cache(maxsize=256)
@@ -24,3 +31,19 @@ def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
     peers = [(root + s) % size for s in range(1, size)]
     return finish([Step(copies=(Copy(mine, Region(OUT, root * count, count)),),
                         recvs=tuple(Recv(j, Region(OUT, j * count, count)) for j in peers))])
+
+
+def flows(size: int, count: int, root: int = 0) -> Iterator[StepFlows]:
+    """Every rank's step at once: ranks 1 .. size-1 send the root (0) their block, which it
+    receives in rank order (lane j-1 from rank j) after copying its own;
+    ``2 <= size <= FLOWS_MAX_SIZE``, ``count >= 1``."""
+    if not 2 <= size <= FLOWS_MAX_SIZE or count < 1 or root != 0:
+        raise ValueError(f"mesh gather flows need root 0, 2 <= size <= {FLOWS_MAX_SIZE} and count >= 1")
+    send_to = np.zeros(size, dtype=np.int64)
+    send_to[0] = -1
+    recv_from = np.full((size - 1, size), -1)
+    recv_from[:, 0] = np.arange(1, size)
+    own = np.zeros(size, dtype=np.int64)
+    own[0] = count
+    yield StepFlows(send_to, np.full(size, count), recv_from, False, np.zeros((size - 1, size), dtype=np.int64),
+                    copies=(own,))

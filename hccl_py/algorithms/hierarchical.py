@@ -61,6 +61,7 @@ and then only copied.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
@@ -633,6 +634,8 @@ def flows_of(fn: ScheduleFn, size: int, count: int):
         from . import pipeline
 
         return pipeline.flows(collective, fn.partition, size, count)
+    if collective in ("scatter", "gather"):
+        return _rooted_flows(fn, size, count)
     if collective not in _FLOW_PHASES or count < 1:
         raise ValueError("hierarchical flows: allreduce, allgather or reduce_scatter with count >= 1")
     plan = _Plan.of(fn.partition)
@@ -759,6 +762,111 @@ def _compose_flows(phases, matrix: np.ndarray, copies: list[tuple[int, ...]], si
     if step_index < len(copies):  # the copies out of the staging area ride on a step of their own
         none = np.full(size, -1)
         yield StepFlows(none, np.zeros(size, dtype=np.int64), none, False, None, _copies(copies[step_index], size))
+
+
+def _rooted_flows(fn: ScheduleFn, size: int, count: int):
+    """Flows of the two-level scatter / gather with root 0 on equal groups of consecutive ranks:
+    the outer algorithm's flows on the root's plane (member 0 of every group) and the inner
+    algorithm's in every group at once, mapped to world ranks; each rank's local copies come from
+    the composite schedules of its role (the root, another plane rank, any other rank)."""
+    from .registry import FLOWS
+
+    collective = fn.collective
+    plan = _Plan.of(fn.partition)
+    if not plan.uniform or not plan.runs or plan.size != size or plan.m < 2 or plan.k < 2 or count < 1:
+        raise ValueError(f"hierarchical {collective} flows need equal groups of consecutive ranks, at least 2 of "
+                         "at least 2, and count >= 1")
+    g, k = plan.m, plan.k
+    if (collective, fn.outer) not in FLOWS or (collective, fn.inner) not in FLOWS:
+        raise ValueError(f"no flows for {collective}/{fn.outer} or {collective}/{fn.inner}")
+    outer = FLOWS[(collective, fn.outer)](k, g * count)
+    inner = FLOWS[(collective, fn.inner)](g, count)
+    outer_first, inner_first = next(outer), next(inner)  # ValueError when they do not apply
+    outer = itertools.chain([outer_first], outer)
+    inner = itertools.chain([inner_first], inner)
+    roles = [fn(r, size, count, 0).steps for r in (0, g, 1)]  # the root, another plane rank, any other
+    if any(c.reduce_with is not None for steps in roles for step in steps for c in step.copies):
+        raise ValueError("hierarchical flows: local reductions")
+    role_of = np.full(size, 2)
+    role_of[::g] = 1
+    role_of[0] = 0
+    plane = np.arange(k) * g
+    tile = np.arange(k)[:, None] * g
+    cache: dict = {}
+
+    def mapped(key, arrays: tuple, build):
+        hit = cache.get((key, *map(id, arrays)))
+        if hit is not None and all(a is b for a, b in zip(hit[0], arrays)):
+            return hit[1]
+        value = build()
+        cache[(key, *map(id, arrays))] = (arrays, value)
+        return value
+
+    def on_plane(sub_ranks: np.ndarray) -> np.ndarray:  # plane member v -> its world rank, elsewhere -1
+        rows = np.atleast_2d(sub_ranks)
+        world = np.full((rows.shape[0], size), -1)
+        world[:, plane] = np.where(rows >= 0, plane[np.maximum(rows, 0)], -1)
+        return world if np.ndim(sub_ranks) == 2 else world[0]
+
+    def plane_values(values: np.ndarray) -> np.ndarray:
+        rows = np.atleast_2d(values)
+        world = np.zeros((rows.shape[0], size), dtype=rows.dtype)
+        world[:, plane] = rows
+        return world if np.ndim(values) == 2 else world[0]
+
+    def in_groups(sub_ranks: np.ndarray) -> np.ndarray:  # member t of every group -> its world rank
+        rows = np.atleast_2d(sub_ranks)
+        world = np.where(rows[:, None, :] >= 0, tile[None] + rows[:, None, :], -1).reshape(rows.shape[0], size)
+        return world if np.ndim(sub_ranks) == 2 else world[0]
+
+    def group_values(values: np.ndarray) -> np.ndarray:
+        return np.tile(values, k)
+
+    def world_step(f: StepFlows, on_the_plane: bool, copies) -> StepFlows:
+        ranks, values = (on_plane, plane_values) if on_the_plane else (in_groups, group_values)
+        send_to = mapped("to", (f.send_to,), lambda: ranks(f.send_to))
+        recv_from = mapped("from", (f.recv_from,), lambda: ranks(f.recv_from))
+        lanes = None if f.recv_lane is None else mapped("lane", (f.recv_lane,), lambda: values(f.recv_lane))
+        counts = values(f.send_count) if f.senders is None else f.send_count
+        senders = f.senders
+        if senders is not None:
+            start, stop, stride = senders.indices(g if not on_the_plane else k)
+            if on_the_plane:
+                counts = mapped("n", (f.send_count,), lambda: plane_values(f.send_count))
+                senders = slice(start * g, stop * g, stride * g)
+            elif stop - start == 1:  # one member of every group
+                counts = mapped("n", (f.send_count,), lambda: group_values(f.send_count))
+                senders = slice(start, size, g)
+            else:  # several members of every group: whole arrays
+                active = np.zeros(g, dtype=bool)
+                active[senders] = True
+                sub_to = np.where(active, f.send_to, -1)
+                sub_from = np.full(g, -1)
+                sub_from[sub_to[active]] = np.flatnonzero(active)
+                send_to, recv_from, counts, senders = in_groups(sub_to), in_groups(sub_from), group_values(f.send_count), None
+        return StepFlows(send_to, counts, recv_from, f.reduce, lanes, copies, f.repeat, senders)
+
+    phases = [(outer, True), (inner, False)] if collective == "scatter" else [(inner, False), (outer, True)]
+    nsteps = max(len(steps) for steps in roles)
+    step_index = 0
+    for flows, on_the_plane in phases:
+        for f in flows:
+            yield world_step(f, on_the_plane, _role_copies(roles, step_index, role_of))
+            step_index += 1
+    if step_index < nsteps:  # the root's copies out of a staging area, on a step of their own
+        none = np.full(size, -1)
+        yield StepFlows(none, np.zeros(size, dtype=np.int64), none, False, None, _role_copies(roles, step_index, role_of))
+        step_index += 1
+    if step_index != nsteps:
+        raise ValueError("hierarchical flows: the composite's steps do not line up with its phases")
+
+
+def _role_copies(roles, step_index: int, role_of: np.ndarray) -> tuple:
+    """``StepFlows.copies`` of one step from each role's composite schedule: per-rank arrays of
+    the element counts of its plain copies in order (0 where a role has fewer)."""
+    counts = [[c.src.count for c in steps[step_index].copies] if step_index < len(steps) else [] for steps in roles]
+    width = max(len(c) for c in counts)
+    return tuple(np.array([c[j] if j < len(c) else 0 for c in counts], dtype=np.int64)[role_of] for j in range(width))
 
 
 def _copies(counts: tuple[int, ...], size: int) -> tuple[int, ...]:

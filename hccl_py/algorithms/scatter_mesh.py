@@ -12,9 +12,12 @@ root: (size-1) * count elements, one block per step; received per rank: count. T
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Iterator
+
+import numpy as np
 
 from ._common import finish
-from .schedule import IN, OUT, Copy, Recv, Region, Schedule, Send, Step
+from .schedule import IN, OUT, Copy, Recv, Region, Schedule, Send, Step, StepFlows
 
 
 @lru_cache(maxsize=256)
@@ -35,3 +38,19 @@ def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
     if copies:  # the root is the last rank: its copy comes after the last send
         steps.append(Step(copies=tuple(copies)))
     return finish(steps)
+
+
+def flows(size: int, count: int, root: int = 0) -> Iterator[StepFlows]:
+    """Every rank's steps at once: in step j the root (0) sends rank j+1 its block (its own
+    block copied on the first step); ``size >= 2``, ``count >= 1``."""
+    if size < 2 or count < 1 or root != 0:
+        raise ValueError("mesh scatter flows need root 0, size >= 2 and count >= 1")
+    counts = np.full(size, count)
+    own = np.zeros(size, dtype=np.int64)
+    own[0] = count
+    for j in range(1, size):
+        send_to = np.full(size, -1)
+        send_to[0] = j
+        recv_from = np.full(size, -1)
+        recv_from[j] = 0
+        yield StepFlows(send_to, counts, recv_from, False, copies=(own,) if j == 1 else ())

@@ -302,11 +302,13 @@ def test_all_ranks_at_once_equals_rank_by_rank(collective, algo, sizes, preset):
     assert not can_simulate_flows("allreduce", "ring", 8, 3)  # empty steps
 
 
-@pytest.mark.parametrize("collective", ["broadcast", "reduce", "scatter", "gather"])
-def test_chain_flows_equal_rank_by_rank(collective):
-    """The pipelined chains (``StepFlows.senders``) against the rank-by-rank simulator, bit for
-    bit: exclusive links (the active part costs what it costs in the whole pattern), shared PCIe
-    (mixed-4p: whole arrays instead), a degraded link, inline and vector-unit reductions."""
+@pytest.mark.parametrize("collective, algo", [("broadcast", "ring"), ("reduce", "ring"), ("scatter", "ring"),
+                                              ("gather", "ring"), ("scatter", "mesh"), ("gather", "mesh")])
+def test_rooted_flows_equal_rank_by_rank(collective, algo):
+    """The pipelined chains (``StepFlows.senders``) and the mesh scatter / gather against the
+    rank-by-rank simulator, bit for bit: exclusive links (the active part costs what it costs in
+    the whole pattern), shared PCIe (mixed-4p: whole arrays instead), a degraded link, inline and
+    vector-unit reductions."""
     from hccl_py.planning.simulator import can_simulate_flows, simulate_flows
 
     for preset in ("ascend910-8p", "2x8p-roce", "mixed-4p", "2x4p-roce-910"):
@@ -317,16 +319,16 @@ def test_chain_flows_equal_rank_by_rank(collective):
             topo = Topology.preset(preset, n=size) if size < full.num_ranks else full
             model = CostModel(topo, degraded={(0, 1): 0.5})
             for count in (size, 1000, 4097):
-                assert can_simulate_flows(collective, "ring", size, count)
+                assert can_simulate_flows(collective, algo, size, count)
                 starts = [0.001 * ((r * 7) % 3) for r in range(size)]
                 for dtype, op in (("float32", "sum"), ("float16", "max")):
-                    generic = simulate(collective, "ring", topo, count, start_clocks=starts, dtype=dtype, op=op,
+                    generic = simulate(collective, algo, topo, count, start_clocks=starts, dtype=dtype, op=op,
                                        cost_model=model)
-                    fast = simulate_flows(collective, "ring", topo, count, start_clocks=starts, dtype=dtype, op=op,
+                    fast = simulate_flows(collective, algo, topo, count, start_clocks=starts, dtype=dtype, op=op,
                                           cost_model=model)
                     assert fast.end_clocks == generic.end_clocks, (preset, size, count, dtype)
     if collective in ("broadcast", "reduce"):
-        assert not can_simulate_flows(collective, "ring", 8, 7)  # an empty chunk: rank by rank
+        assert not can_simulate_flows(collective, algo, 8, 7)  # an empty chunk: rank by rank
 
 
 def test_chain_steps_are_the_pipelines_moments():
@@ -407,6 +409,34 @@ def test_two_level_flows_equal_rank_by_rank(preset, collective):
             generic = simulate(collective, fn, topo, count, itemsize=2, start_clocks=starts, cost_model=model, dtype="float16")
             fast = simulate_flows(collective, fn, topo, count, itemsize=2, start_clocks=starts, cost_model=model, dtype="float16")
             assert fast.end_clocks == generic.end_clocks, (inner, outer, count)
+
+
+@pytest.mark.parametrize("preset", ["2x4p-roce", "4x2p-roce", "2x4p-roce-910", "3x8p-roce"])
+@pytest.mark.parametrize("collective", ["scatter", "gather"])
+def test_two_level_scatter_and_gather_flows_equal_rank_by_rank(preset, collective):
+    """HCCL's two-level scatter (and its mirrored gather): the root plane's outer algorithm and
+    every server's inner one as flows, against rank by rank, with a degraded link."""
+    from hccl_py.algo_select import server_partition
+    from hccl_py.algorithms.hierarchical import schedule_for
+    from hccl_py.planning.simulator import can_simulate_flows, simulate_flows
+
+    topo = Topology.preset(preset)
+    n = topo.num_ranks
+    part = server_partition(topo, tuple(range(n)))
+    model = CostModel(topo, degraded={(0, n - 1): 0.5})
+    for inner in ("mesh", "ring"):
+        for outer in ("mesh", "ring"):
+            fn = schedule_for(collective, part, inner, outer)
+            for count in (1, 7, 1000):
+                assert can_simulate_flows(collective, fn, n, count)
+                starts = [0.001 * ((r * 5) % 3) for r in range(n)]
+                generic = simulate(collective, fn, topo, count, itemsize=2, start_clocks=starts, cost_model=model,
+                                   dtype="float16")
+                fast = simulate_flows(collective, fn, topo, count, itemsize=2, start_clocks=starts, cost_model=model,
+                                      dtype="float16")
+                assert fast.end_clocks == generic.end_clocks, (inner, outer, count)
+    uneven = schedule_for(collective, [[0, 2], [1, 3, 4, 5, 6, 7]], "mesh", "ring")
+    assert not can_simulate_flows(collective, uneven, 8, 10)  # unequal groups: rank by rank
 
 
 def test_hccl_sim_cli(capsys):
