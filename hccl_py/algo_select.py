@@ -26,6 +26,7 @@ from topology import CARD_MODELS, auto_partition
 
 from . import env
 from .algorithms.hierarchical import HIER_COLLECTIVES, LEVELS, TWO_LEVEL, whole_buffer
+from .algorithms.alltoall_staged import CONTINUOUS
 from .algorithms.pipeline import PIPELINED
 from .algorithms.registry import ALL_ALGOS, SCHEDULES, algos_for, get_schedule
 from .collectives import collective
@@ -519,6 +520,7 @@ def hccl_choice(shape: CallShape, level1: str | None = None) -> Choice:
 
 STAGED = f"{HIER}:mesh/pairwise{GROUPS}"  # HCCL's RunAlltoAllVStaged on its mesh-aggregation groups
 A2A_PIPELINE = f"{PIPELINE}{GROUPS}"  # HCCL's RunAlltoAllVTwoLevelPipeline on them
+A2A_CONTINUOUS = f"{HIER}:mesh/{CONTINUOUS}{GROUPS}"  # HCCL's RunAlltoAllVContinuousPipeline (AlltoAllV)
 
 
 def alltoall_rule(s: CallShape) -> Choice:
@@ -534,11 +536,6 @@ def alltoall_rule(s: CallShape) -> Choice:
     m, g = s.servers, s.per_server
     rule = (f"910B, {m} servers: RunAlltoAllVTwoLevelPipeline, pairwise between the servers' same-index NPUs "
             "overlapped with the in-server mesh")
-    if m > 1 and s.card == "ascend910b" and s.collective == "alltoallv":
-        # AlltoAllV first takes RunAlltoAllVContinuousPipeline (alltoall_operator.cc L287, L725-751:
-        # no task limit); AlltoAllVC the two-level pipeline
-        return Choice(A2A_PIPELINE, rule + " (AlltoAllVC); AlltoAllV runs RunAlltoAllVContinuousPipeline, not read "
-                                           "here: the two-level pipeline stands in (estimate)", True)
     if m > 1 and s.card == "ascend910b" and _pipeline_tasks(s.collective, m, g) <= _HCCL_FFTS_CAPACITY:
         # IsSatisfyAlltoallPipelineCondition (alltoall_operator.cc L534-560; the task count of
         # CalcContextNumForPipeline)
@@ -563,11 +560,14 @@ def alltoall_rule(s: CallShape) -> Choice:
     return Choice("mesh", f"{s.card}, one server with HCCS between every pair: mesh (estimate by analogy with the 910B)", True)
 
 
-def staged_alltoall(topology, world_ranks) -> list[str]:
+def staged_alltoall(topology, world_ranks, *, counts: bool = False) -> list[str]:
     """``[STAGED, A2A_PIPELINE]`` when HCCL's mesh groups of ``world_ranks`` are several and of
-    one size (the two-level all-to-alls run there), else ``[]``."""
+    one size (the two-level all-to-alls run there), else ``[]``; ``counts``: an all-to-all-v's,
+    with ``A2A_CONTINUOUS`` too where the groups have two or more members."""
     groups = topology_partition(topology, world_ranks)
-    return [STAGED, A2A_PIPELINE] if len(groups) > 1 and len({len(g) for g in groups}) == 1 else []
+    if len(groups) < 2 or len({len(g) for g in groups}) != 1:
+        return []
+    return [STAGED, A2A_PIPELINE, *([A2A_CONTINUOUS] if counts and len(groups[0]) > 1 else [])]
 
 
 def _rooted_rule(s: CallShape, gather: bool) -> Choice:
@@ -617,10 +617,22 @@ def flat_choice(topology, collective: str, count: int, itemsize: int, world_rank
     return choice
 
 
-def alltoallv_auto(topology, world_ranks: tuple[int, ...], level1: str | None = None) -> Choice:
-    """``auto`` of an all-to-all-v (AlltoAllV/VC): HCCL's all-to-all rule, which does not look at
-    the counts."""
-    return flat_choice(topology, "alltoallv", 0, 1, world_ranks, level1)
+def alltoallv_auto(topology, world_ranks: tuple[int, ...], level1: str | None = None, *, exchange: bool = False) -> Choice:
+    """``auto`` of an all-to-all-v: HCCL's all-to-all rule, which does not look at the counts.
+    ``exchange``: AlltoAllV (every rank passes its own send and receive counts), which across
+    910B servers of two or more NPUs runs HCCL's continuous pipeline; else AlltoAllVC (the whole
+    matrix), which runs the two-level pipeline as AlltoAll does."""
+    choice = flat_choice(topology, "alltoallv", 0, 1, world_ranks, level1)
+    s = call_shape(topology, "alltoallv", 0, 1, world_ranks)
+    if (exchange and s.card == "ascend910b" and s.servers > 1 and s.per_server is not None and s.per_server > 1
+            and choice.algo in (A2A_PIPELINE, STAGED) and level1 != "nhr"):
+        # IsSatisfyAlltoallContinuousPipelineCondition (alltoall_operator.cc L725-751): 910B,
+        # AlltoAllV, level 1 ring/H-D/pipeline, several NPUs per server, several servers of one
+        # size, a CCL buffer of 80 MB or more (HCCL_BUFFSIZE's default 200 MB); no task limit
+        return Choice(A2A_CONTINUOUS, f"910B, {s.servers} servers of {s.per_server}, AlltoAllV: "
+                      "RunAlltoAllVContinuousPipeline, the same-index NPUs' RDMA steps overlapped with the copy before "
+                      "and the in-server distribution after")
+    return choice
 
 
 # auto's decisions per cost model, per call shape
@@ -672,6 +684,12 @@ def hier_levels(name: str) -> tuple[str, str] | None:
 
 
 def _resolve_hier(collective: str, levels: tuple[str, str], source: dict) -> str:
+    if levels[1] == CONTINUOUS:
+        if collective != "alltoallv" or levels[0] != "mesh":
+            raise HcclNotSupportedError(f"{collective}: HCCL's continuous pipeline is hier:mesh/{CONTINUOUS}, for "
+                                        "alltoallv", collective=collective, algo=f"{HIER}:{levels[0]}/{CONTINUOUS}",
+                                        choices=["alltoallv"], **source)
+        return f"{HIER}:mesh/{CONTINUOUS}"
     if levels[1] == "pipeline":
         if collective not in _PIPELINES or levels[0] != "mesh":
             raise HcclNotSupportedError(f"{collective}: HCCL's pipeline is hier:mesh/pipeline, for {', '.join(_PIPELINES)}",

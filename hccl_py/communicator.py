@@ -610,7 +610,7 @@ class Communicator:
             if problem is not None:
                 raise problem
             matrix = self._v_agreed(what, table)
-            return self._launch(self._v_call(matrix, displs_out, displs_in, algo, send.dtype),
+            return self._launch(self._v_call(matrix, displs_out, displs_in, algo, send.dtype, exchange=True),
                                 self._v_bufs(send, recv), send.dtype, recv)
         # Asynchronous: the counts exchange and the data exchange queue one after the other; the
         # data exchange learns its matrix when its turn comes, and the caller goes on at once.
@@ -622,7 +622,8 @@ class Communicator:
         def resolve() -> "_Call":
             if gathered._error is not None:
                 raise gathered._error
-            return self._v_call(self._v_agreed(what, gathered._result), displs_out, displs_in, algo, send.dtype)
+            return self._v_call(self._v_agreed(what, gathered._result), displs_out, displs_in, algo, send.dtype,
+                                exchange=True)
 
         return self._launch_after(what, resolve, self._v_bufs(send, recv), send.dtype, recv)
 
@@ -712,20 +713,22 @@ class Communicator:
         flat_recv = recv.reshape(-1)
         return _apart_from(np.ascontiguousarray(send).reshape(-1), flat_recv), flat_recv
 
-    def _v_call(self, matrix, displs_out, displs_in, algo: str, dtype: np.dtype) -> "_Call":
-        """The data exchange of an all-to-all with counts per pair, on a checked matrix."""
-        key = ("alltoallv", algo, matrix, tuple(displs_out), tuple(displs_in), dtype)
+    def _v_call(self, matrix, displs_out, displs_in, algo: str, dtype: np.dtype, *, exchange: bool = False) -> "_Call":
+        """The data exchange of an all-to-all with counts per pair, on a checked matrix
+        (``exchange``: AlltoAllV's, whose counts the ranks exchanged; else AlltoAllVC's)."""
+        key = ("alltoallv", algo, matrix, tuple(displs_out), tuple(displs_in), dtype, exchange)
         call = self._calls.get(key)
         if call is None:
             # the caller's, HCCL_ALGO's, or HCCL's all-to-all rule (which does not look at the counts)
             name = algo_select.resolve("alltoallv", algo,
                                        lambda level1=None: algo_select.alltoallv_auto(self._rc.topology, self._world_ranks,
-                                                                                      level1).algo,
+                                                                                      level1, exchange=exchange).algo,
                                        self._algo_env)
             levels = algo_select.hier_levels(name)
             staged = None if levels is None else (
                 algo_select.partition_of(self._rc.topology, name, self._world_ranks) or self.partition, *levels)
-            fn = VSchedule(name, matrix, owner=self._rank, send_displs=displs_out, recv_displs=displs_in, staged=staged)
+            fn = VSchedule(name, matrix, owner=self._rank, send_displs=displs_out, recv_displs=displs_in, staged=staged,
+                           itemsize=np.dtype(dtype).itemsize)
             call = self._remember(key, self._prepare(OpKind.ALLTOALLV, "alltoallv", name, 0, dtype, None, 0, fn=fn,
                                                      sig_count=alltoallv_digest(matrix)))
         return call

@@ -48,6 +48,7 @@ from .schedule import IN, OUT, TMP, Copy, Recv, Region, Schedule, Send, Step
 Partition = tuple[tuple[int, ...], ...]
 LEVEL_ALGOS = ("mesh", "pairwise")  # what each stage can run
 PIPELINE = "pipeline"  # the outer level of HCCL's pipelined two-level all-to-all (inner: mesh)
+CONTINUOUS = "continuous"  # ... of HCCL's continuous pipeline, AlltoAllV only (alltoallv_continuous.py)
 
 
 def check_partition(partition: Partition, inner: str, outer: str) -> None:
@@ -57,7 +58,7 @@ def check_partition(partition: Partition, inner: str, outer: str) -> None:
         raise HcclParamError(f"staged all-to-all needs groups of one size, got sizes {sorted(sizes)} (HCCL runs the flat "
                              "pairwise all-to-all there: algo='pairwise')", collective="alltoall", arg="partition",
                              value=[len(g) for g in partition], rule="equal groups")
-    if outer == PIPELINE and inner == "mesh":
+    if outer in (PIPELINE, CONTINUOUS) and inner == "mesh":
         return
     for level, algo in (("inner", inner), ("outer", outer)):
         if algo not in LEVEL_ALGOS:
@@ -89,11 +90,18 @@ def _equal_blocks(partition: Partition, inner: str, outer: str) -> Callable[...,
 
 
 def schedule_v(rank: int, counts: Sequence[Sequence[int]], send_displs: Sequence[int], recv_displs: Sequence[int],
-               partition: Partition, inner: str = "mesh", outer: str = "pairwise") -> Schedule:
+               partition: Partition, inner: str = "mesh", outer: str = "pairwise", itemsize: int | None = None) -> Schedule:
     """Rank ``rank``'s staged all-to-all for ``counts[i][j]`` elements from i to j (displacements
-    as in ``alltoall_pairwise.schedule_v``) on ``partition``."""
+    as in ``alltoall_pairwise.schedule_v``) on ``partition``; ``itemsize``: the element's bytes,
+    which HCCL's continuous pipeline cuts its buffer by."""
     if outer == PIPELINE:
         return _pipelined(rank, counts, send_displs, recv_displs, partition)
+    if outer == CONTINUOUS:
+        from . import alltoallv_continuous
+
+        if itemsize is None:
+            raise ValueError("the continuous pipeline needs the element size")
+        return alltoallv_continuous.schedule_v(rank, counts, send_displs, recv_displs, partition, itemsize)
     me_g, me_i = _places(partition, inner, outer)[rank]
     groups, m = len(partition), len(partition[0])
     tmp = _Tmp()

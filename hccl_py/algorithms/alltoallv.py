@@ -70,7 +70,7 @@ class VSchedule:
     """The schedule function of one all-to-all with counts per pair (see the module doc)."""
 
     def __init__(self, algo: str, counts: Matrix, owner: int = -1, send_displs: Sequence[int] | None = None,
-                 recv_displs: Sequence[int] | None = None, staged: Staged | None = None):
+                 recv_displs: Sequence[int] | None = None, staged: Staged | None = None, itemsize: int | None = None):
         if staged is None and algo not in _BUILDERS:
             raise KeyError(algo)
         if staged is not None:
@@ -81,13 +81,17 @@ class VSchedule:
         self.owner = owner
         self.send_displs = tuple(send_displs) if send_displs is not None else None
         self.recv_displs = tuple(recv_displs) if recv_displs is not None else None
+        # the element's bytes: HCCL's continuous pipeline cuts its buffer into blocks of bytes
+        self.itemsize = itemsize if staged is not None and staged[2] == alltoall_staged.CONTINUOUS else None
+        if staged is not None and staged[2] == alltoall_staged.CONTINUOUS and itemsize is None:
+            raise ValueError("VSchedule: the continuous pipeline needs itemsize")
         self.__name__ = f"alltoallv_{algo}"
 
     def __call__(self, rank: int, size: int, count: int = 0, root: int = 0) -> Schedule:
         if rank == self.owner and self.send_displs is not None:
-            return _schedule(self.algo, self.counts, rank, self.send_displs, self.recv_displs, self.staged)
+            return _schedule(self.algo, self.counts, rank, self.send_displs, self.recv_displs, self.staged, self.itemsize)
         return _schedule(self.algo, self.counts, rank, packed_displacements(self.counts[rank]),
-                         packed_displacements([row[rank] for row in self.counts]), self.staged)
+                         packed_displacements([row[rank] for row in self.counts]), self.staged, self.itemsize)
 
     def buffer_counts(self, rank: int) -> tuple[int, int]:
         """(send, receive) elements rank ``rank``'s buffers need (packed, for ranks but the owner)."""
@@ -98,11 +102,11 @@ class VSchedule:
         return sum(sends), sum(recvs)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, VSchedule) and (self.algo, self.counts, self.staged) == (other.algo, other.counts,
-                                                                                         other.staged)
+        return isinstance(other, VSchedule) and ((self.algo, self.counts, self.staged, self.itemsize)
+                                                 == (other.algo, other.counts, other.staged, other.itemsize))
 
     def __hash__(self) -> int:
-        return hash((VSchedule, self.algo, self.counts, self.staged))
+        return hash((VSchedule, self.algo, self.counts, self.staged, self.itemsize))
 
     def __repr__(self) -> str:
         return f"VSchedule({self.algo!r}, {len(self.counts)} ranks)"
@@ -110,7 +114,7 @@ class VSchedule:
 
 @lru_cache(maxsize=512)
 def _schedule(algo: str, counts: Matrix, rank: int, send_displs: tuple[int, ...], recv_displs: tuple[int, ...],
-              staged: Staged | None) -> Schedule:
+              staged: Staged | None, itemsize: int | None) -> Schedule:
     if staged is not None:
-        return alltoall_staged.schedule_v(rank, counts, send_displs, recv_displs, *staged)
+        return alltoall_staged.schedule_v(rank, counts, send_displs, recv_displs, *staged, itemsize=itemsize)
     return _BUILDERS[algo](rank, counts, send_displs, recv_displs)

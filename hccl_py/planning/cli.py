@@ -256,13 +256,13 @@ def _alltoallv(args, topology: Topology, wall_start: float) -> int:
     n = topology.num_ranks
     matrix = _counts(args, n)
     itemsize = _dtype_args(args)[1]
-    algos = (*algos_for("alltoallv"), *staged_alltoall(topology, tuple(range(n))))
+    algos = (*algos_for("alltoallv"), *staged_alltoall(topology, tuple(range(n)), counts=True))
     if args.algo != "auto" and args.algo not in algos:
         raise ValueError(f"alltoallv has no algorithm {args.algo!r}; use one of {', '.join(algos)} or auto")
     model = CostModel(topology)
     vc = simulate_alltoallv(topology, matrix, itemsize=itemsize, cost_model=model)
-    chosen = alltoallv_auto(topology, tuple(range(n)))
-    choice = chosen.algo
+    chosen = {"all_to_all_v": alltoallv_auto(topology, tuple(range(n)), exchange=True),
+              "all_to_all_vc": alltoallv_auto(topology, tuple(range(n)))}
     # all_to_all_v first gathers every rank's [ok, send counts, receive counts] (int64), then exchanges
     gather = simulate_call("allgather", topology, 1 + 2 * n, itemsize=8, dtype="int64", cost_model=model)
     v = simulate_alltoallv(topology, matrix, itemsize=itemsize, start_clocks=gather.result.end_clocks, cost_model=model)
@@ -281,11 +281,13 @@ def _alltoallv(args, topology: Topology, wall_start: float) -> int:
     for algo in (algos if args.algo == "auto" else (args.algo,)):
         t_v = max(v[algo].end_clocks) - min(gather.result.start_clocks)  # from the call, counts exchange included
         algbw = total / n / t_v if t_v > 0 else float("inf")
-        mark = "   <- auto" if args.algo == "auto" and algo == choice else ""
+        picked = [call for call, c in chosen.items() if c.algo == algo] if args.algo == "auto" else []
+        mark = "" if not picked else "   <- auto" if len(picked) == 2 else f"   <- auto ({picked[0]})"
         print(f"  {algo:<{width}}{vc[algo].time_s * 1e6:>20.3f}{t_v * 1e6:>20.3f}{algbw / 1e9:>15.3f}"
               f"{algbw * (n - 1) / n / 1e9:>15.3f}{mark}")
     if args.algo == "auto":
-        print(f"  auto: {choice}: {chosen.rule} (as the communicator's auto; HCCL_ALGO can name one)")
+        for call, c in chosen.items():
+            print(f"  auto ({call}): {c.algo}: {c.rule} (as the communicator's auto; HCCL_ALGO can name one)")
     print(f"  all_to_all_v: its counts exchange (allgather of {1 + 2 * n} int64 per rank, {gather.algo}, "
           f"{gather.time_s * 1e6:.3f} us), then the data exchange; all_to_all_vc: the data exchange alone")
     print("  algbw = average bytes per rank / all_to_all_v time; busbw = algbw * (n-1)/n")

@@ -483,7 +483,7 @@ def simulate_alltoallv(topology: Topology, counts, *, algos: Sequence[str] | Non
                        cost_model: CostModel | None = None) -> dict[str, SimResult]:
     """Modeled clocks of one all-to-all with counts per pair (``counts[i][j]`` elements from rank i
     to rank j, an n x n matrix for the n ranks ``world_ranks``) under each of ``algos`` (default:
-    every algorithm it has, the staged one where HCCL's groups are several and equal), in that
+    every algorithm it has, the two-level ones where HCCL's groups are several and equal), in that
     order: the data exchange alone, as ``all_to_all_vc`` runs it
     (``all_to_all_v`` gathers the counts first)::
 
@@ -497,13 +497,14 @@ def simulate_alltoallv(topology: Topology, counts, *, algos: Sequence[str] | Non
     model = cost_model or CostModel(topology)
     ranks = tuple(range(topology.num_ranks) if world_ranks is None else world_ranks)
     if algos is None:
-        algos = [*algos_for("alltoallv"), *staged_alltoall(topology, ranks)]
+        algos = [*algos_for("alltoallv"), *staged_alltoall(topology, ranks, counts=True)]
     def schedule_fn(algo: str) -> VSchedule:
         levels = hier_levels(algo)
         if levels is None:
             return VSchedule(algo, matrix)
         # a plain hier: name runs on the partition by server, as in simulate_call
-        return VSchedule(algo, matrix, staged=(partition_of(topology, algo, ranks) or server_partition(topology, ranks), *levels))
+        return VSchedule(algo, matrix, staged=(partition_of(topology, algo, ranks) or server_partition(topology, ranks), *levels),
+                         itemsize=itemsize)
 
     return {a: simulate("alltoallv", schedule_fn(a), topology, 0, itemsize=itemsize, world_ranks=world_ranks,
                         start_clocks=start_clocks, cost_model=model)

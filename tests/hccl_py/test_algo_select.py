@@ -132,7 +132,7 @@ KB, MB, GB = 1024, 1024 * 1024, 1024 ** 3
     ("2x8p-roce", "alltoall", 64 * MB, "hier:mesh/pipeline@groups"),  # 910B: RunAlltoAllVTwoLevelPipeline
     ("1489x8p-roce", "alltoall", 8, "hier:mesh/pipeline@groups"),   # m(5(g-1)+8)+5+m <= 65535 tasks ...
     ("1490x8p-roce", "alltoall", 8, "hier:mesh/pairwise@groups"),   # ... past it: RunAlltoAllVStaged
-    ("1490x8p-roce", "alltoallv", 8, "hier:mesh/pipeline@groups"),  # AlltoAllV: ContinuousPipeline, no task limit
+    ("1490x8p-roce", "alltoallv", 8, "hier:mesh/pairwise@groups"),  # AlltoAllVC as AlltoAll: past the task limit
     # scatter (scatter_operator.cc): the topology decides; gather mirrors it (HCCL has no Gather)
     ("ascend910-8p", "scatter", 8, "ring"),                 # 8P ring: ScatterRingExecutor
     ("ascend910b-8p", "scatter", 64 * MB, "mesh"),          # NP mesh: ScatterMeshExecutor
@@ -219,8 +219,20 @@ def test_alltoallv_auto_follows_the_alltoall_rule():
 
     assert alltoallv_auto(Topology.preset("ascend910b-8p"), tuple(range(8))).algo == "mesh"
     assert alltoallv_auto(Topology.preset("4x1p-roce"), tuple(range(4))).algo == "pairwise"
-    chosen = alltoallv_auto(Topology.preset("2x8p-roce"), tuple(range(16)))
-    assert chosen.algo == "hier:mesh/pipeline@groups" and chosen.estimate and "ContinuousPipeline" in chosen.rule
+    two = Topology.preset("2x8p-roce"), tuple(range(16))
+    chosen = alltoallv_auto(*two)  # AlltoAllVC: the two-level pipeline, as AlltoAll
+    assert chosen.algo == "hier:mesh/pipeline@groups" and not chosen.estimate
+    # AlltoAllV (counts exchanged): the continuous pipeline, with no task limit (alltoall_operator.cc L725-751)
+    for topo, ranks in (two, (Topology.preset("1490x8p-roce"), tuple(range(1490 * 8)))):
+        chosen = alltoallv_auto(topo, ranks, exchange=True)
+        assert chosen.algo == "hier:mesh/continuous@groups" and not chosen.estimate
+        assert "RunAlltoAllVContinuousPipeline" in chosen.rule
+    # ... only on 910B servers of two or more NPUs, and not when HCCL_ALGO names NHR for level 1
+    assert alltoallv_auto(Topology.preset("4x1p-roce"), tuple(range(4)), exchange=True).algo == "pairwise"
+    assert alltoallv_auto(Topology.preset("2x8p-roce-910"), tuple(range(16)), exchange=True).algo == \
+        "hier:mesh/pairwise@groups"
+    assert alltoallv_auto(*two, "nhr", exchange=True).algo == "hier:mesh/pairwise@groups"
+    assert alltoallv_auto(Topology.preset("ascend910b-8p"), tuple(range(8)), exchange=True).algo == "mesh"
     from hccl_py.algo_select import alltoall_rule
 
     exact = alltoall_rule(CallShape("alltoall", 1 * MB, "ascend910b", 2, 8, "mesh"))  # 16 MB a rank: the CCL buffer holds it

@@ -93,7 +93,11 @@ def _clocked_v_and_batch_calls(size: int) -> list:
         start = comm.clock
         if call == "v":
             row, column = skewed[r], [m[r] for m in skewed]
-            comm.all_to_all_v(np.ones(sum(row), np.float32), row, None, np.zeros(sum(column), np.float32), column, None)
+            got = comm.all_to_all_v(np.arange(sum(row), dtype=np.float32) + 1e5 * r, row, None,
+                                    np.zeros(sum(column), np.float32), column, None)
+            want = np.concatenate([np.arange(sum(skewed[i][:r]), sum(skewed[i][:r + 1]), dtype=np.float32) + 1e5 * i
+                                   for i in range(size)])
+            assert np.array_equal(got, want)
         elif call == "vc":
             comm.all_to_all_vc(np.ones(sum(sparse[r]), np.float32), sparse, np.zeros(sum(m[r] for m in sparse), np.float32))
         else:
@@ -105,17 +109,18 @@ def _clocked_v_and_batch_calls(size: int) -> list:
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("size", [3, 8])
-def test_all_to_all_v_vc_and_batch_send_recv_equal_the_simulator(size):
+@pytest.mark.parametrize("preset, size", [(PRESET, 3), (PRESET, 8), ("2x4p-roce", 8)])
+def test_all_to_all_v_vc_and_batch_send_recv_equal_the_simulator(preset, size):
     """all_to_all_v (its counts exchange, an allgather of int64, then the data), all_to_all_vc and a
     batch_send_recv ring exchange end at the simulator's clocks to the last bit; auto runs the
-    algorithm HCCL's all-to-all rule names."""
+    algorithm HCCL's all-to-all rule names (across 910B servers: the continuous pipeline for
+    all_to_all_v, the two-level pipeline for all_to_all_vc)."""
     from hccl_py.algo_select import alltoallv_auto, auto, hier_levels, partition_of
     from hccl_py.algorithms.alltoallv import VSchedule
     from hccl_py.planning.simulator import simulate_alltoallv, simulate_batch
 
-    per_rank = run_ranks(_clocked_v_and_batch_calls, size, size, env={"HCCL_PY_TOPOLOGY": PRESET}, timeout=100)
-    topo = Topology.preset(PRESET, n=size)
+    per_rank = run_ranks(_clocked_v_and_batch_calls, size, size, env={"HCCL_PY_TOPOLOGY": preset}, timeout=100)
+    topo = Topology.preset(preset, n=size)
     model = CostModel(topo)
     ranks = tuple(range(size))
     skewed, sparse = _v_matrices(size)
@@ -124,12 +129,20 @@ def test_all_to_all_v_vc_and_batch_send_recv_equal_the_simulator(size):
     gather_algo, v_algo = v[0][2]
     assert {tuple(c[2]) for c in v} == {(gather_algo, v_algo)}
     assert gather_algo == auto(model, "allgather", 1 + 2 * size, 8, ranks, dtype="int64")
-    assert v_algo == alltoallv_auto(topo, ranks).algo
+    assert v_algo == alltoallv_auto(topo, ranks, exchange=True).algo
+    if preset == "2x4p-roce":
+        assert v_algo == "hier:mesh/continuous@groups" and alltoallv_auto(topo, ranks).algo == "hier:mesh/pipeline@groups"
+    if hier_levels(gather_algo) is not None:  # across servers: HCCL's two-level allgather
+        from hccl_py.algo_select import server_partition
+        from hccl_py.algorithms.hierarchical import schedule_for
+
+        gather_algo = schedule_for("allgather", partition_of(topo, gather_algo, ranks) or server_partition(topo, ranks),
+                                   *hier_levels(gather_algo))
     gathered = simulate("allgather", gather_algo, topo, 1 + 2 * size, itemsize=8, dtype="int64",
                         start_clocks=[c[0] for c in v], cost_model=model)
     levels = hier_levels(v_algo)  # 8 ranks: the staged one
     staged = None if levels is None else (partition_of(topo, v_algo, ranks), *levels)
-    data = simulate("alltoallv", VSchedule(v_algo, skewed, staged=staged), topo, 0, itemsize=4,
+    data = simulate("alltoallv", VSchedule(v_algo, skewed, staged=staged, itemsize=4), topo, 0, itemsize=4,
                     start_clocks=gathered.end_clocks, cost_model=model)
     assert list(data.end_clocks) == [c[1] for c in v]
     for algo in ("pairwise", "mesh"):  # the same through simulate_alltoallv
@@ -510,9 +523,15 @@ def test_hccl_sim_alltoallv_and_batchsendrecv(tmp_path, capsys):
         assert float(row[1]) == pytest.approx(vc[algo].time_s * 1e6, abs=1e-3)
         assert float(row[2]) == pytest.approx(max(v[algo].end_clocks) * 1e6, abs=1e-3) and float(row[2]) > float(row[1])
     piped, staged = "hier:mesh/pipeline@groups", "hier:mesh/pairwise@groups"  # HCCL's two-level all-to-alls
-    assert f"auto: {piped}: 910B, 2 servers" in out and "Zipf skew 1.2" in out and "rank 0 receives the most" in out
+    assert f"auto (all_to_all_vc): {piped}: 910B, 2 servers" in out and "Zipf skew 1.2" in out
+    assert "rank 0 receives the most" in out
     (row,) = [line.split() for line in out.splitlines() if line.split()[:1] == [piped]]
-    assert float(row[1]) == pytest.approx(vc[piped].time_s * 1e6, abs=1e-3) and row[-1] == "auto"
+    assert float(row[1]) == pytest.approx(vc[piped].time_s * 1e6, abs=1e-3) and row[-2:] == ["auto", "(all_to_all_vc)"]
+    continuous = "hier:mesh/continuous@groups"  # AlltoAllV's: HCCL's continuous pipeline
+    assert f"auto (all_to_all_v): {continuous}: 910B, 2 servers of 8, AlltoAllV: RunAlltoAllVContinuousPipeline" in out
+    (row,) = [line.split() for line in out.splitlines() if line.split()[:1] == [continuous]]
+    assert float(row[2]) == pytest.approx(max(v[continuous].end_clocks) * 1e6, abs=1e-3)
+    assert row[-2:] == ["auto", "(all_to_all_v)"]
     (row,) = [line.split() for line in out.splitlines() if line.split()[:1] == [staged]]
     assert float(row[1]) == pytest.approx(vc[staged].time_s * 1e6, abs=1e-3)
     assert vc[staged].time_s > vc[piped].time_s  # the pipeline overlaps the levels
