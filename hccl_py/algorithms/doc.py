@@ -122,8 +122,9 @@ def render() -> str:
                  f"{', '.join(f'`{a}`' for a in V_ALGORITHMS)} |")
     parts += ["", "Two-level (hierarchical) versions of allreduce, allgather, broadcast, reduce, reduce_scatter, scatter and gather: "
               "[Two-level algorithms](#two-level-algorithms-hierarchicalpy); of alltoall and alltoallv: "
-              "[Two-level all-to-alls](#two-level-all-to-alls-alltoall_stagedpy); HCCL's pipeline of allgather, "
-              "reduce_scatter and allreduce: [HCCL's pipeline](#hccls-pipeline-pipelinepy).", ""]
+              "[Two-level all-to-alls](#two-level-all-to-alls-alltoall_stagedpy) and, for alltoallv, "
+              "[HCCL's continuous pipeline](#hccls-continuous-pipeline-alltoallv_continuouspy); HCCL's pipeline of "
+              "allgather, reduce_scatter and allreduce: [HCCL's pipeline](#hccls-pipeline-pipelinepy).", ""]
     parts += ["## The schedule", "", f"From {_link('schedule')}.", "", markdown(_module("schedule").__doc__)]
     for collective, algos in ALGORITHMS.items():
         parts += [f"## {_heading(collective)}", ""]
@@ -143,6 +144,11 @@ def render() -> str:
               f"`auto` runs `hier:mesh/pipeline@groups` across 910B servers and `hier:mesh/pairwise@groups` on other "
               f"cards' mesh groups, as HCCL does. From {_link('alltoall_staged')}.", "",
               markdown(_module("alltoall_staged").__doc__)]
+    parts += ["## HCCL's continuous pipeline (alltoallv_continuous.py)", "",
+              f"`algo=\"hier:mesh/continuous\"` for alltoallv; `auto` runs `hier:mesh/continuous@groups` for "
+              f"`all_to_all_v` across 910B servers of two or more NPUs, as HCCL does. From "
+              f"{_link('alltoallv_continuous')}.", "",
+              markdown(_module("alltoallv_continuous").__doc__)]
     parts += ["## HCCL's pipeline (pipeline.py)", "",
               f"`algo=\"hier:mesh/pipeline\"` for allgather, reduce_scatter and allreduce; `auto`'s "
               f"`hier:mesh/pipeline@server` runs it where HCCL's 910B selection does. From {_link('pipeline')}.", "",
