@@ -27,6 +27,8 @@ from topology import CARD_MODELS, auto_partition
 from . import env
 from .algorithms.hierarchical import HIER_COLLECTIVES, LEVELS, TWO_LEVEL, whole_buffer
 from .algorithms.alltoall_staged import CONTINUOUS
+from .algorithms.alltoallv_continuous import CCL_BUFFER_BYTES
+from .algorithms.alltoallv_continuous import fits as fits_ccl_buffer
 from .algorithms.pipeline import PIPELINED
 from .algorithms.registry import ALL_ALGOS, SCHEDULES, algos_for, get_schedule
 from .collectives import collective
@@ -239,7 +241,7 @@ _SMALL_128K, _SMALL_256K, _SMALL_512K, _SMALL_1M = 128 * 1024, 256 * 1024, 512 *
 # per-NPU level-1 bandwidth GetBandWidthPerNPU(1) of device_capacity.cc, in GiB/s (x GB2B).
 _HCCL_LEVEL1_LATENCY_US = 60.0
 _HCCL_LEVEL1_GIB = {"ascend910b": 25.0 * 0.8, "ascend910": 12.5 * 0.8}
-_HCCL_CCL_BUFFER = 200 * 1024 * 1024  # HCCL_BUFFSIZE default 200 MB: data per loop
+_HCCL_CCL_BUFFER = CCL_BUFFER_BYTES  # HCCL_BUFFSIZE's default 200 MB: data per loop
 # HCCL's pipeline thresholds (coll_alg_operator.cc L31-34): 32 KB for allgather / reduce_scatter,
 # 2 MB without RDMA lite; the FFTS task limit beyond which the operator takes H-D_R instead
 _PIPELINE_MIN, _PIPELINE_NO_LITE, _HCCL_FFTS_CAPACITY = 32 * 1024, 2 * 1024 * 1024, 65535
@@ -567,7 +569,8 @@ def staged_alltoall(topology, world_ranks, *, counts: bool = False) -> list[str]
     groups = topology_partition(topology, world_ranks)
     if len(groups) < 2 or len({len(g) for g in groups}) != 1:
         return []
-    return [STAGED, A2A_PIPELINE, *([A2A_CONTINUOUS] if counts and len(groups[0]) > 1 else [])]
+    continuous = counts and len(groups[0]) > 1 and fits_ccl_buffer(len(world_ranks), len(groups))
+    return [STAGED, A2A_PIPELINE, *([A2A_CONTINUOUS] if continuous else [])]
 
 
 def _rooted_rule(s: CallShape, gather: bool) -> Choice:
@@ -629,9 +632,11 @@ def alltoallv_auto(topology, world_ranks: tuple[int, ...], level1: str | None = 
         # IsSatisfyAlltoallContinuousPipelineCondition (alltoall_operator.cc L725-751): 910B,
         # AlltoAllV, level 1 ring/H-D/pipeline, several NPUs per server, several servers of one
         # size, a CCL buffer of 80 MB or more (HCCL_BUFFSIZE's default 200 MB); no task limit
-        return Choice(A2A_CONTINUOUS, f"910B, {s.servers} servers of {s.per_server}, AlltoAllV: "
-                      "RunAlltoAllVContinuousPipeline, the same-index NPUs' RDMA steps overlapped with the copy before "
-                      "and the in-server distribution after")
+        rule = (f"910B, {s.servers} servers of {s.per_server}, AlltoAllV: RunAlltoAllVContinuousPipeline, the "
+                "same-index NPUs' RDMA steps overlapped with the copy before and the in-server distribution after")
+        if not fits_ccl_buffer(s.ranks, s.servers):
+            rule += f"; at {s.ranks} ranks its 200 MB CCL buffer cannot be split, and HCCL fails the call (HCCL_E_MEMORY)"
+        return Choice(A2A_CONTINUOUS, rule)
     return choice
 
 

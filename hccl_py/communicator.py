@@ -724,6 +724,11 @@ class Communicator:
                                        lambda level1=None: algo_select.alltoallv_auto(self._rc.topology, self._world_ranks,
                                                                                       level1, exchange=exchange).algo,
                                        self._algo_env)
+            if exchange and algo.strip().lower() == "auto" and algo_select.hier_levels(name) == ("mesh", "pipeline"):
+                # HCCL_ALGO's level-1 pipeline: AlltoAllV tries the continuous pipeline first (alltoall_operator.cc
+                # L287, L738), as auto does
+                continuous = algo_select.alltoallv_auto(self._rc.topology, self._world_ranks, exchange=True).algo
+                name = continuous if continuous == algo_select.A2A_CONTINUOUS else name
             levels = algo_select.hier_levels(name)
             staged = None if levels is None else (
                 algo_select.partition_of(self._rc.topology, name, self._world_ranks) or self.partition, *levels)

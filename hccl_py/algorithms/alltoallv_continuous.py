@@ -25,7 +25,7 @@ the whole server has finished the step before.
 HCCL exchanges the counts inside each server in its first step; hccl-py's ``all_to_all_v``
 gathers every rank's counts before the call instead (and charges it).
 
-Steps: (M-1) x loops + 2, each after its handshake step. Sent per rank: its blocks to other servers twice (RDMA, then by the
+Steps: (M-1) x max(loops, 1) + 2, each after its handshake step (every step has SDMA work). Sent per rank: its blocks to other servers twice (RDMA, then by the
 relay inside the destination server), its own server's once. TMP: the packed blocks of every
 step and what arrives, ~2-3x the rank's data.
 """
@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..errors import HcclParamError
+from ..errors import HcclMemoryError, HcclParamError
 from ._common import finish
 from .schedule import IN, OUT, TMP, Copy, Recv, Region, Schedule, Send, Step
 
@@ -43,12 +43,28 @@ CCL_BUFFER_BYTES = 200 * 1024 * 1024  # HCCL_BUFFSIZE's default, 200 (MB): exter
 _ALIGN, _ALIGN_SMALL = 16384, 128  # HCCL_MIN_SLICE_ALIGN_910_93 / HCCL_MIN_SLICE_ALIGN (alg_template_base_pub.h)
 
 
+def fits(size: int, servers: int, buffer_bytes: int = CCL_BUFFER_BYTES) -> bool:
+    """Whether the CCL buffer holds the size x size table of 8-byte counts and a 128-byte block
+    per rank (two on two servers); HCCL's ``SplitBuffer`` fails the call with HCCL_E_MEMORY
+    otherwise (with 200 MB: from 5,120 ranks)."""
+    blocks = size * (2 if servers == 2 else 1)
+    return buffer_bytes >= 8 * size * size + _ALIGN_SMALL * blocks
+
+
 def block_elements(size: int, servers: int, itemsize: int, buffer_bytes: int = CCL_BUFFER_BYTES) -> int:
     """Elements per block of the CCL buffer (``SplitBuffer``): one block per rank, two on two
     servers (ping-pong), after the size x size table of 8-byte counts, rounded down to 16 KB
-    (128 B when the buffer is too small for that)."""
+    (128 B when the buffer is too small for that); HcclMemoryError where it does not fit
+    (:func:`fits`)."""
     blocks = size * (2 if servers == 2 else 1)
     table = 8 * size * size
+    if not fits(size, servers, buffer_bytes):
+        raise HcclMemoryError(f"HCCL's continuous pipeline (AlltoAllV) cannot split its {buffer_bytes}-byte CCL buffer "
+                              f"for {size} ranks: it needs {table + _ALIGN_SMALL * blocks} bytes (the {size} x {size} "
+                              "counts table and 128 bytes a block); HCCL fails this call with HCCL_E_MEMORY "
+                              "(alltoallv_continuous_pipeline.cc SplitBuffer). Run it as all_to_all_vc, or name "
+                              "algo='hier:mesh/pairwise@groups'", collective="alltoallv", ranks=size,
+                              expected=table + _ALIGN_SMALL * blocks, value=buffer_bytes)
     align = _ALIGN if buffer_bytes > table + _ALIGN * blocks else _ALIGN_SMALL
     return max(1, (buffer_bytes - table) // blocks // align * align // itemsize)
 
@@ -129,7 +145,7 @@ def schedule_v(rank: int, counts: Sequence[Sequence[int]], send_displs: Sequence
     arrived: dict[tuple[int, int], list[Region]] = {}  # (loop, k): from (n-k, l), by member of my server
     own_server: dict[int, dict[int, Region]] = {}  # loop: what each member sent me, to copy out
     steps = []
-    for it in iterations(servers - 1, loops):
+    for it in iterations(servers - 1, loops):  # with one RDMA step at a time, every step has SDMA work
         copies, sends, recvs = [], [], []
         to_mates = {m: [] for m in mates}
         from_mates = {m: [] for m in mates}

@@ -551,6 +551,28 @@ def test_hccl_sim_alltoallv_and_batchsendrecv(tmp_path, capsys):
     assert len(capsys.readouterr().out.splitlines()) == 3 + 3
 
 
+def _v_algos() -> list:
+    import hccl_py
+
+    comm = hccl_py.init()
+    n = comm.size
+    counts = [1 + (comm.rank + j) % 3 for j in range(n)]
+    column = [1 + (i + comm.rank) % 3 for i in range(n)]
+    comm.all_to_all_v(np.ones(sum(counts), np.float32), counts, None, np.zeros(sum(column), np.float32), column, None)
+    comm.all_to_all_vc(np.ones(2 * n, np.float32), [[2] * n] * n, np.zeros(2 * n, np.float32))
+    return [r.algo for r in comm._rc.recorder.records if r.op in ("alltoallv", "all_to_all_v", "all_to_all_vc")]
+
+
+@pytest.mark.timeout(120)
+def test_hccl_algo_level1_pipeline_gives_all_to_all_v_the_continuous_pipeline():
+    """HCCL_ALGO naming level 1's pipeline for all-to-all: AlltoAllV still tries the continuous
+    pipeline first (alltoall_operator.cc L287, L738), AlltoAllVC runs the two-level one."""
+    env = {"HCCL_PY_TOPOLOGY": "2x2p-roce", "HCCL_ALGO": "alltoall=level0:NA;level1:pipeline"}
+    per_rank = run_ranks(_v_algos, 4, env=env, timeout=100)
+    for algos in per_rank:
+        assert algos[-2:] == ["hier:mesh/continuous@groups", "hier:mesh/pipeline"], algos
+
+
 def _auto_calls() -> list:
     import hccl_py
 

@@ -117,3 +117,17 @@ def test_it_needs_servers_of_two_or_more_and_an_element_size():
         VSchedule("hier:mesh/continuous", ((1, 1), (1, 1)), staged=(((0,), (1,)), "mesh", "continuous"), itemsize=4)(0, 2)
     with pytest.raises(ValueError):
         VSchedule("hier:mesh/continuous", ((1,) * 4,) * 4, staged=(((0, 1), (2, 3)), "mesh", "continuous"))
+
+
+def test_a_buffer_too_small_for_the_counts_table_fails_as_hccl_does():
+    from hccl_py.algo_select import staged_alltoall
+    from hccl_py.errors import HcclMemoryError
+    from topology import Topology
+
+    assert alltoallv_continuous.fits(5112, 639) and not alltoallv_continuous.fits(5120, 640)  # 200 MB: 8 N^2 + 128 N
+    with pytest.raises(HcclMemoryError) as info:
+        block_elements(5120, 640, 4)
+    assert info.value.code == 3 and "SplitBuffer" in str(info.value)
+    big = Topology.preset("640x8p-roce")
+    assert "hier:mesh/continuous@groups" not in staged_alltoall(big, tuple(range(5120)), counts=True)
+    assert "hier:mesh/continuous@groups" in staged_alltoall(Topology.preset("2x8p-roce"), tuple(range(16)), counts=True)
