@@ -773,10 +773,11 @@ def _rooted_flows(fn: ScheduleFn, size: int, count: int):
 
     collective = fn.collective
     plan = _Plan.of(fn.partition)
-    if not plan.uniform or not plan.runs or plan.size != size or plan.m < 2 or plan.k < 2 or count < 1:
-        raise ValueError(f"hierarchical {collective} flows need equal groups of consecutive ranks, at least 2 of "
-                         "at least 2, and count >= 1")
     g, k = plan.m, plan.k
+    in_order = all(group == tuple(range(i * g, (i + 1) * g)) for i, group in enumerate(plan.groups))
+    if not plan.uniform or not in_order or plan.size != size or g < 2 or k < 2 or count < 1:
+        raise ValueError(f"hierarchical {collective} flows need equal groups of consecutive ranks in order, at least 2 "
+                         "of at least 2, and count >= 1")
     if (collective, fn.outer) not in FLOWS or (collective, fn.inner) not in FLOWS:
         raise ValueError(f"no flows for {collective}/{fn.outer} or {collective}/{fn.inner}")
     outer = FLOWS[(collective, fn.outer)](k, g * count)
@@ -785,6 +786,10 @@ def _rooted_flows(fn: ScheduleFn, size: int, count: int):
     outer = itertools.chain([outer_first], outer)
     inner = itertools.chain([inner_first], inner)
     roles = [fn(r, size, count, 0).steps for r in (0, g, 1)]  # the root, another plane rank, any other
+    phase_steps = (len(SCHEDULES[(collective, fn.outer)](0, k, g * count, 0).steps)
+                   + len(SCHEDULES[(collective, fn.inner)](0, g, count, 0).steps))  # the sub-roots' are the longest
+    if max(len(steps) for steps in roles) not in (phase_steps, phase_steps + 1):
+        raise ValueError("hierarchical flows: the composite's steps do not line up with its phases")
     if any(c.reduce_with is not None for steps in roles for step in steps for c in step.copies):
         raise ValueError("hierarchical flows: local reductions")
     role_of = np.full(size, 2)
@@ -799,6 +804,8 @@ def _rooted_flows(fn: ScheduleFn, size: int, count: int):
         if hit is not None and all(a is b for a, b in zip(hit[0], arrays)):
             return hit[1]
         value = build()
+        if len(cache) > 64:  # a mesh level hands new arrays every step: keep memory bounded
+            cache.clear()
         cache[(key, *map(id, arrays))] = (arrays, value)
         return value
 

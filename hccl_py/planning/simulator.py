@@ -136,7 +136,8 @@ def _flows_of(collective: str, algo, size: int, count: int):
 def simulate_flows(collective: str, algo, topology: Topology, count: int, *, itemsize: int = 4,
                    start_clocks: Sequence[float] | None = None, cost_model: CostModel | None = None,
                    dtype: str | None = None, op: str = "sum") -> SimResult:
-    """:func:`simulate` for thousands of ranks: every rank's step at once, with numpy.
+    """:func:`simulate` for thousands of ranks: every rank's step at once, with numpy (a rooted
+    collective's root is rank 0).
 
     Uses the algorithm's ``flows`` (``StepFlows``: each rank's sends, receives and local copies
     of one step) and the cost model's formulas in the same floating-point order, so it agrees with
@@ -239,12 +240,14 @@ class _FlowEngine:
         reduce, then the send's end), in place; a pattern that is not an exclusive shift falls
         back to whole arrays."""
         chain = self._chain(step.send_to) if step.repeat == 1 else None
-        src = step.senders
+        src = slice(*step.senders.indices(self.size))
         if chain is None or not chain[2][src].all():
+            senders = self.ranks[src]
+            senders = senders[step.send_to[senders] >= 0]
             to = np.full(self.size, -1)
-            to[src] = step.send_to[src]
+            to[senders] = step.send_to[senders]
             frm = np.full(self.size, -1)
-            frm[to[src]] = self.ranks[src]
+            frm[to[senders]] = senders
             plain = StepFlows(to, step.send_count, frm, step.reduce, copies=step.copies, repeat=step.repeat)
             return self.step(clock, plain, first=first)
         latency, share, _, shift = chain

@@ -450,6 +450,8 @@ def test_two_level_scatter_and_gather_flows_equal_rank_by_rank(preset, collectiv
                 assert fast.end_clocks == generic.end_clocks, (inner, outer, count)
     uneven = schedule_for(collective, [[0, 2], [1, 3, 4, 5, 6, 7]], "mesh", "ring")
     assert not can_simulate_flows(collective, uneven, 8, 10)  # unequal groups: rank by rank
+    backwards = schedule_for(collective, [[6, 7], [4, 5], [2, 3], [0, 1]], "ring", "ring")
+    assert not can_simulate_flows(collective, backwards, 8, 10)  # groups out of order: rank by rank
 
 
 def test_hccl_sim_cli(capsys):
