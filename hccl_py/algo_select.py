@@ -345,9 +345,11 @@ def _level0_allreduce(s: CallShape, g: int) -> tuple[str, str]:
             return "hd", "310P, <= 256 KB, power-of-two ranks, inline reduce: AllReduceDoubling"
         return "ring", "310P: AllReduceRing"
     algo, rule = _level0_default(s, g)
-    if algo == "mesh" and s.card == "ascend910b" and s.servers == 1 and s.nbytes <= _SMALL_256K:
-        return "mesh", ("910B mesh, <= 256 KB: HCCL runs AllReduceMeshSmallCountExecutor (reduce to one rank, then "
-                        "broadcast, over the mesh); hccl-py's mesh has the same two steps (estimate)")
+    if algo == "mesh" and s.card == "ascend910b" and s.servers == 1 and s.nbytes <= _SMALL_256K and s.reduces_inline:
+        # NonDeterministicSelector (all_reduce_operator.cc L557-560) -> AllReduceMeshSmallCountExecutor ->
+        # TEMPLATE_ALL_REDUCE_REDUCE_BCAST (coll_all_reduce_mesh_small_count_executor.cc L200-203)
+        return "reducebcast", ("910B mesh, <= 256 KB, inline reduce: AllReduceMeshSmallCountExecutor, every NPU reduces "
+                               "its buffer into one NPU's, which sends the result to all (AllReduceReduceBcast)")
     return algo, rule
 
 
@@ -484,12 +486,14 @@ def _small_count(s: CallShape, level1: str) -> Choice:
     else:  # the level-1 setting's segmented algorithm: NHR (not its one-shot form), ring or RHD
         outer = "nhr" if level1 == "tree" else level1
         across = f"{'H-D_R' if outer == 'hd' else outer.upper()} on the whole buffer"
-    inside = "recursive doubling inside the server (all_reduce_doubling_local_reduce.cc)" if g & (g - 1) == 0 else (
-        "a reduce to the server's first NPU and a broadcast (all_reduce_local_reduce_bcast.cc), hccl-py's recursive "
-        "doubling (with its fold) standing in: estimate")
-    return Choice(f"{HIER}:rd/{outer}{SERVER}",
+    pow2 = g & (g - 1) == 0
+    inside = "recursive doubling inside the server (all_reduce_doubling_local_reduce.cc)" if pow2 else (
+        "a gather to the server's first NPU, a local fold and a broadcast (AllReduceLocalReduceBcast, "
+        "all_reduce_local_reduce_bcast.cc), hccl-py's reducebcast standing in (it reduces each buffer as it lands, "
+        "HCCL folds them after: its g-1 on-chip reduces are not charged): estimate")
+    return Choice(f"{HIER}:{'rd' if pow2 else 'reducebcast'}/{outer}{SERVER}",
                   f"910B, {m} servers of {g} NPUs, below 512 KB: AllReduceMeshOpbaseSmallCountDeterministicExecutor, "
-                  f"the whole buffer by {inside}, then across servers by {across}", g & (g - 1) != 0)
+                  f"the whole buffer by {inside}, then across servers by {across}", not pow2)
 
 
 def hccl_choice(shape: CallShape, level1: str | None = None) -> Choice:

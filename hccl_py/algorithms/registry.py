@@ -20,7 +20,7 @@ ScheduleFn = Callable[..., Schedule]  # (rank, size, count, root=0) -> Schedule
 
 # The algorithms each collective has, in the order ties are broken in.
 ALGORITHMS: dict[str, tuple[str, ...]] = {
-    "allreduce": ("ring", "tree", "hd", "mesh", "rd", "oneshot", "nhr"),
+    "allreduce": ("ring", "tree", "hd", "mesh", "rd", "oneshot", "nhr", "reducebcast"),
     "allgather": ("ring", "tree", "hd", "mesh", "nhr"),
     "broadcast": ("ring", "tree", "hd", "mesh"),
     "reduce": ("ring", "tree", "hd", "mesh"),
@@ -35,7 +35,8 @@ V_ALGORITHMS = ("pairwise", "mesh")
 # Stable indices for wire headers (append new names at the end). "hier" (two-level, on a
 # partition: ``hierarchical.py``) has no entry in SCHEDULES: its schedule function comes from
 # ``hierarchical.schedule_for``.
-ALL_ALGOS = ("ring", "tree", "hd", "mesh", "rd", "oneshot", "dissemination", "monitored", "hier", "pairwise", "nhr")
+ALL_ALGOS = ("ring", "tree", "hd", "mesh", "rd", "oneshot", "dissemination", "monitored", "hier", "pairwise", "nhr",
+             "reducebcast")
 
 _MODULES = {(collective, algo): import_module(f"{__package__}.{collective}_{algo}")
             for collective, algos in ALGORITHMS.items() for algo in algos}

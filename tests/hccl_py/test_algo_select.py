@@ -181,10 +181,24 @@ def test_hccl_level1_tie_breaking_and_unequal_servers():
     assert tiny.algo == "hier:rd/rd@server" and not tiny.estimate and "SmallCount" in tiny.rule
     assert hccl_choice(CallShape("allreduce", 8, "ascend910b", 3, 8, "mesh")).algo == "hier:rd/ring@server"
     assert hccl_choice(CallShape("allreduce", 8, "ascend910b", 5, 8, "mesh")).algo == "hier:rd/nhr@server"  # not one-shot
-    assert hccl_choice(CallShape("allreduce", 8, "ascend910b", 4, 6, "mesh")).estimate  # 6 NPUs: reduce-bcast inside
+    six = hccl_choice(CallShape("allreduce", 8, "ascend910b", 4, 6, "mesh"))  # 6 NPUs: gather, fold, broadcast inside
+    assert six.algo == "hier:reducebcast/rd@server" and six.estimate and "AllReduceLocalReduceBcast" in six.rule
+    assert hccl_choice(CallShape("allreduce", 8, "ascend910b", 3, 6, "mesh")).algo == "hier:reducebcast/ring@server"
     pair = hccl_choice(CallShape("allreduce", 8, "ascend910b", 4, 2, "mesh"))  # 2 NPUs per server: the one-shot
     assert pair.algo == "hier:mesh/tree@server" and not pair.estimate
     assert hccl_choice(CallShape("allreduce", 512 * KB, "ascend910b", 4, 8, "mesh")).algo == "hier:mesh/tree@server"
+
+
+def test_910b_small_allreduce_in_one_server_reduces_to_one_npu_and_broadcasts():
+    """all_reduce_operator.cc NonDeterministicSelector L557-560: <= 256 KB with an inline reduce ->
+    AllReduceMeshSmallCountExecutor -> AllReduceReduceBcast; beyond it, or without the inline
+    reduce, the mesh."""
+    for nbytes, dtype, op, algo in ((8, "float32", "sum", "reducebcast"), (256 * KB, "bfloat16", "max", "reducebcast"),
+                                    (256 * KB + 4, "float32", "sum", "mesh"), (8, "float64", "sum", "mesh"),
+                                    (8, "float32", "prod", "mesh")):
+        choice = hccl_choice(CallShape("allreduce", nbytes, "ascend910b", 1, 8, "mesh", dtype, op))
+        assert choice.algo == algo and not choice.estimate, (nbytes, dtype, op)
+    assert "AllReduceReduceBcast" in hccl_choice(CallShape("allreduce", 8, "ascend910b", 1, 8, "mesh")).rule
 
 
 def test_call_shape_reads_the_topology():

@@ -412,8 +412,9 @@ def test_two_level_flows_equal_rank_by_rank(preset, collective):
     part = server_partition(topo, tuple(range(n)))
     model = CostModel(topo, degraded={(0, n - 1): 0.5})
     for inner, outer in (("mesh", "ring"), ("mesh", "hd"), ("ring", "hd"), ("hd", "ring"), ("mesh", "nhr"), ("nhr", "ring"),
-                         ("mesh", "pipeline"), ("rd", "rd"), ("rd", "nhr"), ("rd", "ring")):
-        if inner == "rd" and collective != "allreduce":
+                         ("mesh", "pipeline"), ("rd", "rd"), ("rd", "nhr"), ("rd", "ring"), ("reducebcast", "nhr"),
+                         ("reducebcast", "ring")):
+        if inner in ("rd", "reducebcast") and collective != "allreduce":
             continue  # whole buffers: allreduce only
         fn = schedule_for(collective, part, inner, outer)
         for count in (n, 1000, 4097):  # 4097: allreduce's staged path (chunks of unequal size)
