@@ -25,7 +25,7 @@ from typing import Callable
 from topology import CARD_MODELS, auto_partition
 
 from . import env
-from .algorithms.hierarchical import HIER_COLLECTIVES, LEVELS, TWO_LEVEL, whole_buffer
+from .algorithms.hierarchical import FIRST, HIER_COLLECTIVES, LEVELS, TWO_LEVEL, across_first, whole_buffer
 from .algorithms.alltoall_staged import CONTINUOUS
 from .algorithms.alltoallv_continuous import CCL_BUFFER_BYTES
 from .algorithms.alltoallv_continuous import fits as fits_ccl_buffer
@@ -519,7 +519,24 @@ def hccl_choice(shape: CallShape, level1: str | None = None) -> Choice:
     if (shape.collective == "allreduce" and shape.card == "ascend910b" and shape.level0_topo == "mesh" and g > 2
             and shape.nbytes < _SMALL_512K and shape.reduces_inline):
         return _small_count(shape, outer)
+    if (shape.collective == "reduce_scatter" and shape.card == "ascend910b" and shape.level0_topo == "mesh"
+            and shape.reduces_inline and shape.nbytes * shape.ranks < _SMALL_512K):
+        return _small_count_reduce_scatter(shape, outer)
     return Choice(f"{HIER}:{inner}/{outer}{SERVER}", f"level 0: {rule}; level 1: {rule1}", "estimate" in rule + rule1)
+
+
+def _small_count_reduce_scatter(s: CallShape, outer: str) -> Choice:
+    """HCCL's reduce_scatter below 512 KB in all (reduce_scatter_operator.cc L305-317, with or
+    without deterministic mode): ReduceScatterMeshOpbaseSmallCountDeterministicExecutor, the
+    level-1 setting's algorithm across servers on the whole input first, then inside each server
+    HD-stage (4 or 8 NPUs) or NHR (coll_reduce_scatter_mesh_opbase_small_count_deterministic_executor.cc
+    RunAlgLevel1 / RunAlgLevel0): ``hier:<inner>/<outer>-first``."""
+    g = s.per_server
+    inner, inside = ("hd", "HD-stage (recursive halving)") if g >= 4 and g & (g - 1) == 0 else ("nhr", "NHR")
+    across = "H-D_R" if outer == "hd" else outer.upper() if outer == "nhr" else outer
+    return Choice(f"{HIER}:{inner}/{outer}{FIRST}{SERVER}",
+                  f"910B, {s.servers} servers of {g}, below 512 KB in all: ReduceScatterMeshOpbaseSmallCountDeterministic"
+                  f"Executor, {across} across servers on the whole input first, then {inside} inside each server")
 
 
 # --------------------------------------------- all-to-all, scatter, gather: rules without a level 1
@@ -693,6 +710,13 @@ def hier_levels(name: str) -> tuple[str, str] | None:
 
 
 def _resolve_hier(collective: str, levels: tuple[str, str], source: dict) -> str:
+    if across_first(levels[1]):
+        if collective != "reduce_scatter":
+            raise HcclNotSupportedError(f"{collective}: across first (hier:<inner>/<outer>{FIRST}) is for "
+                                        "reduce_scatter", collective=collective, algo=f"{HIER}:{levels[0]}/{levels[1]}",
+                                        choices=["reduce_scatter"], **source)
+        name = _resolve_hier(collective, (levels[0], levels[1][:-len(FIRST)]), source)
+        return name + FIRST
     if levels[1] == CONTINUOUS:
         if collective != "alltoallv" or levels[0] != "mesh":
             raise HcclNotSupportedError(f"{collective}: HCCL's continuous pipeline is hier:mesh/{CONTINUOUS}, for "

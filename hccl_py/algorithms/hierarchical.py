@@ -25,6 +25,10 @@ every inter-group phase.
   allreduce of chunk t among the k ranks holding it (one per group: the "same device id" across
   servers); inner allgather. Each rank sends 2(k-1)/k * n/m elements across groups (n the
   count) and 2(g-1)/g * n inside its group.
+* **reduce_scatter** across first (``outer`` named ``<algo>-first``, HCCL's small-count
+  executor, ``ReduceScatterMeshOpbaseSmallCountDeterministicExecutor``): the outer
+  reduce-scatter of the whole input among the ranks with one index, in k parts of a whole
+  group's blocks, then the inner reduce-scatter of that part in every group; equal groups only.
 * **reduce_scatter**: inner reduce-scatter, then outer reduce-scatter; **allgather**: outer
   allgather, then inner allgather. In both the slow level moves the least data (the order of
   HCCL's hierarchical *pipeline* AllGather: across servers among equal device ids first, then
@@ -143,6 +147,14 @@ def _schedule_for(collective: str, partition: Partition, inner: str, outer: str)
     inner_names, outer_names = LEVELS[collective]
     plan = _Plan.of(partition)
     build = _BUILDERS[collective]
+    if across_first(outer):
+        if collective != "reduce_scatter" or not plan.uniform:
+            raise HcclParamError(f"across first ({outer!r}): reduce_scatter on groups of one size only, not {collective}",
+                                 collective=collective, arg="algo", value=f"hier:{inner}/{outer}", rule="choices",
+                                 choices=["reduce_scatter"])
+        name, outer, build = outer, outer[:-len(FIRST)], _reduce_scatter_across_first
+    else:
+        name = outer
     if collective == "allreduce" and whole_buffer(inner):  # an allreduce-only algorithm inside: whole buffers
         if not plan.uniform:
             raise HcclParamError(f"hierarchical allreduce with {inner!r} inside needs groups of one size",
@@ -161,8 +173,9 @@ def _schedule_for(collective: str, partition: Partition, inner: str, outer: str)
             return finish([])
         return build(plan, fns, rank, count, root)
 
-    schedule.__qualname__ = schedule.__name__ = f"hier[{format_partition(partition)}]:{inner}/{outer}"
+    schedule.__qualname__ = schedule.__name__ = f"hier[{format_partition(partition)}]:{inner}/{name}"
     schedule.collective, schedule.partition, schedule.inner, schedule.outer = collective, partition, inner, outer
+    schedule.across_first = name != outer
     return schedule
 
 
@@ -351,6 +364,35 @@ def _allreduce(plan: _Plan, fns, rank: int, count: int, root: int) -> Schedule:
             c.run(_sub(fns, "outer", "allreduce", i, k, n), plan.holders(j), mine, mine, me=i)
     c.run(_sub(fns, "inner", "allgather", t, g, b), group, held, stage, me=t)
     ch.stage_out(c, i)
+    return c.done()
+
+
+FIRST = "-first"  # an outer level named "<algo>-first" runs before the inner one (reduce_scatter)
+
+
+def across_first(outer: str) -> bool:
+    """Whether ``outer`` names the outer level of a reduce_scatter that runs across groups first."""
+    return outer.endswith(FIRST)
+
+
+def _reduce_scatter_across_first(plan: _Plan, fns, rank: int, count: int, root: int) -> Schedule:
+    """HCCL's small-count reduce_scatter (module doc): across groups, then inside."""
+    i, t = plan.where[rank]
+    m, k = plan.m, plan.k
+    part = m * count  # a whole group's blocks
+    in_order = all(g == tuple(range(h * m, (h + 1) * m)) for h, g in enumerate(plan.groups))
+    staged = 0 if in_order else k * part  # the input in group order, when the groups are not runs in order
+    c = _Compose(persistent=staged + part)
+    if in_order:
+        whole = Region(IN, 0, k * part)
+    else:
+        whole = Region(TMP, 0, k * part)
+        for h, group in enumerate(plan.groups):
+            for u, r in enumerate(group):
+                c.copy(Region(IN, r * count, count), Region(TMP, h * part + u * count, count))
+    held = Region(TMP, staged, part)
+    c.run(_sub(fns, "outer", "reduce_scatter", i, k, part), plan.holders(t), whole, held, me=i)
+    c.run(_sub(fns, "inner", "reduce_scatter", t, m, count), plan.groups[i], held, Region(OUT, 0, count), me=t)
     return c.done()
 
 
@@ -670,6 +712,9 @@ def flows_of(fn: ScheduleFn, size: int, count: int):
     elif collective == "allgather":
         phases = [("outer", phase(fn.outer, "allgather", [count] * g, k)),
                   ("inner", phase(fn.inner, "allgather", [k * count], g))]
+    elif getattr(fn, "across_first", False):
+        phases = [("outer", phase(fn.outer, "reduce_scatter", [g * count] * g, k)),
+                  ("inner", phase(fn.inner, "reduce_scatter", [count], g))]
     else:
         phases = [("inner", phase(fn.inner, "reduce_scatter", [k * count], g)),
                   ("outer", phase(fn.outer, "reduce_scatter", [count] * g, k))]

@@ -189,6 +189,22 @@ def test_hccl_level1_tie_breaking_and_unequal_servers():
     assert hccl_choice(CallShape("allreduce", 512 * KB, "ascend910b", 4, 8, "mesh")).algo == "hier:mesh/tree@server"
 
 
+def test_910b_small_reduce_scatter_across_servers_goes_across_first():
+    """reduce_scatter_operator.cc L305-317: below 512 KB in all (and not the pipeline), across
+    910B servers with an inline reduce, HCCL's small-count executor: the level-1 algorithm
+    across servers first, then HD-stage (4 or 8 NPUs) or NHR inside."""
+    cases = ((2, 8, 8, "hier:hd/ring-first@server"), (2, 8, 32 * KB - 4, "hier:hd/ring-first@server"),
+             (4, 8, 1 * KB, "hier:hd/nhr-first@server"), (3, 6, 1 * KB, "hier:nhr/ring-first@server"),
+             (2, 2, 1 * KB, "hier:nhr/ring-first@server"), (2, 8, 32 * KB, "hier:mesh/pipeline@server"))
+    for servers, g, nbytes, algo in cases:
+        choice = hccl_choice(CallShape("reduce_scatter", nbytes, "ascend910b", servers, g, "mesh"))
+        assert choice.algo == algo, (servers, g, nbytes)
+        assert ("SmallCountDeterministicExecutor" in choice.rule) == algo.endswith("-first@server")
+    # no inline reduce (prod): the inner-first two-level algorithm
+    assert hccl_choice(CallShape("reduce_scatter", 8, "ascend910b", 2, 8, "mesh", op="prod")).algo == "hier:mesh/ring@server"
+    assert not hccl_choice(CallShape("reduce_scatter", 8, "ascend910", 2, 8, "islands")).algo.endswith("-first@server")
+
+
 def test_910b_small_allreduce_in_one_server_reduces_to_one_npu_and_broadcasts():
     """all_reduce_operator.cc NonDeterministicSelector L557-560: <= 256 KB with an inline reduce ->
     AllReduceMeshSmallCountExecutor -> AllReduceReduceBcast; beyond it, or without the inline

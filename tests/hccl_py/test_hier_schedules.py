@@ -223,3 +223,29 @@ def test_whole_buffer_allreduce_equals_numpy_and_is_bit_identical(partition):
     with pytest.raises(HcclParamError) as info:
         schedule_for("allreduce", [[0, 1, 2], [3]], "rd", "rd")
     assert info.value.rule == "equal groups"
+
+
+# ------------------------------------------------- across first (HCCL's small-count reduce_scatter)
+@pytest.mark.parametrize("partition", EQUAL, ids=format_partition)
+def test_reduce_scatter_across_first_equals_numpy(partition):
+    """hier:<inner>/<outer>-first: the outer reduce-scatter of the whole input among same-index
+    ranks, then the inner one in every group; groups in any order and of any member order."""
+    size = sum(map(len, partition))
+    for inner, outer in (("hd", "ring-first"), ("nhr", "nhr-first"), ("mesh", "hd-first"), ("ring", "mesh-first")):
+        fn = schedule_for("reduce_scatter", partition, inner, outer)
+        assert fn.across_first and fn.outer == outer.removesuffix("-first")
+        for count in (0, 1, 5, 13):
+            inputs = _inputs("reduce_scatter", size, count, np.int64, count)
+            for op in ("sum", "max"):
+                got = play("reduce_scatter", fn, size, inputs, op=op)
+                for r, want in enumerate(_reference("reduce_scatter", inputs, op, 0)):
+                    assert np.array_equal(got[r], want), (partition, inner, outer, count, op, r)
+    steps = schedule_for("reduce_scatter", [[0, 1, 2, 3], [4, 5, 6, 7]], "hd", "ring-first")(0, 8, 10).steps
+    assert [[s.peer for s in st.sends] for st in steps if st.sends][0] == [4]  # across servers first
+    with pytest.raises(HcclParamError):
+        schedule_for("allgather", [[0, 1], [2, 3]], "mesh", "ring-first")
+    with pytest.raises(HcclParamError):
+        schedule_for("reduce_scatter", [[0, 1, 2], [3]], "hd", "ring-first")
+    assert algo_select.resolve("reduce_scatter", "hier:hd/ring-first", None, {}) == "hier:hd/ring-first"
+    with pytest.raises(HcclNotSupportedError):
+        algo_select.resolve("allreduce", "hier:hd/ring-first", None, {})

@@ -413,9 +413,11 @@ def test_two_level_flows_equal_rank_by_rank(preset, collective):
     model = CostModel(topo, degraded={(0, n - 1): 0.5})
     for inner, outer in (("mesh", "ring"), ("mesh", "hd"), ("ring", "hd"), ("hd", "ring"), ("mesh", "nhr"), ("nhr", "ring"),
                          ("mesh", "pipeline"), ("rd", "rd"), ("rd", "nhr"), ("rd", "ring"), ("reducebcast", "nhr"),
-                         ("reducebcast", "ring")):
+                         ("reducebcast", "ring"), ("hd", "ring-first"), ("nhr", "nhr-first")):
         if inner in ("rd", "reducebcast") and collective != "allreduce":
             continue  # whole buffers: allreduce only
+        if outer.endswith("-first") and collective != "reduce_scatter":
+            continue  # across first: reduce_scatter only
         fn = schedule_for(collective, part, inner, outer)
         for count in (n, 1000, 4097):  # 4097: allreduce's staged path (chunks of unequal size)
             assert can_simulate_flows(collective, fn, n, count)
@@ -689,10 +691,11 @@ def _level1_auto_calls(size: int, counts: tuple) -> list:
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("preset, size, algos, counts", [
-    ("4x2p-roce", 8, ("hier:mesh/nhr@server",) * 3, (140_001, 37, 37)),  # four servers: NHR across (> 256 KiB per device)
+    # four servers: NHR across (> 256 KiB per device); a reduce_scatter below 512 KB in all: NHR across first, then inside
+    ("4x2p-roce", 8, ("hier:mesh/nhr@server", "hier:mesh/nhr@server", "hier:nhr/nhr-first@server"), (140_001, 37, 37)),
     ("5x1p-roce", 5, ("nhr",) * 3, (140_001, 37, 37)),
     ("2x4p-roce", 8, ("hier:mesh/pipeline@server",) * 3, ((1 << 21) + 3, 8197, 8197)),  # >= 1 MB a slice, >= 32 KB
-    ("2x4p-roce", 8, ("hier:rd/rd@server", "hier:mesh/ring@server", "hier:mesh/ring@server"), (1001, 37, 37)),  # small count
+    ("2x4p-roce", 8, ("hier:rd/rd@server", "hier:mesh/ring@server", "hier:hd/ring-first@server"), (1001, 37, 37)),  # small count
 ])
 def test_hccls_level1_choices_under_auto_move_the_right_data_and_equal_the_simulator(preset, size, algos, counts):
     from hccl_py.algo_select import auto, schedule_fn
