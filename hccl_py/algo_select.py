@@ -256,7 +256,7 @@ class CallShape:
     HCCL's moduleNum), NPUs per server (``per_server``, deviceNumPerAggregation; None when the
     servers hold different numbers) and how a server's NPUs are joined (``level0_topo``: "mesh"
     = HCCS between every pair, "islands" = an Atlas 800 (9000) server's HCCS islands, "pcie" =
-    standard PCIe cards)."""
+    standard PCIe cards); ``deterministic``: HCCL_DETERMINISTIC ("false", "true", "strict")."""
 
     collective: str
     nbytes: int
@@ -267,6 +267,14 @@ class CallShape:
     dtype: str = "float32"
     op: str = "sum"
     inline_reduce: bool | None = None  # the card's DMA engines reduce this dtype and op; None: from the card
+    deterministic: str = "false"
+
+    @property
+    def deterministic_910b(self) -> bool:
+        """HCCL's deterministic selection applies: a 910B with HCCS between its NPUs, more than two
+        a server (all_reduce_operator.cc SelectAlgfor910B: two or fewer take their own branch first)."""
+        return (self.deterministic != "false" and self.card == "ascend910b" and self.level0_topo == "mesh"
+                and (self.per_server or 0) > 2)
 
     @property
     def reduces_inline(self) -> bool:
@@ -294,7 +302,7 @@ class Choice:
 
 
 def call_shape(topology, collective: str, count: int, itemsize: int, world_ranks: tuple[int, ...],
-               dtype: str | None = None, op: str = "sum") -> CallShape:
+               dtype: str | None = None, op: str = "sum", deterministic: str = "false") -> CallShape:
     """The :class:`CallShape` of a call of ``count`` elements on the ranks ``world_ranks``."""
     groups = server_partition(topology, world_ranks)
     sizes = {len(g) for g in groups}
@@ -310,7 +318,7 @@ def call_shape(topology, collective: str, count: int, itemsize: int, world_ranks
     nbytes = count * itemsize
     dtype = dtype or default_dtype(itemsize)
     return CallShape(collective, nbytes, card, len(groups), sizes.pop() if len(sizes) == 1 else None, level0,
-                     dtype, op, topology.card(world_ranks[0]).reduces_inline(dtype, op))
+                     dtype, op, topology.card(world_ranks[0]).reduces_inline(dtype, op), deterministic)
 
 
 def _level0_default(s: CallShape, g: int) -> tuple[str, str]:
@@ -345,6 +353,8 @@ def _level0_allreduce(s: CallShape, g: int) -> tuple[str, str]:
             return "hd", "310P, <= 256 KB, power-of-two ranks, inline reduce: AllReduceDoubling"
         return "ring", "310P: AllReduceRing"
     algo, rule = _level0_default(s, g)
+    if s.servers == 1 and s.deterministic_910b and s.reduces_inline:
+        return _deterministic_allreduce(s, g)
     if algo == "mesh" and s.card == "ascend910b" and s.servers == 1 and s.nbytes <= _SMALL_256K and s.reduces_inline:
         # NonDeterministicSelector (all_reduce_operator.cc L557-560) -> AllReduceMeshSmallCountExecutor ->
         # TEMPLATE_ALL_REDUCE_REDUCE_BCAST (coll_all_reduce_mesh_small_count_executor.cc L200-203)
@@ -353,10 +363,34 @@ def _level0_allreduce(s: CallShape, g: int) -> tuple[str, str]:
     return algo, rule
 
 
+def _deterministic_allreduce(s: CallShape, g: int) -> tuple[str, str]:
+    """One 910B server under HCCL_DETERMINISTIC (all_reduce_operator.cc DeterministicSelector
+    L598-605, counts by GetCountTypeForDeterAllReduce L28-50: small up to 128 KB)."""
+    strict = "; strict mode's AllReduceOrderPreservedExecutor (fp16/fp32/bf16) not modeled: estimate" if (
+        s.deterministic == "strict" and s.dtype in ("float16", "float32", "bfloat16")) else ""
+    if s.nbytes <= _SMALL_128K and g == 8:
+        return "rd", ("deterministic, one 910B server of 8, <= 128 KB: AllReduceMeshSmallCountExecutor, recursive "
+                      "doubling (TEMPLATE_ALL_REDUCE_DOUBLING_DIRECT)" + strict)
+    if s.nbytes <= _SMALL_128K:
+        return "reducebcast", ("deterministic, one 910B server, <= 128 KB: AllReduceMeshSmallCountExecutor, a gather to "
+                               "one NPU, a local fold and a broadcast (AllReduceLocalReduceBcast), hccl-py's reducebcast "
+                               "standing in (it reduces on arrival): estimate" + strict)
+    executor = "AllReduceMeshMidCountLoopExecutor (AllReduceLocalReduce)" if g == 8 else \
+        "AllReduceMeshOneshotLoopExecutor (AllReduceChunkMesh)"
+    return "mesh", (f"deterministic, one 910B server, > 128 KB: {executor}, a reduce-scatter whose chunks are folded in a "
+                    "fixed order, then an allgather; hccl-py's mesh standing in: estimate" + strict)
+
+
 def _level0_reduce_scatter(s: CallShape, g: int) -> tuple[str, str]:
     """reduce_scatter_operator.cc: the 910's small-data rule, else the topology's algorithm."""
     if s.servers == 1 and s.card == "ascend910" and s.level0_topo != "pcie" and g in (4, 8) and s.nbytes <= _SMALL_256K:
         return "hd", "910, one server, 4 or 8 NPUs, <= 256 KB: halving-doubling (ReduceScatterComm, level-1 HD)"
+    if s.servers == 1 and s.deterministic_910b and s.reduces_inline:
+        # ReduceScatterDeterExecutor (reduce_scatter_operator.cc L297-304; coll_reduce_scatter_deter_executor.cc L187-200)
+        if g in (4, 8) and s.nbytes <= 32 * 1024:
+            return "hd", "deterministic, one 910B server of 4 or 8, <= 32 KB a rank: ReduceScatterDeterExecutor, HD-stage"
+        return "mesh", ("deterministic, one 910B server: ReduceScatterDeterExecutor, chunks folded in a fixed order "
+                        "(REDUCESCATTER_LOCAL_REDUCE), hccl-py's mesh standing in: estimate")
     return _level0_default(s, g)
 
 
@@ -459,8 +493,13 @@ def _pipeline(s: CallShape) -> Choice | None:
     reduces = s.collective != "allgather"
     if reduces and not s.reduces_inline:  # IsSupportSDMAReduce and IsSupportRDMAReduce: dtype and op
         return None
+    if reduces and s.deterministic == "strict":  # neither the plain nor the deterministic branch takes it (L529-532)
+        return None
+    deterministic = reduces and s.deterministic == "true"
     if s.collective == "allreduce":
         size, floor, name = s.nbytes // (m * g), _SMALL_1M, "1 MB per slice (PIPELINE_ALLREDUCE_MIN_SIZE)"
+    elif deterministic:  # L543-548: deterministic reduce_scatter from 256 KB
+        size, floor, name = s.nbytes, _SMALL_256K, "256 KB (deterministic)"
     else:
         size, floor, name = s.nbytes, _PIPELINE_MIN, "32 KB (PIPELINE_MIN_SIZE)"
     if size < floor:
@@ -471,9 +510,13 @@ def _pipeline(s: CallShape) -> Choice | None:
         return None
     rule = (f"910B, {m} servers of {g} NPUs, >= {name}: HCCL's pipeline, the ring across servers "
             f"overlapped with the mesh inside (GetDefaultAlgoLevel1V2)")
-    if size < _PIPELINE_NO_LITE:
+    lite = size < _PIPELINE_NO_LITE and not (deterministic and s.collective == "allreduce")  # L563-567: no lite rule
+    if lite:
         rule += "; below 2 MB only where the NIC has RDMA lite (PIPELINE_MIN_SIZE_NO_LITE), not stated for A2: estimate"
-    return Choice(f"{HIER}:mesh/pipeline{SERVER}", rule, size < _PIPELINE_NO_LITE)
+    if deterministic:
+        rule += ("; deterministic: its Deter pipeline executor, which folds each server's blocks locally in a fixed "
+                 "order, hccl-py's pipeline standing in: estimate")
+    return Choice(f"{HIER}:mesh/pipeline{SERVER}", rule, lite or deterministic)
 
 
 def _small_count(s: CallShape, level1: str) -> Choice:
@@ -481,6 +524,7 @@ def _small_count(s: CallShape, level1: str) -> Choice:
     NonDeterministicSelector L576-577): AllReduceMeshOpbaseSmallCountDeterministicExecutor, whole
     buffers at both levels, no allgather after (``hierarchical.whole_buffer``)."""
     m, g = s.servers, s.per_server
+    strict = s.deterministic == "strict" and s.dtype in ("float16", "float32", "bfloat16")
     if m & (m - 1) == 0:
         outer, across = "rd", "recursive doubling (any level-1 setting)"
     else:  # the level-1 setting's segmented algorithm: NHR (not its one-shot form), ring or RHD
@@ -491,9 +535,11 @@ def _small_count(s: CallShape, level1: str) -> Choice:
         "a gather to the server's first NPU, a local fold and a broadcast (AllReduceLocalReduceBcast, "
         "all_reduce_local_reduce_bcast.cc), hccl-py's reducebcast standing in (it reduces each buffer as it lands, "
         "HCCL folds them after: its g-1 on-chip reduces are not charged): estimate")
-    return Choice(f"{HIER}:{'rd' if pow2 else 'reducebcast'}/{outer}{SERVER}",
-                  f"910B, {m} servers of {g} NPUs, below 512 KB: AllReduceMeshOpbaseSmallCountDeterministicExecutor, "
-                  f"the whole buffer by {inside}, then across servers by {across}", not pow2)
+    rule = (f"910B, {m} servers of {g} NPUs, below 512 KB: AllReduceMeshOpbaseSmallCountDeterministicExecutor, "
+            f"the whole buffer by {inside}, then across servers by {across}")
+    if strict:
+        rule += "; strict deterministic mode runs AllReduceOrderPreservedExecutor, not modeled: estimate"
+    return Choice(f"{HIER}:{'rd' if pow2 else 'reducebcast'}/{outer}{SERVER}", rule, not pow2 or strict)
 
 
 def hccl_choice(shape: CallShape, level1: str | None = None) -> Choice:
@@ -516,11 +562,19 @@ def hccl_choice(shape: CallShape, level1: str | None = None) -> Choice:
     inner, rule = rule0(shape, g)
     if (shape.collective, inner) not in SCHEDULES or (shape.collective not in HIER_COLLECTIVES):
         return Choice(outer, rule1, True)
+    small = shape.nbytes <= _SMALL_512K if shape.deterministic_910b else shape.nbytes < _SMALL_512K  # L576 / L608
     if (shape.collective == "allreduce" and shape.card == "ascend910b" and shape.level0_topo == "mesh" and g > 2
-            and shape.nbytes < _SMALL_512K and shape.reduces_inline):
+            and small and shape.reduces_inline):
         return _small_count(shape, outer)
+    if shape.collective == "allreduce" and shape.deterministic_910b and shape.reduces_inline:
+        return Choice(f"{HIER}:{inner}/{outer}{SERVER}", f"deterministic, {shape.servers} servers, > 512 KB: "
+                      "AllReduceMeshOpbaseMidCountDeterministicExecutor, a reduce-scatter inside whose chunks are folded "
+                      f"in a fixed order, {outer} across, an allgather inside; hccl-py's two-level {inner}/{outer} "
+                      "standing in: estimate" + ("; strict mode runs AllReduceOrderPreservedExecutor, not modeled"
+                                                 if shape.deterministic == "strict" else ""), True)
     if (shape.collective == "reduce_scatter" and shape.card == "ascend910b" and shape.level0_topo == "mesh"
-            and shape.reduces_inline and shape.nbytes * shape.ranks < _SMALL_512K):
+            and shape.reduces_inline and (shape.nbytes * shape.ranks < _SMALL_512K
+                                          or (shape.deterministic == "true" and shape.nbytes <= _SMALL_512K))):
         return _small_count_reduce_scatter(shape, outer)
     return Choice(f"{HIER}:{inner}/{outer}{SERVER}", f"level 0: {rule}; level 1: {rule1}", "estimate" in rule + rule1)
 
@@ -666,30 +720,34 @@ _auto_choices: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def auto(cost_model, collective: str, count: int, itemsize: int, world_ranks: tuple[int, ...], root: int = 0,
-         dtype: str | None = None, op: str = "sum", level1: str | None = None) -> str:
+         dtype: str | None = None, op: str = "sum", level1: str | None = None, *, deterministic: str = "false") -> str:
     """``algo="auto"``: the algorithm HCCL's own rules choose for this call (:func:`hccl_choice`,
     :data:`FLAT_RULES`); where no rule covers the call (a barrier, one rank), the argmin of the
     model (:func:`fastest`), labelled an estimate. ``level1``: the algorithm HCCL_ALGO names for
-    level 1 alone (HCCL's selection then keeps its level 0 and skips its own level-1 choice)."""
-    key = (collective, count, itemsize, world_ranks, root, dtype, op, level1)
+    level 1 alone (HCCL's selection then keeps its level 0 and skips its own level-1 choice);
+    ``deterministic``: HCCL_DETERMINISTIC, which changes HCCL's allreduce and reduce_scatter choices."""
+    key = (collective, count, itemsize, world_ranks, root, dtype, op, level1, deterministic)
     cache = _auto_choices.get(cost_model)
     if cache is None:
         cache = _auto_choices[cost_model] = {}
     found = cache.get(key)
     if found is None:
-        found = cache[key] = explain_auto(cost_model, collective, count, itemsize, world_ranks, root, dtype, op, level1).algo
+        found = cache[key] = explain_auto(cost_model, collective, count, itemsize, world_ranks, root, dtype, op, level1,
+                                          deterministic=deterministic).algo
     return found
 
 
 def explain_auto(cost_model, collective: str, count: int, itemsize: int, world_ranks: tuple[int, ...], root: int = 0,
-                 dtype: str | None = None, op: str = "sum", level1: str | None = None) -> Choice:
+                 dtype: str | None = None, op: str = "sum", level1: str | None = None, *,
+                 deterministic: str = "false") -> Choice:
     """:func:`auto`'s choice with the rule behind it."""
     if len(world_ranks) > 1 and collective in FLAT_RULES:
         return flat_choice(cost_model.topology, collective, count, itemsize, world_ranks, level1)
     if len(world_ranks) == 1 or collective not in HIER_COLLECTIVES:
         best = fastest(cost_model, collective, count, itemsize, world_ranks, root)
         return Choice(best, "no HCCL rule: the least modeled time (estimate)", True)
-    return hccl_choice(call_shape(cost_model.topology, collective, count, itemsize, world_ranks, dtype, op), level1)
+    return hccl_choice(call_shape(cost_model.topology, collective, count, itemsize, world_ranks, dtype, op, deterministic),
+                       level1)
 
 
 def hier_levels(name: str) -> tuple[str, str] | None:

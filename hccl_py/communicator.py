@@ -284,7 +284,7 @@ class Communicator:
             name = algo_select.resolve(
                 collective, algo,
                 lambda level1=None: algo_select.auto(self._rc.cost_model, collective, count, itemsize, self._world_ranks, root,
-                                                     dtype.name, op, level1),
+                                                     dtype.name, op, level1, deterministic=self._rc.deterministic),
                 self._algo_env,
             )
             levels = algo_select.hier_levels(name)

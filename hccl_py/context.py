@@ -36,6 +36,7 @@ class RankContext:
     exec_timeout_s: float | None
     algo_env: dict[str, str]
     wall_origin: float
+    deterministic: str = "false"  # HCCL_DETERMINISTIC: which executors HCCL's selection picks
     modeled: bool = True  # False: HCCL_PY_MODELED_TIME=0, clocks stay at 0 (to measure what modeling costs)
     faults: list[Fault] = field(default_factory=list)  # every fault of the job (all ranks)
     flight_dir: str | None = None  # where dump() writes flight_rank<r>.json (HCCL_PY_FLIGHT_DIR)
@@ -133,4 +134,5 @@ def make_context(job: JobConfig, engine: Engine) -> RankContext:
     topology = load_topology(job.size, preset=job.topology, rank_table=job.rank_table, figures=job.figures)
     wall_origin = job.wall_origin if job.wall_origin is not None else time.monotonic()
     return RankContext(engine, Device(topology.card(job.rank), job.rank), topology, job.exec_timeout_s, job.algo, wall_origin,
-                       modeled=job.modeled_time, faults=list(job.faults), flight_dir=job.flight_dir)
+                       deterministic=job.deterministic, modeled=job.modeled_time, faults=list(job.faults),
+                       flight_dir=job.flight_dir)

@@ -79,6 +79,8 @@ HCCL_CONNECT_TIMEOUT = "HCCL_CONNECT_TIMEOUT"  # seconds, default 120
 HCCL_EXEC_TIMEOUT = "HCCL_EXEC_TIMEOUT"  # seconds, default 1836; 0 = no limit
 HCCL_BUFFSIZE = "HCCL_BUFFSIZE"  # MB of staging per rank
 HCCL_ALGO = "HCCL_ALGO"
+HCCL_DETERMINISTIC = "HCCL_DETERMINISTIC"  # false (default), true or strict: which executors HCCL selects
+DETERMINISTIC_VALUES = ("false", "true", "strict")  # platform/common/externalinput.cc L578-603
 HCCL_IF_IP = "HCCL_IF_IP"  # the address this rank's TCP transport listens on (HCCL: NIC for host traffic)
 
 DEFAULT_CONNECT_TIMEOUT_S = 120.0
@@ -96,8 +98,8 @@ DEFAULT_SPIN_US = 50.0
 
 # Variables a user (or hccl-launch's caller) sets and hccl-launch passes through to every rank:
 # checked by hccl-launch before any rank starts (``check_user_settings``).
-USER_SETTINGS = (HCCL_CONNECT_TIMEOUT, HCCL_EXEC_TIMEOUT, HCCL_BUFFSIZE, HCCL_ALGO, HCCL_PY_SPIN_US, HCCL_PY_MODELED_TIME,
-                 HCCL_PY_CMA, HCCL_PY_TRANSPORT)
+USER_SETTINGS = (HCCL_CONNECT_TIMEOUT, HCCL_EXEC_TIMEOUT, HCCL_BUFFSIZE, HCCL_ALGO, HCCL_DETERMINISTIC, HCCL_PY_SPIN_US,
+                 HCCL_PY_MODELED_TIME, HCCL_PY_CMA, HCCL_PY_TRANSPORT)
 
 
 def _raw(environ: Mapping[str, str], name: str) -> str | None:
@@ -180,6 +182,21 @@ def modeled_time(environ: Mapping[str, str] | None = None) -> bool:
     return flag(HCCL_PY_MODELED_TIME, True, environ)
 
 
+def deterministic(environ: Mapping[str, str] | None = None) -> str:
+    """HCCL_DETERMINISTIC as HCCL reads it: ``false`` (unset), ``true`` or ``strict``, any case::
+
+        deterministic({"HCCL_DETERMINISTIC": "TRUE"})   # "true"
+    """
+    raw = _raw(os.environ if environ is None else environ, HCCL_DETERMINISTIC)
+    if raw is None:
+        return "false"
+    if raw.lower() not in DETERMINISTIC_VALUES:
+        raise HcclParamError(f"{HCCL_DETERMINISTIC}={raw!r} is not accepted: give false, true or strict, as HCCL takes, "
+                             "or unset it (default false)", variable=HCCL_DETERMINISTIC, value=raw, rule="choices",
+                             choices=list(DETERMINISTIC_VALUES))
+    return raw.lower()
+
+
 def single_copy(environ: Mapping[str, str] | None = None) -> bool:
     """HCCL_PY_CMA: False sends every payload through the shared slots (no direct reads)."""
     return flag(HCCL_PY_CMA, True, environ)
@@ -239,6 +256,7 @@ def check_user_settings(environ: Mapping[str, str] | None = None) -> None:
     spin_s(environ)
     modeled_time(environ)
     single_copy(environ)
+    deterministic(environ)
     from .algo_select import parse_hccl_algo  # their grammars live with what they configure
     from .transport.choice import requested_transport
 
@@ -303,6 +321,7 @@ class JobConfig:
     single_copy: bool
     modeled_time: bool
     algo: dict  # HCCL_ALGO parsed: {collective: algorithm}, '*' for every operator
+    deterministic: str  # HCCL_DETERMINISTIC: "false", "true" or "strict"
     faults: tuple  # HCCL_PY_FAULTS parsed (faults.Fault)
     wall_origin: float | None
     topology: str | None  # HCCL_PY_TOPOLOGY (a preset)
@@ -348,7 +367,8 @@ def read_job(environ: Mapping[str, str] | None = None) -> JobConfig:
         transport=requested_transport(environ), if_ip=_raw(environ, HCCL_IF_IP),
         connect_timeout_s=connect_timeout_s(environ), exec_timeout_s=exec_timeout_s(environ),
         buffsize_bytes=buffsize_bytes(environ), spin_s=spin_s(environ), single_copy=single_copy(environ),
-        modeled_time=modeled_time(environ), algo=parse_hccl_algo(environ.get(HCCL_ALGO)), faults=faults,
+        modeled_time=modeled_time(environ), algo=parse_hccl_algo(environ.get(HCCL_ALGO)),
+        deterministic=deterministic(environ), faults=faults,
         wall_origin=wall_origin(environ), topology=_raw(environ, HCCL_PY_TOPOLOGY),
         rank_table=_raw(environ, RANK_TABLE_FILE), figures=_raw(environ, HCCL_PY_FIGURES),
         trace_dir=_raw(environ, HCCL_PY_TRACE_DIR), flight_dir=_raw(environ, HCCL_PY_FLIGHT_DIR))

@@ -40,6 +40,7 @@ from ..algorithms.registry import algos_for
 from ..collectives import COLLECTIVES, DATA_COLLECTIVES
 from ..collectives import collective as lookup
 from ..cost_model import CostModel
+from .. import env
 from ..dtypes import DTYPE_SPELLINGS, ITEMSIZE_BY_NAME, SHORT_DTYPE_NAMES
 from ..errors import HcclError
 from .simulator import simulate_alltoallv, simulate_batch, simulate_call, simulate_p2p
@@ -76,6 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "sends rank j")
     parser.add_argument("-e", "--maxbytes", type=_size, default=None, help="sweep up to this data_size (HCCL Test's -e)")
     parser.add_argument("-f", "--stepfactor", type=int, default=2, help="sweep multiplication factor (HCCL Test's -f)")
+    parser.add_argument("--deterministic", choices=("false", "true", "strict"), default=None,
+                        help="HCCL_DETERMINISTIC for auto's choice (default: the environment's, else false)")
     parser.add_argument("--algo", default="auto", help="ring, tree, hd, mesh, rd/oneshot (allreduce), hier:<inner>/<outer> "
                                                        "(on the partition by server), or auto (HCCL's rules)")
     parser.add_argument("--dtype", default="fp32", choices=sorted(SHORT_DTYPE_NAMES))
@@ -158,6 +161,11 @@ def _call_args(args):
     return (spec, *_dtype_args(args))
 
 
+def _deterministic(args) -> str:
+    """--deterministic, else HCCL_DETERMINISTIC from the environment (checked), else false."""
+    return args.deterministic if args.deterministic is not None else env.deterministic()
+
+
 def _one(args, topology: Topology, wall_start: float) -> int:
     spec, dtype, itemsize = _call_args(args)
     collective = spec.name
@@ -165,7 +173,7 @@ def _one(args, topology: Topology, wall_start: float) -> int:
     count = spec.message_elements(args.bytes, itemsize, n)
     model = CostModel(topology)
     call = simulate_call(collective, topology, count, algo=args.algo, itemsize=itemsize, root=args.root, dtype=dtype,
-                         op=args.op, cost_model=model)
+                         op=args.op, cost_model=model, deterministic=_deterministic(args))
     wall_s = time.perf_counter() - wall_start
     nbytes = spec.in_count(n, count) * itemsize
     algbw = nbytes / call.time_s if call.time_s > 0 else float("inf")
@@ -173,7 +181,8 @@ def _one(args, topology: Topology, wall_start: float) -> int:
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"{collective} {args.dtype} {nbytes} bytes on {topology.name} ({n} ranks), algo {call.algo}")
     if args.algo == "auto":
-        choice = explain_auto(model, collective, count, itemsize, tuple(range(n)), args.root, dtype, args.op)
+        choice = explain_auto(model, collective, count, itemsize, tuple(range(n)), args.root, dtype, args.op,
+                              deterministic=_deterministic(args))
         print(f"  auto: {choice.rule}")
     print(f"  modeled time  {call.time_s * 1e6:14.3f} us")
     print(f"  algbw         {algbw / 1e9:14.3f} GB/s")
@@ -197,7 +206,7 @@ def _sweep(args, topology: Topology, sizes: list[int]) -> int:
             print(f"{size:<18}| {'-':>14} | {'-':>20} | NULL   # below one element per rank")
             continue
         call = simulate_call(collective, topology, count, algo=args.algo, itemsize=itemsize, root=args.root, dtype=dtype,
-                             op=args.op, cost_model=model)
+                             op=args.op, cost_model=model, deterministic=_deterministic(args))
         algbw = size / call.time_s / 1e9
         print(f"{size:<18}| {call.time_s * 1e6:>14.2f} | {algbw:>20.5f} | NULL   # {call.algo}")
     return 0

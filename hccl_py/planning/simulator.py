@@ -457,10 +457,11 @@ class CallResult:
 
 def simulate_call(collective: str, topology: Topology, count: int, *, algo: str = "auto", itemsize: int = 4,
                   root: int = 0, dtype: str | None = None, op: str = "sum", cost_model: CostModel | None = None,
-                  world_ranks: Sequence[int] | None = None) -> CallResult:
+                  world_ranks: Sequence[int] | None = None, deterministic: str = "false") -> CallResult:
     """Modeled time of one call as a program would run it: ``algo`` is ``auto`` (HCCL's rules,
     ``algo_select.auto``), a flat algorithm, or ``hier:<inner>/<outer>`` (on the partition by
-    server; ``...@groups``: HCCL's mesh groups); simulated all ranks at once where the algorithm has flows, else rank by rank."""
+    server; ``...@groups``: HCCL's mesh groups); simulated all ranks at once where the algorithm has flows, else rank by rank.
+    ``deterministic``: HCCL_DETERMINISTIC as ``auto`` should see it ("false", "true", "strict")."""
     from ..algo_select import auto, hier_levels, partition_of, server_partition
     from ..algorithms.hierarchical import schedule_for
 
@@ -468,7 +469,7 @@ def simulate_call(collective: str, topology: Topology, count: int, *, algo: str 
     ranks = tuple(range(topology.num_ranks) if world_ranks is None else world_ranks)
     name = algo
     if name == "auto":
-        name = auto(model, collective, count, itemsize, ranks, root, dtype, op)
+        name = auto(model, collective, count, itemsize, ranks, root, dtype, op, deterministic=deterministic)
     levels = hier_levels(name)
     fn = name if levels is None else schedule_for(collective, partition_of(topology, name, ranks) or
                                                   server_partition(topology, ranks), *levels)

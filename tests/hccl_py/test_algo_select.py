@@ -205,6 +205,42 @@ def test_910b_small_reduce_scatter_across_servers_goes_across_first():
     assert not hccl_choice(CallShape("reduce_scatter", 8, "ascend910", 2, 8, "islands")).algo.endswith("-first@server")
 
 
+def test_hccl_deterministic_changes_what_910b_allreduce_and_reduce_scatter_run():
+    """HCCL_DETERMINISTIC (all_reduce_operator.cc DeterministicSelector, reduce_scatter_operator.cc
+    L287-317, coll_alg_operator.cc GetDefaultAlgoLevel1V2 L529-569); allgather is unaffected."""
+    def pick(collective, nbytes, servers, g, mode, dtype="float32"):
+        return hccl_choice(CallShape(collective, nbytes, "ascend910b", servers, g, "mesh", dtype, deterministic=mode))
+
+    # one server, <= 128 KB: recursive doubling with 8 NPUs, else gather-fold-broadcast (reducebcast standing in)
+    assert pick("allreduce", 64 * KB, 1, 8, "false").algo == "reducebcast"
+    eight = pick("allreduce", 64 * KB, 1, 8, "true")
+    assert eight.algo == "rd" and not eight.estimate and "DOUBLING_DIRECT" in eight.rule
+    assert pick("allreduce", 64 * KB, 1, 6, "true").algo == "reducebcast" and pick("allreduce", 64 * KB, 1, 6, "true").estimate
+    assert pick("allreduce", 4 * MB, 1, 8, "true").algo == "mesh" and pick("allreduce", 4 * MB, 1, 8, "true").estimate
+    strict = pick("allreduce", 64 * KB, 1, 8, "strict")
+    assert strict.estimate and "OrderPreserved" in strict.rule
+    assert not pick("allreduce", 64 * KB, 1, 8, "strict", "int32").estimate  # integers: no order to preserve
+    # across servers: the small-count executor up to and including 512 KB, then the mid-count one
+    assert pick("allreduce", 512 * KB, 2, 8, "false").algo == "hier:mesh/ring@server"
+    assert pick("allreduce", 512 * KB, 2, 8, "true").algo == "hier:rd/rd@server"
+    mid = pick("allreduce", 4 * MB, 2, 8, "true")
+    assert mid.algo == "hier:mesh/ring@server" and mid.estimate and "MidCountDeterministic" in mid.rule
+    # the deterministic pipeline: allreduce from 1 MB a slice with no RDMA-lite doubt, reduce_scatter from 256 KB;
+    # strict takes neither
+    piped = pick("allreduce", 24 * MB, 2, 8, "true")  # 1.5 MB a slice
+    assert piped.algo == "hier:mesh/pipeline@server" and "Deter pipeline" in piped.rule and "RDMA lite" not in piped.rule
+    assert "RDMA lite" in pick("allreduce", 24 * MB, 2, 8, "false").rule
+    assert pick("allreduce", 64 * MB, 2, 8, "strict").algo == "hier:mesh/ring@server"
+    assert pick("reduce_scatter", 64 * KB, 2, 8, "false").algo == "hier:mesh/pipeline@server"
+    assert pick("reduce_scatter", 64 * KB, 2, 8, "true").algo == "hier:hd/ring-first@server"  # <= 512 KB a rank
+    assert pick("reduce_scatter", 600 * KB, 2, 8, "true").algo == "hier:mesh/pipeline@server"
+    assert pick("reduce_scatter", 64 * KB, 2, 8, "strict").algo == "hier:mesh/ring@server"
+    # one server's reduce_scatter: HD-stage up to 32 KB a rank with 4 or 8 NPUs
+    assert pick("reduce_scatter", 32 * KB, 1, 8, "true").algo == "hd"
+    assert pick("reduce_scatter", 64 * KB, 1, 8, "true").algo == "mesh"
+    assert pick("allgather", 64 * KB, 2, 8, "true").algo == pick("allgather", 64 * KB, 2, 8, "false").algo
+
+
 def test_910b_small_allreduce_in_one_server_reduces_to_one_npu_and_broadcasts():
     """all_reduce_operator.cc NonDeterministicSelector L557-560: <= 256 KB with an inline reduce ->
     AllReduceMeshSmallCountExecutor -> AllReduceReduceBcast; beyond it, or without the inline

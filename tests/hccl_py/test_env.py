@@ -17,7 +17,8 @@ BAD = [
     ("HCCL_CONNECT_TIMEOUT", "nan"), ("HCCL_CONNECT_TIMEOUT", "0"), ("HCCL_CONNECT_TIMEOUT", "-5"),
     ("HCCL_BUFFSIZE", "inf"), ("HCCL_BUFFSIZE", "0"), ("HCCL_BUFFSIZE", "0.5"), ("HCCL_BUFFSIZE", "nan"),
     ("HCCL_PY_SPIN_US", "-1"), ("HCCL_PY_MODELED_TIME", "2"), ("HCCL_PY_CMA", "yes"),
-    ("HCCL_ALGO", "level1:warp"), ("HCCL_PY_TRANSPORT", "pigeon"),
+    ("HCCL_ALGO", "level1:warp"), ("HCCL_PY_TRANSPORT", "pigeon"), ("HCCL_DETERMINISTIC", "yes"),
+    ("HCCL_DETERMINISTIC", "1"),
 ]
 
 
@@ -47,6 +48,8 @@ def test_rank_and_size_checked(environ, variable):
 
 
 def test_good_values():
+    assert env.deterministic({}) == "false" and env.deterministic({"HCCL_DETERMINISTIC": " TRUE "}) == "true"
+    assert env.deterministic({"HCCL_DETERMINISTIC": "strict"}) == "strict"
     assert env.exec_timeout_s({"HCCL_EXEC_TIMEOUT": "0"}) is None  # 0: no limit, as HCCL
     assert env.exec_timeout_s({"HCCL_EXEC_TIMEOUT": "1.5"}) == 1.5
     assert env.exec_timeout_s({}) == env.DEFAULT_EXEC_TIMEOUT_S

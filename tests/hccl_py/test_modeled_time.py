@@ -578,6 +578,34 @@ def test_hccl_algo_level1_pipeline_gives_all_to_all_v_the_continuous_pipeline():
         assert algos[-2:] == ["hier:mesh/continuous@groups", "hier:mesh/pipeline"], algos
 
 
+def _small_allreduce() -> tuple:
+    import hccl_py
+
+    comm = hccl_py.init()
+    x = np.arange(16384, dtype=np.float32) % 7 + comm.rank  # 64 KB, sums exact
+    got = comm.all_reduce(x.copy())
+    assert np.array_equal(got, (np.arange(16384, dtype=np.float32) % 7) * comm.size + comm.size * (comm.size - 1) / 2)
+    record = comm._rc.recorder.records[-1]
+    return record.algo, record.modeled_end - record.modeled_start
+
+
+@pytest.mark.timeout(120)
+def test_hccl_deterministic_reaches_the_communicators_auto():
+    """HCCL_DETERMINISTIC=true: a 64 KB allreduce on one 910B server of 8 runs recursive doubling
+    (HCCL's deterministic small-count template), not the reduce-broadcast, and its modeled time is
+    the simulator's under the same setting."""
+    from hccl_py.planning.simulator import simulate_call
+
+    topo = Topology.preset("ascend910b-8p")
+    for mode, algo in (("false", "reducebcast"), ("true", "rd")):
+        per_rank = run_ranks(_small_allreduce, 8, env={"HCCL_PY_TOPOLOGY": "ascend910b-8p", "HCCL_DETERMINISTIC": mode},
+                             timeout=100)
+        expected = simulate_call("allreduce", topo, 16384, deterministic=mode)
+        assert expected.algo == algo
+        assert {a for a, _ in per_rank} == {algo}
+        assert max(t for _, t in per_rank) == pytest.approx(expected.time_s, rel=1e-12)
+
+
 def _auto_calls() -> list:
     import hccl_py
 
