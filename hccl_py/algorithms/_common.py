@@ -108,6 +108,22 @@ def chain_pattern(size: int, towards_root: bool) -> tuple[np.ndarray, np.ndarray
     return (behind, ahead) if towards_root else (ahead, behind)
 
 
+def block_chain_flows(what: str, size: int, count: int, root: int, towards_root: bool, senders):
+    """The flows of a chain that passes whole blocks of ``count`` elements (ring scatter and
+    gather): ``senders(s)`` is the slice of ranks that send in step s; the root (0) copies its own
+    block on the first step. ValueError unless root 0, ``size >= 2`` and ``count >= 1``."""
+    from .schedule import StepFlows
+
+    if size < 2 or count < 1 or root != 0:
+        raise ValueError(f"{what} flows need root 0, size >= 2 and count >= 1")
+    send_to, recv_from = chain_pattern(size, towards_root)
+    counts = np.full(size, count)
+    own = np.zeros(size, dtype=np.int64)
+    own[0] = count
+    for s in range(size - 1):
+        yield StepFlows(send_to, counts, recv_from, False, copies=(own,) if s == 0 else (), senders=senders(s))
+
+
 def chunk_windows(count: int, parts: int, size: int) -> np.ndarray:
     """The sizes of ``chunk_bounds(count, parts)`` at ``size..size+parts-1`` of an array of
     ``parts + 2 * size`` zeros, so that each step of a pipelined chain reads its ranks' chunk sizes

@@ -9,12 +9,9 @@ Steps: size-1 (the root's own block is a copy on its first step). Sent per rank:
 from __future__ import annotations
 
 from functools import lru_cache
-
 from typing import Iterator
 
-import numpy as np
-
-from ._common import absolute, chain_pattern, finish, relative
+from ._common import absolute, block_chain_flows, finish, relative
 from .schedule import IN, OUT, TMP, Copy, Recv, Region, Schedule, Send, Step, StepFlows
 
 
@@ -42,13 +39,6 @@ def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
 
 def flows(size: int, count: int, root: int = 0) -> Iterator[StepFlows]:
     """Every rank's steps at once (``StepFlows.senders``: in step s ranks 1 .. size-1-s pass a
-    block up); root 0, ``size >= 2``, ``count >= 1``."""
-    if size < 2 or count < 1 or root != 0:
-        raise ValueError("ring gather flows need root 0, size >= 2 and count >= 1")
-    send_to, recv_from = chain_pattern(size, towards_root=True)
-    counts = np.full(size, count)
-    own = np.zeros(size, dtype=np.int64)
-    own[0] = count  # the root's own block, copied on its first step
-    for s in range(size - 1):
-        yield StepFlows(send_to, counts, recv_from, False, copies=(own,) if s == 0 else (),
-                        senders=slice(1, size - s))
+    block up); root 0,
+    ``size >= 2``, ``count >= 1``."""
+    return block_chain_flows("ring gather", size, count, root, True, lambda s: slice(1, size - s))

@@ -8,18 +8,16 @@ received the step before. Received blocks alternate between two TMP slots, so a 
 receives into the slot it sends from.
 
 Steps: size-1 (the root's own block is a copy on its first step); relative rank v idles for v-1
-steps until the chain reaches it, so step s is the same moment on every rank. Sent per rank: (size-1-v) * count elements. TMP: 2 * count.
+steps until the chain reaches it, so step s is the same moment on every rank. Sent per rank:
+(size-1-v) * count elements. TMP: 2 * count.
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
-
 from typing import Iterator
 
-import numpy as np
-
-from ._common import absolute, chain_pattern, finish, relative
+from ._common import absolute, block_chain_flows, finish, relative
 from .schedule import IN, OUT, TMP, Copy, Recv, Region, Schedule, Send, Step, StepFlows
 
 
@@ -51,14 +49,6 @@ def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
 
 
 def flows(size: int, count: int, root: int = 0) -> Iterator[StepFlows]:
-    """Every rank's steps at once (``StepFlows.senders``: in step s ranks 0 .. s pass a block on);
-    root 0, ``size >= 2``, ``count >= 1``."""
-    if size < 2 or count < 1 or root != 0:
-        raise ValueError("ring scatter flows need root 0, size >= 2 and count >= 1")
-    send_to, recv_from = chain_pattern(size, towards_root=False)
-    counts = np.full(size, count)
-    own = np.zeros(size, dtype=np.int64)
-    own[0] = count  # the root's own block, copied on its first step
-    for s in range(size - 1):
-        yield StepFlows(send_to, counts, recv_from, False, copies=(own,) if s == 0 else (),
-                        senders=slice(0, min(s, size - 2) + 1))
+    """Every rank's steps at once (``StepFlows.senders``: in step s ranks 0 .. s pass a block on); root 0,
+    ``size >= 2``, ``count >= 1``."""
+    return block_chain_flows("ring scatter", size, count, root, False, lambda s: slice(0, min(s, size - 2) + 1))
