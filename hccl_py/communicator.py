@@ -274,10 +274,11 @@ class Communicator:
         return self._launch(call, bufs, dtype, result, async_op)
 
     def _prepare(self, kind: OpKind, collective: str, algo: str, count: int, dtype: np.dtype, redop: ReduceOp | None,
-                 root: int, fn=None, sig_count: int | None = None) -> "_Call":
+                 root: int, fn=None, sig_count: int | None = None, modeled: bool = True) -> "_Call":
         """Everything about a call that depends only on its shape: resolved once per shape.
         ``fn``: a schedule function of the caller's (all-to-all with counts per pair), else the
-        algorithm's; ``sig_count``: the count peers check (default ``count``)."""
+        algorithm's; ``sig_count``: the count peers check (default ``count``); ``modeled``: False
+        for an exchange that costs no modeled time (its clock stays)."""
         itemsize = dtype.itemsize
         op = redop.name.lower() if redop is not None else "sum"
         if fn is None:
@@ -301,7 +302,7 @@ class Communicator:
                             count if sig_count is None else sig_count, root)
         costs = (self._rc.cost_model.call_costs(fn, self.size, count, root, itemsize, self._world_ranks, dtype=dtype.name,
                                                 op=op)[self._rank]
-                 if self._rc.modeled else None)
+                 if self._rc.modeled and modeled else None)
         schedule = fn(self._rank, self.size, count, root)
         in_count, out_count = (fn.buffer_counts(self._rank) if hasattr(fn, "buffer_counts")
                                else collective_named(collective).buffer_counts(self.size, count, self._rank, root))
@@ -584,8 +585,10 @@ class Communicator:
         """All-to-all with a count per peer (``HcclAlltoAllV``): ``send_counts[j]`` elements from
         ``send[send_displs[j]:]`` go to rank j, ``recv_counts[i]`` elements from rank i land at
         ``recv[recv_displs[i]:]``; displacements ``None`` mean packed blocks. As HCCL, the ranks
-        first exchange their counts (one small allgather, charged to modeled time), so a count
-        that disagrees with the peer's fails on every rank before any data moves. Returns ``recv``::
+        first exchange their counts (one small allgather, charged to modeled time; where the call
+        runs HCCL's continuous pipeline, which exchanges counts inside each server in its own first
+        step, not charged), so a count that disagrees with the peer's fails on every rank before
+        any data moves. Returns ``recv``::
 
             comm.all_to_all_v(tokens, sizes_out, None, buf, sizes_in, None)
         """
@@ -601,12 +604,18 @@ class Communicator:
                 problem = err
         # Every rank takes part in the exchange of counts, also one whose own are bad: the others
         # then fail with it rather than wait for it until HCCL_EXEC_TIMEOUT.
+        charged = True
+        if problem is None:
+            try:
+                charged = self._v_name(algo, exchange=True) != algo_select.A2A_CONTINUOUS
+            except HcclError as err:
+                problem = err
         mine = np.full(1 + 2 * self.size, -1, np.int64)
         if problem is None:
             mine[0] = 1
             mine[1:1 + self.size], mine[1 + self.size:] = counts_out, counts_in
         if not async_op:
-            table = self.all_gather(mine)
+            table = self._counts_exchange(mine, charged)
             if problem is not None:
                 raise problem
             matrix = self._v_agreed(what, table)
@@ -614,7 +623,7 @@ class Communicator:
                                 self._v_bufs(send, recv), send.dtype, recv)
         # Asynchronous: the counts exchange and the data exchange queue one after the other; the
         # data exchange learns its matrix when its turn comes, and the caller goes on at once.
-        gathered = self.all_gather(mine, async_op=True)
+        gathered = self._counts_exchange(mine, charged, async_op=True)
         if problem is not None:
             self._seq += 1  # the data exchange's number, which the other ranks spend on theirs
             raise problem
@@ -713,22 +722,41 @@ class Communicator:
         flat_recv = recv.reshape(-1)
         return _apart_from(np.ascontiguousarray(send).reshape(-1), flat_recv), flat_recv
 
+    def _counts_exchange(self, mine: np.ndarray, charged: bool, async_op: bool = False):
+        """all_to_all_v's exchange of every rank's counts: an allgather, charged to modeled time
+        unless ``charged`` is False (HCCL's continuous pipeline exchanges counts in its first step)."""
+        if charged:
+            return self.all_gather(mine, async_op=async_op)
+        dtype = mine.dtype
+        key = ("allgather", "auto", mine.size, 0, dtype, None, "uncharged")
+        call = self._calls.get(key)
+        if call is None:
+            call = self._remember(key, self._prepare(OpKind.ALLGATHER, "allgather", "auto", mine.size, dtype, None, 0,
+                                                     modeled=False))
+        result = np.empty((self.size, mine.size), dtype)
+        return self._launch(call, (mine, result.reshape(-1)), dtype, result, async_op)
+
+    def _v_name(self, algo: str, *, exchange: bool) -> str:
+        """The algorithm an all-to-all-v runs: the caller's, HCCL_ALGO's, or HCCL's all-to-all rule
+        (which does not look at the counts; ``exchange``: AlltoAllV's, else AlltoAllVC's)."""
+        name = algo_select.resolve("alltoallv", algo,
+                                   lambda level1=None: algo_select.alltoallv_auto(self._rc.topology, self._world_ranks,
+                                                                                  level1, exchange=exchange).algo,
+                                   self._algo_env)
+        if exchange and algo.strip().lower() == "auto" and algo_select.hier_levels(name) == ("mesh", "pipeline"):
+            # HCCL_ALGO's level-1 pipeline: AlltoAllV tries the continuous pipeline first (alltoall_operator.cc
+            # L287, L738), as auto does
+            continuous = algo_select.alltoallv_auto(self._rc.topology, self._world_ranks, exchange=True).algo
+            name = continuous if continuous == algo_select.A2A_CONTINUOUS else name
+        return name
+
     def _v_call(self, matrix, displs_out, displs_in, algo: str, dtype: np.dtype, *, exchange: bool = False) -> "_Call":
         """The data exchange of an all-to-all with counts per pair, on a checked matrix
         (``exchange``: AlltoAllV's, whose counts the ranks exchanged; else AlltoAllVC's)."""
         key = ("alltoallv", algo, matrix, tuple(displs_out), tuple(displs_in), dtype, exchange)
         call = self._calls.get(key)
         if call is None:
-            # the caller's, HCCL_ALGO's, or HCCL's all-to-all rule (which does not look at the counts)
-            name = algo_select.resolve("alltoallv", algo,
-                                       lambda level1=None: algo_select.alltoallv_auto(self._rc.topology, self._world_ranks,
-                                                                                      level1, exchange=exchange).algo,
-                                       self._algo_env)
-            if exchange and algo.strip().lower() == "auto" and algo_select.hier_levels(name) == ("mesh", "pipeline"):
-                # HCCL_ALGO's level-1 pipeline: AlltoAllV tries the continuous pipeline first (alltoall_operator.cc
-                # L287, L738), as auto does
-                continuous = algo_select.alltoallv_auto(self._rc.topology, self._world_ranks, exchange=True).algo
-                name = continuous if continuous == algo_select.A2A_CONTINUOUS else name
+            name = self._v_name(algo, exchange=exchange)
             levels = algo_select.hier_levels(name)
             staged = None if levels is None else (
                 algo_select.partition_of(self._rc.topology, name, self._world_ranks) or self.partition, *levels)

@@ -22,8 +22,10 @@ handshake with every member of the server (``DoSdmaSync``): here a step of its o
 one one-element message each way per member, so no member starts the step's transfers before
 the whole server has finished the step before.
 
-HCCL exchanges the counts inside each server in its first step; hccl-py's ``all_to_all_v``
-gathers every rank's counts before the call instead (and charges it).
+HCCL's AlltoAllV gathers no counts before this pipeline: each rank sends its receive counts to
+the members of its server in the first step (``DoIntraInfoBroadcast``), which the first
+handshake here carries (8 bytes a rank and a 4-byte flag); hccl-py's ``all_to_all_v`` still
+gathers every rank's counts first (it needs the whole matrix), without charging modeled time.
 
 Steps: (M-1) x max(loops, 1) + 2, each after its handshake step (every step has SDMA work). Sent per rank: its blocks to other servers twice (RDMA, then by the
 relay inside the destination server), its own server's once. TMP: the packed blocks of every
@@ -141,6 +143,12 @@ def schedule_v(rank: int, counts: Sequence[Sequence[int]], send_displs: Sequence
     mates = [at(n, l + i) for i in range(1, g)]
     sync_out = tmp.take(1)
     sync_in = {m: tmp.take(1) for m in mates}
+    # the first handshake carries the rank's receive counts and a flag to every member
+    # (DoIntraInfoBroadcast: N 8-byte counts and 4 bytes), which HCCL's AlltoAllV exchanges instead
+    # of gathering every rank's counts first
+    info = -(-(8 * size + 4) // itemsize)
+    info_out = tmp.take(info)
+    info_in = {m: tmp.take(info) for m in mates}
     staged: dict[tuple[int, int], Region] = {}  # (loop, k): my packed blocks for server n+k
     arrived: dict[tuple[int, int], list[Region]] = {}  # (loop, k): from (n-k, l), by member of my server
     own_server: dict[int, dict[int, Region]] = {}  # loop: what each member sent me, to copy out
@@ -150,8 +158,9 @@ def schedule_v(rank: int, counts: Sequence[Sequence[int]], send_displs: Sequence
         to_mates = {m: [] for m in mates}
         from_mates = {m: [] for m in mates}
         if it["sdma"]:  # the handshake first, a step of its own: a one-element flow must not share a link with data
-            steps.append(Step(sends=tuple(Send(m, sync_out) for m in mates),
-                              recvs=tuple(Recv(m, sync_in[m]) for m in mates)))
+            first = not steps
+            steps.append(Step(sends=tuple(Send(m, info_out if first else sync_out) for m in mates),
+                              recvs=tuple(Recv(m, info_in[m] if first else sync_in[m]) for m in mates)))
         if it["self_copy"]:
             copies.append(Copy(Region(IN, send_displs[rank], counts[rank][rank]),
                                Region(OUT, recv_displs[rank], counts[rank][rank])))
