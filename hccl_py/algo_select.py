@@ -372,9 +372,8 @@ def _deterministic_allreduce(s: CallShape, g: int) -> tuple[str, str]:
         return "rd", ("deterministic, one 910B server of 8, <= 128 KB: AllReduceMeshSmallCountExecutor, recursive "
                       "doubling (TEMPLATE_ALL_REDUCE_DOUBLING_DIRECT)" + strict)
     if s.nbytes <= _SMALL_128K:
-        return "reducebcast", ("deterministic, one 910B server, <= 128 KB: AllReduceMeshSmallCountExecutor, a gather to "
-                               "one NPU, a local fold and a broadcast (AllReduceLocalReduceBcast), hccl-py's reducebcast "
-                               "standing in (it reduces on arrival): estimate" + strict)
+        return "localreducebcast", ("deterministic, one 910B server, <= 128 KB: AllReduceMeshSmallCountExecutor, a gather "
+                                    "to one NPU, a local fold and a broadcast (AllReduceLocalReduceBcast)" + strict)
     executor = "AllReduceMeshMidCountLoopExecutor (AllReduceLocalReduce)" if g == 8 else \
         "AllReduceMeshOneshotLoopExecutor (AllReduceChunkMesh)"
     return "mesh", (f"deterministic, one 910B server, > 128 KB: {executor}, a reduce-scatter whose chunks are folded in a "
@@ -533,13 +532,12 @@ def _small_count(s: CallShape, level1: str) -> Choice:
     pow2 = g & (g - 1) == 0
     inside = "recursive doubling inside the server (all_reduce_doubling_local_reduce.cc)" if pow2 else (
         "a gather to the server's first NPU, a local fold and a broadcast (AllReduceLocalReduceBcast, "
-        "all_reduce_local_reduce_bcast.cc), hccl-py's reducebcast standing in (it reduces each buffer as it lands, "
-        "HCCL folds them after: its g-1 on-chip reduces are not charged): estimate")
+        "all_reduce_local_reduce_bcast.cc)")
     rule = (f"910B, {m} servers of {g} NPUs, below 512 KB: AllReduceMeshOpbaseSmallCountDeterministicExecutor, "
             f"the whole buffer by {inside}, then across servers by {across}")
     if strict:
         rule += "; strict deterministic mode runs AllReduceOrderPreservedExecutor, not modeled: estimate"
-    return Choice(f"{HIER}:{'rd' if pow2 else 'reducebcast'}/{outer}{SERVER}", rule, not pow2 or strict)
+    return Choice(f"{HIER}:{'rd' if pow2 else 'localreducebcast'}/{outer}{SERVER}", rule, strict)
 
 
 def hccl_choice(shape: CallShape, level1: str | None = None) -> Choice:

@@ -20,7 +20,7 @@ ScheduleFn = Callable[..., Schedule]  # (rank, size, count, root=0) -> Schedule
 
 # The algorithms each collective has, in the order ties are broken in.
 ALGORITHMS: dict[str, tuple[str, ...]] = {
-    "allreduce": ("ring", "tree", "hd", "mesh", "rd", "oneshot", "nhr", "reducebcast"),
+    "allreduce": ("ring", "tree", "hd", "mesh", "rd", "oneshot", "nhr", "reducebcast", "localreducebcast"),
     "allgather": ("ring", "tree", "hd", "mesh", "nhr"),
     "broadcast": ("ring", "tree", "hd", "mesh"),
     "reduce": ("ring", "tree", "hd", "mesh"),
@@ -36,7 +36,7 @@ V_ALGORITHMS = ("pairwise", "mesh")
 # partition: ``hierarchical.py``) has no entry in SCHEDULES: its schedule function comes from
 # ``hierarchical.schedule_for``.
 ALL_ALGOS = ("ring", "tree", "hd", "mesh", "rd", "oneshot", "dissemination", "monitored", "hier", "pairwise", "nhr",
-             "reducebcast")
+             "reducebcast", "localreducebcast")
 
 _MODULES = {(collective, algo): import_module(f"{__package__}.{collective}_{algo}")
             for collective, algos in ALGORITHMS.items() for algo in algos}

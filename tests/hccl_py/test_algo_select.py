@@ -182,8 +182,8 @@ def test_hccl_level1_tie_breaking_and_unequal_servers():
     assert hccl_choice(CallShape("allreduce", 8, "ascend910b", 3, 8, "mesh")).algo == "hier:rd/ring@server"
     assert hccl_choice(CallShape("allreduce", 8, "ascend910b", 5, 8, "mesh")).algo == "hier:rd/nhr@server"  # not one-shot
     six = hccl_choice(CallShape("allreduce", 8, "ascend910b", 4, 6, "mesh"))  # 6 NPUs: gather, fold, broadcast inside
-    assert six.algo == "hier:reducebcast/rd@server" and six.estimate and "AllReduceLocalReduceBcast" in six.rule
-    assert hccl_choice(CallShape("allreduce", 8, "ascend910b", 3, 6, "mesh")).algo == "hier:reducebcast/ring@server"
+    assert six.algo == "hier:localreducebcast/rd@server" and not six.estimate and "AllReduceLocalReduceBcast" in six.rule
+    assert hccl_choice(CallShape("allreduce", 8, "ascend910b", 3, 6, "mesh")).algo == "hier:localreducebcast/ring@server"
     pair = hccl_choice(CallShape("allreduce", 8, "ascend910b", 4, 2, "mesh"))  # 2 NPUs per server: the one-shot
     assert pair.algo == "hier:mesh/tree@server" and not pair.estimate
     assert hccl_choice(CallShape("allreduce", 512 * KB, "ascend910b", 4, 8, "mesh")).algo == "hier:mesh/tree@server"
@@ -215,7 +215,8 @@ def test_hccl_deterministic_changes_what_910b_allreduce_and_reduce_scatter_run()
     assert pick("allreduce", 64 * KB, 1, 8, "false").algo == "reducebcast"
     eight = pick("allreduce", 64 * KB, 1, 8, "true")
     assert eight.algo == "rd" and not eight.estimate and "DOUBLING_DIRECT" in eight.rule
-    assert pick("allreduce", 64 * KB, 1, 6, "true").algo == "reducebcast" and pick("allreduce", 64 * KB, 1, 6, "true").estimate
+    six = pick("allreduce", 64 * KB, 1, 6, "true")
+    assert six.algo == "localreducebcast" and not six.estimate
     assert pick("allreduce", 4 * MB, 1, 8, "true").algo == "mesh" and pick("allreduce", 4 * MB, 1, 8, "true").estimate
     strict = pick("allreduce", 64 * KB, 1, 8, "strict")
     assert strict.estimate and "OrderPreserved" in strict.rule
