@@ -355,6 +355,12 @@ def _level0_allreduce(s: CallShape, g: int) -> tuple[str, str]:
     algo, rule = _level0_default(s, g)
     if s.servers == 1 and s.deterministic_910b and s.reduces_inline:
         return _deterministic_allreduce(s, g)
+    if (s.servers == 1 and s.deterministic != "false" and s.card == "ascend910b" and s.level0_topo == "mesh" and g <= 2
+            and s.nbytes <= _SMALL_256K and s.reduces_inline):
+        # MeshTopoSelector -> AllReduceMeshSmallCountExecutor, whose deterministic template on other than 8 NPUs
+        # is TEMPLATE_ALL_REDUCE_LOCAL_REDUCE_BCAST (coll_all_reduce_mesh_small_count_executor.cc L219-227)
+        return "localreducebcast", ("deterministic, one 910B server of 2, <= 256 KB: AllReduceMeshSmallCountExecutor, "
+                                    "a gather to one NPU, a local fold and a broadcast (AllReduceLocalReduceBcast)")
     if algo == "mesh" and s.card == "ascend910b" and s.servers == 1 and s.nbytes <= _SMALL_256K and s.reduces_inline:
         # NonDeterministicSelector (all_reduce_operator.cc L557-560) -> AllReduceMeshSmallCountExecutor ->
         # TEMPLATE_ALL_REDUCE_REDUCE_BCAST (coll_all_reduce_mesh_small_count_executor.cc L200-203)
@@ -366,26 +372,25 @@ def _level0_allreduce(s: CallShape, g: int) -> tuple[str, str]:
 def _deterministic_allreduce(s: CallShape, g: int) -> tuple[str, str]:
     """One 910B server under HCCL_DETERMINISTIC (all_reduce_operator.cc DeterministicSelector
     L598-605, counts by GetCountTypeForDeterAllReduce L28-50: small up to 128 KB)."""
-    strict = "; strict mode's AllReduceOrderPreservedExecutor (fp16/fp32/bf16) not modeled: estimate" if (
-        s.deterministic == "strict" and s.dtype in ("float16", "float32", "bfloat16")) else ""
     if s.nbytes <= _SMALL_128K and g == 8:
         return "rd", ("deterministic, one 910B server of 8, <= 128 KB: AllReduceMeshSmallCountExecutor, recursive "
-                      "doubling (TEMPLATE_ALL_REDUCE_DOUBLING_DIRECT)" + strict)
+                      "doubling (TEMPLATE_ALL_REDUCE_DOUBLING_DIRECT)")
     if s.nbytes <= _SMALL_128K:
         return "localreducebcast", ("deterministic, one 910B server, <= 128 KB: AllReduceMeshSmallCountExecutor, a gather "
-                                    "to one NPU, a local fold and a broadcast (AllReduceLocalReduceBcast)" + strict)
+                                    "to one NPU, a local fold and a broadcast (AllReduceLocalReduceBcast)")
     executor = "AllReduceMeshMidCountLoopExecutor (AllReduceLocalReduce)" if g == 8 else \
         "AllReduceMeshOneshotLoopExecutor (AllReduceChunkMesh)"
     return "mesh", (f"deterministic, one 910B server, > 128 KB: {executor}, a reduce-scatter whose chunks are folded in a "
-                    "fixed order, then an allgather; hccl-py's mesh standing in: estimate" + strict)
+                    "fixed order, then an allgather; hccl-py's mesh standing in: estimate")
 
 
 def _level0_reduce_scatter(s: CallShape, g: int) -> tuple[str, str]:
     """reduce_scatter_operator.cc: the 910's small-data rule, else the topology's algorithm."""
     if s.servers == 1 and s.card == "ascend910" and s.level0_topo != "pcie" and g in (4, 8) and s.nbytes <= _SMALL_256K:
         return "hd", "910, one server, 4 or 8 NPUs, <= 256 KB: halving-doubling (ReduceScatterComm, level-1 HD)"
-    if s.servers == 1 and s.deterministic_910b and s.reduces_inline:
-        # ReduceScatterDeterExecutor (reduce_scatter_operator.cc L297-304; coll_reduce_scatter_deter_executor.cc L187-200)
+    if (s.servers == 1 and s.deterministic != "false" and s.card == "ascend910b" and s.level0_topo == "mesh"
+            and s.reduces_inline):
+        # ReduceScatterDeterExecutor (op-base: no NPU-count condition) (reduce_scatter_operator.cc L297-304; coll_reduce_scatter_deter_executor.cc L187-200)
         if g in (4, 8) and s.nbytes <= 32 * 1024:
             return "hd", "deterministic, one 910B server of 4 or 8, <= 32 KB a rank: ReduceScatterDeterExecutor, HD-stage"
         return "mesh", ("deterministic, one 910B server: ReduceScatterDeterExecutor, chunks folded in a fixed order "
@@ -473,14 +478,15 @@ def _one_shot(s: CallShape, algo: str, rule: str) -> tuple[str, str]:
     return algo, rule
 
 
-def _pipeline_tasks(collective: str, m: int, g: int) -> int:
+def _pipeline_tasks(collective: str, m: int, g: int, deterministic: bool = False) -> int:
     """HCCL's count of the tasks a pipeline takes on m servers of g NPUs (coll_alg_operator.cc
-    CalcContextNumForPipeline L481-519, non-deterministic): per step 5(g-1) HCCS, 7 RoCE and 1
-    copy tasks, then 4 for the closing barrier and the first/last copies."""
-    tasks = m * (5 * (g - 1) + 7 + 1) + 4
+    CalcContextNumForPipeline L481-519): per step 5(g-1) HCCS, 7 RoCE and 1 copy tasks (and g-1
+    local reduces in the deterministic allreduce / reduce_scatter pipeline), then 4 for the closing
+    barrier and the first/last copies (and m-1 closing local reduces, deterministic)."""
+    tasks = m * (5 * (g - 1) + 7 + 1 + (g - 1 if deterministic else 0)) + 4
     if collective in ("alltoall", "alltoallv"):
         return tasks + 1 + m
-    return (tasks + 1) * (2 if collective == "allreduce" else 1)
+    return (tasks + 1) * (2 if collective == "allreduce" else 1) + (m - 1 if deterministic else 0)
 
 
 def _pipeline(s: CallShape) -> Choice | None:
@@ -505,7 +511,7 @@ def _pipeline(s: CallShape) -> Choice | None:
         return None
     # CalcContextNumForPipeline <= HCCL_FFTS_CAPACITY is part of the condition: past it the
     # alpha-beta comparison decides (coll_alg_operator.cc L536-541, L553-562)
-    if _pipeline_tasks(s.collective, m, g) > _HCCL_FFTS_CAPACITY:
+    if _pipeline_tasks(s.collective, m, g, deterministic) > _HCCL_FFTS_CAPACITY:
         return None
     rule = (f"910B, {m} servers of {g} NPUs, >= {name}: HCCL's pipeline, the ring across servers "
             f"overlapped with the mesh inside (GetDefaultAlgoLevel1V2)")
@@ -523,7 +529,6 @@ def _small_count(s: CallShape, level1: str) -> Choice:
     NonDeterministicSelector L576-577): AllReduceMeshOpbaseSmallCountDeterministicExecutor, whole
     buffers at both levels, no allgather after (``hierarchical.whole_buffer``)."""
     m, g = s.servers, s.per_server
-    strict = s.deterministic == "strict" and s.dtype in ("float16", "float32", "bfloat16")
     if m & (m - 1) == 0:
         outer, across = "rd", "recursive doubling (any level-1 setting)"
     else:  # the level-1 setting's segmented algorithm: NHR (not its one-shot form), ring or RHD
@@ -535,14 +540,24 @@ def _small_count(s: CallShape, level1: str) -> Choice:
         "all_reduce_local_reduce_bcast.cc)")
     rule = (f"910B, {m} servers of {g} NPUs, below 512 KB: AllReduceMeshOpbaseSmallCountDeterministicExecutor, "
             f"the whole buffer by {inside}, then across servers by {across}")
-    if strict:
-        rule += "; strict deterministic mode runs AllReduceOrderPreservedExecutor, not modeled: estimate"
-    return Choice(f"{HIER}:{'rd' if pow2 else 'localreducebcast'}/{outer}{SERVER}", rule, strict)
+    return Choice(f"{HIER}:{'rd' if pow2 else 'localreducebcast'}/{outer}{SERVER}", rule)
 
 
 def hccl_choice(shape: CallShape, level1: str | None = None) -> Choice:
     """What HCCL's own selection rules run for a call of ``shape`` (docs/fidelity.md lists the
     rules and their sources); ``level1``: HCCL_ALGO's level-1 algorithm, where it names one."""
+    choice = _hccl_choice(shape, level1)
+    if (shape.deterministic == "strict" and shape.card == "ascend910b" and shape.ranks > 2
+            and shape.collective in ("allreduce", "reduce_scatter") and shape.dtype in ("float16", "float32", "bfloat16")):
+        # all_reduce_operator.cc L382-393, reduce_scatter_operator.cc L190-212: ahead of every other rule
+        executor = "AllReduceOrderPreservedExecutor" if shape.collective == "allreduce" else \
+            "ReduceScatterOrderPreservedExecutor"
+        return Choice(choice.algo, f"{choice.rule}; HCCL_DETERMINISTIC=strict: HCCL runs {executor}, not modeled: "
+                      "estimate", True)
+    return choice
+
+
+def _hccl_choice(shape: CallShape, level1: str | None) -> Choice:
     if shape.per_server is None:
         return Choice("ring", "servers with different NPU counts: HCCL runs one ring over all ranks "
                               "(multiModuleDiffDeviceNumMode)")
@@ -552,6 +567,16 @@ def hccl_choice(shape: CallShape, level1: str | None = None) -> Choice:
         algo, rule = rule0(shape, g)
         return Choice(algo, rule, "estimate" in rule)
     piped = _pipeline(shape) if level1 is None else None  # HCCL's own level-1 choice only by default
+    if piped is not None and shape.deterministic == "true" and g <= 2 and shape.collective != "allgather":
+        # level 1 is the pipeline, but the Deter pipeline executors need more than 2 NPUs a server
+        # (all_reduce_operator.cc L418-449, reduce_scatter_operator.cc L287-290): the mesh executor
+        # runs and its level-1 template falls to H-D_R (coll_all_reduce_mesh_executor.cc L177-180)
+        if shape.collective == "reduce_scatter" and shape.nbytes <= _SMALL_512K:
+            return _small_count_reduce_scatter(shape, "hd")
+        return Choice(f"{HIER}:mesh/hd{SERVER}", f"deterministic, {shape.servers} servers of {g}: level 1 set to the "
+                      "pipeline, which needs more than 2 NPUs a server deterministically; the mesh executor's level 1 "
+                      "falls to H-D_R" + ("" if shape.collective == "allreduce" else " (as allreduce's: estimate)"),
+                      shape.collective != "allreduce")
     if piped is not None:
         return piped
     outer, rule1 = _level1(shape) if level1 is None else _named_level1(shape, level1)
@@ -568,8 +593,7 @@ def hccl_choice(shape: CallShape, level1: str | None = None) -> Choice:
         return Choice(f"{HIER}:{inner}/{outer}{SERVER}", f"deterministic, {shape.servers} servers, > 512 KB: "
                       "AllReduceMeshOpbaseMidCountDeterministicExecutor, a reduce-scatter inside whose chunks are folded "
                       f"in a fixed order, {outer} across, an allgather inside; hccl-py's two-level {inner}/{outer} "
-                      "standing in: estimate" + ("; strict mode runs AllReduceOrderPreservedExecutor, not modeled"
-                                                 if shape.deterministic == "strict" else ""), True)
+                      "standing in: estimate", True)
     if (shape.collective == "reduce_scatter" and shape.card == "ascend910b" and shape.level0_topo == "mesh"
             and shape.reduces_inline and (shape.nbytes * shape.ranks < _SMALL_512K
                                           or (shape.deterministic == "true" and shape.nbytes <= _SMALL_512K))):
@@ -691,6 +715,11 @@ def flat_choice(topology, collective: str, count: int, itemsize: int, world_rank
         return Choice(STAGED, "HCCL_ALGO names NHR for level 1, so HCCL skips its pipelined all-to-all "
                               "(alltoall_operator.cc L540-544): RunAlltoAllVStaged")
     return choice
+
+
+def is_continuous(name: str) -> bool:
+    """Whether ``name`` (with or without its ``@groups``) is HCCL's continuous pipeline."""
+    return hier_levels(name) == ("mesh", CONTINUOUS)
 
 
 def alltoallv_auto(topology, world_ranks: tuple[int, ...], level1: str | None = None, *, exchange: bool = False) -> Choice:

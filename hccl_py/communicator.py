@@ -607,7 +607,7 @@ class Communicator:
         charged = True
         if problem is None:
             try:
-                charged = self._v_name(algo, exchange=True) != algo_select.A2A_CONTINUOUS
+                charged = not algo_select.is_continuous(self._v_name(algo, exchange=True))
             except HcclError as err:
                 problem = err
         mine = np.full(1 + 2 * self.size, -1, np.int64)

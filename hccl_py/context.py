@@ -14,8 +14,8 @@ import numpy as np
 
 from topology import Topology, TopologyError, default_preset, load_figures
 
-from .env import JobConfig
-from .errors import HcclParamError
+from .env import HCCL_DETERMINISTIC, JobConfig
+from .errors import HcclNotSupportedError, HcclParamError
 
 from .cost_model import CostModel
 from .device import Device
@@ -132,6 +132,11 @@ def make_context(job: JobConfig, engine: Engine) -> RankContext:
     """This rank's shared state for ``job`` around ``engine``: its card on the modeled cluster,
     the settings and faults the job was started with."""
     topology = load_topology(job.size, preset=job.topology, rank_table=job.rank_table, figures=job.figures)
+    card = topology.card(job.rank).name
+    if job.deterministic == "strict" and card != "ascend910b":  # externalinput.cc L591-600: 910B and A3 only
+        raise HcclNotSupportedError(f"{HCCL_DETERMINISTIC}=strict: HCCL takes it on 910B (and A3) only, not on this "
+                                    f"rank's {card}; use true or false", variable=HCCL_DETERMINISTIC, value="strict",
+                                    card=card)
     wall_origin = job.wall_origin if job.wall_origin is not None else time.monotonic()
     return RankContext(engine, Device(topology.card(job.rank), job.rank), topology, job.exec_timeout_s, job.algo, wall_origin,
                        deterministic=job.deterministic, modeled=job.modeled_time, faults=list(job.faults),

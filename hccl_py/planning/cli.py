@@ -34,7 +34,7 @@ import time
 from topology import PRESETS, RankTable, Topology, TopologyError
 from topology.units import parse_size
 
-from ..algo_select import A2A_CONTINUOUS, alltoallv_auto, explain_auto, hier_levels, staged_alltoall
+from ..algo_select import alltoallv_auto, explain_auto, hier_levels, is_continuous, staged_alltoall
 from ..algorithms.alltoallv import as_matrix, skewed_counts
 from ..algorithms.registry import algos_for
 from ..collectives import COLLECTIVES, DATA_COLLECTIVES
@@ -289,7 +289,7 @@ def _alltoallv(args, topology: Topology, wall_start: float) -> int:
     print(f"  {'algo':<{width}}{'all_to_all_vc (us)':>20}{'all_to_all_v (us)':>20}{'algbw (GB/s)':>15}{'busbw (GB/s)':>15}")
     for algo in (algos if args.algo == "auto" else (args.algo,)):
         # from the call, counts exchange included; the continuous pipeline exchanges counts in its first step
-        t_v = vc[algo].time_s if algo == A2A_CONTINUOUS else max(v[algo].end_clocks) - min(gather.result.start_clocks)
+        t_v = vc[algo].time_s if is_continuous(algo) else max(v[algo].end_clocks) - min(gather.result.start_clocks)
         algbw = total / n / t_v if t_v > 0 else float("inf")
         picked = [call for call, c in chosen.items() if c.algo == algo] if args.algo == "auto" else []
         mark = "" if not picked else "   <- auto" if len(picked) == 2 else f"   <- auto ({picked[0]})"

@@ -240,6 +240,20 @@ def test_hccl_deterministic_changes_what_910b_allreduce_and_reduce_scatter_run()
     assert pick("reduce_scatter", 32 * KB, 1, 8, "true").algo == "hd"
     assert pick("reduce_scatter", 64 * KB, 1, 8, "true").algo == "mesh"
     assert pick("allgather", 64 * KB, 2, 8, "true").algo == pick("allgather", 64 * KB, 2, 8, "false").algo
+    # servers of 2 NPUs: level 1 is set to the pipeline, but the Deter executors need more than 2 NPUs
+    pair = pick("allreduce", 8 * MB, 2, 2, "true")
+    assert pair.algo == "hier:mesh/hd@server" and not pair.estimate and "H-D_R" in pair.rule
+    assert pick("reduce_scatter", 300 * KB, 2, 2, "true").algo == "hier:nhr/hd-first@server"  # small count, level 1 HD
+    assert pick("reduce_scatter", 600 * KB, 2, 2, "true").algo == "hier:mesh/hd@server"
+    assert pick("allreduce", 64 * KB, 1, 2, "true").algo == "localreducebcast"  # MeshTopoSelector's small count
+    assert pick("reduce_scatter", 64 * KB, 1, 2, "true").algo == "mesh"  # ReduceScatterDeterExecutor, any NPU count
+    # strict: the order-preserved executors of fp16/fp32/bf16 on more than 2 ranks, ahead of every rule
+    for collective, servers, g in (("allreduce", 2, 2), ("reduce_scatter", 2, 8), ("reduce_scatter", 1, 8)):
+        rule = pick(collective, 16 * KB, servers, g, "strict")
+        assert rule.estimate and "OrderPreservedExecutor" in rule.rule, (collective, servers, g)
+    # the deterministic pipelines count g-1 local reduces a step and m-1 at the end: fewer servers fit
+    assert pick("allreduce", 761 * 8 * 2 * MB, 761, 8, "false").algo == "hier:mesh/pipeline@server"
+    assert pick("allreduce", 761 * 8 * 2 * MB, 761, 8, "true").algo != "hier:mesh/pipeline@server"
 
 
 def test_910b_small_allreduce_in_one_server_reduces_to_one_npu_and_broadcasts():

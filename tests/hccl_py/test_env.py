@@ -47,6 +47,16 @@ def test_rank_and_size_checked(environ, variable):
     assert info.value.variable == variable
 
 
+def test_strict_determinism_is_refused_off_a_910b():
+    from hccl_py.context import make_context
+    from hccl_py.errors import HcclNotSupportedError
+
+    job = env.read_job({"HCCL_DETERMINISTIC": "strict", "HCCL_PY_TOPOLOGY": "ascend910-8p"})
+    with pytest.raises(HcclNotSupportedError) as info:
+        make_context(job, None)
+    assert info.value.code == 5 and info.value.variable == "HCCL_DETERMINISTIC"
+
+
 def test_good_values():
     assert env.deterministic({}) == "false" and env.deterministic({"HCCL_DETERMINISTIC": " TRUE "}) == "true"
     assert env.deterministic({"HCCL_DETERMINISTIC": "strict"}) == "strict"

@@ -567,7 +567,12 @@ def _v_algos() -> list:
     column = [1 + (i + comm.rank) % 3 for i in range(n)]
     comm.all_to_all_v(np.ones(sum(counts), np.float32), counts, None, np.zeros(sum(column), np.float32), column, None)
     comm.all_to_all_vc(np.ones(2 * n, np.float32), [[2] * n] * n, np.zeros(2 * n, np.float32))
-    return [r.algo for r in comm._rc.recorder.records if r.op in ("alltoallv", "all_to_all_v", "all_to_all_vc")]
+    algos = [r.algo for r in comm._rc.recorder.records if r.op in ("alltoallv", "all_to_all_v", "all_to_all_vc")]
+    # named explicitly, the continuous pipeline's counts exchange costs no modeled time either
+    comm.all_to_all_v(np.ones(sum(counts), np.float32), counts, None, np.zeros(sum(column), np.float32), column, None,
+                      algo="hier:mesh/continuous")
+    gather = comm._rc.recorder.records[-2]
+    return algos, gather.op, gather.modeled_end - gather.modeled_start
 
 
 @pytest.mark.timeout(120)
@@ -576,8 +581,9 @@ def test_hccl_algo_level1_pipeline_gives_all_to_all_v_the_continuous_pipeline():
     pipeline first (alltoall_operator.cc L287, L738), AlltoAllVC runs the two-level one."""
     env = {"HCCL_PY_TOPOLOGY": "2x2p-roce", "HCCL_ALGO": "alltoall=level0:NA;level1:pipeline"}
     per_rank = run_ranks(_v_algos, 4, env=env, timeout=100)
-    for algos in per_rank:
+    for algos, gather_op, gather_s in per_rank:
         assert algos[-2:] == ["hier:mesh/continuous@groups", "hier:mesh/pipeline"], algos
+        assert gather_op == "allgather" and gather_s == 0.0
 
 
 def _small_allreduce() -> tuple:
