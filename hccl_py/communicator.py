@@ -22,7 +22,7 @@ from .algorithms import hierarchical, p2p
 from .algorithms._common import packed_displacements
 from .algorithms.alltoallv import VSchedule, as_matrix
 from .algorithms.alltoallv import digest as alltoallv_digest
-from .algorithms.registry import ALL_ALGOS, get_schedule
+from .algorithms.registry import algo_code, get_schedule
 from .algorithms.schedule import Schedule
 from .context import RankContext
 from .device import Device, Stream
@@ -34,7 +34,6 @@ from .records import CallRecord, CommStats
 from .transport.base import CallSignature
 from .work import Work
 
-_ALGO_INDEX = {name: i for i, name in enumerate(ALL_ALGOS)}
 
 
 _CHECKED_OPS: dict[tuple, ReduceOp] = {}  # (op as passed, dtype) -> ReduceOp, for pairs that passed the checks
@@ -298,7 +297,8 @@ class Communicator:
                 fn = hierarchical.schedule_for(collective, groups, *levels)
         else:
             name = algo
-        sig = CallSignature(kind, _ALGO_INDEX[name.partition(":")[0]], dtype_code(dtype, where=collective), int(redop or 0),
+        sig = CallSignature(kind, algo_code(name, getattr(fn, "__qualname__", "") + repr(getattr(fn, "staged", None))),
+                            dtype_code(dtype, where=collective), int(redop or 0),
                             count if sig_count is None else sig_count, root)
         costs = (self._rc.cost_model.call_costs(fn, self.size, count, root, itemsize, self._world_ranks, dtype=dtype.name,
                                                 op=op)[self._rank]
@@ -309,7 +309,7 @@ class Communicator:
         nbytes = (in_count or out_count) * itemsize  # the call's input on this rank (what it receives if none)
         ufunc = UFUNCS.get(redop)
         return _Call(collective, name, schedule, costs, ufunc, nbytes,
-                     CallContext(self._id, self.name, 0, sig, self._world_ranks, self._rank, ALL_ALGOS, self._timeout_s), dtype.name,
+                     CallContext(self._id, self.name, 0, sig, self._world_ranks, self._rank, self._timeout_s), dtype.name,
                      quiet=quiet_floats(ufunc, dtype))
 
     def _remember(self, key: tuple, call: "_Call") -> "_Call":
@@ -988,7 +988,7 @@ class Communicator:
             costs = (self._rc.cost_model.p2p_costs(self._world_ranks[src], self._world_ranks[dst], count * dtype.itemsize, sender=sending)
                      if self._rc.modeled else None)
             schedule = p2p.send_schedule(count, peer) if sending else p2p.recv_schedule(count, peer)
-            ctx = CallContext(self._id, self.name, 0, sig, self._world_ranks, self._rank, ALL_ALGOS, self._timeout_s)
+            ctx = CallContext(self._id, self.name, 0, sig, self._world_ranks, self._rank, self._timeout_s)
             call = self._remember(key, _Call(kind, "p2p", schedule, costs, None, count * dtype.itemsize, ctx, dtype.name))
         return call
 

@@ -24,6 +24,7 @@ from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 
+from .algorithms.registry import algo_label
 from .algorithms.schedule import Schedule, message_numbers
 from .collectives import OpKind, of_kind
 from .cost_model import StepCost, step_end
@@ -55,7 +56,7 @@ def _mark_forked() -> None:
 os.register_at_fork(after_in_child=_mark_forked)
 
 
-def describe_call(sig: tuple, algo_names: tuple[str, ...]) -> str:
+def describe_call(sig: tuple) -> str:
     """``allreduce(count=4, dtype=float32, op=sum, algo=ring)``: a call as an error names it."""
     sig = CallSignature(*sig)
     op = OpKind(sig.op)
@@ -70,8 +71,8 @@ def describe_call(sig: tuple, algo_names: tuple[str, ...]) -> str:
         parts.append(f"root={sig.root}")
     if op is OpKind.SEND:
         parts.append(f"src={sig.root}")
-    elif 0 <= sig.algo < len(algo_names):
-        parts.append(f"algo={algo_names[sig.algo]}")
+    else:
+        parts.append(f"algo={algo_label(sig.algo)}")
     return f"{op.label}({', '.join(parts)})"
 
 
@@ -85,7 +86,6 @@ class CallContext:
     sig: CallSignature
     world_ranks: tuple[int, ...]  # comm rank -> world rank
     comm_rank: int
-    algo_names: tuple[str, ...]
     timeout_s: float | None
 
     @property
@@ -897,8 +897,8 @@ class Engine:
         return error
 
     def _mismatch(self, ctx: CallContext, inc: Incoming) -> None:
-        mine = describe_call(ctx.sig, ctx.algo_names)
-        theirs = describe_call(inc.sig, ctx.algo_names)
+        mine = describe_call(ctx.sig)
+        theirs = describe_call(inc.sig)
         if inc.sig == ctx.sig:
             theirs += f" with a different schedule ({inc.msg_count} elements in message {inc.msg_index}, expected another size)"
         # Both all-to-all-v's, only the matrices differ: say that, not two digests.

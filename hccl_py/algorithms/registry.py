@@ -10,6 +10,7 @@ exposing ``schedule(rank, size, count, root=0) -> Schedule``::
 
 from __future__ import annotations
 
+import zlib
 from importlib import import_module
 from typing import Callable
 
@@ -37,6 +38,30 @@ V_ALGORITHMS = ("pairwise", "mesh")
 # ``hierarchical.schedule_for``.
 ALL_ALGOS = ("ring", "tree", "hd", "mesh", "rd", "oneshot", "dissemination", "monitored", "hier", "pairwise", "nhr",
              "reducebcast", "localreducebcast")
+# A two-level algorithm's header code: a checksum of its whole description (levels and partition)
+# in TWO_LEVEL_CODES, so ranks that run different two-level algorithms are a call mismatch.
+TWO_LEVEL_CODES = range(64, 256)
+
+
+def algo_code(name: str, detail: str = "") -> int:
+    """The wire header's algorithm field for ``name``: its index in ``ALL_ALGOS``, or for a
+    two-level name (``hier:...``, described further by ``detail``, e.g. its partition) a code in
+    ``TWO_LEVEL_CODES`` taken from a checksum of both::
+
+        algo_code("ring")                              # 0
+        algo_code("hier:mesh/ring@server", "0,1;2,3")  # 64 .. 255
+    """
+    head = name.partition(":")[0]
+    if head != "hier":
+        return ALL_ALGOS.index(head)
+    return TWO_LEVEL_CODES[zlib.crc32(f"{name}|{detail}".encode()) % len(TWO_LEVEL_CODES)]
+
+
+def algo_label(code: int) -> str:
+    """What an error message calls the algorithm of header code ``code``."""
+    if code in TWO_LEVEL_CODES:
+        return f"hier (two-level #{code})"
+    return ALL_ALGOS[code] if 0 <= code < len(ALL_ALGOS) else f"#{code}"
 
 _MODULES = {(collective, algo): import_module(f"{__package__}.{collective}_{algo}")
             for collective, algos in ALGORITHMS.items() for algo in algos}

@@ -58,6 +58,9 @@ MISMATCHES = {
     "op": (lambda c: c.all_reduce(np.ones(100, np.float32), op="max" if c.rank == 1 else "sum"), "op=max"),
     "root": (lambda c: c.broadcast(np.ones(100, np.float32), root=1 if c.rank == 1 else 0), "root=1"),
     "collective": (lambda c: (c.all_reduce if c.rank != 1 else c.broadcast)(np.ones(100, np.float32)), "broadcast("),
+    # two two-level algorithms: told apart by a checksum of their levels and partition, not both "hier"
+    "two-level": (lambda c: c.all_reduce(np.ones(100, np.float32), algo="hier:mesh/ring" if c.rank == 1 else "hier:ring/ring"),
+                  "algo=hier (two-level #"),
 }
 
 
