@@ -9,7 +9,8 @@ left out when the receiver already holds those chunks from the scatter (the part
 lies inside its subtree), so every core rank receives each chunk exactly once and the root
 never writes its buffer. Unfold: each proxy sends the whole buffer to its extra.
 
-Steps: 2*log2(p), plus 1 when size != p. Received per non-root core rank: count elements
+Steps: 2*log2(p), plus 1 when size != p; a rank idles (empty steps) until the scatter reaches it,
+and an extra until its proxy's last step, so step k is the same moment on every rank. Received per non-root core rank: count elements
 (once each); sent by the root: about 2*(p-1)/p * count; by proxies count more for the extra.
 TMP: none.
 """
@@ -17,11 +18,14 @@ TMP: none.
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Iterator
+
+import numpy as np
 
 from ._common import absolute, finish, relative, span
 from ._fold import Fold, doubling
 from ._trees import children, lowbit, parent, subtree
-from .schedule import OUT, Recv, Region, Schedule, Send, Step, chunk_bounds
+from .schedule import OUT, Recv, Region, Schedule, Send, Step, StepFlows, chunk_bounds
 
 
 @lru_cache(maxsize=256)
@@ -37,11 +41,13 @@ def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
     def peer(w: int) -> int:  # the rank that plays newrank w
         return absolute(fold.first(w), root, size)
 
-    if fold.is_extra(u):
-        return finish([Step(recvs=(Recv(absolute(u - 1, root, size), whole),))])
+    rounds = p.bit_length() - 1  # log2(p): the scatter's rounds, then as many doubling steps
+    if fold.is_extra(u):  # idle until its proxy's unfold step
+        return finish([Step()] * (2 * rounds) + [Step(recvs=(Recv(absolute(u - 1, root, size), whole),))], aligned=True)
     chunks = chunk_bounds(count, p)
     v = fold.newrank(u)
-    steps = []
+    # scatter round j moves subtrees of p >> (j+1) newranks: v idles until the round its own comes
+    steps = [Step()] * (rounds - lowbit(v, p).bit_length() if v else 0)
     if v:
         steps.append(Step(recvs=(Recv(peer(parent(v)), span(OUT, chunks, *subtree(v, p))),)))
     steps += [Step(sends=(Send(peer(c), span(OUT, chunks, *subtree(c, p))),)) for c in reversed(children(v, p))]
@@ -54,4 +60,34 @@ def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
     extra = fold.extra_of(u)
     if extra is not None:
         steps.append(Step(sends=(Send(absolute(extra, root, size), whole),)))
-    return finish(steps)
+    return finish(steps, aligned=True)
+
+
+def flows(size: int, count: int, root: int = 0) -> Iterator[StepFlows]:
+    """Every rank's steps at once: scatter round j, newranks that are multiples of p >> j send the
+    subtree of their child p >> (j+1) on; doubling step d, v and v ^ d swap what the other lacks.
+    Needs root 0, a power-of-two ``size >= 2`` and ``count >= size`` (no empty chunk)."""
+    if size < 2 or size & (size - 1) or count < size or root != 0:
+        raise ValueError("hd broadcast flows need root 0, a power-of-two size >= 2 and count >= size")
+    p = size
+    ranks = np.arange(p)
+    prefix = np.concatenate([[0], np.cumsum([n for _, n in chunk_bounds(count, p)])])
+    low = np.where(ranks > 0, ranks & -ranks, p)  # lowbit, the root's being p
+    width = p // 2
+    while width:  # scatter: senders 0, 2w, 4w, ... send the subtree of v + w
+        send_to = np.full(p, -1)
+        recv_from = np.full(p, -1)
+        senders = ranks[::2 * width]
+        send_to[senders] = senders + width
+        recv_from[senders + width] = senders
+        counts = np.zeros(p, dtype=np.int64)
+        counts[senders] = prefix[senders + 2 * width] - prefix[senders + width]
+        yield StepFlows(send_to, counts, recv_from, False)
+        width //= 2
+    dist = 1
+    while dist < p:  # doubling: a transfer is left out where the receiver holds the range from the scatter
+        partner = ranks ^ dist
+        base = ranks - ranks % dist
+        yield StepFlows(np.where(dist >= low[partner], partner, -1), prefix[base + dist] - prefix[base],
+                        np.where(dist >= low, partner, -1), False)
+        dist *= 2
