@@ -8,7 +8,8 @@ receives the reduced chunks of its binomial subtree [v, v + lowbit(v)) from its 
 nearest first, and sends them to its parent. Non-root ranks keep partials in TMP (their
 buffer stays untouched), the root works in OUT. Every element is reduced by one rank.
 
-Steps: 2*log2(p), plus 1 when size != p. Sent per core rank: about (p-1)/p * count in the
+Steps: 2*log2(p), plus 1 when size != p (an idle one for ranks without an extra, so step k is
+the same moment on every rank). Sent per core rank: about (p-1)/p * count in the
 halving plus its subtree's chunks in the gather; extras send count.
 TMP: count elements on non-root core ranks, none on extras and the root.
 """
@@ -16,11 +17,14 @@ TMP: count elements on non-root core ranks, none on extras and the root.
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Iterator
+
+import numpy as np
 
 from ._common import absolute, finish, relative, span
 from ._fold import Fold, halving
 from ._trees import children, parent, subtree
-from .schedule import IN, OUT, TMP, Recv, Region, Schedule, Send, Step, chunk_bounds
+from .schedule import IN, OUT, TMP, Recv, Region, Schedule, Send, Step, StepFlows, chunk_bounds
 
 
 @lru_cache(maxsize=256)
@@ -46,6 +50,8 @@ def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
         recv = Recv(absolute(extra, root, size), Region(acc, 0, count), reduce_with=Region(src, 0, count))
         steps.append(Step(recvs=(recv,)))
         src = acc
+    elif size != p:  # idle while the proxies take their extras' data in: step k is the same moment everywhere
+        steps.append(Step())
     for partner, sent, kept in halving(v, p):
         recv = Recv(peer(partner), span(acc, chunks, *kept), reduce_with=span(src, chunks, *kept))
         steps.append(Step(sends=(Send(peer(partner), span(src, chunks, *sent)),), recvs=(recv,)))
@@ -53,4 +59,33 @@ def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
     steps += [Step(recvs=(Recv(peer(c), span(acc, chunks, *subtree(c, p))),)) for c in children(v, p)]
     if v:
         steps.append(Step(sends=(Send(peer(parent(v)), span(acc, chunks, *subtree(v, p))),)))
-    return finish(steps)
+    return finish(steps, aligned=True)
+
+
+def flows(size: int, count: int, root: int = 0) -> Iterator[StepFlows]:
+    """Every rank's steps at once: halving step d, v sends the half of its range without v to
+    v ^ d and reduces in the half with it; gather round w, newranks whose lowest bit is w send
+    their subtree's chunks to v - w. Needs root 0, a power-of-two ``size >= 2`` and ``count >= size``."""
+    if size < 2 or size & (size - 1) or count < size or root != 0:
+        raise ValueError("hd reduce flows need root 0, a power-of-two size >= 2 and count >= size")
+    p = size
+    ranks = np.arange(p)
+    prefix = np.concatenate([[0], np.cumsum([n for _, n in chunk_bounds(count, p)])])
+    dist = p // 2
+    while dist:  # recursive halving over the range [lo, lo + 2d) that holds v
+        lo = ranks - ranks % (2 * dist)
+        upper = ranks - lo >= dist  # v keeps the upper half and sends the lower
+        sent_lo = np.where(upper, lo, lo + dist)
+        yield StepFlows(ranks ^ dist, prefix[sent_lo + dist] - prefix[sent_lo], ranks ^ dist, True)
+        dist //= 2
+    width = 1
+    while width < p:  # binomial gather: v with lowest bit w sends [v, v + w) to v - w
+        senders = ranks[width::2 * width]
+        send_to = np.full(p, -1)
+        recv_from = np.full(p, -1)
+        send_to[senders] = senders - width
+        recv_from[senders - width] = senders
+        counts = np.zeros(p, dtype=np.int64)
+        counts[senders] = prefix[senders + width] - prefix[senders]
+        yield StepFlows(send_to, counts, recv_from, False)
+        width *= 2

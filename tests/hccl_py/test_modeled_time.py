@@ -346,9 +346,11 @@ def test_rooted_flows_equal_rank_by_rank(collective, algo):
         assert not can_simulate_flows(collective, algo, 8, 7)  # an empty chunk: rank by rank
 
 
-def test_hd_broadcast_flows_equal_rank_by_rank():
-    """The binomial scatter and doubling of ``hd`` broadcast, all ranks at once (power-of-two
-    sizes), against rank by rank: exclusive links, shared PCIe, a degraded link."""
+@pytest.mark.parametrize("collective", ["broadcast", "reduce"])
+def test_hd_broadcast_and_reduce_flows_equal_rank_by_rank(collective):
+    """``hd`` broadcast (binomial scatter, doubling) and reduce (halving, binomial gather), all
+    ranks at once (power-of-two sizes), against rank by rank: exclusive links, shared PCIe, a
+    degraded link, inline and vector-unit reductions."""
     from hccl_py.planning.simulator import can_simulate_flows, simulate_flows
 
     for preset in ("ascend910-8p", "2x8p-roce", "mixed-4p", "2x4p-roce-910"):
@@ -359,13 +361,16 @@ def test_hd_broadcast_flows_equal_rank_by_rank():
             topo = Topology.preset(preset, n=size) if size < full.num_ranks else full
             model = CostModel(topo, degraded={(0, 1): 0.5})
             for count in (size, 1000, 4097):
-                assert can_simulate_flows("broadcast", "hd", size, count)
+                assert can_simulate_flows(collective, "hd", size, count)
                 starts = [0.001 * ((r * 7) % 3) for r in range(size)]
-                generic = simulate("broadcast", "hd", topo, count, start_clocks=starts, cost_model=model)
-                fast = simulate_flows("broadcast", "hd", topo, count, start_clocks=starts, cost_model=model)
-                assert fast.end_clocks == generic.end_clocks, (preset, size, count)
-    assert not can_simulate_flows("broadcast", "hd", 6, 100)  # folds: rank by rank
-    assert not can_simulate_flows("broadcast", "hd", 8, 7)  # an empty chunk
+                for dtype, op in (("float32", "sum"), ("float16", "max")):
+                    generic = simulate(collective, "hd", topo, count, start_clocks=starts, cost_model=model, dtype=dtype,
+                                       op=op)
+                    fast = simulate_flows(collective, "hd", topo, count, start_clocks=starts, cost_model=model,
+                                          dtype=dtype, op=op)
+                    assert fast.end_clocks == generic.end_clocks, (preset, size, count, dtype)
+    assert not can_simulate_flows(collective, "hd", 6, 100)  # folds: rank by rank
+    assert not can_simulate_flows(collective, "hd", 8, 7)  # an empty chunk
 
 
 def test_chain_steps_are_the_pipelines_moments():
@@ -375,7 +380,7 @@ def test_chain_steps_are_the_pipelines_moments():
     from hccl_py.algorithms.schedule import message_numbers
 
     for collective, algo in (("broadcast", "ring"), ("reduce", "ring"), ("scatter", "ring"), ("gather", "ring"),
-                             ("scatter", "mesh"), ("broadcast", "hd")):
+                             ("scatter", "mesh"), ("broadcast", "hd"), ("reduce", "hd")):
         fn = get_schedule(collective, algo)
         for size, count in ((5, 5), (6, 20), (4, 4096)):
             schedules = [fn(r, size, count, 0) for r in range(size)]
