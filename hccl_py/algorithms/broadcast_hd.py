@@ -28,6 +28,9 @@ from ._trees import children, lowbit, parent, subtree
 from .schedule import OUT, Recv, Region, Schedule, Send, Step, StepFlows, chunk_bounds
 
 
+# the schedules number ranks from the root: flows for root 0 serve any root, rotated (simulator._Rotated)
+RELATIVE_TO_ROOT = True
+
 @lru_cache(maxsize=256)
 def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
     """Halving-doubling (van de Geijn) broadcast: binomial scatter of p chunks from the root, then a

@@ -23,6 +23,9 @@ from ._common import absolute, chain_pattern, chunk_windows, finish, relative
 from .schedule import OUT, Recv, Region, Schedule, Send, Step, StepFlows, chunk_bounds
 
 
+# the schedules number ranks from the root: flows for root 0 serve any root, rotated (simulator._Rotated)
+RELATIVE_TO_ROOT = True
+
 @lru_cache(maxsize=256)
 def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
     """Ring (chain) broadcast: the buffer, cut into size chunks, pipelined from the root along root,

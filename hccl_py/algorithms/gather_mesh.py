@@ -21,6 +21,9 @@ from .schedule import IN, OUT, Copy, Recv, Region, Schedule, Send, Step, StepFlo
 FLOWS_MAX_SIZE = 1024
 
 
+# the schedules number ranks from the root: flows for root 0 serve any root, rotated (simulator._Rotated)
+RELATIVE_TO_ROOT = True
+
 @lru_cache(maxsize=256)
 def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
     """Mesh gather: in one step every rank sends its IN to the root, which receives block j of OUT from

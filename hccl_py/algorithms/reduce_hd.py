@@ -27,6 +27,9 @@ from ._trees import children, parent, subtree
 from .schedule import IN, OUT, TMP, Recv, Region, Schedule, Send, Step, StepFlows, chunk_bounds
 
 
+# the schedules number ranks from the root: flows for root 0 serve any root, rotated (simulator._Rotated)
+RELATIVE_TO_ROOT = True
+
 @lru_cache(maxsize=256)
 def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
     """Halving-doubling reduce: log2(p) recursive-halving reduce-scatter steps, then a binomial gather of

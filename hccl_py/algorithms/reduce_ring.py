@@ -22,6 +22,9 @@ from ._common import absolute, chain_pattern, chunk_windows, finish, relative
 from .schedule import IN, OUT, TMP, Recv, Region, Schedule, Send, Step, StepFlows, chunk_bounds
 
 
+# the schedules number ranks from the root: flows for root 0 serve any root, rotated (simulator._Rotated)
+RELATIVE_TO_ROOT = True
+
 @lru_cache(maxsize=256)
 def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
     """Ring (chain) reduce: size chunks pipelined from the chain's tail to the root, each rank reducing what

@@ -69,6 +69,8 @@ SCHEDULES: dict[tuple[str, str], ScheduleFn] = {key: module.schedule for key, mo
 # Algorithms that can also list every rank's steps at once (``StepFlows``), for the simulator at
 # cluster scale.
 FLOWS = {key: module.flows for key, module in _MODULES.items() if hasattr(module, "flows")}
+# ... and whose schedules number ranks from the root, so that their flows serve any root rotated
+ROOTED_FLOWS = frozenset(key for key in FLOWS if getattr(_MODULES[key], "RELATIVE_TO_ROOT", False))
 
 
 def algos_for(collective: str) -> tuple[str, ...]:

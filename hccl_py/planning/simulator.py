@@ -20,7 +20,7 @@ import numpy as np
 
 from topology import Topology
 
-from ..algorithms.registry import FLOWS, get_schedule
+from ..algorithms.registry import FLOWS, ROOTED_FLOWS, get_schedule
 from ..algorithms.schedule import StepFlows, message_numbers
 from ..cost_model import Arrival, CostModel, default_dtype, flow_shares, step_end
 
@@ -111,10 +111,12 @@ def simulate(collective: str, algo: str, topology: Topology, count: int, *, item
     return SimResult(start, tuple(clocks))
 
 
-def can_simulate_flows(collective: str, algo, size: int, count: int) -> bool:
+def can_simulate_flows(collective: str, algo, size: int, count: int, root: int = 0) -> bool:
     """Whether :func:`simulate_flows` applies: the algorithm lists its steps for all ranks at
     once (``flows``) for this size and count (no empty step; hierarchical algorithms on equal
-    groups whose levels have flows)."""
+    groups whose levels have flows), and for this root (another than 0: ``ROOTED_FLOWS``)."""
+    if root and (callable(algo) or (collective, algo) not in ROOTED_FLOWS):
+        return False
     try:
         next(iter(_flows_of(collective, algo, size, count)))
     except (ValueError, StopIteration, KeyError):
@@ -135,24 +137,51 @@ def _flows_of(collective: str, algo, size: int, count: int):
 @without_cyclic_gc()
 def simulate_flows(collective: str, algo, topology: Topology, count: int, *, itemsize: int = 4,
                    start_clocks: Sequence[float] | None = None, cost_model: CostModel | None = None,
-                   dtype: str | None = None, op: str = "sum") -> SimResult:
-    """:func:`simulate` for thousands of ranks: every rank's step at once, with numpy (a rooted
-    collective's root is rank 0).
+                   dtype: str | None = None, op: str = "sum", root: int = 0) -> SimResult:
+    """:func:`simulate` for thousands of ranks: every rank's step at once, with numpy.
 
     Uses the algorithm's ``flows`` (``StepFlows``: each rank's sends, receives and local copies
     of one step) and the cost model's formulas in the same floating-point order, so it agrees with
     :func:`simulate` exactly (a test holds it); each distinct pattern of destinations is routed
-    once. ``algo`` is a registry name or a hierarchical schedule function on equal groups.
+    once. ``algo`` is a registry name or a hierarchical schedule function on equal groups. Flows
+    are written for root 0; another ``root`` (a registry name only) runs them on the topology
+    seen from the root (``_Rotated``), as the schedules number ranks from their root.
     """
     size = topology.num_ranks
     dtype = dtype or default_dtype(itemsize)
     degraded = cost_model.degraded if cost_model else {}
-    engine = _FlowEngine(topology, size, itemsize, dtype, op, degraded)
     clock = np.zeros(size) if start_clocks is None else np.array(start_clocks, dtype=np.float64)
     start = tuple(clock.tolist())
+    if root:
+        if callable(algo) or (collective, algo) not in ROOTED_FLOWS or not 0 <= root < size:
+            raise ValueError(f"{collective}/{algo}: flows serve root 0 only (or 0 <= root < size)")
+        topology = _Rotated(topology, root)
+        degraded = {((a - root) % size, (b - root) % size): f for (a, b), f in degraded.items()}
+        clock = np.roll(clock, -root)  # rank v of the flows is rank (v + root) % size
+    engine = _FlowEngine(topology, size, itemsize, dtype, op, degraded)
     for k, step in enumerate(_flows_of(collective, algo, size, count)):
         clock = engine.step(clock, step, first=(k == 0))  # may update ``clock`` in place
+    if root:
+        clock = np.roll(clock, root)
     return SimResult(start, tuple(clock.tolist()))
+
+
+class _Rotated:
+    """``topology`` with rank v standing for rank (v + root) % n: what a rooted collective's flows,
+    written for root 0, see when another rank is the root (its schedules number ranks from the
+    root). Routes, cards and links are the topology's own."""
+
+    def __init__(self, topology: Topology, root: int):
+        self._topology, self._root, self.num_ranks = topology, root, topology.num_ranks
+
+    def card(self, rank: int):
+        return self._topology.card((rank + self._root) % self.num_ranks)
+
+    def route(self, a: int, b: int):
+        return self._topology.route((a + self._root) % self.num_ranks, (b + self._root) % self.num_ranks)
+
+    def link(self, u, v):
+        return self._topology.link(u, v)
 
 
 class _FlowEngine:
@@ -474,8 +503,9 @@ def simulate_call(collective: str, topology: Topology, count: int, *, algo: str 
     fn = name if levels is None else schedule_for(collective, partition_of(topology, name, ranks) or
                                                   server_partition(topology, ranks), *levels)
     whole = ranks == tuple(range(topology.num_ranks))
-    if whole and root == 0 and can_simulate_flows(collective, fn, len(ranks), count):
-        result = simulate_flows(collective, fn, topology, count, itemsize=itemsize, cost_model=model, dtype=dtype, op=op)
+    if whole and can_simulate_flows(collective, fn, len(ranks), count, root):
+        result = simulate_flows(collective, fn, topology, count, itemsize=itemsize, cost_model=model, dtype=dtype, op=op,
+                                root=root)
         return CallResult(result, name, "all ranks at once (flows)")
     result = simulate(collective, fn, topology, count, itemsize=itemsize, root=root, world_ranks=ranks,
                       cost_model=model, dtype=dtype, op=op)

@@ -373,6 +373,32 @@ def test_hd_broadcast_and_reduce_flows_equal_rank_by_rank(collective):
     assert not can_simulate_flows(collective, "hd", 8, 7)  # an empty chunk
 
 
+def test_flows_serve_any_root_of_the_algorithms_that_number_ranks_from_it():
+    """Flows written for root 0 run for any root on the topology seen from the root
+    (``simulator._Rotated``), bit for bit as rank by rank, degraded links included; the mesh
+    scatter, whose root sends in rank order, takes root 0 only."""
+    from hccl_py.algorithms.registry import ROOTED_FLOWS
+    from hccl_py.planning.simulator import can_simulate_flows, simulate_flows
+
+    assert {("broadcast", "ring"), ("broadcast", "hd"), ("gather", "mesh")} <= ROOTED_FLOWS
+    assert ("scatter", "mesh") not in ROOTED_FLOWS and not can_simulate_flows("scatter", "mesh", 8, 100, root=3)
+    for preset, size in (("2x4p-roce-910", 8), ("mixed-4p", 4), ("ascend910-8p", 5)):
+        topo = Topology.preset(preset, n=size) if size < Topology.preset(preset).num_ranks else Topology.preset(preset)
+        model = CostModel(topo, degraded={(0, 1): 0.5, (2, 3): 0.7})
+        starts = [0.001 * ((r * 7) % 3) for r in range(size)]
+        for collective, algo in sorted(ROOTED_FLOWS):
+            for root in range(1, size):
+                if not can_simulate_flows(collective, algo, size, 1000, root):
+                    assert algo == "hd" and size & (size - 1)  # hd's flows: power-of-two sizes
+                    continue
+                for dtype, op in (("float32", "sum"), ("float16", "max")):
+                    generic = simulate(collective, algo, topo, 1000, root=root, start_clocks=starts, cost_model=model,
+                                       dtype=dtype, op=op)
+                    fast = simulate_flows(collective, algo, topo, 1000, root=root, start_clocks=starts, cost_model=model,
+                                          dtype=dtype, op=op)
+                    assert fast.end_clocks == generic.end_clocks, (preset, collective, algo, root, dtype)
+
+
 def test_chain_steps_are_the_pipelines_moments():
     """Step t of every rank of a chain is the pipeline's step t (idle steps kept before a rank's
     last), so a message's two ends share a step and links are shared among what runs at once."""
