@@ -111,6 +111,7 @@ class Communicator:
         self._algo_env = rc.algo_env
         self._seq = 0
         self._calls: dict[tuple, _Call] = {}  # per call shape: algorithm, schedule, costs, signature
+        self._v_names: dict[tuple[str, bool], str] = {}  # (algo, AlltoAllV?) -> what an all-to-all-v runs
         self._p2p_sent: dict[int, int] = {}
         self._p2p_received: dict[int, int] = {}
         self._closed_reason: str | None = None
@@ -265,11 +266,11 @@ class Communicator:
 
     # -- the call path: one for every operation --------------------------------------------------
     def _collective(self, kind: OpKind, collective: str, algo: str, bufs, count: int, dtype: np.dtype, result,
-                    redop: ReduceOp | None = None, root: int = 0, async_op: bool = False):
-        key = (collective, algo, count, root, dtype, redop)
+                    redop: ReduceOp | None = None, root: int = 0, async_op: bool = False, modeled: bool = True):
+        key = (collective, algo, count, root, dtype, redop, modeled)
         call = self._calls.get(key)
         if call is None:
-            call = self._remember(key, self._prepare(kind, collective, algo, count, dtype, redop, root))
+            call = self._remember(key, self._prepare(kind, collective, algo, count, dtype, redop, root, modeled=modeled))
         return self._launch(call, bufs, dtype, result, async_op)
 
     def _prepare(self, kind: OpKind, collective: str, algo: str, count: int, dtype: np.dtype, redop: ReduceOp | None,
@@ -727,18 +728,20 @@ class Communicator:
         unless ``charged`` is False (HCCL's continuous pipeline exchanges counts in its first step)."""
         if charged:
             return self.all_gather(mine, async_op=async_op)
-        dtype = mine.dtype
-        key = ("allgather", "auto", mine.size, 0, dtype, None, "uncharged")
-        call = self._calls.get(key)
-        if call is None:
-            call = self._remember(key, self._prepare(OpKind.ALLGATHER, "allgather", "auto", mine.size, dtype, None, 0,
-                                                     modeled=False))
-        result = np.empty((self.size, mine.size), dtype)
-        return self._launch(call, (mine, result.reshape(-1)), dtype, result, async_op)
+        result = np.empty((self.size, mine.size), mine.dtype)
+        return self._collective(OpKind.ALLGATHER, "allgather", "auto", (mine, result.reshape(-1)), mine.size, mine.dtype,
+                                result, async_op=async_op, modeled=False)
 
     def _v_name(self, algo: str, *, exchange: bool) -> str:
         """The algorithm an all-to-all-v runs: the caller's, HCCL_ALGO's, or HCCL's all-to-all rule
-        (which does not look at the counts; ``exchange``: AlltoAllV's, else AlltoAllVC's)."""
+        (which does not look at the counts; ``exchange``: AlltoAllV's, else AlltoAllVC's). Resolved
+        once per (algo, exchange): every all_to_all_v call asks before its counts exchange."""
+        name = self._v_names.get((algo, exchange))
+        if name is None:
+            name = self._v_names[(algo, exchange)] = self._resolve_v(algo, exchange)
+        return name
+
+    def _resolve_v(self, algo: str, exchange: bool) -> str:
         name = algo_select.resolve("alltoallv", algo,
                                    lambda level1=None: algo_select.alltoallv_auto(self._rc.topology, self._world_ranks,
                                                                                   level1, exchange=exchange).algo,
