@@ -124,6 +124,30 @@ def block_chain_flows(what: str, size: int, count: int, root: int, towards_root:
         yield StepFlows(send_to, counts, recv_from, False, copies=(own,) if s == 0 else (), senders=senders(s))
 
 
+def chunk_prefix(count: int, parts: int) -> np.ndarray:
+    """Prefix sums of the sizes of ``chunk_bounds(count, parts)``: chunks i .. j-1 hold
+    ``prefix[j] - prefix[i]`` elements (flows read whole ranges of chunks per rank this way)."""
+    return np.concatenate(([0], np.cumsum([n for _, n in chunk_bounds(count, parts)])))
+
+
+# Flows list the root's size-1 transfers as lanes of size entries each: kept to servers and
+# groups (rank by rank, a root's exchange with every rank is only 2 * (size - 1) messages).
+ROOT_LANES_MAX_SIZE = 1024
+
+
+def root_lanes(what: str, size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(to_root, from_peers, lanes) of the step in which every rank sends rank 0 one message:
+    rank 0 receives rank j's in its lane j-1 (rank order), each sender's lane 0. ValueError
+    unless ``2 <= size <= ROOT_LANES_MAX_SIZE``."""
+    if not 2 <= size <= ROOT_LANES_MAX_SIZE:
+        raise ValueError(f"{what} flows need 2 <= size <= {ROOT_LANES_MAX_SIZE}")
+    to_root = np.zeros(size, dtype=np.int64)
+    to_root[0] = -1
+    from_peers = np.full((size - 1, size), -1)
+    from_peers[:, 0] = np.arange(1, size)
+    return to_root, from_peers, np.zeros((size - 1, size), dtype=np.int64)
+
+
 def chunk_windows(count: int, parts: int, size: int) -> np.ndarray:
     """The sizes of ``chunk_bounds(count, parts)`` at ``size..size+parts-1`` of an array of
     ``parts + 2 * size`` zeros, so that each step of a pipelined chain reads its ranks' chunk sizes

@@ -20,7 +20,7 @@ from typing import Iterator
 
 import numpy as np
 
-from ._common import finish, span
+from ._common import chunk_prefix, finish, span
 from ._fold import Fold, doubling, halving
 from .schedule import OUT, Recv, Region, Schedule, Send, Step, StepFlows, chunk_bounds
 
@@ -57,7 +57,7 @@ def flows(size: int, count: int, root: int = 0) -> Iterator[StepFlows]:
     and ``count >= size`` so no step is empty."""
     if size < 2 or size & (size - 1) or count < size:
         raise ValueError("hd flows need a power-of-two size >= 2 and count >= size")
-    prefix = np.concatenate(([0], np.cumsum([n for _, n in chunk_bounds(count, size)])))
+    prefix = chunk_prefix(count, size)
     v = np.arange(size)
 
     def block(owner: np.ndarray, dist: int) -> np.ndarray:  # elements in the aligned block of `dist` chunks

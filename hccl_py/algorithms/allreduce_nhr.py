@@ -24,7 +24,7 @@ from typing import Iterator
 
 import numpy as np
 
-from ._common import finish, span
+from ._common import chunk_prefix, finish, span
 from ._nhr import ag_step, nsteps, rs_step, runs, step_runs, tree_map
 from .schedule import OUT, Recv, Schedule, Send, Step, StepFlows, chunk_bounds
 
@@ -56,7 +56,7 @@ def flows(size: int, count: int, root: int = 0) -> Iterator[StepFlows]:
     ``count >= size`` so no chunk is empty."""
     if size < 2 or count < size:
         raise ValueError("nhr allreduce flows need size >= 2 and count >= size")
-    prefix = np.concatenate(([0], np.cumsum([n for _, n in chunk_bounds(count, size)])))
+    prefix = chunk_prefix(count, size)
     ranks = np.arange(size)
     top = nsteps(size) - 1
 

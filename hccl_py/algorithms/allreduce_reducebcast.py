@@ -22,12 +22,9 @@ from typing import Iterator
 
 import numpy as np
 
-from ._common import finish
+from ._common import finish, root_lanes
 from .schedule import OUT, Recv, Region, Schedule, Send, Step, StepFlows
 
-# Flows list rank 0's size-1 transfers as lanes of size entries each: kept to servers and groups
-# (rank by rank, it is 2 * (size - 1) messages).
-FLOWS_MAX_SIZE = 1024
 
 
 @lru_cache(maxsize=256)
@@ -45,15 +42,12 @@ def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
 
 def flows(size: int, count: int, root: int = 0) -> Iterator[StepFlows]:
     """Every rank's steps at once (rank 0's transfers one lane per peer);
-    ``2 <= size <= FLOWS_MAX_SIZE``, ``count >= 1``."""
-    if not 2 <= size <= FLOWS_MAX_SIZE or count < 1:
-        raise ValueError(f"reduce-broadcast flows need 2 <= size <= {FLOWS_MAX_SIZE} and count >= 1")
-    to_root = np.zeros(size, dtype=np.int64)
-    to_root[0] = -1
-    from_peers = np.full((size - 1, size), -1)
-    from_peers[:, 0] = np.arange(1, size)
+    ``2 <= size <= ROOT_LANES_MAX_SIZE``, ``count >= 1``."""
+    if count < 1:
+        raise ValueError("reduce-broadcast flows need count >= 1")
+    to_root, from_peers, lanes = root_lanes("reduce-broadcast", size)
     counts = np.full(size, count)
-    yield StepFlows(to_root, counts, from_peers, True, np.zeros((size - 1, size), dtype=np.int64))
+    yield StepFlows(to_root, counts, from_peers, True, lanes)
     lane = np.zeros((1, size), dtype=np.int64)
     lane[0, 1:] = np.arange(size - 1)  # rank r receives rank 0's lane r-1
     yield StepFlows(from_peers, np.broadcast_to(counts, (size - 1, size)), to_root, False, lane)

@@ -22,7 +22,7 @@ from typing import Iterator
 
 import numpy as np
 
-from ._common import absolute, finish, relative, span
+from ._common import absolute, chunk_prefix, finish, relative, span
 from ._fold import Fold, doubling
 from ._trees import children, lowbit, parent, subtree
 from .schedule import OUT, Recv, Region, Schedule, Send, Step, StepFlows, chunk_bounds
@@ -74,7 +74,7 @@ def flows(size: int, count: int, root: int = 0) -> Iterator[StepFlows]:
         raise ValueError("hd broadcast flows need root 0, a power-of-two size >= 2 and count >= size")
     p = size
     ranks = np.arange(p)
-    prefix = np.concatenate([[0], np.cumsum([n for _, n in chunk_bounds(count, p)])])
+    prefix = chunk_prefix(count, p)
     low = np.where(ranks > 0, ranks & -ranks, p)  # lowbit, the root's being p
     width = p // 2
     while width:  # scatter: senders 0, 2w, 4w, ... send the subtree of v + w

@@ -13,12 +13,9 @@ from typing import Iterator
 
 import numpy as np
 
-from ._common import finish
+from ._common import finish, root_lanes
 from .schedule import IN, OUT, Copy, Recv, Region, Schedule, Send, Step, StepFlows
 
-# Flows list the root's size-1 receives as lanes of size entries each: kept to servers and small
-# groups (rank by rank, a flat mesh gather is only size - 1 messages).
-FLOWS_MAX_SIZE = 1024
 
 
 # the schedules number ranks from the root: flows for root 0 serve any root, rotated (simulator._Rotated)
@@ -39,14 +36,10 @@ def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
 def flows(size: int, count: int, root: int = 0) -> Iterator[StepFlows]:
     """Every rank's step at once: ranks 1 .. size-1 send the root (0) their block, which it
     receives in rank order (lane j-1 from rank j) after copying its own;
-    ``2 <= size <= FLOWS_MAX_SIZE``, ``count >= 1``."""
-    if not 2 <= size <= FLOWS_MAX_SIZE or count < 1 or root != 0:
-        raise ValueError(f"mesh gather flows need root 0, 2 <= size <= {FLOWS_MAX_SIZE} and count >= 1")
-    send_to = np.zeros(size, dtype=np.int64)
-    send_to[0] = -1
-    recv_from = np.full((size - 1, size), -1)
-    recv_from[:, 0] = np.arange(1, size)
+    ``2 <= size <= ROOT_LANES_MAX_SIZE``, ``count >= 1``."""
+    if count < 1 or root != 0:
+        raise ValueError("mesh gather flows need root 0 and count >= 1")
+    send_to, recv_from, lanes = root_lanes("mesh gather", size)
     own = np.zeros(size, dtype=np.int64)
     own[0] = count
-    yield StepFlows(send_to, np.full(size, count), recv_from, False, np.zeros((size - 1, size), dtype=np.int64),
-                    copies=(own,))
+    yield StepFlows(send_to, np.full(size, count), recv_from, False, lanes, copies=(own,))

@@ -21,7 +21,7 @@ from typing import Iterator
 
 import numpy as np
 
-from ._common import absolute, finish, relative, span
+from ._common import absolute, chunk_prefix, finish, relative, span
 from ._fold import Fold, halving
 from ._trees import children, parent, subtree
 from .schedule import IN, OUT, TMP, Recv, Region, Schedule, Send, Step, StepFlows, chunk_bounds
@@ -73,7 +73,7 @@ def flows(size: int, count: int, root: int = 0) -> Iterator[StepFlows]:
         raise ValueError("hd reduce flows need root 0, a power-of-two size >= 2 and count >= size")
     p = size
     ranks = np.arange(p)
-    prefix = np.concatenate([[0], np.cumsum([n for _, n in chunk_bounds(count, p)])])
+    prefix = chunk_prefix(count, p)
     dist = p // 2
     while dist:  # recursive halving over the range [lo, lo + 2d) that holds v
         lo = ranks - ranks % (2 * dist)
