@@ -740,26 +740,38 @@ def _uniform_copies(fn: ScheduleFn, size: int, count: int) -> list[tuple[int, ..
     return seen
 
 
+class _ByIdentity:
+    """World arrays built once per distinct tuple of sub-flow arrays, by identity: sub-flows reuse
+    their arrays from step to step, so the world arrays are reused too and the simulator routes
+    each pattern once. At most ``limit`` kept::
+
+        mapped = _ByIdentity(64)
+        send_to = mapped("to", (f.send_to,), lambda: world(f.send_to))
+    """
+
+    def __init__(self, limit: int):
+        self._limit = limit
+        self._cache: dict = {}
+
+    def __call__(self, tag: str, arrays: tuple, build):
+        key = (tag, *map(id, arrays))
+        hit = self._cache.get(key)
+        if hit is not None and all(a is b for a, b in zip(hit[0], arrays)):  # the arrays are kept alive
+            return hit[1]
+        value = build()
+        if len(self._cache) > self._limit:
+            self._cache.clear()
+        self._cache[key] = (arrays, value)
+        return value
+
+
 def _compose_flows(phases, matrix: np.ndarray, copies: list[tuple[int, ...]], size: int):
     k, g = matrix.shape
     group_of = np.empty(size, dtype=np.int64)
     member_of = np.empty(size, dtype=np.int64)
     group_of[matrix] = np.arange(k)[:, None]
     member_of[matrix] = np.arange(g)[None, :]
-    cache: dict = {}
-
-    def mapped(tag: str, arrays: tuple, build):
-        """``build()`` once per distinct tuple of sub-flow arrays (sub-flows reuse their arrays
-        from step to step, so the world arrays are reused too and the simulator routes once)."""
-        key = (tag, *(id(a) for a in arrays))
-        hit = cache.get(key)
-        if hit is not None and all(a is b for a, b in zip(hit[0], arrays)):
-            return hit[1]
-        value = build()
-        if len(cache) > 256:
-            cache.clear()
-        cache[key] = (arrays, value)
-        return value
+    mapped = _ByIdentity(256)
 
     def inner_rank(sub_rank: np.ndarray) -> np.ndarray:  # member sub_rank[l, t] of the group
         local = np.atleast_2d(sub_rank)[:, member_of]
@@ -842,17 +854,7 @@ def _rooted_flows(fn: ScheduleFn, size: int, count: int):
     role_of[0] = 0
     plane = np.arange(k) * g
     tile = np.arange(k)[:, None] * g
-    cache: dict = {}
-
-    def mapped(key, arrays: tuple, build):
-        hit = cache.get((key, *map(id, arrays)))
-        if hit is not None and all(a is b for a, b in zip(hit[0], arrays)):
-            return hit[1]
-        value = build()
-        if len(cache) > 64:  # a mesh level hands new arrays every step: keep memory bounded
-            cache.clear()
-        cache[(key, *map(id, arrays))] = (arrays, value)
-        return value
+    mapped = _ByIdentity(64)  # a mesh level hands new arrays every step: keep memory bounded
 
     def on_plane(sub_ranks: np.ndarray) -> np.ndarray:  # plane member v -> its world rank, elsewhere -1
         rows = np.atleast_2d(sub_ranks)
