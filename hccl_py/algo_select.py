@@ -270,11 +270,15 @@ class CallShape:
     deterministic: str = "false"
 
     @property
+    def mesh_910b(self) -> bool:
+        """910B servers with HCCS between every pair of NPUs: what HCCL's 910B mesh rules look at."""
+        return self.card == "ascend910b" and self.level0_topo == "mesh"
+
+    @property
     def deterministic_910b(self) -> bool:
         """HCCL's deterministic selection applies: a 910B with HCCS between its NPUs, more than two
         a server (all_reduce_operator.cc SelectAlgfor910B: two or fewer take their own branch first)."""
-        return (self.deterministic != "false" and self.card == "ascend910b" and self.level0_topo == "mesh"
-                and (self.per_server or 0) > 2)
+        return self.deterministic != "false" and self.mesh_910b and (self.per_server or 0) > 2
 
     @property
     def reduces_inline(self) -> bool:
@@ -325,7 +329,7 @@ def _level0_default(s: CallShape, g: int) -> tuple[str, str]:
     """HCCL's intra-server algorithm from the topology (alg_configurator.cc
     GetDefaultAlgoLevel0Module / GetDefaultAlgoLevel0StandardCard; docs: "Server内 ... 根据硬件拓扑
     自动选择")."""
-    if s.level0_topo == "mesh" and s.card == "ascend910b":
+    if s.mesh_910b:
         return "mesh", "910B with HCCS between every pair: NP mesh"
     if s.level0_topo in ("mesh", "islands") and s.card == "ascend910":
         if g == 8:
@@ -355,8 +359,8 @@ def _level0_allreduce(s: CallShape, g: int) -> tuple[str, str]:
     algo, rule = _level0_default(s, g)
     if s.servers == 1 and s.deterministic_910b and s.reduces_inline:
         return _deterministic_allreduce(s, g)
-    if (s.servers == 1 and s.deterministic != "false" and s.card == "ascend910b" and s.level0_topo == "mesh" and g <= 2
-            and s.nbytes <= _SMALL_256K and s.reduces_inline):
+    if (s.servers == 1 and s.deterministic != "false" and s.mesh_910b and g <= 2 and s.nbytes <= _SMALL_256K
+            and s.reduces_inline):
         # MeshTopoSelector -> AllReduceMeshSmallCountExecutor, whose deterministic template on other than 8 NPUs
         # is TEMPLATE_ALL_REDUCE_LOCAL_REDUCE_BCAST (coll_all_reduce_mesh_small_count_executor.cc L219-227)
         return "localreducebcast", ("deterministic, one 910B server of 2, <= 256 KB: AllReduceMeshSmallCountExecutor, "
@@ -388,8 +392,7 @@ def _level0_reduce_scatter(s: CallShape, g: int) -> tuple[str, str]:
     """reduce_scatter_operator.cc: the 910's small-data rule, else the topology's algorithm."""
     if s.servers == 1 and s.card == "ascend910" and s.level0_topo != "pcie" and g in (4, 8) and s.nbytes <= _SMALL_256K:
         return "hd", "910, one server, 4 or 8 NPUs, <= 256 KB: halving-doubling (ReduceScatterComm, level-1 HD)"
-    if (s.servers == 1 and s.deterministic != "false" and s.card == "ascend910b" and s.level0_topo == "mesh"
-            and s.reduces_inline):
+    if s.servers == 1 and s.deterministic != "false" and s.mesh_910b and s.reduces_inline:
         # ReduceScatterDeterExecutor (op-base: no NPU-count condition) (reduce_scatter_operator.cc L297-304; coll_reduce_scatter_deter_executor.cc L187-200)
         if g in (4, 8) and s.nbytes <= 32 * 1024:
             return "hd", "deterministic, one 910B server of 4 or 8, <= 32 KB a rank: ReduceScatterDeterExecutor, HD-stage"
@@ -493,7 +496,7 @@ def _pipeline(s: CallShape) -> Choice | None:
     """HCCL's two-level pipeline where its 910B selection runs it (coll_alg_operator.cc
     GetDefaultAlgoLevel1V2 L521-569, before the alpha-beta comparison), else None."""
     g, m = s.per_server or 1, s.servers
-    if s.card != "ascend910b" or s.level0_topo != "mesh" or g < 2 or m < 2 or s.collective not in PIPELINED:
+    if not s.mesh_910b or g < 2 or m < 2 or s.collective not in PIPELINED:
         return None
     reduces = s.collective != "allgather"
     if reduces and not s.reduces_inline:  # IsSupportSDMAReduce and IsSupportRDMAReduce: dtype and op
@@ -586,17 +589,15 @@ def _hccl_choice(shape: CallShape, level1: str | None) -> Choice:
     if (shape.collective, inner) not in SCHEDULES or (shape.collective not in HIER_COLLECTIVES):
         return Choice(outer, rule1, True)
     small = shape.nbytes <= _SMALL_512K if shape.deterministic_910b else shape.nbytes < _SMALL_512K  # L576 / L608
-    if (shape.collective == "allreduce" and shape.card == "ascend910b" and shape.level0_topo == "mesh" and g > 2
-            and small and shape.reduces_inline):
+    if shape.collective == "allreduce" and shape.mesh_910b and g > 2 and small and shape.reduces_inline:
         return _small_count(shape, outer)
     if shape.collective == "allreduce" and shape.deterministic_910b and shape.reduces_inline:
         return Choice(f"{HIER}:{inner}/{outer}{SERVER}", f"deterministic, {shape.servers} servers, > 512 KB: "
                       "AllReduceMeshOpbaseMidCountDeterministicExecutor, a reduce-scatter inside whose chunks are folded "
                       f"in a fixed order, {outer} across, an allgather inside; hccl-py's two-level {inner}/{outer} "
                       "standing in: estimate", True)
-    if (shape.collective == "reduce_scatter" and shape.card == "ascend910b" and shape.level0_topo == "mesh"
-            and shape.reduces_inline and (shape.nbytes * shape.ranks < _SMALL_512K
-                                          or (shape.deterministic == "true" and shape.nbytes <= _SMALL_512K))):
+    if (shape.collective == "reduce_scatter" and shape.mesh_910b and shape.reduces_inline
+            and (shape.nbytes * shape.ranks < _SMALL_512K or (shape.deterministic == "true" and shape.nbytes <= _SMALL_512K))):
         return _small_count_reduce_scatter(shape, outer)
     return Choice(f"{HIER}:{inner}/{outer}{SERVER}", f"level 0: {rule}; level 1: {rule1}", "estimate" in rule + rule1)
 

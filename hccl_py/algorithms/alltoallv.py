@@ -82,9 +82,10 @@ class VSchedule:
         self.send_displs = tuple(send_displs) if send_displs is not None else None
         self.recv_displs = tuple(recv_displs) if recv_displs is not None else None
         # the element's bytes: HCCL's continuous pipeline cuts its buffer into blocks of bytes
-        self.itemsize = itemsize if staged is not None and staged[2] == alltoall_staged.CONTINUOUS else None
-        if staged is not None and staged[2] == alltoall_staged.CONTINUOUS and itemsize is None:
+        continuous = staged is not None and staged[2] == alltoall_staged.CONTINUOUS
+        if continuous and itemsize is None:
             raise ValueError("VSchedule: the continuous pipeline needs itemsize")
+        self.itemsize = itemsize if continuous else None
         self.__name__ = f"alltoallv_{algo}"
 
     def __call__(self, rank: int, size: int, count: int = 0, root: int = 0) -> Schedule:

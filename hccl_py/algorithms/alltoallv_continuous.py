@@ -38,7 +38,7 @@ from typing import Sequence
 
 from ..errors import HcclMemoryError, HcclParamError
 from ._common import finish
-from .schedule import IN, OUT, TMP, Copy, Recv, Region, Schedule, Send, Step
+from .schedule import IN, OUT, Copy, Recv, Region, Schedule, Send, Step
 
 Partition = tuple[tuple[int, ...], ...]
 CCL_BUFFER_BYTES = 200 * 1024 * 1024  # HCCL_BUFFSIZE's default, 200 (MB): externalinput_pub.h L37
