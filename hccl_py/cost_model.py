@@ -96,22 +96,23 @@ def route_share(topology: Topology, route, load, factor: float = 1.0) -> float:
     return share * factor if factor != 1.0 else share
 
 
-def flow_shares(topology: Topology, routes: Sequence, factors: Sequence[float] | None = None,
+def flow_shares(bandwidth: np.ndarray, hops: np.ndarray, factors: np.ndarray | None = None,
                 repeat: int = 1) -> np.ndarray:
-    """:func:`route_share` of every route in ``routes`` when all of them carry ``repeat`` flows at
+    """:func:`route_share` of every flow f, whose route's links are ``hops[:, f]`` (ids into
+    ``bandwidth``, 0 padding: ``Topology.route_ids``), when all of them carry ``repeat`` flows at
     once, as an array (the cluster-scale simulator's form: links counted with bincount, each share
-    the minimum over the route's hops of bandwidth / flows, times ``factors`` where not 1)."""
-    if not routes:
-        return np.zeros(0)
-    hop_ids: dict = {}
-    flat = np.array([hop_ids.setdefault(hop, len(hop_ids)) for route in routes for hop in route.hops], dtype=np.int64)
-    starts = np.cumsum([0] + [len(route.hops) for route in routes[:-1]])
-    bandwidth = np.array([topology.link(u, v).bandwidth_Bps for u, v in hop_ids], dtype=np.float64)
-    load = np.bincount(flat, minlength=len(hop_ids)).astype(np.float64) * repeat
-    shares = np.minimum.reduceat((bandwidth / load)[flat], starts)
+    the minimum over the route's links of bandwidth / flows, times ``factors`` where not 1)."""
+    flows = hops.shape[1]
+    if hops.shape[0] == 0:
+        return np.full(flows, np.inf)
+    load = np.bincount(hops.ravel()) * repeat  # up to the highest link taken, not every link numbered
+    with np.errstate(divide="ignore"):  # links no flow takes: never looked up
+        per_flow = bandwidth[:len(load)] / load
+    shares = per_flow[hops[0]]
+    for row in hops[1:]:
+        np.minimum(shares, per_flow[row], out=shares)
     if factors is not None:
-        f = np.asarray(factors, dtype=np.float64)
-        shares = np.where(f != 1.0, shares * f, shares)
+        shares = np.where(factors != 1.0, shares * factors, shares)
     return shares
 
 

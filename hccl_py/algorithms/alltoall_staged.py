@@ -39,11 +39,13 @@ the ring of groups brings, ~2x the rank's data.
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
+
+import numpy as np
 
 from ..errors import HcclParamError
 from ._common import finish, packed_displacements
-from .schedule import IN, OUT, TMP, Copy, Recv, Region, Schedule, Send, Step
+from .schedule import IN, OUT, TMP, Copy, Recv, Region, Schedule, Send, Step, StepFlows
 
 Partition = tuple[tuple[int, ...], ...]
 LEVEL_ALGOS = ("mesh", "pairwise")  # what each stage can run
@@ -228,6 +230,66 @@ class _Tmp:
             copies.append(Copy(p, Region(TMP, offset, p.count)))
             offset += p.count
         return area
+
+
+def flows(partition: Partition, inner: str, outer: str, size: int, count: int) -> Iterator[StepFlows]:
+    """Every rank's steps at once (``StepFlows``) of the equal-block staged or pipelined
+    all-to-all, ``count`` elements a block, on ``partition`` (G >= 2 groups of M >= 2, any ranks),
+    as :func:`schedule_for`'s schedules run them; ValueError where that does not hold (the
+    simulator then goes rank by rank). Every block's pack copy is listed, in schedule order: the
+    copies' seconds are summed one by one as the rank-by-rank cost model sums them."""
+    check_partition(partition, inner, outer)
+    mat = np.array(partition, dtype=np.int64)  # (G, M): group g, member i -> rank
+    groups, m = mat.shape
+    if outer == CONTINUOUS or groups < 2 or m < 2 or count < 1 or mat.size != size:
+        raise ValueError("staged all-to-all flows: AlltoAll on >= 2 groups of >= 2 ranks, count >= 1")
+    g_of = np.empty(size, dtype=np.int64)
+    i_of = np.empty(size, dtype=np.int64)
+    g_of[mat] = np.arange(groups)[:, None]
+    i_of[mat] = np.arange(m)[None, :]
+
+    flat = mat.ravel()
+    place = g_of * m + i_of  # every rank's place in ``flat``
+    in_order = bool((flat == np.arange(size)).all())
+
+    def at(dg, di=0) -> np.ndarray:  # every rank's (g + dg, i + di)
+        where = (place + dg * m) % size if not di else (g_of + dg) % groups * m + (i_of + di) % m
+        return where if in_order else flat[where]
+
+    if outer == PIPELINE:
+        yield from _pipelined_flows(at, groups, m, size, count)
+        return
+    none = np.full(size, -1)
+
+    def stage(members: int, algo: str, peer, length: int, copies: tuple) -> Iterator[StepFlows]:
+        """One stage as ``_exchange`` runs it: peer(d) is every rank's member d places on."""
+        if algo == "mesh":
+            to = np.stack([peer(d) for d in range(1, members)])
+            lane = np.broadcast_to(np.arange(members - 2, -1, -1)[:, None], to.shape)
+            yield StepFlows(to, np.full(to.shape, length), to, False, recv_lane=lane, copies=copies)
+            return
+        for d in range(1, members):
+            yield StepFlows(peer(d), np.full(size, length), peer(-d), False, copies=copies if d == 1 else ())
+
+    # stage 1: the own block, then a pack of G blocks for each other member; stage 2: the blocks
+    # stage 1 brought for me, then a pack of M blocks for each other group; then TMP into OUT
+    yield from stage(m, inner, lambda d: at(0, d), groups * count, (count,) * (1 + (m - 1) * groups))
+    yield from stage(groups, outer, lambda d: at(d), m * count, (count,) * (m - 1 + (groups - 1) * m))
+    yield StepFlows(none, np.zeros(size, dtype=np.int64), none, False, copies=(count,) * ((groups - 1) * m))
+
+
+def _pipelined_flows(at, groups: int, m: int, size: int, count: int) -> Iterator[StepFlows]:
+    """``_pipelined`` for every rank at once: lane 0 the ring of groups (``-1`` in the last
+    step), lanes 1..M-1 the members (i + d); receive d comes from member i + d's lane M - d."""
+    members = [at(0, d) for d in range(1, m)]
+    lane = np.broadcast_to(np.array([0, *range(m - 1, 0, -1)])[:, None], (m, size))
+    sent = np.stack([np.full(size, m * count), *[np.full(size, count)] * (m - 1)])
+    none = np.full(size, -1)
+    for s in range(groups):
+        ring = s < groups - 1
+        to = np.stack([at(1 + s) if ring else none, *members])
+        frm = np.stack([at(-1 - s) if ring else none, *members])
+        yield StepFlows(to, sent, frm, False, recv_lane=lane, copies=(count,) * (1 + (m if ring else 0)))
 
 
 def _split(area: Region, sizes: list[int]) -> list[Region]:

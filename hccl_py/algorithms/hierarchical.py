@@ -667,11 +667,16 @@ _FLOW_PHASES = {"allreduce", "allgather", "reduce_scatter"}
 
 def flows_of(fn: ScheduleFn, size: int, count: int):
     """Every rank's steps at once for a hierarchical schedule function of ``schedule_for``
-    (allreduce, allgather, reduce_scatter on equal groups whose levels have flows); ValueError
+    (allreduce, allgather, reduce_scatter on equal groups whose levels have flows; scatter and
+    gather; the staged and pipelined all-to-all); ValueError
     where it does not apply (the simulator then goes rank by rank)."""
     from .registry import FLOWS
 
     collective = getattr(fn, "collective", None)
+    if collective == "alltoall":
+        from . import alltoall_staged
+
+        return alltoall_staged.flows(fn.partition, fn.inner, fn.outer, size, count)
     if getattr(fn, "outer", None) == "pipeline":
         from . import pipeline
 

@@ -177,8 +177,12 @@ class _Rotated:
     def card(self, rank: int):
         return self._topology.card((rank + self._root) % self.num_ranks)
 
-    def route(self, a: int, b: int):
-        return self._topology.route((a + self._root) % self.num_ranks, (b + self._root) % self.num_ranks)
+    def route_ids(self, src, dst):
+        return self._topology.route_ids((np.asarray(src) + self._root) % self.num_ranks,
+                                        (np.asarray(dst) + self._root) % self.num_ranks)
+
+    def hop_bandwidths(self):
+        return self._topology.hop_bandwidths()
 
     def link(self, u, v):
         return self._topology.link(u, v)
@@ -202,6 +206,7 @@ class _FlowEngine:
         self.red_launch = per_card(lambda c: c.reduce_launch_s)
         self.vector = per_card(lambda c: c.vector_bandwidth_Bps)
         self._patterns: dict = {}
+        self._rows: dict = {}
         self._steps: dict = {}
         self._by_content: dict = {}
         self._shapes: dict = {}
@@ -230,18 +235,51 @@ class _FlowEngine:
         return value
 
     def _route_lanes(self, lanes: np.ndarray, repeat: int):
-        """Latency and bandwidth share (``cost_model.flow_shares``) of every flow r -> lanes[l, r]."""
-        topo = self.topology
+        """Latency and bandwidth share (``cost_model.flow_shares``) of every flow r -> lanes[l, r],
+        the links counted over all lanes; each lane's routes cached by content (a mesh's lanes
+        recur step after step beside a lane that changes)."""
         valid = lanes >= 0
-        srcs = np.broadcast_to(self.ranks, lanes.shape)[valid].tolist()
-        dsts = lanes[valid].tolist()
-        routes = [topo.route(a, b) for a, b in zip(srcs, dsts)]
-        factors = [self.degraded.get(pair, 1.0) for pair in zip(srcs, dsts)] if self.degraded else None
+        if len(lanes) == 1 and valid.all() and not self.degraded:  # one whole lane: nothing to gather or place
+            hops, route_latency = self.topology.route_ids(self.ranks, lanes[0])
+            share = flow_shares(self.topology.hop_bandwidths(), hops, None, repeat)
+            return route_latency[None, :], share[None, :], valid
+        if len(lanes) == 1:  # the whole pattern is cached already (``_pattern``)
+            rows = [self.topology.route_ids(self.ranks[valid[0]], lanes[0][valid[0]])]
+        else:
+            rows = [self._routed_row(row) for row in lanes]
+        width = max(hops.shape[0] for hops, _ in rows)
+        hops = np.zeros((width, sum(h.shape[1] for h, _ in rows)), dtype=np.int64)
+        start = 0
+        for row_hops, _ in rows:
+            hops[:row_hops.shape[0], start:start + row_hops.shape[1]] = row_hops
+            start += row_hops.shape[1]
+        factors = None
+        if self.degraded:
+            factors = self._factors(np.broadcast_to(self.ranks, lanes.shape)[valid], lanes[valid])
         latency = np.zeros(lanes.shape)
         share = np.full(lanes.shape, np.inf)
-        latency[valid] = [route.latency_s for route in routes]
-        share[valid] = flow_shares(topo, routes, factors, repeat)
+        latency[valid] = np.concatenate([row_latency for _, row_latency in rows])
+        share[valid] = flow_shares(self.topology.hop_bandwidths(), hops, factors, repeat)
         return latency, share, valid
+
+    def _routed_row(self, row: np.ndarray):
+        """``Topology.route_ids`` of the flows r -> row[r] (row[r] >= 0), least recently used out."""
+        key = row.tobytes()
+        entry = self._rows.pop(key, None)
+        if entry is None:
+            ok = row >= 0
+            entry = self.topology.route_ids(self.ranks[ok], row[ok])
+            if len(self._rows) >= 16:
+                del self._rows[next(iter(self._rows))]
+        self._rows[key] = entry
+        return entry
+
+    def _factors(self, srcs: np.ndarray, dsts: np.ndarray) -> np.ndarray:
+        """The degraded routes' factors (1 elsewhere) of the flows srcs[f] -> dsts[f]."""
+        factors = np.ones(len(srcs))
+        for (a, b), factor in self.degraded.items():
+            factors[(srcs == a) & (dsts == b)] = factor
+        return factors
 
     def _chain(self, send_to: np.ndarray):
         """(latency, share, valid, shift) of a one-lane pattern whose every flow goes ``shift``
@@ -254,9 +292,9 @@ class _FlowEngine:
         valid = send_to >= 0
         if send_to.ndim == 1 and valid.any():
             shifts = np.unique(send_to[valid] - self.ranks[valid])
-            pairs = list(zip(self.ranks[valid].tolist(), send_to[valid].tolist()))
-            hops = [hop for a, b in pairs for hop in self.topology.route(a, b).hops]
-            if len(shifts) == 1 and len(set(hops)) == len(hops):
+            hops, _ = self.topology.route_ids(self.ranks[valid], send_to[valid])
+            links = hops[hops > 0]
+            if len(shifts) == 1 and len(np.unique(links)) == len(links):
                 latency, share, _ = self._pattern(send_to, 1)
                 value = (latency[0], share[0], valid, int(shifts[0]))
         if len(self._chains) > 64:
@@ -349,14 +387,16 @@ class _FlowEngine:
         key = (id(step.send_to), id(step.recv_from), lo, hi, reduce, shift)
         entry = self._tables.get(key)
         if entry is None or entry[0] is not step.send_to or entry[1] is not step.recv_from:
-            table = [latency[0] + (n * self.itemsize) / share[0] for n in (lo, hi)]
+            table = [latency[0] + (n * self.itemsize) / share[0] for n in dict.fromkeys((lo, hi))]
             rolled = [np.concatenate([t[-shift:], t[:-shift]]) for t in table]
             reds = [self._reduce_s(np.full(self.size, n * self.itemsize)) if reduce and not self._all_inline else None
-                    for n in (lo, hi)]
+                    for n in dict.fromkeys((lo, hi))]
             entry = (step.send_to, step.recv_from, table, rolled, reds)
             if len(self._tables) > 64:
                 self._tables.clear()
             self._tables[key] = entry
+        if lo == hi:  # one count on every rank: one table, nothing to select
+            return [(s_idx, True, has, entry[3][0], entry[4][0], shift)], [(entry[2][0], True, valid[0])]
         (send_lo, send_hi), (off_lo, off_hi), (red_lo, red_hi) = entry[2], entry[3], entry[4]
         size = self.size
         if window is not None:  # the rotating chunk sizes are windows of one doubled array: no pass to find them

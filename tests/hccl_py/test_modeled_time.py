@@ -512,6 +512,36 @@ def test_two_level_scatter_and_gather_flows_equal_rank_by_rank(preset, collectiv
     assert not can_simulate_flows(collective, backwards, 8, 10)  # groups out of order: rank by rank
 
 
+@pytest.mark.parametrize("preset", ["2x4p-roce", "4x2p-roce", "2x8p-roce-910", "34x2p-roce"])
+def test_staged_alltoall_flows_equal_rank_by_rank(preset):
+    """HCCL's staged all-to-all (each level mesh or pairwise) and its pipelined one, all ranks at
+    once, against rank by rank: servers and 910 islands as groups, a leaf-spine cluster, groups
+    not in rank order, a degraded link, uneven start clocks."""
+    from hccl_py.algo_select import partition_of, server_partition
+    from hccl_py.algorithms.hierarchical import schedule_for
+    from hccl_py.planning.simulator import can_simulate_flows, simulate_flows
+
+    topo = Topology.preset(preset)
+    n = topo.num_ranks
+    model = CostModel(topo, degraded={(0, n - 1): 0.5, (1, n // 2 + 1): 0.25})
+    starts = [0.001 * ((r * 5) % 3) for r in range(n)]
+    partitions = {server_partition(topo, tuple(range(n))), partition_of(topo, "hier:mesh/pairwise@groups", tuple(range(n)))}
+    partitions.add(tuple(reversed(server_partition(topo, tuple(range(n))))))  # groups out of rank order
+    for part in partitions:
+        levels = [("mesh", "pairwise"), ("pairwise", "pairwise"), ("mesh", "mesh"), ("pairwise", "mesh"), ("mesh", "pipeline")]
+        for inner, outer in levels if n <= 16 else levels[::4]:
+            fn = schedule_for("alltoall", part, inner, outer)
+            for count in (1, 7, 1000):
+                assert can_simulate_flows("alltoall", fn, n, count)
+                generic = simulate("alltoall", fn, topo, count, itemsize=2, start_clocks=starts, cost_model=model)
+                fast = simulate_flows("alltoall", fn, topo, count, itemsize=2, start_clocks=starts, cost_model=model)
+                assert fast.end_clocks == generic.end_clocks, (part, inner, outer, count)
+    single = schedule_for("alltoall", (tuple(range(n)),), "mesh", "pairwise")
+    assert not can_simulate_flows("alltoall", single, n, 10)  # one group: rank by rank
+    assert not can_simulate_flows("alltoall", schedule_for("alltoall", server_partition(topo, tuple(range(n))), "mesh",
+                                                           "pairwise"), n, 0)
+
+
 def test_hccl_sim_cli(capsys):
     from hccl_py.planning.cli import main
 

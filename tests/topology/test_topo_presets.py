@@ -153,6 +153,51 @@ def test_structural_routes_are_latency_shortest_paths(name, n):
     _shortest_paths_agree(Topology.preset(name, n=n))
 
 
+def _route_topologies():
+    yield Topology.preset("ascend910-8p")
+    yield Topology.preset("mixed-4p")
+    yield Topology.preset("2x8p-roce-910")
+    yield Topology.preset("34x2p-roce")  # two leaves and a spine
+    yield Topology.preset("3x4p-roce-910", n=10)  # a server short of cards
+    table = RankTable.generate(Topology.preset("2x4p-roce"))
+    yield Topology.from_rank_table(table, preset="pcie-4p")  # host NICs: PCIe and HOST hops on the way out
+    yield Topology.from_rank_table(table, preset="ascend910-8p")  # two PCIe roots: some ranks cross the host link first
+    from topology.presets import TEMPLATES
+
+    servers = [[(0, 0), (1, 1), (2, 4), (3, 5)], [(4, 5), (5, 4), (6, 1), (7, 0)]]  # ranks and devices in another order
+    yield Topology("devices reordered", TEMPLATES["ascend910-8p"], servers)
+
+
+@pytest.mark.parametrize("topo", list(_route_topologies()), ids=lambda t: t.name)
+def test_route_ids_are_the_routes_as_arrays(topo):
+    """``route_ids``, the simulator's numpy routes, give every pair the hops and latency of
+    ``route``, bit for bit, whatever order the pairs come in."""
+    import numpy as np
+
+    n = topo.num_ranks
+    pairs = [(a, b) for a in range(n) for b in range(n)]
+    order = np.random.default_rng(5).permutation(len(pairs))
+    src = np.array([pairs[i][0] for i in order])
+    dst = np.array([pairs[i][1] for i in order])
+    hops, latency = topo.route_ids(src, dst)
+    bandwidth = topo.hop_bandwidths()
+    assert bandwidth[0] == float("inf") and hops.shape[1] == len(pairs)
+    for f, (a, b) in enumerate(zip(src.tolist(), dst.tolist())):
+        route = topo.route(a, b)
+        ids = [int(i) for i in hops[:, f] if i]
+        assert len(ids) == len(route.hops) and latency[f] == route.latency_s, (topo.name, a, b)
+        assert [bandwidth[i] for i in ids] == [topo.link(u, v).bandwidth_Bps for u, v in route.hops]
+        assert len(set(ids)) == len(ids)
+    # one id per directed link, whichever call numbered it (shared links are counted by id)
+    again, _ = topo.route_ids(dst, src)
+    named: dict = {}
+    for ids_of, (a, b) in [(hops[:, f], p) for f, p in enumerate(zip(src.tolist(), dst.tolist()))] + \
+                          [(again[:, f], p) for f, p in enumerate(zip(dst.tolist(), src.tolist()))]:
+        for hop, i in zip(topo.route(a, b).hops, [int(i) for i in ids_of if i]):
+            assert named.setdefault(i, hop) == hop
+    assert len(named) == len(set(named.values()))
+
+
 def test_intra_server_traffic_stays_inside_the_server():
     # Card 0 -> 4 of a 910 server: HCCL's default intra-server path is PCIe (HCCL_INTRA_PCIE_ENABLE
     # default), even where the RoCE loop card->NIC->leaf->NIC->card would be faster (figures
