@@ -421,6 +421,8 @@ def _broadcast(plan: _Plan, fns, rank: int, count: int, root: int) -> Schedule:
     group, g, k = plan.groups[i], len(plan.groups[i]), plan.k
     ch = _Chunks(plan, count)
     deaf = t0 if i == i0 else None  # the root only sends in its group's allgather
+    # Aligned (``_Compose.done``): the other groups idle while the root scatters in its group, and
+    # through the outer algorithm's idle steps, so step k is the same moment on every rank.
     if ch.direct:
         c = _Compose()
         mine = ch.chunk(t)
@@ -429,9 +431,11 @@ def _broadcast(plan: _Plan, fns, rank: int, count: int, root: int) -> Schedule:
                 c.step(sends=[Send(m, ch.chunk(u)) for u, m in enumerate(group) if u != t0])
             else:
                 c.step(recvs=[Recv(root, mine)])
+        else:
+            c.idle(1)
         c.run(_sub(fns, "outer", "broadcast", i, k, ch.q, i0), plan.holders(t), mine, mine, me=i)
         c.run(_sub(fns, "inner", "allgather", t, g, ch.q), group, mine, Region(OUT, 0, count), me=t, deaf=deaf)
-        return c.done()
+        return c.done(aligned=True)
     b = ch.bundle(i)
     stage = Region(TMP, 0, g * b)
     c = _Compose(persistent=g * b)
@@ -443,6 +447,8 @@ def _broadcast(plan: _Plan, fns, rank: int, count: int, root: int) -> Schedule:
                           if ch.bounds[j][1]])
         else:
             c.step(recvs=[Recv(root, ch.slot(i, t, j, 0)) for j in plan.slots(i, t) if ch.bounds[j][1]])
+    else:
+        c.idle(1)
     for j in plan.slots(i, t):
         if ch.bounds[j][1]:
             mine = ch.slot(i, t, j, 0)
@@ -450,7 +456,7 @@ def _broadcast(plan: _Plan, fns, rank: int, count: int, root: int) -> Schedule:
     c.run(_sub(fns, "inner", "allgather", t, g, b), group, Region(TMP, t * b, b), stage, me=t, deaf=deaf)
     if rank != root:
         ch.stage_out(c, i)
-    return c.done()
+    return c.done(aligned=True)
 
 
 def _reduce(plan: _Plan, fns, rank: int, count: int, root: int) -> Schedule:
@@ -470,7 +476,7 @@ def _reduce(plan: _Plan, fns, rank: int, count: int, root: int) -> Schedule:
                 c.step(recvs=[Recv(m, ch.chunk(u)) for u, m in enumerate(group) if u != t0])
             else:
                 c.step(sends=[Send(root, held)])
-        return c.done()
+        return c.done(aligned=True)  # through the outer algorithm's idle steps (as broadcast)
     b = ch.bundle(i)
     stage, held = Region(TMP, 0, g * b), Region(TMP, g * b, b)
     c = _Compose(persistent=(g + 1) * b)
@@ -490,7 +496,7 @@ def _reduce(plan: _Plan, fns, rank: int, count: int, root: int) -> Schedule:
                           if ch.bounds[j][1]])
         else:
             c.step(sends=[Send(root, region) for region in mine.values()])
-    return c.done()
+    return c.done(aligned=True)
 
 
 # ---------------------------------------------------------------------------------------- blocked
@@ -667,8 +673,8 @@ _FLOW_PHASES = {"allreduce", "allgather", "reduce_scatter"}
 
 def flows_of(fn: ScheduleFn, size: int, count: int):
     """Every rank's steps at once for a hierarchical schedule function of ``schedule_for``
-    (allreduce, allgather, reduce_scatter on equal groups whose levels have flows; scatter and
-    gather; the staged and pipelined all-to-all); ValueError
+    (allreduce, allgather, reduce_scatter on equal groups whose levels have flows; scatter,
+    gather, broadcast and reduce with root 0; the staged and pipelined all-to-all); ValueError
     where it does not apply (the simulator then goes rank by rank)."""
     from .registry import FLOWS
 
@@ -683,6 +689,8 @@ def flows_of(fn: ScheduleFn, size: int, count: int):
         return pipeline.flows(collective, fn.partition, size, count)
     if collective in ("scatter", "gather"):
         return _rooted_flows(fn, size, count)
+    if collective in ("broadcast", "reduce"):
+        return _chunked_rooted_flows(fn, size, count)
     if collective not in _FLOW_PHASES or count < 1:
         raise ValueError("hierarchical flows: allreduce, allgather or reduce_scatter with count >= 1")
     plan = _Plan.of(fn.partition)
@@ -918,6 +926,150 @@ def _rooted_flows(fn: ScheduleFn, size: int, count: int):
         step_index += 1
     if step_index != nsteps:
         raise ValueError("hierarchical flows: the composite's steps do not line up with its phases")
+
+
+# The outer algorithms whose schedules keep the two-level broadcast / reduce aligned, so that one
+# step of the flows is one step of every rank's composite: a broadcast's every rank runs as many
+# steps (its groups then allgather at the same step); a reduce's root runs the most (its group's
+# gather comes last). A test holds the property.
+_ALIGNED_OUTER = {"broadcast": ("hd",), "reduce": ("hd", "ring")}
+
+
+def _chunked_rooted_flows(fn: ScheduleFn, size: int, count: int):
+    """Flows of the two-level broadcast / reduce with root 0 on equal groups of g consecutive
+    ranks, ``count`` a multiple of g (each member's chunk worked on in place, ``_Chunks.direct``).
+    Broadcast: the root scatters the chunks in its group (the others idle), every column
+    broadcasts its chunk across the groups (the outer algorithm's flows, all columns at once),
+    every group allgathers (the root receives nothing). Reduce: every group reduce-scatters, every
+    column reduces across the groups, the root gathers its group's chunks. Local copies come from
+    the composite schedules of each role (checked alike on several ranks of each)."""
+    from .registry import FLOWS
+
+    collective = fn.collective
+    plan = _Plan.of(fn.partition)
+    g, k = plan.m, plan.k
+    in_order = all(group == tuple(range(i * g, (i + 1) * g)) for i, group in enumerate(plan.groups))
+    if not plan.uniform or not in_order or plan.size != size or g < 2 or k < 2 or count < g or count % g:
+        raise ValueError(f"hierarchical {collective} flows need equal groups of consecutive ranks in order, at least 2 "
+                         "of at least 2, and a count that is a multiple of the group size")
+    if fn.outer not in _ALIGNED_OUTER[collective]:
+        raise ValueError(f"hierarchical {collective} flows: {fn.outer!r} across the groups ends at different steps on "
+                         "different groups (rank by rank)")
+    q = count // g
+    level0 = "allgather" if collective == "broadcast" else "reduce_scatter"
+    if (collective, fn.outer) not in FLOWS or (level0, fn.inner) not in FLOWS:
+        raise ValueError(f"no flows for {collective}/{fn.outer} or {level0}/{fn.inner}")
+    outer = FLOWS[(collective, fn.outer)](k, q)
+    inner = FLOWS[(level0, fn.inner)](g, q)
+    outer_first, inner_first = next(outer), next(inner)  # ValueError when they do not apply
+    outer, inner = itertools.chain([outer_first], outer), itertools.chain([inner_first], inner)
+    role_of = np.full(size, 3)  # the root, its group's others, member 0 of another group, any other
+    role_of[:g], role_of[0], role_of[g::g] = 1, 0, 2
+    samples = [(0,), (1, g - 1), (g, (k - 1) * g, (k // 2) * g), (g + 1, size - 1, (k // 2) * g + g // 2)]
+    roles = []
+    for ranks in samples:
+        steps = [fn(r, size, count, 0).steps for r in ranks]
+        copies = [_trimmed([tuple(c.src.count for c in step.copies) for step in s]) for s in steps]
+        if any(c != copies[0] for c in copies) or any(c.reduce_with is not None for s in steps for st in s
+                                                      for c in st.copies):
+            raise ValueError("hierarchical flows: ranks of one role copy differently, or reduce locally")
+        roles.append(steps[0])
+    group_of, member_of = np.arange(size) // g, np.arange(size) % g
+    mapped = _ByIdentity(64)
+
+    def across(sub: np.ndarray) -> np.ndarray:  # group sub[.., i] -> the same member of that group
+        rows = np.atleast_2d(sub)[:, group_of]
+        world = np.where(rows >= 0, rows * g + member_of, -1)
+        return world if np.ndim(sub) == 2 else world[0]
+
+    def columns(values: np.ndarray) -> np.ndarray:
+        rows = np.atleast_2d(values)[:, group_of]
+        return rows if np.ndim(values) == 2 else rows[0]
+
+    deaf = collective == "broadcast"  # the root receives nothing in its group's allgather
+
+    def inside(sub: np.ndarray, sending: bool) -> np.ndarray:  # member sub[.., t] of the same group
+        rows = np.atleast_2d(sub)[:, member_of]
+        world = np.where(rows >= 0, group_of * g + rows, -1)
+        if deaf and sending:
+            world[world == 0] = -1
+        elif deaf:
+            world[:, 0] = -1
+        return world if np.ndim(sub) == 2 else world[0]
+
+    def members(values: np.ndarray) -> np.ndarray:
+        rows = np.atleast_2d(values)[:, member_of]
+        return rows if np.ndim(values) == 2 else rows[0]
+
+    def world_outer(f: StepFlows, copies) -> StepFlows:
+        send_to = mapped("to", (f.send_to,), lambda: across(f.send_to))
+        recv_from = mapped("from", (f.recv_from,), lambda: across(f.recv_from))
+        counts = mapped("n", (f.send_count,), lambda: columns(f.send_count))
+        lanes = None if f.recv_lane is None else mapped("lane", (f.recv_lane,), lambda: columns(f.recv_lane))
+        senders = f.senders
+        if senders is not None:
+            start, stop, stride = senders.indices(k)
+            if stride == 1:  # groups start..stop-1, every member
+                senders = slice(start * g, stop * g)
+            else:  # whole arrays
+                active = np.zeros(k, dtype=bool)
+                active[senders] = True
+                sub_to = np.where(active, f.send_to, -1)
+                sub_from = np.full(k, -1)
+                sub_from[sub_to[active]] = np.flatnonzero(active)
+                send_to, recv_from, senders = across(sub_to), across(sub_from), None
+        return StepFlows(send_to, counts, recv_from, f.reduce, lanes, copies, f.repeat, senders)
+
+    def world_inner(f: StepFlows, copies) -> StepFlows:
+        send_to = mapped("to", (f.send_to,), lambda: inside(f.send_to, True))
+        recv_from = mapped("from", (f.recv_from,), lambda: inside(f.recv_from, False))
+        counts = mapped("n", (f.send_count,), lambda: members(f.send_count))
+        lanes = None if f.recv_lane is None else mapped("lane", (f.recv_lane,), lambda: members(f.recv_lane))
+        if f.senders is not None:
+            raise ValueError("hierarchical flows: a chain inside the groups")
+        return StepFlows(send_to, counts, recv_from, f.reduce, lanes, copies, f.repeat)
+
+    def root_step(copies) -> StepFlows:  # the root's scatter to (gather from) its group's members
+        peers = np.arange(1, g)
+        lanes = np.full((g - 1, size), -1)
+        towards = np.full((g - 1, size), -1)
+        if collective == "broadcast":
+            lanes[peers - 1, 0] = peers
+            towards[0, peers] = 0
+            recv_lane = np.zeros((g - 1, size), dtype=np.int64)
+            recv_lane[0, peers] = peers - 1
+            return StepFlows(lanes, np.full((g - 1, size), q), towards, False, recv_lane, copies)
+        towards[0, peers] = 0  # one send each, to the root
+        lanes[peers - 1, 0] = peers  # the root's receives, in member order
+        return StepFlows(towards, np.full((g - 1, size), q), lanes, False, np.zeros((g - 1, size), dtype=np.int64), copies)
+
+    nsteps = max(len(steps) for steps in roles)
+    step_index = 0
+
+    def copies_now():
+        return _role_copies(roles, step_index, role_of)
+
+    if collective == "broadcast":
+        phases = [("root", None), ("outer", outer), ("inner", inner)]
+    else:
+        phases = [("inner", inner), ("outer", outer), ("root", None)]
+    for phase, flows in phases:
+        if phase == "root":
+            yield root_step(copies_now())
+            step_index += 1
+            continue
+        for f in flows:
+            yield (world_outer if phase == "outer" else world_inner)(f, copies_now())
+            step_index += 1
+    if step_index != nsteps:
+        raise ValueError("hierarchical flows: the composite's steps do not line up with its phases")
+
+
+def _trimmed(per_step: list) -> list:
+    """``per_step`` without its trailing empty entries (a rank whose schedule ends sooner copies nothing after)."""
+    while per_step and not per_step[-1]:
+        per_step = per_step[:-1]
+    return per_step
 
 
 def _role_copies(roles, step_index: int, role_of: np.ndarray) -> tuple:

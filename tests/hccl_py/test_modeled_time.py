@@ -542,6 +542,56 @@ def test_staged_alltoall_flows_equal_rank_by_rank(preset):
                                                            "pairwise"), n, 0)
 
 
+@pytest.mark.parametrize("preset", ["2x4p-roce", "4x2p-roce", "2x4p-roce-910", "4x8p-roce"])
+@pytest.mark.parametrize("collective", ["broadcast", "reduce"])
+def test_two_level_broadcast_and_reduce_flows_equal_rank_by_rank(preset, collective):
+    """HCCL's two-level broadcast (scatter in the root's server, broadcast across, allgather) and
+    reduce (reduce-scatter, reduce across, gather to the root) with root 0, all ranks at once,
+    against rank by rank: inline and vector-unit reductions, a degraded link, uneven starts."""
+    from hccl_py.algo_select import server_partition
+    from hccl_py.algorithms.hierarchical import schedule_for
+    from hccl_py.planning.simulator import can_simulate_flows, simulate_flows
+
+    topo = Topology.preset(preset)
+    n = topo.num_ranks
+    part = server_partition(topo, tuple(range(n)))
+    g = len(part[0])
+    model = CostModel(topo, degraded={(0, n - 1): 0.5, (1, g): 0.25})
+    starts = [0.001 * ((r * 5) % 3) for r in range(n)]
+    outers = ("hd",) if collective == "broadcast" else ("hd", "ring")
+    for inner in ("mesh", "ring", "hd"):
+        for outer in outers:
+            fn = schedule_for(collective, part, inner, outer)
+            for count in (n, 40 * g, 1000 * g):
+                assert can_simulate_flows(collective, fn, n, count), (inner, outer, count)
+                for dtype, op in (("float32", "sum"), ("float16", "max")):
+                    generic = simulate(collective, fn, topo, count, start_clocks=starts, cost_model=model, dtype=dtype, op=op)
+                    fast = simulate_flows(collective, fn, topo, count, start_clocks=starts, cost_model=model, dtype=dtype,
+                                          op=op)
+                    assert fast.end_clocks == generic.end_clocks, (inner, outer, count, dtype)
+    assert not can_simulate_flows(collective, schedule_for(collective, part, "mesh", "hd"), n, g * 10 + 1)  # staged chunks
+    if collective == "broadcast":
+        assert not can_simulate_flows(collective, schedule_for(collective, part, "mesh", "ring"), n, 40 * g)
+
+
+def test_outer_algorithms_keep_the_two_level_broadcast_and_reduce_aligned():
+    """What ``hierarchical._ALIGNED_OUTER`` relies on: a broadcast's every rank runs as many
+    steps; a reduce's root runs the most."""
+    from hccl_py.algorithms.hierarchical import _ALIGNED_OUTER
+    from hccl_py.algorithms.registry import get_schedule
+
+    for collective, algos in _ALIGNED_OUTER.items():
+        for algo in algos:
+            fn = get_schedule(collective, algo)
+            for k in (2, 4, 8, 16, 32):
+                for count in (k, 3 * k + 1, 1000):
+                    lengths = [len(fn(r, k, count, 0).steps) for r in range(k)]
+                    if collective == "broadcast":
+                        assert len(set(lengths)) == 1, (algo, k, count, lengths)
+                    else:
+                        assert lengths[0] == max(lengths), (algo, k, count, lengths)
+
+
 def test_hccl_sim_cli(capsys):
     from hccl_py.planning.cli import main
 
