@@ -174,7 +174,8 @@ class CostModel:
     def __init__(self, topology: Topology, degraded: dict[tuple[int, int], float] | None = None):
         self.topology = topology
         # (rank a, rank b) -> share of bandwidth the route between them keeps, both directions
-        self.degraded = {**(degraded or {}), **{(b, a): f for (a, b), f in (degraded or {}).items()}}
+        # unless the other direction is given its own
+        self.degraded = {**{(b, a): f for (a, b), f in (degraded or {}).items()}, **(degraded or {})}
         self._cache: dict[tuple, tuple[tuple[StepCost, ...], ...]] = {}
 
     def call_costs(self, fn: Callable[..., Schedule], size: int, count: int, root: int, itemsize: int,

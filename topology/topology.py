@@ -346,6 +346,14 @@ class Topology:
 
         >>> hops, latency = Topology.preset("2x8p-roce").route_ids([0, 1], [8, 2])   # doctest: +SKIP
         """
+        import numpy as np
+
+        src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
+        for ranks in (src, dst):  # -1 marks "no flow" in the simulator's arrays: never a rank here
+            if ranks.size and (ranks.min() < 0 or ranks.max() >= self.num_ranks):
+                bad = int(ranks.min()) if ranks.min() < 0 else int(ranks.max())
+                raise TopologyError(f"rank {bad} is not in 0..{self.num_ranks - 1}.", "rank", value=bad, rule="range",
+                                    expected=f"0..{self.num_ranks - 1}")
         return self._route_arrays().route_ids(src, dst)
 
     def hop_bandwidths(self):

@@ -51,6 +51,7 @@ Partition = tuple[tuple[int, ...], ...]
 LEVEL_ALGOS = ("mesh", "pairwise")  # what each stage can run
 PIPELINE = "pipeline"  # the outer level of HCCL's pipelined two-level all-to-all (inner: mesh)
 CONTINUOUS = "continuous"  # ... of HCCL's continuous pipeline, AlltoAllV only (alltoallv_continuous.py)
+MESH_LANES_MAX = 1 << 24  # flows of a mesh across the groups: (groups - 1) x ranks elements per array at most
 
 
 def check_partition(partition: Partition, inner: str, outer: str) -> None:
@@ -71,6 +72,9 @@ def check_partition(partition: Partition, inner: str, outer: str) -> None:
 def schedule_for(partition: Partition, inner: str = "mesh", outer: str = "pairwise") -> Callable[..., Schedule]:
     """The equal-block staged all-to-all on ``partition`` (cached: equal arguments, one function)."""
     check_partition(partition, inner, outer)
+    if outer == CONTINUOUS:
+        raise HcclParamError("HCCL's continuous pipeline runs AlltoAllV (all_to_all_v) only", collective="alltoall",
+                             arg="outer", value=outer, rule="choices", choices=[*LEVEL_ALGOS, PIPELINE])
     return _equal_blocks(partition, inner, outer)
 
 
@@ -243,6 +247,8 @@ def flows(partition: Partition, inner: str, outer: str, size: int, count: int) -
     groups, m = mat.shape
     if outer == CONTINUOUS or groups < 2 or m < 2 or count < 1 or mat.size != size:
         raise ValueError("staged all-to-all flows: AlltoAll on >= 2 groups of >= 2 ranks, count >= 1")
+    if outer == "mesh" and (groups - 1) * size > MESH_LANES_MAX:
+        raise ValueError(f"staged all-to-all flows: a mesh across {groups} groups is {groups - 1} lanes of {size} ranks")
     g_of = np.empty(size, dtype=np.int64)
     i_of = np.empty(size, dtype=np.int64)
     g_of[mat] = np.arange(groups)[:, None]

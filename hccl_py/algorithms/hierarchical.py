@@ -37,7 +37,9 @@ every inter-group phase.
   bandwidth).
 * **broadcast**: scatter from the root inside its group (direct: the root sends each member its
   chunk in one step), outer broadcast of each chunk from its holder in the root's group to the
-  holders in the other groups, inner allgather in every group (the root only sends).
+  holders in the other groups, inner allgather in every group (the root only sends). The other
+  groups idle through the root's scatter, and every rank through the outer algorithm's idle
+  steps, so step k is the same moment on every rank (as for scatter and gather below).
 * **scatter** (HCCL's two-level Scatter): an outer scatter of whole groups' blocks among the ranks
   with the root's index in their group, then an inner scatter in every group from that rank;
   **gather** mirrors it (inner gather, then outer). Equal groups only; the root stages its
@@ -45,7 +47,8 @@ every inter-group phase.
 * **alltoall**: the staged all-to-all of ``alltoall_staged.py`` (HCCL's ``RunAlltoAllVStaged``),
   ``inner`` and ``outer`` each mesh or pairwise, on equal groups.
 * **reduce** mirrors broadcast: inner reduce-scatter, outer reduce of each chunk to its holder in
-  the root's group, gather to the root inside the root's group (direct, one step).
+  the root's group, gather to the root inside the root's group (direct, one step); aligned the
+  same way.
 
 Uneven groups (g_i < m): member t of G_i holds the chunks (allreduce, broadcast, reduce) or
 columns (allgather, reduce_scatter) j < m with j mod g_i == t, so some ranks take part in several
@@ -891,18 +894,19 @@ def _rooted_flows(fn: ScheduleFn, size: int, count: int):
 
     def world_step(f: StepFlows, on_the_plane: bool, copies) -> StepFlows:
         ranks, values = (on_plane, plane_values) if on_the_plane else (in_groups, group_values)
-        send_to = mapped("to", (f.send_to,), lambda: ranks(f.send_to))
-        recv_from = mapped("from", (f.recv_from,), lambda: ranks(f.recv_from))
-        lanes = None if f.recv_lane is None else mapped("lane", (f.recv_lane,), lambda: values(f.recv_lane))
+        level = "plane " if on_the_plane else "groups "  # one array object mapped two ways: two entries
+        send_to = mapped(level + "to", (f.send_to,), lambda: ranks(f.send_to))
+        recv_from = mapped(level + "from", (f.recv_from,), lambda: ranks(f.recv_from))
+        lanes = None if f.recv_lane is None else mapped(level + "lane", (f.recv_lane,), lambda: values(f.recv_lane))
         counts = values(f.send_count) if f.senders is None else f.send_count
         senders = f.senders
         if senders is not None:
             start, stop, stride = senders.indices(g if not on_the_plane else k)
             if on_the_plane:
-                counts = mapped("n", (f.send_count,), lambda: plane_values(f.send_count))
+                counts = mapped("plane n", (f.send_count,), lambda: plane_values(f.send_count))
                 senders = slice(start * g, stop * g, stride * g)
             elif stop - start == 1:  # one member of every group
-                counts = mapped("n", (f.send_count,), lambda: group_values(f.send_count))
+                counts = mapped("groups n", (f.send_count,), lambda: group_values(f.send_count))
                 senders = slice(start, size, g)
             else:  # several members of every group: whole arrays
                 active = np.zeros(g, dtype=bool)
@@ -1002,10 +1006,10 @@ def _chunked_rooted_flows(fn: ScheduleFn, size: int, count: int):
         return rows if np.ndim(values) == 2 else rows[0]
 
     def world_outer(f: StepFlows, copies) -> StepFlows:
-        send_to = mapped("to", (f.send_to,), lambda: across(f.send_to))
-        recv_from = mapped("from", (f.recv_from,), lambda: across(f.recv_from))
-        counts = mapped("n", (f.send_count,), lambda: columns(f.send_count))
-        lanes = None if f.recv_lane is None else mapped("lane", (f.recv_lane,), lambda: columns(f.recv_lane))
+        send_to = mapped("outer to", (f.send_to,), lambda: across(f.send_to))
+        recv_from = mapped("outer from", (f.recv_from,), lambda: across(f.recv_from))
+        counts = mapped("outer n", (f.send_count,), lambda: columns(f.send_count))
+        lanes = None if f.recv_lane is None else mapped("outer lane", (f.recv_lane,), lambda: columns(f.recv_lane))
         senders = f.senders
         if senders is not None:
             start, stop, stride = senders.indices(k)
@@ -1021,10 +1025,10 @@ def _chunked_rooted_flows(fn: ScheduleFn, size: int, count: int):
         return StepFlows(send_to, counts, recv_from, f.reduce, lanes, copies, f.repeat, senders)
 
     def world_inner(f: StepFlows, copies) -> StepFlows:
-        send_to = mapped("to", (f.send_to,), lambda: inside(f.send_to, True))
-        recv_from = mapped("from", (f.recv_from,), lambda: inside(f.recv_from, False))
-        counts = mapped("n", (f.send_count,), lambda: members(f.send_count))
-        lanes = None if f.recv_lane is None else mapped("lane", (f.recv_lane,), lambda: members(f.recv_lane))
+        send_to = mapped("inner to", (f.send_to,), lambda: inside(f.send_to, True))
+        recv_from = mapped("inner from", (f.recv_from,), lambda: inside(f.recv_from, False))
+        counts = mapped("inner n", (f.send_count,), lambda: members(f.send_count))
+        lanes = None if f.recv_lane is None else mapped("inner lane", (f.recv_lane,), lambda: members(f.recv_lane))
         if f.senders is not None:
             raise ValueError("hierarchical flows: a chain inside the groups")
         return StepFlows(send_to, counts, recv_from, f.reduce, lanes, copies, f.repeat)

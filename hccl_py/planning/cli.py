@@ -138,12 +138,19 @@ def _topology(args) -> Topology:
 
 
 def _check_algo(collective: str, algo: str) -> None:
+    """ValueError unless ``algo`` names an algorithm of ``collective``: auto, a flat one, or any
+    two-level name the library builds (every name ``auto`` prints among them)."""
+    from ..algorithms.hierarchical import TWO_LEVEL, schedule_for
+    from ..errors import HcclError
+
     if algo == "auto" or algo in algos_for(collective):
         return
-    if hier_levels(algo) is not None:
-        inner, outer = hier_levels(algo)
-        if inner in algos_for("allgather") and outer in algos_for(collective):
-            return
+    if hier_levels(algo) is not None and collective in TWO_LEVEL:
+        try:
+            schedule_for(collective, ((0, 1), (2, 3)), *hier_levels(algo))
+        except HcclError as err:
+            raise ValueError(f"{collective} has no algorithm {algo!r}: {err}") from None
+        return
     raise ValueError(f"{collective} has no algorithm {algo!r}; use one of {', '.join(algos_for(collective))}, "
                      "hier:<inner>/<outer> or auto")
 

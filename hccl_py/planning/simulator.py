@@ -188,6 +188,17 @@ class _Rotated:
         return self._topology.link(u, v)
 
 
+_CACHE_ELEMENTS = 1 << 23  # what one of the engine's caches keeps: array elements per kind (~64 MB of float64)
+
+
+def _make_room(cache: dict, elements: int) -> None:
+    """Empty ``cache`` before it passes 64 entries, or ``_CACHE_ELEMENTS`` with entries of
+    ``elements`` array elements each: patterns that never recur (an all-to-all's pipeline steps, 8
+    lanes of 65,536 ranks) must not pile up."""
+    if len(cache) >= max(1, min(64, _CACHE_ELEMENTS // max(elements, 1))):
+        cache.clear()
+
+
 class _FlowEngine:
     """The clock arithmetic of ``simulate`` / ``cost_model.step_end`` on whole steps as arrays."""
 
@@ -226,11 +237,9 @@ class _FlowEngine:
         value = self._by_content.get(content)
         if value is None:
             value = self._route_lanes(lanes, repeat)
-            if len(self._by_content) > 64:
-                self._by_content.clear()
+            _make_room(self._by_content, lanes.size)
             self._by_content[content] = value
-        if len(self._patterns) > 64:
-            self._patterns.clear()
+        _make_room(self._patterns, send_to.size)
         self._patterns[(id(send_to), repeat)] = (send_to, value)
         return value
 
@@ -297,8 +306,7 @@ class _FlowEngine:
             if len(shifts) == 1 and len(np.unique(links)) == len(links):
                 latency, share, _ = self._pattern(send_to, 1)
                 value = (latency[0], share[0], valid, int(shifts[0]))
-        if len(self._chains) > 64:
-            self._chains.clear()
+        _make_room(self._chains, send_to.size)
         self._chains[id(send_to)] = (send_to, value)
         return value
 
@@ -362,8 +370,7 @@ class _FlowEngine:
             red = self._reduce_s(n * self.itemsize) if reduce else None
             recvs.append((s_idx, every, has, offset, red, shift))
         prepared = (recvs, sends)
-        if len(self._steps) > 64:
-            self._steps.clear()
+        _make_room(self._steps, step.send_to.size)
         self._steps[key] = (arrays, prepared)
         return prepared
 
@@ -392,8 +399,7 @@ class _FlowEngine:
             reds = [self._reduce_s(np.full(self.size, n * self.itemsize)) if reduce and not self._all_inline else None
                     for n in dict.fromkeys((lo, hi))]
             entry = (step.send_to, step.recv_from, table, rolled, reds)
-            if len(self._tables) > 64:
-                self._tables.clear()
+            _make_room(self._tables, 4 * self.size)
             self._tables[key] = entry
         if lo == hi:  # one count on every rank: one table, nothing to select
             return [(s_idx, True, has, entry[3][0], entry[4][0], shift)], [(entry[2][0], True, valid[0])]
@@ -450,8 +456,7 @@ class _FlowEngine:
                 shift = -1
             recv_shape.append((lane, s_idx, every, has, shift, reduce[m]))
         value = (latency, share, valid, recv_shape)
-        if len(self._shapes) > 64:
-            self._shapes.clear()
+        _make_room(self._shapes, step.send_to.size)
         self._shapes[key] = (arrays, value)
         return value
 

@@ -536,6 +536,16 @@ def test_staged_alltoall_flows_equal_rank_by_rank(preset):
                 generic = simulate("alltoall", fn, topo, count, itemsize=2, start_clocks=starts, cost_model=model)
                 fast = simulate_flows("alltoall", fn, topo, count, itemsize=2, start_clocks=starts, cost_model=model)
                 assert fast.end_clocks == generic.end_clocks, (part, inner, outer, count)
+    if preset == "34x2p-roce":  # a mesh across many groups would be (groups - 1) lanes of every rank: rank by rank
+        import hccl_py.algorithms.alltoall_staged as staged
+
+        across = schedule_for("alltoall", server_partition(topo, tuple(range(n))), "mesh", "mesh")
+        assert can_simulate_flows("alltoall", across, n, 10)
+        old, staged.MESH_LANES_MAX = staged.MESH_LANES_MAX, 33 * n - 1
+        try:
+            assert not can_simulate_flows("alltoall", across, n, 10)
+        finally:
+            staged.MESH_LANES_MAX = old
     single = schedule_for("alltoall", (tuple(range(n)),), "mesh", "pairwise")
     assert not can_simulate_flows("alltoall", single, n, 10)  # one group: rank by rank
     assert not can_simulate_flows("alltoall", schedule_for("alltoall", server_partition(topo, tuple(range(n))), "mesh",
@@ -590,6 +600,32 @@ def test_outer_algorithms_keep_the_two_level_broadcast_and_reduce_aligned():
                         assert len(set(lengths)) == 1, (algo, k, count, lengths)
                     else:
                         assert lengths[0] == max(lengths), (algo, k, count, lengths)
+
+
+def test_a_degraded_direction_given_its_own_factor_keeps_it():
+    """``degraded={(a, b): f}`` slows both directions; a factor given for (b, a) as well wins there."""
+    topo = Topology.preset("2x4p-roce")
+    model = CostModel(topo, degraded={(0, 7): 0.5, (7, 0): 0.25, (1, 2): 0.75})
+    assert model.degraded == {(0, 7): 0.5, (7, 0): 0.25, (1, 2): 0.75, (2, 1): 0.75}
+
+
+def test_hccl_sim_takes_every_two_level_name_auto_prints(capsys):
+    """What ``auto`` prints can be given back as ``--algo`` (the pipelines, across-first,
+    whole-buffer levels); a name the library cannot build is refused with its reason."""
+    from hccl_py.planning.cli import main
+
+    for collective, algo in (("allreduce", "hier:mesh/pipeline"), ("allgather", "hier:mesh/pipeline@groups"),
+                             ("reduce_scatter", "hier:hd/ring-first"), ("allreduce", "hier:reducebcast/nhr"),
+                             ("allreduce", "hier:rd/rd"), ("alltoall", "hier:mesh/pipeline@groups"),
+                             ("alltoall", "hier:pairwise/mesh"), ("broadcast", "hier:mesh/hd@server")):
+        assert main([collective, "--preset", "2x4p-roce", "--bytes", "64K", "--algo", algo]) == 0, algo
+        assert f"algo {algo}" in capsys.readouterr().out
+    for collective, algo, reason in (("alltoall", "hier:mesh/continuous", "AlltoAllV"),
+                                     ("allgather", "hier:mesh/ring-first", "reduce_scatter"),
+                                     ("allreduce", "hier:bogus/ring", "bogus")):
+        assert main([collective, "--preset", "2x4p-roce", "--bytes", "64K", "--algo", algo]) == 2
+        err = capsys.readouterr().err
+        assert f"no algorithm {algo!r}" in err and reason in err
 
 
 def test_hccl_sim_cli(capsys):

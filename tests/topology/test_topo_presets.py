@@ -198,6 +198,14 @@ def test_route_ids_are_the_routes_as_arrays(topo):
     assert len(named) == len(set(named.values()))
 
 
+def test_route_ids_reject_ranks_out_of_range():
+    topo = Topology.preset("2x4p-roce")
+    for src, dst in (([-1], [0]), ([0], [8]), ([0, 1], [2, -1])):
+        with pytest.raises(TopologyError) as info:
+            topo.route_ids(src, dst)
+        assert (info.value.field, info.value.rule) == ("rank", "range")
+
+
 def test_intra_server_traffic_stays_inside_the_server():
     # Card 0 -> 4 of a 910 server: HCCL's default intra-server path is PCIe (HCCL_INTRA_PCIE_ENABLE
     # default), even where the RoCE loop card->NIC->leaf->NIC->card would be faster (figures
