@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from .schedule import TMP, Buf, Region, Schedule, Step, chunk_bounds
+from .schedule import TMP, Buf, Region, Schedule, Step, StepFlows, chunk_bounds
 
 Bounds = Sequence[tuple[int, int]]  # (offset, count) per chunk, contiguous and in order
 
@@ -128,6 +128,18 @@ def chunk_prefix(count: int, parts: int) -> np.ndarray:
     """Prefix sums of the sizes of ``chunk_bounds(count, parts)``: chunks i .. j-1 hold
     ``prefix[j] - prefix[i]`` elements (flows read whole ranges of chunks per rank this way)."""
     return np.concatenate(([0], np.cumsum([n for _, n in chunk_bounds(count, parts)])))
+
+
+def without_empty(step: StepFlows) -> StepFlows:
+    """A one-lane step without its zero-element messages, as ``finish`` leaves them out of the
+    schedules (fewer elements than chunks: some chunks are empty)."""
+    empty = step.send_count == 0
+    if not empty.any():
+        return step
+    sending = np.where(empty, -1, step.send_to)
+    has = step.recv_from >= 0
+    receiving = np.where(has & ~empty[np.where(has, step.recv_from, 0)], step.recv_from, -1)
+    return StepFlows(sending, step.send_count, receiving, step.reduce, copies=step.copies, repeat=step.repeat)
 
 
 # Flows list the root's size-1 transfers as lanes of size entries each: kept to servers and

@@ -22,7 +22,7 @@ from typing import Iterator
 
 import numpy as np
 
-from ._common import absolute, chunk_prefix, finish, relative, span
+from ._common import absolute, chunk_prefix, finish, relative, span, without_empty
 from ._fold import Fold, doubling
 from ._trees import children, lowbit, parent, subtree
 from .schedule import OUT, Recv, Region, Schedule, Send, Step, StepFlows, chunk_bounds
@@ -69,9 +69,9 @@ def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
 def flows(size: int, count: int, root: int = 0) -> Iterator[StepFlows]:
     """Every rank's steps at once: scatter round j, newranks that are multiples of p >> j send the
     subtree of their child p >> (j+1) on; doubling step d, v and v ^ d swap what the other lacks.
-    Needs root 0, a power-of-two ``size >= 2`` and ``count >= size`` (no empty chunk)."""
-    if size < 2 or size & (size - 1) or count < size or root != 0:
-        raise ValueError("hd broadcast flows need root 0, a power-of-two size >= 2 and count >= size")
+    Needs root 0, a power-of-two ``size >= 2`` and ``count >= 1`` (empty chunks move nothing)."""
+    if size < 2 or size & (size - 1) or count < 1 or root != 0:
+        raise ValueError("hd broadcast flows need root 0, a power-of-two size >= 2 and count >= 1")
     p = size
     ranks = np.arange(p)
     prefix = chunk_prefix(count, p)
@@ -85,12 +85,12 @@ def flows(size: int, count: int, root: int = 0) -> Iterator[StepFlows]:
         recv_from[senders + width] = senders
         counts = np.zeros(p, dtype=np.int64)
         counts[senders] = prefix[senders + 2 * width] - prefix[senders + width]
-        yield StepFlows(send_to, counts, recv_from, False)
+        yield without_empty(StepFlows(send_to, counts, recv_from, False))
         width //= 2
     dist = 1
     while dist < p:  # doubling: a transfer is left out where the receiver holds the range from the scatter
         partner = ranks ^ dist
         base = ranks - ranks % dist
-        yield StepFlows(np.where(dist >= low[partner], partner, -1), prefix[base + dist] - prefix[base],
-                        np.where(dist >= low, partner, -1), False)
+        yield without_empty(StepFlows(np.where(dist >= low[partner], partner, -1), prefix[base + dist] - prefix[base],
+                                      np.where(dist >= low, partner, -1), False))
         dist *= 2

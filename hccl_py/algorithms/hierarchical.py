@@ -941,7 +941,8 @@ _ALIGNED_OUTER = {"broadcast": ("hd",), "reduce": ("hd", "ring")}
 
 def _chunked_rooted_flows(fn: ScheduleFn, size: int, count: int):
     """Flows of the two-level broadcast / reduce with root 0 on equal groups of g consecutive
-    ranks, ``count`` a multiple of g (each member's chunk worked on in place, ``_Chunks.direct``).
+    ranks, ``count >= g``: each member's chunk in place (``_Chunks.direct``), or, chunks of two
+    sizes, staged through TMP (each column then runs the outer algorithm on its own count).
     Broadcast: the root scatters the chunks in its group (the others idle), every column
     broadcasts its chunk across the groups (the outer algorithm's flows, all columns at once),
     every group allgathers (the root receives nothing). Reduce: every group reduce-scatters, every
@@ -953,20 +954,24 @@ def _chunked_rooted_flows(fn: ScheduleFn, size: int, count: int):
     plan = _Plan.of(fn.partition)
     g, k = plan.m, plan.k
     in_order = all(group == tuple(range(i * g, (i + 1) * g)) for i, group in enumerate(plan.groups))
-    if not plan.uniform or not in_order or plan.size != size or g < 2 or k < 2 or count < g or count % g:
+    if not plan.uniform or not in_order or plan.size != size or g < 2 or k < 2 or count < g:
         raise ValueError(f"hierarchical {collective} flows need equal groups of consecutive ranks in order, at least 2 "
-                         "of at least 2, and a count that is a multiple of the group size")
+                         "of at least 2, and at least an element per rank of a group")
     if fn.outer not in _ALIGNED_OUTER[collective]:
         raise ValueError(f"hierarchical {collective} flows: {fn.outer!r} across the groups ends at different steps on "
                          "different groups (rank by rank)")
-    q = count // g
+    chunk = [n for _, n in _Chunks(plan, count).bounds]  # column t's elements (chunk t)
+    q = chunk[0]  # a slot: the largest chunk (what the inner level moves per member)
     level0 = "allgather" if collective == "broadcast" else "reduce_scatter"
     if (collective, fn.outer) not in FLOWS or (level0, fn.inner) not in FLOWS:
         raise ValueError(f"no flows for {collective}/{fn.outer} or {level0}/{fn.inner}")
-    outer = FLOWS[(collective, fn.outer)](k, q)
     inner = FLOWS[(level0, fn.inner)](g, q)
-    outer_first, inner_first = next(outer), next(inner)  # ValueError when they do not apply
-    outer, inner = itertools.chain([outer_first], outer), itertools.chain([inner_first], inner)
+    inner = itertools.chain([next(inner)], inner)  # ValueError when they do not apply
+    if len(set(chunk)) == 1:  # every column alike: one outer algorithm's flows, mapped
+        outer = FLOWS[(collective, fn.outer)](k, q)
+        outer = _without_trailing_idle(itertools.chain([next(outer)], outer))
+    else:  # two chunk sizes: each column its own count (staged through TMP, ``_Chunks``)
+        outer = _columns_of(collective, fn.outer, k, chunk)
     role_of = np.full(size, 3)  # the root, its group's others, member 0 of another group, any other
     role_of[:g], role_of[0], role_of[g::g] = 1, 0, 2
     samples = [(0,), (1, g - 1), (g, (k - 1) * g, (k // 2) * g), (g + 1, size - 1, (k // 2) * g + g // 2)]
@@ -1005,7 +1010,13 @@ def _chunked_rooted_flows(fn: ScheduleFn, size: int, count: int):
         rows = np.atleast_2d(values)[:, member_of]
         return rows if np.ndim(values) == 2 else rows[0]
 
-    def world_outer(f: StepFlows, copies) -> StepFlows:
+    def world_outer(f, copies) -> StepFlows:
+        if isinstance(f, tuple):  # one StepFlows per column
+            def pick(arrays):  # column t's array, entry i, for rank (i, t)
+                return np.stack(arrays)[member_of, group_of]
+            to, frm = pick([c.send_to for c in f]), pick([c.recv_from for c in f])
+            return StepFlows(np.where(to >= 0, to * g + member_of, -1), pick([c.send_count for c in f]),
+                             np.where(frm >= 0, frm * g + member_of, -1), f[0].reduce, None, copies, f[0].repeat)
         send_to = mapped("outer to", (f.send_to,), lambda: across(f.send_to))
         recv_from = mapped("outer from", (f.recv_from,), lambda: across(f.recv_from))
         counts = mapped("outer n", (f.send_count,), lambda: columns(f.send_count))
@@ -1037,15 +1048,18 @@ def _chunked_rooted_flows(fn: ScheduleFn, size: int, count: int):
         peers = np.arange(1, g)
         lanes = np.full((g - 1, size), -1)
         towards = np.full((g - 1, size), -1)
+        counts = np.zeros((g - 1, size), dtype=np.int64)
         if collective == "broadcast":
             lanes[peers - 1, 0] = peers
+            counts[peers - 1, 0] = np.array(chunk)[peers]  # member u's chunk
             towards[0, peers] = 0
             recv_lane = np.zeros((g - 1, size), dtype=np.int64)
             recv_lane[0, peers] = peers - 1
-            return StepFlows(lanes, np.full((g - 1, size), q), towards, False, recv_lane, copies)
+            return StepFlows(lanes, counts, towards, False, recv_lane, copies)
         towards[0, peers] = 0  # one send each, to the root
+        counts[0, peers] = np.array(chunk)[peers]
         lanes[peers - 1, 0] = peers  # the root's receives, in member order
-        return StepFlows(towards, np.full((g - 1, size), q), lanes, False, np.zeros((g - 1, size), dtype=np.int64), copies)
+        return StepFlows(towards, counts, lanes, False, np.zeros((g - 1, size), dtype=np.int64), copies)
 
     nsteps = max(len(steps) for steps in roles)
     step_index = 0
@@ -1065,8 +1079,41 @@ def _chunked_rooted_flows(fn: ScheduleFn, size: int, count: int):
         for f in flows:
             yield (world_outer if phase == "outer" else world_inner)(f, copies_now())
             step_index += 1
+    if step_index < nsteps:  # the copies out of the staging area ride on a step of their own
+        none = np.full(size, -1)
+        yield StepFlows(none, np.zeros(size, dtype=np.int64), none, False, None, copies_now())
+        step_index += 1
     if step_index != nsteps:
         raise ValueError("hierarchical flows: the composite's steps do not line up with its phases")
+
+
+def _columns_of(collective: str, outer: str, k: int, chunk: list[int]) -> list[tuple]:
+    """The outer algorithm's steps for every column at once when columns hold two chunk sizes:
+    per step a tuple of StepFlows, column t's for ``chunk[t]`` elements; ValueError unless every
+    column runs as many steps of plain one-lane flows."""
+    from .registry import FLOWS
+
+    per_count = {n: list(_without_trailing_idle(FLOWS[(collective, outer)](k, n))) for n in set(chunk)}
+    lengths = {len(steps) for steps in per_count.values()}
+    plain = all(f.senders is None and f.send_to.ndim == 1 and f.recv_lane is None and not f.copies
+                for steps in per_count.values() for f in steps)
+    if len(lengths) != 1 or not plain:
+        raise ValueError(f"hierarchical {collective} flows: columns of two chunk sizes run different steps across")
+    return [tuple(per_count[n][j] for n in chunk) for j in range(lengths.pop())]
+
+
+def _without_trailing_idle(flows):
+    """``flows`` without the steps at the end in which nobody sends (chunks too small to fill every
+    rank: a reduce's last gather rounds carry nothing), as every rank's schedule ends before them
+    and the next phase follows at once."""
+    idle = []
+    for f in flows:
+        if f.senders is None and not (f.send_to >= 0).any():
+            idle.append(f)
+            continue
+        yield from idle
+        idle = []
+        yield f
 
 
 def _trimmed(per_step: list) -> list:

@@ -21,7 +21,7 @@ from typing import Iterator
 
 import numpy as np
 
-from ._common import absolute, chunk_prefix, finish, relative, span
+from ._common import absolute, chunk_prefix, finish, relative, span, without_empty
 from ._fold import Fold, halving
 from ._trees import children, parent, subtree
 from .schedule import IN, OUT, TMP, Recv, Region, Schedule, Send, Step, StepFlows, chunk_bounds
@@ -68,9 +68,10 @@ def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
 def flows(size: int, count: int, root: int = 0) -> Iterator[StepFlows]:
     """Every rank's steps at once: halving step d, v sends the half of its range without v to
     v ^ d and reduces in the half with it; gather round w, newranks whose lowest bit is w send
-    their subtree's chunks to v - w. Needs root 0, a power-of-two ``size >= 2`` and ``count >= size``."""
-    if size < 2 or size & (size - 1) or count < size or root != 0:
-        raise ValueError("hd reduce flows need root 0, a power-of-two size >= 2 and count >= size")
+    their subtree's chunks to v - w. Needs root 0, a power-of-two ``size >= 2`` and ``count >= 1``
+    (empty chunks move nothing)."""
+    if size < 2 or size & (size - 1) or count < 1 or root != 0:
+        raise ValueError("hd reduce flows need root 0, a power-of-two size >= 2 and count >= 1")
     p = size
     ranks = np.arange(p)
     prefix = chunk_prefix(count, p)
@@ -79,7 +80,7 @@ def flows(size: int, count: int, root: int = 0) -> Iterator[StepFlows]:
         lo = ranks - ranks % (2 * dist)
         upper = ranks - lo >= dist  # v keeps the upper half and sends the lower
         sent_lo = np.where(upper, lo, lo + dist)
-        yield StepFlows(ranks ^ dist, prefix[sent_lo + dist] - prefix[sent_lo], ranks ^ dist, True)
+        yield without_empty(StepFlows(ranks ^ dist, prefix[sent_lo + dist] - prefix[sent_lo], ranks ^ dist, True))
         dist //= 2
     width = 1
     while width < p:  # binomial gather: v with lowest bit w sends [v, v + w) to v - w
@@ -90,5 +91,5 @@ def flows(size: int, count: int, root: int = 0) -> Iterator[StepFlows]:
         recv_from[senders - width] = senders
         counts = np.zeros(p, dtype=np.int64)
         counts[senders] = prefix[senders + width] - prefix[senders]
-        yield StepFlows(send_to, counts, recv_from, False)
+        yield without_empty(StepFlows(send_to, counts, recv_from, False))
         width *= 2

@@ -360,7 +360,7 @@ def test_hd_broadcast_and_reduce_flows_equal_rank_by_rank(collective):
                 continue
             topo = Topology.preset(preset, n=size) if size < full.num_ranks else full
             model = CostModel(topo, degraded={(0, 1): 0.5})
-            for count in (size, 1000, 4097):
+            for count in (1, 3, size, 1000, 4097):  # fewer elements than ranks: empty chunks move nothing
                 assert can_simulate_flows(collective, "hd", size, count)
                 starts = [0.001 * ((r * 7) % 3) for r in range(size)]
                 for dtype, op in (("float32", "sum"), ("float16", "max")):
@@ -370,7 +370,7 @@ def test_hd_broadcast_and_reduce_flows_equal_rank_by_rank(collective):
                                           dtype=dtype, op=op)
                     assert fast.end_clocks == generic.end_clocks, (preset, size, count, dtype)
     assert not can_simulate_flows(collective, "hd", 6, 100)  # folds: rank by rank
-    assert not can_simulate_flows(collective, "hd", 8, 7)  # an empty chunk
+    assert not can_simulate_flows(collective, "hd", 8, 0)
 
 
 def test_flows_serve_any_root_of_the_algorithms_that_number_ranks_from_it():
@@ -572,14 +572,18 @@ def test_two_level_broadcast_and_reduce_flows_equal_rank_by_rank(preset, collect
     for inner in ("mesh", "ring", "hd"):
         for outer in outers:
             fn = schedule_for(collective, part, inner, outer)
-            for count in (n, 40 * g, 1000 * g):
+            # hd: fewer elements a chunk than groups (empty chunks), and chunks of two sizes (staged through TMP)
+            more = (g, 3 * g, 10 * g + 1, n + 1, 1000 * g + 3) if outer == "hd" else ()
+            for count in (*more, n, 40 * g, 1000 * g):
                 assert can_simulate_flows(collective, fn, n, count), (inner, outer, count)
                 for dtype, op in (("float32", "sum"), ("float16", "max")):
                     generic = simulate(collective, fn, topo, count, start_clocks=starts, cost_model=model, dtype=dtype, op=op)
                     fast = simulate_flows(collective, fn, topo, count, start_clocks=starts, cost_model=model, dtype=dtype,
                                           op=op)
                     assert fast.end_clocks == generic.end_clocks, (inner, outer, count, dtype)
-    assert not can_simulate_flows(collective, schedule_for(collective, part, "mesh", "hd"), n, g * 10 + 1)  # staged chunks
+    assert not can_simulate_flows(collective, schedule_for(collective, part, "mesh", "hd"), n, g - 1)  # an empty chunk
+    if collective == "reduce":  # a chain across, chunks of two sizes: rank by rank
+        assert not can_simulate_flows(collective, schedule_for(collective, part, "mesh", "ring"), n, 40 * g + 1)
     if collective == "broadcast":
         assert not can_simulate_flows(collective, schedule_for(collective, part, "mesh", "ring"), n, 40 * g)
 
@@ -593,8 +597,8 @@ def test_outer_algorithms_keep_the_two_level_broadcast_and_reduce_aligned():
     for collective, algos in _ALIGNED_OUTER.items():
         for algo in algos:
             fn = get_schedule(collective, algo)
-            for k in (2, 4, 8, 16, 32):
-                for count in (k, 3 * k + 1, 1000):
+            for k in (2, 3, 4, 5, 8, 16, 32) if algo == "ring" else (2, 4, 8, 16, 32):
+                for count in (k, 3 * k + 1, 1000, *((1, k // 2 + 1) if algo == "hd" else ())):  # hd: empty chunks too
                     lengths = [len(fn(r, k, count, 0).steps) for r in range(k)]
                     if collective == "broadcast":
                         assert len(set(lengths)) == 1, (algo, k, count, lengths)
