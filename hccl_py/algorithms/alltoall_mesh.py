@@ -22,6 +22,8 @@ from .schedule import IN, OUT, Copy, Recv, Region, Schedule, Send, Step
 def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
     """Mesh all-to-all of ``count`` elements per block: one step that sends every peer its block
     (``schedule_v`` with equal counts); returns the Schedule of rank ``rank``."""
+    if count == 0:  # nothing moves: no steps, without building the peers' empty messages
+        return finish([])
     counts = ((count,) * size,) * size
     displs = packed_displacements(counts[0])
     return schedule_v(rank, counts, displs, displs)

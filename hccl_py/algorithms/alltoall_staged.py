@@ -88,6 +88,8 @@ def _equal_blocks(partition: Partition, inner: str, outer: str) -> Callable[...,
         if size_ != size:
             raise HcclParamError(f"staged all-to-all on {len(partition)} groups serves {size} ranks, not {size_}",
                                  collective="alltoall", arg="size", value=size_, rule="const", expected=size)
+        if count == 0:  # nothing moves: no steps (what finish leaves of both stages), without building them
+            return finish([])
         counts = ((count,) * size,) * size
         displs = packed_displacements(counts[0])
         return schedule_v(rank, counts, displs, displs, partition, inner, outer)

@@ -178,6 +178,10 @@ def _one(args, topology: Topology, wall_start: float) -> int:
     collective = spec.name
     n = topology.num_ranks
     count = spec.message_elements(args.bytes, itemsize, n)
+    if count == 0:
+        least = next(b for b in (itemsize, itemsize * n) if spec.message_elements(b, itemsize, n))
+        raise ValueError(f"--bytes {args.bytes}: below one {args.dtype} element per rank for {collective} on {n} ranks; "
+                         f"give at least {least} bytes")
     model = CostModel(topology)
     call = simulate_call(collective, topology, count, algo=args.algo, itemsize=itemsize, root=args.root, dtype=dtype,
                          op=args.op, cost_model=model, deterministic=_deterministic(args))

@@ -624,6 +624,8 @@ def test_hccl_sim_takes_every_two_level_name_auto_prints(capsys):
                              ("alltoall", "hier:pairwise/mesh"), ("broadcast", "hier:mesh/hd@server")):
         assert main([collective, "--preset", "2x4p-roce", "--bytes", "64K", "--algo", algo]) == 0, algo
         assert f"algo {algo}" in capsys.readouterr().out
+    assert main(["alltoall", "--preset", "2x4p-roce", "--bytes", "16"]) == 2  # 16 B over 8 ranks: no fp32 element a block
+    assert "give at least 32 bytes" in capsys.readouterr().err
     for collective, algo, reason in (("alltoall", "hier:mesh/continuous", "AlltoAllV"),
                                      ("allgather", "hier:mesh/ring-first", "reduce_scatter"),
                                      ("allreduce", "hier:bogus/ring", "bogus")):
