@@ -133,6 +133,8 @@ def chunk_prefix(count: int, parts: int) -> np.ndarray:
 def without_empty(step: StepFlows) -> StepFlows:
     """A one-lane step without its zero-element messages, as ``finish`` leaves them out of the
     schedules (fewer elements than chunks: some chunks are empty)."""
+    if step.send_to.ndim != 1 or step.recv_lane is not None or step.senders is not None:
+        raise ValueError("without_empty takes one-lane steps of plain arrays")
     empty = step.send_count == 0
     if not empty.any():
         return step

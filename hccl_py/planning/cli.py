@@ -180,7 +180,7 @@ def _one(args, topology: Topology, wall_start: float) -> int:
     count = spec.message_elements(args.bytes, itemsize, n)
     if count == 0:
         least = next(b for b in (itemsize, itemsize * n) if spec.message_elements(b, itemsize, n))
-        raise ValueError(f"--bytes {args.bytes}: below one {args.dtype} element per rank for {collective} on {n} ranks; "
+        raise ValueError(f"--bytes {args.bytes} gives {collective} on {n} ranks no whole {args.dtype} element to move; "
                          f"give at least {least} bytes")
     model = CostModel(topology)
     call = simulate_call(collective, topology, count, algo=args.algo, itemsize=itemsize, root=args.root, dtype=dtype,

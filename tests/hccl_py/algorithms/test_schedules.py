@@ -302,3 +302,20 @@ def test_oneshot_folds_in_rank_order_on_every_rank() -> None:
         assert bits(out) == bits(expected)
     sched0 = get_schedule("allreduce", "oneshot")(0, 4, 1000)
     assert len(sched0.steps) == 2 and not sched0.steps[1].sends and len(sched0.steps[0].sends) == 3
+
+
+def test_without_empty_leaves_out_zero_element_messages_of_one_lane_steps():
+    import numpy as np
+
+    from hccl_py.algorithms._common import without_empty
+    from hccl_py.algorithms.schedule import StepFlows
+
+    step = StepFlows(np.array([1, 2, 3, 0]), np.array([5, 0, 2, 0]), np.array([3, 0, 1, 2]), False, copies=(4,))
+    kept = without_empty(step)
+    assert kept.send_to.tolist() == [1, -1, 3, -1]  # ranks 1 and 3 send nothing
+    assert kept.recv_from.tolist() == [-1, 0, -1, 2]  # nor does anyone receive from them
+    assert kept.copies == (4,) and kept.send_count is step.send_count
+    whole = StepFlows(np.array([1, 0]), np.array([3, 3]), np.array([1, 0]), True)
+    assert without_empty(whole) is whole
+    with pytest.raises(ValueError):
+        without_empty(StepFlows(np.array([[1, 0]]), np.array([[0, 1]]), np.array([[1, 0]]), False))
