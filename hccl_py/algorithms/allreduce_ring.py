@@ -28,14 +28,25 @@ def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
     chunks = chunk_bounds(count, size)
     right, left = (rank + 1) % size, (rank - 1) % size
     steps = []
-    for sent, got in ring_indices(rank, size, shift=0):
-        acc = Region(OUT, *chunks[got])
-        sends = (Send(right, Region(OUT, *chunks[sent])),)
-        steps.append(Step(sends=sends, recvs=(Recv(left, acc, reduce_with=acc),)))
-    for sent, got in ring_indices(rank, size, shift=1):
-        sends = (Send(right, Region(OUT, *chunks[sent])),)
-        steps.append(Step(sends=sends, recvs=(Recv(left, Region(OUT, *chunks[got])),)))
+    for shift in (0, 1):
+        for sent, got in _moving(rank, size, count, shift):
+            if shift == 0:
+                acc = Region(OUT, *chunks[got])
+                recv = Recv(left, acc, reduce_with=acc)
+            else:
+                recv = Recv(left, Region(OUT, *chunks[got]))
+            steps.append(Step(sends=(Send(right, Region(OUT, *chunks[sent])),), recvs=(recv,)))
     return finish(steps)
+
+
+def _moving(rank: int, size: int, count: int, shift: int) -> list[tuple[int, int]]:
+    """``ring_indices`` of one trip, without the steps in which both chunks are empty (``finish``
+    leaves those out): with fewer elements than ranks only chunks 0 .. count-1 hold any, so a rank
+    of 65,536 builds a few steps, not 131,070."""
+    if count >= size:
+        return ring_indices(rank, size, shift)
+    steps = {(rank + shift - j) % size for j in range(count)} | {(rank + shift - j - 1) % size for j in range(count)}
+    return [((rank + shift - s) % size, (rank + shift - s - 1) % size) for s in sorted(steps) if s < size - 1]
 
 
 def flows(size: int, count: int, root: int = 0) -> Iterator[StepFlows]:

@@ -30,7 +30,7 @@ RELATIVE_TO_ROOT = True
 def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
     """Ring (chain) broadcast: the buffer, cut into size chunks, pipelined from the root along root,
     root+1, ... over 2*size-2 steps; returns the Schedule of rank ``rank``."""
-    chunks = chunk_bounds(count, size)
+    chunks = chunk_bounds(count, size)[:count]  # fewer elements than ranks: the empty chunks move nothing
     d = relative(rank, root, size)
     prev, nxt = absolute(d - 1, root, size), absolute(d + 1, root, size)
     steps = []
@@ -43,12 +43,13 @@ def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
 
 def flows(size: int, count: int, root: int = 0) -> Iterator[StepFlows]:
     """Every rank's steps at once (``StepFlows.senders``: in step t ranks t-K+1 .. t send chunk
-    t - d on); root 0, ``size >= 2`` and ``count >= size`` (no empty chunk)."""
-    if size < 2 or count < size or root != 0:
-        raise ValueError("ring broadcast flows need root 0, size >= 2 and count >= size")
+    t - d on, K the chunks that hold elements); root 0, ``size >= 2`` and ``count >= 1``."""
+    if size < 2 or count < 1 or root != 0:
+        raise ValueError("ring broadcast flows need root 0, size >= 2 and count >= 1")
+    k = min(count, size)
     send_to, recv_from = chain_pattern(size, towards_root=False)
-    backwards = chunk_windows(count, size, size)[::-1]  # rank d's chunk t - d, read as one view per step
+    backwards = chunk_windows(count, k, size)[::-1]  # rank d's chunk t - d, read as one view per step
     last = len(backwards) - 1
-    for t in range(2 * size - 2):
+    for t in range(size + k - 2):
         counts = backwards[last - size - t:last - t]
-        yield StepFlows(send_to, counts, recv_from, False, senders=slice(max(0, t - size + 1), min(t, size - 2) + 1))
+        yield StepFlows(send_to, counts, recv_from, False, senders=slice(max(0, t - k + 1), min(t, size - 2) + 1))

@@ -29,7 +29,7 @@ RELATIVE_TO_ROOT = True
 def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
     """Ring (chain) reduce: size chunks pipelined from the chain's tail to the root, each rank reducing what
     it receives with its own IN chunk, over 2*size-2 steps; returns the Schedule of rank ``rank``."""
-    chunks = chunk_bounds(count, size)
+    chunks = chunk_bounds(count, size)[:count]  # fewer elements than ranks: the empty chunks move nothing
     d = relative(rank, root, size)
     u = size - 1 - d
     towards, away = absolute(d - 1, root, size), absolute(d + 1, root, size)
@@ -49,11 +49,12 @@ def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
 def flows(size: int, count: int, root: int = 0) -> Iterator[StepFlows]:
     """Every rank's steps at once (``StepFlows.senders``: in step t rank d, u = size-1-d from the
     tail, sends chunk t - u towards the root, which reduces it in); root 0, ``size >= 2`` and
-    ``count >= size`` (no empty chunk)."""
-    if size < 2 or count < size or root != 0:
-        raise ValueError("ring reduce flows need root 0, size >= 2 and count >= size")
+    ``count >= 1`` (K, the chunks that hold elements, in flight)."""
+    if size < 2 or count < 1 or root != 0:
+        raise ValueError("ring reduce flows need root 0, size >= 2 and count >= 1")
+    k = min(count, size)
     send_to, recv_from = chain_pattern(size, towards_root=True)
-    sizes = chunk_windows(count, size, size)  # rank d's chunk t - u at t + 1 + d
-    for t in range(2 * size - 2):
+    sizes = chunk_windows(count, k, size)  # rank d's chunk t - u at t + 1 + d
+    for t in range(size + k - 2):
         yield StepFlows(send_to, sizes[t + 1:t + 1 + size], recv_from, True,
-                        senders=slice(max(1, size - 1 - t), min(size - 1, 2 * size - 2 - t) + 1))
+                        senders=slice(max(1, size - 1 - t), min(size - 1, size - 2 - t + k) + 1))

@@ -333,7 +333,7 @@ def test_rooted_flows_equal_rank_by_rank(collective, algo):
                 continue
             topo = Topology.preset(preset, n=size) if size < full.num_ranks else full
             model = CostModel(topo, degraded={(0, 1): 0.5})
-            for count in (size, 1000, 4097):
+            for count in (1, 2, size, 1000, 4097):  # 1, 2: fewer elements than ranks (empty chunks)
                 assert can_simulate_flows(collective, algo, size, count)
                 starts = [0.001 * ((r * 7) % 3) for r in range(size)]
                 for dtype, op in (("float32", "sum"), ("float16", "max")):
@@ -342,8 +342,7 @@ def test_rooted_flows_equal_rank_by_rank(collective, algo):
                     fast = simulate_flows(collective, algo, topo, count, start_clocks=starts, dtype=dtype, op=op,
                                           cost_model=model)
                     assert fast.end_clocks == generic.end_clocks, (preset, size, count, dtype)
-    if collective in ("broadcast", "reduce"):
-        assert not can_simulate_flows(collective, algo, 8, 7)  # an empty chunk: rank by rank
+    assert not can_simulate_flows(collective, algo, 8, 0)
 
 
 @pytest.mark.parametrize("collective", ["broadcast", "reduce"])
@@ -572,8 +571,8 @@ def test_two_level_broadcast_and_reduce_flows_equal_rank_by_rank(preset, collect
     for inner in ("mesh", "ring", "hd"):
         for outer in outers:
             fn = schedule_for(collective, part, inner, outer)
-            # hd: fewer elements a chunk than groups (empty chunks), and chunks of two sizes (staged through TMP)
-            more = (g, 3 * g, 10 * g + 1, n + 1, 1000 * g + 3) if outer == "hd" else ()
+            # fewer elements a chunk than groups (empty chunks); hd: chunks of two sizes too (staged through TMP)
+            more = (g, 3 * g, 10 * g + 1, n + 1, 1000 * g + 3) if outer == "hd" else (g, 3 * g)
             for count in (*more, n, 40 * g, 1000 * g):
                 assert can_simulate_flows(collective, fn, n, count), (inner, outer, count)
                 for dtype, op in (("float32", "sum"), ("float16", "max")):

@@ -319,3 +319,28 @@ def test_without_empty_leaves_out_zero_element_messages_of_one_lane_steps():
     assert without_empty(whole) is whole
     with pytest.raises(ValueError):
         without_empty(StepFlows(np.array([[1, 0]]), np.array([[0, 1]]), np.array([[1, 0]]), False))
+
+
+def test_ring_allreduce_with_fewer_elements_than_ranks_builds_only_the_steps_that_move_data():
+    """The sparse build (``allreduce_ring._moving``) gives the schedule the whole trip gives once
+    ``finish`` has dropped its empty steps."""
+    from hccl_py.algorithms import allreduce_ring
+    from hccl_py.algorithms._common import finish, ring_indices
+    from hccl_py.algorithms.schedule import OUT, Recv, Region, Send, Step, chunk_bounds
+
+    def whole_trip(rank, size, count):
+        chunks = chunk_bounds(count, size)
+        right, left = (rank + 1) % size, (rank - 1) % size
+        steps = []
+        for shift in (0, 1):
+            for sent, got in ring_indices(rank, size, shift):
+                acc = Region(OUT, *chunks[got])
+                recv = Recv(left, acc, reduce_with=acc) if shift == 0 else Recv(left, acc)
+                steps.append(Step(sends=(Send(right, Region(OUT, *chunks[sent])),), recvs=(recv,)))
+        return finish(steps)
+
+    for size in (2, 3, 5, 8, 17):
+        for count in range(1, size + 2):
+            for rank in range(size):
+                assert allreduce_ring.schedule.__wrapped__(rank, size, count) == whole_trip(rank, size, count), \
+                    (size, count, rank)
