@@ -14,10 +14,12 @@ blocks to others. TMP: none. IN is never written.
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Sequence
+from typing import Iterator, Sequence
+
+import numpy as np
 
 from ._common import finish, packed_displacements
-from .schedule import IN, OUT, Copy, Recv, Region, Schedule, Send, Step
+from .schedule import IN, OUT, Copy, Recv, Region, Schedule, Send, Step, StepFlows
 
 
 @lru_cache(maxsize=256)
@@ -45,3 +47,15 @@ def schedule_v(rank: int, counts: Sequence[Sequence[int]], send_displs: Sequence
         steps[1] = Step(copies=steps[0].copies, sends=steps[1].sends, recvs=steps[1].recvs)
         steps.pop(0)
     return finish(steps)
+
+
+def flows(size: int, count: int, root: int = 0) -> Iterator[StepFlows]:
+    """Every rank's steps at once (``StepFlows``): in round s every rank sends rank + s its block
+    and receives rank - s's; the own block's copy rides in the first. Needs ``size >= 2`` and
+    ``count >= 1``."""
+    if size < 2 or count < 1:
+        raise ValueError("pairwise all-to-all flows need size >= 2 and count >= 1")
+    ranks = np.arange(size)
+    blocks = np.full(size, count)
+    for s in range(1, size):
+        yield StepFlows((ranks + s) % size, blocks, (ranks - s) % size, False, copies=(count,) if s == 1 else ())

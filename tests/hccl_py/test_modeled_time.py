@@ -511,6 +511,24 @@ def test_two_level_scatter_and_gather_flows_equal_rank_by_rank(preset, collectiv
     assert not can_simulate_flows(collective, backwards, 8, 10)  # groups out of order: rank by rank
 
 
+def test_pairwise_alltoall_flows_equal_rank_by_rank():
+    """The flat pairwise all-to-all (HCCL's choice on servers of different NPU counts, or of one
+    NPU each) all ranks at once, against rank by rank."""
+    from hccl_py.planning.simulator import can_simulate_flows, simulate_flows
+
+    for preset, n in (("ascend910-8p", 5), ("mixed-4p", None), ("2x4p-roce", None), ("34x1p-roce", None)):
+        topo = Topology.preset(preset, n=n)
+        size = topo.num_ranks
+        model = CostModel(topo, degraded={(0, size - 1): 0.5})
+        starts = [0.001 * ((r * 5) % 3) for r in range(size)]
+        for count in (1, 7, 1000):
+            assert can_simulate_flows("alltoall", "pairwise", size, count)
+            generic = simulate("alltoall", "pairwise", topo, count, itemsize=2, start_clocks=starts, cost_model=model)
+            fast = simulate_flows("alltoall", "pairwise", topo, count, itemsize=2, start_clocks=starts, cost_model=model)
+            assert fast.end_clocks == generic.end_clocks, (preset, count)
+    assert not can_simulate_flows("alltoall", "pairwise", 8, 0)
+
+
 @pytest.mark.parametrize("preset", ["2x4p-roce", "4x2p-roce", "2x8p-roce-910", "34x2p-roce"])
 def test_staged_alltoall_flows_equal_rank_by_rank(preset):
     """HCCL's staged all-to-all (each level mesh or pairwise) and its pipelined one, all ranks at
