@@ -493,9 +493,9 @@ class _RouteArrays:
         self._tiled = (np.tile([s.bandwidth_Bps for s in specs], servers), np.tile([s.latency_s for s in specs], servers))
 
     def route_ids(self, src, dst) -> tuple:
+        """``Topology.route_ids`` of int64 arrays already checked."""
         import numpy as np
 
-        src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
         between = self.server[src] != self.server[dst]
         if between.all():
             return self.across(src, dst)

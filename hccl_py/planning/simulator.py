@@ -184,9 +184,6 @@ class _Rotated:
     def hop_bandwidths(self):
         return self._topology.hop_bandwidths()
 
-    def link(self, u, v):
-        return self._topology.link(u, v)
-
 
 _CACHE_ELEMENTS = 1 << 23  # what one of the engine's caches keeps: array elements per kind (~64 MB of float64)
 
@@ -248,27 +245,25 @@ class _FlowEngine:
         the links counted over all lanes; each lane's routes cached by content (a mesh's lanes
         recur step after step beside a lane that changes)."""
         valid = lanes >= 0
-        if len(lanes) == 1 and valid.all() and not self.degraded:  # one whole lane: nothing to gather or place
-            hops, route_latency = self.topology.route_ids(self.ranks, lanes[0])
-            share = flow_shares(self.topology.hop_bandwidths(), hops, None, repeat)
-            return route_latency[None, :], share[None, :], valid
         if len(lanes) == 1:  # the whole pattern is cached already (``_pattern``)
-            rows = [self.topology.route_ids(self.ranks[valid[0]], lanes[0][valid[0]])]
+            hops, route_latency = self.topology.route_ids(self.ranks[valid[0]], lanes[0][valid[0]])
         else:
             rows = [self._routed_row(row) for row in lanes]
-        width = max(hops.shape[0] for hops, _ in rows)
-        hops = np.zeros((width, sum(h.shape[1] for h, _ in rows)), dtype=np.int64)
-        start = 0
-        for row_hops, _ in rows:
-            hops[:row_hops.shape[0], start:start + row_hops.shape[1]] = row_hops
-            start += row_hops.shape[1]
+            hops = np.zeros((max(h.shape[0] for h, _ in rows), sum(h.shape[1] for h, _ in rows)), dtype=np.int64)
+            start = 0
+            for row_hops, _ in rows:
+                hops[:row_hops.shape[0], start:start + row_hops.shape[1]] = row_hops
+                start += row_hops.shape[1]
+            route_latency = np.concatenate([row_latency for _, row_latency in rows])
         factors = None
         if self.degraded:
             factors = self._factors(np.broadcast_to(self.ranks, lanes.shape)[valid], lanes[valid])
+        shares = flow_shares(self.topology.hop_bandwidths(), hops, factors, repeat)
+        if valid.all():  # every lane whole: the flows in lane order are the arrays themselves
+            return route_latency.reshape(lanes.shape), shares.reshape(lanes.shape), valid
         latency = np.zeros(lanes.shape)
         share = np.full(lanes.shape, np.inf)
-        latency[valid] = np.concatenate([row_latency for _, row_latency in rows])
-        share[valid] = flow_shares(self.topology.hop_bandwidths(), hops, factors, repeat)
+        latency[valid], share[valid] = route_latency, shares
         return latency, share, valid
 
     def _routed_row(self, row: np.ndarray):
