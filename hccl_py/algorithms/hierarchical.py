@@ -227,6 +227,12 @@ class _Plan:
         per-rank buffer lie together)."""
         return all(g == tuple(range(g[0], g[0] + len(g))) for g in self.groups)
 
+    @cached_property
+    def in_rank_order(self) -> bool:
+        """Whether group i is ranks i*m .. (i+1)*m - 1 for every i (equal groups of consecutive
+        ranks, in rank order: what the all-ranks-at-once flows of the rooted collectives map)."""
+        return all(g == tuple(range(i * self.m, (i + 1) * self.m)) for i, g in enumerate(self.groups))
+
     def columns_contiguous(self) -> bool:
         """Whether the holders of column t are the ranks t*k .. t*k+k-1 in order, for every t
         (then a member's column of blocks is one contiguous range of the user buffer)."""
@@ -383,7 +389,7 @@ def _reduce_scatter_across_first(plan: _Plan, fns, rank: int, count: int, root: 
     i, t = plan.where[rank]
     m, k = plan.m, plan.k
     part = m * count  # a whole group's blocks
-    in_order = all(g == tuple(range(h * m, (h + 1) * m)) for h, g in enumerate(plan.groups))
+    in_order = plan.in_rank_order
     staged = 0 if in_order else k * part  # the input in group order, when the groups are not runs in order
     c = _Compose(persistent=staged + part)
     if in_order:
@@ -847,8 +853,7 @@ def _rooted_flows(fn: ScheduleFn, size: int, count: int):
     collective = fn.collective
     plan = _Plan.of(fn.partition)
     g, k = plan.m, plan.k
-    in_order = all(group == tuple(range(i * g, (i + 1) * g)) for i, group in enumerate(plan.groups))
-    if not plan.uniform or not in_order or plan.size != size or g < 2 or k < 2 or count < 1:
+    if not plan.in_rank_order or plan.size != size or g < 2 or k < 2 or count < 1:
         raise ValueError(f"hierarchical {collective} flows need equal groups of consecutive ranks in order, at least 2 "
                          "of at least 2, and count >= 1")
     if (collective, fn.outer) not in FLOWS or (collective, fn.inner) not in FLOWS:
@@ -953,8 +958,7 @@ def _chunked_rooted_flows(fn: ScheduleFn, size: int, count: int):
     collective = fn.collective
     plan = _Plan.of(fn.partition)
     g, k = plan.m, plan.k
-    in_order = all(group == tuple(range(i * g, (i + 1) * g)) for i, group in enumerate(plan.groups))
-    if not plan.uniform or not in_order or plan.size != size or g < 2 or k < 2 or count < g:
+    if not plan.in_rank_order or plan.size != size or g < 2 or k < 2 or count < g:
         raise ValueError(f"hierarchical {collective} flows need equal groups of consecutive ranks in order, at least 2 "
                          "of at least 2, and at least an element per rank of a group")
     if fn.outer not in _ALIGNED_OUTER[collective]:
