@@ -12,7 +12,8 @@ from the rank and the world size (never from what another rank produced):
   value on the others (``_test_all_reduce_helper``), every source and destination rank.
 
 Every case runs with every algorithm the collective has, plus ``auto``, on every dtype, with
-counts 0, 1, size-1, size, size+1, an odd count and (``large_cases``) one above HCCL_BUFFSIZE.
+counts 0, 1, size-1, size, size+1, an odd count and (``large_cases``) one above HCCL_BUFFSIZE;
+the reduction ops rotate over those cases (``rotated``) rather than multiply them.
 NCCL's in-place forms (``recvbuff = sendbuff + rank * recvcount``) and every other overlap of an
 output with the input are swept offset by offset (``overlap_cases``). Allreduce results must be
 bit-identical on every rank, NaN payloads and signed zeros included (``bitwise_cases``).
@@ -54,6 +55,16 @@ def algos(collective: str) -> tuple[str, ...]:
 
 def ops_for(dtype: np.dtype) -> tuple[ReduceOp, ...]:
     return tuple(op for op in OPS if not (op is ReduceOp.PROD and dtype in NO_PROD))
+
+
+def rotated(first, second, shift: int) -> Iterator[tuple]:
+    """``max(len(first), len(second))`` pairs that take every value of both, the second rotated by
+    ``shift``: with the shift stepping per algorithm and dtype, every (algorithm, dtype, op) and
+    (algorithm, count, op) is still met, at a quarter of the whole product's cases (the reduction
+    op is applied element by element, whatever the algorithm's data movement)."""
+    first, second = list(first), list(second)
+    for i in range(max(len(first), len(second))):
+        yield first[i % len(first)], second[(i + shift) % len(second)]
 
 
 def digest(array: np.ndarray) -> str:
@@ -98,9 +109,10 @@ def expect(got: np.ndarray, want: np.ndarray, where: str) -> None:
 
 # -- the cases ---------------------------------------------------------------------------------------
 def basic_cases(size: int, dtypes=DTYPES) -> Iterator[Case]:
-    """mpi4py's and torch's collective cases, every algorithm, dtype, op, root and count."""
+    """mpi4py's and torch's collective cases, every algorithm, dtype, root and count; the reduction
+    ops rotate (``rotated``), so every algorithm meets every op on every dtype."""
     yield Case("barrier", lambda comm: comm.barrier())
-    for dtype in dtypes:
+    for d, dtype in enumerate(dtypes):
         for algo in algos("broadcast"):
             for root in range(size):
                 n = counts(size)[root % len(counts(size))]
@@ -108,17 +120,17 @@ def basic_cases(size: int, dtypes=DTYPES) -> Iterator[Case]:
         for algo in algos("allgather"):
             for n in counts(size):
                 yield Case(f"allgather/{algo}/{dtype}/n{n}", _allgather(algo, dtype, n))
-        for op in ops_for(dtype):
-            for algo in algos("allreduce"):
-                for n in counts(size):
-                    yield Case(f"allreduce/{algo}/{dtype}/{op.name}/n{n}", _allreduce(algo, dtype, op, n))
-            for algo in algos("reduce"):
-                for root in range(size):
-                    n = counts(size)[(root + op) % len(counts(size))]
-                    yield Case(f"reduce/{algo}/{dtype}/{op.name}/root{root}/n{n}", _reduce(algo, dtype, op, root, n))
-            for algo in algos("reduce_scatter"):
-                for n in counts(size):
-                    yield Case(f"reduce_scatter/{algo}/{dtype}/{op.name}/n{n}", _reduce_scatter(algo, dtype, op, n))
+        ops = ops_for(dtype)
+        for a, algo in enumerate(algos("allreduce")):
+            for n, op in rotated(counts(size), ops, shift=a + d):
+                yield Case(f"allreduce/{algo}/{dtype}/{op.name}/n{n}", _allreduce(algo, dtype, op, n))
+        for a, algo in enumerate(algos("reduce")):
+            for root, op in rotated(range(size), ops, shift=a + d):
+                n = counts(size)[(root + op) % len(counts(size))]
+                yield Case(f"reduce/{algo}/{dtype}/{op.name}/root{root}/n{n}", _reduce(algo, dtype, op, root, n))
+        for a, algo in enumerate(algos("reduce_scatter")):
+            for n, op in rotated(counts(size), ops, shift=a + d):
+                yield Case(f"reduce_scatter/{algo}/{dtype}/{op.name}/n{n}", _reduce_scatter(algo, dtype, op, n))
         for algo in algos("allgather"):  # MPI_IN_PLACE / NCCL in-place: this rank's block of the output is the input
             yield Case(f"allgather-inplace/{algo}/{dtype}", _allgather_in_place(algo, dtype, 5))
         for algo in algos("reduce_scatter"):

@@ -64,6 +64,33 @@ def _assert_identical_on_every_member(results: list[dict]) -> None:
         assert len(set(values.values())) == 1, f"{comm}: {case}: results differ between ranks: {values}"
 
 
+@pytest.mark.parametrize("size", [1, 2, 3, 5, 8])
+def test_rotated_ops_still_meet_every_algorithm_dtype_op_and_count(size):
+    """The reduction cases rotate the op instead of multiplying by it; every (algorithm, dtype, op),
+    (algorithm, count, op) and (algorithm, dtype, count or root) is still run."""
+    met = {"dtype-op": set(), "count-op": set(), "dtype-place": set()}
+    for case in conformance.basic_cases(size):
+        collective, *fields = case.name.split("/")
+        if collective in ("allreduce", "reduce", "reduce_scatter"):
+            algo, dtype, op, *place = fields
+            met["dtype-op"].add((collective, algo, dtype, op))
+            met["dtype-place"].add((collective, algo, dtype, place[0]))
+            if collective != "reduce":
+                met["count-op"].add((collective, algo, place[0], op))
+    for collective in ("allreduce", "reduce", "reduce_scatter"):
+        for algo in conformance.algos(collective):
+            places = [f"root{r}" for r in range(size)] if collective == "reduce" else [f"n{n}" for n in conformance.counts(size)]
+            for dtype in conformance.DTYPES:
+                for op in conformance.ops_for(dtype):
+                    assert (collective, algo, str(dtype), op.name) in met["dtype-op"]
+                for place in places:
+                    assert (collective, algo, str(dtype), place) in met["dtype-place"]
+            if collective != "reduce":
+                for place in places:
+                    for op in conformance.OPS:
+                        assert (collective, algo, place, op.name) in met["count-op"]
+
+
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("size", [1, 2, 3, 4, 5, 8])
 def test_conformance(size):
