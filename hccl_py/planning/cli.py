@@ -34,7 +34,7 @@ import time
 from topology import PRESETS, RankTable, Topology, TopologyError
 from topology.units import parse_size
 
-from ..algo_select import alltoallv_auto, explain_auto, hier_levels, is_continuous, staged_alltoall
+from ..algo_select import alltoallv_auto, explain_auto, hier_levels, is_continuous
 from ..algorithms.alltoallv import as_matrix, skewed_counts
 from ..algorithms.registry import algos_for
 from ..collectives import COLLECTIVES, DATA_COLLECTIVES
@@ -43,7 +43,7 @@ from ..cost_model import CostModel
 from .. import env
 from ..dtypes import DTYPE_SPELLINGS, ITEMSIZE_BY_NAME, SHORT_DTYPE_NAMES
 from ..errors import HcclError
-from .simulator import simulate_alltoallv, simulate_batch, simulate_call, simulate_p2p
+from .simulator import alltoallv_algos, prepare_alltoallv, simulate_batch, simulate_call, simulate_p2p
 
 P2P = ("sendrecv", "send", "p2p")
 BATCH = ("batchsendrecv", "batch_send_recv")
@@ -276,16 +276,21 @@ def _alltoallv(args, topology: Topology, wall_start: float) -> int:
     n = topology.num_ranks
     matrix = _counts(args, n)
     itemsize = _dtype_args(args)[1]
-    algos = (*algos_for("alltoallv"), *staged_alltoall(topology, tuple(range(n)), counts=True))
+    algos = alltoallv_algos(topology)
     if args.algo != "auto" and args.algo not in algos:
         raise ValueError(f"alltoallv has no algorithm {args.algo!r}; use one of {', '.join(algos)} or auto")
     model = CostModel(topology)
-    vc = simulate_alltoallv(topology, matrix, itemsize=itemsize, cost_model=model)
     chosen = {"all_to_all_v": alltoallv_auto(topology, tuple(range(n)), exchange=True),
               "all_to_all_vc": alltoallv_auto(topology, tuple(range(n)))}
-    # all_to_all_v first gathers every rank's [ok, send counts, receive counts] (int64), then exchanges
+    # all_to_all_v first gathers every rank's [ok, send counts, receive counts] (int64), then exchanges;
+    # the continuous pipeline exchanges the counts in its first step instead
     gather = simulate_call("allgather", topology, 1 + 2 * n, itemsize=8, dtype="int64", cost_model=model)
-    v = simulate_alltoallv(topology, matrix, itemsize=itemsize, start_clocks=gather.result.end_clocks, cost_model=model)
+    vc, v = {}, {}
+    for algo in algos:
+        call = prepare_alltoallv(topology, matrix, algo, itemsize=itemsize, cost_model=model)
+        vc[algo] = call.run()
+        v[algo] = vc[algo] if is_continuous(algo) else call.run(gather.result.end_clocks)
+        del call  # one algorithm's schedules held at a time
     total = sum(map(sum, matrix)) * itemsize
     received = [sum(row[j] for row in matrix) * itemsize for j in range(n)]
     hot = max(range(n), key=received.__getitem__)

@@ -58,57 +58,86 @@ def without_cyclic_gc() -> Iterator[None]:
         gc.enable()
 
 
-@without_cyclic_gc()
 def simulate(collective: str, algo: str, topology: Topology, count: int, *, itemsize: int = 4, root: int = 0,
              world_ranks: Sequence[int] | None = None, start_clocks: Sequence[float] | None = None,
              cost_model: CostModel | None = None, dtype: str | None = None, op: str = "sum") -> SimResult:
     """Modeled clocks of one call of ``collective`` with ``algo`` on the ranks ``world_ranks``
     (default: every rank of ``topology``), each starting at ``start_clocks`` (default 0), with
     elements of numpy type ``dtype`` (default by ``itemsize``) reduced by ``op``."""
+    return prepare(collective, algo, topology, count, itemsize=itemsize, root=root, world_ranks=world_ranks,
+                   cost_model=cost_model, dtype=dtype, op=op).run(start_clocks)
+
+
+@without_cyclic_gc()
+def prepare(collective: str, algo: str, topology: Topology, count: int, *, itemsize: int = 4, root: int = 0,
+            world_ranks: Sequence[int] | None = None, cost_model: CostModel | None = None, dtype: str | None = None,
+            op: str = "sum") -> PreparedCall:
+    """:func:`simulate`'s first half: every rank's schedule and step costs, to walk from any start
+    clocks (the same all-to-all-v timed alone and after its counts exchange)::
+
+        call = prepare("allreduce", "ring", topo, 1 << 20)
+        alone, later = call.run(), call.run([5e-6] * topo.num_ranks)
+    """
     ranks = tuple(range(topology.num_ranks) if world_ranks is None else world_ranks)
     size = len(ranks)
     model = cost_model or CostModel(topology)
     fn = get_schedule(collective, algo)
     schedules = [fn(r, size, count, root) for r in range(size)]
     costs = model.call_costs(fn, size, count, root, itemsize, ranks, dtype=dtype, op=op, schedules=schedules)
-    clocks = [0.0] * size if start_clocks is None else [float(c) for c in start_clocks]
-    start = tuple(clocks)
-    # Message k from a to b (``message_numbers``) has stamps[(a, b)][k]; each rank walks its steps in order.
-    numbers = [message_numbers(s) for s in schedules]
-    stamps: dict[tuple[int, int], list[Arrival]] = {}
-    pos = [0] * size
-    posted = [False] * size
-    t0s = [0.0] * size
-    pending = set(r for r in range(size) if schedules[r].steps)
-    while pending:
-        progressed = False
-        for r in sorted(pending):
-            steps, rank_costs = schedules[r].steps, costs[r]
-            while pos[r] < len(steps):
-                step, cost = steps[pos[r]], rank_costs[pos[r]]
-                if not posted[r]:
-                    t0s[r] = clocks[r] + cost.copy_s
-                    for send, send_s in zip(step.sends, cost.send_s):
-                        stamps.setdefault((r, send.peer), []).append(Arrival(t0s[r], t0s[r] + send_s))
-                    posted[r] = True
-                    progressed = True
-                arrivals = []
-                for recv, k in zip(step.recvs, numbers[r][pos[r]][1]):
-                    queue = stamps.get((recv.peer, r), ())
-                    if k >= len(queue):
+    return PreparedCall(f"{collective}/{algo}", schedules, costs, [message_numbers(s) for s in schedules])
+
+
+@dataclass(frozen=True)
+class PreparedCall:
+    """Every rank's schedule, step costs and message numbers of one call (:func:`prepare`)."""
+
+    label: str
+    schedules: list
+    costs: list
+    numbers: list
+
+    @without_cyclic_gc()
+    def run(self, start_clocks: Sequence[float] | None = None) -> SimResult:
+        """Walk every rank's steps from ``start_clocks`` (default 0): the modeled clocks."""
+        schedules, costs, numbers = self.schedules, self.costs, self.numbers
+        size = len(schedules)
+        clocks = [0.0] * size if start_clocks is None else [float(c) for c in start_clocks]
+        start = tuple(clocks)
+        # Message k from a to b (``message_numbers``) has stamps[(a, b)][k]; each rank walks its steps in order.
+        stamps: dict[tuple[int, int], list[Arrival]] = {}
+        pos = [0] * size
+        posted = [False] * size
+        t0s = [0.0] * size
+        pending = set(r for r in range(size) if schedules[r].steps)
+        while pending:
+            progressed = False
+            for r in sorted(pending):
+                steps, rank_costs = schedules[r].steps, costs[r]
+                while pos[r] < len(steps):
+                    step, cost = steps[pos[r]], rank_costs[pos[r]]
+                    if not posted[r]:
+                        t0s[r] = clocks[r] + cost.copy_s
+                        for send, send_s in zip(step.sends, cost.send_s):
+                            stamps.setdefault((r, send.peer), []).append(Arrival(t0s[r], t0s[r] + send_s))
+                        posted[r] = True
+                        progressed = True
+                    arrivals = []
+                    for recv, k in zip(step.recvs, numbers[r][pos[r]][1]):
+                        queue = stamps.get((recv.peer, r), ())
+                        if k >= len(queue):
+                            break
+                        arrivals.append(queue[k])
+                    if len(arrivals) < len(step.recvs):
                         break
-                    arrivals.append(queue[k])
-                if len(arrivals) < len(step.recvs):
-                    break
-                clocks[r] = step_end(t0s[r], cost.send_s, arrivals, cost.recv_s)[0]
-                pos[r] += 1
-                posted[r] = False
-                progressed = True
-            if pos[r] == len(steps):
-                pending.discard(r)
-        if not progressed:
-            raise ScheduleDeadlock(f"{collective}/{algo} on {size} ranks: ranks {sorted(pending)} cannot finish")
-    return SimResult(start, tuple(clocks))
+                    clocks[r] = step_end(t0s[r], cost.send_s, arrivals, cost.recv_s)[0]
+                    pos[r] += 1
+                    posted[r] = False
+                    progressed = True
+                if pos[r] == len(steps):
+                    pending.discard(r)
+            if not progressed:
+                raise ScheduleDeadlock(f"{self.label} on {size} ranks: ranks {sorted(pending)} cannot finish")
+        return SimResult(start, tuple(clocks))
 
 
 def can_simulate_flows(collective: str, algo, size: int, count: int, root: int = 0) -> bool:
@@ -557,32 +586,47 @@ def simulate_alltoallv(topology: Topology, counts, *, algos: Sequence[str] | Non
                        cost_model: CostModel | None = None) -> dict[str, SimResult]:
     """Modeled clocks of one all-to-all with counts per pair (``counts[i][j]`` elements from rank i
     to rank j, an n x n matrix for the n ranks ``world_ranks``) under each of ``algos`` (default:
-    every algorithm it has, the two-level ones where HCCL's groups are several and equal), in that
-    order: the data exchange alone, as ``all_to_all_vc`` runs it
+    :func:`alltoallv_algos`), in that order: the data exchange alone, as ``all_to_all_vc`` runs it
     (``all_to_all_v`` gathers the counts first)::
 
         times = simulate_alltoallv(topo, counts)        # {"pairwise": SimResult, "mesh": SimResult, "hier:...": ...}
     """
-    from ..algo_select import hier_levels, partition_of, server_partition, staged_alltoall
-    from ..algorithms.alltoallv import VSchedule, as_matrix
-    from ..algorithms.registry import algos_for
+    from ..algorithms.alltoallv import as_matrix
 
     matrix = as_matrix(counts)
     model = cost_model or CostModel(topology)
-    ranks = tuple(range(topology.num_ranks) if world_ranks is None else world_ranks)
-    if algos is None:
-        algos = [*algos_for("alltoallv"), *staged_alltoall(topology, ranks, counts=True)]
-    def schedule_fn(algo: str) -> VSchedule:
-        levels = hier_levels(algo)
-        if levels is None:
-            return VSchedule(algo, matrix)
-        # a plain hier: name runs on the partition by server, as in simulate_call
-        return VSchedule(algo, matrix, staged=(partition_of(topology, algo, ranks) or server_partition(topology, ranks), *levels),
-                         itemsize=itemsize)
+    return {algo: prepare_alltoallv(topology, matrix, algo, itemsize=itemsize, world_ranks=world_ranks,
+                                    cost_model=model).run(start_clocks)
+            for algo in (alltoallv_algos(topology, world_ranks) if algos is None else algos)}
 
-    return {a: simulate("alltoallv", schedule_fn(a), topology, 0, itemsize=itemsize, world_ranks=world_ranks,
-                        start_clocks=start_clocks, cost_model=model)
-            for a in algos}
+
+def alltoallv_algos(topology: Topology, world_ranks: Sequence[int] | None = None) -> list[str]:
+    """Every algorithm an all-to-all-v has on these ranks: the flat ones, and the two-level ones
+    where HCCL's groups are several and equal."""
+    from ..algo_select import staged_alltoall
+    from ..algorithms.registry import algos_for
+
+    ranks = tuple(range(topology.num_ranks) if world_ranks is None else world_ranks)
+    return [*algos_for("alltoallv"), *staged_alltoall(topology, ranks, counts=True)]
+
+
+def prepare_alltoallv(topology: Topology, counts, algo: str, *, itemsize: int = 4,
+                      world_ranks: Sequence[int] | None = None, cost_model: CostModel | None = None) -> PreparedCall:
+    """One all-to-all-v (:func:`simulate_alltoallv`) under ``algo``, prepared (:func:`prepare`)
+    to walk from any start clocks: alone (``all_to_all_vc``) and after the counts exchange
+    (``all_to_all_v``) from one build of the schedules."""
+    from ..algo_select import hier_levels, partition_of, server_partition
+    from ..algorithms.alltoallv import VSchedule, as_matrix
+
+    levels = hier_levels(algo)
+    if levels is None:
+        schedule = VSchedule(algo, as_matrix(counts))
+    else:  # a plain hier: name runs on the partition by server, as in simulate_call
+        ranks = tuple(range(topology.num_ranks) if world_ranks is None else world_ranks)
+        partition = partition_of(topology, algo, ranks) or server_partition(topology, ranks)
+        schedule = VSchedule(algo, as_matrix(counts), staged=(partition, *levels), itemsize=itemsize)
+    return prepare("alltoallv", schedule, topology, 0, itemsize=itemsize, world_ranks=world_ranks,
+                   cost_model=cost_model or CostModel(topology))
 
 
 def simulate_batch(topology: Topology, sends: Sequence[tuple[int, int, int]], *,
