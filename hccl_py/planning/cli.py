@@ -285,8 +285,9 @@ def _alltoallv(args, topology: Topology, wall_start: float) -> int:
     # all_to_all_v first gathers every rank's [ok, send counts, receive counts] (int64), then exchanges;
     # the continuous pipeline exchanges the counts in its first step instead
     gather = simulate_call("allgather", topology, 1 + 2 * n, itemsize=8, dtype="int64", cost_model=model)
+    shown = algos if args.algo == "auto" else (args.algo,)
     vc, v = {}, {}
-    for algo in algos:
+    for algo in shown:
         call = prepare_alltoallv(topology, matrix, algo, itemsize=itemsize, cost_model=model)
         vc[algo] = call.run()
         v[algo] = vc[algo] if is_continuous(algo) else call.run(gather.result.end_clocks)
@@ -303,7 +304,7 @@ def _alltoallv(args, topology: Topology, wall_start: float) -> int:
         print(f"  rank {hot} receives the most: {received[hot]} bytes, {received[hot] * n / total:.2f}x the average")
     width = max(10, *(len(a) + 2 for a in algos))
     print(f"  {'algo':<{width}}{'all_to_all_vc (us)':>20}{'all_to_all_v (us)':>20}{'algbw (GB/s)':>15}{'busbw (GB/s)':>15}")
-    for algo in (algos if args.algo == "auto" else (args.algo,)):
+    for algo in shown:
         # from the call, counts exchange included; the continuous pipeline exchanges counts in its first step
         t_v = vc[algo].time_s if is_continuous(algo) else max(v[algo].end_clocks) - min(gather.result.start_clocks)
         algbw = total / n / t_v if t_v > 0 else float("inf")

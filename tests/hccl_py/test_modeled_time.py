@@ -739,6 +739,9 @@ def test_hccl_sim_alltoallv_and_batchsendrecv(tmp_path, capsys):
     assert main(["all_to_all_vc", "--preset", "2x8p-roce", "--counts", str(counts), "--algo", "pairwise"]) == 0
     out = capsys.readouterr().out
     assert f"counts from {counts}" in out and "pairwise" in out and "mesh" not in out.split("algo", 1)[1].split("all_to_all_v:")[0]
+    (row,) = [line.split() for line in out.splitlines() if line.split()[:1] == ["pairwise"]]  # the one algorithm timed
+    alone = simulate_alltoallv(topo, [[j + i for j in range(n)] for i in range(n)], algos=["pairwise"])["pairwise"]
+    assert float(row[1]) == pytest.approx(alone.time_s * 1e6, abs=1e-3)
     counts.write_text("[[1, 2], [3, 4]]")
     assert main(["alltoallv", "--preset", "2x8p-roce", "--counts", str(counts)]) == 2  # 2 x 2 on 16 ranks
     assert main(["alltoallv", "--preset", "2x8p-roce", "-b", "8", "-e", "64"]) == 2
