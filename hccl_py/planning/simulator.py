@@ -21,8 +21,8 @@ import numpy as np
 from topology import Topology
 
 from ..algorithms.registry import FLOWS, ROOTED_FLOWS, get_schedule
-from ..algorithms.schedule import StepFlows, message_numbers
-from ..cost_model import Arrival, CostModel, default_dtype, flow_shares, step_end
+from ..algorithms.schedule import Schedule, StepFlows, message_numbers
+from ..cost_model import Arrival, CostModel, StepCost, default_dtype, flow_shares, step_end
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,7 @@ def without_cyclic_gc() -> Iterator[None]:
         gc.enable()
 
 
+@without_cyclic_gc()
 def simulate(collective: str, algo: str, topology: Topology, count: int, *, itemsize: int = 4, root: int = 0,
              world_ranks: Sequence[int] | None = None, start_clocks: Sequence[float] | None = None,
              cost_model: CostModel | None = None, dtype: str | None = None, op: str = "sum") -> SimResult:
@@ -87,13 +88,13 @@ def prepare(collective: str, algo: str, topology: Topology, count: int, *, items
     return PreparedCall(f"{collective}/{algo}", schedules, costs, [message_numbers(s) for s in schedules])
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class PreparedCall:
     """Every rank's schedule, step costs and message numbers of one call (:func:`prepare`)."""
 
     label: str
-    schedules: list
-    costs: list
+    schedules: list[Schedule]
+    costs: Sequence[Sequence[StepCost]]
     numbers: list
 
     @without_cyclic_gc()

@@ -59,9 +59,10 @@ def ops_for(dtype: np.dtype) -> tuple[ReduceOp, ...]:
 
 def rotated(first, second, shift: int) -> Iterator[tuple]:
     """``max(len(first), len(second))`` pairs that take every value of both, the second rotated by
-    ``shift``: with the shift stepping per algorithm and dtype, every (algorithm, dtype, op) and
-    (algorithm, count, op) is still met, at a quarter of the whole product's cases (the reduction
-    op is applied element by element, whatever the algorithm's data movement)."""
+    ``shift``: with the shift stepping per algorithm, dtype and world size, every (algorithm,
+    dtype, op) and (algorithm, count, op) is still met, at a quarter to a third of the whole
+    product's cases (the reduction op is applied element by element, whatever the algorithm's
+    data movement), and each world size meets other combinations of all four."""
     first, second = list(first), list(second)
     for i in range(max(len(first), len(second))):
         yield first[i % len(first)], second[(i + shift) % len(second)]
@@ -122,14 +123,14 @@ def basic_cases(size: int, dtypes=DTYPES) -> Iterator[Case]:
                 yield Case(f"allgather/{algo}/{dtype}/n{n}", _allgather(algo, dtype, n))
         ops = ops_for(dtype)
         for a, algo in enumerate(algos("allreduce")):
-            for n, op in rotated(counts(size), ops, shift=a + d):
+            for n, op in rotated(counts(size), ops, shift=a + d + size):
                 yield Case(f"allreduce/{algo}/{dtype}/{op.name}/n{n}", _allreduce(algo, dtype, op, n))
         for a, algo in enumerate(algos("reduce")):
-            for root, op in rotated(range(size), ops, shift=a + d):
+            for root, op in rotated(range(size), ops, shift=a + d + size):
                 n = counts(size)[(root + op) % len(counts(size))]
                 yield Case(f"reduce/{algo}/{dtype}/{op.name}/root{root}/n{n}", _reduce(algo, dtype, op, root, n))
         for a, algo in enumerate(algos("reduce_scatter")):
-            for n, op in rotated(counts(size), ops, shift=a + d):
+            for n, op in rotated(counts(size), ops, shift=a + d + size):
                 yield Case(f"reduce_scatter/{algo}/{dtype}/{op.name}/n{n}", _reduce_scatter(algo, dtype, op, n))
         for algo in algos("allgather"):  # MPI_IN_PLACE / NCCL in-place: this rank's block of the output is the input
             yield Case(f"allgather-inplace/{algo}/{dtype}", _allgather_in_place(algo, dtype, 5))

@@ -120,7 +120,8 @@ def test_large_payloads_stream_through_small_staging(size):
 def test_large_payloads_read_directly_or_through_slots(single_copy):
     """Slices of >= 2 MiB are read straight from the sender's buffer (process_vm_readv), or, with
     HCCL_PY_CMA=0, go through the shared slots: both exact."""
-    # int64: every algorithm's slices (a third of 12 MB, or all of it) are above 2 MiB
+    # int64: every piece is at least 2 MiB but hd's 6 MB halves (a 4 MiB slot's worth + 1.8 MB) in
+    # allreduce, broadcast and reduce; float32's ring pieces (2,000,008 B) were all below it
     results = run_ranks(_large, 3, 1_500_007, (("int64", "max"),), timeout=110, env={"HCCL_PY_CMA": single_copy})
     _assert_identical(results)
 

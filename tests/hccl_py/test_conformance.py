@@ -13,6 +13,7 @@ from tests.mp import run_ranks
 
 LARGE_COUNT = 300_007  # float32: 1.2 MB, above HCCL_BUFFSIZE=1 (MB): many slices per message
 SUBGROUP_DTYPES = [np.dtype(np.int8), np.dtype(np.float32), conformance.bfloat16]
+SIZES = [1, 2, 3, 4, 5, 8]
 
 
 def _groups(world):
@@ -64,7 +65,7 @@ def _assert_identical_on_every_member(results: list[dict]) -> None:
         assert len(set(values.values())) == 1, f"{comm}: {case}: results differ between ranks: {values}"
 
 
-@pytest.mark.parametrize("size", [1, 2, 3, 5, 8])
+@pytest.mark.parametrize("size", SIZES)
 def test_rotated_ops_still_meet_every_algorithm_dtype_op_and_count(size):
     """The reduction cases rotate the op instead of multiplying by it; every (algorithm, dtype, op),
     (algorithm, count, op) and (algorithm, dtype, count or root) is still run."""
@@ -92,7 +93,7 @@ def test_rotated_ops_still_meet_every_algorithm_dtype_op_and_count(size):
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("size", [1, 2, 3, 4, 5, 8])
+@pytest.mark.parametrize("size", SIZES)
 def test_conformance(size):
     results = run_ranks(_run_suite, size, size, timeout=230, env={"HCCL_BUFFSIZE": "1"})
     _assert_identical_on_every_member(results)
