@@ -955,7 +955,7 @@ _FLOW_COLLECTIVES = ["allreduce", "allgather", "reduce_scatter", "broadcast", "r
 def _flow_calls(draw):
     """A call the flow engine may take: preset, collective, a flat or two-level algorithm (or
     auto), count (boundaries around the ranks and groups, and odd ones), root, a degraded link
-    and uneven start clocks."""
+    uneven start clocks, dtype and op."""
     from hccl_py.algorithms.hierarchical import LEVELS
     from hccl_py.algorithms.registry import algos_for
 
@@ -974,8 +974,9 @@ def _flow_calls(draw):
     a, b = draw(st.integers(0, n - 1)), draw(st.integers(0, n - 1))
     degraded = {(a, b): draw(st.sampled_from([0.25, 0.5]))} if a != b else {}
     starts = [0.001 * ((r * draw(st.integers(0, 7))) % 3) for r in range(n)]
-    dtype = draw(st.sampled_from([("float32", 4), ("float16", 2), ("int8", 1)]))
-    return topo, collective, algo, count, root, degraded, starts, dtype
+    dtype = draw(st.sampled_from([("float32", 4), ("float16", 2), ("int8", 1), ("bfloat16", 2), ("int64", 8)]))
+    op = draw(st.sampled_from(["sum", "max", "min", "prod"]))  # the op decides where a reduction runs (inline or not)
+    return topo, collective, algo, count, root, degraded, starts, dtype, op
 
 
 @settings(max_examples=300, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
@@ -990,12 +991,12 @@ def test_any_call_the_flows_take_equals_rank_by_rank(call):
     from hccl_py.errors import HcclError
     from hccl_py.planning.simulator import can_simulate_flows, simulate_flows
 
-    topo, collective, algo, count, root, degraded, starts, (dtype, itemsize) = call
+    topo, collective, algo, count, root, degraded, starts, (dtype, itemsize), op = call
     n = topo.num_ranks
     model = CostModel(topo, degraded=degraded)
     ranks = tuple(range(n))
     try:
-        name = auto(model, collective, count, itemsize, ranks, root, dtype, "sum") if algo == "auto" else algo
+        name = auto(model, collective, count, itemsize, ranks, root, dtype, op) if algo == "auto" else algo
         levels = hier_levels(name)
         fn = name if levels is None else schedule_for(collective, partition_of(topo, name, ranks) or
                                                       server_partition(topo, ranks), *levels)
@@ -1007,5 +1008,5 @@ def test_any_call_the_flows_take_equals_rank_by_rank(call):
         event("rank by rank only")
         return
     event("flows")
-    kw = dict(itemsize=itemsize, start_clocks=starts, cost_model=model, dtype=dtype, root=root)
+    kw = dict(itemsize=itemsize, start_clocks=starts, cost_model=model, dtype=dtype, op=op, root=root)
     assert simulate_flows(collective, fn, topo, count, **kw).end_clocks == simulate(collective, fn, topo, count, **kw).end_clocks
