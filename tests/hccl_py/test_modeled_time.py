@@ -954,7 +954,7 @@ _FLOW_COLLECTIVES = ["allreduce", "allgather", "reduce_scatter", "broadcast", "r
 @st.composite
 def _flow_calls(draw):
     """A call the flow engine may take: preset, collective, a flat or two-level algorithm (or
-    auto), count (boundaries around the ranks and groups, and odd ones), root, a degraded link
+    auto), count (boundaries around the ranks and groups, and odd ones), root, a degraded link,
     uneven start clocks, dtype and op."""
     from hccl_py.algorithms.hierarchical import LEVELS
     from hccl_py.algorithms.registry import algos_for
