@@ -149,6 +149,7 @@ def schedule_v(rank: int, counts: Sequence[Sequence[int]], send_displs: Sequence
     info = -(-(8 * size + 4) // itemsize)
     info_out = tmp.take(info)
     info_in = {m: tmp.take(info) for m in mates}
+    handshake = Step(sends=tuple(Send(m, sync_out) for m in mates), recvs=tuple(Recv(m, sync_in[m]) for m in mates))
     staged: dict[tuple[int, int], Region] = {}  # (loop, k): my packed blocks for server n+k
     arrived: dict[tuple[int, int], list[Region]] = {}  # (loop, k): from (n-k, l), by member of my server
     own_server: dict[int, dict[int, Region]] = {}  # loop: what each member sent me, to copy out
@@ -158,9 +159,8 @@ def schedule_v(rank: int, counts: Sequence[Sequence[int]], send_displs: Sequence
         to_mates = {m: [] for m in mates}
         from_mates = {m: [] for m in mates}
         if it["sdma"]:  # the handshake first, a step of its own: a one-element flow must not share a link with data
-            first = not steps
-            steps.append(Step(sends=tuple(Send(m, info_out if first else sync_out) for m in mates),
-                              recvs=tuple(Recv(m, info_in[m] if first else sync_in[m]) for m in mates)))
+            steps.append(handshake if steps else Step(sends=tuple(Send(m, info_out) for m in mates),
+                                                      recvs=tuple(Recv(m, info_in[m]) for m in mates)))
         if it["self_copy"]:
             copies.append(Copy(Region(IN, send_displs[rank], counts[rank][rank]),
                                Region(OUT, recv_displs[rank], counts[rank][rank])))
