@@ -401,7 +401,7 @@ class Communicator:
         device = rc.device
         ready = device.clock
         engine = self._engine
-        work = Work(what or dataclasses.replace(call.ctx, seq=seq).what, result, device)
+        work = Work(what or dataclasses.replace(call.ctx, seq=seq).what, result, device, blocking=not async_op)
         begun = None  # (call, its context, its flight record, its scratch) once its shape is known
 
         def begin(call: "_Call"):
@@ -962,7 +962,7 @@ class Communicator:
                     raise
                 device.clock = finish(run, None)
                 return results
-            work = Work(f"{what} ({len(parts)} items)", results, device)
+            work = Work(f"{what} ({len(parts)} items)", results, device, blocking=not async_op)
             engine.submit((self._id, "batch"), start, lambda run, error: work._finish(error, finish(run, error)))
             return work if async_op else work.wait()
         finally:

@@ -26,12 +26,17 @@ _CALLBACKS_LOCK = threading.Lock()  # orders add_done_callback against _finish (
 class Work:
     """One asynchronous call in flight (see the module doc)."""
 
-    __slots__ = ("what", "_result", "_done", "_error", "_end_clock", "_device", "_joined", "_callbacks", "__weakref__")
+    __slots__ = ("what", "_result", "_done", "_error", "_end_clock", "_device", "_joined", "_callbacks", "_blocking",
+                 "__weakref__")
 
-    def __init__(self, what: str, result: Any, device):
+    def __init__(self, what: str, result: Any, device, *, blocking: bool = False):
         self.what = what  # "allreduce #3 on communicator 'world' (rank 0 of 4)"
         self._result = result
         self._device = device
+        # A blocking call that queued behind asynchronous ones (whether it queued depends on wall
+        # time): the compute stream's stand-still is the call itself, not exposed communication,
+        # as when the same call runs at once.
+        self._blocking = blocking
         self._done = threading.Event()
         self._error: HcclError | None = None
         self._end_clock = 0.0
@@ -50,7 +55,8 @@ class Work:
             self._joined = True
             device = self._device
             if self._end_clock > device.clock:  # the compute stream stands still for it
-                device.time.exposed_s += self._end_clock - device.clock
+                if not self._blocking:
+                    device.time.exposed_s += self._end_clock - device.clock
                 device.clock = self._end_clock
         if self._error is not None:
             raise self._error

@@ -163,6 +163,35 @@ def test_overlapped_modeled_time_is_the_later_stream_and_deterministic():
         assert t["exposed"] == max(0.0, t["comm_end"] - t["compute_end"])
 
 
+def _blocking_behind_async(rounds: int) -> list:
+    """An asynchronous allreduce, then a blocking allgather, then the wait: the allgather queues
+    behind the allreduce when that is still moving data (wall time decides), else runs at once."""
+    import hccl_py
+
+    comm = hccl_py.init()
+    x, y = np.ones(1 << 16, np.float32), np.ones(1 << 14, np.float32)
+    seen = []
+    for _ in range(rounds):
+        work = comm.all_reduce(x, async_op=True)
+        comm.all_gather(y)
+        work.wait()  # nothing left to expose: the allgather followed the allreduce on its stream
+        seen.append((comm.device.time.exposed_s, comm.clock))
+    return seen
+
+
+@pytest.mark.timeout(90)
+def test_a_blocking_call_queued_behind_an_asynchronous_one_is_not_exposed_communication():
+    """Whether a blocking call queues behind an asynchronous one or runs at once depends on wall
+    time; its modeled time is the same either way, and so is the exposure (none: the compute stream
+    stands still for the blocking call itself). It was counted as exposed when it had queued, so
+    hccl-launch's ``exposed ms`` changed from run to run."""
+    env = {"HCCL_PY_TOPOLOGY": "ascend910b-8p"}
+    first = run_ranks(_blocking_behind_async, 2, 20, env=env, timeout=80)
+    again = run_ranks(_blocking_behind_async, 2, 20, env=env, timeout=80)
+    assert first == again
+    assert all(exposed == 0.0 for rank in first for exposed, _ in rank)
+
+
 def _traced(folder: str) -> None:
     import hccl_py
 
