@@ -1,13 +1,13 @@
 """hccl-calibrate: fit the link and overhead figures to a user's own HCCL Test (or nccl-tests) logs.
 
-    mpirun -n 8 ./bin/all_reduce_test -p 8 -b 8K -e 1G -f 2 -d fp32 > ar.log      # on the real cluster
-    mpirun -n 8 ./bin/all_gather_test -p 8 -b 8K -e 1G -f 2 -d fp32 > ag.log
-    hccl-calibrate --preset ascend910b-8p ar.log ag.log -o figures.json
-    hccl-launch --figures figures.json -n 8 infer.py                                # modeled with them
+    mpirun -n 8 ./bin/all_reduce_test -p 8 -b 8K -e 1G -f 2 -d fp32 > all_reduce.log   # on the real cluster
+    mpirun -n 8 ./bin/all_gather_test -p 8 -b 8K -e 1G -f 2 -d fp32 > all_gather.log
+    hccl-calibrate --preset ascend910b-8p all_reduce.log all_gather.log -o figures.json
+    hccl-launch --figures figures.json --topology ascend910b-8p -n 8 infer.py           # modeled with them
     hccl-sim allreduce --preset ascend910b-8p --figures figures.json -b 8K -e 1G    # a sweep beside the real one
 
 Each log is ``FILE`` or ``FILE:COLLECTIVE`` or ``FILE:COLLECTIVE:RANKS`` (the collective is read
-from the log's command line or file name when not given; RANKS, default all of the topology, is
+from the log's command line, an ``hccl-sim`` sweep's header or the file name when not given; RANKS, default all of the topology, is
 how many cards of the preset the run used). Rows are HCCL Test's (``data_size(Bytes): |
 aveg_time(us): | alg_bandwidth(GB/s): | check_result:``) or nccl-tests' (``size count type redop
 root time algbw busbw #wrong ...``, the out-of-place time); both define data_size the same way
@@ -146,7 +146,8 @@ def parse_log(spec: str) -> Log:
     if log.collective is None:
         log.collective = _collective_from(Path(path).name.lower())
     if log.collective is None:
-        raise CalibrationError("cannot tell which collective this log measured; name it: FILE:allreduce", path)
+        raise CalibrationError("cannot tell which collective this log measured (no test command line in it, no "
+                               "collective in its file name); name it: FILE:allreduce, or call it all_reduce.log", path)
     return log
 
 
@@ -192,6 +193,14 @@ def _read_context(log: Log, raw: str, number: int) -> None:
         o = re.search(r"(?:^|\s)-o\s+(\w+)", raw)
         if o and o.group(1).lower() in ("sum", "prod", "max", "min"):
             log.op = o.group(1).lower()
+    sim = re.match(r"#\s*hccl-sim:\s*(\w+)\s+(\w+)\s+op\s+(\w+)\s+on\s+\S+\s+\((\d+) ranks\)", raw.strip())
+    if sim:  # an hccl-sim sweep's own header: what it modeled (a sweep laid beside, or fed back)
+        if log.collective is None:
+            log.collective = _collective_from(sim.group(1).lower())
+        log.dtype = DTYPE_SPELLINGS.get(sim.group(2).lower(), log.dtype)
+        log.op = sim.group(3).lower() if sim.group(3).lower() in ("sum", "prod", "max", "min") else log.op
+        if log.stated_ranks is None:
+            log.stated_ranks = (int(sim.group(4)), number)
     m = re.match(r"#\s*Rank\s+(\d+)\b", raw.strip())
     if m:
         seen = int(m.group(1)) + 1

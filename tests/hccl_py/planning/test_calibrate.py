@@ -27,9 +27,9 @@ def test_figures_behind_generated_logs_are_recovered_within_one_percent(tmp_path
     figures.write_text(json.dumps(known))
     sweep = ["--preset", "ascend910b-8p", "--figures", str(figures), "-b", "8K", "-e", "256M", "-f", "4"]
     ar = _sweep(tmp_path, capsys, "all_reduce.log", ["allreduce", *sweep])  # collective from the file name
-    ag = _sweep(tmp_path, capsys, "ag.log", ["allgather", *sweep])
+    ag = _sweep(tmp_path, capsys, "ag.log", ["allgather", *sweep])  # collective from hccl-sim's header
     out = tmp_path / "fitted.json"
-    assert main(["--preset", "ascend910b-8p", ar, f"{ag}:allgather", "-o", str(out)]) == 0
+    assert main(["--preset", "ascend910b-8p", ar, ag, "-o", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "residual" in printed and "fitted us" in printed and printed.count("  allgather  ") == 8  # 8K .. 128M by 4
     links, cards = load_figures(out)
@@ -96,6 +96,12 @@ def test_nccl_tests_tables_and_stated_rank_counts(tmp_path, capsys):
     assert main(["--preset", "ascend910b-8p", f"{log}:allreduce"]) == 2  # 2 ranks ran, the preset has 8
     err = capsys.readouterr().err
     assert f"{log}:3" in err and "2 ranks" in err and "8" in err
+
+
+def test_an_hccl_sim_sweep_says_what_it_modeled(tmp_path, capsys):
+    log = parse_log(_sweep(tmp_path, capsys, "sweep.log", ["reduce_scatter", "--preset", "2x4p-roce", "--dtype", "bf16",
+                                                            "--op", "max", "-b", "64K", "-e", "1M", "-f", "4"]))
+    assert (log.collective, log.dtype, log.op, log.stated_ranks[0], len(log.rows)) == ("reduce_scatter", "bfloat16", "max", 8, 3)
 
 
 @pytest.mark.parametrize("text, where, fragment", [
