@@ -343,13 +343,16 @@ class Communicator:
             stream = self._streams.get(queue) or self._stream(queue)
             engine.busy_with = (call.collective, seq & ~P2P_SEQ_BIT, self.name, threading.get_ident())
             if not async_op and ((not engine._outstanding and not engine._driving) or engine.inline()):
-                if stream.clock > device.clock:  # a call it follows on its stream ended later: in order
+                faults = rc.pending_faults
+                if stream.clock > device.clock and not faults:  # a call it follows on its stream ended later: in order
                     device.clock = stream.clock
                 record = rc.recorder.enter(CallRecord(self.name, seq & ~P2P_SEQ_BIT, call.collective, call.algo,
                                                       call.dtype_name or dtype.name, call.ctx.sig.count, call.nbytes,
                                                       self._world_ranks, device.clock, time.monotonic()))
-                if rc.pending_faults:
-                    rc.inject(record)
+                if faults:
+                    rc.inject(record)  # entering late (a delay) comes before joining the stream, as when queued
+                    if stream.clock > device.clock:
+                        device.clock = record.modeled_start = stream.clock
                 ctx = call.ctx
                 ctx.seq = seq
                 schedule = call.schedule
@@ -404,23 +407,24 @@ class Communicator:
         work = Work(what or dataclasses.replace(call.ctx, seq=seq).what, result, device, blocking=not async_op)
         begun = None  # (call, its context, its flight record, its scratch) once its shape is known
 
-        def begin(call: "_Call"):
+        def begin(call: "_Call", on_device: bool):
+            nonlocal ready
             ctx = dataclasses.replace(call.ctx, seq=seq)  # its own: the shape's context is shared by calls in flight
             record = rc.recorder.enter(CallRecord(self.name, seq & ~P2P_SEQ_BIT, call.collective, call.algo,
                                                   call.dtype_name or dtype.name, ctx.sig.count, call.nbytes, self._world_ranks,
                                                   ready, time.monotonic()))
-            if rc.pending_faults:
-                rc.inject(record)
+            if rc.pending_faults:  # a delay starts the call later, as on the inline path
+                ready += rc.inject(record, on_device=on_device)
             tmp = np.empty(call.schedule.tmp_count, dtype) if call.schedule.tmp_count else None  # calls in flight do not share scratch
             return call, ctx, record, tmp
 
         if call is not None:
-            begun = begin(call)
+            begun = begin(call, on_device=True)
 
         def start():
             nonlocal begun
-            if begun is None:
-                begun = begin(resolve())
+            if begun is None:  # on the progress thread: the card's clock is its own thread's
+                begun = begin(resolve(), on_device=False)
             call, ctx, record, tmp = begun
             self._check_open(ctx)
             stream.clock = max(stream.clock, ready)

@@ -63,8 +63,12 @@ class RankContext:
             self._scratch = np.empty(max(need, 4096), np.uint8)
         return self._scratch[:need].view(dtype)
 
-    def inject(self, record: CallRecord) -> None:
-        """Fire this rank's faults that match the call just entered (each fires once)."""
+    def inject(self, record: CallRecord, *, on_device: bool = True) -> float:
+        """Fire this rank's faults that match the call just entered (each fires once); returns
+        the seconds of an injected delay. ``on_device=False`` (a call entered on the progress
+        thread, whose shape was settled there) leaves the card's clock to its own thread: the
+        caller then starts the call that much later instead."""
+        late = 0.0
         for fault in list(self.pending_faults):
             if not fault.matches(record.op, record.seq, record.comm):
                 continue
@@ -72,9 +76,11 @@ class RankContext:
             where = f"{record.op} #{record.seq} on communicator '{record.comm}'"
             if fault.action == "delay":
                 time.sleep(fault.seconds)
-                self.device.clock += fault.seconds  # late in modeled time too: the same spec, the same outcome
-                self.device.time.compute_s += fault.seconds
-                record.modeled_start = self.device.clock
+                late += fault.seconds  # late in modeled time too: the same spec, the same outcome
+                if on_device:
+                    self.device.clock += fault.seconds
+                    self.device.time.compute_s += fault.seconds
+                    record.modeled_start = self.device.clock
             elif fault.action == "drop":
                 self.engine.drop_next_message = True
             elif fault.action == "crash":
@@ -85,6 +91,7 @@ class RankContext:
                 self.dump(f"injected hang ({fault.spec}) in {where}")
                 while True:  # until the launcher stops this rank
                     time.sleep(3600)
+        return late
 
     def dump(self, reason: str) -> Path | None:
         """Write the flight recorder to HCCL_PY_FLIGHT_DIR (set by hccl-launch), if any. A later
