@@ -429,7 +429,8 @@ class Communicator:
             self._check_open(ctx)
             stream.clock = max(stream.clock, ready)
             record.modeled_start = stream.clock
-            return engine.call_run(ctx, call.schedule, (bufs[0], bufs[1], tmp), call.ufunc, call.costs, stream, device)
+            return engine.call_run(ctx, call.schedule, (bufs[0], bufs[1], tmp), call.ufunc, call.costs, stream, device,
+                                   blocking=not async_op)
 
         def finish(run, error):
             if begun is None:  # failed before its shape was known: nothing of it ran

@@ -80,6 +80,9 @@ class Device:
     peak_bytes: int = 0
     time: DeviceTime = field(default_factory=DeviceTime)
     waited_for: dict[int, float] = field(default_factory=dict)  # world rank -> modeled seconds spent waiting for it
+    # the part of time.wait_s that blocking calls waited (asynchronous calls' waiting goes on
+    # meanwhile): what a timeline shows as a blocking call's wait, the same whichever path it took
+    blocking_wait_s: float = 0.0
     kernels: "deque | None" = None  # (name, modeled start, seconds) of recent kernels when tracing, else None
     _allocations: dict[int, int] = field(default_factory=dict)
     _next_handle: int = 0

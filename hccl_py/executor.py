@@ -251,11 +251,11 @@ class CallRun:
        by the cost model's ``step_end`` (the simulator's own arithmetic).
     """
 
-    __slots__ = ("engine", "ctx", "plans", "nsteps", "bufs", "ufunc", "costs", "stream", "device", "index", "entered", "sending",
-                 "receiving", "recvs", "t0", "send_costs", "late_ok", "head", "deadline", "last_liveness", "suspects")
+    __slots__ = ("engine", "ctx", "plans", "nsteps", "bufs", "ufunc", "costs", "stream", "device", "blocking", "index", "entered",
+                 "sending", "receiving", "recvs", "t0", "send_costs", "late_ok", "head", "deadline", "last_liveness", "suspects")
 
     def __init__(self, engine: "Engine", ctx: CallContext, plans: list[StepPlan], bufs, ufunc,
-                 step_costs: Sequence[StepCost] | None, stream, device: Device):
+                 step_costs: Sequence[StepCost] | None, stream, device: Device, blocking: bool = True):
         self.engine = engine
         self.ctx = ctx
         self.plans = plans
@@ -265,6 +265,7 @@ class CallRun:
         self.costs = step_costs
         self.stream = stream  # whose ``clock`` the steps advance: the device (a blocking call), or a Stream
         self.device = device  # where the time goes (device.time, device.waited_for)
+        self.blocking = blocking  # the caller waits for it: its waiting also counts in device.blocking_wait_s
         self.index = 0  # the current step
         self.entered = False  # the current step's copies ran and its sends were posted
         self.sending: list[_PendingSend] = _NONE
@@ -430,6 +431,8 @@ class CallRun:
             times.comm_s += end - self.stream.clock - waited
             if waited:
                 times.wait_s += waited
+                if self.blocking:
+                    device.blocking_wait_s += waited
                 waits: list[float] = []  # who it waited for: the same arithmetic again, rarely needed
                 step_end(self.t0, self.send_costs, self.recvs, recv_s, waits)
                 for recv, wait in zip(self.recvs, waits):
@@ -627,11 +630,12 @@ class Engine:
 
     # -- execution ---------------------------------------------------------------------------
     def call_run(self, ctx: CallContext, schedule: Schedule, bufs: tuple[np.ndarray, np.ndarray, np.ndarray | None], ufunc,
-                 step_costs: Sequence[StepCost] | None, stream, device: Device) -> CallRun:
+                 step_costs: Sequence[StepCost] | None, stream, device: Device, blocking: bool = False) -> CallRun:
         """A :class:`CallRun` of ``schedule`` (``bufs``: flat IN, OUT and TMP arrays) whose steps
         advance ``stream.clock`` with the cost model's ``step_costs`` (the simulator's own
-        arithmetic, ``cost_model.step_end``; ``None``: the clock stays)."""
-        return CallRun(self, ctx, self._plan(schedule, ctx.world_ranks), bufs, ufunc, step_costs, stream, device)
+        arithmetic, ``cost_model.step_end``; ``None``: the clock stays); ``blocking``: its caller
+        waits for it (a blocking call that queued behind asynchronous ones)."""
+        return CallRun(self, ctx, self._plan(schedule, ctx.world_ranks), bufs, ufunc, step_costs, stream, device, blocking)
 
     def run(self, run: "CallRun | BatchRun") -> None:
         """Drive ``run`` to its end on this thread, blocking: the path of a blocking call while

@@ -55,13 +55,14 @@ class Timeline:
 
     @contextmanager
     def comm(self, label: str) -> Iterator[None]:
-        """Record a communication call: the modeled waiting the executor counted (peers not there
-        yet) as a wait segment, then the rest of the call as a comm segment."""
+        """Record a blocking communication call: the modeled waiting the executor counted for it
+        (peers not there yet) as a wait segment, then the rest of the call as a comm segment.
+        Asynchronous calls still running wait meanwhile too; that is theirs, not this call's."""
         dev = self.device
-        start, waited, wall = dev.clock, dev.time.wait_s, time.monotonic()
+        start, waited, wall = dev.clock, dev.blocking_wait_s, time.monotonic()
         yield
         end, wall_end = dev.clock, time.monotonic()
-        wait = min(max(dev.time.wait_s - waited, 0.0), end - start)
+        wait = min(max(dev.blocking_wait_s - waited, 0.0), end - start)
         if wait > 0:
             self.segments.append(Segment("wait", label, start, start + wait, wall, wall_end))
         if end > start + wait:

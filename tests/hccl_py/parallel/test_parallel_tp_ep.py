@@ -188,3 +188,41 @@ def test_overlap_lowers_the_modeled_time_of_the_same_work():
         assert times[kind][1] == 0.0 and times[f"{kind} overlap"][1] > 0.0  # only asynchronous calls expose anything
     for other, _ in results[1:]:  # the makespan is the same on every card (exposed time is each card's own)
         assert {k: v[0] for k, v in other.items()} == pytest.approx({k: v[0] for k, v in times.items()}, rel=1e-9)
+
+
+def _timeline_of_a_blocking_call(pause_s: float) -> list | None:
+    """Rank 0: an asynchronous allreduce that waits for rank 1 (late in modeled time), a pause
+    (wall time only), then a blocking allgather recorded on a timeline: it queues behind the
+    allreduce or runs at once depending on the pause."""
+    import time
+
+    import hccl_py
+    from hccl_py.parallel.timeline import Timeline
+
+    comm = hccl_py.init()
+    x, y = np.ones(1 << 16, np.float32), np.ones(1 << 10, np.float32)
+    if comm.rank == 1:
+        comm.device.run(flops=1e12, nbytes=0)
+        time.sleep(0.5)
+        comm.all_reduce(x)
+        comm.all_gather(y)
+        return None
+    timeline = Timeline(comm.device)
+    work = comm.all_reduce(x, async_op=True)
+    time.sleep(pause_s)
+    with timeline.comm("allgather"):
+        comm.all_gather(y)
+    work.wait()
+    return [(s.kind, s.start, s.end) for s in timeline.segments]
+
+
+@pytest.mark.timeout(90)
+def test_a_blocking_calls_wait_and_comm_segments_do_not_depend_on_wall_time():
+    """The allreduce's waiting for rank 1 is the allreduce's: the allgather's segments are the same
+    whether it queued behind it (its waiting then fell inside the allgather's window and was drawn
+    as the allgather's wait) or ran at once."""
+    env = {"HCCL_PY_TOPOLOGY": "ascend910b-8p"}
+    queued = run_ranks(_timeline_of_a_blocking_call, 2, 0.0, env=env, timeout=80)[0]
+    at_once = run_ranks(_timeline_of_a_blocking_call, 2, 1.5, env=env, timeout=80)[0]
+    assert queued == at_once
+    assert [kind for kind, _, _ in queued] == ["comm"]  # the allgather itself waited for nobody
