@@ -49,8 +49,19 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def quiet_on_closed_pipe(argv) -> None:
+    """A console script (``argv`` None) whose table is piped into ``head`` ends quietly, as a Unix
+    tool does, instead of with Python's BrokenPipeError traceback; called from within a program
+    (``argv`` given) it changes nothing."""
+    import signal
+
+    if argv is None and hasattr(signal, "SIGPIPE"):
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``hccl-topo`` with ``argv`` (default ``sys.argv[1:]``); return the exit code."""
+    quiet_on_closed_pipe(argv)
     parser = _parser()
     try:
         args = parser.parse_args(argv)
@@ -64,8 +75,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as err:
         print(f"hccl-topo: error: {err.strerror or err} ({err.filename or ''})".replace(" ()", ""), file=sys.stderr)
         return 1
-    except BrokenPipeError:  # `hccl-topo show ... | head`
-        return 0
 
 
 def _show(args: argparse.Namespace) -> int:

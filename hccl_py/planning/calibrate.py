@@ -7,11 +7,11 @@
     hccl-sim allreduce --preset ascend910b-8p --figures figures.json -b 8K -e 1G    # a sweep beside the real one
 
 Each log is ``FILE`` or ``FILE:COLLECTIVE`` or ``FILE:COLLECTIVE:RANKS`` (the collective is read
-from the log's command line, an ``hccl-sim`` sweep's header or the file name when not given; RANKS, default all of the topology, is
-how many cards of the preset the run used). Rows are HCCL Test's (``data_size(Bytes): |
-aveg_time(us): | alg_bandwidth(GB/s): | check_result:``) or nccl-tests' (``size count type redop
-root time algbw busbw #wrong ...``, the out-of-place time); both define data_size the same way
-(the buffer of allreduce, the gathered output of allgather).
+from the log's command line, an ``hccl-sim`` sweep's header or the file name when not given;
+RANKS, default all of the topology, is how many cards of the preset the run used). Rows are HCCL
+Test's (``data_size(Bytes): | aveg_time(us): | alg_bandwidth(GB/s): | check_result:``) or
+nccl-tests' (``size count type redop root time algbw busbw #wrong ...``, the out-of-place time);
+both define data_size the same way (the buffer of allreduce, the gathered output of allgather).
 
 The fit: the figures named by ``--fit`` (default: bandwidth and latency of every link kind the
 runs cross, and the card's launch cost) are varied in log space by Levenberg-Marquardt to minimise
@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from topology import RankTable, Topology, TopologyError
+from topology.cli import quiet_on_closed_pipe
 from topology.figures import CARD_MODELS, LINK_KINDS, Figures, figures_to_dict, resolve_figures
 
 from ..collectives import collective as lookup
@@ -433,6 +434,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run ``hccl-calibrate``: fit the figures to the logs, print the fit; exit
     status 0, or 2 for bad input."""
+    quiet_on_closed_pipe(argv)
     args = build_parser().parse_args(argv)
     try:
         base = resolve_figures(args.figures)

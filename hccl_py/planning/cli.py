@@ -32,6 +32,7 @@ import sys
 import time
 
 from topology import PRESETS, RankTable, Topology, TopologyError
+from topology.cli import quiet_on_closed_pipe
 from topology.units import parse_size
 
 from ..algo_select import alltoallv_auto, explain_auto, hier_levels, is_continuous
@@ -94,6 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run ``hccl-sim``: one call, a sweep, a send between two ranks or ``validate``; exit
     status 0, or 2 for bad input."""
+    quiet_on_closed_pipe(argv)
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "validate":
         return validate_main(argv[1:])

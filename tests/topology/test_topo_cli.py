@@ -106,3 +106,18 @@ def test_console_script_module_runs_without_traceback(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "topology.cli", "validate", str(tmp_path / "none.json")],
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr and "not a valid real path" in proc.stderr
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("module, args", [
+    ("hccl_py.planning.cli", ["allreduce", "--preset", "ascend910b-8p", "-b", "8", "-e", "64M", "-f", "2"]),
+    ("topology.cli", ["generate", "--preset", "2x8p-roce"]),
+])
+def test_a_table_piped_into_head_ends_quietly(module, args):
+    """``hccl-sim ... | head -3``: the reader has closed the pipe before the tool writes; the tool
+    stops as a Unix tool does (SIGPIPE), without a BrokenPipeError traceback or an error line
+    (hccl-calibrate calls the same ``quiet_on_closed_pipe``)."""
+    tool = subprocess.Popen([sys.executable, "-m", module, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    tool.stdout.close()  # head has read what it wanted before the tool wrote
+    _, err = tool.communicate(timeout=50)
+    assert err == b"", err.decode()
