@@ -249,7 +249,9 @@ class HcclProcessGroup(dist.ProcessGroup):
 
     def _broadcast(self, what, t, root):
         staged = Staged(t, what)
-        return lambda a: self.comm.broadcast(staged.array, root, async_op=a), staged.copy_back, [t]
+        # the root's tensor is only read: nothing to write back (it may be an expanded, stride-0 view)
+        post = None if self.comm.rank == root else staged.copy_back
+        return lambda a: self.comm.broadcast(staged.array, root, async_op=a), post, [t]
 
     def reduce(self, tensors, opts=None):
         opts = opts if opts is not None else dist.ReduceOptions()
@@ -265,7 +267,7 @@ class HcclProcessGroup(dist.ProcessGroup):
                           _one(input_tensors, "all_gather"))
 
     def _allgather(self, what, outs, t):
-        self._check_list(outs, t, what, "tensor_list")
+        self._check_list(outs, t, what, "tensor_list", outputs=True)
         x = contiguous_array(t, what)
         buffer = torch.empty((self.comm.size, *t.shape), dtype=t.dtype)
 
@@ -307,7 +309,7 @@ class HcclProcessGroup(dist.ProcessGroup):
         if self.comm.rank != root:
             return lambda a: self.comm.gather(x, root, async_op=a), None, output_tensors
         outs = _one(output_tensors, what)
-        self._check_list(outs, t, what, "gather_list")
+        self._check_list(outs, t, what, "gather_list", outputs=True)
         buffer = torch.empty((self.comm.size, *t.shape), dtype=t.dtype)
 
         def post():
@@ -462,7 +464,10 @@ class HcclProcessGroup(dist.ProcessGroup):
             raise backend_error(err, "monitored_barrier") from err
 
     # -- checks ----------------------------------------------------------------------------------------
-    def _check_list(self, tensors: list, like: torch.Tensor, what: str, arg: str) -> None:
+    def _check_list(self, tensors: list, like: torch.Tensor, what: str, arg: str, outputs: bool = False) -> None:
+        """``tensors`` (one per rank) of ``like``'s dtype and element count; ``outputs``: each is
+        written with ``copy_`` from a block of ``like``'s shape, so that block must broadcast into
+        it as it is (inputs travel flattened, any shape)."""
         if len(tensors) != self.comm.size:
             raise HcclParamError(f"{what}: {arg} has {len(tensors)} tensors; the group has {self.comm.size} ranks", arg=arg,
                                  value=len(tensors), rule="length", expected=self.comm.size)
@@ -472,6 +477,16 @@ class HcclProcessGroup(dist.ProcessGroup):
                 raise HcclParamError(f"{what}: {arg} holds a {t.dtype} tensor of {t.numel()} elements; expected "
                                      f"{like.dtype} of {like.numel()}", arg=arg, value=[str(t.dtype), t.numel()],
                                      expected=[str(like.dtype), like.numel()])
+            if not outputs:
+                continue
+            try:
+                fits = torch.broadcast_shapes(t.shape, like.shape) == t.shape
+            except RuntimeError:
+                fits = False
+            if not fits:
+                raise HcclParamError(f"{what}: {arg} holds a tensor of shape {tuple(t.shape)}, which a block of the "
+                                     f"input's shape {tuple(like.shape)} does not fill; give it that shape", arg=arg,
+                                     value=list(t.shape), expected=list(like.shape), rule="shape")
 
     @staticmethod
     def _check_numel(t: torch.Tensor, numel: int, what: str, arg: str) -> None:

@@ -34,6 +34,9 @@ def check(t: torch.Tensor, what: str) -> None:
         raise HcclParamError(f"{what}: hccl-py's torch backend takes CPU tensors, got one on {t.device} "
                              "(under hccl-launch --npu, 'npu' and 'cuda' tensors stay on the CPU)", arg="tensor",
                              value=str(t.device), rule="device", expected="cpu")
+    if t.layout is not torch.strided:
+        raise HcclParamError(f"{what}: {t.layout} tensors are not supported (HCCL's collectives move dense buffers); "
+                             "pass t.to_dense()", arg="tensor", value=str(t.layout), rule="layout", expected="torch.strided")
     if t.dtype not in _PLAIN and t.dtype not in _VIEWED:
         raise HcclParamError(f"{what}: dtype {t.dtype} is not supported by hccl-py; use one of {SUPPORTED}", arg="tensor",
                              dtype=str(t.dtype), rule="choices", choices=SUPPORTED.split(", "))

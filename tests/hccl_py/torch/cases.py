@@ -427,6 +427,38 @@ def modeled_clock_matches_hccl_py(rank, world):
     assert through_torch > 0 and through_torch == through_numpy, (through_torch, through_numpy)
 
 
+@case
+def output_shapes_expanded_roots_and_sparse_tensors(rank, world):
+    """Outputs a block fills by broadcasting ((1, 2) for an input of (2,)) work; one it does not
+    ((2, 1)) is refused on every rank before any data moves, as is a sparse tensor; a broadcast
+    root's tensor is only read, so an expanded (stride-0) view of it works."""
+    torch, dist = _torch()
+    from hccl_py import HcclParamError
+
+    outs = [torch.zeros(1, 2) for _ in range(world)]
+    dist.all_gather(outs, torch.full((2,), float(rank)))
+    for r, o in enumerate(outs):
+        _close(o, torch.full((1, 2), float(r)), f"(1, 2) output from {r}")
+    for bad, what in (([torch.zeros(2, 1) for _ in range(world)], "shape"),):
+        try:
+            dist.all_gather(bad, torch.ones(2))
+        except dist.DistBackendError as err:
+            assert isinstance(err.__cause__, HcclParamError) and "(2, 1)" in str(err), err
+        else:
+            raise AssertionError(f"an all_gather output of the wrong {what} was taken")
+    try:
+        dist.all_reduce(torch.ones(3).to_sparse())
+    except dist.DistBackendError as err:
+        assert isinstance(err.__cause__, HcclParamError) and "to_dense" in str(err), err
+    else:
+        raise AssertionError("a sparse tensor was taken")
+    root = world - 1
+    t = torch.arange(2.0).expand(3, 2) if rank == root else torch.zeros(3, 2)
+    dist.broadcast(t, root)
+    _close(t, torch.arange(2.0).expand(3, 2), "broadcast from an expanded root tensor")
+    dist.barrier()
+
+
 # -- errors -----------------------------------------------------------------------------------------------------
 @case
 def errors_come_back_as_dist_backend_errors(rank, world):
