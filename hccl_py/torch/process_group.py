@@ -276,7 +276,8 @@ class HcclProcessGroup(dist.ProcessGroup):
                 for o, row in zip(outs, buffer):
                     o.copy_(row)
 
-        return lambda a: self.comm.all_gather(x, out=as_array(buffer), async_op=a), post, [outs]
+        # the future holds the list itself, as gloo's
+        return lambda a: self.comm.all_gather(x, out=as_array(buffer), async_op=a), post, outs
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
         return self._coalesced("all_gather_coalesced", opts, self._allgather, list(zip(output_lists, input_list)),

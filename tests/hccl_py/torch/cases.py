@@ -439,6 +439,9 @@ def output_shapes_expanded_roots_and_sparse_tensors(rank, world):
     dist.all_gather(outs, torch.full((2,), float(rank)))
     for r, o in enumerate(outs):
         _close(o, torch.full((1, 2), float(r)), f"(1, 2) output from {r}")
+    listed = [torch.zeros(2) for _ in range(world)]  # an async list form's future holds the list, as gloo's
+    value = dist.all_gather(listed, torch.full((2,), float(rank)), async_op=True).get_future().wait()
+    assert len(value) == world and all(v is o for v, o in zip(value, listed)), value
     for bad, what in (([torch.zeros(2, 1) for _ in range(world)], "shape"),):
         try:
             dist.all_gather(bad, torch.ones(2))
