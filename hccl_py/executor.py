@@ -56,8 +56,10 @@ def _mark_forked() -> None:
 os.register_at_fork(after_in_child=_mark_forked)
 
 
-def describe_call(sig: tuple) -> str:
-    """``allreduce(count=4, dtype=float32, op=sum, algo=ring)``: a call as an error names it."""
+def describe_call(sig: tuple, caller: int | None = None) -> str:
+    """``allreduce(count=4, dtype=float32, op=sum, algo=ring)``: a call as an error names it. A
+    send and its receive share one signature (``src`` its sender): ``caller`` (the rank that made
+    the call, in the communicator) names the receiving side ``recv``."""
     sig = CallSignature(*sig)
     op = OpKind(sig.op)
     spec = of_kind(op)
@@ -73,7 +75,8 @@ def describe_call(sig: tuple) -> str:
         parts.append(f"src={sig.root}")
     else:
         parts.append(f"algo={algo_label(sig.algo)}")
-    return f"{op.label}({', '.join(parts)})"
+    label = "recv" if op is OpKind.SEND and caller is not None and caller != sig.root else op.label
+    return f"{label}({', '.join(parts)})"
 
 
 @dataclass(slots=True)
@@ -901,8 +904,8 @@ class Engine:
         return error
 
     def _mismatch(self, ctx: CallContext, inc: Incoming) -> None:
-        mine = describe_call(ctx.sig)
-        theirs = describe_call(inc.sig)
+        mine = describe_call(ctx.sig, ctx.comm_rank)
+        theirs = describe_call(inc.sig, ctx.comm_rank_of(inc.src))
         if inc.sig == ctx.sig:
             theirs += f" with a different schedule ({inc.msg_count} elements in message {inc.msg_index}, expected another size)"
         # Both all-to-all-v's, only the matrices differ: say that, not two digests.

@@ -119,6 +119,8 @@ def test_recv_of_a_different_size_is_refused():
         assert (r["class"], r["code"], r["rank"]) == ("HcclParamError", 1, rank), r
         # The executor's mismatch error has no fields for the two calls yet: the message names both.
         assert "call mismatch" in r["message"] and "count=12" in r["message"] and "count=10" in r["message"], r
+    # the receiver found it: its own call is the receive, the sender's the send
+    assert "rank 1 called recv(count=12, dtype=float32, src=0) but rank 0 called send(count=10" in results[1]["message"], results[1]
 
 
 def _partitions() -> dict:
