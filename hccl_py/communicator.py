@@ -345,14 +345,15 @@ class Communicator:
             if not async_op and ((not engine._outstanding and not engine._driving) or engine.inline()):
                 faults = rc.pending_faults
                 if stream.clock > device.clock and not faults:  # a call it follows on its stream ended later: in order
-                    device.clock = stream.clock
+                    device.wait_for(stream.clock)
                 record = rc.recorder.enter(CallRecord(self.name, seq & ~P2P_SEQ_BIT, call.collective, call.algo,
                                                       call.dtype_name or dtype.name, call.ctx.sig.count, call.nbytes,
                                                       self._world_ranks, device.clock, time.monotonic()))
                 if faults:
                     rc.inject(record)  # entering late (a delay) comes before joining the stream, as when queued
                     if stream.clock > device.clock:
-                        device.clock = record.modeled_start = stream.clock
+                        device.wait_for(stream.clock)
+                        record.modeled_start = device.clock
                 ctx = call.ctx
                 ctx.seq = seq
                 schedule = call.schedule
@@ -428,7 +429,7 @@ class Communicator:
             call, ctx, record, tmp = begun
             self._check_open(ctx)
             stream.clock = max(stream.clock, ready)
-            record.modeled_start = stream.clock
+            record.modeled_start = work._start_clock = stream.clock
             return engine.call_run(ctx, call.schedule, (bufs[0], bufs[1], tmp), call.ufunc, call.costs, stream, device,
                                    blocking=not async_op)
 
@@ -940,10 +941,13 @@ class Communicator:
                        for (call, flat, seq), (_, array, _) in zip(prepared, parts)]
             ready = device.clock
 
+            work = Work(f"{what} ({len(parts)} items)", results, device, blocking=not async_op)
+
             def start() -> BatchRun:
-                begin = max(stream.clock, ready)
+                begin = work._start_clock = max(stream.clock, ready)
                 runs = [engine.call_run(dataclasses.replace(call.ctx, seq=seq), call.schedule, (flat, flat, None), None,
-                                        call.costs, Stream("batch", begin), device) for call, flat, seq in prepared]
+                                        call.costs, Stream("batch", begin), device, blocking=not async_op)
+                        for call, flat, seq in prepared]
                 return BatchRun(runs)
 
             def finish(run, error) -> float:
@@ -965,9 +969,10 @@ class Communicator:
                 except HcclError as err:
                     finish(run, err)
                     raise
-                device.clock = finish(run, None)
+                end = finish(run, None)
+                device.wait_for(work._start_clock)  # the items it follows on its stream: as a blocking call's
+                device.clock = max(device.clock, end)
                 return results
-            work = Work(f"{what} ({len(parts)} items)", results, device, blocking=not async_op)
             engine.submit((self._id, "batch"), start, lambda run, error: work._finish(error, finish(run, error)))
             return work if async_op else work.wait()
         finally:

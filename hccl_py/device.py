@@ -80,12 +80,20 @@ class Device:
     peak_bytes: int = 0
     time: DeviceTime = field(default_factory=DeviceTime)
     waited_for: dict[int, float] = field(default_factory=dict)  # world rank -> modeled seconds spent waiting for it
-    # the part of time.wait_s that blocking calls waited (asynchronous calls' waiting goes on
-    # meanwhile): what a timeline shows as a blocking call's wait, the same whichever path it took
+    # the part of time.wait_s that blocking calls waited for peers (asynchronous calls' waiting goes
+    # on meanwhile): with time.exposed_s, what a timeline shows as a blocking call's wait
     blocking_wait_s: float = 0.0
     kernels: "deque | None" = None  # (name, modeled start, seconds) of recent kernels when tracing, else None
     _allocations: dict[int, int] = field(default_factory=dict)
     _next_handle: int = 0
+
+    def wait_for(self, clock: float) -> None:
+        """The compute stream stands still until ``clock`` (modeled) for communication it did not
+        hide: an asynchronous call's end at ``wait``, or the end of the calls a blocking call
+        follows on its stream. That stand-still is ``time.exposed_s``."""
+        if clock > self.clock:
+            self.time.exposed_s += clock - self.clock
+            self.clock = clock
 
     # -- memory ------------------------------------------------------------------------------
     @property

@@ -258,7 +258,7 @@ class CallRun:
                  "sending", "receiving", "recvs", "t0", "send_costs", "late_ok", "head", "deadline", "last_liveness", "suspects")
 
     def __init__(self, engine: "Engine", ctx: CallContext, plans: list[StepPlan], bufs, ufunc,
-                 step_costs: Sequence[StepCost] | None, stream, device: Device, blocking: bool = True):
+                 step_costs: Sequence[StepCost] | None, stream, device: Device, *, blocking: bool):
         self.engine = engine
         self.ctx = ctx
         self.plans = plans
@@ -633,12 +633,13 @@ class Engine:
 
     # -- execution ---------------------------------------------------------------------------
     def call_run(self, ctx: CallContext, schedule: Schedule, bufs: tuple[np.ndarray, np.ndarray, np.ndarray | None], ufunc,
-                 step_costs: Sequence[StepCost] | None, stream, device: Device, blocking: bool = False) -> CallRun:
+                 step_costs: Sequence[StepCost] | None, stream, device: Device, *, blocking: bool) -> CallRun:
         """A :class:`CallRun` of ``schedule`` (``bufs``: flat IN, OUT and TMP arrays) whose steps
         advance ``stream.clock`` with the cost model's ``step_costs`` (the simulator's own
         arithmetic, ``cost_model.step_end``; ``None``: the clock stays); ``blocking``: its caller
         waits for it (a blocking call that queued behind asynchronous ones)."""
-        return CallRun(self, ctx, self._plan(schedule, ctx.world_ranks), bufs, ufunc, step_costs, stream, device, blocking)
+        return CallRun(self, ctx, self._plan(schedule, ctx.world_ranks), bufs, ufunc, step_costs, stream, device,
+                       blocking=blocking)
 
     def run(self, run: "CallRun | BatchRun") -> None:
         """Drive ``run`` to its end on this thread, blocking: the path of a blocking call while
@@ -650,7 +651,7 @@ class Engine:
                  step_costs: Sequence[StepCost] | None, device: Device, quiet: bool) -> None:
         """:meth:`call_run` then :meth:`run` on the device's own clock, in one call: the fast
         path of a blocking call (``quiet``: the call reduces floats, see ``quiet_floats``)."""
-        run = CallRun(self, ctx, self._plan(schedule, ctx.world_ranks), bufs, ufunc, step_costs, device, device)
+        run = CallRun(self, ctx, self._plan(schedule, ctx.world_ranks), bufs, ufunc, step_costs, device, device, blocking=True)
         if quiet:
             token = _QuietFloats._var.set(_QuietFloats._ignore) if _QuietFloats._var is not None else None
             try:

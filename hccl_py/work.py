@@ -27,16 +27,17 @@ class Work:
     """One asynchronous call in flight (see the module doc)."""
 
     __slots__ = ("what", "_result", "_done", "_error", "_end_clock", "_device", "_joined", "_callbacks", "_blocking",
-                 "__weakref__")
+                 "_start_clock", "__weakref__")
 
     def __init__(self, what: str, result: Any, device, *, blocking: bool = False):
         self.what = what  # "allreduce #3 on communicator 'world' (rank 0 of 4)"
         self._result = result
         self._device = device
         # A blocking call that queued behind asynchronous ones (whether it queued depends on wall
-        # time): the compute stream's stand-still is the call itself, not exposed communication,
-        # as when the same call runs at once.
+        # time): as when the same call runs at once, the wait for the calls before it on its stream
+        # (until ``_start_clock``) is exposed communication, the call itself is not.
         self._blocking = blocking
+        self._start_clock = 0.0
         self._done = threading.Event()
         self._error: HcclError | None = None
         self._end_clock = 0.0
@@ -54,10 +55,11 @@ class Work:
         if not self._joined:
             self._joined = True
             device = self._device
-            if self._end_clock > device.clock:  # the compute stream stands still for it
-                if not self._blocking:
-                    device.time.exposed_s += self._end_clock - device.clock
-                device.clock = self._end_clock
+            if self._blocking:
+                device.wait_for(self._start_clock)
+                device.clock = max(device.clock, self._end_clock)
+            else:  # the compute stream stands still for it
+                device.wait_for(self._end_clock)
         if self._error is not None:
             raise self._error
         return self._result

@@ -55,14 +55,15 @@ class Timeline:
 
     @contextmanager
     def comm(self, label: str) -> Iterator[None]:
-        """Record a blocking communication call: the modeled waiting the executor counted for it
-        (peers not there yet) as a wait segment, then the rest of the call as a comm segment.
-        Asynchronous calls still running wait meanwhile too; that is theirs, not this call's."""
+        """Record a blocking communication call: what the compute stream stood still for before it
+        (the asynchronous calls it follows on its stream, exposed) and the modeled waiting the
+        executor counted for it (peers not there yet) as a wait segment, then the rest as a comm
+        segment. Asynchronous calls still running wait meanwhile too; that is theirs."""
         dev = self.device
-        start, waited, wall = dev.clock, dev.blocking_wait_s, time.monotonic()
+        start, waited, wall = dev.clock, dev.blocking_wait_s + dev.time.exposed_s, time.monotonic()
         yield
         end, wall_end = dev.clock, time.monotonic()
-        wait = min(max(dev.blocking_wait_s - waited, 0.0), end - start)
+        wait = min(max(dev.blocking_wait_s + dev.time.exposed_s - waited, 0.0), end - start)
         if wait > 0:
             self.segments.append(Segment("wait", label, start, start + wait, wall, wall_end))
         if end > start + wait:

@@ -171,41 +171,50 @@ def test_delay_is_late_in_wall_and_in_modeled_time():
     assert results[0]["wait"] >= 0.49 and results[2]["wait"] >= 0.49 and results[1]["wait"] < 0.01
 
 
-def _delayed_behind_async(pause_s: float, async_gather: bool) -> dict:
-    """Rank 0: an asynchronous allreduce, a pause (wall time only), then an allgather that the
-    fault delays; rank 1 plain blocking calls. The allgather queues behind the allreduce or runs
-    at once depending on the pause."""
+def _delayed_behind_async(pause_s: float, mode: str) -> dict:
+    """Rank 0: an asynchronous allreduce, a pause (wall time only), then an allgather (blocking or
+    asynchronous) or an asynchronous all-to-all-v that the fault delays; rank 1 plain blocking
+    calls. The delayed call queues behind the allreduce or runs at once depending on the pause."""
     import hccl_py
 
     comm = hccl_py.init()
     x, y = np.ones(1 << 16, np.float32), np.ones(1 << 10, np.float32)
+    counts = [256] * comm.size
+    op = "alltoallv" if mode == "alltoallv" else "allgather"
     if comm.rank == 0:
         work = comm.all_reduce(x, async_op=True)
         time.sleep(pause_s)
-        gathered = comm.all_gather(y, async_op=async_gather)
-        if async_gather:
-            gathered.wait()
+        if mode == "alltoallv":  # its shape is settled on the progress thread, after the counts exchange
+            comm.all_to_all_v(y[:512], counts, None, np.empty(512, np.float32), counts, None, async_op=True).wait()
+        else:
+            gathered = comm.all_gather(y, async_op=mode == "async")
+            if mode == "async":
+                gathered.wait()
         work.wait()
     else:
         comm.all_reduce(x)
-        comm.all_gather(y)
+        if mode == "alltoallv":
+            comm.all_to_all_v(y[:512], counts, None, np.empty(512, np.float32), counts, None)
+        else:
+            comm.all_gather(y)
     t = comm.device.time
     return {"clock": comm.clock, "compute": t.compute_s, "wait": t.wait_s, "comm": t.comm_s,
-            "gather_start": [r.modeled_start for r in comm._rc.recorder.records if r.op == "allgather"]}
+            "start": [r.modeled_start for r in comm._rc.recorder.records if r.op == op]}
 
 
 @pytest.mark.timeout(90)
-@pytest.mark.parametrize("async_gather", [False, True])
-def test_a_delay_makes_a_queued_call_late_as_one_run_at_once(async_gather):
+@pytest.mark.parametrize("mode", ["blocking", "async", "alltoallv"])
+def test_a_delay_makes_a_queued_call_late_as_one_run_at_once(mode):
     """The same fault spec, the same modeled outcome, whether the delayed call queued behind an
     asynchronous one or ran at once (wall time decides): it starts the delay later. A queued call
     started at its issue clock before the delay, so the delay was lost (rank 1 did not wait)."""
-    env = {"HCCL_PY_TOPOLOGY": "ascend910b-8p", "HCCL_PY_FAULTS": "rank=0,op=allgather,action=delay,seconds=0.001"}
-    queued = run_ranks(_delayed_behind_async, 2, 0.0, async_gather, env=env, timeout=80)
-    at_once = run_ranks(_delayed_behind_async, 2, 1.0, async_gather, env=env, timeout=80)
+    op = "alltoallv" if mode == "alltoallv" else "allgather"
+    env = {"HCCL_PY_TOPOLOGY": "ascend910b-8p", "HCCL_PY_FAULTS": f"rank=0,op={op},action=delay,seconds=0.001"}
+    queued = run_ranks(_delayed_behind_async, 2, 0.0, mode, env=env, timeout=40)
+    at_once = run_ranks(_delayed_behind_async, 2, 1.0, mode, env=env, timeout=40)
     assert queued == at_once
-    # late by the delay: rank 0's allgather starts at its 1 ms, which rank 1 waits for after its allreduce
-    assert queued[0]["gather_start"][0] >= 0.001 and queued[1]["wait"] > 0.0009
+    # late by the delay: rank 0's call starts at its 1 ms or later, which rank 1 waits for
+    assert queued[0]["start"][-1] >= 0.001 and queued[1]["wait"] > 0.0009
 
 
 def _monitored(missing: tuple, folder: str) -> dict | str:

@@ -118,6 +118,9 @@ def test_a_table_piped_into_head_ends_quietly(module, args):
     stops as a Unix tool does (SIGPIPE), without a BrokenPipeError traceback or an error line
     (hccl-calibrate calls the same ``quiet_on_closed_pipe``)."""
     tool = subprocess.Popen([sys.executable, "-m", module, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    tool.stdout.close()  # head has read what it wanted before the tool wrote
-    _, err = tool.communicate(timeout=50)
+    try:
+        tool.stdout.close()  # head has read what it wanted before the tool wrote
+        _, err = tool.communicate(timeout=50)
+    finally:
+        tool.kill()
     assert err == b"", err.decode()

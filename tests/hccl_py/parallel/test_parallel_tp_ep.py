@@ -213,16 +213,18 @@ def _timeline_of_a_blocking_call(pause_s: float) -> list | None:
     with timeline.comm("allgather"):
         comm.all_gather(y)
     work.wait()
-    return [(s.kind, s.start, s.end) for s in timeline.segments]
+    return [(s.kind, s.start, s.end) for s in timeline.segments], work.end_clock
 
 
 @pytest.mark.timeout(90)
 def test_a_blocking_calls_wait_and_comm_segments_do_not_depend_on_wall_time():
-    """The allreduce's waiting for rank 1 is the allreduce's: the allgather's segments are the same
-    whether it queued behind it (its waiting then fell inside the allgather's window and was drawn
-    as the allgather's wait) or ran at once."""
+    """The allgather's segments are the same whether it queued behind the allreduce (whose own
+    waiting for rank 1 then fell inside the allgather's window and was drawn as the allgather's)
+    or ran at once: the compute stream stands still until the allreduce ends (exposed, a wait
+    segment), then the allgather runs, waiting for nobody."""
     env = {"HCCL_PY_TOPOLOGY": "ascend910b-8p"}
-    queued = run_ranks(_timeline_of_a_blocking_call, 2, 0.0, env=env, timeout=80)[0]
-    at_once = run_ranks(_timeline_of_a_blocking_call, 2, 1.5, env=env, timeout=80)[0]
+    queued = run_ranks(_timeline_of_a_blocking_call, 2, 0.0, env=env, timeout=40)[0]
+    at_once = run_ranks(_timeline_of_a_blocking_call, 2, 1.5, env=env, timeout=40)[0]
     assert queued == at_once
-    assert [kind for kind, _, _ in queued] == ["comm"]  # the allgather itself waited for nobody
+    segments, allreduce_end = queued
+    assert [(kind, start) for kind, start, _ in segments] == [("wait", 0.0), ("comm", allreduce_end)]

@@ -139,15 +139,15 @@ def _closed_port() -> int:
 
 
 # -- Work and futures ------------------------------------------------------------------------------------------
-class _Card:
-    clock = 0.0
+def _card():
+    from hccl_py.device import Device
+    from topology import CARD_MODELS
 
-    class time:
-        exposed_s = 0.0
+    return Device(CARD_MODELS["ascend910b"])
 
 
 def test_work_completes_its_future_after_post():
-    inner = Work("allreduce #1", None, _Card())
+    inner = Work("allreduce #1", None, _card())
     t = torch.zeros(2)
     seen = []
     work = HcclWork("all_reduce", [inner], [t], post=lambda: t.add_(1))
@@ -160,7 +160,7 @@ def test_work_completes_its_future_after_post():
 
 
 def test_a_failed_call_raises_dist_backend_error_everywhere():
-    inner = Work("allreduce #2", None, _Card())
+    inner = Work("allreduce #2", None, _card())
     work = HcclWork("all_reduce", [inner], [])
     inner._finish(HcclTimeoutError("allreduce #2: timed out. Waiting peer rank(s): 3", ranks=[3]), 1.0)
     with pytest.raises(dist.DistBackendError, match="Waiting peer rank") as info:
@@ -172,7 +172,7 @@ def test_a_failed_call_raises_dist_backend_error_everywhere():
 
 
 def test_wait_with_a_timeout_bounds_only_the_wait():
-    inner = Work("barrier #1", None, _Card())
+    inner = Work("barrier #1", None, _card())
     work = HcclWork("barrier", [inner], [])
     with pytest.raises(dist.DistBackendError, match="not done within"):
         work.wait(timedelta(milliseconds=20))
