@@ -343,17 +343,14 @@ class Communicator:
             stream = self._streams.get(queue) or self._stream(queue)
             engine.busy_with = (call.collective, seq & ~P2P_SEQ_BIT, self.name, threading.get_ident())
             if not async_op and ((not engine._outstanding and not engine._driving) or engine.inline()):
-                faults = rc.pending_faults
-                if stream.clock > device.clock and not faults:  # a call it follows on its stream ended later: in order
-                    device.wait_for(stream.clock)
                 record = rc.recorder.enter(CallRecord(self.name, seq & ~P2P_SEQ_BIT, call.collective, call.algo,
                                                       call.dtype_name or dtype.name, call.ctx.sig.count, call.nbytes,
                                                       self._world_ranks, device.clock, time.monotonic()))
-                if faults:
+                if rc.pending_faults:
                     rc.inject(record)  # entering late (a delay) comes before joining the stream, as when queued
-                    if stream.clock > device.clock:
-                        device.wait_for(stream.clock)
-                        record.modeled_start = device.clock
+                if stream.clock > device.clock:  # a call it follows on its stream ended later: in order
+                    device.wait_for(stream.clock)
+                    record.modeled_start = device.clock
                 ctx = call.ctx
                 ctx.seq = seq
                 schedule = call.schedule
@@ -969,10 +966,8 @@ class Communicator:
                 except HcclError as err:
                     finish(run, err)
                     raise
-                end = finish(run, None)
-                device.wait_for(work._start_clock)  # the items it follows on its stream: as a blocking call's
-                device.clock = max(device.clock, end)
-                return results
+                work._finish(None, finish(run, None))
+                return work.wait()  # joins the streams as a queued blocking batch's does
             engine.submit((self._id, "batch"), start, lambda run, error: work._finish(error, finish(run, error)))
             return work if async_op else work.wait()
         finally:
