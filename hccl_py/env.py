@@ -52,6 +52,10 @@ HCCL_PY_TRANSPORT = "HCCL_PY_TRANSPORT"  # shm | tcp | mpi: overrides the automa
 HCCL_PY_HOST_ID = "HCCL_PY_HOST_ID"  # which ranks share a host (shared memory); default: this kernel + namespaces
 HCCL_PY_NNODES = "HCCL_PY_NNODES"  # hccl-launch --nnodes (set for every rank)
 HCCL_PY_NODE_RANK = "HCCL_PY_NODE_RANK"  # hccl-launch --node-rank (set for every rank)
+HCCL_PY_NPU_DEVICES = "HCCL_PY_NPU_DEVICES"  # simulated NPUs this host shows torch (hccl-npu --devices N)
+HCCL_PY_NPU_STRICT = "HCCL_PY_NPU_STRICT"  # "1": the hccl backend refuses what Ascend refuses (set by hccl-npu)
+HCCL_PY_CACHE = "HCCL_PY_CACHE"  # where the npu device's compiled extension is kept (default ~/.cache/hccl-py)
+PYTORCH_NPU_ALLOC_CONF = "PYTORCH_NPU_ALLOC_CONF"  # torch_npu's allocator settings (key:value,...)
 
 # Started by an MPI launcher or Slurm: (rank, size, local rank) variables, first match wins
 PMI_RANK, PMI_SIZE, MPI_LOCALRANKID = "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"  # MPICH/Hydra

@@ -25,10 +25,9 @@ from hccl_py.errors import HcclParamError
 from hccl_py.faults import check_ranks, parse_fault
 from topology import RankTable, TopologyError, default_preset
 
-# hccl-py's torch_npu stand-in (hccl_py/torch/standin/torch_npu), found without importing torch
-NPU_STANDIN = Path(hccl_py.__file__).resolve().parent / "torch" / "standin"
+from .npu import NPU_STANDIN, npu_environment  # noqa: F401  (NPU_STANDIN: where --npu's torch_npu is)
+
 START_METHODS = ("fork", "exec")  # how hccl-launch starts ranks (--start)
-TORCH_AUTOLOAD = "TORCH_DEVICE_BACKEND_AUTOLOAD"  # "0": `import torch` loads no device extension (torch_npu)
 
 
 @dataclass(frozen=True)
@@ -136,13 +135,9 @@ class LaunchConfig:
         return out
 
     def npu_env(self, environ: dict[str, str]) -> dict[str, str]:
-        """With ``npu``: PYTHONPATH starting with the folder of hccl-py's ``torch_npu`` stand-in
-        (this run only; nothing is installed), and torch's autoload of device extensions off, so
-        a real torch_npu installed beside cannot take over. Empty otherwise."""
-        if not self.npu:
-            return {}
-        path = environ.get("PYTHONPATH", "")
-        return {"PYTHONPATH": str(NPU_STANDIN) + (os.pathsep + path if path else ""), TORCH_AUTOLOAD: "0"}
+        """With ``npu``: what hccl-npu sets (``launch.npu.npu_environment``), each rank's cards being
+        its host's LOCAL_WORLD_SIZE. Empty otherwise."""
+        return npu_environment(environ) if self.npu else {}
 
     def forks(self) -> bool:
         """Whether ranks are forked from this (warm) launcher: ``start`` is "fork", they run this

@@ -69,6 +69,16 @@ def register() -> None:
     dist.Backend.register_backend(NAME, _create, extended_api=True, devices=["cpu"])
 
 
+def serve_npu() -> None:
+    """The "hccl" backend also serves npu tensors, and is torch's choice for them when
+    ``init_process_group()`` names no backend (done when the npu device is installed)."""
+    register()
+    capability = dist.Backend.backend_capability.setdefault(NAME, [])
+    if "npu" not in capability:
+        capability.append("npu")
+    dist.Backend.default_device_backend_map["npu"] = NAME
+
+
 def _exec_timeout_s(timeout: timedelta | None) -> float | None:
     """HCCL_EXEC_TIMEOUT of a group torch made with ``timeout``: that timeout, unless it is torch's
     default and the environment sets HCCL_EXEC_TIMEOUT. None: no limit."""

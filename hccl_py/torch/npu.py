@@ -1,92 +1,121 @@
-"""A stand-in for ``torch.npu`` (torch_npu, Huawei's Ascend extension) on CPU tensors.
+"""``torch.npu`` on hccl-py's simulated cards (what torch_npu's ``torch.npu`` is on Ascend).
 
-``hccl-launch --npu`` puts a ``torch_npu`` package first on the path of that run only
-(``hccl_py/torch/standin/``; never installed as a top-level package). Its import calls
-:func:`install`, and ``torch_npu.contrib.transfer_to_npu`` calls :func:`transfer_to_npu`, so a
-script written for Ascend runs unchanged:
+``npu`` is a real torch device here (``hccl_py/torch/device.py``): ``torch.device("npu:1")``,
+``.npu()``, ``.to("npu:1")``, ``Module.to(rank)``, autograd, DDP with ``device_ids``. This module
+is what ``torch.npu`` then holds:
 
-- ``torch.npu``: ``set_device``, ``current_device``, ``device_count`` (LOCAL_WORLD_SIZE),
-  ``is_available``, ``synchronize`` (waits for every asynchronous collective: the card's streams
-  joined), ``Event(enable_timing=True)`` whose ``elapsed_time`` is the card's **modeled** time
-  between its two ``record()`` calls (hccl-py's clock of this rank's card), ``Stream``,
-  ``current_stream``, ``stream``, ``device``, ``get_device_name`` (the modeled card),
-  ``get_device_properties``, ``manual_seed``, ``is_bf16_supported``, the ``memory_*`` family (0);
-- ``tensor.npu()``, ``module.npu()``, ``tensor.is_npu``: tensors stay on the CPU ("npu" is not made a
-  real torch device: torch cannot allocate on a device without a C++ allocator, and a renamed
-  private-use device breaks ``dist.barrier()``);
-- ``transfer_to_npu``: ``torch.cuda`` becomes this module; ``"cuda"``/``"npu"`` device arguments of
-  torch's factory functions, ``Tensor.to``/``new_*``, ``Module.to`` become ``"cpu"``;
-  ``.cuda()`` is ``.npu()``; ``"nccl"`` in ``init_process_group``/``new_group`` becomes ``"hccl"``.
+- cards: ``device_count`` (``hccl-npu --devices N``), ``current_device``, ``set_device`` (int, str
+  or device), ``device`` (a context manager), ``is_available``, ``get_device_name`` (the modeled
+  card), ``get_device_properties``, ``synchronize`` (joins the card's asynchronous collectives);
+- streams and events on the card's **modeled** clock: ``Event(enable_timing=True)``'s
+  ``elapsed_time`` is modeled milliseconds (what the program would take on the modeled cluster);
+  ``Stream``, ``current_stream``, ``stream``, ``set_stream``;
+- memory from the card's HBM pool: ``memory_allocated``, ``memory_reserved``,
+  ``max_memory_allocated``, ``memory_stats``, ``mem_get_info``, ``empty_cache``, ...;
+- random numbers: ``manual_seed``, ``manual_seed_all``, ``seed``, ``initial_seed``: npu ops draw
+  from torch's CPU generator, so a seed gives the same numbers as on the CPU.
 
-Not covered (docs/torch.md): ``torch.device("npu")`` objects, NPU kernels and their modeled cost
-(torch's CPU ops cost no modeled time), streams as separate queues (one compute stream), memory
-statistics, AMP/profiler/graph modes, torch_npu's custom operators.
+``transfer_to_npu`` (``from torch_npu.contrib import transfer_to_npu``) maps CUDA code onto it:
+``torch.cuda`` is this module, "cuda" device arguments become "npu", ``.cuda()`` is ``.npu()``,
+"nccl" becomes "hccl". Example, under ``hccl-npu --devices 2 python``::
+
+    import torch, torch_npu
+    torch.npu.set_device(1)
+    x = torch.ones(4, device="npu")       # on npu:1
+    start, end = torch.npu.Event(enable_timing=True), torch.npu.Event(enable_timing=True)
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
-import os
 import sys
 import types
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
-from .. import env, runtime
-from . import backend  # noqa: F401  (registers "hccl")
+from .. import runtime
+from . import device as _device_impl
 from .work import synchronize as _join_all
 
-STANDIN = Path(__file__).resolve().parent / "standin"  # holds the stand-in torch_npu package
+_NPU_TYPE = 20  # c10::DeviceType::PrivateUse1, as torch.Stream(device_type=) takes it
+__hccl_py__ = True  # marks this torch.npu as hccl-py's (device.install refuses to replace another)
 _REAL_CUDA = torch.cuda
-_current = 0
 
 
 # -- the card ---------------------------------------------------------------------------------------
-def _device():
+def _ext():
+    ext = _device_impl.installed()
+    if ext is None:
+        raise RuntimeError("hccl-py's npu device is not installed in this process: import torch_npu under hccl-npu, or "
+                           "call hccl_py.torch.device.install()")
+    return ext
+
+
+def _card():
     comm = runtime.current()
     return None if comm is None else comm.device
 
 
-def _clock() -> float:
-    """This rank's modeled clock (compute stream), 0 before hccl-py is initialised."""
-    card = _device()
+def modeled_clock() -> float:
+    """This process's card's modeled clock (compute stream, seconds); 0 before hccl-py is initialised."""
+    card = _card()
     return 0.0 if card is None else card.clock
 
 
+def _index(device) -> int:
+    """A card index from an int, "npu:N"/"npu", a torch.device or None (the current card)."""
+    if device is None:
+        return current_device()
+    if isinstance(device, int) and not isinstance(device, bool):
+        return device
+    if isinstance(device, str):
+        device = torch.device(device)
+    if isinstance(device, torch.device):
+        if device.type != "npu":
+            raise ValueError(f"Expected an npu device, but got: {device}")
+        return current_device() if device.index is None else device.index
+    raise TypeError(f"Invalid device, expected int, str or torch.device, got {type(device).__name__}")
+
+
 def set_device(device) -> None:
-    """Choose this process's card (kept for current_device(); one card per process anyway)."""
-    global _current
-    _current = _index(device)
+    """Make card ``device`` (int, "npu:N" or torch.device) this thread's current card."""
+    _ext().set_device(_index(device))
 
 
 def current_device() -> int:
-    """The card index last given to :func:`set_device` (0 before)."""
-    return _current
+    """This thread's current card (0 until :func:`set_device`)."""
+    return _ext().current_device()
 
 
 def device_count() -> int:
-    """Cards this host shows: LOCAL_WORLD_SIZE (hccl-launch and torchrun set it), else 1."""
-    try:
-        return int(os.environ.get(env.LOCAL_WORLD_SIZE) or 1)
-    except ValueError:
-        return 1
+    """Cards this host shows (``hccl-npu --devices N``; else LOCAL_WORLD_SIZE, else 1)."""
+    return _ext().device_count()
 
 
 def is_available() -> bool:
-    """True: the stand-in's card is always there."""
-    return True
+    """True when the host shows at least one card."""
+    return _device_impl.installed() is not None and device_count() > 0
 
 
 def is_initialized() -> bool:
-    """True: there is nothing to initialise."""
-    return True
+    """True: the cards are ready once the device is installed."""
+    return _device_impl.installed() is not None
 
 
 def init() -> None:
-    """Nothing to do (torch.npu.init() initialises the real runtime)."""
+    """Nothing more to do (the device was initialised when installed)."""
+
+
+def _lazy_init() -> None:
+    """torch's device modules' lazy initialisation hook: nothing to do."""
+
+
+def _is_in_bad_fork() -> bool:
+    """False: the simulated card survives a fork (its memory is the host's)."""
+    return False
 
 
 def synchronize(device=None) -> None:
@@ -95,21 +124,19 @@ def synchronize(device=None) -> None:
 
 
 def get_device_name(device=None) -> str:
-    """The modeled card's model name, marked as the hccl-py stand-in."""
-    card = _device()
-    return f"{card.model.name} (hccl-py stand-in)" if card is not None else "Ascend (hccl-py stand-in)"
+    """The modeled card's model name (e.g. "Ascend910B3")."""
+    card = _card()
+    if card is not None:
+        return card.model.name
+    return _device_impl.cards(device_count())[_index(device)].name
 
 
 def get_device_properties(device=None):
-    """``name``, ``total_memory`` (the modeled card's HBM bytes) and ``multi_processor_count`` (0)."""
-    card = _device()
-    memory = card.model.hbm_bytes if card is not None else 0
-    return types.SimpleNamespace(name=get_device_name(device), total_memory=memory, multi_processor_count=0)
-
-
-def get_device_capability(device=None) -> tuple[int, int]:
-    """(0, 0): the stand-in has no compute capability to report."""
-    return (0, 0)
+    """``name``, ``total_memory`` (the card's HBM bytes), ``cube_core_num``, ``vector_core_num``."""
+    index = _index(device)
+    stats = memory_stats(index)
+    return types.SimpleNamespace(name=get_device_name(index), total_memory=stats["limit_bytes"], cube_core_num=0,
+                                 vector_core_num=0, L2_cache_size=0)
 
 
 def is_bf16_supported() -> bool:
@@ -117,177 +144,193 @@ def is_bf16_supported() -> bool:
     return True
 
 
+# -- random numbers: npu kernels are the CPU's, and so is their generator -----------------------------
 def manual_seed(seed: int) -> None:
-    """Seed torch's CPU generator (the card's tensors live on the CPU); also ``manual_seed_all``."""
-    torch.manual_seed(seed)
+    """Seed the generator npu ops draw from (torch's CPU generator); also ``manual_seed_all``."""
+    torch.default_generator.manual_seed(int(seed))
 
 
 manual_seed_all = manual_seed
 
 
 def seed() -> None:
-    """Nothing to do: the CPU generator is torch's own (also ``seed_all``)."""
+    """Seed the generator from a non-deterministic source (also ``seed_all``)."""
+    torch.default_generator.seed()
 
 
 seed_all = seed
 
 
-def _zero(device=None) -> int:
-    """0: the stand-in keeps no memory statistics (``memory_allocated`` and the rest of that family)."""
-    return 0
+def initial_seed() -> int:
+    """The seed the generator was last given."""
+    return torch.default_generator.initial_seed()
 
 
-memory_allocated = max_memory_allocated = memory_reserved = max_memory_reserved = _zero
+def get_rng_state(device=None) -> torch.Tensor:
+    """The generator's state (torch's CPU generator's)."""
+    return torch.default_generator.get_state()
+
+
+def set_rng_state(state: torch.Tensor, device=None) -> None:
+    """Restore the generator's state."""
+    torch.default_generator.set_state(state)
+
+
+get_rng_state_all = lambda: [get_rng_state()]  # noqa: E731
+set_rng_state_all = lambda states: set_rng_state(states[0])  # noqa: E731
+
+
+# -- memory: the card's HBM pool ------------------------------------------------------------------------
+def memory_stats(device=None) -> dict:
+    """The pool's counters (torch's names: ``allocated_bytes.all.current``, ``reserved_bytes.all.peak``,
+    ``num_ooms``, ...), plus ``limit_bytes``: the card's HBM."""
+    return collections.OrderedDict(sorted(_ext().memory_stats(_index(device)).items()))
+
+
+def memory_allocated(device=None) -> int:
+    """Bytes held by live npu tensors on the card (512-byte aligned blocks)."""
+    return memory_stats(device)["allocated_bytes.all.current"]
+
+
+def max_memory_allocated(device=None) -> int:
+    """The peak of :func:`memory_allocated` since the start or the last reset."""
+    return memory_stats(device)["allocated_bytes.all.peak"]
+
+
+def memory_reserved(device=None) -> int:
+    """Bytes the pool holds on the card (whole segments; bookkeeping, host memory backs live tensors only)."""
+    return memory_stats(device)["reserved_bytes.all.current"]
+
+
+def max_memory_reserved(device=None) -> int:
+    """The peak of :func:`memory_reserved`."""
+    return memory_stats(device)["reserved_bytes.all.peak"]
+
+
+memory_cached, max_memory_cached = memory_reserved, max_memory_reserved
+
+
+def mem_get_info(device=None) -> tuple[int, int]:
+    """(free, total) bytes of the card's HBM: total less what the pool reserved."""
+    stats = memory_stats(device)
+    return (stats["limit_bytes"] - stats["reserved_bytes.all.current"], stats["limit_bytes"])
 
 
 def empty_cache() -> None:
-    """Nothing to do: there is no device cache."""
+    """Give the pool's unused segments back (reserved shrinks to the segments in use)."""
+    ext = _ext()
+    for index in range(ext.device_count()):
+        ext.empty_cache(index)
 
 
 def reset_peak_memory_stats(device=None) -> None:
-    """Nothing to do: there are no memory statistics (also ``reset_max_memory_*``)."""
+    """Peaks start again from the current values (also ``reset_max_memory_allocated``/``_cached``)."""
+    _ext().reset_peak(_index(device))
 
 
 reset_max_memory_allocated = reset_max_memory_cached = reset_peak_memory_stats
 
 
-def mem_get_info(device=None) -> tuple[int, int]:
-    """(free, total) bytes of the modeled card's HBM, as hccl-py's simulated device counts them."""
-    card = _device()
-    total = card.model.hbm_bytes if card is not None else 0
-    return (total - (card.used_bytes if card is not None else 0), total)
-
-
-def _index(device) -> int:
-    if device is None:
-        return _current
-    if isinstance(device, int):
-        return device
-    text = str(device)
-    return int(text.rsplit(":", 1)[1]) if ":" in text else _current
-
-
-# -- events and streams ----------------------------------------------------------------------------------
+# -- streams and events ----------------------------------------------------------------------------------
 class Event:
-    """An event on the card's compute stream: ``record()`` stamps its modeled clock, and
-    ``elapsed_time(end)`` is the modeled milliseconds between two stamps (what the same program
-    would take on the modeled cluster, not the wall time of this emulation)."""
+    """An event on the card: ``record()`` stamps the card's modeled clock and ``elapsed_time(end)``
+    is the modeled milliseconds between two stamps (what the program would take on the modeled
+    cluster, not the wall time of this emulation). The stamps are the device's own (a
+    ``torch.Event(device="npu")`` times the same way); this class gives torch_npu's constructor."""
 
     def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
-        self.enable_timing = enable_timing
-        self._stamp: float | None = None
+        self.event = torch.Event(device=torch.device("npu", current_device()), enable_timing=enable_timing,
+                                 blocking=blocking, interprocess=interprocess)
 
     def record(self, stream=None) -> None:
-        """Stamp the card's modeled clock now."""
-        self._stamp = _clock()
-
-    def query(self) -> bool:
-        """True: a recorded stamp is final at once (collectives return when done)."""
-        return True
-
-    def synchronize(self) -> None:
-        """Nothing to wait for: the stamp was taken when ``record()`` ran."""
+        """Stamp the card's modeled clock now (on ``stream``, default the current one)."""
+        self.event.record(stream)
 
     def wait(self, stream=None) -> None:
-        """Nothing to do: there is one stream."""
+        """Make ``stream`` wait for this event (its work has finished when its call returned)."""
+        self.event.wait(stream)
+
+    def query(self) -> bool:
+        """True: the work before a recorded stamp has finished."""
+        return self.event.query()
+
+    def synchronize(self) -> None:
+        """Nothing left to wait for once recorded."""
+        self.event.synchronize()
 
     def elapsed_time(self, end: "Event") -> float:
         """Modeled milliseconds from this event's stamp to ``end``'s (both timing, both recorded)."""
-        if not (self.enable_timing and end.enable_timing):
-            raise RuntimeError("Both events must be created with enable_timing=True to measure elapsed time")
-        if self._stamp is None or end._stamp is None:
-            raise RuntimeError("Both events must be recorded before calculating elapsed time")
-        return (end._stamp - self._stamp) * 1e3
+        return self.event.elapsed_time(end.event if isinstance(end, Event) else end)
 
     def __repr__(self) -> str:
-        return f"<torch.npu.Event (hccl-py stand-in) at modeled {self._stamp!r} s>"
+        return f"<torch.npu.Event {self.event!r}>"
 
 
-class Stream:
-    """The card's one compute stream: calls run in order on it."""
+class Stream(torch.Stream):
+    """A stream of the card: calls issued on it run in order (work finishes when its call returns)."""
 
-    def __init__(self, device=None, priority: int = 0, **kwargs):
-        self.device = device
-
-    def synchronize(self) -> None:
-        """Wait for every asynchronous collective, as :func:`synchronize`."""
-        synchronize()
-
-    def query(self) -> bool:
-        """True: work on the stream is done when its call returns."""
-        return True
-
-    def wait_stream(self, stream) -> None:
-        """Nothing to do: there is one stream."""
-
-    def wait_event(self, event) -> None:
-        """Nothing to do: there is one stream."""
-
-    def record_event(self, event: Event | None = None) -> Event:
-        """Record ``event`` (a new one if None) on the card's clock and return it."""
-        event = event if event is not None else Event()
-        event.record(self)
-        return event
+    def __new__(cls, device=None, priority: int = 0, **kwargs):
+        return super().__new__(cls, device=torch.device("npu", _index(device)), priority=priority)
 
 
-_STREAM = Stream()
+def current_stream(device=None) -> torch.Stream:
+    """This thread's current stream on the card (also ``default_stream``: the card's stream 0)."""
+    return torch.accelerator.current_stream(torch.device("npu", _index(device)))
 
 
-def current_stream(device=None) -> Stream:
-    """The card's one stream (also ``default_stream``)."""
-    return _STREAM
+def default_stream(device=None) -> torch.Stream:
+    """The card's default stream (stream 0)."""
+    index = _index(device)
+    return torch.Stream(stream_id=0, device_index=index, device_type=_NPU_TYPE)
 
 
-default_stream = current_stream
+def set_stream(stream: torch.Stream) -> None:
+    """Make ``stream`` this thread's current stream on its card."""
+    torch.accelerator.set_stream(stream)
 
 
 @contextlib.contextmanager
 def stream(s=None):
-    """``with torch.npu.stream(s):`` runs the block as it is: there is one stream."""
-    yield s
+    """``with torch.npu.stream(s):`` issues the block on ``s`` (None: as it is)."""
+    if s is None:
+        yield s
+        return
+    previous = current_stream(s.device)
+    set_stream(s)
+    try:
+        yield s
+    finally:
+        set_stream(previous)
 
 
 class device:  # noqa: N801  (torch.npu.device, a context manager)
-    """``with torch.npu.device(i):`` makes card ``i`` the current device for the block."""
+    """``with torch.npu.device(i):`` makes card ``i`` the current card for the block."""
 
     def __init__(self, device):
         self.index = _index(device)
 
     def __enter__(self):
-        global _current
-        self._previous, _current = _current, self.index
+        self._previous = current_device()
+        set_device(self.index)
         return self
 
     def __exit__(self, *exc):
-        global _current
-        _current = self._previous
+        set_device(self._previous)
 
 
 def __getattr__(name: str):
     if _patched and hasattr(_REAL_CUDA, name):  # torch.cuda is this module now: torch's own uses of it still work
         return getattr(_REAL_CUDA, name)
-    raise AttributeError(f"torch.npu.{name} is not part of hccl-py's torch.npu stand-in (see docs/torch.md for what it "
-                         "covers)")
+    raise AttributeError(f"torch.npu.{name} is not part of hccl-py's torch.npu (see docs/torch.md for what it covers)")
 
 
 # -- install: torch_npu's import ------------------------------------------------------------------------
-def _npu(self, device=None, non_blocking: bool = False, **kwargs):
-    """tensor.npu() / module.npu(): stays on the CPU (the emulated card's memory)."""
-    return self
-
-
 def install() -> types.ModuleType:
-    """What ``import torch_npu`` does here: ``torch.npu`` is this module, tensors and modules
-    get ``.npu()`` and ``is_npu``, the "hccl" backend is registered."""
-    module = sys.modules[__name__]
-    if getattr(torch, "npu", None) is not module:
-        torch.npu = module
-        sys.modules["torch.npu"] = module
-        torch.Tensor.npu = _npu
-        torch.Tensor.is_npu = property(lambda self: self.device.type == "cpu")
-        torch.nn.Module.npu = _npu
-        dist.is_hccl_available = lambda: True
-    return module
+    """What ``import torch_npu`` does here: the npu device installed, ``torch.npu`` this module,
+    the "hccl" backend registered for npu tensors."""
+    _device_impl.install()
+    dist.is_hccl_available = lambda: True
+    return sys.modules[__name__]
 
 
 # -- transfer_to_npu ----------------------------------------------------------------------------------------
@@ -300,32 +343,31 @@ _TENSOR_METHODS = ("to", "new_empty", "new_empty_strided", "new_full", "new_ones
 _DEVICE_KWARGS = ("device", "device_type", "map_location", "device_id")
 
 
-def _is_accelerator(value) -> bool:
+def _is_cuda(value) -> bool:
     if isinstance(value, torch.device):
         return value.type == "cuda"
-    if isinstance(value, str):
-        return value.split(":", 1)[0].strip() in ("cuda", "npu")
-    return False
+    return isinstance(value, str) and value.split(":", 1)[0].strip() == "cuda"
 
 
-def _cpu(value):
-    return torch.device("cpu") if isinstance(value, torch.device) else "cpu"
+def _as_npu(value):
+    """"cuda[:N]" / torch.device("cuda", N) as the same npu device."""
+    text = str(value).replace("cuda", "npu", 1)
+    return torch.device(text) if isinstance(value, torch.device) else text
 
 
-def _on_cpu(fn, positional: bool = True):
-    """``fn`` with 'cuda'/'npu' device arguments (keywords, and positional strings or devices)
-    made 'cpu'."""
+def _on_npu(fn):
+    """``fn`` with 'cuda' device arguments (keywords, and positional strings or devices) made 'npu'."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         for name in _DEVICE_KWARGS:
-            if name in kwargs and _is_accelerator(kwargs[name]):
-                kwargs[name] = _cpu(kwargs[name])
-        if positional and any(_is_accelerator(a) for a in args):
-            args = tuple(_cpu(a) if _is_accelerator(a) else a for a in args)
+            if name in kwargs and _is_cuda(kwargs[name]):
+                kwargs[name] = _as_npu(kwargs[name])
+        if any(_is_cuda(a) for a in args):
+            args = tuple(_as_npu(a) if _is_cuda(a) else a for a in args)
         return fn(*args, **kwargs)
 
-    wrapper.__hccl_py_standin__ = True
+    wrapper.__hccl_py_transfer__ = True
     return wrapper
 
 
@@ -338,20 +380,20 @@ def _nccl_to_hccl(fn):
     def wrapper(*args, **kwargs):
         if "backend" in kwargs:
             kwargs["backend"] = _to_hccl(kwargs["backend"])
+        if "device_id" in kwargs and _is_cuda(kwargs["device_id"]):
+            kwargs["device_id"] = _as_npu(kwargs["device_id"])
         args = tuple(_to_hccl(a) if isinstance(a, str) and "nccl" in a else a for a in args)
         return fn(*args, **kwargs)
 
-    wrapper.__hccl_py_standin__ = True
+    wrapper.__hccl_py_transfer__ = True
     return wrapper
 
 
-def _tensor_to(self, *args, **kwargs):
-    if args and isinstance(args[0], int) and not isinstance(args[0], bool):  # .to(0): card 0
-        args = ("cpu", *args[1:])
-    return _ORIGINAL_TO(self, *args, **kwargs)
+def _cuda(self, device=None, non_blocking: bool = False, **kwargs):
+    """tensor.cuda() / module.cuda() under transfer_to_npu: .npu()."""
+    return self.npu(device) if device is not None else self.npu()
 
 
-_ORIGINAL_TO = torch.Tensor.to
 _patched = False
 
 
@@ -362,18 +404,16 @@ def transfer_to_npu() -> None:
     if _patched:
         return
     _patched = True
-    module = sys.modules[__name__]
-    torch.cuda = module
+    torch.cuda = sys.modules[__name__]
     for name in _FACTORIES:
         if hasattr(torch, name):
-            setattr(torch, name, _on_cpu(getattr(torch, name)))
-    torch.Tensor.to = _on_cpu(_tensor_to)
-    for name in _TENSOR_METHODS[1:]:
-        setattr(torch.Tensor, name, _on_cpu(getattr(torch.Tensor, name)))
-    torch.Tensor.cuda = _npu
-    torch.nn.Module.cuda = _npu
-    torch.nn.Module.to = _on_cpu(torch.nn.Module.to)
-    torch.nn.Module.to_empty = _on_cpu(torch.nn.Module.to_empty)
+            setattr(torch, name, _on_npu(getattr(torch, name)))
+    for name in _TENSOR_METHODS:
+        setattr(torch.Tensor, name, _on_npu(getattr(torch.Tensor, name)))
+    torch.Tensor.cuda = _cuda
+    torch.nn.Module.cuda = _cuda
+    torch.nn.Module.to = _on_npu(torch.nn.Module.to)
+    torch.nn.Module.to_empty = _on_npu(torch.nn.Module.to_empty)
     dist.init_process_group = _nccl_to_hccl(dist.init_process_group)
     dist.new_group = _nccl_to_hccl(dist.new_group)
     dist.is_nccl_available = lambda: True

@@ -269,7 +269,7 @@ class HcclProcessGroup(dist.ProcessGroup):
     def _allgather(self, what, outs, t):
         self._check_list(outs, t, what, "tensor_list", outputs=True)
         x = contiguous_array(t, what)
-        buffer = torch.empty((self.comm.size, *t.shape), dtype=t.dtype)
+        buffer = torch.empty((self.comm.size, *t.shape), dtype=t.dtype, device=t.device)
 
         def post():
             with torch.no_grad():
@@ -311,7 +311,7 @@ class HcclProcessGroup(dist.ProcessGroup):
             return lambda a: self.comm.gather(x, root, async_op=a), None, output_tensors
         outs = _one(output_tensors, what)
         self._check_list(outs, t, what, "gather_list", outputs=True)
-        buffer = torch.empty((self.comm.size, *t.shape), dtype=t.dtype)
+        buffer = torch.empty((self.comm.size, *t.shape), dtype=t.dtype, device=t.device)
 
         def post():
             with torch.no_grad():
@@ -405,7 +405,8 @@ class HcclProcessGroup(dist.ProcessGroup):
         if len(dtypes) > 1:
             raise HcclParamError(f"{what}: tensors of several dtypes {sorted(map(str, dtypes))}", arg="tensors", rule="dtype")
         send = as_array(torch.cat([t.detach().reshape(-1) for t in input_tensors]))
-        buffer = torch.empty(sum(t.numel() for t in output_tensors), dtype=output_tensors[0].dtype)
+        buffer = torch.empty(sum(t.numel() for t in output_tensors), dtype=output_tensors[0].dtype,
+                             device=output_tensors[0].device)
         send_counts = [t.numel() for t in input_tensors]
         recv_counts = [t.numel() for t in output_tensors]
 

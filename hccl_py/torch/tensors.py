@@ -1,6 +1,7 @@
-"""CPU tensors as the numpy arrays hccl-py's communicator takes, without copies where possible.
+"""Tensors as the numpy arrays hccl-py's communicator takes, without copies where possible.
 
-A contiguous CPU tensor and its array share memory (``t.numpy()``); bfloat16 goes through a view
+A contiguous CPU tensor and its array share memory (``t.numpy()``), and so does an npu tensor
+(its bytes are host memory: the array is a view of the same bytes, ``device.as_cpu``); bfloat16 goes through a view
 of the same bytes as int16, then ml_dtypes' bfloat16 (numpy has no bfloat16 of its own); bool
 travels as uint8. A non-contiguous tensor is staged: the collective runs on a contiguous copy,
 which is copied back into the tensor afterwards (:class:`Staged`)::
@@ -11,11 +12,15 @@ which is copied back into the tensor afterwards (:class:`Staged`)::
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import torch
 
+from .. import env
 from ..dtypes import bfloat16 as _BF16
 from ..errors import HcclParamError
+from . import device as _device
 
 # Element types that map one-to-one: t.numpy() shares the tensor's memory.
 _PLAIN = frozenset({torch.float32, torch.float16, torch.float64, torch.int8, torch.int16, torch.int32, torch.int64,
@@ -25,15 +30,29 @@ _VIEWED = {torch.bfloat16: (torch.int16, _BF16), torch.bool: (torch.uint8, None)
 SUPPORTED = ", ".join(sorted(str(d).removeprefix("torch.") for d in (*_PLAIN, *_VIEWED)))
 
 
+def strict() -> bool:
+    """Under hccl-npu and hccl-launch --npu the backend refuses what Ascend's refuses (CPU tensors,
+    non-contiguous ones), so a program that passes here does not fail on the cluster for it."""
+    return os.environ.get(env.HCCL_PY_NPU_STRICT) == "1"
+
+
 def check(t: torch.Tensor, what: str) -> None:
-    """HcclParamError unless ``t`` is a CPU tensor of an element type hccl-py carries."""
+    """HcclParamError unless ``t`` is a CPU or npu tensor of an element type hccl-py carries (under
+    hccl-npu: a contiguous npu tensor, as Ascend's HCCL backend asks)."""
     if not isinstance(t, torch.Tensor):
         raise HcclParamError(f"{what}: expected a torch.Tensor, got {type(t).__name__}", arg="tensor", rule="type",
                              expected="torch.Tensor")
-    if t.device.type != "cpu":
-        raise HcclParamError(f"{what}: hccl-py's torch backend takes CPU tensors, got one on {t.device} "
-                             "(under hccl-launch --npu, 'npu' and 'cuda' tensors stay on the CPU)", arg="tensor",
-                             value=str(t.device), rule="device", expected="cpu")
+    if t.device.type not in ("cpu", "npu"):
+        raise HcclParamError(f"{what}: hccl-py's torch backend takes CPU and npu tensors, got one on {t.device}",
+                             arg="tensor", value=str(t.device), rule="device", expected="npu")
+    if strict():
+        if t.device.type != "npu":  # torch_npu's ProcessGroupHCCL serves npu tensors only
+            raise HcclParamError(f"{what}: No backend type associated with device type {t.device.type} (Ascend's hccl "
+                                 "backend takes npu tensors: move it with .npu())", arg="tensor", value=str(t.device),
+                                 rule="device", expected="npu")
+        if not t.is_contiguous():
+            raise HcclParamError(f"{what}: Tensors must be contiguous (as on Ascend; call .contiguous() first)",
+                                 arg="tensor", rule="contiguous")
     if t.layout is not torch.strided:
         raise HcclParamError(f"{what}: {t.layout} tensors are not supported (HCCL's collectives move dense buffers); "
                              "pass t.to_dense()", arg="tensor", value=str(t.layout), rule="layout", expected="torch.strided")
@@ -43,10 +62,12 @@ def check(t: torch.Tensor, what: str) -> None:
 
 
 def as_array(t: torch.Tensor) -> np.ndarray:
-    """The numpy array sharing ``t``'s memory (``t`` contiguous, on the CPU, of a supported type)."""
+    """The numpy array sharing ``t``'s memory (``t`` contiguous, on the CPU or an npu, of a supported type)."""
     dtype = t.dtype
     if t.requires_grad:
         t = t.detach()
+    if t.device.type == "npu":
+        t = _device.installed().as_cpu(t)
     if dtype in _PLAIN:
         return t.numpy()
     raw, np_dtype = _VIEWED[dtype]
@@ -83,4 +104,4 @@ def empty_like_stack(tensors: list[torch.Tensor] | torch.Tensor, n: int | None =
     """A contiguous tensor of shape ``(n, *t.shape)`` for ``n`` tensors like ``t`` (staging of list
     forms: all_gather, gather)."""
     t = tensors if isinstance(tensors, torch.Tensor) else tensors[0]
-    return torch.empty((n if n is not None else len(tensors), *t.shape), dtype=t.dtype)
+    return torch.empty((n if n is not None else len(tensors), *t.shape), dtype=t.dtype, device=t.device)

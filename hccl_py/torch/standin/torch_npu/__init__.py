@@ -1,16 +1,23 @@
-"""hccl-py's stand-in for torch_npu (Huawei's Ascend extension of PyTorch), on CPU tensors.
+"""hccl-py's torch_npu (Huawei's Ascend extension of PyTorch) on simulated NPUs.
 
-``hccl-launch --npu`` puts its folder first on the ranks' path, so ``import torch_npu`` finds this:
-``torch.npu`` becomes hccl-py's stand-in and the "hccl" backend is registered. What it covers:
-``hccl_py/torch/npu.py`` and docs/torch.md.
+``hccl-npu`` and ``hccl-launch --npu`` put this folder first on a run's path, so ``import
+torch_npu`` finds it (and torch's device-backend autoload calls :func:`_autoload` when a script
+never imports it): ``npu`` becomes a torch device backed by hccl-py's simulated cards, ``torch.npu``
+is ``hccl_py.torch.npu``, and the "hccl" backend serves npu tensors. What it covers: docs/torch.md.
 """
 
 import sys
 
 from hccl_py.torch import npu
+from hccl_py.torch.formats import get_npu_format, npu_format_cast, npu_format_cast_
 
 npu.install()
 sys.modules[__name__ + ".npu"] = npu
 
-__version__ = "0.0.0+hccl-py-standin"
-__all__ = ["npu"]
+__version__ = "2.13.0+hccl.py"  # torch_npu's releases follow torch's (torch_npu 2.13.x for torch 2.13.x)
+__all__ = ["get_npu_format", "npu", "npu_format_cast", "npu_format_cast_"]
+
+
+def _autoload() -> None:
+    """torch's device-backend autoload entry point (``torch.backends`` group): ``import torch`` runs
+    it, as with the real torch_npu; importing this module already did the work."""

@@ -1,0 +1,535 @@
+// hccl-py's `npu` device: torch's PrivateUse1 backend (renamed "npu" from Python), backed by host
+// memory, in torch's open-registration pattern. Built by hccl_py/torch/device.py (torch's
+// cpp_extension) for the torch it runs under; torch 2.13.x only (these interfaces are private).
+//
+// - Memory: an allocator that hands out 512-byte-aligned host blocks and books them against the
+//   simulated card's HBM (a limit set from Python), with CANN-like pool bookkeeping (reserved grows
+//   in whole segments; reserving is bookkeeping, host memory backs live tensors only). Past the
+//   card's HBM, or past what the host has free, torch's OutOfMemoryError, never an OOM kill.
+// - Device guard: N devices (set from Python), a current device and current stream per thread,
+//   events whose stamps are the card's *modeled* clock (a Python callable set from Python).
+// - Kernels: factories, views, copies and set_ natively; every other op through one boxed
+//   fallback that runs torch's CPU kernel on zero-copy CPU aliases of the npu tensors (the bytes
+//   are host memory already) and hands the results back as npu tensors without a copy.
+#include <torch/extension.h>
+
+#include <ATen/EmptyTensor.h>
+#include <ATen/core/GeneratorForPrivateuseone.h>
+#include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <ATen/native/Resize.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
+#include <array>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+namespace hccl_npu {
+
+constexpr c10::DeviceType kNpu = c10::DeviceType::PrivateUse1;
+constexpr int kMaxDevices = 64;
+constexpr size_t kAlign = 512;                       // CANN's device-memory alignment (SOURCE-FACTS: Memory)
+constexpr int64_t kSmallSegment = 2 << 20;           // the pool grows in 2 MiB segments for small blocks,
+constexpr int64_t kLargeSegment = 20 << 20;          // 20 MiB for blocks of 1 MiB and more (torch_npu's
+constexpr int64_t kLargeBlock = 1 << 20;             // caching allocator, as CUDA's: an estimate of CANN's)
+constexpr int64_t kHostCheckFloor = 64 << 20;        // allocations from here on are checked against the host
+
+std::atomic<int> g_device_count{1};
+thread_local c10::DeviceIndex t_device = 0;
+thread_local std::array<c10::StreamId, kMaxDevices> t_stream{};  // 0: the default stream
+std::atomic<c10::StreamId> g_next_stream{1};
+
+struct Pool {
+  std::mutex mu;
+  int64_t allocated = 0, peak_allocated = 0, reserved = 0, peak_reserved = 0;
+  int64_t limit = INT64_MAX;            // the card's HBM bytes
+  int64_t max_split = INT64_MAX;        // PYTORCH_NPU_ALLOC_CONF max_split_size_mb
+  bool expandable = false;              // expandable_segments: reserved grows by exactly what is needed
+  int64_t allocs = 0, frees = 0, grows = 0, ooms = 0;
+};
+std::array<Pool, kMaxDevices> g_pool;
+
+py::object* g_clock = nullptr;  // () -> modeled seconds of this process's card (events' stamps)
+
+int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+
+std::string mib(int64_t bytes) {
+  char buf[64];
+  if (bytes >= (int64_t(1) << 30)) snprintf(buf, sizeof buf, "%.2f GiB", bytes / double(1 << 30));
+  else snprintf(buf, sizeof buf, "%.2f MiB", bytes / double(1 << 20));
+  return buf;
+}
+
+int64_t host_available() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  int64_t kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit) {
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return INT64_MAX;
+}
+
+[[noreturn]] void out_of_memory(c10::DeviceIndex device, int64_t requested, Pool& pool, const char* why) {
+  pool.ooms++;
+  int64_t free = pool.limit == INT64_MAX ? 0 : pool.limit - pool.allocated;
+  TORCH_CHECK_WITH(OutOfMemoryError, false, "NPU out of memory. Tried to allocate ", mib(requested), " (NPU ",
+                   int(device), "; ", pool.limit == INT64_MAX ? std::string("unlimited") : mib(pool.limit),
+                   " total capacity; ", mib(pool.allocated), " already allocated; ", mib(free), " free; ",
+                   mib(pool.reserved), " reserved in total by PyTorch)", why,
+                   ". requested_bytes=", requested, " free_bytes=", free, " reserved_bytes=", pool.reserved);
+}
+
+// Book `nbytes` on `device`'s pool; raises OutOfMemoryError past the card's HBM.
+void book(c10::DeviceIndex device, int64_t nbytes) {
+  Pool& pool = g_pool[device];
+  std::lock_guard<std::mutex> lock(pool.mu);
+  int64_t rounded = round_up(nbytes, kAlign);
+  if (pool.allocated + rounded > pool.limit) out_of_memory(device, nbytes, pool, "");
+  pool.allocated += rounded;
+  pool.allocs++;
+  pool.peak_allocated = std::max(pool.peak_allocated, pool.allocated);
+  if (pool.allocated > pool.reserved) {  // the pool grows: a new segment (a synchronisation on the card)
+    int64_t need = pool.allocated - pool.reserved;
+    int64_t segment = pool.expandable ? round_up(need, kSmallSegment)
+                      : (rounded < kLargeBlock ? round_up(need, kSmallSegment) : round_up(need, kLargeSegment));
+    pool.reserved = std::min(pool.reserved + segment, std::max(pool.limit, pool.allocated));
+    pool.grows++;
+    pool.peak_reserved = std::max(pool.peak_reserved, pool.reserved);
+  }
+}
+
+void unbook(c10::DeviceIndex device, int64_t nbytes) {
+  Pool& pool = g_pool[device];
+  std::lock_guard<std::mutex> lock(pool.mu);
+  pool.allocated -= round_up(nbytes, kAlign);
+  pool.frees++;
+}
+
+struct Block {  // what an npu DataPtr's context holds
+  void* data;
+  int64_t nbytes;
+  c10::DeviceIndex device;
+  c10::Storage keep;  // a CPU storage whose bytes this npu storage shows (zero-copy results), else empty
+};
+
+void release(void* ctx) {
+  auto* block = static_cast<Block*>(ctx);
+  unbook(block->device, block->nbytes);
+  if (!block->keep) free(block->data);
+  delete block;
+}
+
+struct NpuAllocator final : at::Allocator {
+  at::DataPtr allocate(size_t nbytes) override {
+    c10::DeviceIndex device = t_device;
+    book(device, nbytes);  // the card's HBM first: a request past it is the card's OOM, whatever the host has
+    if (int64_t(nbytes) >= kHostCheckFloor && int64_t(nbytes) > host_available()) {
+      unbook(device, nbytes);
+      Pool& pool = g_pool[device];
+      std::lock_guard<std::mutex> lock(pool.mu);
+      out_of_memory(device, nbytes, pool, "; the host running this card has less memory available");
+    }
+    void* data = nullptr;
+    if (nbytes > 0 && posix_memalign(&data, kAlign, round_up(nbytes, kAlign)) != 0) {
+      unbook(device, nbytes);
+      Pool& pool = g_pool[device];
+      std::lock_guard<std::mutex> lock(pool.mu);
+      out_of_memory(device, nbytes, pool, "; the host refused the memory");
+    }
+    auto* block = new Block{data, int64_t(nbytes), device, c10::Storage()};
+    return {data, block, &release, c10::Device(kNpu, device)};
+  }
+  at::DeleterFnPtr raw_deleter() const override { return nullptr; }
+  void copy_data(void* dest, const void* src, std::size_t count) const final { default_copy_data(dest, src, count); }
+};
+NpuAllocator g_allocator;
+
+bool is_npu(const at::Tensor& t) { return t.defined() && t.device().type() == kNpu; }
+
+// A CPU storage over an npu storage's bytes (keeps the npu storage alive).
+void drop_npu_ref(void* ctx) { delete static_cast<c10::Storage*>(ctx); }
+
+c10::Storage cpu_storage_of(const c10::Storage& npu) {
+  void* data = npu.mutable_data();
+  auto* keep = new c10::Storage(npu);
+  return c10::Storage(c10::Storage::use_byte_size_t(), npu.nbytes(),
+                      c10::DataPtr(data, keep, &drop_npu_ref, c10::Device(c10::kCPU)), at::getCPUAllocator(),
+                      /*resizable=*/true);
+}
+
+// An npu storage over a CPU storage's bytes (booked on `device`'s pool; keeps the CPU storage alive).
+c10::Storage npu_storage_of(const c10::Storage& cpu, c10::DeviceIndex device) {
+  int64_t nbytes = cpu.nbytes();
+  book(device, nbytes);
+  void* data = cpu.mutable_data();
+  auto* block = new Block{data, nbytes, device, cpu};
+  return c10::Storage(c10::Storage::use_byte_size_t(), nbytes, c10::DataPtr(data, block, &release, c10::Device(kNpu, device)),
+                      &g_allocator, /*resizable=*/true);
+}
+
+at::Tensor with_storage(c10::Storage storage, c10::DispatchKeySet keys, const at::Tensor& like) {
+  auto t = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), keys, like.dtype());
+  t.unsafeGetTensorImpl()->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
+  return t;
+}
+
+// The CPU tensor showing `t`'s bytes (same sizes, strides, offset), without a copy.
+at::Tensor as_cpu(const at::Tensor& t) {
+  TORCH_CHECK(is_npu(t), "as_cpu: expected an npu tensor, got one on ", t.device());
+  return with_storage(cpu_storage_of(t.storage()), c10::DispatchKeySet(c10::DispatchKey::CPU), t);
+}
+
+// --- the device guard -------------------------------------------------------------------------
+struct Stamp { double modeled_s = -1.0; };
+
+double modeled_clock() {
+  if (g_clock == nullptr) return 0.0;
+  py::gil_scoped_acquire gil;
+  return g_clock->operator()().cast<double>();
+}
+
+struct NpuGuard final : c10::impl::DeviceGuardImplInterface {
+  c10::DeviceType type() const override { return kNpu; }
+  c10::Device exchangeDevice(c10::Device d) const override {
+    c10::Device old(kNpu, t_device);
+    setDevice(d);
+    return old;
+  }
+  c10::Device getDevice() const override { return c10::Device(kNpu, t_device); }
+  void setDevice(c10::Device d) const override {
+    TORCH_CHECK(d.type() == kNpu, "expected an npu device, got ", d);
+    if (d.index() < 0) return;
+    TORCH_CHECK(d.index() < g_device_count.load(), "Invalid device id: npu:", int(d.index()), " (this host shows ",
+                g_device_count.load(), " NPUs; hccl-npu --devices N sets how many)");
+    t_device = d.index();
+  }
+  void uncheckedSetDevice(c10::Device d) const noexcept override {
+    if (d.index() >= 0 && d.index() < kMaxDevices) t_device = d.index();
+  }
+  c10::Stream getStream(c10::Device d) const override {
+    auto index = d.index() < 0 ? t_device : d.index();
+    return c10::Stream(c10::Stream::UNSAFE, c10::Device(kNpu, index), t_stream[index]);
+  }
+  c10::Stream getDefaultStream(c10::Device d) const override {
+    return c10::Stream(c10::Stream::DEFAULT, c10::Device(kNpu, d.index() < 0 ? t_device : d.index()));
+  }
+  c10::Stream getStreamFromGlobalPool(c10::Device d, bool) const override { return getNewStream(d, 0); }
+  c10::Stream getNewStream(c10::Device d, int) const override {
+    return c10::Stream(c10::Stream::UNSAFE, c10::Device(kNpu, d.index() < 0 ? t_device : d.index()), g_next_stream++);
+  }
+  c10::Stream exchangeStream(c10::Stream s) const override {
+    auto old = getStream(s.device());
+    t_stream[s.device_index()] = s.id();
+    return old;
+  }
+  c10::DeviceIndex deviceCount() const noexcept override { return c10::DeviceIndex(g_device_count.load()); }
+  // Events: work on this device has finished when its call returns (results are computed at
+  // once), so an event is only a stamp of the card's modeled clock.
+  void record(void** event, const c10::Stream&, const c10::DeviceIndex, const c10::EventFlag) const override {
+    if (*event == nullptr) *event = new Stamp();
+    static_cast<Stamp*>(*event)->modeled_s = modeled_clock();
+  }
+  void block(void*, const c10::Stream&) const override {}
+  bool queryEvent(void*) const override { return true; }
+  void destroyEvent(void* event, const c10::DeviceIndex) const noexcept override { delete static_cast<Stamp*>(event); }
+  bool queryStream(const c10::Stream&) const override { return true; }
+  void synchronizeStream(const c10::Stream&) const override {}
+  void synchronizeEvent(void*) const override {}
+  void synchronizeDevice(const c10::DeviceIndex) const override {}
+  double elapsedTime(void* start, void* end, const c10::DeviceIndex) const override {
+    TORCH_CHECK(start != nullptr && end != nullptr, "Both events must be recorded before calculating elapsed time.");
+    return (static_cast<Stamp*>(end)->modeled_s - static_cast<Stamp*>(start)->modeled_s) * 1e3;
+  }
+};
+C10_REGISTER_GUARD_IMPL(PrivateUse1, NpuGuard);
+
+struct NpuHooks final : at::PrivateUse1HooksInterface {
+  bool isBuilt() const override { return true; }
+  bool isAvailable() const override { return g_device_count.load() > 0; }
+  bool hasPrimaryContext(c10::DeviceIndex) const override { return true; }
+  c10::DeviceIndex deviceCount() const override { return c10::DeviceIndex(g_device_count.load()); }
+  void setCurrentDevice(c10::DeviceIndex d) const override { NpuGuard().setDevice(c10::Device(kNpu, d)); }
+  c10::DeviceIndex getCurrentDevice() const override { return t_device; }
+  c10::DeviceIndex exchangeDevice(c10::DeviceIndex d) const override {
+    return NpuGuard().exchangeDevice(c10::Device(kNpu, d)).index();
+  }
+  c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex d) const override { return exchangeDevice(d); }
+  // npu random numbers come from torch's CPU generator (the kernels are the CPU's), so a seed
+  // gives the same numbers on npu as on the CPU.
+  const at::Generator& getDefaultGenerator(c10::DeviceIndex) const override {
+    return at::detail::getDefaultCPUGenerator();
+  }
+  at::Generator getNewGenerator(c10::DeviceIndex) const override { return at::detail::createCPUGenerator(); }
+  at::Device getDeviceFromPtr(void*) const override { return c10::Device(kNpu, t_device); }
+  bool isPinnedPtr(const void*) const override { return false; }
+  at::Allocator* getPinnedMemoryAllocator() const override { return at::getCPUAllocator(); }
+  void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override;
+};
+
+// --- kernels ------------------------------------------------------------------------------------
+constexpr c10::DispatchKeySet kNpuKeys(c10::DispatchKey::PrivateUse1);
+
+c10::DeviceIndex index_of(std::optional<at::Device> device) {
+  return device.has_value() && device->has_index() ? device->index() : t_device;
+}
+
+at::Tensor npu_empty(at::IntArrayRef size, std::optional<at::ScalarType> dtype, std::optional<at::Layout>,
+                     std::optional<at::Device> device, std::optional<bool>, std::optional<at::MemoryFormat> format) {
+  c10::DeviceGuard guard(c10::Device(kNpu, index_of(device)));
+  return at::detail::empty_generic(size, &g_allocator, kNpuKeys, c10::dtype_or_default(dtype), format);
+}
+
+at::Tensor npu_empty_strided(at::IntArrayRef size, at::IntArrayRef stride, std::optional<at::ScalarType> dtype,
+                             std::optional<at::Layout>, std::optional<at::Device> device, std::optional<bool>) {
+  c10::DeviceGuard guard(c10::Device(kNpu, index_of(device)));
+  return at::detail::empty_strided_generic(size, stride, &g_allocator, kNpuKeys, c10::dtype_or_default(dtype));
+}
+
+// Grow a storage to `nbytes` (contents kept): a new block from the pool.
+void grow_storage(const c10::Storage& storage, size_t nbytes) {
+  c10::StorageImpl* impl = storage.unsafeGetStorageImpl();
+  if (nbytes <= impl->nbytes() && impl->data() != nullptr) return;
+  c10::DeviceGuard guard(storage.device());
+  at::DataPtr fresh = g_allocator.allocate(nbytes);
+  if (impl->nbytes() > 0 && impl->data() != nullptr) std::memcpy(fresh.get(), impl->data(), std::min(nbytes, impl->nbytes()));
+  impl->set_data_ptr_noswap(std::move(fresh));
+  impl->set_nbytes(nbytes);
+}
+
+void NpuHooks::resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const { grow_storage(storage, newsize); }
+
+const at::Tensor& npu_resize_(const at::Tensor& self, at::IntArrayRef size, std::optional<at::MemoryFormat> format) {
+  auto* impl = self.unsafeGetTensorImpl();
+  impl->set_sizes_contiguous(size);
+  if (format.has_value() && *format != at::MemoryFormat::Preserve) impl->empty_tensor_restride(*format);
+  size_t needed = at::detail::computeStorageNbytes(size, self.strides(), self.dtype().itemsize(), self.storage_offset());
+  if (self.numel() > 0) grow_storage(self.storage(), needed);
+  return self;
+}
+
+at::Tensor& npu_set_storage(at::Tensor& self, c10::Storage source, int64_t offset, at::IntArrayRef size,
+                            at::IntArrayRef stride) {
+  auto* impl = self.unsafeGetTensorImpl();
+  impl->set_storage_keep_dtype(std::move(source));
+  impl->set_sizes_and_strides(size, stride, offset);
+  size_t needed = self.numel() == 0 ? 0 : at::detail::computeStorageNbytes(size, stride, self.dtype().itemsize(), offset);
+  if (needed > 0) grow_storage(self.storage(), needed);
+  return self;
+}
+
+at::Tensor& npu_set_source_storage(at::Tensor& self, c10::Storage source) {
+  int64_t n = static_cast<int64_t>(source.nbytes() / self.dtype().itemsize());
+  return npu_set_storage(self, source, 0, {n}, {1});
+}
+
+at::Tensor& npu_set_source_tensor(at::Tensor& self, const at::Tensor& source) {
+  return npu_set_storage(self, source.storage(), source.storage_offset(), source.sizes(), source.strides());
+}
+
+at::Tensor& npu_set_empty(at::Tensor& self) {
+  c10::Storage empty(c10::Storage::use_byte_size_t(), 0, g_allocator.allocate(0), &g_allocator, true);
+  return npu_set_storage(self, empty, 0, {0}, {});
+}
+
+at::Tensor npu_copy_from(const at::Tensor& self, const at::Tensor& dst, bool) {
+  at::Tensor src_view = is_npu(self) ? as_cpu(self) : self;
+  at::Tensor dst_view = is_npu(dst) ? as_cpu(dst) : dst;
+  dst_view.copy_(src_view);
+  return dst;
+}
+
+at::Tensor npu_copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  dst.resize_(self.sizes());
+  return npu_copy_from(self, dst, false);
+}
+
+void npu_record_stream(at::Tensor&, c10::Stream) {}  // nothing to keep: blocks are freed when their tensor is
+
+// Every other op: torch's CPU kernel on zero-copy CPU aliases, results handed back as npu tensors.
+void npu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const auto& schema = op.schema();
+  const auto num_args = schema.arguments().size();
+  const auto begin = stack->size() - num_args;
+  std::optional<c10::DeviceIndex> device;
+  std::unordered_map<c10::StorageImpl*, c10::Storage> npu_of;  // CPU alias storage -> the npu storage it shows
+  struct Written { at::Tensor npu, cpu; };
+  std::vector<Written> written;
+  auto alias = [&](const at::Tensor& t, bool write) -> at::Tensor {
+    if (!is_npu(t)) return t;
+    if (!device) device = t.device().index();
+    at::Tensor c = as_cpu(t);
+    npu_of.emplace(c.storage().unsafeGetStorageImpl(), t.storage());
+    if (write) written.push_back({t, c});
+    return c;
+  };
+  for (size_t i = 0; i < num_args; ++i) {
+    auto& value = (*stack)[begin + i];
+    const auto* info = schema.arguments()[i].alias_info();
+    const bool write = info != nullptr && info->isWrite();
+    if (value.isTensor()) {
+      value = alias(value.toTensor(), write);
+    } else if (value.isTensorList()) {
+      auto list = value.toTensorList();
+      c10::List<at::Tensor> out;
+      out.reserve(list.size());
+      for (const at::Tensor& t : list) out.push_back(alias(t, write));
+      value = out;
+    } else if (value.isOptionalTensorList()) {
+      auto list = value.toOptionalTensorList();
+      c10::List<std::optional<at::Tensor>> out;
+      for (const std::optional<at::Tensor>& t : list) out.push_back(t.has_value() ? std::optional<at::Tensor>(alias(*t, write)) : t);
+      value = out;
+    } else if (value.isDevice() && value.toDevice().type() == kNpu) {
+      if (!device) device = index_of(value.toDevice());
+      value = c10::IValue(c10::Device(c10::kCPU));
+    }
+  }
+  const c10::DeviceIndex where = device.value_or(t_device);
+  c10::DeviceGuard guard(c10::Device(kNpu, where));
+  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+
+  // Arguments the kernel wrote and resized into new memory: the npu tensor now shows that memory.
+  for (auto& w : written) {
+    if (w.cpu.storage().unsafeGetStorageImpl() != nullptr && w.cpu.storage().data() != w.npu.storage().data()) {
+      auto storage = npu_storage_of(w.cpu.storage(), where);
+      w.npu.unsafeGetTensorImpl()->set_storage_keep_dtype(storage);
+    }
+    if (w.npu.sizes() != w.cpu.sizes() || w.npu.strides() != w.cpu.strides() ||
+        w.npu.storage_offset() != w.cpu.storage_offset()) {
+      w.npu.unsafeGetTensorImpl()->set_sizes_and_strides(w.cpu.sizes(), w.cpu.strides(), w.cpu.storage_offset());
+    }
+  }
+  std::unordered_map<c10::TensorImpl*, at::Tensor> npu_tensor_of;
+  for (auto& w : written) npu_tensor_of.emplace(w.cpu.unsafeGetTensorImpl(), w.npu);
+  auto back = [&](const at::Tensor& t) -> at::Tensor {
+    if (!t.defined() || t.device().type() != c10::kCPU) return t;
+    auto same = npu_tensor_of.find(t.unsafeGetTensorImpl());
+    if (same != npu_tensor_of.end()) return same->second;  // in-place and out= ops return their argument
+    auto shown = npu_of.find(t.storage().unsafeGetStorageImpl());
+    c10::Storage storage = shown != npu_of.end() ? shown->second : npu_storage_of(t.storage(), where);
+    auto result = with_storage(storage, kNpuKeys, t);
+    return result;
+  };
+  const auto num_returns = schema.returns().size();
+  const auto rbegin = stack->size() - num_returns;
+  for (size_t i = 0; i < num_returns; ++i) {
+    auto& value = (*stack)[rbegin + i];
+    if (value.isTensor()) {
+      value = back(value.toTensor());
+    } else if (value.isTensorList()) {
+      auto list = value.toTensorList();
+      c10::List<at::Tensor> out;
+      out.reserve(list.size());
+      for (const at::Tensor& t : list) out.push_back(back(t));
+      value = out;
+    }
+  }
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("empty.memory_format", &npu_empty);
+  m.impl("empty_strided", &npu_empty_strided);
+  m.impl("as_strided", at::native::as_strided_tensorimpl);
+  m.impl("view", at::native::view);
+  m.impl("_reshape_alias", at::native::_reshape_alias);
+  m.impl("resize_", &npu_resize_);
+  m.impl("set_.source_Storage", &npu_set_source_storage);
+  m.impl("set_.source_Storage_storage_offset", &npu_set_storage);
+  m.impl("set_.source_Tensor", &npu_set_source_tensor);
+  m.impl("set_", &npu_set_empty);
+  m.impl("_copy_from", &npu_copy_from);
+  m.impl("_copy_from_and_resize", &npu_copy_from_and_resize);
+  m.impl("record_stream", &npu_record_stream);
+}
+
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&npu_fallback>());
+}
+
+// --- Python ---------------------------------------------------------------------------------------
+void set_device_count(int n) {
+  TORCH_CHECK(n >= 0 && n <= kMaxDevices, "npu device count must be 0..", kMaxDevices, ", got ", n);
+  g_device_count = n;
+}
+
+void set_pool(int device, int64_t limit, int64_t max_split, bool expandable) {
+  TORCH_CHECK(device >= 0 && device < kMaxDevices, "no npu device ", device);
+  Pool& pool = g_pool[device];
+  std::lock_guard<std::mutex> lock(pool.mu);
+  pool.limit = limit > 0 ? limit : INT64_MAX;
+  pool.max_split = max_split > 0 ? max_split : INT64_MAX;
+  pool.expandable = expandable;
+}
+
+py::dict memory_stats(int device) {
+  TORCH_CHECK(device >= 0 && device < kMaxDevices, "no npu device ", device);
+  Pool& pool = g_pool[device];
+  std::lock_guard<std::mutex> lock(pool.mu);
+  py::dict d;
+  d["allocated_bytes.all.current"] = pool.allocated;
+  d["allocated_bytes.all.peak"] = pool.peak_allocated;
+  d["reserved_bytes.all.current"] = pool.reserved;
+  d["reserved_bytes.all.peak"] = pool.peak_reserved;
+  d["num_alloc_retries"] = 0;
+  d["num_ooms"] = pool.ooms;
+  d["allocation.all.allocated"] = pool.allocs;
+  d["allocation.all.freed"] = pool.frees;
+  d["segment.all.allocated"] = pool.grows;
+  d["limit_bytes"] = pool.limit == INT64_MAX ? int64_t(0) : pool.limit;
+  return d;
+}
+
+void reset_peak(int device) {
+  Pool& pool = g_pool[device];
+  std::lock_guard<std::mutex> lock(pool.mu);
+  pool.peak_allocated = pool.allocated;
+  pool.peak_reserved = pool.reserved;
+}
+
+int64_t empty_cache(int device) {  // what the pool gives back: reserved shrinks to the segments in use
+  Pool& pool = g_pool[device];
+  std::lock_guard<std::mutex> lock(pool.mu);
+  int64_t kept = round_up(pool.allocated, kSmallSegment);
+  int64_t released = std::max<int64_t>(0, pool.reserved - kept);
+  pool.reserved = std::min(pool.reserved, kept);
+  return released;
+}
+
+void set_clock(py::object clock) {
+  if (g_clock != nullptr) {
+    py::object* old = g_clock;
+    g_clock = nullptr;
+    delete old;
+  }
+  if (!clock.is_none()) g_clock = new py::object(std::move(clock));
+}
+
+bool g_hooks_registered = false;
+
+void register_hooks() {
+  if (g_hooks_registered) return;
+  at::RegisterPrivateUse1HooksInterface(new NpuHooks());
+  g_hooks_registered = true;
+}
+
+}  // namespace hccl_npu
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("register_hooks", &hccl_npu::register_hooks, "register the npu device's hooks (after the rename)");
+  m.def("set_device_count", &hccl_npu::set_device_count);
+  m.def("device_count", []() { return hccl_npu::g_device_count.load(); });
+  m.def("current_device", []() { return int(hccl_npu::t_device); });
+  m.def("set_device", [](int d) { hccl_npu::NpuGuard().setDevice(c10::Device(hccl_npu::kNpu, c10::DeviceIndex(d))); });
+  m.def("set_pool", &hccl_npu::set_pool);
+  m.def("memory_stats", &hccl_npu::memory_stats);
+  m.def("reset_peak", &hccl_npu::reset_peak);
+  m.def("empty_cache", &hccl_npu::empty_cache);
+  m.def("set_clock", &hccl_npu::set_clock);
+  m.def("as_cpu", &hccl_npu::as_cpu, "the CPU tensor showing an npu tensor's bytes, without a copy");
+}

@@ -1,0 +1,179 @@
+"""The ``npu`` device in torch: build, load and install hccl-py's simulated NPU.
+
+torch's PrivateUse1 backend renamed ``npu`` (as torch_npu does), from a small C++ extension in
+torch's open-registration pattern (``csrc/npu_device.cpp``): a device guard that reports N cards,
+an allocator booking each card's HBM from host memory, events stamped with the card's modeled
+clock, and kernels that run torch's CPU kernels on the same bytes (no copies). Why C++ and not
+torch's Python route: autograd's engine asks the device guard for the device count, which only a
+C++ guard can answer, so backward on ``npu:1`` and above needs it (docs/torch.md).
+
+The extension is compiled for the torch it runs under the first time it is needed (about 30 s;
+``make install`` does it ahead) and kept in ``~/.cache/hccl-py`` (``HCCL_PY_CACHE``), keyed by
+its source and torch's version, so an edited source is never shadowed by a stale build::
+
+    from hccl_py.torch import device
+    device.install(devices=4)           # what `import torch_npu` does under hccl-npu
+    x = torch.ones(2, device="npu:1")
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import torch
+
+from .. import env
+from ..errors import HcclNotSupportedError, HcclParamError
+
+SUPPORTED_TORCH = "2.13"  # the private registration interfaces change between releases
+SOURCE = Path(__file__).resolve().parent / "csrc" / "npu_device.cpp"
+CANN_VERSION = "8.0.RC3 (hccl-py simulated)"  # what torch.version.cann reports here
+ALLOC_CONF_KEYS = ("max_split_size_mb", "garbage_collection_threshold", "expandable_segments")
+
+_C = None  # the loaded extension, once installed
+
+
+def check_torch(version: str | None = None) -> None:
+    """HcclNotSupportedError unless torch is the release the device is written for."""
+    version = version if version is not None else torch.__version__
+    if version.split("+")[0].rsplit(".", 1)[0] != SUPPORTED_TORCH:
+        raise HcclNotSupportedError(
+            f"hccl-py's npu device supports torch {SUPPORTED_TORCH}.x (torch's device registration interfaces are "
+            f"private and change between releases); this is torch {version}: pip install 'torch=={SUPPORTED_TORCH}.0'",
+            module="torch", value=version, expected=f"{SUPPORTED_TORCH}.x")
+
+
+def cache_dir() -> Path:
+    """Where the compiled extension is kept: one folder per source digest and torch version."""
+    root = os.environ.get(env.HCCL_PY_CACHE) or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "hccl-py")
+    digest = hashlib.blake2b(SOURCE.read_bytes() + torch.__version__.encode() + sys.version.encode(),
+                             digest_size=8).hexdigest()
+    return Path(root) / f"npu-{digest}"
+
+
+def build():
+    """Compile (once per source and torch) and load the extension. Ranks that start together
+    wait for one compile: an OS file lock, released if its holder dies, so nothing hangs on a
+    killed build."""
+    from torch.utils import cpp_extension
+
+    where = cache_dir()
+    where.mkdir(parents=True, exist_ok=True)
+    if shutil.which("ninja") is None:  # the pip ninja of torch's extra sits beside this Python
+        os.environ["PATH"] = str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")
+    with open(where / "hccl-py.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        with contextlib.suppress(FileNotFoundError):
+            (where / "lock").unlink()  # torch's own baton, left by a build that was killed: we hold the real lock
+        try:
+            return cpp_extension.load(name="hccl_py_npu", sources=[str(SOURCE)], build_directory=str(where),
+                                      extra_cflags=["-O1"], verbose=False)
+        except (RuntimeError, OSError) as err:
+            raise HcclNotSupportedError(
+                f"could not build hccl-py's npu device (a C++ compiler, Python's headers and ninja are needed; "
+                f"pip install 'hccl-py[torch]' brings ninja): {err}", module="hccl_py.torch.device") from err
+
+
+def parse_alloc_conf(text: str | None) -> dict[str, float | bool]:
+    """``PYTORCH_NPU_ALLOC_CONF`` ("key:value,key:value"): the keys this device honours; any other
+    is refused by name (torch_npu refuses unknown keys too)."""
+    conf: dict[str, float | bool] = {}
+    for item in (text or "").split(","):
+        if not item.strip():
+            continue
+        key, _, value = item.partition(":")
+        key, value = key.strip(), value.strip()
+        if key not in ALLOC_CONF_KEYS:
+            raise HcclParamError(f"{env.PYTORCH_NPU_ALLOC_CONF}: unrecognized key {key!r}; hccl-py's npu device "
+                                 f"honours {', '.join(ALLOC_CONF_KEYS)}", arg=env.PYTORCH_NPU_ALLOC_CONF, value=key,
+                                 rule="choices", choices=list(ALLOC_CONF_KEYS))
+        try:
+            if key == "expandable_segments":
+                if value not in ("True", "False"):
+                    raise ValueError(value)
+                conf[key] = value == "True"
+            elif key == "max_split_size_mb":
+                conf[key] = float(value)
+                if conf[key] <= 20:  # torch_npu's floor: a split size below the large segment is meaningless
+                    raise ValueError(value)
+            else:
+                conf[key] = float(value)
+                if not 0.0 < conf[key] < 1.0:
+                    raise ValueError(value)
+        except ValueError:
+            raise HcclParamError(f"{env.PYTORCH_NPU_ALLOC_CONF}: bad value {value!r} for {key} (expandable_segments: "
+                                 "True or False; max_split_size_mb: MB above 20; garbage_collection_threshold: between "
+                                 "0 and 1)", arg=key, value=value, rule="value") from None
+    return conf
+
+
+def device_count_from_env(environ=None) -> int:
+    """Cards this host shows: ``HCCL_PY_NPU_DEVICES`` (hccl-npu), else LOCAL_WORLD_SIZE (hccl-launch,
+    torchrun), else 1."""
+    environ = os.environ if environ is None else environ
+    for name in (env.HCCL_PY_NPU_DEVICES, env.LOCAL_WORLD_SIZE):
+        text = (environ.get(name) or "").strip()
+        if text:
+            if not text.isdigit() or not 1 <= int(text) <= 64:
+                raise HcclParamError(f"{name}={text!r}: expected a count of NPUs from 1 to 64", arg=name, value=text,
+                                     rule="range", min=1, max=64)
+            return int(text)
+    return 1
+
+
+def cards(count: int) -> list:
+    """Each card's model on the modeled cluster (HCCL_PY_TOPOLOGY / RANK_TABLE_FILE as the runtime
+    reads them, else the default preset): its HBM is the pool's capacity."""
+    from ..context import load_topology
+
+    job = env.read_job({k: v for k, v in os.environ.items() if k not in (env.RANK, env.WORLD_SIZE)} | {
+        env.RANK: "0", env.WORLD_SIZE: os.environ.get(env.WORLD_SIZE) or str(count)})
+    topology = load_topology(job.size, preset=job.topology, rank_table=job.rank_table, figures=job.figures)
+    return [topology.card(i % job.size) for i in range(count)]
+
+
+def installed():
+    """The loaded extension, or None before :func:`install`."""
+    return _C
+
+
+def install(devices: int | None = None):
+    """Make ``npu`` a torch device backed by hccl-py's simulated cards (idempotent): the rename,
+    the extension, ``torch.npu`` (``hccl_py.torch.npu``), ``.npu()``/``.is_npu`` and the "hccl"
+    backend for npu tensors. ``devices``: the count (default :func:`device_count_from_env`)."""
+    global _C
+    if _C is not None:
+        return _C
+    check_torch()
+    holder = getattr(torch, "npu", None)
+    if holder is not None and not getattr(holder, "__hccl_py__", False):
+        raise HcclNotSupportedError(f"torch.npu is already provided by {getattr(holder, '__name__', holder)} (the real "
+                                    "torch_npu?); hccl-py's npu device does not replace it", holder=str(holder),
+                                    rule="unique")
+    conf = parse_alloc_conf(os.environ.get(env.PYTORCH_NPU_ALLOC_CONF))
+    count = devices if devices is not None else device_count_from_env()
+    if torch._C._get_privateuse1_backend_name() != "npu":
+        torch.utils.rename_privateuse1_backend("npu")
+    ext = build()
+    ext.register_hooks()
+    ext.set_device_count(count)
+    split = int(conf.get("max_split_size_mb", 0) * 2**20)
+    for index, card in enumerate(cards(count)):
+        ext.set_pool(index, card.hbm_bytes, split, bool(conf.get("expandable_segments", False)))
+    from . import backend, npu
+
+    torch._register_device_module("npu", npu)
+    torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_packed_sequence=True,
+                                                         for_storage=True)
+    ext.set_clock(npu.modeled_clock)
+    torch.version.cann = CANN_VERSION
+    _C = ext
+    backend.serve_npu()
+    return ext

@@ -1,0 +1,125 @@
+"""``hccl-npu``: run any command as one host with N simulated Ascend NPUs.
+
+    hccl-npu --devices 4 python hccl_pytorch_allreduce_test.py       # mp.spawn over the 4 cards
+    hccl-npu --devices 2 torchrun --nproc-per-node 2 train.py        # torchrun's workers see 2 cards
+    hccl-npu --devices 2 --topology ascend910b-8p pytest tests/      # Ascend's unittest files
+
+Every process the command starts (mp.spawn, torchrun workers, subprocesses) inherits the host:
+``import torch_npu`` finds hccl-py's (``hccl_py/torch/standin``), torch's device-backend autoload
+loads it when a script never imports it (the entry point sits only on this path: installing
+hccl-py changes no other torch program), ``torch.npu.device_count()`` is N, and the "hccl"
+backend refuses what Ascend's refuses. Nothing is installed; no process not started this way is
+touched. ``hccl-launch --npu`` sets the same environment for the ranks it starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import importlib.util
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import hccl_py
+from hccl_py import env
+from hccl_py.errors import HcclError, HcclNotSupportedError, HcclParamError
+
+# hccl-py's torch_npu (hccl_py/torch/standin/torch_npu), found without importing torch
+NPU_STANDIN = Path(hccl_py.__file__).resolve().parent / "torch" / "standin"
+MAX_DEVICES = 64  # the device's limit (csrc/npu_device.cpp)
+DEFAULT_DEVICES = 8  # one Atlas server's cards
+
+
+def foreign_torch_npu() -> str | None:
+    """Where a real torch_npu is installed (not hccl-py's), or None."""
+    for name in ("torch_npu", "torch-npu"):
+        try:
+            dist = importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        where = Path(str(dist.locate_file(""))).resolve()
+        if where != NPU_STANDIN and not str(dist.version).endswith("+hccl.py"):
+            return f"torch_npu {dist.version} in {where}"
+    return None
+
+
+def check_ready() -> None:
+    """Refuse before any process starts: without torch (say what to install), or beside a real
+    torch_npu (which would serve 'npu' and 'hccl' itself)."""
+    if importlib.util.find_spec("torch") is None:
+        raise HcclNotSupportedError("hccl-py's npu device needs torch: pip install 'hccl-py[torch]' (torch 2.13.0; "
+                                    "docs/torch.md says how to get its CPU build)", module="torch", rule="required")
+    holder = foreign_torch_npu()
+    if holder is not None:
+        raise HcclNotSupportedError(f"a real torch_npu is installed ({holder}): it serves the npu device and 'hccl' "
+                                    "itself; run hccl-py's simulated NPUs in an environment without it",
+                                    holder=holder, rule="unique")
+
+
+def npu_environment(environ: dict[str, str], devices: int | None = None) -> dict[str, str]:
+    """The variables that make a process tree one host with simulated NPUs: hccl-py's torch_npu
+    first on PYTHONPATH, the card count (None: each process's LOCAL_WORLD_SIZE, as under
+    hccl-launch), the backend's Ascend rules on."""
+    path = environ.get("PYTHONPATH", "")
+    parts = [p for p in path.split(os.pathsep) if p and Path(p).resolve() != NPU_STANDIN]
+    out = {"PYTHONPATH": os.pathsep.join([str(NPU_STANDIN), *parts]), env.HCCL_PY_NPU_STRICT: "1"}
+    if devices is not None:
+        out[env.HCCL_PY_NPU_DEVICES] = str(devices)
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """hccl-npu's options, then the command and its arguments."""
+    parser = argparse.ArgumentParser(
+        prog="hccl-npu", description="Run COMMAND (python, torchrun, pytest, a shell script) as one host with N "
+        "simulated Ascend NPUs: `import torch_npu`, the npu device and the 'hccl' backend work in every process it "
+        "starts.", epilog="exit status: COMMAND's own.")
+    parser.add_argument("--devices", type=int, default=None, metavar="N",
+                        help=f"NPUs this host shows (1..{MAX_DEVICES}; default: a server's cards of --topology, "
+                             f"else {DEFAULT_DEVICES})")
+    parser.add_argument("--topology", default=None, metavar="PRESET",
+                        help="the modeled cluster (an hccl-topo preset, e.g. ascend910b-8p): cards, links, HBM")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="the command to run, with its arguments")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """hccl-npu's entry point: check, set the environment, exec COMMAND."""
+    ns = build_parser().parse_args(argv)
+    command = ns.command[1:] if ns.command[:1] == ["--"] else ns.command
+    if not command:
+        build_parser().error("give a command to run, e.g. hccl-npu --devices 4 python script.py")
+    try:
+        devices = ns.devices
+        if ns.topology is not None:
+            from topology import TopologyError
+            from topology.presets import parse_preset
+
+            try:
+                cards = parse_preset(ns.topology).cards_per_server
+            except TopologyError as err:
+                raise HcclParamError(f"--topology {ns.topology}: {err}", arg="--topology", value=ns.topology) from None
+            devices = cards if devices is None else devices
+        devices = DEFAULT_DEVICES if devices is None else devices
+        if not 1 <= devices <= MAX_DEVICES:
+            raise HcclParamError(f"--devices {devices}: expected 1..{MAX_DEVICES}", arg="--devices", value=devices,
+                                 rule="range", min=1, max=MAX_DEVICES)
+        check_ready()
+    except HcclError as err:
+        print(f"hccl-npu: {err}", file=sys.stderr)
+        return 2
+    environ = dict(os.environ)
+    environ.update(npu_environment(environ, devices))
+    if ns.topology is not None:
+        environ[env.HCCL_PY_TOPOLOGY] = ns.topology
+    try:
+        os.execvpe(command[0], command, environ)
+    except OSError as err:
+        print(f"hccl-npu: cannot run {command[0]!r}: {err.strerror}", file=sys.stderr)
+        return 127
+
+
+if __name__ == "__main__":
+    sys.exit(main())
