@@ -71,11 +71,17 @@ def register() -> None:
 
 def serve_npu() -> None:
     """The "hccl" backend also serves npu tensors, and is torch's choice for them when
-    ``init_process_group()`` names no backend (done when the npu device is installed)."""
+    ``init_process_group()`` names no backend (done when the npu device is installed). Under
+    hccl-npu it serves npu tensors only, as Ascend's: torch itself then refuses a CPU tensor, and
+    object collectives stage through the current npu."""
+    from .tensors import strict
+
     register()
     capability = dist.Backend.backend_capability.setdefault(NAME, [])
     if "npu" not in capability:
         capability.append("npu")
+    if strict() and "cpu" in capability:
+        capability.remove("cpu")
     dist.Backend.default_device_backend_map["npu"] = NAME
 
 

@@ -35,7 +35,7 @@ import torch.distributed as dist
 
 from ..dtypes import ReduceOp
 from ..errors import HcclError, HcclNotSupportedError, HcclParamError
-from .tensors import Staged, as_array, check, contiguous_array
+from .tensors import Staged, as_array, check, contiguous_array, strict
 from .work import DONE, HcclWork, backend_error
 
 _RedOp = dist.ReduceOp.RedOpType
@@ -152,6 +152,20 @@ class HcclProcessGroup(dist.ProcessGroup):
     def getGroupDesc(self) -> str:
         """The description torch gave the group."""
         return self._group_desc
+
+    supports_splitting = False  # torch's eager init asks (init_process_group(device_id=)); new groups are made anew
+
+    def _get_backend(self, device=None) -> "HcclProcessGroup":
+        """The backend serving ``device``'s tensors: this group for every device it serves."""
+        return self
+
+    @property
+    def _device_types(self) -> list:
+        """The devices the group serves, as torch asks for object collectives and barriers: the npu
+        alone under hccl-npu (Ascend's "hccl" serves no CPU tensors), else torch's answer."""
+        if strict():
+            return [torch.device("npu")]
+        return dist.ProcessGroup._device_types.__get__(self)
 
     def __repr__(self) -> str:
         return f"<HcclProcessGroup {self._group_name or '?'} on {self.comm!r}>"

@@ -16,9 +16,9 @@ import torch.distributed as dist
 
 try:
     import torch_npu  # noqa: F401
-    BACKEND = "hccl"
+    BACKEND, DEVICE = "hccl", f"npu:{os.environ.get('LOCAL_RANK', '0')}"  # as on Ascend: each rank its card
 except ImportError:
-    BACKEND = "gloo"
+    BACKEND, DEVICE = "gloo", "cpu"
 
 TOKENS, HIDDEN = 12, 16
 
@@ -27,10 +27,10 @@ def main(out_path: str) -> None:
     dist.init_process_group(BACKEND)
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
-    router = torch.randn(HIDDEN, world)
-    experts = torch.randn(world, HIDDEN, HIDDEN) / HIDDEN ** 0.5
+    router = torch.randn(HIDDEN, world).to(DEVICE)
+    experts = (torch.randn(world, HIDDEN, HIDDEN) / HIDDEN ** 0.5).to(DEVICE)
     torch.manual_seed(1 + rank)
-    tokens = torch.randn(TOKENS, HIDDEN)
+    tokens = torch.randn(TOKENS, HIDDEN).to(DEVICE)
 
     choice = (tokens @ router).argmax(dim=1)
     order = torch.argsort(choice, stable=True)
@@ -39,7 +39,7 @@ def main(out_path: str) -> None:
     recv_counts = torch.empty_like(send_counts)
     dist.all_to_all_single(recv_counts, send_counts)
 
-    received = torch.empty(int(recv_counts.sum()), HIDDEN)
+    received = torch.empty(int(recv_counts.sum()), HIDDEN, device=DEVICE)
     dist.all_to_all_single(received, send, output_split_sizes=recv_counts.tolist(),
                            input_split_sizes=send_counts.tolist())
     processed = torch.tanh(received @ experts[rank])
@@ -49,13 +49,14 @@ def main(out_path: str) -> None:
     out = torch.empty_like(returned)
     out[order] = returned
 
-    everyone = [torch.empty(TOKENS, HIDDEN) for _ in range(world)] if rank == 0 else None
+    everyone = [torch.empty(TOKENS, HIDDEN, device=DEVICE) for _ in range(world)] if rank == 0 else None
     dist.gather(out, everyone, dst=0)
     counts = [torch.empty_like(send_counts) for _ in range(world)]
     dist.all_gather(counts, send_counts)
     if rank == 0:
         reference = torch.tanh(torch.einsum("th,thk->tk", tokens, experts[choice]))
-        torch.save({"out": torch.stack(everyone), "counts": torch.stack(counts), "reference0": reference}, out_path)
+        torch.save({"out": torch.stack(everyone).cpu(), "counts": torch.stack(counts).cpu(), "reference0": reference.cpu()},
+                   out_path)
     dist.destroy_process_group()
 
 

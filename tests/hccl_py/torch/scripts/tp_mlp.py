@@ -17,9 +17,9 @@ import torch.distributed as dist
 
 try:
     import torch_npu  # noqa: F401
-    BACKEND = "hccl"
+    BACKEND, DEVICE = "hccl", f"npu:{os.environ.get('LOCAL_RANK', '0')}"  # as on Ascend: each rank its card
 except ImportError:
-    BACKEND = "gloo"
+    BACKEND, DEVICE = "gloo", "cpu"
 
 BATCH, WIDTH = 8, 48
 
@@ -29,10 +29,10 @@ def main(out_path: str) -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     hidden = 4 * WIDTH
     torch.manual_seed(0)
-    w1, w2 = torch.randn(WIDTH, hidden), torch.randn(hidden, WIDTH)
+    w1, w2 = torch.randn(WIDTH, hidden).to(DEVICE), torch.randn(hidden, WIDTH).to(DEVICE)
     cols = slice(rank * hidden // world, (rank + 1) * hidden // world)
     w1_part, w2_part = w1[:, cols].contiguous(), w2[cols, :].contiguous()
-    xs = torch.randn(3, BATCH, WIDTH)  # the same inputs on every rank (same seed)
+    xs = torch.randn(3, BATCH, WIDTH).to(DEVICE)  # the same inputs on every rank (same seed)
 
     def partial(x):
         return torch.relu(x @ w1_part) @ w2_part
@@ -40,9 +40,9 @@ def main(out_path: str) -> None:
     y = partial(xs[0])
     dist.all_reduce(y)
 
-    part = torch.empty(BATCH // world, WIDTH)
+    part = torch.empty(BATCH // world, WIDTH, device=DEVICE)
     dist.reduce_scatter_tensor(part, partial(xs[1]))
-    y_sp = torch.empty(BATCH, WIDTH)
+    y_sp = torch.empty(BATCH, WIDTH, device=DEVICE)
     dist.all_gather_into_tensor(y_sp, part)
 
     y_async = partial(xs[2])
@@ -51,8 +51,8 @@ def main(out_path: str) -> None:
     work.wait()
 
     if rank == 0:
-        torch.save({"y": y, "y_sp": y_sp, "y_async": y_async, "h_next": h_next,
-                    "reference": torch.stack([torch.relu(x @ w1) @ w2 for x in xs])}, out_path)
+        torch.save({"y": y.cpu(), "y_sp": y_sp.cpu(), "y_async": y_async.cpu(), "h_next": h_next.cpu(),
+                    "reference": torch.stack([torch.relu(x @ w1) @ w2 for x in xs]).cpu()}, out_path)
     dist.destroy_process_group()
 
 
