@@ -9,6 +9,7 @@ $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test,mpi,torch]'
+	$(BIN)/python -m hccl_py.torch.device
 	touch $@
 
 install: $(BIN)/.installed

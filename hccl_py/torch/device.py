@@ -177,3 +177,7 @@ def install(devices: int | None = None):
     _C = ext
     backend.serve_npu()
     return ext
+
+
+if __name__ == "__main__":  # `python -m hccl_py.torch.device`: build ahead (make install does)
+    print(f"hccl-py npu device built: {build().__file__}")

@@ -28,13 +28,16 @@ errors are raised as ``torch.distributed.DistBackendError`` with HCCL's message.
 
 from __future__ import annotations
 
+import collections
+import threading
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+from torch.futures import Future
 
 from ..dtypes import ReduceOp
-from ..errors import HcclError, HcclNotSupportedError, HcclParamError
+from ..errors import HcclError, HcclNotSupportedError, HcclParamError, HcclTimeoutError
 from .tensors import Staged, as_array, check, contiguous_array, strict
 from .work import DONE, HcclWork, backend_error
 
@@ -117,6 +120,86 @@ def _splits(splits, numel0: int, n: int, rows: int, what: str, side: str) -> lis
     return [s * numel0 for s in splits]
 
 
+class SelfRecvWork(dist.Work):
+    """A receive from this rank itself posted before its send: done when the send comes."""
+
+    def __init__(self, what: str, tensor: torch.Tensor, timeout_s: float | None):
+        super().__init__()
+        self._what, self._tensor, self._timeout_s = what, tensor, timeout_s
+        self._done = threading.Event()
+        self._future = Future()
+
+    def deliver(self, data: torch.Tensor) -> None:
+        with torch.no_grad():
+            self._tensor.copy_(data.view(self._tensor.shape))
+        self._done.set()
+        self._future.set_result([self._tensor])
+
+    def wait(self, timeout: timedelta | None = None) -> bool:
+        limit = timeout.total_seconds() if timeout is not None else self._timeout_s
+        if not self._done.wait(limit):
+            raise backend_error(HcclTimeoutError(f"{self._what}: this rank never sent to itself within {limit} s",
+                                                 op="recv", peer=-1, rule="timeout"), self._what)
+        return True
+
+    def is_completed(self) -> bool:
+        return self._done.is_set()
+
+    def is_success(self) -> bool:
+        return self._done.is_set()
+
+    def exception(self):
+        return None
+
+    def result(self) -> list:
+        return [self._tensor]
+
+    def synchronize(self) -> None:
+        self.wait()
+
+    def get_future(self) -> Future:
+        return self._future
+
+
+class SelfLoop:
+    """Point-to-point calls from a rank to itself, as NCCL and Ascend's HCCL allow in a batch: the
+    k-th send to itself is its k-th receive from itself, in either order of posting."""
+
+    def __init__(self, comm):
+        self._comm = comm
+        self._sent: collections.deque[torch.Tensor] = collections.deque()
+        self._waiting: collections.deque[SelfRecvWork] = collections.deque()
+
+    def send(self, t: torch.Tensor, what: str):
+        check(t, what)
+        data = t.detach().clone()
+        if self._waiting:
+            work = self._waiting.popleft()
+            self._match(work._tensor, data, what)
+            work.deliver(data)
+        else:
+            self._sent.append(data)
+        return DONE
+
+    def recv(self, t: torch.Tensor, what: str):
+        check(t, what)
+        work = SelfRecvWork(what, t, self._comm._timeout_s)
+        if self._sent:
+            data = self._sent.popleft()
+            self._match(t, data, what)
+            work.deliver(data)
+        else:
+            self._waiting.append(work)
+        return work
+
+    @staticmethod
+    def _match(into: torch.Tensor, data: torch.Tensor, what: str) -> None:
+        if into.numel() != data.numel() or into.dtype != data.dtype:
+            raise HcclParamError(f"{what}: this rank sent itself {data.numel()} x {data.dtype} but receives "
+                                 f"{into.numel()} x {into.dtype}", arg="tensor", rule="match",
+                                 value=[into.numel(), str(into.dtype)], expected=[data.numel(), str(data.dtype)])
+
+
 class HcclProcessGroup(dist.ProcessGroup):
     """A torch process group whose collectives run on the hccl-py communicator ``comm`` (its
     ranks in group-rank order). Made by the registered backend (``init_process_group("hccl")``,
@@ -131,6 +214,8 @@ class HcclProcessGroup(dist.ProcessGroup):
         self._on_shutdown = on_shutdown
         self._group_name = ""
         self._group_desc = ""
+        self._serves_cpu = not strict()  # under hccl-npu, as Ascend's: npu tensors only
+        self._loop = SelfLoop(comm)  # sends to and receives from this rank itself (batch_isend_irecv allows them)
 
     # -- identity (what torch's C++ side asks) -----------------------------------------------
     def getBackendName(self) -> str:
@@ -217,13 +302,14 @@ class HcclProcessGroup(dist.ProcessGroup):
     # -- collectives ---------------------------------------------------------------------------------
     def allreduce(self, tensors, opts=None):
         opts = opts if opts is not None else dist.AllreduceOptions()
-        if not opts.asyncOp and len(tensors) == 1:  # the common case, kept short: blocking float32 on the CPU
+        if not opts.asyncOp and len(tensors) == 1:  # the common case, kept short: blocking float32, one tensor
             t = tensors[0]
-            if t.dtype is _F32 and t.is_cpu and t.is_contiguous() and not t.requires_grad:
+            on_device = t.is_cpu and self._serves_cpu or t.device.type == "npu"
+            if t.dtype is _F32 and on_device and t.is_contiguous() and not t.requires_grad:
                 red_op = opts.reduceOp
                 found = _OPS.get(hash(red_op)) if type(red_op) is _FAST_OP_TYPE else None
                 if found is not None:
-                    a = t.numpy()  # the tensor's memory: C-contiguous, writable, float32 (takes every op of _OPS)
+                    a = t.numpy() if t.is_cpu else as_array(t)  # the tensor's memory: C-contiguous, writable, float32
                     try:
                         self.comm._all_reduce_flat(a if a.ndim == 1 else a.reshape(-1), found[0], self._all_reduce_what)
                     except HcclError as err:
@@ -436,7 +522,10 @@ class HcclProcessGroup(dist.ProcessGroup):
     def send(self, tensors, dstRank, tag=0):
         what = f"send to {dstRank}"
         try:
-            x = contiguous_array(_one(tensors, what), what)
+            t = _one(tensors, what)
+            if dstRank == self.comm.rank:
+                return self._loop.send(t, what)
+            x = contiguous_array(t, what)
             return HcclWork(what, [self.comm.send(x, dstRank, async_op=True)], list(tensors))
         except HcclError as err:
             raise backend_error(err, what) from err
@@ -444,7 +533,10 @@ class HcclProcessGroup(dist.ProcessGroup):
     def recv(self, tensors, srcRank, tag=0):
         what = f"recv from {srcRank}"
         try:
-            staged = Staged(_one(tensors, what), what)
+            t = _one(tensors, what)
+            if srcRank == self.comm.rank:
+                return self._loop.recv(t, what)
+            staged = Staged(t, what)
             return HcclWork(what, [self.comm.recv(staged.array, srcRank, async_op=True)], list(tensors), staged.copy_back)
         except HcclError as err:
             raise backend_error(err, what) from err

@@ -1,6 +1,6 @@
 """The torch adapter in one process: registration, tensors as arrays, the c10d store adapter,
 Work and futures, a one-rank "hccl" group, and (in a child process: it patches torch) the
-torch.npu stand-in and transfer_to_npu."""
+torch_npu's place on the path."""
 
 from __future__ import annotations
 
@@ -252,46 +252,7 @@ def test_exec_timeout_rule(monkeypatch):
     assert backend._exec_timeout_s(timedelta(seconds=7)) == 7.0  # given: it wins
 
 
-# -- the torch.npu stand-in (a child process: it patches torch for good) ---------------------------------------
-_NPU_PROBE = r"""
-import os, sys
-sys.path.insert(0, sys.argv[1])
-import torch, torch.distributed as dist
-import torch_npu
-from torch_npu.contrib import transfer_to_npu
-assert torch.npu.is_available() and torch.cuda is torch.npu and torch.npu.device_count() == 3
-torch.cuda.set_device(2); assert torch.npu.current_device() == 2
-x = torch.rand(4, device="cuda"); y = torch.ones(2, device="npu:1").cuda(); z = torch.zeros(2).to("cuda:0").npu()
-assert x.device.type == y.device.type == z.device.type == "cpu" and x.is_npu
-m = torch.nn.Linear(2, 2).cuda().to("cuda"); assert next(m.parameters()).device.type == "cpu"
-dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1)
-assert dist.get_backend() == "hccl" and dist.is_nccl_available()
-import hccl_py.torch
-card = hccl_py.torch.communicator().device
-start, end = torch.npu.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-start.record(); card.run(1e12, 0.0); end.record(); end.synchronize(); torch.npu.synchronize()
-ms = start.elapsed_time(end); expected = (card.clock - 0.0) * 1e3
-assert abs(ms - expected) < 1e-9 and ms > 0, (ms, expected)
-assert "stand-in" in torch.npu.get_device_name() and torch.npu.get_device_properties().total_memory > 0
-dist.destroy_process_group()
-print("OK")
-"""
-
-
-@pytest.mark.timeout(60)
-def test_npu_standin_and_transfer_to_npu(tmp_path):
-    from launch.config import NPU_STANDIN
-
-    probe = tmp_path / "probe.py"
-    probe.write_text(_NPU_PROBE)
-    env = {**os.environ, "LOCAL_WORLD_SIZE": "3", "PYTHONPATH": str(ROOT)}
-    for name in ("RANK", "WORLD_SIZE", "HCCL_PY_STORE_PORT", "MASTER_PORT"):
-        env.pop(name, None)
-    done = subprocess.run([sys.executable, str(probe), str(NPU_STANDIN)], env=env, capture_output=True, text=True,
-                          timeout=50)
-    assert done.returncode == 0 and done.stdout.strip() == "OK", done.stderr[-3000:]
-
-
+# -- hccl-py's torch_npu (the device itself: test_npu_device.py) ----------------------------------------------
 def test_the_standin_is_not_importable_without_npu():
     from launch.config import NPU_STANDIN
 

@@ -1,0 +1,16 @@
+import os, torch, torch.distributed as dist, torch_npu
+r = int(os.environ["LOCAL_RANK"]); torch.npu.set_device(r)
+dist.init_process_group("hccl")
+w = dist.get_world_size(); me = dist.get_rank()
+a = torch.full((4,), float(me), device="npu"); b = torch.empty(4, device="npu"); c = torch.empty(4, device="npu")
+ops = [dist.P2POp(dist.irecv, b, me), dist.P2POp(dist.isend, a, me), dist.P2POp(dist.isend, a, (me+1)%w), dist.P2POp(dist.irecv, c, (me-1)%w)]
+for wk in dist.batch_isend_irecv(ops): wk.wait()
+print(me, b.tolist(), c.tolist())
+x = torch.ones(4, 4, device="npu").t()
+try:
+    dist.all_reduce(x)
+except RuntimeError as e: print("noncontig:", str(e)[:90])
+try:
+    y = torch.ones(2); dist.all_reduce(y); print("cpu passed", y)
+except RuntimeError as e: print("cpu:", str(e)[:90])
+dist.destroy_process_group()

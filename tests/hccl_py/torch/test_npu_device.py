@@ -1,0 +1,228 @@
+"""The npu device (``hccl_py/torch/device.py``, ``npu.py``) and ``hccl-npu`` (``launch/npu.py``).
+
+Programs written for Ascend run as they are: the device API in one process (a child: installing
+the device renames torch's private-use backend for good), HCCL's sample shape (mp.spawn over the
+cards), DDP under torchrun against the same script on the CPU and gloo, and Ascend's rules (CPU
+and non-contiguous tensors refused, sends to the rank itself allowed).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from hccl_py.errors import HcclNotSupportedError, HcclParamError  # noqa: E402
+from launch import npu as hccl_npu  # noqa: E402
+from tests.mp import free_port  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[3]
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in (
+        "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "HCCL_PY_STORE_PORT",
+        "HCCL_PY_NPU_DEVICES", "HCCL_PY_NPU_STRICT", "TORCH_DEVICE_BACKEND_AUTOLOAD", "TORCHELASTIC_USE_AGENT_STORE")}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["OMP_NUM_THREADS"] = "1"  # the same arithmetic order on both backends
+    env["GLOO_SOCKET_IFNAME"] = "lo"
+    env.update(extra)
+    return env
+
+
+def _hccl_npu(*args: str, timeout: float = 150, cwd: Path = ROOT, **extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "launch.npu", *args], env=_env(**extra), cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def _torchrun(n: int) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(n), "--master-port",
+            str(free_port())]
+
+
+# -- the device in one process ----------------------------------------------------------------------------
+_PROBE = r"""
+import os, torch, torch.distributed as dist
+assert hasattr(torch, "npu"), "autoload: torch.npu without importing torch_npu"
+import torch_npu
+assert torch.npu.device_count() == 3 and torch.npu.is_available()
+assert str(torch.accelerator.current_accelerator()) == "npu" and torch.accelerator.device_count() == 3
+assert torch.version.cann and torch_npu.__version__.startswith("2.13")
+for how in (1, "npu:1", torch.device("npu:1")):
+    torch.npu.set_device(0); torch.npu.set_device(how); assert torch.npu.current_device() == 1, how
+x = torch.ones(4, device="npu")
+assert x.device == torch.device("npu:1") and x.is_npu and x.npu() is x and x.cpu().tolist() == [1.0] * 4
+
+# autograd on a card above 0 (the device guard reports the cards to autograd's engine)
+torch.manual_seed(0)
+lin = torch.nn.Linear(3, 2)
+ref_in = torch.randn(5, 3)
+ref = lin(ref_in).square().sum(); ref.backward(); ref_grad = lin.weight.grad.clone(); lin.weight.grad = None
+lin_npu = torch.nn.Linear(3, 2).to("npu:2"); lin_npu.load_state_dict(lin.state_dict())
+out = lin_npu(ref_in.to("npu:2")).square().sum(); out.backward()
+assert lin_npu.weight.grad.device == torch.device("npu:2")
+assert torch.allclose(lin_npu.weight.grad.cpu(), ref_grad), (lin_npu.weight.grad, ref_grad)
+assert torch.nn.Linear(2, 2).to(0).weight.device == torch.device("npu:0")  # an int: the accelerator's card
+
+# views share the card's bytes; out= and in-place ops write them
+v = x.view(2, 2); v[0, 0] = 7.0; assert x[0].item() == 7.0
+y = torch.empty(0, device="npu:1"); torch.add(x, x, out=y); assert y.cpu().tolist() == [14.0, 2.0, 2.0, 2.0]
+
+# random numbers: seeded like the CPU's, and manual_seed does not recurse through transfer_to_npu
+from torch_npu.contrib import transfer_to_npu
+assert torch.cuda is torch.npu and torch.cuda.is_available()
+torch.manual_seed(3); a = torch.randn(4, device="cuda"); torch.manual_seed(3); b = torch.randn(4)
+assert a.device.type == "npu" and torch.equal(a.cpu(), b)
+assert torch.zeros(2).cuda().device.type == "npu" and torch.ones(1).to("cuda:2").device == torch.device("npu:2")
+
+# memory: the card's HBM pool, 512-byte blocks, torch's OutOfMemoryError past it
+torch.npu.set_device(2); torch.npu.reset_peak_memory_stats()
+before = torch.npu.memory_allocated()
+z = torch.empty(1000, dtype=torch.uint8, device="npu")
+assert torch.npu.memory_allocated() - before == 1024, torch.npu.memory_allocated() - before
+assert torch.npu.memory_reserved() >= torch.npu.memory_allocated() and torch.npu.max_memory_allocated() >= 1024
+free, total = torch.npu.mem_get_info()
+assert total == torch.npu.get_device_properties().total_memory > 0 and 0 < free <= total
+del z
+assert torch.npu.memory_allocated() == before
+try:
+    torch.empty(total // 4 + 1, dtype=torch.float32, device="npu")
+    raise SystemExit("no OOM past the card's HBM")
+except torch.OutOfMemoryError as err:
+    text = str(err)
+    assert "NPU out of memory. Tried to allocate" in text and f"requested_bytes={total + 4}" in text, text
+    assert "reserved_bytes=" in text and "free_bytes=" in text, text
+assert torch.npu.memory_stats()["num_ooms"] == 1
+
+# formats travel with the tensor
+nz = torch_npu.npu_format_cast(x, 29)
+assert torch_npu.get_npu_format(nz) == 29 and torch_npu.get_npu_format(x) == 2 and torch.equal(nz.cpu(), x.cpu())
+
+# the hccl backend: chosen for npu tensors by init_process_group() without a backend; events time the card
+dist.init_process_group(store=dist.HashStore(), rank=0, world_size=1)
+t = torch.full((3,), 2.0, device="npu"); dist.all_reduce(t); assert t.cpu().tolist() == [2.0] * 3
+import hccl_py.torch
+card = hccl_py.torch.communicator().device
+start, end = torch.npu.Event(enable_timing=True), torch.npu.Event(enable_timing=True)
+start.record(); card.run(1e12, 0.0); end.record(); end.synchronize(); torch.npu.synchronize()
+ms = start.elapsed_time(end)
+assert ms > 0 and abs(ms - card.clock * 1e3) < 1e-9, (ms, card.clock)
+assert torch.npu.get_device_name() == card.model.name
+dist.destroy_process_group()
+print("OK")
+"""
+
+
+@pytest.mark.timeout(120)
+def test_the_npu_device_in_one_process(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text(_PROBE)
+    done = _hccl_npu("--devices", "3", sys.executable, str(probe), timeout=110)
+    assert done.returncode == 0 and done.stdout.strip().endswith("OK"), done.stdout[-2000:] + done.stderr[-3000:]
+
+
+# -- programs with several ranks ------------------------------------------------------------------------------
+@pytest.mark.timeout(150)
+@pytest.mark.usefixtures("no_leaks")
+def test_an_hccl_style_sample_spawns_its_ranks_over_the_cards():
+    done = _hccl_npu("--devices", "4", sys.executable, str(SCRIPTS / "npu_spawn_allreduce.py"), str(free_port()),
+                     timeout=140)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = sorted(re.findall(r"\[Rank \d\] Output: tensor\(\[[^]]*\], device='npu:\d'\)", done.stdout))  # ranks interleave
+    assert "Available NPU count: 4" in done.stdout
+    assert lines == [f"[Rank {r}] Output: tensor([ 0.,  4.,  8., 12.], device='npu:{r}')" for r in range(4)], lines
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.usefixtures("no_leaks")
+def test_ddp_on_npu_under_torchrun_matches_the_cpu_on_gloo(tmp_path):
+    script = str(SCRIPTS / "npu_ddp.py")
+    gloo = subprocess.run([*_torchrun(2), script, str(tmp_path / "gloo.pt")], env=_env(), cwd=tmp_path,
+                          capture_output=True, text=True, timeout=90)
+    assert gloo.returncode == 0, gloo.stderr[-3000:]
+    npu = _hccl_npu("--devices", "2", *_torchrun(2), script, str(tmp_path / "npu.pt"), cwd=tmp_path, timeout=100)
+    assert npu.returncode == 0, npu.stderr[-3000:]
+    expected, got = torch.load(tmp_path / "gloo.pt"), torch.load(tmp_path / "npu.pt")
+    assert got["device"] == "npu:0"
+    torch.testing.assert_close(got["losses"], expected["losses"])
+    for name, weight in expected["weights"].items():
+        torch.testing.assert_close(got["weights"][name], weight)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.usefixtures("no_leaks")
+def test_ascend_rules_self_sends_and_refusals(tmp_path):
+    done = _hccl_npu("--devices", "2", *_torchrun(2), str(SCRIPTS / "npu_rules.py"), cwd=tmp_path, timeout=110)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout
+    assert "0 [0.0, 0.0, 0.0, 0.0] [1.0, 1.0, 1.0, 1.0]" in out and "1 [1.0, 1.0, 1.0, 1.0] [0.0, 0.0, 0.0, 0.0]" in out
+    assert out.count("noncontig: ") == 2 and "Tensors must be contiguous" in out
+    assert out.count("cpu: ") == 2 and "No backend type associated with device typ" in out
+    assert "cpu passed" not in out
+
+
+# -- hccl-npu itself -------------------------------------------------------------------------------------------
+def test_hccl_npu_sets_the_host_and_refuses_bad_input():
+    got = hccl_npu.npu_environment({"PYTHONPATH": f"/x{os.pathsep}{hccl_npu.NPU_STANDIN}"}, 4)
+    assert got["PYTHONPATH"].split(os.pathsep) == [str(hccl_npu.NPU_STANDIN), "/x"]
+    assert got["HCCL_PY_NPU_DEVICES"] == "4" and got["HCCL_PY_NPU_STRICT"] == "1"
+    assert hccl_npu.main(["--devices", "0", "true"]) == 2
+    assert hccl_npu.main(["--topology", "no-such-preset", "true"]) == 2
+    with pytest.raises(SystemExit):
+        hccl_npu.main([])
+
+
+def test_hccl_npu_says_what_to_install_without_torch(monkeypatch):
+    monkeypatch.setattr(hccl_npu.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(HcclNotSupportedError, match=r"pip install 'hccl-py\[torch\]'"):
+        hccl_npu.check_ready()
+
+
+def test_hccl_npu_refuses_beside_a_real_torch_npu(monkeypatch):
+    class Real:
+        version = "2.5.1"
+
+        def locate_file(self, path):
+            return "/opt/site-packages"
+
+    monkeypatch.setattr(hccl_npu.importlib.metadata, "distribution", lambda name: Real())
+    with pytest.raises(HcclNotSupportedError, match="real torch_npu is installed") as err:
+        hccl_npu.check_ready()
+    assert "2.5.1" in err.value.fields["holder"]
+
+
+def test_the_entry_point_lives_only_on_the_hccl_npu_path():
+    import importlib.metadata
+
+    assert not [e for e in importlib.metadata.entry_points(group="torch.backends") if e.value.startswith("torch_npu")]
+    assert hccl_npu.foreign_torch_npu() is None
+
+
+# -- settings ----------------------------------------------------------------------------------------------------
+def test_alloc_conf_keys_are_honoured_or_refused_by_name():
+    from hccl_py.torch import device
+
+    assert device.parse_alloc_conf("max_split_size_mb:128, expandable_segments:True,garbage_collection_threshold:0.6") \
+        == {"max_split_size_mb": 128.0, "expandable_segments": True, "garbage_collection_threshold": 0.6}
+    assert device.parse_alloc_conf("") == {}
+    with pytest.raises(HcclParamError, match="unrecognized key 'roundup_power2_divisions'") as err:
+        device.parse_alloc_conf("roundup_power2_divisions:4")
+    assert err.value.code == 1
+    for bad in ("expandable_segments:yes", "max_split_size_mb:10", "garbage_collection_threshold:1.5"):
+        with pytest.raises(HcclParamError, match="bad value"):
+            device.parse_alloc_conf(bad)
+
+
+def test_another_torch_is_refused_naming_the_supported_one():
+    from hccl_py.torch import device
+
+    device.check_torch("2.13.1+cpu")
+    with pytest.raises(HcclNotSupportedError, match=r"supports torch 2\.13\.x.*this is torch 2\.12\.0"):
+        device.check_torch("2.12.0")
