@@ -176,8 +176,14 @@ def set_rng_state(state: torch.Tensor, device=None) -> None:
     torch.default_generator.set_state(state)
 
 
-get_rng_state_all = lambda: [get_rng_state()]  # noqa: E731
-set_rng_state_all = lambda states: set_rng_state(states[0])  # noqa: E731
+def get_rng_state_all() -> list[torch.Tensor]:
+    """The generator's state, once per card (they share torch's CPU generator)."""
+    return [get_rng_state()]
+
+
+def set_rng_state_all(states: list[torch.Tensor]) -> None:
+    """Restore the generator's state (the first of ``states``: the cards share one generator)."""
+    set_rng_state(states[0])
 
 
 # -- memory: the card's HBM pool ------------------------------------------------------------------------

@@ -130,6 +130,7 @@ class SelfRecvWork(dist.Work):
         self._future = Future()
 
     def deliver(self, data: torch.Tensor) -> None:
+        """The send has come: copy its data into the receive's tensor and complete."""
         with torch.no_grad():
             self._tensor.copy_(data.view(self._tensor.shape))
         self._done.set()
@@ -171,6 +172,7 @@ class SelfLoop:
         self._waiting: collections.deque[SelfRecvWork] = collections.deque()
 
     def send(self, t: torch.Tensor, what: str):
+        """Send ``t`` to this rank: a waiting receive gets it, else it waits for one (a copy)."""
         check(t, what)
         data = t.detach().clone()
         if self._waiting:
@@ -182,6 +184,7 @@ class SelfLoop:
         return DONE
 
     def recv(self, t: torch.Tensor, what: str):
+        """Receive into ``t`` from this rank: a waiting send's data, else done when one comes."""
         check(t, what)
         work = SelfRecvWork(what, t, self._comm._timeout_s)
         if self._sent:

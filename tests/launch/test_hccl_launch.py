@@ -58,7 +58,8 @@ def test_npu_puts_the_torch_npu_standin_first_on_the_path() -> None:
     for got in _by_rank(done.stdout).values():
         assert got["PYTHONPATH"].split(os.pathsep)[0] == str(NPU_STANDIN)
         assert str(ROOT) in got["PYTHONPATH"].split(os.pathsep)  # the caller's path is kept behind it
-        assert got["TORCH_DEVICE_BACKEND_AUTOLOAD"] == "0"  # a real torch_npu installed beside stays out
+        assert got["TORCH_DEVICE_BACKEND_AUTOLOAD"] == "<unset>"  # torch autoloads hccl-py's torch_npu, as the real one
+        assert got["HCCL_PY_NPU_STRICT"] == "1"  # the hccl backend refuses what Ascend's refuses
 
 
 @pytest.mark.timeout(40)

@@ -163,8 +163,8 @@ def test_ascend_rules_self_sends_and_refusals(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
     assert "0 [0.0, 0.0, 0.0, 0.0] [1.0, 1.0, 1.0, 1.0]" in out and "1 [1.0, 1.0, 1.0, 1.0] [0.0, 0.0, 0.0, 0.0]" in out
-    assert out.count("noncontig: ") == 2 and "Tensors must be contiguous" in out
-    assert out.count("cpu: ") == 2 and "No backend type associated with device typ" in out
+    assert out.count("Tensors must be contiguous") == 2, out
+    assert out.count("No backend type associated with device type cpu") == 2, out
     assert "cpu passed" not in out
 
 
