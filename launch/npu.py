@@ -30,6 +30,7 @@ from hccl_py.errors import HcclError, HcclNotSupportedError, HcclParamError
 NPU_STANDIN = Path(hccl_py.__file__).resolve().parent / "torch" / "standin"
 MAX_DEVICES = 64  # the device's limit (csrc/npu_device.cpp)
 DEFAULT_DEVICES = 8  # one Atlas server's cards
+DEFAULT_TOPOLOGY = "ascend910b-8p"  # an Atlas 800T A2 (910B) server, unless --topology, a preset or a rank table says
 
 
 def foreign_torch_npu() -> str | None:
@@ -80,7 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"NPUs this host shows (1..{MAX_DEVICES}; default: a server's cards of --topology, "
                              f"else {DEFAULT_DEVICES})")
     parser.add_argument("--topology", default=None, metavar="PRESET",
-                        help="the modeled cluster (an hccl-topo preset, e.g. ascend910b-8p): cards, links, HBM")
+                        help=f"the modeled cluster (an hccl-topo preset): cards, links, HBM (default {DEFAULT_TOPOLOGY} "
+                             "up to 8 cards, unless HCCL_PY_TOPOLOGY or RANK_TABLE_FILE is set)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the command to run, with its arguments")
     return parser
 
@@ -114,6 +116,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     environ.update(npu_environment(environ, devices))
     if ns.topology is not None:
         environ[env.HCCL_PY_TOPOLOGY] = ns.topology
+    elif not environ.get(env.HCCL_PY_TOPOLOGY) and not environ.get(env.RANK_TABLE_FILE) and devices <= DEFAULT_DEVICES:
+        environ[env.HCCL_PY_TOPOLOGY] = DEFAULT_TOPOLOGY  # the server Ascend programs are written for today
     try:
         os.execvpe(command[0], command, environ)
     except OSError as err:

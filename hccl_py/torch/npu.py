@@ -123,12 +123,16 @@ def synchronize(device=None) -> None:
     _join_all()
 
 
+# What torch_npu reports for each modeled card (npu-smi's chip names). Estimate for the 910B: the
+# bin is not modeled; 910B3 is the bin of the public two-server sweep the fidelity table holds.
+_PRODUCT_NAMES = {"ascend910": "Ascend910A", "ascend910b": "Ascend910B3", "ascend310p": "Ascend310P3"}
+
+
 def get_device_name(device=None) -> str:
-    """The modeled card's model name (e.g. "Ascend910B3")."""
+    """The modeled card's chip name as torch_npu reports it (e.g. "Ascend910B3" for ascend910b)."""
     card = _card()
-    if card is not None:
-        return card.model.name
-    return _device_impl.cards(device_count())[_index(device)].name
+    model = card.model.name if card is not None else _device_impl.cards(device_count())[_index(device)].name
+    return _PRODUCT_NAMES.get(model, model)
 
 
 def get_device_properties(device=None):
@@ -137,6 +141,11 @@ def get_device_properties(device=None):
     stats = memory_stats(index)
     return types.SimpleNamespace(name=get_device_name(index), total_memory=stats["limit_bytes"], cube_core_num=0,
                                  vector_core_num=0, L2_cache_size=0)
+
+
+# torch_npu.npu.config: ``allow_internal_format`` lets ops keep internal formats (FRACTAL_NZ, ...);
+# formats are metadata here, so it changes no result.
+config = types.SimpleNamespace(allow_internal_format=False)
 
 
 def is_bf16_supported() -> bool:

@@ -38,6 +38,7 @@ from torch.futures import Future
 
 from ..dtypes import ReduceOp
 from ..errors import HcclError, HcclNotSupportedError, HcclParamError, HcclTimeoutError
+from . import device as _device
 from .tensors import Staged, as_array, check, contiguous_array, strict
 from .work import DONE, HcclWork, backend_error
 
@@ -48,6 +49,7 @@ _ReduceOpT = dist.ReduceOp
 # .op and comparing pybind enums costs about a microsecond). Only those two types are read that way
 # (:func:`_code`); the import checks the rule holds for this torch, else ops are read by int(.op).
 _NAMES = {int(kind): name for name, kind in _RedOp.__members__.items()}
+_PREMUL_SUM = int(_RedOp.PREMUL_SUM)
 _HASH_IS_CODE = all(hash(kind) == int(kind) for kind in _RedOp.__members__.values()) and all(
     hash(_ReduceOpT(kind)) == int(kind) for name, kind in _RedOp.__members__.items() if name != "PREMUL_SUM")
 _OPS = {int(_RedOp.SUM): (ReduceOp.SUM, False), int(_RedOp.PRODUCT): (ReduceOp.PROD, False),
@@ -74,15 +76,21 @@ def _code(red_op) -> int | None:
     return None
 
 
-def _op(red_op, dtype: torch.dtype, what: str) -> tuple[ReduceOp, bool]:
-    """(hccl-py's op, whether to divide by the group size after it) for torch's ReduceOp."""
+def _op(red_op, dtype: torch.dtype, what: str) -> tuple[ReduceOp, bool | float]:
+    """(hccl-py's op, what to do to the result: False nothing, True divide by the group size (AVG),
+    a float multiply by it (PREMUL_SUM: the sum of factor * x is factor times the sum, equal up to
+    rounding; floating types only, as NCCL's and HCCL's)) for torch's ReduceOp."""
     code = _code(red_op)
+    if code == _PREMUL_SUM and dtype.is_floating_point:
+        ext = _device.installed()
+        if ext is not None:
+            return ReduceOp.SUM, float(ext.premul_factor(red_op))
     found = (_BOOL_OPS if dtype is torch.bool else _OPS).get(code)
     if found is None:
         name = f"ReduceOp.{_NAMES[code]}" if code in _NAMES else repr(red_op)
         raise HcclNotSupportedError(f"{what}: {name} is not supported by hccl-py (SUM, PRODUCT, MIN, MAX"
-                                    f"{' on bool' if dtype is torch.bool else ', AVG'})", arg="op", value=name,
-                                    rule="choices")
+                                    f"{' on bool' if dtype is torch.bool else ', AVG'}; PREMUL_SUM on floating "
+                                    "types with the npu device)", arg="op", value=name, rule="choices")
     return found
 
 
@@ -307,7 +315,7 @@ class HcclProcessGroup(dist.ProcessGroup):
         opts = opts if opts is not None else dist.AllreduceOptions()
         if not opts.asyncOp and len(tensors) == 1:  # the common case, kept short: blocking float32, one tensor
             t = tensors[0]
-            on_device = t.is_cpu and self._serves_cpu or t.device.type == "npu"
+            on_device = t.is_cpu and self._serves_cpu or t.device.type == "npu" and t.storage_offset() == 0
             if t.dtype is _F32 and on_device and t.is_contiguous() and not t.requires_grad:
                 red_op = opts.reduceOp
                 found = _OPS.get(hash(red_op)) if type(red_op) is _FAST_OP_TYPE else None
@@ -327,13 +335,16 @@ class HcclProcessGroup(dist.ProcessGroup):
         copied back into ``t`` and, for AVG, divided by the group size; nothing unless ``keep``,
         as on a non-root of reduce)."""
         staged = Staged(t, what)
-        op, avg = _op(red_op, t.dtype, what)
+        op, then = _op(red_op, t.dtype, what)
 
         def post():
             if keep:
                 staged.copy_back()
-                if avg:
+                if then is True:
                     _divide(t, self.comm.size)
+                elif then:
+                    with torch.no_grad():
+                        t.mul_(then)
 
         return staged, op, post
 
@@ -370,6 +381,8 @@ class HcclProcessGroup(dist.ProcessGroup):
                           _one(input_tensors, "all_gather"))
 
     def _allgather(self, what, outs, t):
+        if t.device.type == "npu" and len(outs) == self.comm.size and any(o.numel() != t.numel() for o in outs):
+            return self._allgather_uneven(what, outs, t)
         self._check_list(outs, t, what, "tensor_list", outputs=True)
         x = contiguous_array(t, what)
         buffer = torch.empty((self.comm.size, *t.shape), dtype=t.dtype, device=t.device)
@@ -381,6 +394,32 @@ class HcclProcessGroup(dist.ProcessGroup):
 
         # the future holds the list itself, as gloo's
         return lambda a: self.comm.all_gather(x, out=as_array(buffer), async_op=a), post, outs
+
+    def _allgather_uneven(self, what, outs, t):
+        """torch_npu's all_gather of tensors of other sizes per rank (``tensor_list[r]`` has rank r's
+        size): every rank's tensor padded to the largest, gathered, and each cut to its size. The
+        padded count is the call's, so ranks whose lists disagree get a call mismatch, not data."""
+        check(t, what)
+        for o in outs:
+            check(o, what)
+            if o.dtype != t.dtype:
+                raise HcclParamError(f"{what}: tensor_list holds {o.dtype}; the input is {t.dtype}", arg="tensor_list",
+                                     value=str(o.dtype), expected=str(t.dtype), rule="dtype")
+        mine = outs[self.comm.rank].numel()
+        if mine != t.numel():
+            raise HcclParamError(f"{what}: tensor_list[{self.comm.rank}] (this rank's) holds {mine} elements; the input "
+                                 f"has {t.numel()}", arg="tensor_list", value=mine, expected=t.numel(), rule="size")
+        width = max(o.numel() for o in outs)
+        padded = torch.zeros(width, dtype=t.dtype, device=t.device)
+        padded[:t.numel()] = t.detach().reshape(-1)
+        buffer = torch.empty((self.comm.size, width), dtype=t.dtype, device=t.device)
+
+        def post():
+            with torch.no_grad():
+                for o, row in zip(outs, buffer):
+                    o.copy_(row[:o.numel()].view(o.shape))
+
+        return lambda a: self.comm.all_gather(as_array(padded), out=as_array(buffer), async_op=a), post, outs
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
         return self._coalesced("all_gather_coalesced", opts, self._allgather, list(zip(output_lists, input_list)),
@@ -443,9 +482,53 @@ class HcclProcessGroup(dist.ProcessGroup):
                           _one(input_tensors, "reduce_scatter"), opts.reduceOp)
 
     def _reduce_scatter(self, what, t, ins, red_op):
+        if t.device.type == "npu" and len(ins) == self.comm.size and ins[self.comm.rank].numel() == t.numel() \
+                and any(i.numel() != t.numel() for i in ins):
+            return self._reduce_scatter_uneven(what, t, ins, red_op)
+        if strict() and ins and (len(ins) != self.comm.size or any(i.numel() != t.numel() for i in ins)):
+            return self._reduce_scatter_lifted(what, t, ins, red_op)
         self._check_list(ins, t, what, "input_list")
         y = as_array(torch.cat([i.detach().reshape(-1) for i in ins]))
         return self._reduce_scatter_into(what, t, y, red_op)
+
+    def _reduce_scatter_uneven(self, what, t, ins, red_op):
+        """torch_npu's reduce_scatter of blocks of other sizes (``input_list[r]`` is rank r's block,
+        ``output`` this rank's size): every block padded to the largest, reduce-scattered, and this
+        rank's cut to its size. The padded count is the call's, so ranks whose lists disagree get a
+        call mismatch, not data."""
+        for i in ins:
+            check(i, what)
+            if i.dtype != t.dtype:
+                raise HcclParamError(f"{what}: input_list holds {i.dtype}; the output is {t.dtype}", arg="input_list",
+                                     value=str(i.dtype), expected=str(t.dtype), rule="dtype")
+        width = max(i.numel() for i in ins)
+        padded = torch.zeros((self.comm.size, width), dtype=t.dtype, device=t.device)
+        for row, i in zip(padded, ins):
+            row[:i.numel()] = i.detach().reshape(-1)
+        block = torch.empty(width, dtype=t.dtype, device=t.device)
+        staged, op, post = self._reduced(block, red_op, what)
+
+        def finish():
+            post()
+            with torch.no_grad():
+                t.copy_(block[:t.numel()].view(t.shape))
+
+        return lambda a: self.comm.reduce_scatter(as_array(padded), op, out=staged.array, async_op=a), finish, [t]
+
+    def _reduce_scatter_lifted(self, what, t, ins, red_op):
+        """torch_npu's reduce_scatter of an input list whose length is not the group's, or whose
+        tensors are not of the output's size (Atlas A2 and later): the list flattened end to end, cut or zero-padded to the group size times the
+        output, and reduce-scattered; rank r gets the r-th block."""
+        for i in ins:
+            check(i, what)
+            if i.dtype != t.dtype:
+                raise HcclParamError(f"{what}: input_list holds {i.dtype}; the output is {t.dtype}", arg="input_list",
+                                     value=str(i.dtype), expected=str(t.dtype), rule="dtype")
+        flat = torch.cat([i.detach().reshape(-1) for i in ins])
+        total = t.numel() * self.comm.size
+        lifted = torch.zeros(total, dtype=t.dtype, device=t.device)
+        lifted[:min(total, flat.numel())] = flat[:total]
+        return self._reduce_scatter_into(what, t, as_array(lifted), red_op)
 
     def _reduce_scatter_into(self, what, output, y, red_op):
         staged, op, post = self._reduced(output, red_op, what)

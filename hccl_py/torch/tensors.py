@@ -13,6 +13,7 @@ which is copied back into the tensor afterwards (:class:`Staged`)::
 from __future__ import annotations
 
 import os
+import time
 
 import numpy as np
 import torch
@@ -21,6 +22,7 @@ from .. import env
 from ..dtypes import bfloat16 as _BF16
 from ..errors import HcclParamError
 from . import device as _device
+from . import formats
 
 # Element types that map one-to-one: t.numpy() shares the tensor's memory.
 _PLAIN = frozenset({torch.float32, torch.float16, torch.float64, torch.int8, torch.int16, torch.int32, torch.int64,
@@ -28,6 +30,27 @@ _PLAIN = frozenset({torch.float32, torch.float16, torch.float64, torch.int8, tor
 # Element types seen through another of the same width: (torch view type, numpy view type or None).
 _VIEWED = {torch.bfloat16: (torch.int16, _BF16), torch.bool: (torch.uint8, None)}
 SUPPORTED = ", ".join(sorted(str(d).removeprefix("torch.") for d in (*_PLAIN, *_VIEWED)))
+
+
+class AscendRefusal(HcclParamError):
+    """A tensor Ascend's "hccl" backend refuses, refused here the same way: torch gets a plain
+    ``RuntimeError`` with torch_npu's text and error code (``torch_text``), this error as its cause."""
+
+    torch_text: str | None = None
+
+
+def _refusal(text: str, code: str | None, what: str, **fields) -> AscendRefusal:
+    """An AscendRefusal whose torch text is torch_npu's: ``text``, then its ``[ERROR]`` line with
+    ``code`` (ERRxxxxx) when torch_npu adds one."""
+    err = AscendRefusal(f"{what}: {text}", **fields)
+    err.torch_text = text if code is None else f"{text}\n[ERROR] {time.strftime('%Y-%m-%d-%H:%M:%S')} " \
+        f"(PID:{os.getpid()}, Device:{_current_card()}, RankID:{os.environ.get(env.RANK, '0')}) {code}"
+    return err
+
+
+def _current_card() -> int:
+    ext = _device.installed()
+    return ext.current_device() if ext is not None else 0
 
 
 def strict() -> bool:
@@ -45,14 +68,16 @@ def check(t: torch.Tensor, what: str) -> None:
     if t.device.type not in ("cpu", "npu"):
         raise HcclParamError(f"{what}: hccl-py's torch backend takes CPU and npu tensors, got one on {t.device}",
                              arg="tensor", value=str(t.device), rule="device", expected="npu")
-    if strict():
-        if t.device.type != "npu":  # torch_npu's ProcessGroupHCCL serves npu tensors only
-            raise HcclParamError(f"{what}: No backend type associated with device type {t.device.type} (Ascend's hccl "
-                                 "backend takes npu tensors: move it with .npu())", arg="tensor", value=str(t.device),
-                                 rule="device", expected="npu")
-        if not t.is_contiguous():
-            raise HcclParamError(f"{what}: Tensors must be contiguous (as on Ascend; call .contiguous() first)",
-                                 arg="tensor", rule="contiguous")
+    if strict() and t.device.type != "npu":  # torch_npu's ProcessGroupHCCL serves npu tensors only
+        raise _refusal(f"No backend type associated with device type {t.device.type}", None, what, arg="tensor",
+                            value=str(t.device), rule="device", expected="npu")
+    if strict() and not t.is_contiguous():
+        raise _refusal("Tensors must be contiguous", "ERR02002 DIST invalid type", what, arg="tensor",
+                            rule="contiguous")
+    if t.device.type == "npu" and t.storage_offset() != 0 and formats.is_internal(t):
+        raise _refusal("For a tensor of internal format, it's storage_offset must be 0",
+                            "ERR02007 DIST feature not supported", what, arg="tensor", value=t.storage_offset(),
+                            rule="offset", expected=0)
     if t.layout is not torch.strided:
         raise HcclParamError(f"{what}: {t.layout} tensors are not supported (HCCL's collectives move dense buffers); "
                              "pass t.to_dense()", arg="tensor", value=str(t.layout), rule="layout", expected="torch.strided")

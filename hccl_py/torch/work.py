@@ -32,9 +32,12 @@ _in_flight: weakref.WeakSet = weakref.WeakSet()
 _EMPTY: list = []
 
 
-def backend_error(err: HcclError, what: str) -> dist.DistBackendError:
-    """torch's DistBackendError for an HcclError in ``what`` (HCCL's message, class and code)."""
-    error = dist.DistBackendError(f"hccl-py {what}: {type(err).__name__}: {err}")
+def backend_error(err: HcclError, what: str) -> RuntimeError:
+    """torch's DistBackendError for an HcclError in ``what`` (HCCL's message, class and code); for
+    a tensor Ascend's backend refuses, the plain RuntimeError torch_npu raises, with its text."""
+    torch_text = getattr(err, "torch_text", None)
+    error = RuntimeError(torch_text) if torch_text is not None else \
+        dist.DistBackendError(f"hccl-py {what}: {type(err).__name__}: {err}")
     error.__cause__ = err
     return error
 

@@ -18,6 +18,7 @@
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <ATen/native/Resize.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/csrc/distributed/c10d/Types.hpp>
 
 #include <array>
 #include <atomic>
@@ -116,6 +117,7 @@ struct Block {  // what an npu DataPtr's context holds
   int64_t nbytes;
   c10::DeviceIndex device;
   c10::Storage keep;  // a CPU storage whose bytes this npu storage shows (zero-copy results), else empty
+  int format = -1;    // torch_npu's ACL storage format, as metadata (-1: the tensor's base format)
 };
 
 void release(void* ctx) {
@@ -142,7 +144,7 @@ struct NpuAllocator final : at::Allocator {
       std::lock_guard<std::mutex> lock(pool.mu);
       out_of_memory(device, nbytes, pool, "; the host refused the memory");
     }
-    auto* block = new Block{data, int64_t(nbytes), device, c10::Storage()};
+    auto* block = new Block{data, int64_t(nbytes), device, c10::Storage(), -1};
     return {data, block, &release, c10::Device(kNpu, device)};
   }
   at::DeleterFnPtr raw_deleter() const override { return nullptr; }
@@ -168,7 +170,7 @@ c10::Storage npu_storage_of(const c10::Storage& cpu, c10::DeviceIndex device) {
   int64_t nbytes = cpu.nbytes();
   book(device, nbytes);
   void* data = cpu.mutable_data();
-  auto* block = new Block{data, nbytes, device, cpu};
+  auto* block = new Block{data, nbytes, device, cpu, -1};
   return c10::Storage(c10::Storage::use_byte_size_t(), nbytes, c10::DataPtr(data, block, &release, c10::Device(kNpu, device)),
                       &g_allocator, /*resizable=*/true);
 }
@@ -510,6 +512,33 @@ void set_clock(py::object clock) {
   if (!clock.is_none()) g_clock = new py::object(std::move(clock));
 }
 
+// The storage format of an npu tensor's storage (its views share it, as on Ascend).
+Block* block_of(const at::Tensor& t) {
+  TORCH_CHECK(is_npu(t), "expected an npu tensor, got one on ", t.device());
+  const c10::DataPtr& data = t.storage().data_ptr();
+  return data.get_deleter() == &release ? static_cast<Block*>(data.get_context()) : nullptr;
+}
+
+void set_format(const at::Tensor& t, int format) {
+  Block* block = block_of(t);
+  TORCH_CHECK(block != nullptr, "this npu tensor's storage carries no format");
+  block->format = format;
+}
+
+int get_format(const at::Tensor& t) {
+  Block* block = block_of(t);
+  return block == nullptr ? -1 : block->format;
+}
+
+// The factor of a premul-sum ReduceOp (torch.distributed._make_nccl_premul_sum(f), torch_npu's
+// _make_hccl_premul_sum): torch keeps it in C++ only.
+double premul_factor(const c10d::ReduceOp& op) {
+  TORCH_CHECK(op.op_ == c10d::ReduceOp::PREMUL_SUM, "not a premul-sum ReduceOp");
+  auto* supplement = dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
+  TORCH_CHECK(supplement != nullptr, "premul-sum ReduceOp without its factor");
+  return supplement->tensor_factor.defined() ? supplement->tensor_factor.item<double>() : supplement->double_factor;
+}
+
 bool g_hooks_registered = false;
 
 void register_hooks() {
@@ -531,5 +560,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("reset_peak", &hccl_npu::reset_peak);
   m.def("empty_cache", &hccl_npu::empty_cache);
   m.def("set_clock", &hccl_npu::set_clock);
+  m.def("premul_factor", &hccl_npu::premul_factor);
+  m.def("set_format", &hccl_npu::set_format);
+  m.def("get_format", &hccl_npu::get_format);
   m.def("as_cpu", &hccl_npu::as_cpu, "the CPU tensor showing an npu tensor's bytes, without a copy");
 }

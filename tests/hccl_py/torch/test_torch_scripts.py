@@ -98,7 +98,7 @@ def test_ascend_style_benchmark_through_the_npu_standin(tmp_path):
     out = tmp_path / "rows.json"
     done = _launch("--npu", "-n", "2", "--topology", "ascend910b-8p", "examples/npu_collective_bench.py", "--op",
                    "all_gather", "--sizes", "4K,1M", "--iters", "2", "--json", str(out))
-    assert "(ascend910b)" in done.stdout  # get_device_name(): the modeled card
+    assert "(Ascend910B3)" in done.stdout  # get_device_name(): the modeled card
     rows = json.loads(out.read_text())["rows"]
     assert [r["bytes"] for r in rows] == [4096, 1 << 20]
     # events read the modeled card: a bigger message takes longer; 1 MiB is bandwidth-bound, so its

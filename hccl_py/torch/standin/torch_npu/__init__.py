@@ -14,8 +14,10 @@ from hccl_py.torch.formats import get_npu_format, npu_format_cast, npu_format_ca
 npu.install()
 sys.modules[__name__ + ".npu"] = npu
 
+from . import distributed  # noqa: E402  (as torch_npu: torch_npu.distributed without its own import)
+
 __version__ = "2.13.0+hccl.py"  # torch_npu's releases follow torch's (torch_npu 2.13.x for torch 2.13.x)
-__all__ = ["get_npu_format", "npu", "npu_format_cast", "npu_format_cast_"]
+__all__ = ["distributed", "get_npu_format", "npu", "npu_format_cast", "npu_format_cast_"]
 
 
 def _autoload() -> None:
