@@ -114,7 +114,7 @@ start, end = torch.npu.Event(enable_timing=True), torch.npu.Event(enable_timing=
 start.record(); card.run(1e12, 0.0); end.record(); end.synchronize(); torch.npu.synchronize()
 ms = start.elapsed_time(end)
 assert ms > 0 and abs(ms - card.clock * 1e3) < 1e-9, (ms, card.clock)
-assert torch.npu.get_device_name() == "Ascend910A" and card.model.name == "ascend910"
+assert torch.npu.get_device_name() == "Ascend910B3" and card.model.name == "ascend910b"  # hccl-npu: a 910B server
 dist.destroy_process_group()
 print("OK")
 """
@@ -226,3 +226,20 @@ def test_another_torch_is_refused_naming_the_supported_one():
     device.check_torch("2.13.1+cpu")
     with pytest.raises(HcclNotSupportedError, match=r"supports torch 2\.13\.x.*this is torch 2\.12\.0"):
         device.check_torch("2.12.0")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.usefixtures("no_leaks")
+def test_torch_npus_extensions_of_the_collectives(tmp_path):
+    done = _hccl_npu("--devices", "3", *_torchrun(3), str(SCRIPTS / "npu_ascend_ops.py"), cwd=tmp_path, timeout=110)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sorted(re.findall(r"OK \d", done.stdout)) == ["OK 0", "OK 1", "OK 2"], done.stdout
+
+
+@pytest.mark.timeout(90)
+def test_torch_npu_testing_helpers_run_an_ascend_style_unittest_file():
+    done = _hccl_npu("--devices", "2", sys.executable, str(SCRIPTS / "npu_testing_helpers.py"), "-v", timeout=80)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = done.stderr
+    assert "Ran 6 tests" in report and "OK (skipped=2)" in report, report
+    assert "Multi-NPU 65 condition not satisfied" in report and "current device is Ascend910B." in report, report

@@ -1,0 +1,74 @@
+"""torch_npu's extensions of the collectives, under hccl-npu on 2 or more ranks, each checked
+against a value every rank can compute: uneven all_gather and reduce_scatter, the 'lifted'
+reduce_scatter, premul sum, torch_npu.distributed's uneven tensor forms, and the refusal of an
+internal-format view at an offset.
+
+    hccl-npu --devices 2 torchrun --nproc-per-node 2 npu_ascend_ops.py
+"""
+
+import os
+
+import torch
+import torch.distributed as dist
+import torch_npu
+
+rank = int(os.environ["LOCAL_RANK"])
+torch.npu.set_device(rank)
+dist.init_process_group("hccl")
+world, me = dist.get_world_size(), dist.get_rank()
+
+
+def block(r, n, scale=1.0):
+    """Rank r's contribution of n elements (every rank can compute every rank's)."""
+    return (torch.arange(n, dtype=torch.float32) + 100 * r) * scale
+
+
+# all_gather of other sizes per rank
+sizes = [3 + r for r in range(world)]
+outs = [torch.empty(n, device="npu") for n in sizes]
+dist.all_gather(outs, block(me, sizes[me]).npu())
+assert all(torch.equal(o.cpu(), block(r, n)) for r, (o, n) in enumerate(zip(outs, sizes))), outs
+
+# reduce_scatter of other sizes per block: rank r gets the sum of every rank's r-th block
+ins = [block(me, n, r + 1).npu() for r, n in enumerate(sizes)]
+out = torch.empty(sizes[me], device="npu")
+dist.reduce_scatter(out, ins)
+expected = sum(block(q, sizes[me], me + 1) for q in range(world))
+assert torch.equal(out.cpu(), expected), (out, expected)
+
+# the lifted reduce_scatter: 3 inputs of 5 elements, outputs of 4: flattened, cut or padded
+flat = torch.cat([block(me, 5) for _ in range(3)])
+lifted = torch.zeros(4 * world)
+lifted[:min(15, 4 * world)] = flat[:4 * world]
+out = torch.empty(4, device="npu")
+dist.reduce_scatter(out, [block(me, 5).npu() for _ in range(3)])
+total = sum(torch.cat([torch.cat([block(q, 5) for _ in range(3)]), torch.zeros(max(0, 4 * world - 15))])[:4 * world]
+            for q in range(world))
+assert torch.equal(out.cpu(), total[4 * me:4 * me + 4]), (out, total)
+
+# premul sum: the sum of factor * x
+t = block(me, 6).npu()
+dist.all_reduce(t, op=torch_npu.distributed._make_hccl_premul_sum(0.5))
+assert torch.allclose(t.cpu(), 0.5 * sum(block(q, 6) for q in range(world))), t
+
+# torch_npu.distributed's uneven tensor forms (rows split 1, 2, ...)
+rows = [r + 1 for r in range(world)]
+gathered = torch.empty(sum(rows), 2, device="npu")
+torch_npu.distributed.all_gather_into_tensor_uneven(gathered, torch.full((rows[me], 2), float(me), device="npu"),
+                                                    output_split_sizes=rows)
+assert torch.equal(gathered.cpu(), torch.cat([torch.full((n, 2), float(r)) for r, n in enumerate(rows)]))
+mine = torch.empty(rows[me], 2, device="npu")
+torch_npu.distributed.reduce_scatter_tensor_uneven(mine, torch.ones(sum(rows), 2, device="npu"), input_split_sizes=rows)
+assert torch.equal(mine.cpu(), torch.full((rows[me], 2), float(world)))
+
+# an internal-format view that does not start its storage: refused as on Ascend, nothing moved
+nz = torch_npu.npu_format_cast(torch.ones(4, 4, device="npu"), 29)
+try:
+    dist.all_reduce(nz[2:])
+    raise SystemExit("internal format at an offset was not refused")
+except RuntimeError as err:
+    assert type(err) is RuntimeError and "storage_offset must be 0" in str(err) and "ERR02007" in str(err), err
+dist.all_reduce(nz)  # at offset 0 it is served (the format is metadata here)
+assert torch.equal(nz.cpu(), torch.full((4, 4), float(world)))
+dist.destroy_process_group()
+print(f"OK {me}", flush=True)
