@@ -68,7 +68,8 @@ class HcclError(RuntimeError):
     - resources: ``path``, ``errno``, ``module`` (one that cannot be imported), ``address``,
       ``key``, ``keys`` and ``missing_keys`` (the rendezvous store; a weights file also has
       ``unexpected_keys``); device memory ``allocation`` (what was being allocated) and
-      ``requested``, ``free``, ``capacity``, ``peak`` (bytes).
+      ``requested``, ``free``, ``capacity``, ``peak`` (bytes); ``exit_code`` (a peer's, when it
+      is gone: the code it exited with, or minus the signal that killed it).
 
     Any other name given at construction reads back the same way::
 
@@ -82,7 +83,7 @@ class HcclError(RuntimeError):
     FIELDS = ("rank", "peer", "ranks", "reporter", "op", "seq", "step", "comm", "collective", "algo", "dtype",
               "arg", "variable", "field", "value", "rule", "expected", "choices", "holder", "missing_ranks", "error_id",
               "state", "timeout_s", "path", "errno", "module", "address", "key", "keys", "missing_keys", "unexpected_keys",
-              "allocation", "requested", "free", "capacity", "peak")
+              "allocation", "requested", "free", "capacity", "peak", "exit_code")
 
     def __init__(self, message: str, **fields):
         super().__init__(message)

@@ -31,6 +31,7 @@ from .cost_model import StepCost, step_end
 from .device import Device
 from .dtypes import NAME_BY_CODE, ReduceOp
 from .errors import HcclError, HcclParamError, HcclRemoteError, HcclTimeoutError, from_wire, to_wire
+from .transport.common import process_exit_code
 from .transport.base import KIND_INLINE, KIND_NOTICE, CallSignature, Incoming, Transport, new_header
 
 _UNSTAMPED = (0.0, 0.0)
@@ -556,6 +557,7 @@ class Engine:
 
     def __init__(self, transport: Transport | None):
         self.transport = transport
+        self.exit_codes: dict[int, int] = {}  # peers found gone -> the code they exited with (read while zombies)
         self.world_rank = transport.world_rank if transport is not None else 0
         self._mailbox: dict[tuple[int, int, int, int], deque[Incoming]] = {}
         self._notices: dict[int, list[tuple[int, int, bytes]]] = {}  # comm -> [(seq, world rank, errors.to_wire)]
@@ -702,8 +704,16 @@ class Engine:
         dead = [peer for peer in run.waiting_on() if not self.transport.peer_alive(peer)]
         if dead and dead == run.suspects:
             raise self._peer_died(run.ctx, dead)
+        for peer in dead:  # read the code at once: its parent (torchrun, hccl-launch) reaps it soon
+            self._note_exit_code(peer)
         run.suspects = dead
         return bool(dead)
+
+    def _note_exit_code(self, peer: int) -> None:
+        pid = getattr(self.transport, "peer_pid", lambda _: None)(peer)
+        code = None if pid is None or peer in self.exit_codes else process_exit_code(pid)
+        if code is not None:
+            self.exit_codes[peer] = code
 
     def _explain(self, run: "CallRun | BatchRun", err: HcclRemoteError) -> HcclError:
         """The error a remote failure becomes: a peer that failed first may have told us why
@@ -888,15 +898,27 @@ class Engine:
         return HcclTimeoutError(
             f"{ctx.what}: timed out after {ctx.timeout_s:g} s (HCCL_EXEC_TIMEOUT) in step {index + 1} of {nsteps}. "
             f"Waiting peer rank(s): {labels}. Check that those ranks reached this call "
-            f"(a rank that skipped it, or hangs or crashed before it, causes this); this communicator is now aborted",
-            **ctx.fields(step=index + 1, ranks=[ctx.comm_rank_of(p) for p in peers])
+            f"(a rank that skipped it, or hangs or crashed before it, causes this); this communicator is now aborted "
+            f"(CANN: EI0002 Communication_Error_Timeout)",
+            **ctx.fields(step=index + 1, ranks=[ctx.comm_rank_of(p) for p in peers], error_id="EI0002")
         )
 
     def _peer_died(self, ctx, dead: list[int]) -> HcclRemoteError:
+        self._note_exit_code(dead[0])
+        code = self.exit_codes.get(dead[0])
+        if code is None:
+            how, then = "exited", "see that rank's own error for the root cause"
+        elif code == 0:
+            how, then = "exited with code 0", "it finished without making this call (a rank that skipped it?)"
+        elif code < 0:
+            how, then = f"was killed by signal {-code}", "see that rank's own error, or what killed it"
+        else:
+            how, then = f"exited with code {code}", "see that rank's own error for the root cause"
+        fields = {"exit_code": code} if code is not None else {}
         error = HcclRemoteError(
-            f"{ctx.what}: peer rank {ctx.peer_label(dead[0])} exited while rank {ctx.comm_rank} waited for it; "
-            f"see that rank's own error for the root cause",
-            **ctx.fields(peer=ctx.comm_rank_of(dead[0]))
+            f"{ctx.what}: peer rank {ctx.peer_label(dead[0])} {how} while rank {ctx.comm_rank} waited for it; "
+            f"{then} (CANN: EI0002 Communication_Error_Timeout, what Ascend reports when a peer is gone)",
+            **ctx.fields(peer=ctx.comm_rank_of(dead[0]), error_id="EI0002", **fields)
         )
         # Tell every other member at once: a rank blocked on someone else (a ring neighbour that
         # waits for the dead rank) would otherwise learn only when that one gives up, one

@@ -39,7 +39,7 @@ from torch.futures import Future
 from ..dtypes import ReduceOp
 from ..errors import HcclError, HcclNotSupportedError, HcclParamError, HcclTimeoutError
 from . import device as _device
-from .tensors import Staged, as_array, check, contiguous_array, strict
+from .tensors import Staged, as_array, check, contiguous_array, same_device, strict
 from .work import DONE, HcclWork, backend_error
 
 _RedOp = dist.ReduceOp.RedOpType
@@ -381,6 +381,7 @@ class HcclProcessGroup(dist.ProcessGroup):
                           _one(input_tensors, "all_gather"))
 
     def _allgather(self, what, outs, t):
+        same_device(outs, t, what, "all_gather")
         if t.device.type == "npu" and len(outs) == self.comm.size and any(o.numel() != t.numel() for o in outs):
             return self._allgather_uneven(what, outs, t)
         self._check_list(outs, t, what, "tensor_list", outputs=True)
@@ -482,6 +483,7 @@ class HcclProcessGroup(dist.ProcessGroup):
                           _one(input_tensors, "reduce_scatter"), opts.reduceOp)
 
     def _reduce_scatter(self, what, t, ins, red_op):
+        same_device(ins, t, what, "reduce_scatter")
         if t.device.type == "npu" and len(ins) == self.comm.size and ins[self.comm.rank].numel() == t.numel() \
                 and any(i.numel() != t.numel() for i in ins):
             return self._reduce_scatter_uneven(what, t, ins, red_op)

@@ -86,6 +86,15 @@ def check(t: torch.Tensor, what: str) -> None:
                              dtype=str(t.dtype), rule="choices", choices=SUPPORTED.split(", "))
 
 
+def same_device(tensors: list, like: torch.Tensor, what: str, op: str) -> None:
+    """Refuse, as torch_npu does, a call whose inputs and outputs sit on different cards (a
+    communicator serves one card)."""
+    devices = {str(t.device) for t in tensors if isinstance(t, torch.Tensor)} | {str(like.device)}
+    if len(devices) > 1 and any(d.startswith("npu") for d in devices):
+        raise _refusal(f"Corresponding input/output tensors to {op} must all reside on the same device",
+                       "ERR02001 DIST invalid parameter", what, arg="tensor", value=sorted(devices), rule="device")
+
+
 def as_array(t: torch.Tensor) -> np.ndarray:
     """The numpy array sharing ``t``'s memory (``t`` contiguous, on the CPU or an npu, of a supported type)."""
     dtype = t.dtype

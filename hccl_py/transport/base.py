@@ -218,5 +218,9 @@ class Transport(Protocol):
         """False once ``peer`` is known to be gone (its process has exited, its connection was
         lost); True while it lives or when the transport cannot tell (a peer on another host)."""
 
+    def peer_pid(self, peer: int) -> int | None:
+        """``peer``'s process id when it runs on this host and the transport knows it, else None."""
+        return None
+
     def close(self) -> None:
         """Release sockets, shared memory and the like; a second call does nothing."""

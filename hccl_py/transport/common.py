@@ -21,6 +21,20 @@ def slice_layout(world_size: int, buffsize_bytes: int) -> tuple[int, int]:
     return slots, min(slice_bytes, MAX_SLICE_BYTES)
 
 
+def process_exit_code(pid: int) -> int | None:
+    """The exit code of process ``pid`` while it is a zombie (its parent has not reaped it yet):
+    the code it exited with, or minus the signal that killed it; None once it is gone or alive."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    if len(fields) < 50 or fields[0] != b"Z":  # fields[49] is stat's field 52, exit_code (waitpid's status)
+        return None
+    status = int(fields[49])
+    return -(status & 0x7F) if status & 0x7F else status >> 8
+
+
 def process_alive(pid: int) -> bool:
     """Whether process ``pid`` (on this host) exists and is not a zombie."""
     try:

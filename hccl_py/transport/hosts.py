@@ -85,6 +85,10 @@ class HostSplitTransport:
         got.extend(self.tcp.progress(0.0))
         return got
 
+    def peer_pid(self, peer: int) -> int | None:
+        local = self._to_local.get(peer)
+        return self.tcp.peer_pid(peer) if local is None else self.shm.peer_pid(local)
+
     def peer_alive(self, peer: int) -> bool:
         local = self._to_local.get(peer)
         return self.tcp.peer_alive(peer) if local is None else self.shm.peer_alive(local)

@@ -265,6 +265,9 @@ class MpiTransport:
             return
         got.append(Incoming(header, memoryview(buf)[PREFIX:]))
 
+    def peer_pid(self, peer: int) -> int | None:
+        return self._local_pids.get(peer)
+
     def peer_alive(self, peer: int) -> bool:
         pid = self._local_pids.get(peer)
         return pid is None or process_alive(pid)

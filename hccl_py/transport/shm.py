@@ -590,6 +590,9 @@ class ShmTransport:
 
         return fetch
 
+    def peer_pid(self, peer: int) -> int | None:
+        return self._peer_pids.get(peer)
+
     def peer_alive(self, peer: int) -> bool:
         pid = self._peer_pids.get(peer)
         return pid is None or process_alive(pid)

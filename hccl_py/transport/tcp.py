@@ -349,6 +349,9 @@ class TcpTransport:
         except (KeyError, ValueError):
             pass
 
+    def peer_pid(self, peer: int) -> int | None:
+        return self._local_pids.get(peer)
+
     def peer_alive(self, peer: int) -> bool:
         if peer in self._gone:
             return False
