@@ -29,6 +29,7 @@ from hccl_py.errors import HcclError
 from topology import RankTable, Topology, TopologyError
 
 from .config import LaunchConfig
+from .npu import check_ready as check_npu_ready
 from .supervisor import EXIT_TIMEOUT, Supervisor
 
 __all__ = ["LaunchConfig", "build_parser", "parse_args", "main"]
@@ -154,6 +155,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = parse_args(argv)
     try:
         env.check_user_settings()  # a bad HCCL_* value fails here once, not in every rank
+        if config.npu:
+            check_npu_ready()  # torch missing, or a real torch_npu beside: said before any rank starts
     except HcclError as err:
         print(f"hccl-launch: {err}", file=sys.stderr)
         return 2

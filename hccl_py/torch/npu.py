@@ -30,13 +30,15 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
+import os
 import sys
 import types
 
 import torch
 import torch.distributed as dist
 
-from .. import runtime
+from .. import env, runtime
+from ..errors import HcclNotSupportedError
 from . import device as _device_impl
 from .work import synchronize as _join_all
 
@@ -345,7 +347,34 @@ def install() -> types.ModuleType:
     the "hccl" backend registered for npu tensors."""
     _device_impl.install()
     dist.is_hccl_available = lambda: True
+    if _under_hccl_launch() and not getattr(dist.init_process_group, "__hccl_py_refused__", False):
+        dist.init_process_group = _refuse_nested_ranks(dist.init_process_group)
     return sys.modules[__name__]
+
+
+def _under_hccl_launch() -> bool:
+    """A rank of ``hccl-launch --npu``, or a process it started (not a host made by hccl-npu)."""
+    return os.environ.get(env.STORE_HOSTED) == "1" and not os.environ.get(env.HCCL_PY_NPU_DEVICES)
+
+
+def _refuse_nested_ranks(fn):
+    """``init_process_group`` that refuses in a process a rank started with multiprocessing
+    (mp.spawn): the launcher already started one process per card, so the script's own ranks would
+    fan out N x N (asked at call time: a spawned child learns its parent after its imports)."""
+    import multiprocessing
+
+    @functools.wraps(fn)
+    def refuse(*args, **kwargs):
+        if multiprocessing.parent_process() is None:
+            return fn(*args, **kwargs)
+        raise HcclNotSupportedError(
+            "init_process_group in a process a rank of hccl-launch --npu spawned: hccl-launch already started one "
+            "process per card, and a script that starts its own ranks (mp.spawn over torch.npu.device_count()) "
+            "would start N x N. Run it as one host with N cards instead: hccl-npu --devices N python SCRIPT",
+            rule="launcher", expected="hccl-npu")
+
+    refuse.__hccl_py_refused__ = True
+    return refuse
 
 
 # -- transfer_to_npu ----------------------------------------------------------------------------------------

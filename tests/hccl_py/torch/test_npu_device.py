@@ -179,10 +179,15 @@ def test_hccl_npu_sets_the_host_and_refuses_bad_input():
         hccl_npu.main([])
 
 
-def test_hccl_npu_says_what_to_install_without_torch(monkeypatch):
+def test_hccl_npu_says_what_to_install_without_torch(monkeypatch, capsys):
     monkeypatch.setattr(hccl_npu.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(HcclNotSupportedError, match=r"pip install 'hccl-py\[torch\]'"):
         hccl_npu.check_ready()
+    from launch import cli
+
+    assert hccl_npu.main(["--devices", "2", "true"]) == 2  # before any process starts
+    assert cli.main(["--npu", "-n", "2", str(SCRIPTS / "npu_ddp.py")]) == 2
+    assert capsys.readouterr().err.count("pip install 'hccl-py[torch]'") == 2
 
 
 def test_hccl_npu_refuses_beside_a_real_torch_npu(monkeypatch):
@@ -243,3 +248,14 @@ def test_torch_npu_testing_helpers_run_an_ascend_style_unittest_file():
     report = done.stderr
     assert "Ran 6 tests" in report and "OK (skipped=2)" in report, report
     assert "Multi-NPU 65 condition not satisfied" in report and "current device is Ascend910B." in report, report
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.usefixtures("no_leaks")
+def test_a_script_that_spawns_its_ranks_is_refused_under_hccl_launch():
+    done = subprocess.run([sys.executable, "-m", "launch.cli", "--npu", "-n", "2",
+                           str(SCRIPTS / "npu_spawns_its_ranks.py"), str(free_port())], env=_env(), cwd=ROOT,
+                          capture_output=True, text=True, timeout=110)
+    assert done.returncode != 0
+    assert "hccl-npu --devices N python SCRIPT" in done.stdout + done.stderr, done.stderr[-3000:]
+    assert "EADDRINUSE" not in done.stdout + done.stderr and "Address already in use" not in done.stderr
