@@ -173,6 +173,8 @@ def install(devices: int | None = None):
     torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_packed_sequence=True,
                                                          for_storage=True)
     ext.set_clock(npu.modeled_clock)
+    ext.set_flush(npu.charge_kernels)
+    ext.set_recording(True)
     torch.version.cann = CANN_VERSION
     _C = ext
     backend.serve_npu()

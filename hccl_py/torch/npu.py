@@ -38,6 +38,7 @@ import torch
 import torch.distributed as dist
 
 from .. import env, runtime
+from ..cost_model import cube_flops
 from ..errors import HcclNotSupportedError
 from . import device as _device_impl
 from .work import synchronize as _join_all
@@ -61,8 +62,32 @@ def _card():
     return None if comm is None else comm.device
 
 
+# torch's scalar type names (c10::toString) as numpy's, which the cost model takes.
+_NUMPY_NAMES = {"Float": "float32", "Half": "float16", "BFloat16": "bfloat16", "Double": "float64", "Char": "int8",
+                "Byte": "uint8", "Short": "int16", "Int": "int32", "Long": "int64", "Bool": "bool"}
+
+
+def charge_kernels() -> None:
+    """Charge the torch ops run on npu tensors since the last call to this process's card, in
+    modeled time, as hccl-py's own device ops are (``Device.run``, ``cost_model.kernel_s``): the
+    matmul family by FLOPs in whole cube tiles at the dtype's peak, every op by the bytes its
+    tensors move through HBM, plus the launch. Runs before every collective, event and
+    synchronize; ops run before hccl-py joined a job have no card to charge and are dropped."""
+    ext = _device_impl.installed()
+    if ext is None:
+        return
+    kernels = ext.drain_kernels()
+    card = _card()
+    if card is None:
+        return
+    for name, m, n, k, batch, nbytes, dtype in kernels:
+        card.run(cube_flops(m, n, k, batch) if m else 0.0, nbytes, _NUMPY_NAMES.get(dtype), name.removeprefix("aten::"))
+
+
 def modeled_clock() -> float:
-    """This process's card's modeled clock (compute stream, seconds); 0 before hccl-py is initialised."""
+    """This process's card's modeled clock (compute stream, seconds, torch ops charged up to
+    now); 0 before hccl-py is initialised."""
+    charge_kernels()
     card = _card()
     return 0.0 if card is None else card.clock
 
@@ -121,7 +146,9 @@ def _is_in_bad_fork() -> bool:
 
 
 def synchronize(device=None) -> None:
-    """Wait for every asynchronous collective not waited for yet: the card's streams joined."""
+    """Wait for every asynchronous collective not waited for yet: the card's streams joined (and
+    the torch ops run so far charged to the card)."""
+    charge_kernels()
     _join_all()
 
 

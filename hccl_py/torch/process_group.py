@@ -39,6 +39,7 @@ from torch.futures import Future
 from ..dtypes import ReduceOp
 from ..errors import HcclError, HcclNotSupportedError, HcclParamError, HcclTimeoutError
 from . import device as _device
+from .npu import charge_kernels
 from .tensors import Staged, as_array, check, contiguous_array, same_device, strict
 from .work import DONE, HcclWork, backend_error
 
@@ -226,6 +227,8 @@ class HcclProcessGroup(dist.ProcessGroup):
         self._group_name = ""
         self._group_desc = ""
         self._serves_cpu = not strict()  # under hccl-npu, as Ascend's: npu tensors only
+        # torch ops on npu tensors are charged to the card before each call (the npu device's)
+        self._charge = charge_kernels if _device.installed() is not None else None
         self._loop = SelfLoop(comm)  # sends to and receives from this rank itself (batch_isend_irecv allows them)
 
     # -- identity (what torch's C++ side asks) -----------------------------------------------
@@ -280,6 +283,8 @@ class HcclProcessGroup(dist.ProcessGroup):
         """``prep(what, *args)`` checks the arguments and returns (issue, post, result):
         ``issue(async_op)`` starts the hccl-py call (returning its Work when asynchronous),
         ``post()`` (or None) runs once it succeeded, ``result`` is what the future holds."""
+        if self._charge is not None:
+            self._charge()
         try:
             issue, post, result = prep(what, *args)
             if not async_op:
@@ -313,6 +318,8 @@ class HcclProcessGroup(dist.ProcessGroup):
     # -- collectives ---------------------------------------------------------------------------------
     def allreduce(self, tensors, opts=None):
         opts = opts if opts is not None else dist.AllreduceOptions()
+        if self._charge is not None:
+            self._charge()
         if not opts.asyncOp and len(tensors) == 1:  # the common case, kept short: blocking float32, one tensor
             t = tensors[0]
             on_device = t.is_cpu and self._serves_cpu or t.device.type == "npu" and t.storage_offset() == 0

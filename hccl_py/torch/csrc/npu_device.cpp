@@ -55,6 +55,20 @@ struct Pool {
 std::array<Pool, kMaxDevices> g_pool;
 
 py::object* g_clock = nullptr;  // () -> modeled seconds of this process's card (events' stamps)
+py::object* g_flush = nullptr;  // () -> None: charges the recorded kernels to the card (when the log fills)
+
+// Kernels run on npu tensors, for the card's modeled compute clock: the cost formula lives in
+// Python (hccl_py/cost_model.py, as for hccl-py's own device ops); this only records what ran.
+struct Kernel {
+  std::string name;
+  int64_t m, n, k, batch;  // the matmul family's dimensions (m = 0: not a matmul)
+  int64_t nbytes;          // bytes its tensors move through HBM
+  std::string dtype;
+};
+std::mutex g_kernels_mu;
+std::vector<Kernel> g_kernels;
+std::atomic<bool> g_recording{false};
+constexpr size_t kKernelLogFlush = 4096;
 
 int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
@@ -353,6 +367,27 @@ at::Tensor npu_copy_from_and_resize(const at::Tensor& self, const at::Tensor& ds
 
 void npu_record_stream(at::Tensor&, c10::Stream) {}  // nothing to keep: blocks are freed when their tensor is
 
+int64_t tensor_bytes(const c10::IValue& value) {
+  int64_t total = 0;
+  if (value.isTensor()) {
+    const at::Tensor& t = value.toTensor();
+    if (t.defined()) total += t.numel() * t.element_size();
+  } else if (value.isTensorList()) {
+    for (const at::Tensor& t : value.toTensorList()) total += t.defined() ? t.numel() * t.element_size() : 0;
+  }
+  return total;
+}
+
+// The two operands of the matmul family (mm, bmm, addmm, baddbmm, mv, dot, ...), or -1.
+int matmul_operand(const std::string& name) {
+  static const std::unordered_map<std::string, int> first = {
+      {"aten::mm", 0}, {"aten::bmm", 0}, {"aten::mv", 0}, {"aten::dot", 0}, {"aten::vdot", 0},
+      {"aten::addmm", 1}, {"aten::addmm_", 1}, {"aten::baddbmm", 1}, {"aten::baddbmm_", 1}, {"aten::addbmm", 1},
+      {"aten::addbmm_", 1}, {"aten::addmv", 1}, {"aten::addmv_", 1}, {"aten::_addmm_activation", 1}};
+  auto found = first.find(name);
+  return found == first.end() ? -1 : found->second;
+}
+
 // Every other op: torch's CPU kernel on zero-copy CPU aliases, results handed back as npu tensors.
 void npu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
@@ -394,6 +429,29 @@ void npu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
   const c10::DeviceIndex where = device.value_or(t_device);
   c10::DeviceGuard guard(c10::Device(kNpu, where));
+  // What the kernel reads (its arguments) is measured before it runs; what it writes after.
+  int64_t in_bytes = 0;
+  std::string dtype;
+  const bool recording = device.has_value() && g_recording.load(std::memory_order_relaxed);
+  if (recording) {
+    for (size_t i = 0; i < num_args; ++i) {
+      const auto& value = (*stack)[begin + i];
+      in_bytes += tensor_bytes(value);
+      if (dtype.empty() && value.isTensor() && value.toTensor().defined())
+        dtype = c10::toString(value.toTensor().scalar_type());
+    }
+  }
+  Kernel matmul_dims{"", 0, 0, 0, 1, 0, ""};
+  if (recording) {
+    int first = matmul_operand(schema.name());
+    if (first >= 0 && num_args > size_t(first + 1) && (*stack)[begin + first].isTensor() &&
+        (*stack)[begin + first + 1].isTensor()) {
+      const at::Tensor& a = (*stack)[begin + first].toTensor();
+      const at::Tensor& b = (*stack)[begin + first + 1].toTensor();
+      matmul_dims = {"", a.dim() >= 2 ? a.size(-2) : 1, b.dim() >= 2 ? b.size(-1) : 1, a.dim() >= 1 ? a.size(-1) : 1,
+                     a.dim() >= 3 ? a.size(0) : 1, 0, ""};
+    }
+  }
   op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
 
   // Arguments the kernel wrote and resized into new memory: the npu tensor now shows that memory.
@@ -420,6 +478,26 @@ void npu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   };
   const auto num_returns = schema.returns().size();
   const auto rbegin = stack->size() - num_returns;
+  if (recording) {
+    int64_t out_bytes = 0;  // results the kernel made (those that are its arguments were counted as read)
+    for (size_t i = 0; i < num_returns; ++i) {
+      const auto& value = (*stack)[rbegin + i];
+      if (value.isTensor() && npu_tensor_of.count(value.toTensor().unsafeGetTensorImpl())) continue;
+      out_bytes += tensor_bytes(value);
+    }
+    Kernel kernel{schema.name(), matmul_dims.m, matmul_dims.n, matmul_dims.k, matmul_dims.batch, in_bytes + out_bytes,
+                  dtype};
+    size_t logged;
+    {
+      std::lock_guard<std::mutex> lock(g_kernels_mu);
+      g_kernels.push_back(std::move(kernel));
+      logged = g_kernels.size();
+    }
+    if (logged >= kKernelLogFlush && g_flush != nullptr) {
+      py::gil_scoped_acquire gil;
+      g_flush->operator()();
+    }
+  }
   for (size_t i = 0; i < num_returns; ++i) {
     auto& value = (*stack)[rbegin + i];
     if (value.isTensor()) {
@@ -503,6 +581,26 @@ int64_t empty_cache(int device) {  // what the pool gives back: reserved shrinks
   return released;
 }
 
+py::list drain_kernels() {
+  std::vector<Kernel> taken;
+  {
+    std::lock_guard<std::mutex> lock(g_kernels_mu);
+    taken.swap(g_kernels);
+  }
+  py::list out;
+  for (const Kernel& k : taken) out.append(py::make_tuple(k.name, k.m, k.n, k.k, k.batch, k.nbytes, k.dtype));
+  return out;
+}
+
+void set_flush(py::object flush) {
+  if (g_flush != nullptr) {
+    py::object* old = g_flush;
+    g_flush = nullptr;
+    delete old;
+  }
+  if (!flush.is_none()) g_flush = new py::object(std::move(flush));
+}
+
 void set_clock(py::object clock) {
   if (g_clock != nullptr) {
     py::object* old = g_clock;
@@ -560,6 +658,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("reset_peak", &hccl_npu::reset_peak);
   m.def("empty_cache", &hccl_npu::empty_cache);
   m.def("set_clock", &hccl_npu::set_clock);
+  m.def("set_flush", &hccl_npu::set_flush);
+  m.def("set_recording", [](bool on) { hccl_npu::g_recording = on; });
+  m.def("drain_kernels", &hccl_npu::drain_kernels, "the kernels run on npu tensors since the last drain");
   m.def("premul_factor", &hccl_npu::premul_factor);
   m.def("set_format", &hccl_npu::set_format);
   m.def("get_format", &hccl_npu::get_format);
