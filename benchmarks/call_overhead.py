@@ -67,6 +67,9 @@ class LoopbackTransport:
     def notify(self, peer: int, comm_id: int, seq: int, body: bytes) -> None:
         pass
 
+    def peer_pid(self, peer: int) -> int | None:
+        return None
+
     def peer_alive(self, peer: int) -> bool:
         return True
 

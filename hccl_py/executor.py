@@ -710,7 +710,7 @@ class Engine:
         return bool(dead)
 
     def _note_exit_code(self, peer: int) -> None:
-        pid = getattr(self.transport, "peer_pid", lambda _: None)(peer)
+        pid = self.transport.peer_pid(peer)
         code = None if pid is None or peer in self.exit_codes else process_exit_code(pid)
         if code is not None:
             self.exit_codes[peer] = code

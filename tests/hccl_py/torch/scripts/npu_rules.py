@@ -10,12 +10,12 @@ w = dist.get_world_size(); me = dist.get_rank()
 a = torch.full((4,), float(me), device="npu"); b = torch.empty(4, device="npu"); c = torch.empty(4, device="npu")
 ops = [dist.P2POp(dist.irecv, b, me), dist.P2POp(dist.isend, a, me), dist.P2POp(dist.isend, a, (me+1)%w), dist.P2POp(dist.irecv, c, (me-1)%w)]
 for wk in dist.batch_isend_irecv(ops): wk.wait()
-print(me, b.tolist(), c.tolist(), flush=True)
+print(f"{me} {b.tolist()} {c.tolist()}", flush=True)  # one write: ranks share the pipe
 x = torch.ones(4, 4, device="npu").t()
 try:
     dist.all_reduce(x)
-except RuntimeError as e: print("noncontig:", str(e).splitlines()[0], flush=True)
+except RuntimeError as e: print(f"noncontig: {str(e).splitlines()[0]}", flush=True)
 try:
-    y = torch.ones(2); dist.all_reduce(y); print("cpu passed", y, flush=True)
-except RuntimeError as e: print("cpu:", str(e).splitlines()[0], flush=True)
+    y = torch.ones(2); dist.all_reduce(y); print(f"cpu passed {y}", flush=True)
+except RuntimeError as e: print(f"cpu: {str(e).splitlines()[0]}", flush=True)
 dist.destroy_process_group()
