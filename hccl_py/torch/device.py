@@ -18,6 +18,7 @@ its source and torch's version, so an edited source is never shadowed by a stale
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
 import hashlib
@@ -139,6 +140,13 @@ def cards(count: int) -> list:
     return [topology.card(i % job.size) for i in range(count)]
 
 
+def _detach(ext) -> None:
+    """At exit: no more calls from the device into Python (the interpreter is going away)."""
+    ext.set_recording(False)
+    ext.set_flush(None)
+    ext.set_clock(None)
+
+
 def installed():
     """The loaded extension, or None before :func:`install`."""
     return _C
@@ -175,6 +183,7 @@ def install(devices: int | None = None):
     ext.set_clock(npu.modeled_clock)
     ext.set_flush(npu.charge_kernels)
     ext.set_recording(True)
+    atexit.register(_detach, ext)
     torch.version.cann = CANN_VERSION
     _C = ext
     backend.serve_npu()

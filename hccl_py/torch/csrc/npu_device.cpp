@@ -204,8 +204,18 @@ at::Tensor as_cpu(const at::Tensor& t) {
 // --- the device guard -------------------------------------------------------------------------
 struct Stamp { double modeled_s = -1.0; };
 
+// Whether Python can be called back: not while the interpreter shuts down (a thread that asks for
+// the GIL then is ended by the interpreter, which kills the process from a C++ frame).
+bool python_usable() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsInitialized() && !Py_IsFinalizing();
+#else
+  return Py_IsInitialized() && !_Py_IsFinalizing();
+#endif
+}
+
 double modeled_clock() {
-  if (g_clock == nullptr) return 0.0;
+  if (g_clock == nullptr || !python_usable()) return 0.0;
   py::gil_scoped_acquire gil;
   return g_clock->operator()().cast<double>();
 }
@@ -493,7 +503,7 @@ void npu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       g_kernels.push_back(std::move(kernel));
       logged = g_kernels.size();
     }
-    if (logged >= kKernelLogFlush && g_flush != nullptr) {
+    if (logged >= kKernelLogFlush && g_flush != nullptr && python_usable()) {
       py::gil_scoped_acquire gil;
       g_flush->operator()();
     }

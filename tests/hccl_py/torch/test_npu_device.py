@@ -2,8 +2,8 @@
 
 Programs written for Ascend run as they are: the device API in one process (a child: installing
 the device renames torch's private-use backend for good), HCCL's sample shape (mp.spawn over the
-cards), DDP under torchrun against the same script on the CPU and gloo, and Ascend's rules (CPU
-and non-contiguous tensors refused, sends to the rank itself allowed).
+cards), DDP under torchrun against the same script on the CPU and gloo, and Ascend's rules and
+extensions of the collectives (``scripts/npu_ascend_ops.py``).
 """
 
 from __future__ import annotations
@@ -142,12 +142,12 @@ def test_the_npu_device_in_one_process(tmp_path):
 @pytest.mark.timeout(150)
 @pytest.mark.usefixtures("no_leaks")
 def test_an_hccl_style_sample_spawns_its_ranks_over_the_cards():
-    done = _hccl_npu("--devices", "4", sys.executable, str(SCRIPTS / "npu_spawn_allreduce.py"), str(free_port()),
+    done = _hccl_npu("--devices", "3", sys.executable, str(SCRIPTS / "npu_spawn_allreduce.py"), str(free_port()),
                      timeout=140)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = sorted(re.findall(r"\[Rank \d\] Output: tensor\(\[[^]]*\], device='npu:\d'\)", done.stdout))  # ranks interleave
-    assert "Available NPU count: 4" in done.stdout
-    assert lines == [f"[Rank {r}] Output: tensor([ 0.,  4.,  8., 12.], device='npu:{r}')" for r in range(4)], lines
+    assert "Available NPU count: 3" in done.stdout
+    assert lines == [f"[Rank {r}] Output: tensor([0., 3., 6.], device='npu:{r}')" for r in range(3)], lines
 
 
 @pytest.mark.timeout(200)
@@ -164,18 +164,6 @@ def test_ddp_on_npu_under_torchrun_matches_the_cpu_on_gloo(tmp_path):
     torch.testing.assert_close(got["losses"], expected["losses"])
     for name, weight in expected["weights"].items():
         torch.testing.assert_close(got["weights"][name], weight)
-
-
-@pytest.mark.timeout(120)
-@pytest.mark.usefixtures("no_leaks")
-def test_ascend_rules_self_sends_and_refusals(tmp_path):
-    done = _hccl_npu("--devices", "2", *_torchrun(2), str(SCRIPTS / "npu_rules.py"), cwd=tmp_path, timeout=110)
-    assert done.returncode == 0, done.stderr[-3000:]
-    out = done.stdout
-    assert "0 [0.0, 0.0, 0.0, 0.0] [1.0, 1.0, 1.0, 1.0]" in out and "1 [1.0, 1.0, 1.0, 1.0] [0.0, 0.0, 0.0, 0.0]" in out
-    assert out.count("Tensors must be contiguous") == 2, out
-    assert out.count("No backend type associated with device type cpu") == 2, out
-    assert "cpu passed" not in out
 
 
 # -- hccl-npu itself -------------------------------------------------------------------------------------------
@@ -245,10 +233,10 @@ def test_another_torch_is_refused_naming_the_supported_one():
 
 @pytest.mark.timeout(120)
 @pytest.mark.usefixtures("no_leaks")
-def test_torch_npus_extensions_of_the_collectives(tmp_path):
-    done = _hccl_npu("--devices", "3", *_torchrun(3), str(SCRIPTS / "npu_ascend_ops.py"), cwd=tmp_path, timeout=110)
+def test_torch_npus_rules_and_extensions_of_the_collectives(tmp_path):
+    done = _hccl_npu("--devices", "2", *_torchrun(2), str(SCRIPTS / "npu_ascend_ops.py"), cwd=tmp_path, timeout=110)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert sorted(re.findall(r"OK \d", done.stdout)) == ["OK 0", "OK 1", "OK 2"], done.stdout
+    assert sorted(re.findall(r"OK \d", done.stdout)) == ["OK 0", "OK 1"], done.stdout
 
 
 @pytest.mark.timeout(90)

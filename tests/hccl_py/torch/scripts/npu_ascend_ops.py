@@ -1,7 +1,8 @@
-"""torch_npu's extensions of the collectives, under hccl-npu on 2 or more ranks, each checked
-against a value every rank can compute: uneven all_gather and reduce_scatter, the 'lifted'
-reduce_scatter, premul sum, torch_npu.distributed's uneven tensor forms, and the refusal of an
-internal-format view at an offset.
+"""torch_npu's rules and extensions of the collectives, under hccl-npu on 2 or more ranks, each
+checked against a value every rank can compute: a batch with a send and a receive to the rank
+itself, uneven all_gather and reduce_scatter, the 'lifted' reduce_scatter, premul sum,
+torch_npu.distributed's uneven tensor forms; and the refusals with torch_npu's messages (a
+non-contiguous tensor, a CPU tensor, an internal-format view at an offset).
 
     hccl-npu --devices 2 torchrun --nproc-per-node 2 npu_ascend_ops.py
 """
@@ -22,6 +23,23 @@ def block(r, n, scale=1.0):
     """Rank r's contribution of n elements (every rank can compute every rank's)."""
     return (torch.arange(n, dtype=torch.float32) + 100 * r) * scale
 
+
+# a batch with a send and a receive to the rank itself, in the order that posts the receive first
+a, b, c = torch.full((4,), float(me), device="npu"), torch.empty(4, device="npu"), torch.empty(4, device="npu")
+ops = [dist.P2POp(dist.irecv, b, me), dist.P2POp(dist.isend, a, me), dist.P2POp(dist.isend, a, (me + 1) % world),
+       dist.P2POp(dist.irecv, c, (me - 1) % world)]
+for work in dist.batch_isend_irecv(ops):
+    work.wait()
+assert b.cpu().tolist() == [float(me)] * 4 and c.cpu().tolist() == [float((me - 1) % world)] * 4, (b, c)
+
+# what Ascend refuses, refused with torch_npu's own text as a plain RuntimeError, before data moves
+for bad, text in ((torch.ones(4, 4, device="npu").t(), "Tensors must be contiguous"),
+                  (torch.ones(2), "No backend type associated with device type cpu")):
+    try:
+        dist.all_reduce(bad)
+        raise SystemExit(f"not refused: {text}")
+    except RuntimeError as err:
+        assert type(err) is RuntimeError and str(err).startswith(text), err
 
 # all_gather of other sizes per rank
 sizes = [3 + r for r in range(world)]
