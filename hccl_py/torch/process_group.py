@@ -141,7 +141,7 @@ class SelfRecvWork(dist.Work):
     def deliver(self, data: torch.Tensor) -> None:
         """The send has come: copy its data into the receive's tensor and complete."""
         with torch.no_grad():
-            self._tensor.copy_(data.view(self._tensor.shape))
+            self._tensor.copy_(data.reshape(self._tensor.shape))
         self._done.set()
         self._future.set_result([self._tensor])
 
@@ -183,10 +183,10 @@ class SelfLoop:
     def send(self, t: torch.Tensor, what: str):
         """Send ``t`` to this rank: a waiting receive gets it, else it waits for one (a copy)."""
         check(t, what)
-        data = t.detach().clone()
+        data = t.detach().clone(memory_format=torch.contiguous_format)
         if self._waiting:
+            self._match(self._waiting[0]._tensor, data, what)  # a mismatch leaves the receive waiting
             work = self._waiting.popleft()
-            self._match(work._tensor, data, what)
             work.deliver(data)
         else:
             self._sent.append(data)
@@ -197,9 +197,8 @@ class SelfLoop:
         check(t, what)
         work = SelfRecvWork(what, t, self._comm._timeout_s)
         if self._sent:
-            data = self._sent.popleft()
-            self._match(t, data, what)
-            work.deliver(data)
+            self._match(t, self._sent[0], what)
+            work.deliver(self._sent.popleft())
         else:
             self._waiting.append(work)
         return work
@@ -349,7 +348,7 @@ class HcclProcessGroup(dist.ProcessGroup):
                 staged.copy_back()
                 if then is True:
                     _divide(t, self.comm.size)
-                elif then:
+                elif then is not False:  # a premul factor (0.0 included)
                     with torch.no_grad():
                         t.mul_(then)
 

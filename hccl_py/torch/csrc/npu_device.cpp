@@ -165,6 +165,7 @@ struct NpuAllocator final : at::Allocator {
   void copy_data(void* dest, const void* src, std::size_t count) const final { default_copy_data(dest, src, count); }
 };
 NpuAllocator g_allocator;
+REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &g_allocator);  // storages made by device (torch.load, .npu())
 
 bool is_npu(const at::Tensor& t) { return t.defined() && t.device().type() == kNpu; }
 
@@ -195,10 +196,18 @@ at::Tensor with_storage(c10::Storage storage, c10::DispatchKeySet keys, const at
   return t;
 }
 
-// The CPU tensor showing `t`'s bytes (same sizes, strides, offset), without a copy.
-at::Tensor as_cpu(const at::Tensor& t) {
+// The CPU tensor showing `t`'s bytes (same sizes, strides, offset), without a copy. Within one op,
+// tensors sharing an npu storage share one CPU storage (`shared`), so torch's overlap checks
+// see them as the aliases they are.
+using SharedStorages = std::unordered_map<c10::StorageImpl*, c10::Storage>;
+
+at::Tensor as_cpu(const at::Tensor& t, SharedStorages* shared = nullptr) {
   TORCH_CHECK(is_npu(t), "as_cpu: expected an npu tensor, got one on ", t.device());
-  return with_storage(cpu_storage_of(t.storage()), c10::DispatchKeySet(c10::DispatchKey::CPU), t);
+  if (shared == nullptr) return with_storage(cpu_storage_of(t.storage()), c10::DispatchKeySet(c10::DispatchKey::CPU), t);
+  auto found = shared->find(t.storage().unsafeGetStorageImpl());
+  if (found == shared->end())
+    found = shared->emplace(t.storage().unsafeGetStorageImpl(), cpu_storage_of(t.storage())).first;
+  return with_storage(found->second, c10::DispatchKeySet(c10::DispatchKey::CPU), t);
 }
 
 // --- the device guard -------------------------------------------------------------------------
@@ -217,6 +226,7 @@ bool python_usable() {
 double modeled_clock() {
   if (g_clock == nullptr || !python_usable()) return 0.0;
   py::gil_scoped_acquire gil;
+  if (g_clock == nullptr) return 0.0;  // detached while this thread waited for the GIL
   return g_clock->operator()().cast<double>();
 }
 
@@ -331,6 +341,7 @@ void grow_storage(const c10::Storage& storage, size_t nbytes) {
 void NpuHooks::resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const { grow_storage(storage, newsize); }
 
 const at::Tensor& npu_resize_(const at::Tensor& self, at::IntArrayRef size, std::optional<at::MemoryFormat> format) {
+  if (self.sizes() == size && (!format.has_value() || *format == at::MemoryFormat::Preserve)) return self;  // as CPU's
   auto* impl = self.unsafeGetTensorImpl();
   impl->set_sizes_contiguous(size);
   if (format.has_value() && *format != at::MemoryFormat::Preserve) impl->empty_tensor_restride(*format);
@@ -364,8 +375,14 @@ at::Tensor& npu_set_empty(at::Tensor& self) {
 }
 
 at::Tensor npu_copy_from(const at::Tensor& self, const at::Tensor& dst, bool) {
-  at::Tensor src_view = is_npu(self) ? as_cpu(self) : self;
-  at::Tensor dst_view = is_npu(dst) ? as_cpu(dst) : dst;
+  SharedStorages shared;
+  at::Tensor src_view = is_npu(self) ? as_cpu(self, &shared) : self;
+  at::Tensor dst_view = is_npu(dst) ? as_cpu(dst, &shared) : dst;
+  // A lazily conjugated or negated npu view: its CPU alias shows the bytes, so apply the flag here.
+  if (is_npu(self) && self.is_conj()) src_view = src_view.conj();
+  if (is_npu(self) && self.is_neg()) src_view = src_view._neg_view();
+  TORCH_CHECK(!(is_npu(dst) && (dst.is_conj() || dst.is_neg())),
+              "copy into a conjugated or negated npu view is not supported: resolve_conj()/resolve_neg() it first");
   dst_view.copy_(src_view);
   return dst;
 }
@@ -407,10 +424,13 @@ void npu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   std::unordered_map<c10::StorageImpl*, c10::Storage> npu_of;  // CPU alias storage -> the npu storage it shows
   struct Written { at::Tensor npu, cpu; };
   std::vector<Written> written;
+  SharedStorages shared;
   auto alias = [&](const at::Tensor& t, bool write) -> at::Tensor {
     if (!is_npu(t)) return t;
+    TORCH_CHECK(!t.is_conj() && !t.is_neg(), op.schema().name(), " on a lazily conjugated or negated npu tensor is not "
+                "supported by hccl-py's npu device: call .resolve_conj() / .resolve_neg() on it first");
     if (!device) device = t.device().index();
-    at::Tensor c = as_cpu(t);
+    at::Tensor c = as_cpu(t, &shared);
     npu_of.emplace(c.storage().unsafeGetStorageImpl(), t.storage());
     if (write) written.push_back({t, c});
     return c;
@@ -505,7 +525,7 @@ void npu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     }
     if (logged >= kKernelLogFlush && g_flush != nullptr && python_usable()) {
       py::gil_scoped_acquire gil;
-      g_flush->operator()();
+      if (g_flush != nullptr) g_flush->operator()();
     }
   }
   for (size_t i = 0; i < num_returns; ++i) {
@@ -557,8 +577,13 @@ void set_pool(int device, int64_t limit, int64_t max_split, bool expandable) {
   pool.expandable = expandable;
 }
 
+void check_device(int device) {
+  TORCH_CHECK(device >= 0 && device < g_device_count.load(), "Invalid device id: npu:", device, " (this host shows ",
+              g_device_count.load(), " NPUs)");
+}
+
 py::dict memory_stats(int device) {
-  TORCH_CHECK(device >= 0 && device < kMaxDevices, "no npu device ", device);
+  check_device(device);
   Pool& pool = g_pool[device];
   std::lock_guard<std::mutex> lock(pool.mu);
   py::dict d;
@@ -576,6 +601,7 @@ py::dict memory_stats(int device) {
 }
 
 void reset_peak(int device) {
+  check_device(device);
   Pool& pool = g_pool[device];
   std::lock_guard<std::mutex> lock(pool.mu);
   pool.peak_allocated = pool.allocated;
@@ -583,6 +609,7 @@ void reset_peak(int device) {
 }
 
 int64_t empty_cache(int device) {  // what the pool gives back: reserved shrinks to the segments in use
+  check_device(device);
   Pool& pool = g_pool[device];
   std::lock_guard<std::mutex> lock(pool.mu);
   int64_t kept = round_up(pool.allocated, kSmallSegment);
@@ -674,5 +701,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("premul_factor", &hccl_npu::premul_factor);
   m.def("set_format", &hccl_npu::set_format);
   m.def("get_format", &hccl_npu::get_format);
-  m.def("as_cpu", &hccl_npu::as_cpu, "the CPU tensor showing an npu tensor's bytes, without a copy");
+  m.def("as_cpu", [](const at::Tensor& t) { return hccl_npu::as_cpu(t); }, "the CPU tensor showing an npu tensor's bytes, without a copy");
 }
