@@ -629,23 +629,20 @@ py::list drain_kernels() {
   return out;
 }
 
-void set_flush(py::object flush) {
-  if (g_flush != nullptr) {
-    py::object* old = g_flush;
-    g_flush = nullptr;
+// Set a Python callback the device calls (None: none). The old one is dropped before it is freed,
+// so a thread that reads the slot never sees a freed object.
+void set_callback(py::object*& slot, py::object callback) {
+  if (slot != nullptr) {
+    py::object* old = slot;
+    slot = nullptr;
     delete old;
   }
-  if (!flush.is_none()) g_flush = new py::object(std::move(flush));
+  if (!callback.is_none()) slot = new py::object(std::move(callback));
 }
 
-void set_clock(py::object clock) {
-  if (g_clock != nullptr) {
-    py::object* old = g_clock;
-    g_clock = nullptr;
-    delete old;
-  }
-  if (!clock.is_none()) g_clock = new py::object(std::move(clock));
-}
+void set_flush(py::object flush) { set_callback(g_flush, std::move(flush)); }
+
+void set_clock(py::object clock) { set_callback(g_clock, std::move(clock)); }
 
 // The storage format of an npu tensor's storage (its views share it, as on Ascend).
 Block* block_of(const at::Tensor& t) {
