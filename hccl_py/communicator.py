@@ -7,6 +7,7 @@ a buffer. Names follow HCCL's operators in Python style (``HcclAllReduce`` -> ``
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import os
 import threading
@@ -27,9 +28,9 @@ from .algorithms.schedule import Schedule
 from .context import RankContext
 from .device import Device, Stream
 from .dtypes import DTYPE_CODES, UFUNCS, ReduceOp, check_op_dtype, dtype_code
-from .errors import HcclError, HcclInternalError, HcclParamError, HcclTimeoutError
+from .errors import HcclError, HcclInternalError, HcclMemoryError, HcclParamError, HcclTimeoutError
 from .collectives import OpKind, collective as collective_named
-from .executor import P2P_SEQ_BIT, BatchRun, CallContext, error_from_notice, quiet_floats
+from .executor import P2P_SEQ_BIT, RECV_SIDE_BIT, BatchRun, CallContext, error_from_notice, error_from_refusal, quiet_floats
 from .records import CallRecord, CommStats
 from .transport.base import CallSignature
 from .work import Work
@@ -74,6 +75,17 @@ def _apart_from(src: np.ndarray, out: np.ndarray) -> np.ndarray:
     return src.copy() if a0 < b1 and b0 < a1 else src
 
 
+def _whole(value) -> int:
+    """``value`` as an int when it is a whole number (an int, a numpy integer, or a float or
+    array element without a fraction); ValueError for 1.5, TypeError for what is no number."""
+    if isinstance(value, bool):
+        raise TypeError("bool is not a count")
+    number = int(value)
+    if number != value:
+        raise ValueError(f"{value!r} is not a whole number")
+    return number
+
+
 def _op_of(what: str) -> str:
     """The ``op`` field of an error raised in ``what`` ("all_reduce on 'world'" -> "allreduce", as
     the executor names it; "split on 'world'" -> "split")."""
@@ -82,6 +94,53 @@ def _op_of(what: str) -> str:
         return collective_named(name).name
     except HcclParamError:
         return name
+
+
+def _entry(scope: str):
+    """The one entry of every call a program makes on a communicator (collectives, point to
+    point, batches, sub-communicators). It alone takes the thread guard and names its holder;
+    and a call this rank refuses before it was issued (bad input, checked before any byte
+    moves) is refused on every rank: the refusal spends the call's number and tells the ranks
+    that take part (``Communicator._refuse``). ``scope`` says which ranks those are:
+    ``collective`` (every member), ``alltoallv`` (the same, two numbers: counts and data),
+    ``send``/``recv`` (the peer), ``batch`` (each item's peer)."""
+
+    def wrap(method):
+        name = method.__name__.lstrip("_")
+
+        @functools.wraps(method)
+        def call(self: "Communicator", *args, **kwargs):
+            engine = self._engine
+            me = threading.get_ident()
+            if engine.holder == me:  # a call made inside another (split's agreement, all_to_all_v's counts)
+                return method(self, *args, **kwargs)
+            if not engine.busy.acquire(False):
+                raise self._collision(name, me)
+            engine.holder = me
+            engine.busy_with = (name, self._seq + 1, self.name, me)
+            issued = self._issued
+            try:
+                return method(self, *args, **kwargs)
+            except HcclError as err:
+                if self._issued == issued and (isinstance(err, (HcclParamError, HcclMemoryError)) or err.fields.get("late")):
+                    self._refuse(scope, args, kwargs, err)
+                raise
+            except MemoryError:  # numpy could not allocate the call's copy or output (e.g. of a zero-stride view)
+                err = HcclMemoryError(f"{name} on '{self.name}': this host cannot allocate the call's buffers (numpy "
+                                      "MemoryError); pass smaller buffers, or an out= array", **self._fields(name),
+                                      rule="host_memory")
+                if self._issued == issued:
+                    self._refuse(scope, args, kwargs, err)
+                raise err from None
+            finally:
+                engine.holder = None
+                engine.busy.release()
+                if engine._outbox:
+                    engine.defer(engine.flush_outbox)
+
+        return call
+
+    return wrap
 
 
 def _comm_id(*parts: object) -> int:
@@ -110,6 +169,7 @@ class Communicator:
         self._timeout_s = rc.exec_timeout_s
         self._algo_env = rc.algo_env
         self._seq = 0
+        self._issued = 0  # calls issued (any kind): a refusal is an error raised before this moves
         self._calls: dict[tuple, _Call] = {}  # per call shape: algorithm, schedule, costs, signature
         self._v_names: dict[tuple[str, bool], str] = {}  # (algo, AlltoAllV?) -> what an all-to-all-v runs
         self._p2p_sent: dict[int, int] = {}
@@ -180,14 +240,30 @@ class Communicator:
     def destroy(self) -> None:
         """Release the communicator (``HcclCommDestroy``); later calls fail at once. Calls still
         queued on it finish first."""
+        unreported = None
         if self._closed_reason is None:
             self._drain_queued()
+            unreported = self._unreported(f"destroy of communicator '{self.name}'")
             self._closed_reason = "was destroyed"
             if self._engine.transport is not None:
                 self._engine.defer(lambda: self._engine.abandon(self._id))
         if self._on_destroy is not None:
             callback, self._on_destroy = self._on_destroy, None
             callback()
+        if unreported is not None:
+            raise unreported
+
+    def _unreported(self, what: str) -> HcclError | None:
+        """A failure peers reported that no call of this rank has raised yet (a mismatch or a
+        refusal of a call it had finished as a sender): destroy raises it, after releasing."""
+        notice = self._engine.pending_notice(self._id)
+        if notice is not None:
+            seq, src, body = notice
+            reporter = self._world_ranks.index(src) if src in self._world_ranks else src
+            return error_from_notice(f"{what}: an earlier call failed on a peer", reporter, body, self._fields(what))
+        if self._engine.refused(self._id):
+            return self._late_refusal(what)
+        return None
 
     def _drain_queued(self) -> None:
         """Wait until no asynchronous call is outstanding (destroy lets them end first)."""
@@ -213,6 +289,86 @@ class Communicator:
             seq, src, body = notice
             reporter = self._world_ranks.index(src) if src in self._world_ranks else src
             raise error_from_notice(f"{what}: an earlier call failed on a peer", reporter, body, self._fields(what))
+        engine = self._engine
+        if engine._refused and self._id in engine._refused and not engine._outstanding and not engine._driving:
+            late = self._late_refusal(what)
+            if late is not None:
+                raise late
+
+    def _late_refusal(self, what: str) -> HcclError | None:
+        """The error of a peer's refusal of a call this rank had already finished (it only sent
+        in it), or None. Refusals of calls not issued yet stay: those calls fail when they run."""
+        refused = self._engine.refused(self._id)
+        found = None
+        for key, (refuser, body, secondary) in list(refused.items()):
+            seq, peer = key
+            if seq & P2P_SEQ_BIT:
+                number = seq & ~(P2P_SEQ_BIT | RECV_SIDE_BIT)
+                counters = self._p2p_received if seq & RECV_SIDE_BIT else self._p2p_sent
+                issued = number <= counters.get(self._world_ranks.index(peer), 0)
+            else:
+                issued = seq <= self._seq
+            if not issued:
+                continue
+            del refused[key]  # done here: reported now (a secondary one was reported by its first refusal)
+            if not secondary and found is None:
+                found = error_from_refusal(what, self._world_ranks.index(refuser), body, self._fields(what), late=True)
+                found.fields["late"] = True
+        if not refused:
+            self._engine._refused.pop(self._id, None)
+        return found
+
+    def _refuse(self, scope: str, args: tuple, kwargs: dict, err: HcclError) -> None:
+        """This rank refused a call before issuing it (``_entry``): spend the call's number and
+        tell the ranks that take part, so theirs fails too and every rank's next call pairs with
+        the others' next call. Nothing to tell when the communicator is closed, or a peer named
+        by the call is no rank of it (no peer can be waiting)."""
+        if self._closed_reason is not None:
+            return
+        secondary = bool(err.fields.get("late"))
+        engine = self._engine
+        others = [w for w in self._world_ranks if w != self._world_ranks[self._rank]]
+        if scope in ("collective", "alltoallv"):
+            self._seq += 1
+            engine.refuse(self._id, (self._seq, -1), others, err, secondary=secondary)
+            if scope == "alltoallv":
+                self._seq += 1  # its data exchange's number: the others spend it on theirs, which fails with the counts
+            err.fields.setdefault("seq", self._seq)
+            return
+        if scope == "batch":
+            items = args[0] if args else kwargs.get("items")
+            try:
+                pairs = [(item[0], item[2]) for item in items]
+            except (TypeError, IndexError, KeyError):
+                return
+        else:
+            pairs = [(scope, args[1] if len(args) > 1 else kwargs.get("dst" if scope == "send" else "src"))]
+        for kind, peer in pairs:
+            if kind not in ("send", "recv") or isinstance(peer, bool) or not isinstance(peer, (int, np.integer)):
+                continue
+            if not 0 <= peer < self.size or peer == self._rank:
+                continue
+            peer = int(peer)
+            number = self._next_p2p(self._p2p_sent if kind == "send" else self._p2p_received, peer)
+            key = (P2P_SEQ_BIT | number | (RECV_SIDE_BIT if kind == "recv" else 0), self._world_ranks[peer])
+            engine.refuse(self._id, key, [self._world_ranks[peer]], err, secondary=secondary)
+
+    def _collision(self, name: str, me: int) -> HcclParamError:
+        """A second thread called while this rank's communicators are in use: the ranks cannot agree
+        which thread's call comes first, so this communicator is aborted on every rank."""
+        op, busy_seq, comm, thread = self._engine.busy_with or ("?", 0, "?", 0)
+        reason = (f"{name} on communicator '{self.name}' from thread {me} while this rank's communicators were in use by "
+                  f"thread {thread} ({op} #{busy_seq} on '{comm}')")
+        err = HcclParamError(
+            f"{reason}: a rank's communicators belong to one thread at a time (as in HCCL and NCCL); communicator "
+            f"'{self.name}' is aborted on every rank, because the ranks cannot agree which thread's call comes first. "
+            "Call the communicators from one thread, or serialize the calls with a lock, and create a new communicator",
+            **self._fields(name), rule="thread", holder_op=op, holder_thread=thread, thread=me)
+        if self._closed_reason is None:
+            self._closed_reason = f"was aborted ({reason})"
+            self._engine.abort_everywhere(self._id, [w for w in self._world_ranks if w != self._world_ranks[self._rank]],
+                                          err)
+        return err
 
     # -- argument checks ---------------------------------------------------------------------------
     def _fields(self, what: str) -> dict:
@@ -327,45 +483,35 @@ class Communicator:
         peer and direction) and runs on the progress thread; an asynchronous call returns its
         :class:`Work`, a blocking one waits for it. Returns ``result`` (or the Work)."""
         engine = self._engine
-        if not engine.busy.acquire(False):
-            op, busy_seq, comm, thread = engine.busy_with
-            raise HcclParamError(
-                f"{call.collective} on communicator '{self.name}' (thread {threading.get_ident()}): this rank's "
-                f"communicators are in use by another thread ({op} #{busy_seq} on '{comm}' in thread {thread}); a rank's "
-                "communicators belong to one thread at a time (as in HCCL and NCCL): call them from one thread, or "
-                "serialize the calls with a lock", rank=self._rank, comm=self.name, op=call.collective)
-        try:
-            if seq is None:
-                self._seq += 1
-                seq = self._seq
-            rc = self._rc
-            device = rc.device
-            stream = self._streams.get(queue) or self._stream(queue)
-            engine.busy_with = (call.collective, seq & ~P2P_SEQ_BIT, self.name, threading.get_ident())
-            if not async_op and ((not engine._outstanding and not engine._driving) or engine.inline()):
-                record = rc.recorder.enter(CallRecord(self.name, seq & ~P2P_SEQ_BIT, call.collective, call.algo,
-                                                      call.dtype_name or dtype.name, call.ctx.sig.count, call.nbytes,
-                                                      self._world_ranks, device.clock, time.monotonic()))
-                if rc.pending_faults:
-                    rc.inject(record)  # entering late (a delay) comes before joining the stream, as when queued
-                if stream.clock > device.clock:  # a call it follows on its stream ended later: in order
-                    device.wait_for(stream.clock)
-                    record.modeled_start = device.clock
-                ctx = call.ctx
-                ctx.seq = seq
-                schedule = call.schedule
-                tmp = rc.scratch(schedule.tmp_count, dtype) if schedule.tmp_count else None
-                try:
-                    engine.run_call(ctx, schedule, (bufs[0], bufs[1], tmp), call.ufunc, call.costs, device, call.quiet)
-                except HcclError as err:
-                    self._failed(call, ctx, record, err, device.clock)
-                    raise
-                stream.clock = device.clock
-                rc.recorder.complete(record, device.clock, time.monotonic())
-                return result
-            return self._queue(call, bufs, dtype, result, seq, queue, stream, async_op)
-        finally:
-            engine.busy.release()
+        self._issued += 1
+        if seq is None:
+            self._seq += 1
+            seq = self._seq
+        rc = self._rc
+        device = rc.device
+        stream = self._streams.get(queue) or self._stream(queue)
+        if not async_op and ((not engine._outstanding and not engine._driving) or engine.inline()):
+            record = rc.recorder.enter(CallRecord(self.name, seq & ~P2P_SEQ_BIT, call.collective, call.algo,
+                                                  call.dtype_name or dtype.name, call.ctx.sig.count, call.nbytes,
+                                                  self._world_ranks, device.clock, time.monotonic()))
+            if rc.pending_faults:
+                rc.inject(record)  # entering late (a delay) comes before joining the stream, as when queued
+            if stream.clock > device.clock:  # a call it follows on its stream ended later: in order
+                device.wait_for(stream.clock)
+                record.modeled_start = device.clock
+            ctx = call.ctx
+            ctx.seq = seq
+            schedule = call.schedule
+            tmp = rc.scratch(schedule.tmp_count, dtype) if schedule.tmp_count else None
+            try:
+                engine.run_call(ctx, schedule, (bufs[0], bufs[1], tmp), call.ufunc, call.costs, device, call.quiet)
+            except HcclError as err:
+                self._failed(call, ctx, record, err, device.clock)
+                raise
+            stream.clock = device.clock
+            rc.recorder.complete(record, device.clock, time.monotonic())
+            return result
+        return self._queue(call, bufs, dtype, result, seq, queue, stream, async_op)
 
     def _stream(self, queue) -> Stream:
         """The communication stream of queue ``queue`` (made at its first call)."""
@@ -377,18 +523,10 @@ class Communicator:
     def _launch_after(self, what: str, resolve, bufs, dtype: np.dtype, result):
         """Issue an asynchronous call whose shape ``resolve()`` settles when its turn comes on the
         communicator's queue (see :meth:`_queue`); returns its Work."""
-        engine = self._engine
-        if not engine.busy.acquire(False):
-            op, busy_seq, comm, thread = engine.busy_with
-            raise self._bad(what, f"this rank's communicators are in use by another thread ({op} #{busy_seq} on '{comm}' "
-                            f"in thread {thread}); call them from one thread, or serialize the calls with a lock",
-                            rule="thread")
-        try:
-            self._seq += 1
-            return self._queue(None, bufs, dtype, result, self._seq, "collective", self._stream("collective"), True, resolve=resolve,
-                               what=f"{what} #{self._seq}")
-        finally:
-            engine.busy.release()
+        self._issued += 1
+        self._seq += 1
+        return self._queue(None, bufs, dtype, result, self._seq, "collective", self._stream("collective"), True, resolve=resolve,
+                           what=f"{what} #{self._seq}")
 
     def _queue(self, call: "_Call | None", bufs, dtype: np.dtype, result, seq: int, queue, stream: Stream, async_op: bool,
                resolve=None, what: str = ""):
@@ -452,15 +590,19 @@ class Communicator:
 
     def _failed(self, call: "_Call", ctx: CallContext, record: CallRecord, err: HcclError, clock: float) -> None:
         """What a failed call leaves behind: its record, an aborted communicator, its peers told
-        (monitored barrier), the flight recorder dumped."""
+        (monitored barrier), the flight recorder dumped. A call a peer refused leaves only its
+        record: the communicator stays usable."""
         rc = self._rc
         rc.recorder.fail(record, err, clock, time.monotonic())
+        if "refused_by" in err.fields:
+            return
         self.abort(f"{ctx.what} failed: {err.message}")
         if call.notify_on_timeout and isinstance(err, HcclTimeoutError):
             self._engine.notify(ctx, err)
         rc.dump(f"{type(err).__name__} in {ctx.what}")
 
     # -- collectives -----------------------------------------------------------------------------------
+    @_entry("collective")
     def all_reduce(self, x: np.ndarray, op: ReduceOp | str = "sum", *, out: np.ndarray | None = None, algo: str = "auto",
                    async_op: bool = False):
         """Reduce ``x`` over all ranks (``HcclAllReduce``): in place by default, returning ``x``;
@@ -478,6 +620,7 @@ class Communicator:
         return self._collective(OpKind.ALLREDUCE, "allreduce", algo, (flat, flat), flat.size, x.dtype, target, redop,
                                 async_op=async_op)
 
+    @_entry("collective")
     def _all_reduce_flat(self, flat: np.ndarray, redop: ReduceOp, what: str) -> None:
         """Blocking, in-place ``all_reduce(flat, redop)`` without :meth:`all_reduce`'s argument
         checks, for an adapter that made the buffer and the op itself: ``flat`` a 1-D, C-contiguous,
@@ -486,6 +629,7 @@ class Communicator:
         self._check_usable(what)
         self._collective(OpKind.ALLREDUCE, "allreduce", "auto", (flat, flat), flat.size, flat.dtype, flat, redop)
 
+    @_entry("collective")
     def all_gather(self, x: np.ndarray, *, out: np.ndarray | None = None, algo: str = "auto", async_op: bool = False):
         """Gather every rank's ``x`` into an array of shape ``(size, *x.shape)`` (``HcclAllGather``).
 
@@ -506,6 +650,7 @@ class Communicator:
         return self._collective(OpKind.ALLGATHER, "allgather", algo, (flat, result.reshape(-1)), flat.size, x.dtype,
                                 result.reshape((self.size, *x.shape)), async_op=async_op)
 
+    @_entry("collective")
     def broadcast(self, x: np.ndarray, root: int = 0, *, out: np.ndarray | None = None, algo: str = "auto",
                   async_op: bool = False):
         """Copy root's ``x`` to every rank (``HcclBroadcast``): in place by default, returning
@@ -519,6 +664,7 @@ class Communicator:
         return self._collective(OpKind.BROADCAST, "broadcast", algo, (flat, flat), flat.size, x.dtype, target, root=root,
                                 async_op=async_op)
 
+    @_entry("collective")
     def reduce(self, x: np.ndarray, root: int = 0, op: ReduceOp | str = "sum", *, out: np.ndarray | None = None,
                algo: str = "auto", async_op: bool = False):
         """Reduce ``x`` over all ranks onto ``root`` (``HcclReduce``): in place by default
@@ -540,6 +686,7 @@ class Communicator:
         return self._collective(OpKind.REDUCE, "reduce", algo, (flat, flat), flat.size, x.dtype, result, redop, root,
                                 async_op=async_op)
 
+    @_entry("collective")
     def reduce_scatter(self, y: np.ndarray, op: ReduceOp | str = "sum", *, out: np.ndarray | None = None,
                        algo: str = "auto", async_op: bool = False):
         """Reduce ``y`` over all ranks and return this rank's block (``HcclReduceScatter``).
@@ -563,6 +710,7 @@ class Communicator:
         return self._collective(OpKind.REDUCE_SCATTER, "reduce_scatter", algo, (flat, result.reshape(-1)), count, y.dtype,
                                 result.reshape(shape), redop, async_op=async_op)
 
+    @_entry("collective")
     def all_to_all(self, x: np.ndarray, *, out: np.ndarray | None = None, algo: str = "auto", async_op: bool = False):
         """Exchange blocks with every rank (``HcclAlltoAll``): ``x``'s first axis splits into
         ``size`` equal blocks, block j goes to rank j; the result's block i came from rank i.
@@ -584,6 +732,7 @@ class Communicator:
         return self._collective(OpKind.ALLTOALL, "alltoall", algo, (flat, result.reshape(-1)), count, x.dtype,
                                 result.reshape(x.shape) if out is None else result, async_op=async_op)
 
+    @_entry("alltoallv")
     def all_to_all_v(self, send: np.ndarray, send_counts, send_displs, recv: np.ndarray, recv_counts, recv_displs, *,
                      algo: str = "auto", async_op: bool = False):
         """All-to-all with a count per peer (``HcclAlltoAllV``): ``send_counts[j]`` elements from
@@ -619,10 +768,14 @@ class Communicator:
             mine[0] = 1
             mine[1:1 + self.size], mine[1 + self.size:] = counts_out, counts_in
         if not async_op:
-            table = self._counts_exchange(mine, charged)
-            if problem is not None:
-                raise problem
-            matrix = self._v_agreed(what, table)
+            try:
+                table = self._counts_exchange(mine, charged)
+                if problem is not None:
+                    raise problem
+                matrix = self._v_agreed(what, table)
+            except HcclError:
+                self._seq += 1  # the data exchange's number, which the others spend too (as the asynchronous form)
+                raise
             return self._launch(self._v_call(matrix, displs_out, displs_in, algo, send.dtype, exchange=True),
                                 self._v_bufs(send, recv), send.dtype, recv)
         # Asynchronous: the counts exchange and the data exchange queue one after the other; the
@@ -657,6 +810,7 @@ class Communicator:
                             arg="counts", rule="agree", mismatches=wrong)
         return as_matrix(sent)
 
+    @_entry("collective")
     def all_to_all_vc(self, send: np.ndarray, counts, recv: np.ndarray, *, algo: str = "auto", async_op: bool = False):
         """All-to-all with a counts matrix every rank knows (``HcclAlltoAllVC``): ``counts[i][j]``
         elements from rank i to rank j, the same matrix on every rank (a rank with another
@@ -671,9 +825,10 @@ class Communicator:
         if problem is not None:
             raise problem
         try:
-            matrix = as_matrix(counts)
+            matrix = tuple(tuple(_whole(c) for c in row) for row in counts)
         except (TypeError, ValueError):
-            raise self._bad(what, f"counts must be a {self.size} x {self.size} matrix of ints", arg="counts", rule="type") from None
+            raise self._bad(what, f"counts must be a {self.size} x {self.size} matrix of whole numbers", arg="counts",
+                            rule="type") from None
         if len(matrix) != self.size or any(len(row) != self.size for row in matrix) or any(c < 0 for row in matrix for c in row):
             raise self._bad(what, f"counts must be a {self.size} x {self.size} matrix of non-negative ints", arg="counts",
                             rule="shape", expected=[self.size, self.size])
@@ -695,11 +850,11 @@ class Communicator:
         """``counts`` and ``displs`` (None: packed) of the ``side`` buffer, checked: one per rank,
         non-negative, inside ``available`` elements, blocks not overlapping."""
         try:
-            counts = [int(c) for c in counts]
-            displs = packed_displacements(counts) if displs is None else [int(d) for d in displs]
+            counts = [_whole(c) for c in counts]
+            displs = packed_displacements(counts) if displs is None else [_whole(d) for d in displs]
         except (TypeError, ValueError):
-            raise self._bad(what, f"{side}_counts and {side}_displs must be sequences of ints", arg=f"{side}_counts",
-                            rule="type") from None
+            raise self._bad(what, f"{side}_counts and {side}_displs must be sequences of whole numbers (no fractions), "
+                            f"got {counts!r} and {displs!r}", arg=f"{side}_counts", rule="type") from None
         if len(counts) != self.size or len(displs) != self.size:
             raise self._bad(what, f"{side}_counts and {side}_displs need {self.size} entries (one per rank), got "
                             f"{len(counts)} and {len(displs)}", arg=f"{side}_counts", rule="length", expected=self.size)
@@ -772,6 +927,7 @@ class Communicator:
                                                      sig_count=alltoallv_digest(matrix)))
         return call
 
+    @_entry("collective")
     def scatter(self, x: np.ndarray | None, root: int = 0, *, out: np.ndarray | None = None, algo: str = "auto",
                 async_op: bool = False):
         """Rank r gets block r of the root's ``x`` (``HcclScatter``): ``x``'s first axis splits
@@ -802,6 +958,7 @@ class Communicator:
         return self._collective(OpKind.SCATTER, "scatter", algo, (flat, result.reshape(-1)), count, dtype,
                                 result.reshape(shape) if out is None else result, root=root, async_op=async_op)
 
+    @_entry("collective")
     def gather(self, x: np.ndarray, root: int = 0, *, out: np.ndarray | None = None, algo: str = "auto",
                async_op: bool = False):
         """The root gets every rank's ``x`` as an array of shape ``(size, *x.shape)``, or in ``out``;
@@ -842,6 +999,7 @@ class Communicator:
             np.copyto(out.reshape(-1), _apart_from(np.ascontiguousarray(x).reshape(-1), out.reshape(-1)))
         return out
 
+    @_entry("collective")
     def barrier(self, *, monitored: bool = False, async_op: bool = False):
         """Return once every rank of the communicator has entered the barrier (``HcclBarrier``).
 
@@ -866,6 +1024,7 @@ class Communicator:
         return self._launch(call, (_NO_DATA, _NO_DATA), _BYTE, None, async_op)
 
     # -- point to point ---------------------------------------------------------------------------------
+    @_entry("send")
     def send(self, x: np.ndarray, dst: int, *, async_op: bool = False):
         """Send ``x`` to rank ``dst``, which posts a matching :meth:`recv` (``HcclSend``).
 
@@ -882,6 +1041,7 @@ class Communicator:
         return self._launch(self._p2p_call("send", flat.size, x.dtype, dst), (flat, flat), x.dtype, None, async_op, seq,
                             ("send", dst))
 
+    @_entry("recv")
     def recv(self, x: np.ndarray, src: int, *, async_op: bool = False):
         """Receive into ``x`` from rank ``src``'s matching :meth:`send`, in place; returns ``x``."""
         what = f"recv on '{self.name}'"
@@ -892,6 +1052,7 @@ class Communicator:
         return self._launch(self._p2p_call("recv", flat.size, x.dtype, src), (flat, flat), x.dtype, x, async_op, seq,
                             ("recv", src))
 
+    @_entry("batch")
     def batch_send_recv(self, items, *, async_op: bool = False):
         """Several sends and receives as one call (``HcclBatchSendRecv``): ``items`` are
         ``("send", array, peer)`` and ``("recv", array, peer)``; they progress together, so no
@@ -903,6 +1064,11 @@ class Communicator:
         what = f"batch_send_recv on '{self.name}'"
         self._check_usable(what)
         parts = []
+        try:
+            items = list(items)
+        except TypeError:
+            raise self._bad(what, f"items must be a sequence of ('send' or 'recv', array, peer), got {type(items).__name__}",
+                            arg="items", rule="type", expected="sequence") from None
         for i, item in enumerate(items):
             try:
                 kind, array, peer = item
@@ -917,61 +1083,61 @@ class Communicator:
         if not parts:
             return self._done_work(what, []) if async_op else []
         engine = self._engine
-        if not engine.busy.acquire(False):
-            raise self._bad(what, "this rank's communicators are in use by another thread; a rank's communicators belong "
-                            "to one thread at a time", rule="thread")
-        try:
-            device = self._rc.device
-            prepared = []
-            for kind, array, peer in parts:
-                flat = np.ascontiguousarray(array).reshape(-1) if kind == "send" else array.reshape(-1)
-                counters = self._p2p_sent if kind == "send" else self._p2p_received
-                seq = P2P_SEQ_BIT | self._next_p2p(counters, peer)
-                call = self._p2p_call(kind, flat.size, array.dtype, peer)
-                prepared.append((call, flat, seq))
-            stream = self._streams.get("batch")
-            if stream is None:
-                stream = self._streams["batch"] = Stream(f"{self.name}:batch", device.clock)
-            results = [array for kind, array, _ in parts if kind == "recv"]
-            records = [self._rc.recorder.enter(CallRecord(self.name, seq & ~P2P_SEQ_BIT, call.collective, "batch", array.dtype.name,
-                                                          flat.size, call.nbytes, self._world_ranks, device.clock, time.monotonic()))
-                       for (call, flat, seq), (_, array, _) in zip(prepared, parts)]
-            ready = device.clock
+        self._issued += 1
+        device = self._rc.device
+        prepared = []
+        for kind, array, peer in parts:
+            flat = np.ascontiguousarray(array).reshape(-1) if kind == "send" else array.reshape(-1)
+            counters = self._p2p_sent if kind == "send" else self._p2p_received
+            seq = P2P_SEQ_BIT | self._next_p2p(counters, peer)
+            call = self._p2p_call(kind, flat.size, array.dtype, peer)
+            prepared.append((call, flat, seq))
+        stream = self._streams.get("batch")
+        if stream is None:
+            stream = self._streams["batch"] = Stream(f"{self.name}:batch", device.clock)
+        results = [array for kind, array, _ in parts if kind == "recv"]
+        records = [self._rc.recorder.enter(CallRecord(self.name, seq & ~P2P_SEQ_BIT, call.collective, "batch", array.dtype.name,
+                                                      flat.size, call.nbytes, self._world_ranks, device.clock, time.monotonic()))
+                   for (call, flat, seq), (_, array, _) in zip(prepared, parts)]
+        ready = device.clock
 
-            work = Work(f"{what} ({len(parts)} items)", results, device, blocking=not async_op)
+        work = Work(f"{what} ({len(parts)} items)", results, device, blocking=not async_op)
 
-            def start() -> BatchRun:
-                begin = work._start_clock = max(stream.clock, ready)
-                runs = [engine.call_run(dataclasses.replace(call.ctx, seq=seq), call.schedule, (flat, flat, None), None,
-                                        call.costs, Stream("batch", begin), device, blocking=not async_op)
-                        for call, flat, seq in prepared]
-                return BatchRun(runs)
+        def start() -> BatchRun:
+            begin = work._start_clock = max(stream.clock, ready)
+            runs = [engine.call_run(dataclasses.replace(call.ctx, seq=seq), call.schedule, (flat, flat, None), None,
+                                    call.costs, Stream("batch", begin), device, blocking=not async_op)
+                    for call, flat, seq in prepared]
+            return BatchRun(runs)
 
-            def finish(run, error) -> float:
-                end = run.end_clock if run is not None else stream.clock
-                stream.clock = max(stream.clock, end)
-                for record in records:
-                    if error is not None:
-                        self._rc.recorder.fail(record, error, end, time.monotonic())
-                    else:
-                        self._rc.recorder.complete(record, end, time.monotonic())
+        def finish(run, error) -> float:
+            end = run.end_clock if run is not None else stream.clock
+            stream.clock = max(stream.clock, end)
+            for record in records:
                 if error is not None:
-                    self.abort(f"{what} failed: {error.message}")
-                return end
+                    self._rc.recorder.fail(record, error, end, time.monotonic())
+                else:
+                    self._rc.recorder.complete(record, end, time.monotonic())
+            if error is not None and "refused_by" in error.fields:
+                # A peer refused one item: the others fail with it on both sides, the communicator stays usable.
+                for (call, _, seq), (kind, _, peer) in zip(prepared, parts):
+                    key = (seq | (RECV_SIDE_BIT if kind == "recv" else 0), self._world_ranks[peer])
+                    engine.refuse(self._id, key, [self._world_ranks[peer]], error, secondary=True)
+            elif error is not None:
+                self.abort(f"{what} failed: {error.message}")
+            return end
 
-            if not async_op and engine.inline():
-                run = start()
-                try:
-                    engine.run(run)
-                except HcclError as err:
-                    finish(run, err)
-                    raise
-                work._finish(None, finish(run, None))
-                return work.wait()  # joins the streams as a queued blocking batch's does
-            engine.submit((self._id, "batch"), start, lambda run, error: work._finish(error, finish(run, error)))
-            return work if async_op else work.wait()
-        finally:
-            engine.busy.release()
+        if not async_op and engine.inline():
+            run = start()
+            try:
+                engine.run(run)
+            except HcclError as err:
+                finish(run, err)
+                raise
+            work._finish(None, finish(run, None))
+            return work.wait()  # joins the streams as a queued blocking batch's does
+        engine.submit((self._id, "batch"), start, lambda run, error: work._finish(error, finish(run, error)))
+        return work if async_op else work.wait()
 
     def _done_work(self, what: str, result) -> Work:
         work = Work(what, result, self._rc.device)
@@ -1008,6 +1174,7 @@ class Communicator:
         return counters[peer]
 
     # -- sub-communicators ---------------------------------------------------------------------------------
+    @_entry("collective")
     def split(self, color: int | None, key: int = 0) -> "Communicator | None":
         """Partition by ``color`` (``MPI_Comm_split``); ranks ordered by ``key`` then rank.
 
@@ -1021,9 +1188,12 @@ class Communicator:
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer))):
                 raise self._bad(what, f"{name} must be an int{' or None' if name == 'color' else ''}, got {value!r}", arg=name,
                                 value=value, rule="type", expected="int or None" if name == "color" else "int")
-        if color is not None and color < 0:
-            raise self._bad(what, f"color must be >= 0 or None, got {color}", arg="color", value=int(color), rule="range",
-                            expected=">= 0")
+        if color is not None and not 0 <= color < 2**63:
+            raise self._bad(what, f"color must be in 0 .. 2**63-1 or None, got {color}", arg="color", value=int(color),
+                            rule="range", expected="0 .. 2**63-1")
+        if not -2**63 <= key < 2**63:
+            raise self._bad(what, f"key must fit in 64 bits (-2**63 .. 2**63-1), got {key}", arg="key", value=int(key),
+                            rule="range", expected="-2**63 .. 2**63-1")
         mine = np.array([-1 if color is None else color, key], np.int64)
         table = self.all_gather(mine)
         seq = self._seq
@@ -1033,6 +1203,7 @@ class Communicator:
         ranks = [r for _, r in members]
         return self._child(ranks, _comm_id(self._id, seq, "split", int(color)), f"{self.name}/split({color})")
 
+    @_entry("collective")
     def create_group(self, ranks: Sequence[int]) -> "Communicator | None":
         """A communicator of ``ranks`` (ranks of this communicator, in that order).
 
@@ -1059,6 +1230,7 @@ class Communicator:
             return None
         return self._child(ranks, _comm_id(self._id, seq, "group", tuple(ranks)), f"{self.name}/group{ranks}")
 
+    @_entry("collective")
     def create_groups(self, groups: "str | Sequence[Sequence[int]]" = "auto") -> "Communicator":
         """Partition this communicator into groups in one call; returns this rank's group.
 
@@ -1096,6 +1268,7 @@ class Communicator:
             self._partition = tuple(tuple(g) for g in self._partition_of("auto", f"partition of '{self.name}'"))
         return self._partition
 
+    @_entry("collective")
     def set_partition(self, groups: "str | Sequence[Sequence[int]]" = "auto") -> None:
         """Set the groups of this communicator's hierarchical collectives (``algo="hier"``):
         ``"auto"``, a list of rank lists, ``"0,2;1,3"`` or a file. Every rank calls it with the

@@ -42,6 +42,12 @@ LIVENESS_CHECK_S = 0.5  # how often a blocked wait checks that the peers it wait
 POLL_WITHOUT_WAKE_S = 0.002  # the progress thread's longest wait on a transport it cannot wake (a new call waits that long)
 NOTICE_FLUSH_S = 1.0  # how long a failing rank tries to deliver its notice to peers with full queues
 P2P_SEQ_BIT = 1 << 62  # point-to-point messages count in their own sequence space
+# A refusal (a call one rank rejected before any byte moved) travels as a notice whose seq carries
+# these bits beside the call's own number: the communicator stays usable (see ``Engine.refuse``).
+REFUSAL_BIT = 1 << 60
+RECV_SIDE_BIT = 1 << 61  # in a point-to-point refusal: the refusing rank was the receiving side
+SECONDARY_BIT = 1 << 59  # the refusal reports an earlier refusal late (never reported late in turn)
+_REFUSAL_FLAGS = REFUSAL_BIT | SECONDARY_BIT
 
 
 # Every engine of this process: in a forked child each is marked ``forked`` (no system call per
@@ -296,6 +302,9 @@ class CallRun:
 
     def advance(self) -> bool:
         """Move the call as far as it goes without waiting; True once it is complete."""
+        engine = self.engine
+        if engine._refused and self.ctx.comm_id in engine._refused:
+            engine.check_refused(self.ctx, self.key())  # before its first step: nothing of it moved yet
         while True:
             if not self.entered:
                 if self.index >= self.nsteps:
@@ -303,7 +312,6 @@ class CallRun:
                 if not self._enter(self.plans[self.index]):
                     continue  # a copy-only step: done already
             progressed = self._push_sends() if self.sending else False
-            engine = self.engine
             # Only what the driver already took from the transport (the mailbox): asking the
             # transport is the driver's job, once per wait (each ask is a system call).
             if self.receiving and engine._mailbox and self._apply_arrivals():
@@ -450,6 +458,16 @@ class CallRun:
         """World ranks this call waits for now: pending sends and receives, full peer queues."""
         return sorted({s.peer for s in self.sending} | {r.peer for r in self.receiving} | set(self.engine.transport.backlog()))
 
+    def key(self) -> tuple[int, int]:
+        """The key refusals of this call are kept under (``call_key``)."""
+        seq = self.ctx.seq
+        if not seq & P2P_SEQ_BIT:
+            return (seq, -1)
+        plan = self.plans[0]
+        if plan.sends:
+            return (seq, plan.sends[0].peer)
+        return (seq | RECV_SIDE_BIT, plan.recvs[0].peer)
+
 
 class BatchRun:
     """Several point-to-point runs that progress together as one call (HcclBatchSendRecv): no
@@ -562,6 +580,12 @@ class Engine:
         self._mailbox: dict[tuple[int, int, int, int], deque[Incoming]] = {}
         self._notices: dict[int, list[tuple[int, int, bytes]]] = {}  # comm -> [(seq, world rank, errors.to_wire)]
         self._abandoned: set[int] = set()
+        # Refusals (see ``refuse``): comm -> {call key: (refusing world rank, error in wire form,
+        # secondary)} for calls a peer refused; comm -> keys of calls that failed here on a refusal
+        # (their slices that still arrive are dropped); notices another thread asked to send.
+        self._refused: dict[int, dict[tuple[int, int], tuple[int, bytes, bool]]] = {}
+        self._failed: dict[int, set[tuple[int, int]]] = {}
+        self._outbox: list[tuple[int, tuple[int, int] | None, int, tuple[int, ...], bytes]] = []
         self.drop_next_message = False  # fault injection: the next message this rank sends is lost
         self._plans: dict[tuple, tuple[Schedule, list[StepPlan]]] = {}
         # A transport that can stage one block once for several receivers (shm), else None.
@@ -573,6 +597,7 @@ class Engine:
         # scratch, so one thread at a time (as HCCL's and NCCL's communicators).
         self.busy = threading.Lock()
         self.busy_with: tuple = ()  # (op, seq, communicator, thread id) holding ``busy``, for another thread's error
+        self.holder: int | None = None  # the thread holding ``busy`` (a call it makes inside another needs no guard)
         # Asynchronous calls (see ``submit``): queues of calls, the progress thread that drives them.
         self._cv = threading.Condition()
         self._queues: dict[object, deque[_Job]] = {}  # queue key -> calls in issue order (the head is running)
@@ -616,13 +641,112 @@ class Engine:
                 self.transport.release(inc)
                 continue
             if inc.kind == KIND_NOTICE:
-                self._notices.setdefault(inc.comm_id, []).append((inc.seq, inc.src, bytes(inc.body())))
+                if inc.seq & REFUSAL_BIT:
+                    self._note_refusal(inc)
+                else:
+                    self._notices.setdefault(inc.comm_id, []).append((inc.seq, inc.src, bytes(inc.body())))
                 continue
+            if self._failed:
+                failed = self._failed.get(inc.comm_id)
+                if failed is not None and (
+                        (inc.seq | RECV_SIDE_BIT, inc.src) if inc.seq & P2P_SEQ_BIT else (inc.seq, -1)) in failed:
+                    self.transport.release(inc)  # a slice of a call that failed on a refusal: stale
+                    continue
             key = (inc.comm_id, inc.seq, inc.src, inc.msg_index)
             box = self._mailbox.get(key)
             if box is None:
                 self._mailbox[key] = box = deque()
             box.append(inc)
+
+    # -- refusals: a call one rank rejected before any byte of it moved ---------------------------
+    # The refusing rank spends the call's number and tells every rank that takes part; each of
+    # them fails that call (at once if it waits, else when it reaches it) and drops its slices,
+    # so every rank's next call pairs with the others' next call. A rank that had already
+    # finished its part (it only sends in that call) reports the refusal late: its next call on
+    # the communicator fails on every rank with it (a *secondary* refusal, never reported late in
+    # turn, so one refusal costs at most one more call).
+    def _note_refusal(self, inc: Incoming) -> None:
+        seq = inc.seq & ~(_REFUSAL_FLAGS | RECV_SIDE_BIT)
+        if seq & P2P_SEQ_BIT:  # the refusing rank's receive is this rank's send, and the other way round
+            key = (seq if inc.seq & RECV_SIDE_BIT else seq | RECV_SIDE_BIT, inc.src)
+        else:
+            key = (seq, -1)
+        failed = self._failed.get(inc.comm_id)
+        if failed is not None and key in failed:
+            return  # this rank failed that call already (it refused it too)
+        self._refused.setdefault(inc.comm_id, {}).setdefault(key, (inc.src, bytes(inc.body()), bool(inc.seq & SECONDARY_BIT)))
+
+    def refused(self, comm_id: int) -> dict[tuple[int, int], tuple[int, bytes, bool]] | None:
+        """Refusals peers sent for calls of communicator ``comm_id`` that this rank has not failed
+        yet: {call key: (refusing world rank, error in wire form, secondary)}."""
+        return self._refused.get(comm_id)
+
+    def check_refused(self, ctx: CallContext, key: tuple[int, int]) -> None:
+        """Raise the peer's refusal of the call ``key`` (``ctx``), if one arrived."""
+        entry = self._refused[ctx.comm_id].get(key)
+        if entry is not None:
+            self.fail_key(ctx.comm_id, key)
+            raise error_from_refusal(ctx.what, ctx.comm_rank_of(entry[0]), entry[1], ctx.fields())
+
+    def fail_key(self, comm_id: int, key: tuple[int, int]) -> None:
+        """Call ``key`` failed on this rank on a refusal: forget its refusal notice and drop its
+        slices, those queued and those still to come. On the thread that drives the transport."""
+        self._failed.setdefault(comm_id, set()).add(key)
+        refused = self._refused.get(comm_id)
+        if refused is not None:
+            refused.pop(key, None)
+            if not refused:
+                del self._refused[comm_id]
+        seq, peer = key
+        if seq & P2P_SEQ_BIT:
+            if not seq & RECV_SIDE_BIT:
+                return  # a send: nothing of it is queued here
+            seq &= ~RECV_SIDE_BIT
+        stale = [k for k in self._mailbox if k[0] == comm_id and k[1] == seq and (peer < 0 or k[2] == peer)]
+        for k in stale:
+            for inc in self._mailbox.pop(k):
+                self.transport.release(inc)
+
+    def refuse(self, comm_id: int, key: tuple[int, int], peers: Sequence[int], error: HcclError, *,
+               secondary: bool = False) -> None:
+        """This rank refuses call ``key`` of communicator ``comm_id``: tell ``peers`` (world ranks)
+        why. Safe from the caller's thread: sent by the thread that drives the transport."""
+        if self.transport is None:
+            return
+        wire_seq = key[0] | REFUSAL_BIT | (SECONDARY_BIT if secondary else 0)
+        body = to_wire(error)
+        with self._cv:
+            self._outbox.append((comm_id, key, wire_seq, tuple(peers), body))
+        self.defer(self.flush_outbox)
+
+    def abort_everywhere(self, comm_id: int, peers: Sequence[int], error: HcclError) -> None:
+        """Abort communicator ``comm_id`` on this rank and on ``peers`` (world ranks) with
+        ``error``, from any thread: a call of it running here fails at its next step (the notice
+        is this rank's own), the peers' at theirs."""
+        body = to_wire(error)
+        self._notices.setdefault(comm_id, []).append((0, self.world_rank, body))
+        if self.transport is None:
+            return
+        with self._cv:  # sent when the thread that holds the communicators lets go (it may drive the transport now)
+            self._outbox.append((comm_id, None, 0, tuple(peers), body))
+
+    def flush_outbox(self) -> None:
+        """Send the refusals queued by ``refuse``; on the thread that drives the transport."""
+        with self._cv:
+            queued, self._outbox = self._outbox, []
+        if not queued:
+            return
+        for comm_id, key, wire_seq, peers, body in queued:
+            if key is not None:
+                self.fail_key(comm_id, key)
+            for peer in peers:
+                self.transport.notify(peer, comm_id, wire_seq, body)
+        give_up = time.monotonic() + NOTICE_FLUSH_S  # the caller may raise and exit next
+        try:
+            while not self.transport.flush() and time.monotonic() < give_up:
+                self._dispatch(self.transport.progress(0.01))
+        except HcclRemoteError:
+            pass
 
     def abandon(self, comm_id: int) -> None:
         """Forget an aborted or destroyed communicator: free the slots of its queued slices now,
@@ -632,6 +756,8 @@ class Engine:
             for inc in self._mailbox.pop(key):
                 self.transport.release(inc)
         self.clear_notices(comm_id)
+        self._refused.pop(comm_id, None)
+        self._failed.pop(comm_id, None)
 
     # -- execution ---------------------------------------------------------------------------
     def call_run(self, ctx: CallContext, schedule: Schedule, bufs: tuple[np.ndarray, np.ndarray, np.ndarray | None], ufunc,
@@ -663,6 +789,8 @@ class Engine:
                     _QuietFloats._var.reset(token)
         else:
             self._drive(run)
+        if self._mailbox and not ctx.seq & P2P_SEQ_BIT:
+            self.check_strays(ctx, finished=True)
 
     def _plan(self, schedule: Schedule, world: tuple[int, ...]) -> list[StepPlan]:
         """``plan_steps`` of ``schedule``, once per call shape."""
@@ -701,6 +829,8 @@ class Engine:
         if now - run.last_liveness < LIVENESS_CHECK_S:
             return False
         run.last_liveness = now
+        if self._mailbox and not run.ctx.seq & P2P_SEQ_BIT:
+            self.check_strays(run.ctx, finished=False)
         dead = [peer for peer in run.waiting_on() if not self.transport.peer_alive(peer)]
         if dead and dead == run.suspects:
             raise self._peer_died(run.ctx, dead)
@@ -799,6 +929,8 @@ class Engine:
                 try:
                     with _errstate_of(job.run):
                         if job.run.advance():
+                            if self._mailbox and not job.run.ctx.seq & P2P_SEQ_BIT:
+                                self.check_strays(job.run.ctx, finished=True)
                             finished.append((job, None))
                 except HcclRemoteError as err:
                     finished.append((job, self._explain(job.run, err)))
@@ -926,10 +1058,27 @@ class Engine:
         self.notify(ctx, error)
         return error
 
+    def check_strays(self, ctx: CallContext, *, finished: bool) -> None:
+        """Raise a call mismatch for a slice of one of this communicator's collectives up to
+        ``ctx``'s that no receive of this rank will take: one of an earlier call (every call
+        before took all it expected), one of this call with another signature, or, once the call
+        ``finished``, any of it. A peer that made another call (another operation or root) may
+        send where this rank expects nothing: the rank that receives its slices finds it here,
+        after its call or while it waits, and every rank learns of it."""
+        comm_id, seq = ctx.comm_id, ctx.seq
+        for key, box in self._mailbox.items():
+            if key[0] != comm_id or key[1] & P2P_SEQ_BIT or key[1] > seq or not box:
+                continue
+            inc = box[0]
+            if finished or key[1] < seq or inc.sig != ctx.sig:
+                self._mismatch(ctx, inc)
+
     def _mismatch(self, ctx: CallContext, inc: Incoming) -> None:
         mine = describe_call(ctx.sig, ctx.comm_rank)
         theirs = describe_call(inc.sig, ctx.comm_rank_of(inc.src))
-        if inc.sig == ctx.sig:
+        if inc.seq != ctx.seq:
+            theirs += f" as its call #{inc.seq}, which sent this rank a message its own call #{inc.seq} did not expect"
+        elif inc.sig == ctx.sig:
             theirs += f" with a different schedule ({inc.msg_count} elements in message {inc.msg_index}, expected another size)"
         # Both all-to-all-v's, only the matrices differ: say that, not two digests.
         matrices = inc.sig[:1] == ctx.sig[:1] == (int(OpKind.ALLTOALLV),) and inc.sig[1:4] == ctx.sig[1:4] and inc.sig != ctx.sig
@@ -948,6 +1097,22 @@ class Engine:
     def _notice_error(self, ctx: CallContext) -> HcclError:
         seq, src, body = self._notices[ctx.comm_id][0]
         return error_from_notice(ctx.what, ctx.world_ranks.index(src) if src in ctx.world_ranks else src, body, ctx.fields())
+
+
+def error_from_refusal(what: str, refuser: int, body: bytes, here: dict, *, late: bool = False) -> HcclError:
+    """The error a peer's refusal raises on this rank: the refusing rank's own error class and
+    fields (``rule``, ``arg``, ...), then this rank's call (``here``) and ``refused_by``, the
+    refusing rank. ``late``: the refusal concerns an earlier call this rank had finished."""
+    theirs = from_wire(body)
+    cls = type(theirs) if isinstance(theirs, HcclError) else HcclRemoteError
+    # A refusal passed on (a batch's other items, a late report) names the rank that refused first.
+    origin = theirs.fields.get("refused_by", refuser)
+    reason = theirs.fields.get("reason", theirs.message)
+    fields = {**theirs.fields, **here, "refused_by": origin, "reason": reason}
+    when = "an earlier call this rank had already done its part in (it only sent)" if late else "this call"
+    via = f" (passed on by rank {refuser})" if origin != refuser else ""
+    return cls(f"{what}: rank {origin} refused {when} before any data moved{via}: {reason}. "
+               f"The call fails on every rank; the communicator stays usable", **fields)
 
 
 def error_from_notice(what: str, reporter: int, body: bytes, here: dict) -> HcclError:

@@ -58,14 +58,17 @@ def _two_threads(go: str) -> dict:
     import hccl_py
 
     comm = hccl_py.init()
-    errors, results = [], []
+    errors, refused = [], []
     if comm.rank == 0:
         started = threading.Event()
 
         def worker():
             started.set()
             x = np.ones(8, np.float32)
-            results.append(float(comm.all_reduce(x)[0]))  # waits for rank 1, which waits for `go`
+            try:
+                comm.all_reduce(x)  # waits for rank 1, which waits for `go`
+            except hccl_py.HcclError as err:
+                errors.append(str(err))
 
         thread = threading.Thread(target=worker)
         thread.start()
@@ -75,23 +78,31 @@ def _two_threads(go: str) -> dict:
         try:
             comm.all_reduce(np.ones(8, np.float32))
         except hccl_py.HcclParamError as err:
-            errors.append(int(err.code))
+            refused.append({"code": int(err.code), "rule": err.rule, "holder_op": err.holder_op,
+                            "holder_thread": err.holder_thread == thread.ident})
         open(go, "w").close()
         thread.join()
     else:
         while not os.path.exists(go):  # rank 0's worker is inside the call until this rank joins it
             threading.Event().wait(0.005)
-        x = np.ones(8, np.float32)
-        results.append(float(comm.all_reduce(x)[0]))
-    comm.barrier()
-    z = np.ones(8, np.float32)
-    comm.all_reduce(z)  # still usable, the rejected call consumed nothing
-    return {"errors": errors, "results": results, "z": float(z[0])}
+        try:
+            comm.all_reduce(np.ones(8, np.float32))
+        except hccl_py.HcclError as err:
+            errors.append(str(err))
+    try:
+        comm.barrier()
+    except hccl_py.HcclInternalError as err:
+        errors.append(err.state)
+    return {"refused": refused, "errors": errors}
 
 
 @pytest.mark.timeout(60)
-def test_second_thread_is_refused_at_once_and_the_first_completes(tmp_path):
-    results = run_ranks(_two_threads, 2, str(tmp_path / "go"), timeout=50)
-    assert results[0]["errors"] == [1]
-    assert results[0]["results"] == [2.0] and results[1]["results"] == [2.0]
-    assert results[0]["z"] == results[1]["z"] == 2.0
+def test_second_thread_is_refused_at_once_and_the_communicator_aborted_on_every_rank(tmp_path):
+    # The ranks cannot agree which thread's call comes first (another rank may have refused the
+    # other thread), so a collision aborts the communicator everywhere, never a silent divergence.
+    results = run_ranks(_two_threads, 2, str(tmp_path / "go"), env={"HCCL_EXEC_TIMEOUT": "30"}, timeout=50)
+    assert results[0]["refused"] == [{"code": 1, "rule": "thread", "holder_op": "all_reduce", "holder_thread": True}]
+    for r in results:
+        first, state = r["errors"]
+        assert "in use by thread" in first and "aborted on every rank" in first
+        assert state == "aborted"

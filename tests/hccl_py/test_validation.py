@@ -51,6 +51,12 @@ BAD_CALLS = [
     ("group duplicate", lambda c, x: c.create_group([0, 0]), {"arg": "ranks", "value": [0, 0], "rule": "unique"}),
     ("split color type", lambda c, x: c.split(color="a"), {"arg": "color", "value": "a", "rule": "type"}),
     ("split negative color", lambda c, x: c.split(color=-2), {"arg": "color", "value": -2, "rule": "range"}),
+    ("split color past 63 bits", lambda c, x: c.split(color=2**63), {"arg": "color", "value": 2**63, "rule": "range"}),
+    ("split key past 64 bits", lambda c, x: c.split(color=0, key=-2**63 - 1), {"arg": "key", "rule": "range"}),
+    ("batch of None", lambda c, x: c.batch_send_recv(None), {"arg": "items", "rule": "type"}),
+    ("fractional count", lambda c, x: c.all_to_all_v(x, [1.5], None, np.empty(6, np.float32), [1], None),
+     {"arg": "send_counts", "rule": "type"}),
+    ("fractional matrix", lambda c, x: c.all_to_all_vc(x, [[0.5]], np.empty(6, np.float32)), {"arg": "counts", "rule": "type"}),
 ]
 
 
@@ -131,3 +137,15 @@ def test_malformed_hccl_algo_fails_init(monkeypatch):
     with pytest.raises(HcclParamError) as info:
         hccl_py.init()
     assert (info.value.variable, info.value.value) == ("HCCL_ALGO", "allreduce:ring")
+
+
+def test_a_call_whose_buffers_the_host_cannot_hold_is_refused_with_hccl_memory_error(comm):
+    from numpy.lib.stride_tricks import as_strided
+
+    huge = as_strided(np.zeros(1, np.float32), shape=(2**40,), strides=(0,))  # 4 TiB as a zero-stride view
+    with pytest.raises(hccl_py.HcclMemoryError) as info:
+        comm.all_gather(huge)
+    assert info.value.rule == "host_memory" and info.value.op == "allgather"
+    x = np.ones(3, np.float32)
+    comm.all_reduce(x)  # still usable
+    assert np.array_equal(x, np.ones(3))
