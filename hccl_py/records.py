@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import tracefile
-from .errors import HcclInternalError
+from .errors import HcclInternalError, HcclParamError, HcclSyscallError
 
 DEFAULT_RECORDS = 20_000
 
@@ -129,9 +129,9 @@ class Recorder:
         return stats
 
     def dump(self, path: str | Path, *, rank: int, reason: str, wall_origin: float, extra: dict | None = None) -> Path:
-        """Write this rank's records as JSON (atomically: a reader never sees half a file)."""
+        """Write this rank's records as JSON (atomically: a reader never sees half a file);
+        HcclSyscallError naming the path when it cannot be written."""
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
         now = time.monotonic()
         doc = {
             "rank": rank,
@@ -144,8 +144,18 @@ class Recorder:
             **(extra or {}),
         }
         tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(doc))
-        os.replace(tmp, path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps(doc))
+            os.replace(tmp, path)
+        except OSError as err:
+            try:
+                tmp.unlink(missing_ok=True)
+            except OSError:
+                pass
+            raise HcclSyscallError(f"flight recorder: cannot write {path}: {err.strerror or err}; give a path to a file in a "
+                                   "directory this process can write (its parents are made)", path=str(path),
+                                   errno=err.errno) from None
         return path
 
 
@@ -209,13 +219,21 @@ def install_dump_hooks(rc) -> None:
         signal.signal(signal.SIGTERM, on_sigterm)
 
 
-def dump_flight_recorder(reason: str = "on demand", path: str | None = None) -> str | None:
+def dump_flight_recorder(reason: str = "on demand", path: str | os.PathLike[str] | None = None) -> str | None:
     """Write this rank's flight recorder (its latest collective calls, their state, modeled and
     wall times) as JSON: to ``path``, else into HCCL_PY_FLIGHT_DIR (set by hccl-launch).
     Returns the path written, or None when there is nowhere to write::
 
         hccl_py.dump_flight_recorder(path="flight.json")
+
+    ``path`` is a str or path-like (HcclParamError otherwise); a path that cannot be written
+    raises HcclSyscallError naming it.
     """
+    if not isinstance(reason, str):
+        raise HcclParamError(f"dump_flight_recorder: reason must be a str (it is written into the dump), got "
+                             f"{type(reason).__name__}", arg="reason", value=repr(reason), rule="type", expected="str")
+    if path is not None:
+        path = _checked_path(path)
     if not _hooked:
         raise HcclInternalError("dump_flight_recorder: call hccl_py.init() first")
     rc = _hooked[0]
@@ -223,3 +241,20 @@ def dump_flight_recorder(reason: str = "on demand", path: str | None = None) -> 
         return str(rc.recorder.dump(path, rank=rc.device.rank, reason=reason, wall_origin=rc.wall_origin, extra=rc.summary()))
     written = rc.dump(reason)
     return None if written is None else str(written)
+
+
+def _checked_path(path) -> str:
+    """``path`` (a str or path-like naming a file) as a str; HcclParamError otherwise."""
+    try:
+        text = os.fspath(path)
+    except TypeError:
+        text = None
+    if not isinstance(text, str):
+        raise HcclParamError(f"dump_flight_recorder: path must be a str or path-like (e.g. \"flight.json\"), got "
+                             f"{type(path).__name__}: {path!r}", arg="path", value=repr(path), rule="type",
+                             expected="str or os.PathLike[str]")
+    if not text or text.endswith(os.sep) or os.path.isdir(text) or "\0" in text:
+        raise HcclParamError(f"dump_flight_recorder: path={text!r} does not name a file; give a file name such as "
+                             f"{os.path.join(text, 'flight.json') if text else 'flight.json'!r}", arg="path", value=text,
+                             rule="format", expected="a file path")
+    return text

@@ -9,25 +9,42 @@ on; its handle says when it is done and joins the card's streams::
                                                   # communication stream's (max of both)
 
 Errors (a timeout, a dead peer, a mismatched call) surface at :meth:`wait` with the messages a
-blocking call raises; :meth:`exception` returns them without raising.
+blocking call raises; :meth:`exception` returns them without raising. A handle belongs to the
+process that issued the call: in a child forked after that, :meth:`wait` raises (the rank's
+progress thread, which ends the call, does not run in the child).
 """
 
 from __future__ import annotations
 
+import math
+import numbers
+import os
 import threading
 import traceback
 from typing import Any
 
-from .errors import HcclError, HcclTimeoutError
+from .errors import HcclError, HcclInternalError, HcclParamError, HcclTimeoutError
 
 _CALLBACKS_LOCK = threading.Lock()  # orders add_done_callback against _finish (rarely contended)
+
+# This process's id, kept current in forked children (os.register_at_fork), so that telling a
+# handle issued before a fork costs no system call per wait.
+_pid = os.getpid()
+
+
+def _after_fork_in_child() -> None:
+    global _pid
+    _pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class Work:
     """One asynchronous call in flight (see the module doc)."""
 
     __slots__ = ("what", "_result", "_done", "_error", "_end_clock", "_device", "_joined", "_callbacks", "_blocking",
-                 "_start_clock", "__weakref__")
+                 "_start_clock", "_owner_pid", "__weakref__")
 
     def __init__(self, what: str, result: Any, device, *, blocking: bool = False):
         self.what = what  # "allreduce #3 on communicator 'world' (rank 0 of 4)"
@@ -43,12 +60,18 @@ class Work:
         self._end_clock = 0.0
         self._joined = False
         self._callbacks: list | None = None
+        self._owner_pid = _pid  # the process that issued the call (its progress thread ends it)
 
     def wait(self, timeout: float | None = None) -> Any:
         """Block until the call is done and return its result (what the blocking call returns);
-        raise its HcclError if it failed. ``timeout`` (seconds) bounds this wait only: when it
-        passes, HcclTimeoutError is raised and the call goes on (wait again later). The first
-        successful wait makes the card's compute stream wait for the call's end (modeled time)."""
+        raise its HcclError if it failed. ``timeout`` (seconds, a number >= 0; None or inf: no
+        bound) bounds this wait only: when it passes, HcclTimeoutError is raised and the call goes
+        on (wait again later); 0 only looks. The first successful wait makes the card's compute
+        stream wait for the call's end (modeled time)."""
+        if self._owner_pid != _pid:
+            raise self._forked()
+        if timeout is not None:
+            timeout = _checked_timeout(self.what, timeout)
         if not self._done.wait(timeout):
             raise HcclTimeoutError(f"{self.what}: not done within wait(timeout={timeout:g}); the call goes on, wait again",
                                    timeout_s=timeout)
@@ -63,6 +86,14 @@ class Work:
         if self._error is not None:
             raise self._error
         return self._result
+
+    def _forked(self) -> HcclInternalError:
+        return HcclInternalError(
+            f"{self.what}: wait() in process {_pid}, a child forked from process {self._owner_pid} after it issued the "
+            "call: the call ends on that process's progress thread, which does not run here, so this wait would never "
+            "end. Wait in the process that issued the call (before forking), and start workers that need the result "
+            "after it is done, or with multiprocessing's 'spawn' start method", state="forked", owner_pid=self._owner_pid,
+            pid=_pid)
 
     def is_completed(self) -> bool:
         """True once the call has finished, successfully or not (never blocks)."""
@@ -106,3 +137,18 @@ class Work:
     def __repr__(self) -> str:
         state = "failed" if self._error is not None else ("done" if self._done.is_set() else "running")
         return f"<Work {self.what}: {state}>"
+
+
+def _checked_timeout(what: str, timeout) -> float | None:
+    """``Work.wait``'s ``timeout`` as seconds for ``threading.Event.wait`` (None: no bound);
+    HcclParamError for anything but a number >= 0."""
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
+        raise HcclParamError(f"{what}: wait(timeout={timeout!r}): timeout is seconds as a number (e.g. wait(timeout=1.5)), "
+                             "or None to wait until the call ends", arg="timeout", value=repr(timeout), rule="type",
+                             expected="number of seconds >= 0, or None")
+    seconds = float(timeout)
+    if not seconds >= 0:  # negative, or nan
+        raise HcclParamError(f"{what}: wait(timeout={timeout!r}): timeout must be >= 0 seconds (0 only looks whether the "
+                             "call is done; None waits until it ends)", arg="timeout", value=seconds, rule="range",
+                             expected=">= 0")
+    return None if seconds > threading.TIMEOUT_MAX else seconds  # inf and beyond what a lock takes: no bound
