@@ -276,38 +276,26 @@ reset_max_memory_allocated = reset_max_memory_cached = reset_peak_memory_stats
 
 
 # -- streams and events ----------------------------------------------------------------------------------
-class Event:
+class _EventType(type):
+    def __instancecheck__(cls, obj) -> bool:
+        return isinstance(obj, torch.Event) and obj.device.type == "npu"
+
+
+class Event(metaclass=_EventType):
     """An event on the card: ``record()`` stamps the card's modeled clock and ``elapsed_time(end)``
     is the modeled milliseconds between two stamps (what the program would take on the modeled
-    cluster, not the wall time of this emulation). The stamps are the device's own (a
-    ``torch.Event(device="npu")`` times the same way); this class gives torch_npu's constructor."""
+    cluster, not the wall time of this emulation). It makes a plain ``torch.Event`` of the current
+    card: torch's streams and ``elapsed_time`` take only that exact type (FSDP2 passes
+    ``torch.npu.Event()`` to ``stream.wait_event``); ``isinstance(e, torch.npu.Event)`` holds for
+    any npu event::
 
-    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
-        self.event = torch.Event(device=torch.device("npu", current_device()), enable_timing=enable_timing,
-                                 blocking=blocking, interprocess=interprocess)
+        start, end = torch.npu.Event(enable_timing=True), torch.npu.Event(enable_timing=True)
+        start.record(); y = x @ x; end.record(); start.elapsed_time(end)   # modeled ms
+    """
 
-    def record(self, stream=None) -> None:
-        """Stamp the card's modeled clock now (on ``stream``, default the current one)."""
-        self.event.record(stream)
-
-    def wait(self, stream=None) -> None:
-        """Make ``stream`` wait for this event (its work has finished when its call returned)."""
-        self.event.wait(stream)
-
-    def query(self) -> bool:
-        """True: the work before a recorded stamp has finished."""
-        return self.event.query()
-
-    def synchronize(self) -> None:
-        """Nothing left to wait for once recorded."""
-        self.event.synchronize()
-
-    def elapsed_time(self, end: "Event") -> float:
-        """Modeled milliseconds from this event's stamp to ``end``'s (both timing, both recorded)."""
-        return self.event.elapsed_time(end.event if isinstance(end, Event) else end)
-
-    def __repr__(self) -> str:
-        return f"<torch.npu.Event {self.event!r}>"
+    def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
+        return torch.Event(device=torch.device("npu", current_device()), enable_timing=enable_timing, blocking=blocking,
+                           interprocess=interprocess)
 
 
 class Stream(torch.Stream):

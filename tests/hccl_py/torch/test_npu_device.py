@@ -8,6 +8,7 @@ extensions of the collectives (``scripts/npu_ascend_ops.py``).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -261,3 +262,46 @@ def test_a_script_that_spawns_its_ranks_is_refused_under_hccl_launch():
     assert done.returncode != 0
     assert "hccl-npu --devices N python SCRIPT" in done.stdout + done.stderr, done.stderr[-3000:]
     assert "EADDRINUSE" not in done.stdout + done.stderr and "Address already in use" not in done.stderr
+
+
+def _reference_losses(world: int) -> dict[str, list[list[float]]]:
+    """The losses of npu_fsdp_tp.py computed in one process on the CPU: FSDP2 trains on the mean
+    of the ranks' gradients (its reduce-scatter averages); tensor parallel is the plain model."""
+    import torch.nn as nn
+
+    def mlp():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+
+    out = {}
+    for kind in ("fsdp2", "tp"):
+        model = mlp()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        per_rank = [[] for _ in range(world)]
+        for step in range(3):
+            total = 0
+            for r in range(world):
+                torch.manual_seed(100 + step + (r if kind == "fsdp2" else 0))
+                loss = model(torch.randn(8, 16)).pow(2).mean()
+                per_rank[r].append(loss.item())
+                total = total + loss / (world if kind == "fsdp2" else 1)
+                if kind == "tp":
+                    break
+            total.backward()
+            opt.step()
+            opt.zero_grad()
+        out[kind] = per_rank if kind == "fsdp2" else [per_rank[0]] * world
+    return out
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.usefixtures("no_leaks")
+def test_fsdp2_and_tensor_parallel_on_npu_train_as_one_process_does(tmp_path):
+    done = _hccl_npu("--devices", "2", *_torchrun(2), str(SCRIPTS / "npu_fsdp_tp.py"), str(tmp_path / "losses"),
+                     cwd=tmp_path, timeout=150)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = [json.loads((tmp_path / f"losses.{r}.json").read_text()) for r in range(2)]
+    expected = _reference_losses(2)
+    for kind in ("fsdp2", "tp"):
+        for r in range(2):
+            torch.testing.assert_close(got[r][kind], expected[kind][r], rtol=1e-5, atol=1e-7)
