@@ -16,6 +16,8 @@ reduce_scatter_tensor (_single)       reduce_scatter(out=)
 all_to_all_single (splits)            all_to_all (equal blocks), all_to_all_v (split sizes)
 all_to_all (lists)                    all_to_all_v on the concatenated lists
 scatter                               scatter of the stacked list
+*_coalesced, _coalescing_manager      one hccl-py call per tensor (or per output/input pair),
+                                      every one checked before the first is issued; one Work
 send/recv/isend/irecv                 send/recv, always asynchronous (batch_isend_irecv posts
                                       them one by one: a send never waits for the peer's recv)
 barrier, monitored_barrier            barrier, barrier(monitored=True)
@@ -127,6 +129,37 @@ def _splits(splits, numel0: int, n: int, rows: int, what: str, side: str) -> lis
         raise HcclParamError(f"{what}: {side}_split_sizes {splits} must give {n} sizes summing to dim 0 ({rows})",
                              arg=f"{side}_split_sizes", value=splits, rule="sum", expected=rows)
     return [s * numel0 for s in splits]
+
+
+def _one_dtype(tensors: list, what: str, arg: str) -> None:
+    """A coalesced call's list holds one dtype (as torch's Python API and gloo ask)."""
+    dtypes = [str(t.dtype) for t in tensors]
+    if len(set(dtypes)) > 1:
+        raise HcclParamError(f"{what}: {arg} holds tensors of several dtypes {dtypes}; give them one dtype", arg=arg,
+                             value=dtypes, expected=dtypes[0], rule="dtype")
+
+
+def _pair(t: torch.Tensor, like: torch.Tensor, numel: int, what: str, name: str, like_name: str) -> None:
+    """A tensor of a coalesced call matches the one it pairs with: ``like``'s dtype, ``numel`` elements."""
+    arg = name.split("[")[0]
+    if t.dtype != like.dtype:
+        raise HcclParamError(f"{what}: {name} is {t.dtype}; {like_name} is {like.dtype}", arg=arg, value=str(t.dtype),
+                             expected=str(like.dtype), rule="dtype")
+    if t.numel() != numel:
+        raise HcclParamError(f"{what}: {name} has {t.numel()} elements; expected {numel} ({like_name} has "
+                             f"{like.numel()})", arg=arg, value=t.numel(), expected=numel, rule="size")
+
+
+def _pairs(sized: list, like: list, numel, what: str, names: tuple[str, str]) -> list:
+    """The pairs (sized[i], like[i]) of a coalesced call with one tensor per side per call, each
+    checked: one per ``like``, ``numel(like[i])`` elements of ``like[i]``'s dtype. ``names``: the
+    two arguments as torch names them."""
+    if len(sized) != len(like):
+        raise HcclParamError(f"{what}: {len(sized)} {names[0]} for {len(like)} {names[1]}; give one each", arg=names[0],
+                             value=len(sized), expected=len(like), rule="length")
+    for i, (t, x) in enumerate(zip(sized, like)):
+        _pair(t, x, numel(x), what, f"{names[0]}[{i}]", f"{names[1]}[{i}]")
+    return list(zip(sized, like))
 
 
 class SelfRecvWork(dist.Work):
@@ -295,10 +328,14 @@ class HcclProcessGroup(dist.ProcessGroup):
         except HcclError as err:
             raise backend_error(err, what) from err
 
-    def _coalesced(self, what: str, opts, prep, calls: list, result: list):
-        """Several calls of one kind as one torch call (``*_coalesced``): one Work for all."""
+    def _coalesced(self, what: str, opts, prep, calls, result: list):
+        """Several calls of one kind as one torch call (``*_coalesced``): one Work for all.
+        ``calls()`` gives each call's arguments for ``prep`` (it may refuse the whole call); every
+        call is checked and prepared before the first is issued, so a refusal moves no byte."""
+        if self._charge is not None:
+            self._charge()
         try:
-            prepared = [prep(what, *args) for args in calls]
+            prepared = [prep(what, *args) for args in calls()]
             posts = [post for _, post, _ in prepared if post is not None]
 
             def post_all():
@@ -359,9 +396,16 @@ class HcclProcessGroup(dist.ProcessGroup):
         return lambda a: self.comm.all_reduce(staged.array, op, async_op=a), post, [t]
 
     def allreduce_coalesced(self, tensors, opts=None):
+        """Each tensor all-reduced with ``opts.reduceOp``; one dtype across the list (as torch's
+        ``all_reduce_coalesced`` and gloo ask)."""
         opts = opts if opts is not None else dist.AllreduceCoalescedOptions()
-        return self._coalesced("all_reduce_coalesced", opts, self._allreduce, [(t, opts.reduceOp) for t in tensors],
-                               list(tensors))
+        what = "all_reduce_coalesced"
+
+        def calls():
+            _one_dtype(tensors, what, "tensors")
+            return [(t, opts.reduceOp) for t in tensors]
+
+        return self._coalesced(what, opts, self._allreduce, calls, list(tensors))
 
     def broadcast(self, tensors, opts=None):
         opts = opts if opts is not None else dist.BroadcastOptions()
@@ -386,11 +430,11 @@ class HcclProcessGroup(dist.ProcessGroup):
         return self._call("all_gather", opts.asyncOp, self._allgather, _one(output_tensors, "all_gather"),
                           _one(input_tensors, "all_gather"))
 
-    def _allgather(self, what, outs, t):
+    def _allgather(self, what, outs, t, arg="tensor_list"):
         same_device(outs, t, what, "all_gather")
         if t.device.type == "npu" and len(outs) == self.comm.size and any(o.numel() != t.numel() for o in outs):
             return self._allgather_uneven(what, outs, t)
-        self._check_list(outs, t, what, "tensor_list", outputs=True)
+        self._check_list(outs, t, what, arg, outputs=True)
         x = contiguous_array(t, what)
         buffer = torch.empty((self.comm.size, *t.shape), dtype=t.dtype, device=t.device)
 
@@ -429,8 +473,28 @@ class HcclProcessGroup(dist.ProcessGroup):
         return lambda a: self.comm.all_gather(as_array(padded), out=as_array(buffer), async_op=a), post, outs
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
-        return self._coalesced("all_gather_coalesced", opts, self._allgather, list(zip(output_lists, input_list)),
-                               list(output_lists))
+        """torch's layout, the same in ``dist.all_gather_coalesced`` and here: ``output_lists`` has
+        one list per rank, each with one tensor per input; ``output_lists[r][i]`` receives rank r's
+        ``input_list[i]``. One all_gather per input, into that input's column of the lists."""
+        what = "all_gather_coalesced"
+
+        def calls():
+            n, k = self.comm.size, len(input_list)
+            _one_dtype(input_list, what, "input_tensor_list")
+            if len(output_lists) != n:
+                raise HcclParamError(f"{what}: output_tensor_lists has {len(output_lists)} lists; expected one per "
+                                     f"rank ({n}), each with one tensor per input", arg="output_tensor_lists",
+                                     value=len(output_lists), rule="length", expected=n)
+            for r, outs in enumerate(output_lists):
+                if len(outs) != k:
+                    raise HcclParamError(f"{what}: output_tensor_lists[{r}] has {len(outs)} tensors; expected one per "
+                                         f"input ({k})", arg="output_tensor_lists", value=len(outs), rule="length",
+                                         expected=k)
+                for i, (o, t) in enumerate(zip(outs, input_list)):
+                    _pair(o, t, t.numel(), what, f"output_tensor_lists[{r}][{i}]", f"input_tensor_list[{i}]")
+            return [([outs[i] for outs in output_lists], t, "output_tensor_lists") for i, t in enumerate(input_list)]
+
+        return self._coalesced(what, opts, self._allgather, calls, list(output_lists))
 
     def all_gather_single(self, output, input, opts=None):
         opts = opts if opts is not None else dist.AllgatherOptions()
@@ -445,8 +509,14 @@ class HcclProcessGroup(dist.ProcessGroup):
     _allgather_base = all_gather_single  # the names before torch 2.13
 
     def all_gather_single_coalesced(self, outputs, inputs, opts=None):
-        return self._coalesced("all_gather_into_tensor_coalesced", opts, self._all_gather_single,
-                               list(zip(outputs, inputs)), list(outputs))
+        """``outputs[i]`` (the group size times ``inputs[i]``'s elements) gathers every rank's
+        ``inputs[i]``: one all_gather per pair (pairs may differ in dtype; torch's coalescing manager
+        sends its all_gather_into_tensor calls here)."""
+        what = "all_gather_into_tensor_coalesced"
+        return self._coalesced(what, opts, self._all_gather_single,
+                               lambda: _pairs(outputs, inputs, lambda x: x.numel() * self.comm.size, what,
+                                              ("outputs", "inputs")),
+                               list(outputs))
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced
 
@@ -553,9 +623,18 @@ class HcclProcessGroup(dist.ProcessGroup):
     _reduce_scatter_base = reduce_scatter_single
 
     def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
+        """``outputs[i]`` gets this rank's block of ``inputs[i]`` (the group size times its elements)
+        reduced over the ranks: one reduce_scatter per pair (pairs may differ in dtype; torch's
+        coalescing manager sends its reduce_scatter_tensor calls here)."""
         red_op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
-        return self._coalesced("reduce_scatter_tensor_coalesced", opts, self._reduce_scatter_single,
-                               [(o, i, red_op) for o, i in zip(outputs, inputs)], list(outputs))
+        what = "reduce_scatter_tensor_coalesced"
+        n = self.comm.size
+
+        def calls():
+            pairs = _pairs(inputs, outputs, lambda o: o.numel() * n, what, ("inputs", "outputs"))
+            return [(o, i, red_op) for i, o in pairs]
+
+        return self._coalesced(what, opts, self._reduce_scatter_single, calls, list(outputs))
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
