@@ -12,7 +12,7 @@ import hashlib
 import os
 import threading
 import time
-from typing import NamedTuple, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -24,13 +24,13 @@ from .algorithms._common import packed_displacements
 from .algorithms.alltoallv import VSchedule, as_matrix
 from .algorithms.alltoallv import digest as alltoallv_digest
 from .algorithms.registry import algo_code, get_schedule
-from .algorithms.schedule import Schedule
 from .context import RankContext
-from .device import Device, Stream
+from .device import Device
 from .dtypes import DTYPE_CODES, UFUNCS, ReduceOp, check_op_dtype, dtype_code
 from .errors import HcclError, HcclInternalError, HcclMemoryError, HcclParamError, HcclTimeoutError
 from .collectives import OpKind, collective as collective_named
-from .executor import P2P_SEQ_BIT, RECV_SIDE_BIT, BatchRun, CallContext, error_from_notice, error_from_refusal, quiet_floats
+from .executor import P2P_SEQ_BIT, RECV_SIDE_BIT, CallContext, error_from_notice, error_from_refusal, quiet_floats
+from .issuing import Call, Issuer, Part
 from .records import CallRecord, CommStats
 from .transport.base import CallSignature
 from .work import Work
@@ -40,21 +40,6 @@ from .work import Work
 _CHECKED_OPS: dict[tuple, ReduceOp] = {}  # (op as passed, dtype) -> ReduceOp, for pairs that passed the checks
 _BYTE = np.dtype(np.uint8)
 _NO_DATA = np.empty(0, _BYTE)
-
-
-class _Call(NamedTuple):
-    """One call shape on one communicator, resolved once (see ``Communicator._prepare``)."""
-
-    collective: str
-    algo: str
-    schedule: Schedule
-    costs: tuple
-    ufunc: object
-    nbytes: int
-    ctx: CallContext  # its seq is set per call
-    dtype_name: str = ""  # for the flight record (numpy's dtype.name is slow to compute)
-    notify_on_timeout: bool = False  # tell the peers why, when this rank times out (monitored barrier)
-    quiet: bool = False  # its reductions run with numpy's float warnings off (executor.quiet_floats)
 
 
 def _byte_span(a: np.ndarray) -> tuple[int, int]:
@@ -110,14 +95,11 @@ def _entry(scope: str):
 
         @functools.wraps(method)
         def call(self: "Communicator", *args, **kwargs):
-            engine = self._engine
-            me = threading.get_ident()
-            if engine.holder == me:  # a call made inside another (split's agreement, all_to_all_v's counts)
+            held = self._issuer.hold(name, self._seq + 1)
+            if held is None:  # a call made inside another (split's agreement, all_to_all_v's counts)
                 return method(self, *args, **kwargs)
-            if not engine.busy.acquire(False):
-                raise self._collision(name, me)
-            engine.holder = me
-            engine.busy_with = (name, self._seq + 1, self.name, me)
+            if not held:
+                raise self._collision(name, threading.get_ident())
             issued = self._issued
             try:
                 return method(self, *args, **kwargs)
@@ -133,10 +115,7 @@ def _entry(scope: str):
                     self._refuse(scope, args, kwargs, err)
                 raise err from None
             finally:
-                engine.holder = None
-                engine.busy.release()
-                if engine._outbox:
-                    engine.defer(engine.flush_outbox)
+                self._issuer.release()
 
         return call
 
@@ -170,16 +149,15 @@ class Communicator:
         self._algo_env = rc.algo_env
         self._seq = 0
         self._issued = 0  # calls issued (any kind): a refusal is an error raised before this moves
-        self._calls: dict[tuple, _Call] = {}  # per call shape: algorithm, schedule, costs, signature
+        self._calls: dict[tuple, Call] = {}  # per call shape: algorithm, schedule, costs, signature
         self._v_names: dict[tuple[str, bool], str] = {}  # (algo, AlltoAllV?) -> what an all-to-all-v runs
         self._p2p_sent: dict[int, int] = {}
         self._p2p_received: dict[int, int] = {}
         self._closed_reason: str | None = None
         self._on_destroy = on_destroy
         self._partition: tuple[tuple[int, ...], ...] | None = None  # groups of algo="hier"; None: auto
-        # The card's streams this communicator's calls run on: its collectives on one, point-to-point
-        # calls on one per peer and direction, batches on another (see ``_launch``).
-        self._streams: dict[object, Stream] = {}
+        self._issuer = Issuer(rc, self._engine, comm_id, name, self._world_ranks, lambda: self._closed_reason, self._failed,
+                              self._batch_failed)
 
     # -- identity -------------------------------------------------------------------------------
     @property
@@ -267,10 +245,7 @@ class Communicator:
 
     def _drain_queued(self) -> None:
         """Wait until no asynchronous call is outstanding (destroy lets them end first)."""
-        engine = self._engine
-        with engine._cv:
-            while engine._outstanding:
-                engine._cv.wait(0.1)
+        self._engine.drain()
 
     def _check_usable(self, what: str) -> None:
         if self._engine.forked:  # an attribute, set in a forked child: no system call per collective
@@ -290,7 +265,7 @@ class Communicator:
             reporter = self._world_ranks.index(src) if src in self._world_ranks else src
             raise error_from_notice(f"{what}: an earlier call failed on a peer", reporter, body, self._fields(what))
         engine = self._engine
-        if engine._refused and self._id in engine._refused and not engine._outstanding and not engine._driving:
+        if engine.refused(self._id) and engine.idle():
             late = self._late_refusal(what)
             if late is not None:
                 raise late
@@ -356,7 +331,7 @@ class Communicator:
     def _collision(self, name: str, me: int) -> HcclParamError:
         """A second thread called while this rank's communicators are in use: the ranks cannot agree
         which thread's call comes first, so this communicator is aborted on every rank."""
-        op, busy_seq, comm, thread = self._engine.busy_with or ("?", 0, "?", 0)
+        op, busy_seq, comm, thread = self._issuer.holder()
         reason = (f"{name} on communicator '{self.name}' from thread {me} while this rank's communicators were in use by "
                   f"thread {thread} ({op} #{busy_seq} on '{comm}')")
         err = HcclParamError(
@@ -430,7 +405,7 @@ class Communicator:
         return self._launch(call, bufs, dtype, result, async_op)
 
     def _prepare(self, kind: OpKind, collective: str, algo: str, count: int, dtype: np.dtype, redop: ReduceOp | None,
-                 root: int, fn=None, sig_count: int | None = None, modeled: bool = True) -> "_Call":
+                 root: int, fn=None, sig_count: int | None = None, modeled: bool = True) -> Call:
         """Everything about a call that depends only on its shape: resolved once per shape.
         ``fn``: a schedule function of the caller's (all-to-all with counts per pair), else the
         algorithm's; ``sig_count``: the count peers check (default ``count``); ``modeled``: False
@@ -465,130 +440,48 @@ class Communicator:
                                else collective_named(collective).buffer_counts(self.size, count, self._rank, root))
         nbytes = (in_count or out_count) * itemsize  # the call's input on this rank (what it receives if none)
         ufunc = UFUNCS.get(redop)
-        return _Call(collective, name, schedule, costs, ufunc, nbytes,
+        return Call(collective, name, schedule, costs, ufunc, nbytes,
                      CallContext(self._id, self.name, 0, sig, self._world_ranks, self._rank, self._timeout_s), dtype.name,
                      quiet=quiet_floats(ufunc, dtype))
 
-    def _remember(self, key: tuple, call: "_Call") -> "_Call":
+    def _remember(self, key: tuple, call: Call) -> Call:
         if len(self._calls) >= 1024:  # a program with ever-new shapes keeps the latest ones
             self._calls.clear()
         self._calls[key] = call
         return call
 
-    def _launch(self, call: "_Call", bufs, dtype: np.dtype, result, async_op: bool = False, seq: int | None = None,
+    def _launch(self, call: Call, bufs, dtype: np.dtype, result, async_op: bool = False, seq: int | None = None,
                 queue: object = "collective"):
-        """Run one call. Blocking with no asynchronous call outstanding: on this thread, now (the
-        fast path). Otherwise it joins the engine's queue ``queue`` (calls of one queue run in
-        issue order; collectives of a communicator share one, point-to-point calls have one per
-        peer and direction) and runs on the progress thread; an asynchronous call returns its
-        :class:`Work`, a blocking one waits for it. Returns ``result`` (or the Work)."""
-        engine = self._engine
+        """Issue one call (``Issuer.issue``), numbered ``seq`` (default: the next collective
+        number) on queue ``queue`` (collectives share one; point-to-point calls have one per peer
+        and direction). Returns ``result`` (or the Work)."""
         self._issued += 1
         if seq is None:
             self._seq += 1
             seq = self._seq
-        rc = self._rc
-        device = rc.device
-        stream = self._streams.get(queue) or self._stream(queue)
-        if not async_op and ((not engine._outstanding and not engine._driving) or engine.inline()):
-            record = rc.recorder.enter(CallRecord(self.name, seq & ~P2P_SEQ_BIT, call.collective, call.algo,
-                                                  call.dtype_name or dtype.name, call.ctx.sig.count, call.nbytes,
-                                                  self._world_ranks, device.clock, time.monotonic()))
-            if rc.pending_faults:
-                rc.inject(record)  # entering late (a delay) comes before joining the stream, as when queued
-            if stream.clock > device.clock:  # a call it follows on its stream ended later: in order
-                device.wait_for(stream.clock)
-                record.modeled_start = device.clock
-            ctx = call.ctx
-            ctx.seq = seq
-            schedule = call.schedule
-            tmp = rc.scratch(schedule.tmp_count, dtype) if schedule.tmp_count else None
-            try:
-                engine.run_call(ctx, schedule, (bufs[0], bufs[1], tmp), call.ufunc, call.costs, device, call.quiet)
-            except HcclError as err:
-                self._failed(call, ctx, record, err, device.clock)
-                raise
-            stream.clock = device.clock
-            rc.recorder.complete(record, device.clock, time.monotonic())
-            return result
-        return self._queue(call, bufs, dtype, result, seq, queue, stream, async_op)
-
-    def _stream(self, queue) -> Stream:
-        """The communication stream of queue ``queue`` (made at its first call)."""
-        stream = self._streams.get(queue)
-        if stream is None:
-            stream = self._streams[queue] = Stream(f"{self.name}:{queue}", self._rc.device.clock)
-        return stream
+        return self._issuer.issue(call, bufs, dtype, result, seq, async_op, queue)
 
     def _launch_after(self, what: str, resolve, bufs, dtype: np.dtype, result):
         """Issue an asynchronous call whose shape ``resolve()`` settles when its turn comes on the
-        communicator's queue (see :meth:`_queue`); returns its Work."""
+        communicator's queue (``Issuer.issue_later``); returns its Work."""
         self._issued += 1
         self._seq += 1
-        return self._queue(None, bufs, dtype, result, self._seq, "collective", self._stream("collective"), True, resolve=resolve,
-                           what=f"{what} #{self._seq}")
+        return self._issuer.issue_later(what, resolve, bufs, dtype, result, self._seq)
 
-    def _queue(self, call: "_Call | None", bufs, dtype: np.dtype, result, seq: int, queue, stream: Stream, async_op: bool,
-               resolve=None, what: str = ""):
-        """The queued path of :meth:`_launch`: a Work whose call starts on ``stream`` once the
-        calls before it there have ended, and not before the compute that issued it (modeled).
+    def _batch_failed(self, parts: list[Part], error: HcclError) -> None:
+        """What a failed batch leaves behind (its records are written): when a peer refused one
+        item, the others fail with it on both sides and the communicator stays usable; any other
+        failure aborts it."""
+        if "refused_by" not in error.fields:
+            self.abort(f"batch_send_recv on '{self.name}' failed: {error.message}")
+            return
+        for part in parts:
+            sending = part.call.collective == "send"
+            peer = part.call.schedule.steps[0].sends[0].peer if sending else part.call.schedule.steps[0].recvs[0].peer
+            key = (part.seq | (0 if sending else RECV_SIDE_BIT), self._world_ranks[peer])
+            self._engine.refuse(self._id, key, [self._world_ranks[peer]], error, secondary=True)
 
-        ``resolve`` (with ``call`` None): the call's shape is settled only when it reaches the
-        head of its queue, from what the call before it there returned (an all-to-all-v's
-        counts); ``resolve()`` returns the call or raises, which fails this call alone."""
-        rc = self._rc
-        device = rc.device
-        ready = device.clock
-        engine = self._engine
-        work = Work(what or dataclasses.replace(call.ctx, seq=seq).what, result, device, blocking=not async_op)
-        begun = None  # (call, its context, its flight record, its scratch) once its shape is known
-
-        def begin(call: "_Call", on_device: bool):
-            nonlocal ready
-            ctx = dataclasses.replace(call.ctx, seq=seq)  # its own: the shape's context is shared by calls in flight
-            record = rc.recorder.enter(CallRecord(self.name, seq & ~P2P_SEQ_BIT, call.collective, call.algo,
-                                                  call.dtype_name or dtype.name, ctx.sig.count, call.nbytes, self._world_ranks,
-                                                  ready, time.monotonic()))
-            if rc.pending_faults:  # a delay starts the call later, as on the inline path
-                ready += rc.inject(record, on_device=on_device)
-            tmp = np.empty(call.schedule.tmp_count, dtype) if call.schedule.tmp_count else None  # calls in flight do not share scratch
-            return call, ctx, record, tmp
-
-        if call is not None:
-            begun = begin(call, on_device=True)
-
-        def start():
-            nonlocal begun
-            if begun is None:  # on the progress thread: the card's clock is its own thread's
-                begun = begin(resolve(), on_device=False)
-            call, ctx, record, tmp = begun
-            self._check_open(ctx)
-            stream.clock = max(stream.clock, ready)
-            record.modeled_start = work._start_clock = stream.clock
-            return engine.call_run(ctx, call.schedule, (bufs[0], bufs[1], tmp), call.ufunc, call.costs, stream, device,
-                                   blocking=not async_op)
-
-        def finish(run, error):
-            if begun is None:  # failed before its shape was known: nothing of it ran
-                work._finish(error, stream.clock)
-                return
-            call, ctx, record, _ = begun
-            if error is not None:
-                self._failed(call, ctx, record, error, stream.clock)
-            else:
-                rc.recorder.complete(record, stream.clock, time.monotonic())
-            work._finish(error, stream.clock)
-
-        engine.submit((self._id, queue), start, finish)
-        return work if async_op else work.wait()
-
-    def _check_open(self, ctx: CallContext) -> None:
-        """A queued call about to start on a communicator that failed meanwhile fails too."""
-        if self._closed_reason is not None:
-            raise HcclInternalError(f"{ctx.what}: the communicator {self._closed_reason}; create a new one",
-                                    **ctx.fields(state=self._closed_reason.split()[1]))
-
-    def _failed(self, call: "_Call", ctx: CallContext, record: CallRecord, err: HcclError, clock: float) -> None:
+    def _failed(self, call: Call, ctx: CallContext, record: CallRecord, err: HcclError, clock: float) -> None:
         """What a failed call leaves behind: its record, an aborted communicator, its peers told
         (monitored barrier), the flight recorder dumped. A call a peer refused leaves only its
         record: the communicator stays usable."""
@@ -785,7 +678,7 @@ class Communicator:
             self._seq += 1  # the data exchange's number, which the other ranks spend on theirs
             raise problem
 
-        def resolve() -> "_Call":
+        def resolve() -> Call:
             if gathered._error is not None:
                 raise gathered._error
             return self._v_call(self._v_agreed(what, gathered._result), displs_out, displs_in, algo, send.dtype,
@@ -911,7 +804,7 @@ class Communicator:
             name = continuous if continuous == algo_select.A2A_CONTINUOUS else name
         return name
 
-    def _v_call(self, matrix, displs_out, displs_in, algo: str, dtype: np.dtype, *, exchange: bool = False) -> "_Call":
+    def _v_call(self, matrix, displs_out, displs_in, algo: str, dtype: np.dtype, *, exchange: bool = False) -> Call:
         """The data exchange of an all-to-all with counts per pair, on a checked matrix
         (``exchange``: AlltoAllV's, whose counts the ranks exchanged; else AlltoAllVC's)."""
         key = ("alltoallv", algo, matrix, tuple(displs_out), tuple(displs_in), dtype, exchange)
@@ -1082,62 +975,16 @@ class Communicator:
             parts.append((kind, array, peer))
         if not parts:
             return self._done_work(what, []) if async_op else []
-        engine = self._engine
         self._issued += 1
-        device = self._rc.device
-        prepared = []
+        prepared, dtypes = [], []
         for kind, array, peer in parts:
             flat = np.ascontiguousarray(array).reshape(-1) if kind == "send" else array.reshape(-1)
             counters = self._p2p_sent if kind == "send" else self._p2p_received
             seq = P2P_SEQ_BIT | self._next_p2p(counters, peer)
-            call = self._p2p_call(kind, flat.size, array.dtype, peer)
-            prepared.append((call, flat, seq))
-        stream = self._streams.get("batch")
-        if stream is None:
-            stream = self._streams["batch"] = Stream(f"{self.name}:batch", device.clock)
+            prepared.append(Part(self._p2p_call(kind, flat.size, array.dtype, peer), flat, seq))
+            dtypes.append(array.dtype)
         results = [array for kind, array, _ in parts if kind == "recv"]
-        records = [self._rc.recorder.enter(CallRecord(self.name, seq & ~P2P_SEQ_BIT, call.collective, "batch", array.dtype.name,
-                                                      flat.size, call.nbytes, self._world_ranks, device.clock, time.monotonic()))
-                   for (call, flat, seq), (_, array, _) in zip(prepared, parts)]
-        ready = device.clock
-
-        work = Work(f"{what} ({len(parts)} items)", results, device, blocking=not async_op)
-
-        def start() -> BatchRun:
-            begin = work._start_clock = max(stream.clock, ready)
-            runs = [engine.call_run(dataclasses.replace(call.ctx, seq=seq), call.schedule, (flat, flat, None), None,
-                                    call.costs, Stream("batch", begin), device, blocking=not async_op)
-                    for call, flat, seq in prepared]
-            return BatchRun(runs)
-
-        def finish(run, error) -> float:
-            end = run.end_clock if run is not None else stream.clock
-            stream.clock = max(stream.clock, end)
-            for record in records:
-                if error is not None:
-                    self._rc.recorder.fail(record, error, end, time.monotonic())
-                else:
-                    self._rc.recorder.complete(record, end, time.monotonic())
-            if error is not None and "refused_by" in error.fields:
-                # A peer refused one item: the others fail with it on both sides, the communicator stays usable.
-                for (call, _, seq), (kind, _, peer) in zip(prepared, parts):
-                    key = (seq | (RECV_SIDE_BIT if kind == "recv" else 0), self._world_ranks[peer])
-                    engine.refuse(self._id, key, [self._world_ranks[peer]], error, secondary=True)
-            elif error is not None:
-                self.abort(f"{what} failed: {error.message}")
-            return end
-
-        if not async_op and engine.inline():
-            run = start()
-            try:
-                engine.run(run)
-            except HcclError as err:
-                finish(run, err)
-                raise
-            work._finish(None, finish(run, None))
-            return work.wait()  # joins the streams as a queued blocking batch's does
-        engine.submit((self._id, "batch"), start, lambda run, error: work._finish(error, finish(run, error)))
-        return work if async_op else work.wait()
+        return self._issuer.issue_batch(what, prepared, dtypes, results, async_op)
 
     def _done_work(self, what: str, result) -> Work:
         work = Work(what, result, self._rc.device)
@@ -1152,7 +999,7 @@ class Communicator:
                             arg=name, value=peer, rule="self")
         return x, peer
 
-    def _p2p_call(self, kind: str, count: int, dtype: np.dtype, peer: int) -> "_Call":
+    def _p2p_call(self, kind: str, count: int, dtype: np.dtype, peer: int) -> Call:
         key = (kind, count, dtype, peer)
         call = self._calls.get(key)
         if call is None:
@@ -1163,7 +1010,7 @@ class Communicator:
                      if self._rc.modeled else None)
             schedule = p2p.send_schedule(count, peer) if sending else p2p.recv_schedule(count, peer)
             ctx = CallContext(self._id, self.name, 0, sig, self._world_ranks, self._rank, self._timeout_s)
-            call = self._remember(key, _Call(kind, "p2p", schedule, costs, None, count * dtype.itemsize, ctx, dtype.name))
+            call = self._remember(key, Call(kind, "p2p", schedule, costs, None, count * dtype.itemsize, ctx, dtype.name))
         return call
 
     @staticmethod

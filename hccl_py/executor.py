@@ -730,6 +730,21 @@ class Engine:
         with self._cv:  # sent when the thread that holds the communicators lets go (it may drive the transport now)
             self._outbox.append((comm_id, None, 0, tuple(peers), body))
 
+    def flush_later(self) -> None:
+        """Send what ``refuse``/``abort_everywhere`` queued, on the thread that drives the transport."""
+        if self._outbox:
+            self.defer(self.flush_outbox)
+
+    def idle(self) -> bool:
+        """No asynchronous call outstanding and the progress thread away from the transport."""
+        return not self._outstanding and not self._driving
+
+    def drain(self) -> None:
+        """Wait until no asynchronous call is outstanding."""
+        with self._cv:
+            while self._outstanding:
+                self._cv.wait(0.1)
+
     def flush_outbox(self) -> None:
         """Send the refusals queued by ``refuse``; on the thread that drives the transport."""
         with self._cv:
