@@ -3,10 +3,10 @@
 The supervisor hosts the rendezvous store (HCCL_PY_STORE_ADDR/PORT; MASTER_ADDR/MASTER_PORT name a
 free port left to torch's ``env://`` rendezvous, so torch scripts run too), starts each rank (forked from
 this warm launcher, ``launch/fork.py``, or exec'd with ``--start exec``) in its own session (so a terminal's
-Ctrl-C reaches only the launcher, which decides what the ranks get), tees every rank's output
-line by line with a ``[rank] `` prefix, and polls for exits. The first rank to fail is the root
-cause: the others get SIGTERM, then SIGKILL after the grace, and the launcher exits with the
-failing rank's status. Ranks carry PR_SET_PDEATHSIG=SIGKILL, so they die even if the launcher is
+Ctrl-C reaches only the launcher, which decides what the ranks get), relays every rank's output
+line by line with a ``[rank] `` prefix (launch/relay.py), and polls for exits. The first rank to
+fail is the root cause: the others get SIGTERM, then SIGKILL after the grace, and the launcher
+exits with the failing rank's status. Ranks carry PR_SET_PDEATHSIG=SIGKILL, so they die even if the launcher is
 SIGKILLed, and whatever a rank started (children, grandchildren, other process groups) stays in the
 rank's session: the launcher kills that session when the rank exits, and a watchdog process
 (launch/_watchdog.py) kills it when the launcher dies, however it dies. Nothing a job started
@@ -47,6 +47,7 @@ from .proc import (free_port, new_job_id, new_job_secret, pdeathsig_preexec, ran
 from ._watchdog import Watchdog, start_time, supported
 from .config import LaunchConfig
 from .diagnosis import diagnose, format_diagnosis, load_dumps
+from .relay import Sink, relay
 from .report import RankOutcome, format_failure, format_stopped
 
 POLL_INTERVAL_S = 0.05  # how often exits are checked: a crash is noticed within ~50 ms
@@ -63,9 +64,8 @@ class _Rank:
     popen: subprocess.Popen[bytes] | fork.ForkedProcess
     tail: collections.deque[str] = field(default_factory=lambda: collections.deque(maxlen=STDERR_TAIL_LINES))
     readers: list[threading.Thread] = field(default_factory=list)
-    log: BinaryIO | None = None
+    log: Sink | None = None
     log_path: Path | None = None
-    log_lock: threading.Lock = field(default_factory=threading.Lock)
     returncode: int | None = None
     exit_time: float | None = None
     stopped_by: int | None = None
@@ -74,22 +74,6 @@ class _Rank:
     def outcome(self) -> RankOutcome:
         return RankOutcome(self.rank, self.popen.pid, self.returncode, self.exit_time, self.stopped_by,
                            tuple(self.tail), self.log_path)
-
-
-class _Tee:
-    """Writes whole lines to one of the launcher's streams; the lock keeps lines unbroken."""
-
-    def __init__(self, stream: BinaryIO):
-        self.stream = stream
-        self.lock = threading.Lock()
-
-    def write_line(self, line: bytes) -> None:
-        with self.lock:
-            try:
-                self.stream.write(line)
-                self.stream.flush()
-            except (BrokenPipeError, ValueError):
-                pass  # our reader went away (e.g. `| head`); keep draining so ranks never block
 
 
 class Supervisor:
@@ -103,8 +87,8 @@ class Supervisor:
         self.config = config
         self.job_id = new_job_id()
         self.job_secret = self._secret()
-        self._out = _Tee(stdout if stdout is not None else sys.stdout.buffer)
-        self._err = _Tee(stderr if stderr is not None else sys.stderr.buffer)
+        self._out = Sink(stdout if stdout is not None else sys.stdout.buffer)
+        self._err = Sink(stderr if stderr is not None else sys.stderr.buffer)
         self._ranks: list[_Rank] = []
         self._store: StoreServer | None = None
         self.torch_port: int | None = None  # MASTER_PORT of the ranks: left free for torch's env:// rendezvous
@@ -271,11 +255,11 @@ class Supervisor:
             rank = _Rank(r, popen, start_time=start_time(popen.pid))
             if cfg.log_dir is not None:
                 rank.log_path = cfg.log_dir / f"rank_{r}.log"
-                rank.log = open(rank.log_path, "wb")
+                rank.log = Sink(open(rank.log_path, "wb"))
             self._ranks.append(rank)
             assert popen.stdout is not None and popen.stderr is not None
-            for pipe, tee, keep_tail in ((popen.stdout, self._out, False), (popen.stderr, self._err, True)):
-                reader = threading.Thread(target=self._pump, args=(rank, pipe, tee, keep_tail),
+            for pipe, sink, keep_tail in ((popen.stdout, self._out, False), (popen.stderr, self._err, True)):
+                reader = threading.Thread(target=self._pump, args=(rank, pipe, sink, keep_tail),
                                           name=f"hccl-launch-tee-{r}", daemon=True)
                 reader.start()
                 rank.readers.append(reader)
@@ -290,19 +274,12 @@ class Supervisor:
                 pass
         self._waiting = []
 
-    def _pump(self, rank: _Rank, pipe: BinaryIO, tee: _Tee, keep_tail: bool) -> None:
-        prefix = f"[{rank.rank}] ".encode()
+    def _pump(self, rank: _Rank, pipe: BinaryIO, sink: Sink, keep_tail: bool) -> None:
+        """Relay one of the rank's pipes until EOF (launch/relay.py): to ``sink`` with the
+        ``[rank] `` prefix, to the rank's log unprefixed, its last lines to the report's tail."""
+        sinks = [(sink, f"[{rank.rank}] ".encode())] + ([(rank.log, b"")] if rank.log is not None else [])
         with pipe:
-            for line in iter(pipe.readline, b""):
-                if not line.endswith(b"\n"):
-                    line += b"\n"  # last line without newline: still print it whole
-                tee.write_line(prefix + line)
-                if keep_tail:
-                    rank.tail.append(line.decode(errors="replace").rstrip("\n"))
-                if rank.log is not None:
-                    with rank.log_lock:
-                        rank.log.write(line)
-                        rank.log.flush()
+            relay(pipe.fileno(), sinks, rank.tail if keep_tail else None)
 
     # -- supervise ---------------------------------------------------------------------------
 
@@ -405,9 +382,8 @@ class Supervisor:
             for reader in rank.readers:
                 reader.join(max(0.0, deadline - time.monotonic()))
             if rank.log is not None and not any(t.is_alive() for t in rank.readers):
-                with rank.log_lock:
-                    rank.log.close()
-                    rank.log = None
+                rank.log.close()
+                rank.log = None
 
     def _nap(self) -> None:
         # A signal (a Ctrl-C, a rank's exit) writes to _wake_w, so it is acted on at once.
@@ -432,7 +408,7 @@ class Supervisor:
             self._report(f"hccl-launch: diagnosis written to {path}")
 
     def _report(self, text: str) -> None:
-        self._err.write_line(("\n" + text + "\n").encode())
+        self._err.write(self, b"", ("\n" + text + "\n").encode())
 
     # -- signals -----------------------------------------------------------------------------
 
