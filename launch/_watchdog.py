@@ -16,6 +16,11 @@ the launcher ended, normally or by any signal, SIGKILL included -- the watchdog 
 process whose session id is a registered rank's, again and again until none is left (a dying
 process may have forked), then exits. ``starttime`` (field 22 of /proc/<pid>/stat) guards
 against pid reuse: a session whose leader pid now belongs to a younger process is not the job's.
+The launcher also names its mark in the job's socket directory (``d<path>``, see
+``hccl_py/transport/rundir.py``): once the ranks are gone, the watchdog removes the sockets there
+that nobody listens on (SIGKILLed ranks leave theirs), the mark, and the directory if it is empty,
+as ``rundir.remove_job`` does at a normal end. If the watchdog dies with the launcher, the next
+launcher's ``rundir.sweep_abandoned`` does it.
 
 Limit: a descendant that calls ``setsid()`` (a daemon) leaves the session and is not found.
 
@@ -28,6 +33,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -106,6 +112,44 @@ def kill_sessions(sessions: Mapping[int, int | None], patience_s: float = KILL_P
         time.sleep(_RESCAN_S)
 
 
+def remove_job_files(mark: bytes | str) -> None:
+    """The launcher that wrote ``mark`` is gone and its ranks with it: remove the mark, the
+    sockets of its job directory that nobody listens on, and the directory if it is then empty
+    (``rundir.remove_job``'s clean-up, here without importing hccl_py). A socket that still
+    listens (another launcher's rank of the same job) stays."""
+    folder = os.path.dirname(mark)
+    try:
+        os.unlink(mark)
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        path = os.path.join(folder, name)
+        try:
+            if stat.S_ISSOCK(os.lstat(path).st_mode) and not _listening(path):
+                os.unlink(path)
+        except OSError:
+            pass
+    try:
+        os.rmdir(folder)
+    except OSError:
+        pass
+
+
+def _listening(path: bytes | str) -> bool:
+    """Whether a live datagram socket is bound at ``path`` (a dead process's refuses)."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        probe.connect(path)
+        return True
+    except (ConnectionRefusedError, FileNotFoundError):
+        return False
+    except OSError:
+        return True  # cannot tell: leave it alone
+    finally:
+        probe.close()
+
+
 def supported() -> bool:
     """Sessions can be scanned here (Linux /proc)."""
     return os.path.isdir("/proc/self") and os.path.exists("/proc/self/stat")
@@ -164,6 +208,13 @@ class Watchdog:
         of the launcher's end, so the watchdog's EOF still means "the launcher is gone"."""
         self._sock.close()
 
+    def remove_at_end(self, mark: str) -> None:
+        """When the launcher ends, however it ends, and the ranks are gone: remove the dead sockets
+        of the job directory holding the launcher's ``mark`` (``rundir.claim_job``), the mark, and
+        the directory if that leaves it empty."""
+        if "\n" not in mark:
+            _send(self._sock, b"d" + os.fsencode(mark) + b"\n")
+
     def forget(self, pid: int) -> None:
         """This rank's session has been cleaned up: never sweep its pid (it may be reused)."""
         _send(self._sock, f"-{pid}\n".encode())
@@ -207,6 +258,7 @@ def main() -> int:
     for signum in (signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
         signal.signal(signum, signal.SIG_IGN)
     sessions: dict[int, int | None] = {}
+    marks: list[bytes] = []  # the launcher's marks in job socket directories (remove_at_end)
     pending = b""
     while True:
         try:
@@ -226,9 +278,13 @@ def main() -> int:
                     sessions[int(pid)] = int(start) or None
                 elif line.startswith(b"-"):
                     sessions.pop(int(line[1:]), None)
+                elif line.startswith(b"d"):
+                    marks.append(line[1:])
             except ValueError:
                 continue  # a torn line cannot happen on one socket; ignore rather than die
     survivors = kill_sessions(sessions)
+    for mark in marks:
+        remove_job_files(mark)
     if survivors:
         try:
             print(f"hccl-launch watchdog: processes {survivors} of the job's ranks survived SIGKILL "

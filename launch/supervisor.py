@@ -139,6 +139,12 @@ class Supervisor:
                 self.job_id = self._join_node0()
             if self._signals:
                 return self._interrupted(self._signals[0])
+            # Before any rank binds a socket: the job's directory names this launcher, so the
+            # watchdog, or else the next launcher, cleans it up if this one is SIGKILLed.
+            mark = rundir.claim_job(self.job_id)
+            if mark is not None and self._watchdog is not None:
+                self._watchdog.remove_at_end(mark)
+            rundir.sweep_abandoned(keep=self.job_id)  # jobs whose launcher (and watchdog) were killed
             self._start_ranks(port)
             return self._supervise()
         finally:

@@ -8,6 +8,7 @@ Layout::
         secret                      0600: the per-user store secret (store.py)
         <job>/                      0700: one directory per job id
             g<gen>[.<host>].<rank>.<pid>    a rank's datagram socket (generation, host tag, local rank, pid)
+            launcher.<pid>                  the launcher running the job here (boot id, pid namespace, start time)
 
 The kernel checks the directories' permissions on every ``connect``/``sendto`` by path, so
 other users get EACCES before a byte arrives; nothing is checked per message (a connected
@@ -16,7 +17,10 @@ datagram socket keeps its peer). Root passes any permission check, as everywhere
 Clean-up: a rank unlinks its own socket on close and tries to remove the job directory;
 hccl-launch and ``launch.spawn`` call :func:`remove_job` when the job ends (sockets of ranks
 that were SIGKILLed refuse connections, so they are recognised as dead); a rank 0 started
-without a launcher calls :func:`sweep_stale` at init for the directories of dead jobs.
+without a launcher calls :func:`sweep_stale` at init for the directories of dead jobs. A launcher
+that is SIGKILLed cleans up nothing, so each launcher marks its job's directory with
+:func:`claim_job`, and the next one's :func:`sweep_abandoned` removes the dead sockets of every
+job whose launchers are all gone (by pid and start time).
 
 Example::
 
@@ -43,6 +47,7 @@ UNIX_PATH_MAX = 107  # sun_path is 108 bytes, one for the terminating NUL
 BASE_MAX = 64  # longest user dir taken from XDG_RUNTIME_DIR; longer ones fall back to /tmp
 STALE_AGE_S = 10.0  # a job directory untouched this long whose sockets all refuse is a dead job's
 _SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,23}")
+LAUNCHER_MARK = "launcher."  # <job>/launcher.<pid>: a launcher of the job (see claim_job)
 
 
 def user_dir(create: bool = True) -> str:
@@ -194,7 +199,8 @@ def _unlink(path: str) -> None:
 
 
 def _dead_sockets(path: str) -> list[str] | None:
-    """The entries of a job directory if every one is a socket nobody listens on, else None."""
+    """The entries of a job directory if every one is a socket nobody listens on or the mark of
+    a launcher that is gone, else None."""
     try:
         names = os.listdir(path)
     except OSError:
@@ -206,7 +212,10 @@ def _dead_sockets(path: str) -> list[str] | None:
             mode = os.lstat(entry).st_mode
         except OSError:
             continue
-        if not stat.S_ISSOCK(mode) or listening(entry):
+        if name.startswith(LAUNCHER_MARK) and stat.S_ISREG(mode):
+            if _launcher_alive(entry) is not False:
+                return None
+        elif not stat.S_ISSOCK(mode) or listening(entry):
             return None
         dead.append(entry)
     return dead
@@ -222,14 +231,16 @@ def _ours(path: str) -> bool:
 
 def remove_job(job_id: str) -> None:
     """When a job has ended (hccl-launch, ``launch.spawn``): remove the sockets of its ranks
-    that are gone (SIGKILLed ranks leave theirs) and the job directory once it is empty. Live
-    sockets stay: another launcher's ranks of the same job may still run on this host."""
+    that are gone (SIGKILLed ranks leave theirs), this process's launcher mark, and the job
+    directory once it is empty. Live sockets stay: another launcher's ranks of the same job may
+    still run on this host."""
     try:
         path = os.path.join(user_dir(create=False), job_dir_name(job_id))
     except HcclSyscallError:
         return
     if not _ours(path):
         return
+    _unlink(os.path.join(path, f"{LAUNCHER_MARK}{os.getpid()}"))
     try:
         names = os.listdir(path)
     except OSError:
@@ -245,6 +256,121 @@ def remove_job(job_id: str) -> None:
         os.rmdir(path)
     except OSError:
         pass
+
+
+def claim_job(job_id: str) -> str | None:
+    """A launcher (this process) marks job ``job_id``'s directory as run by it, before any rank
+    binds there: ``<job>/launcher.<pid>`` holding this process's boot id, pid namespace and start
+    time. :func:`remove_job` removes the mark; if the launcher is killed first, the next launcher's
+    :func:`sweep_abandoned` finds the job dead by it. The mark's path, or ``None`` if the run
+    directory cannot be used (the ranks report that themselves)."""
+    try:
+        path = job_dir(job_id, create=True)
+    except HcclSyscallError:
+        return None
+    mark = os.path.join(path, f"{LAUNCHER_MARK}{os.getpid()}")
+    try:
+        fd = os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        try:
+            os.write(fd, _identity("self").encode())
+        finally:
+            os.close(fd)
+    except OSError:
+        return None
+    return mark
+
+
+def sweep_abandoned(keep: str | None = None) -> list[str]:
+    """Called by a launcher as it starts: for every job directory marked by launchers
+    (:func:`claim_job`) that are all gone, remove its sockets nobody listens on, the marks, and
+    the directory; the directories removed. Jobs with a live launcher, or one this process
+    cannot judge (another pid namespace), are left alone, as is job ``keep``; a socket some
+    process still listens on is never removed."""
+    try:
+        base = user_dir(create=False)
+        names = os.listdir(base)
+    except (HcclSyscallError, OSError):
+        return []
+    skip = job_dir_name(keep) if keep is not None else None
+    removed = []
+    for name in names:
+        path = os.path.join(base, name)
+        if name == skip or not _ours(path):
+            continue
+        try:
+            entries = os.listdir(path)
+        except OSError:
+            continue
+        marks = [e for e in entries if e.startswith(LAUNCHER_MARK)]
+        if not marks or any(_launcher_alive(os.path.join(path, m)) is not False for m in marks):
+            continue
+        left = []
+        for entry in entries:
+            full = os.path.join(path, entry)
+            try:
+                if stat.S_ISSOCK(os.lstat(full).st_mode) and not listening(full):
+                    _unlink(full)
+                elif entry not in marks:
+                    left.append(entry)
+            except OSError:
+                pass
+        if left:
+            continue  # a socket still listens (its rank is dying?): the marks stay, a later sweep ends it
+        for mark in marks:
+            _unlink(os.path.join(path, mark))
+        try:
+            os.rmdir(path)
+            removed.append(path)
+        except OSError:
+            pass
+    return removed
+
+
+def _identity(pid: int | str) -> str:
+    """``"<boot id> <pid namespace> <start time>"`` of a process (``""`` for a part not known):
+    with the pid, it names one process for good."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+    except OSError:
+        boot = ""
+    try:
+        namespace = os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        namespace = ""
+    state = _state_and_start(pid)
+    return f"{boot} {namespace} {state[1] if state else ''}"
+
+
+def _state_and_start(pid: int | str) -> tuple[str, str] | None:
+    """(state letter, start time in clock ticks since boot) from /proc/<pid>/stat; None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()  # the command name may hold spaces and ')'
+        return fields[0].decode(), fields[19].decode()  # fields 3 and 22
+    except (OSError, IndexError):
+        return None
+
+
+def _launcher_alive(mark: str) -> bool | None:
+    """Whether the launcher that wrote ``mark`` still runs: False if it is gone (a zombie, its pid
+    reused, or the machine rebooted since), True if it runs, None if this process cannot tell
+    (another pid namespace, or a mark it cannot read)."""
+    try:
+        pid = int(os.path.basename(mark)[len(LAUNCHER_MARK):])
+        with open(mark) as f:
+            boot, namespace, start = (f.read().split(" ") + ["", "", ""])[:3]
+    except (OSError, ValueError):
+        return None
+    my_boot, my_namespace, _ = _identity("self").split(" ")
+    if boot and my_boot and boot != my_boot:
+        return False  # written before this boot
+    if not namespace or namespace != my_namespace:
+        return None  # its pids are not ours to look up
+    now = _state_and_start(pid)
+    if now is None or now[0] in ("Z", "X"):
+        return False
+    return not start.strip() or now[1] == start.strip()
 
 
 def sweep_stale(keep: str | None = None) -> list[str]:
