@@ -111,15 +111,25 @@ def _raw(environ: Mapping[str, str], name: str) -> str | None:
     return None if raw is None or raw.strip() == "" else raw.strip()
 
 
+def _refuse_blank(name: str, give: str, default: str, environ: Mapping[str, str] | None, **fields: object) -> None:
+    """A setting that is set but empty (``HCCL_EXEC_TIMEOUT=``) is an error, not the default: it is
+    most often a variable meant to hold a value that did not (``HCCL_EXEC_TIMEOUT=$T``)."""
+    raw = (os.environ if environ is None else environ).get(name)
+    if raw is not None:
+        raise HcclParamError(f"{name} is set but empty: give {give}, or unset it for the default ({default})",
+                             variable=name, value=raw, **fields)
+
+
 def number(name: str, default: float, *, low: float, high: float, low_open: bool = False, unit: str = "",
            environ: Mapping[str, str] | None = None) -> float:
     """``name`` as a finite number in ``[low, high]`` (``(low, high]`` with ``low_open``), or
     ``default`` when unset; HcclParamError naming the variable and the accepted range otherwise
-    (``nan``, ``inf`` and words included)."""
+    (``nan``, ``inf``, words and an empty value included)."""
     raw = _raw(os.environ if environ is None else environ, name)
-    if raw is None:
-        return default
     accepted = f"{'(' if low_open else '['}{low:.10g}, {high:.10g}]{(' ' + unit) if unit else ''}"
+    if raw is None:
+        _refuse_blank(name, f"a number in {accepted}", f"{default:.10g}", environ, rule="range", expected=accepted)
+        return default
     try:
         value = float(raw)
     except ValueError:
@@ -147,9 +157,11 @@ def integer(name: str, *, low: int, high: int, environ: Mapping[str, str] | None
 
 
 def flag(name: str, default: bool, environ: Mapping[str, str] | None = None) -> bool:
-    """``name`` as "0" (off) or "1" (on); HcclParamError for anything else."""
+    """``name`` as "0" (off) or "1" (on), ``default`` when unset; HcclParamError for anything
+    else (an empty value included)."""
     raw = _raw(os.environ if environ is None else environ, name)
     if raw is None:
+        _refuse_blank(name, "0 (off) or 1 (on)", str(int(default)), environ, rule="choices", choices=["0", "1"])
         return default
     if raw not in ("0", "1"):
         raise HcclParamError(f"{name}={raw!r} is not accepted: give 0 (off) or 1 (on), or unset it (default {int(default)})",

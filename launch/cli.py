@@ -19,12 +19,15 @@ node 0's launcher hosts the store, and ranks use shared memory within a host and
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from hccl_py import env
-from hccl_py.errors import HcclError
+from hccl_py.errors import HcclError, HcclParamError
+from hccl_py.faults import check_ranks, parse_faults
 
 from topology import RankTable, Topology, TopologyError
 
@@ -88,15 +91,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def parse_args(argv: Sequence[str] | None = None) -> LaunchConfig:
+def parse_args(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> LaunchConfig:
     """Turn hccl-launch's command line into a :class:`LaunchConfig` (exits 2 on bad usage).
+
+    What a flag leaves unset is taken from the variable the ranks would read in ``environ``
+    (default ``os.environ``): HCCL_PY_TOPOLOGY, RANK_TABLE_FILE, HCCL_PY_FIGURES, HCCL_PY_FAULTS
+    and HCCL_PY_TRACE_DIR, so the launcher checks, describes and merges what the ranks use.
 
     Example: ``parse_args(["-n", "2", "infer.py", "--batch", "8"]).args == ("--batch", "8")``.
     """
     parser = build_parser()
     ns = parser.parse_args(argv)
+    environ = os.environ if environ is None else environ
     if not ns.is_module and not Path(ns.target).is_file():
         parser.error(f"script {ns.target!r} not found (use -m for a module)")
+    faults = tuple(ns.fault)
+    if not faults:
+        faults = _env_faults(parser, environ, ns.nproc * ns.nnodes)
     try:
         return LaunchConfig(
             nproc=ns.nproc,
@@ -108,11 +119,11 @@ def parse_args(argv: Sequence[str] | None = None) -> LaunchConfig:
             timeout_s=ns.timeout,
             master_addr=ns.master_addr,
             master_port=ns.master_port,
-            topology=ns.topology,
-            rank_table=ns.rank_table,
-            trace_dir=ns.trace,
-            figures=ns.figures,
-            faults=tuple(ns.fault),
+            topology=ns.topology if ns.topology is not None else _env_value(environ, env.HCCL_PY_TOPOLOGY),
+            rank_table=ns.rank_table if ns.rank_table is not None else _env_path(environ, env.RANK_TABLE_FILE),
+            trace_dir=ns.trace if ns.trace is not None else _env_path(environ, env.HCCL_PY_TRACE_DIR),
+            figures=ns.figures if ns.figures is not None else _env_path(environ, env.HCCL_PY_FIGURES),
+            faults=faults,
             nnodes=ns.nnodes,
             node_rank=ns.node_rank,
             npu=ns.npu,
@@ -121,6 +132,51 @@ def parse_args(argv: Sequence[str] | None = None) -> LaunchConfig:
     except ValueError as err:
         parser.error(str(err))
         raise  # unreachable: parser.error exits
+
+
+def _env_value(environ: Mapping[str, str], name: str) -> str | None:
+    value = environ.get(name, "").strip()
+    return value or None  # blank: unset, as the ranks read it
+
+
+def _env_path(environ: Mapping[str, str], name: str) -> Path | None:
+    value = _env_value(environ, name)
+    return None if value is None else Path(value)
+
+
+def _env_faults(parser: argparse.ArgumentParser, environ: Mapping[str, str], world_size: int) -> tuple[str, ...]:
+    """HCCL_PY_FAULTS's specs (when no --fault is given), checked as the ranks would parse them."""
+    text = environ.get(env.HCCL_PY_FAULTS)
+    try:
+        check_ranks(parse_faults(text), max(world_size, 1))
+    except HcclParamError as err:
+        parser.error(f"{env.HCCL_PY_FAULTS}={text!r}: {err.message}")
+    return tuple(spec.strip() for spec in (text or "").split(";") if spec.strip())
+
+
+def _from_environment(config: LaunchConfig, *names: str) -> str:
+    """`` (from the environment: NAME='value')`` for those of ``names`` the config took from the
+    environment (see :func:`parse_args`), to say where a refused value came from."""
+    taken = {env.HCCL_PY_TOPOLOGY: config.topology, env.RANK_TABLE_FILE: config.rank_table,
+             env.HCCL_PY_FIGURES: config.figures, env.HCCL_PY_TRACE_DIR: config.trace_dir}
+    found = [f"{name}={os.environ[name]!r}" for name in names
+             if taken[name] is not None and _env_value(os.environ, name) == str(taken[name])]
+    return f" (from the environment: {', '.join(found)})" if found else ""
+
+
+def check_trace_dir(config: LaunchConfig) -> None:
+    """Make the trace folder (``--trace`` or HCCL_PY_TRACE_DIR) and check that files can be
+    written there, before any rank starts; HcclParamError saying why not."""
+    if config.trace_dir is None:
+        return
+    try:
+        config.trace_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=config.trace_dir):
+            pass
+    except OSError as err:
+        raise HcclParamError(f"trace folder {config.trace_dir}: cannot write the ranks' traces there: "
+                             f"{err.strerror or err}" + (f" ({err.filename})" if err.filename else ""),
+                             arg="--trace", value=str(config.trace_dir), errno=err.errno) from None
 
 
 def describe_cluster(config: LaunchConfig) -> str:
@@ -166,7 +222,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             print(f"hccl-launch: {config.nproc} ranks on {describe_cluster(config)}", file=sys.stderr, flush=True)
     except TopologyError as err:
-        print(f"hccl-launch: {err}", file=sys.stderr)
+        origin = _from_environment(config, env.HCCL_PY_TOPOLOGY, env.RANK_TABLE_FILE, env.HCCL_PY_FIGURES)
+        print(f"hccl-launch: {err}{origin}", file=sys.stderr)
+        return 2
+    try:
+        check_trace_dir(config)  # last: a job refused for another reason leaves no folder behind
+    except HcclError as err:
+        print(f"hccl-launch: {err}{_from_environment(config, env.HCCL_PY_TRACE_DIR)}", file=sys.stderr)
         return 2
     try:
         return Supervisor(config).run()

@@ -13,6 +13,7 @@ Several hosts form one job when each runs a launcher with the same ``nnodes``, i
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import threading
@@ -36,7 +37,8 @@ class LaunchConfig:
 
     ``target`` is a script path, or a module name when ``is_module`` (``python -m target``).
     ``master_port`` 0 picks a free port for the rendezvous store. ``timeout_s`` ``None`` means no
-    wall-clock limit for the whole job; ``grace_s`` is the SIGTERM/SIGINT -> SIGKILL grace.
+    wall-clock limit for the whole job (any other value is finite and > 0); ``grace_s`` is the
+    SIGTERM/SIGINT -> SIGKILL grace.
     """
 
     nproc: int
@@ -62,10 +64,11 @@ class LaunchConfig:
     def __post_init__(self) -> None:
         if self.nproc < 1:
             raise ValueError(f"nproc must be >= 1, got {self.nproc}")
-        if self.grace_s < 0:
-            raise ValueError(f"grace must be >= 0 seconds, got {self.grace_s}")
-        if self.timeout_s is not None and self.timeout_s <= 0:
-            raise ValueError(f"timeout must be > 0 seconds, got {self.timeout_s}")
+        if not (math.isfinite(self.grace_s) and self.grace_s >= 0):
+            raise ValueError(f"grace must be a finite number of seconds >= 0, got {self.grace_s}")
+        if self.timeout_s is not None and not (math.isfinite(self.timeout_s) and self.timeout_s > 0):
+            raise ValueError(f"timeout must be a finite number of seconds > 0, got {self.timeout_s} "
+                             "(for no wall-clock limit, leave --timeout out)")
         if not 0 <= self.master_port <= 65535:
             raise ValueError(f"master port must be in 0..65535, got {self.master_port}")
         if self.nnodes < 1:
