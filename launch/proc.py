@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from hccl_py import env
+from hccl_py.transport.tcp import address_family, unbracketed
 
 if TYPE_CHECKING:
     from ._watchdog import Watchdog
@@ -89,9 +90,10 @@ def new_job_secret() -> str:
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port on ``host`` that was free a moment ago: what hccl-launch and ``launch.spawn``
-    leave to torch as MASTER_PORT (torch's rank 0 binds it for its ``env://`` rendezvous)."""
-    with socket.socket() as s:
-        s.bind((host, 0))
+    leave to torch as MASTER_PORT (torch's rank 0 binds it for its ``env://`` rendezvous);
+    ``host`` may be an IPv6 address (``::1``)."""
+    with socket.socket(address_family(host)) as s:
+        s.bind((unbracketed(host), 0))
         return s.getsockname()[1]
 
 

@@ -51,15 +51,32 @@ _EMPTY = memoryview(b"")
 
 def advertised_address(master_addr: str, master_port: int, if_ip: str | None) -> str:
     """The address peers reach this rank on: ``HCCL_IF_IP`` if set, else the local address of the
-    route to the rendezvous store (127.0.0.1 when the store is on loopback)."""
+    route to the rendezvous store (127.0.0.1 when the store is on loopback, ::1 on IPv6's; the
+    store's host may be given bracketed, ``[::1]``)."""
     if if_ip:
         return if_ip
+    host = unbracketed(master_addr)
     try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-            probe.connect((master_addr, master_port or 9))  # UDP connect: picks a route, sends nothing
+        with socket.socket(address_family(host), socket.SOCK_DGRAM) as probe:
+            probe.connect((host, master_port or 9))  # UDP connect: picks a route, sends nothing
             return probe.getsockname()[0]
     except OSError:
         return socket.gethostbyname(socket.gethostname())
+
+
+def unbracketed(host: str) -> str:
+    """``[::1]`` (an IPv6 address as URLs write it) -> ``::1``; anything else as it is."""
+    return host[1:-1] if host.startswith("[") and host.endswith("]") else host
+
+
+def address_family(host: str) -> socket.AddressFamily:
+    """AF_INET6 for an IPv6 address (or a name that resolves only to one), else AF_INET."""
+    try:
+        infos = socket.getaddrinfo(unbracketed(host), None, type=socket.SOCK_STREAM)
+    except OSError:
+        return socket.AF_INET6 if ":" in host else socket.AF_INET
+    families = [info[0] for info in infos]
+    return socket.AF_INET if socket.AF_INET in families or not families else families[0]
 
 
 class _Reader:
@@ -84,7 +101,8 @@ class TcpTransport:
         self.slots, self.slice_bytes = slice_layout(world_size, buffsize_bytes)
         self._peers = list(peers)
         self._local_pids = dict(local_pids or {})  # peers on this host: their pid tells if they live
-        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        host = unbracketed(host)
+        self._listener = socket.socket(address_family(host), socket.SOCK_STREAM)
         try:
             self._listener.bind((host, 0))
             self._listener.listen(max(len(self._peers), 16))
