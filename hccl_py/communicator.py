@@ -328,6 +328,32 @@ class Communicator:
             key = (P2P_SEQ_BIT | number | (RECV_SIDE_BIT if kind == "recv" else 0), self._world_ranks[peer])
             engine.refuse(self._id, key, [self._world_ranks[peer]], err, secondary=secondary)
 
+    def refuse(self, error: HcclError, *, send_to: int | None = None, recv_from: int | None = None) -> None:
+        """Refuse this rank's next call on every rank that takes part, with ``error``: for an
+        adapter that checks arguments of its own before it calls the communicator (torch's
+        process group). As a refusal of the communicator's own, it spends the call's number (the
+        next collective's; with ``send_to``/``recv_from`` the next send to / receive from that
+        rank) and the other ranks' matching call fails with ``error``; the communicator stays
+        usable. The caller raises ``error`` itself::
+
+            except HcclParamError as err:
+                comm.refuse(err)
+                raise
+        """
+        held = self._issuer.hold("refuse", self._seq + 1)
+        if held is False:
+            raise self._collision("refuse", threading.get_ident())
+        try:
+            if send_to is not None:
+                self._refuse("send", (None, send_to), {}, error)
+            elif recv_from is not None:
+                self._refuse("recv", (None, recv_from), {}, error)
+            else:
+                self._refuse("collective", (), {}, error)
+        finally:
+            if held:
+                self._issuer.release()
+
     def _collision(self, name: str, me: int) -> HcclParamError:
         """A second thread called while this rank's communicators are in use: the ranks cannot agree
         which thread's call comes first, so this communicator is aborted on every rank."""

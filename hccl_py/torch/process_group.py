@@ -106,12 +106,11 @@ def _divide(t: torch.Tensor, n: int) -> None:
             torch.div(t, n, rounding_mode="trunc", out=t)
 
 
-def _one(tensors: list, what: str) -> torch.Tensor:
-    """The one tensor of torch's list argument (one device per process)."""
+def _single(tensors: list, what: str) -> torch.Tensor:
+    """The one tensor of torch's list argument (one device per process); HcclParamError else."""
     if len(tensors) != 1:
-        raise backend_error(HcclParamError(f"{what}: takes one tensor per call (one device per process), got "
-                                           f"{len(tensors)}", arg="tensors", value=len(tensors), rule="length",
-                                           expected=1), what)
+        raise HcclParamError(f"{what}: takes one tensor per call (one device per process), got {len(tensors)}",
+                             arg="tensors", value=len(tensors), rule="length", expected=1)
     return tensors[0]
 
 
@@ -319,6 +318,9 @@ class HcclProcessGroup(dist.ProcessGroup):
             self._charge()
         try:
             issue, post, result = prep(what, *args)
+        except HcclError as err:
+            raise self._refused(err, what) from err
+        try:
             if not async_op:
                 issue(False)
                 if post is not None:
@@ -328,14 +330,37 @@ class HcclProcessGroup(dist.ProcessGroup):
         except HcclError as err:
             raise backend_error(err, what) from err
 
-    def _coalesced(self, what: str, opts, prep, calls, result: list):
+    def _one(self, tensors: list, what: str) -> torch.Tensor:
+        """The one tensor of a collective's list argument; a refusal on every rank else."""
+        try:
+            return _single(tensors, what)
+        except HcclError as err:
+            raise self._refused(err, what) from err
+
+    def _refused(self, err: HcclError, what: str, times: int = 1, **peer) -> Exception:
+        """This rank's own check refused a call before it reached the communicator: refuse it on
+        every rank that takes part (``Communicator.refuse``; ``peer``: ``send_to``/``recv_from``
+        for point to point; ``times``: the communicator calls it stands for), so theirs fails with
+        this error instead of waiting; the error to raise."""
+        try:
+            for _ in range(times):
+                self.comm.refuse(err, **peer)
+        except HcclError:
+            pass  # a second thread, or a closed communicator: nothing more to tell
+        return backend_error(err, what)
+
+    def _coalesced(self, what: str, opts, prep, calls, result: list, count: int):
         """Several calls of one kind as one torch call (``*_coalesced``): one Work for all.
         ``calls()`` gives each call's arguments for ``prep`` (it may refuse the whole call); every
-        call is checked and prepared before the first is issued, so a refusal moves no byte."""
+        call is checked and prepared before the first is issued, so a refusal moves no byte.
+        ``count``: how many calls the other ranks issue (one per input); a refusal spends as many."""
         if self._charge is not None:
             self._charge()
         try:
             prepared = [prep(what, *args) for args in calls()]
+        except HcclError as err:
+            raise self._refused(err, what, times=max(count, 1)) from err
+        try:
             posts = [post for _, post, _ in prepared if post is not None]
 
             def post_all():
@@ -371,7 +396,7 @@ class HcclProcessGroup(dist.ProcessGroup):
                     if found[1]:
                         t.div_(self.comm.size)
                     return DONE
-        return self._call("all_reduce", opts.asyncOp, self._allreduce, _one(tensors, "all_reduce"), opts.reduceOp)
+        return self._call("all_reduce", opts.asyncOp, self._allreduce, self._one(tensors, "all_reduce"), opts.reduceOp)
 
     def _reduced(self, t, red_op, what: str, keep: bool = True):
         """A reduction into ``t``: (its staging, hccl-py's op, what runs after the call: the result
@@ -405,11 +430,11 @@ class HcclProcessGroup(dist.ProcessGroup):
             _one_dtype(tensors, what, "tensors")
             return [(t, opts.reduceOp) for t in tensors]
 
-        return self._coalesced(what, opts, self._allreduce, calls, list(tensors))
+        return self._coalesced(what, opts, self._allreduce, calls, list(tensors), len(tensors))
 
     def broadcast(self, tensors, opts=None):
         opts = opts if opts is not None else dist.BroadcastOptions()
-        return self._call("broadcast", opts.asyncOp, self._broadcast, _one(tensors, "broadcast"), opts.rootRank)
+        return self._call("broadcast", opts.asyncOp, self._broadcast, self._one(tensors, "broadcast"), opts.rootRank)
 
     def _broadcast(self, what, t, root):
         staged = Staged(t, what)
@@ -419,7 +444,7 @@ class HcclProcessGroup(dist.ProcessGroup):
 
     def reduce(self, tensors, opts=None):
         opts = opts if opts is not None else dist.ReduceOptions()
-        return self._call("reduce", opts.asyncOp, self._reduce, _one(tensors, "reduce"), opts.rootRank, opts.reduceOp)
+        return self._call("reduce", opts.asyncOp, self._reduce, self._one(tensors, "reduce"), opts.rootRank, opts.reduceOp)
 
     def _reduce(self, what, t, root, red_op):
         staged, op, post = self._reduced(t, red_op, what, keep=self.comm.rank == root)
@@ -427,8 +452,8 @@ class HcclProcessGroup(dist.ProcessGroup):
 
     def allgather(self, output_tensors, input_tensors, opts=None):
         opts = opts if opts is not None else dist.AllgatherOptions()
-        return self._call("all_gather", opts.asyncOp, self._allgather, _one(output_tensors, "all_gather"),
-                          _one(input_tensors, "all_gather"))
+        return self._call("all_gather", opts.asyncOp, self._allgather, self._one(output_tensors, "all_gather"),
+                          self._one(input_tensors, "all_gather"))
 
     def _allgather(self, what, outs, t, arg="tensor_list"):
         same_device(outs, t, what, "all_gather")
@@ -494,7 +519,7 @@ class HcclProcessGroup(dist.ProcessGroup):
                     _pair(o, t, t.numel(), what, f"output_tensor_lists[{r}][{i}]", f"input_tensor_list[{i}]")
             return [([outs[i] for outs in output_lists], t, "output_tensor_lists") for i, t in enumerate(input_list)]
 
-        return self._coalesced(what, opts, self._allgather, calls, list(output_lists))
+        return self._coalesced(what, opts, self._allgather, calls, list(output_lists), len(input_list))
 
     def all_gather_single(self, output, input, opts=None):
         opts = opts if opts is not None else dist.AllgatherOptions()
@@ -516,19 +541,19 @@ class HcclProcessGroup(dist.ProcessGroup):
         return self._coalesced(what, opts, self._all_gather_single,
                                lambda: _pairs(outputs, inputs, lambda x: x.numel() * self.comm.size, what,
                                               ("outputs", "inputs")),
-                               list(outputs))
+                               list(outputs), len(inputs))
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced
 
     def gather(self, output_tensors, input_tensors, opts=None):
         opts = opts if opts is not None else dist.GatherOptions()
-        return self._call("gather", opts.asyncOp, self._gather, output_tensors, _one(input_tensors, "gather"), opts.rootRank)
+        return self._call("gather", opts.asyncOp, self._gather, output_tensors, self._one(input_tensors, "gather"), opts.rootRank)
 
     def _gather(self, what, output_tensors, t, root):
         x = contiguous_array(t, what)
         if self.comm.rank != root:
             return lambda a: self.comm.gather(x, root, async_op=a), None, output_tensors
-        outs = _one(output_tensors, what)
+        outs = _single(output_tensors, what)
         self._check_list(outs, t, what, "gather_list", outputs=True)
         buffer = torch.empty((self.comm.size, *t.shape), dtype=t.dtype, device=t.device)
 
@@ -541,22 +566,22 @@ class HcclProcessGroup(dist.ProcessGroup):
 
     def scatter(self, output_tensors, input_tensors, opts=None):
         opts = opts if opts is not None else dist.ScatterOptions()
-        return self._call("scatter", opts.asyncOp, self._scatter, _one(output_tensors, "scatter"), input_tensors,
+        return self._call("scatter", opts.asyncOp, self._scatter, self._one(output_tensors, "scatter"), input_tensors,
                           opts.rootRank)
 
     def _scatter(self, what, t, input_tensors, root):
         staged = Staged(t, what)
         x = None
         if self.comm.rank == root:
-            ins = _one(input_tensors, what)
+            ins = _single(input_tensors, what)
             self._check_list(ins, t, what, "scatter_list")
             x = as_array(torch.stack([i.detach() for i in ins]))
         return lambda a: self.comm.scatter(x, root, out=staged.array, async_op=a), staged.copy_back, [t]
 
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
         opts = opts if opts is not None else dist.ReduceScatterOptions()
-        return self._call("reduce_scatter", opts.asyncOp, self._reduce_scatter, _one(output_tensors, "reduce_scatter"),
-                          _one(input_tensors, "reduce_scatter"), opts.reduceOp)
+        return self._call("reduce_scatter", opts.asyncOp, self._reduce_scatter, self._one(output_tensors, "reduce_scatter"),
+                          self._one(input_tensors, "reduce_scatter"), opts.reduceOp)
 
     def _reduce_scatter(self, what, t, ins, red_op):
         same_device(ins, t, what, "reduce_scatter")
@@ -634,7 +659,7 @@ class HcclProcessGroup(dist.ProcessGroup):
             pairs = _pairs(inputs, outputs, lambda o: o.numel() * n, what, ("inputs", "outputs"))
             return [(o, i, red_op) for i, o in pairs]
 
-        return self._coalesced(what, opts, self._reduce_scatter_single, calls, list(outputs))
+        return self._coalesced(what, opts, self._reduce_scatter_single, calls, list(outputs), len(inputs))
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
@@ -695,10 +720,13 @@ class HcclProcessGroup(dist.ProcessGroup):
     def send(self, tensors, dstRank, tag=0):
         what = f"send to {dstRank}"
         try:
-            t = _one(tensors, what)
+            t = _single(tensors, what)
             if dstRank == self.comm.rank:
                 return self._loop.send(t, what)
             x = contiguous_array(t, what)
+        except HcclError as err:
+            raise self._refused(err, what, send_to=dstRank) from err
+        try:
             return HcclWork(what, [self.comm.send(x, dstRank, async_op=True)], list(tensors))
         except HcclError as err:
             raise backend_error(err, what) from err
@@ -706,10 +734,13 @@ class HcclProcessGroup(dist.ProcessGroup):
     def recv(self, tensors, srcRank, tag=0):
         what = f"recv from {srcRank}"
         try:
-            t = _one(tensors, what)
+            t = _single(tensors, what)
             if srcRank == self.comm.rank:
                 return self._loop.recv(t, what)
             staged = Staged(t, what)
+        except HcclError as err:
+            raise self._refused(err, what, recv_from=srcRank) from err
+        try:
             return HcclWork(what, [self.comm.recv(staged.array, srcRank, async_op=True)], list(tensors), staged.copy_back)
         except HcclError as err:
             raise backend_error(err, what) from err

@@ -261,3 +261,45 @@ def test_hccl_serves_pairs_of_several_dtypes_and_refuses_wrong_inputs_everywhere
         "reduce_scatter_tensor_coalesced dtype": {"arg": "inputs", "rule": "dtype", "value": "torch.float64",
                                                   "expected": "torch.float32"},
     }
+
+
+def _one_rank_refuses() -> dict:
+    """Rank 1 alone passes a wrong call: the others' call fails with its reason, nobody waits."""
+    from hccl_py import HcclParamError
+
+    dist, rank, world = _init("hccl")
+    pg = dist.group.WORLD
+    seen = {}
+    bad = rank == 1
+    ts = [torch.ones(2), torch.ones(3, dtype=torch.int64 if bad else torch.float32)]
+    try:
+        pg.allreduce_coalesced(ts, dist.AllreduceCoalescedOptions()).wait()
+        seen["coalesced"] = "ok"
+    except dist.DistBackendError as err:
+        cause = err.__cause__
+        assert isinstance(cause, HcclParamError), repr(cause)
+        seen["coalesced"] = [cause.fields.get("refused_by"), cause.fields.get("rule")]
+    if rank in (0, 1):  # rank 1 sends two tensors where torch's send takes one; rank 0 receives
+        try:
+            if bad:
+                pg.send([torch.ones(2), torch.ones(2)], 0).wait()
+            else:
+                pg.recv([torch.empty(2)], 1).wait()
+            seen["p2p"] = "ok"
+        except dist.DistBackendError as err:
+            seen["p2p"] = [err.__cause__.fields.get("refused_by"), err.__cause__.fields.get("rule")]
+    t = torch.full((2,), float(rank))
+    dist.all_reduce(t)  # the next call pairs up
+    seen["next"] = t.tolist()
+    dist.destroy_process_group()
+    return seen
+
+
+@pytest.mark.timeout(120)
+def test_a_call_one_rank_refuses_in_the_adapter_fails_on_every_rank():
+    results = run_ranks(_one_rank_refuses, 3, env={**ENV, "HCCL_EXEC_TIMEOUT": "30"}, timeout=90)
+    assert results[1]["coalesced"] == [None, "dtype"] and results[1]["p2p"][1] == "length"
+    for rank in (0, 2):
+        assert results[rank]["coalesced"] == [1, "dtype"], results[rank]
+    assert results[0]["p2p"] == [1, "length"]
+    assert all(r["next"] == [3.0, 3.0] for r in results)
