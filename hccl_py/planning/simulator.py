@@ -156,7 +156,7 @@ def can_simulate_flows(collective: str, algo, size: int, count: int, root: int =
 
 def _flows_of(collective: str, algo, size: int, count: int):
     if callable(algo):
-        from ..algorithms.hierarchical import flows_of
+        from ..algorithms.hierarchical_flows import flows_of
 
         return flows_of(algo, size, count)
     if (collective, algo) not in FLOWS:

@@ -608,9 +608,9 @@ def test_two_level_broadcast_and_reduce_flows_equal_rank_by_rank(preset, collect
 
 
 def test_outer_algorithms_keep_the_two_level_broadcast_and_reduce_aligned():
-    """What ``hierarchical._ALIGNED_OUTER`` relies on: a broadcast's every rank runs as many
+    """What ``hierarchical_flows._ALIGNED_OUTER`` relies on: a broadcast's every rank runs as many
     steps; a reduce's root runs the most."""
-    from hccl_py.algorithms.hierarchical import _ALIGNED_OUTER
+    from hccl_py.algorithms.hierarchical_flows import _ALIGNED_OUTER
     from hccl_py.algorithms.registry import get_schedule
 
     for collective, algos in _ALIGNED_OUTER.items():
