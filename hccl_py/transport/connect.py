@@ -14,10 +14,13 @@ Who belongs to a job: its id is the launcher's (``env.launcher_job_id``: HCCL_PY
 torchrun's run id, Slurm's job and step), else the id of the store the ranks meet at (a random
 one when rank 0 hosts it). A rank whose id differs from its store's is refused at once, and every
 rank claims its slot atomically in the store, so a second process claiming the same rank (two
-jobs on one MASTER_PORT) fails with HcclConnectError naming the holder. Each connection of a
-process is a new generation: store keys and socket names carry it, so ranks may destroy and
-re-initialise at different moments. Rank 0 without a launcher hosts the store and keeps it for
-the life of its process, so ranks that re-initialise later still find it.
+jobs on one MASTER_PORT) fails with HcclConnectError naming the holder. Without a launcher's id
+the ranks then agree, before the first call, that no other job met them halfway
+(``membership.py``): two jobs started by hand on one port fail on every rank that met, naming
+the ranks and the other job's processes, instead of computing with each other's data. Each
+connection of a process is a new generation: store keys and socket names carry it, so ranks may
+destroy and re-initialise at different moments. Rank 0 without a launcher hosts the store and
+keeps it for the life of its process, so ranks that re-initialise later still find it.
 """
 
 from __future__ import annotations
@@ -27,11 +30,11 @@ import hashlib
 import json
 import os
 import secrets
-import socket
 import time
 
 from .. import env
-from ..errors import HcclConnectError, HcclNotSupportedError, HcclParamError, HcclTimeoutError
+from ..errors import HcclConnectError, HcclError, HcclNotSupportedError, HcclParamError, HcclTimeoutError
+from . import membership
 from .base import Transport
 from .choice import StorePlan, describe_hosts, host_identity, host_label, plan_store_transport, use_mpi
 from .shm import ShmTransport
@@ -132,6 +135,7 @@ def _zmq_store(job: env.JobConfig, deadline: float):
         try:
             _host_store(addr, port, job.launcher_id, secret)
         except HcclConnectError as err:
+            _report_port_taken(addr, port, secret, job.launcher_id, err, deadline)
             raise HcclConnectError(f"init: rank 0 hosts the job's store at MASTER_ADDR:MASTER_PORT={addr}:{port}, but "
                                    f"{err.message}; if another job runs there, give each job its own MASTER_PORT") from None
         hosting = True
@@ -153,6 +157,29 @@ def _host_store(addr: str, port: int, own_id: tuple[str, str] | None, secret: st
             atexit.register(_close_hosted)
         _hosted[(addr, port)] = server
     return server
+
+
+def _report_port_taken(addr: str, port: int, secret: str | None, own_id: tuple[str, str] | None, err: HcclConnectError,
+                       deadline: float) -> None:
+    """A rank 0 that cannot host its job's store because another store holds the port: if that
+    store would admit this job's ranks (same secret, no other job id), record this process there
+    as a rival, so the ranks that meet at it stop rather than compute with this job's ranks."""
+    import zmq
+
+    from ..store import StoreClient, store_address
+
+    if err.errno != zmq.EADDRINUSE:
+        return
+    try:
+        with StoreClient(store_address(addr, port), timeout_s=max(min(2.0, deadline - time.monotonic()), 0.1),
+                         secret=secret) as client:
+            store_id = client.job_id()
+            if own_id is not None and own_id[0] != store_id:
+                return  # the store refuses this job's ranks: nothing can mix
+            membership.report_rival(client, f"{store_id}/g{_generation + 1}", 0,
+                                    "could not host its job's store: the port was taken")
+    except HcclError:
+        pass  # not a store this job's ranks can reach either
 
 
 def _close_hosted() -> None:
@@ -222,9 +249,11 @@ def _store_via_mpi(rank: int, addr: str, deadline: float, secret: str | None, ow
     return addr, port, message[10 : 10 + length].tobytes().decode()
 
 
-def _join(client, rdv: _Rendezvous, what: str, rank: int, size: int, deadline: float, connect_timeout_s: float) -> list[dict]:
+def _join(client, rdv: _Rendezvous, what: str, rank: int, size: int, deadline: float, connect_timeout_s: float,
+          *, check_conflict: bool = True) -> list[dict]:
     """Wait until every rank has set its ``what`` key; their values. HcclTimeoutError names the
-    absent; HcclConnectError if a process of another job tried to take a rank of this one."""
+    absent; HcclConnectError if a process of another job tried to take a rank of this one
+    (``check_conflict``; the membership check decides that on every rank alike, see ``_members``)."""
     keys = [rdv.key(what, r) for r in range(size)]
     try:
         client.wait(keys, max(deadline - time.monotonic(), 0.0))
@@ -237,7 +266,7 @@ def _join(client, rdv: _Rendezvous, what: str, rank: int, size: int, deadline: f
             rank=rank, ranks=missing,
         ) from None
     conflict = f"{rdv.prefix}/conflict"
-    if client.check([conflict])[0]:
+    if check_conflict and client.check([conflict])[0]:
         raise HcclConnectError(f"init: rank {rank}: {client.get(conflict, 1.0).decode(errors='replace')}; this job "
                                f"stops rather than mix with it")
     return [json.loads(client.get(k, max(deadline - time.monotonic(), 0.1))) for k in keys]
@@ -253,17 +282,27 @@ def _claim(client, rdv: _Rendezvous, rank: int, me: dict) -> None:
         holder = json.loads(current)
     except ValueError:
         holder = {}
-    told = (f"pid {me['pid']} on {me['host']} tried to take rank {rank}, held by pid {holder.get('pid', '?')} "
-            f"on {holder.get('host', '?')}: two jobs share the store at {rdv.where}")
-    try:
-        client.set(f"{rdv.prefix}/conflict", told.encode())  # the holder's job stops if it is still joining
-    except HcclConnectError:
-        pass
+    # the holder's job stops if it is still joining (membership.agree)
+    membership.report_rival(client, rdv.prefix, rank, f"found rank {rank} held by {membership.describe(holder)}: two "
+                                                      f"jobs share the store at {rdv.where}")
     raise HcclConnectError(
-        f"init: rank {rank} of job {rdv.job_id!r} is already taken by pid {holder.get('pid', '?')} on "
-        f"{holder.get('host', '?')} (store {rdv.where}): two jobs probably share MASTER_PORT. Give each job its own "
+        f"init: rank {rank} of job {rdv.job_id!r} is already taken by {membership.describe(holder)} "
+        f"(store {rdv.where}): two jobs probably share MASTER_PORT. Give each job its own "
         f"MASTER_PORT, set {env.JOB_ID} to a distinct value per job (the same on all its ranks), or start with hccl-launch",
         rank=rank, holder=holder)
+
+
+def _members(client, rdv: _Rendezvous, job: env.JobConfig, deadline: float) -> list[dict]:
+    """Every rank's claim, once all have claimed; without a launcher's job id, only once the ranks
+    agree that no other job met them halfway (``membership.agree``)."""
+    alone_unless_told = job.launcher_id is None
+    infos = _join(client, rdv, "rank", job.rank, job.size, deadline, job.connect_timeout_s,
+                  check_conflict=not alone_unless_told)
+    if alone_unless_told:
+        host, _, port = rdv.where.rpartition(":")
+        membership.agree(client, rdv.prefix, job.rank, job.size, infos, rdv.where, host,
+                         int(port) if port.isdigit() else 0, deadline)
+    return infos
 
 
 def _connect_one_host(client, rdv: _Rendezvous, job: env.JobConfig, deadline: float):
@@ -272,8 +311,8 @@ def _connect_one_host(client, rdv: _Rendezvous, job: env.JobConfig, deadline: fl
     transport = ShmTransport(rdv.job_id, rank, size, job.buffsize_bytes, spin_s=job.spin_s,
                              yield_when_spinning=_yield_when_spinning(size), single_copy=job.single_copy, tag=rdv.tag)
     try:
-        _claim(client, rdv, rank, {"pid": os.getpid(), "host": socket.gethostname()})
-        infos = _join(client, rdv, "rank", rank, size, deadline, job.connect_timeout_s)
+        _claim(client, rdv, rank, membership.identity())
+        infos = _members(client, rdv, job, deadline)
         transport.connect({r: info["pid"] for r, info in enumerate(infos) if r != rank}, deadline)
     except BaseException:
         transport.close()
@@ -288,9 +327,9 @@ def _connect_hosts(client, rdv: _Rendezvous, job: env.JobConfig, deadline: float
     from .tcp import TcpTransport, advertised_address
 
     rank, size, connect_timeout_s = job.rank, job.size, job.connect_timeout_s
-    me = {"pid": os.getpid(), "host": host_label(), "host_id": host_identity()}
+    me = {**membership.identity(), "host": host_label(), "host_id": host_identity()}
     _claim(client, rdv, rank, me)
-    infos = _join(client, rdv, "rank", rank, size, deadline, connect_timeout_s)
+    infos = _members(client, rdv, job, deadline)
     host_ids = [info["host_id"] for info in infos]
     plan: StorePlan = plan_store_transport(rank, host_ids, job.transport)
     same_host = {r for r, h in enumerate(host_ids) if h == me["host_id"]}
