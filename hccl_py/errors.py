@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 from enum import IntEnum
 
+from topology.errors import ErrorFields
+
 
 class HcclResult(IntEnum):
     """``HcclResult`` from CANN's ``hccl_types.h``."""
@@ -43,7 +45,7 @@ class HcclResult(IntEnum):
     E_SUSPENDING = 22
 
 
-class HcclError(RuntimeError):
+class HcclError(ErrorFields, RuntimeError):
     """Base of every hccl-py error; ``code`` is the ``HcclResult`` value.
 
     Context travels as fields, so callers and tests branch on facts rather than message text
@@ -69,7 +71,10 @@ class HcclError(RuntimeError):
       ``key``, ``keys`` and ``missing_keys`` (the rendezvous store; a weights file also has
       ``unexpected_keys``); device memory ``allocation`` (what was being allocated) and
       ``requested``, ``free``, ``capacity``, ``peak`` (bytes); ``exit_code`` (a peer's, when it
-      is gone: the code it exited with, or minus the signal that killed it).
+      is gone: the code it exited with, or minus the signal that killed it);
+    - a refusal on another rank (failures.md): ``refused_by`` (the rank that refused the call
+      first), ``reason`` (its message); a second thread's call: ``holder_op``, ``holder_thread``
+      (the call that held the communicators), ``thread``.
 
     Any other name given at construction reads back the same way::
 
@@ -83,22 +88,13 @@ class HcclError(RuntimeError):
     FIELDS = ("rank", "peer", "ranks", "reporter", "op", "seq", "step", "comm", "collective", "algo", "dtype",
               "arg", "variable", "field", "value", "rule", "expected", "choices", "holder", "missing_ranks", "error_id",
               "state", "timeout_s", "path", "errno", "module", "address", "key", "keys", "missing_keys", "unexpected_keys",
-              "allocation", "requested", "free", "capacity", "peak", "exit_code")
+              "allocation", "requested", "free", "capacity", "peak", "exit_code", "refused_by", "reason",
+              "holder_op", "holder_thread", "thread")
 
     def __init__(self, message: str, **fields):
         super().__init__(message)
         self.message = message
         self.fields = fields
-
-    def __getattr__(self, name: str):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        fields = self.__dict__.get("fields", {})
-        if name in fields:
-            return fields[name]
-        if name in HcclError.FIELDS:
-            return None
-        raise AttributeError(f"{type(self).__name__} has no field {name!r}")
 
     def __str__(self) -> str:
         return f"{self.message} [{self.code.name}={int(self.code)}]"

@@ -18,7 +18,26 @@ from typing import Any
 HCCL_E_PARA = 1  # HcclResult.E_PARA: every topology problem is a bad parameter
 
 
-class TopologyError(ValueError):
+class ErrorFields:
+    """Context carried as fields beside the message: a mixin of :class:`TopologyError` and of
+    ``hccl_py.HcclError`` (one home: topology is the lowest layer). Any name given at
+    construction reads back as an attribute; a name in the class's ``FIELDS`` that was not given
+    reads ``None``; any other name is an AttributeError."""
+
+    FIELDS: tuple[str, ...] = ()
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        fields = self.__dict__.get("fields", {})
+        if name in fields:
+            return fields[name]
+        if name in type(self).FIELDS:
+            return None
+        raise AttributeError(f"{type(self).__name__} has no field {name!r}")
+
+
+class TopologyError(ErrorFields, ValueError):
     """A bad rank table, preset name, figure file or group partition.
 
     ``code`` is ``HCCL_E_PARA`` (1). The message names the field and the fix, in the style of
@@ -47,16 +66,6 @@ class TopologyError(ValueError):
         super().__init__(message)
         self.message = message
         self.fields = {"field": field, **fields}
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        fields = self.__dict__.get("fields", {})
-        if name in fields:
-            return fields[name]
-        if name in TopologyError.FIELDS:
-            return None
-        raise AttributeError(f"{type(self).__name__} has no field {name!r}")
 
     def __reduce__(self):  # keep the fields across pickling between processes
         return (_rebuild, (type(self), self.message, self.fields))
