@@ -99,6 +99,17 @@ def packed_displacements(counts: Sequence[int]) -> tuple[int, ...]:
     return tuple(out)
 
 
+def equal_blocks(schedule_v, rank: int, size: int, count: int) -> Schedule:
+    """An all-to-all of ``count`` elements per block as its counts-per-pair form ``schedule_v``
+    (``(rank, counts, send_displs, recv_displs)``) with equal, packed counts; no steps when
+    nothing moves (without building the peers' empty messages)."""
+    if count == 0:
+        return finish([])
+    counts = ((count,) * size,) * size
+    displs = packed_displacements(counts[0])
+    return schedule_v(rank, counts, displs, displs)
+
+
 def chain_pattern(size: int, towards_root: bool) -> tuple[np.ndarray, np.ndarray]:
     """(send_to, recv_from) of the chain 0 -> 1 -> ... -> size-1 (or back towards 0): the whole
     pattern that chain flows (``StepFlows.senders``) take their active part of, step by step."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Sequence
 
-from ._common import finish, packed_displacements
+from ._common import equal_blocks, finish
 from .schedule import IN, OUT, Copy, Recv, Region, Schedule, Send, Step
 
 
@@ -22,11 +22,7 @@ from .schedule import IN, OUT, Copy, Recv, Region, Schedule, Send, Step
 def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
     """Mesh all-to-all of ``count`` elements per block: one step that sends every peer its block
     (``schedule_v`` with equal counts); returns the Schedule of rank ``rank``."""
-    if count == 0:  # nothing moves: no steps, without building the peers' empty messages
-        return finish([])
-    counts = ((count,) * size,) * size
-    displs = packed_displacements(counts[0])
-    return schedule_v(rank, counts, displs, displs)
+    return equal_blocks(schedule_v, rank, size, count)
 
 
 def schedule_v(rank: int, counts: Sequence[Sequence[int]], send_displs: Sequence[int], recv_displs: Sequence[int]) -> Schedule:

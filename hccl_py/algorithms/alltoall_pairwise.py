@@ -18,7 +18,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from ._common import finish, packed_displacements
+from ._common import equal_blocks, finish
 from .schedule import IN, OUT, Copy, Recv, Region, Schedule, Send, Step, StepFlows
 
 
@@ -26,11 +26,7 @@ from .schedule import IN, OUT, Copy, Recv, Region, Schedule, Send, Step, StepFlo
 def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
     """Pairwise all-to-all of ``count`` elements per block: size-1 rounds, in round s sending to rank+s and
     receiving from rank-s (``schedule_v`` with equal counts); returns the Schedule of rank ``rank``."""
-    if count == 0:  # nothing moves: no steps (what finish leaves of the rounds), without building them
-        return finish([])
-    counts = ((count,) * size,) * size
-    displs = packed_displacements(counts[0])
-    return schedule_v(rank, counts, displs, displs)
+    return equal_blocks(schedule_v, rank, size, count)
 
 
 def schedule_v(rank: int, counts: Sequence[Sequence[int]], send_displs: Sequence[int], recv_displs: Sequence[int]) -> Schedule:
