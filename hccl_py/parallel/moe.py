@@ -70,7 +70,7 @@ from .model import Block, Model, Ops, ParamSpec
 from .overlap import OverlapDriver
 from .sharding import even_split
 from .timeline import Timeline
-from .transformer import ClassifierHead, Embedding, TransformerConfig, self_attention
+from .transformer import ClassifierHead, Embedding, TransformerConfig, attention_params, attention_residual
 
 
 @dataclass(frozen=True)
@@ -209,12 +209,6 @@ def expert_mlp(ops: Ops, p: Mapping[str, np.ndarray], prefix: str, x: np.ndarray
     return ops.linear(hidden, p[f"{prefix}.fc2.weight"], p[f"{prefix}.fc2.bias"])
 
 
-def attention_residual(ops: Ops, p: Mapping[str, np.ndarray], x: np.ndarray, heads: int) -> np.ndarray:
-    """``x + attention(LayerNorm(x))``, as the encoder layer computes it."""
-    context = self_attention(ops, ops.layer_norm(x, p["ln1.gamma"], p["ln1.beta"]), p["attn.qkv.weight"], p["attn.qkv.bias"], heads)
-    return ops.add(x, ops.linear(context, p["attn.out.weight"], p["attn.out.bias"]))
-
-
 def kept_table(table: np.ndarray, capacity: int | None) -> np.ndarray:
     """Assignments kept under ``capacity`` from ``table[..., e]`` assignments per group, groups in
     global token order along the flattened leading axes: each expert keeps the first ``capacity``.
@@ -239,9 +233,7 @@ class MoELayer(Block):
         self.skew = skew
         self.last: LayerRouting | None = None
         params = [
-            ParamSpec("ln1.gamma", (d,), "ones"), ParamSpec("ln1.beta", (d,), "zeros"),
-            ParamSpec("attn.qkv.weight", (d, 3 * d), scale=1 / math.sqrt(d)), ParamSpec("attn.qkv.bias", (3 * d,), scale=0.02),
-            ParamSpec("attn.out.weight", (d, d), scale=1 / math.sqrt(d)), ParamSpec("attn.out.bias", (d,), scale=0.02),
+            *attention_params(d),
             ParamSpec("ln2.gamma", (d,), "ones"), ParamSpec("ln2.beta", (d,), "zeros"),
             ParamSpec("router.weight", (d, e), scale=1 / math.sqrt(d)), ParamSpec("router.bias", (e,), "zeros"),
         ]

@@ -80,6 +80,22 @@ class Embedding(Block):
         return ops.embedding(p["tokens"], x, p["positions"])
 
 
+def attention_params(d: int) -> tuple[ParamSpec, ...]:
+    """The pre-LayerNorm self-attention sublayer's parameters (``ln1``, ``attn``) at width ``d``,
+    shared by the encoder layer and the MoE layer."""
+    return (
+        ParamSpec("ln1.gamma", (d,), "ones"), ParamSpec("ln1.beta", (d,), "zeros"),
+        ParamSpec("attn.qkv.weight", (d, 3 * d), scale=1 / math.sqrt(d)), ParamSpec("attn.qkv.bias", (3 * d,), scale=0.02),
+        ParamSpec("attn.out.weight", (d, d), scale=1 / math.sqrt(d)), ParamSpec("attn.out.bias", (d,), scale=0.02),
+    )
+
+
+def attention_residual(ops: Ops, p: Mapping[str, np.ndarray], x: np.ndarray, heads: int) -> np.ndarray:
+    """``x + attention(LayerNorm(x))``: the self-attention sublayer with its residual."""
+    context = self_attention(ops, ops.layer_norm(x, p["ln1.gamma"], p["ln1.beta"]), p["attn.qkv.weight"], p["attn.qkv.bias"], heads)
+    return ops.add(x, ops.linear(context, p["attn.out.weight"], p["attn.out.bias"]))
+
+
 class EncoderLayer(Block):
     """``layers.{index}``: pre-LayerNorm self-attention and GELU MLP, each with a residual."""
 
@@ -88,18 +104,14 @@ class EncoderLayer(Block):
         self.prefix = f"layers.{index}"
         self.heads = cfg.heads
         self.params = (
-            ParamSpec("ln1.gamma", (d,), "ones"), ParamSpec("ln1.beta", (d,), "zeros"),
-            ParamSpec("attn.qkv.weight", (d, 3 * d), scale=1 / math.sqrt(d)), ParamSpec("attn.qkv.bias", (3 * d,), scale=0.02),
-            ParamSpec("attn.out.weight", (d, d), scale=1 / math.sqrt(d)), ParamSpec("attn.out.bias", (d,), scale=0.02),
+            *attention_params(d),
             ParamSpec("ln2.gamma", (d,), "ones"), ParamSpec("ln2.beta", (d,), "zeros"),
             ParamSpec("mlp.fc1.weight", (d, f), scale=1 / math.sqrt(d)), ParamSpec("mlp.fc1.bias", (f,), scale=0.02),
             ParamSpec("mlp.fc2.weight", (f, d), scale=1 / math.sqrt(f)), ParamSpec("mlp.fc2.bias", (d,), scale=0.02),
         )
 
     def forward(self, ops: Ops, p: Mapping[str, np.ndarray], x: np.ndarray) -> np.ndarray:
-        normed = ops.layer_norm(x, p["ln1.gamma"], p["ln1.beta"])
-        context = self_attention(ops, normed, p["attn.qkv.weight"], p["attn.qkv.bias"], self.heads)
-        x = ops.add(x, ops.linear(context, p["attn.out.weight"], p["attn.out.bias"]))
+        x = attention_residual(ops, p, x, self.heads)
         hidden = ops.gelu(ops.linear(ops.layer_norm(x, p["ln2.gamma"], p["ln2.beta"]), p["mlp.fc1.weight"], p["mlp.fc1.bias"]))
         return ops.add(x, ops.linear(hidden, p["mlp.fc2.weight"], p["mlp.fc2.bias"]))
 
