@@ -28,7 +28,8 @@ from .gather import all_gather_objects
 from .groups import hybrid_groups, hybrid_partitions, tp_dp_groups
 from .mlp import MLPClassifier, MLPConfig
 from .model import Block, Model, ModelShard, Ops, ParamSpec
-from .moe import ExpertParallel, ExpertParallelRun, LayerRouting, MoEConfig, MoETransformer
+from .expert_parallel import ExpertParallel, ExpertParallelRun
+from .moe import LayerRouting, MoEConfig, MoETransformer
 from .pipeline_parallel import PipelineParallel, PipelineRun, ideal_bubble
 from .report import Measure, RankReport, format_rank_table, makespan_s
 from .overlap import Issuer
