@@ -25,15 +25,23 @@ from typing import Callable
 from topology import CARD_MODELS, auto_partition
 
 from . import env
-from .algorithms.hierarchical import FIRST, HIER_COLLECTIVES, LEVELS, TWO_LEVEL, across_first, whole_buffer
 from .algorithms.alltoall_staged import CONTINUOUS
 from .algorithms.alltoallv_continuous import CCL_BUFFER_BYTES
 from .algorithms.alltoallv_continuous import fits as fits_ccl_buffer
+from .algorithms.hierarchical import (
+    FIRST,
+    HIER_COLLECTIVES,
+    LEVELS,
+    TWO_LEVEL,
+    across_first,
+    whole_buffer,
+)
 from .algorithms.pipeline import PIPELINED
 from .algorithms.registry import ALL_ALGOS, SCHEDULES, algos_for, get_schedule
 from .collectives import collective
 from .cost_model import default_dtype
 from .errors import HcclNotSupportedError, HcclParamError
+from .simulator import simulate
 
 GiB = 1 << 30
 
@@ -154,8 +162,6 @@ def fastest(cost_model, collective: str, count: int, itemsize: int, world_ranks:
         cache = _choices[cost_model] = {}
     best = cache.get(key)
     if best is None:
-        from .planning.simulator import simulate
-
         algos = candidates or algos_for(collective)
         order = {algo: i for i, algo in enumerate(ALL_ALGOS)}
         bounds = {algo: lower_bound_s(cost_model.topology, collective, algo, count, itemsize, world_ranks, root)

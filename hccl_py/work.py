@@ -16,7 +16,6 @@ progress thread, which ends the call, does not run in the child).
 
 from __future__ import annotations
 
-import math
 import numbers
 import os
 import threading

@@ -41,10 +41,12 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from .. import algo_select
 from ..communicator import Communicator
 from ..cost_model import CostModel
 from ..device import Device
 from ..errors import HcclParamError
+from ..simulator import simulate
 from .model import UNLIMITED_HBM, Ops
 from .overlap import OverlapDriver
 from .sharding import even_split
@@ -234,9 +236,6 @@ class TensorParallel(OverlapDriver):
             shard.classify(ops, x)
             reduce_s = 0.0
             if self.comm.size > 1:
-                from .. import algo_select
-                from ..planning.simulator import simulate
-
                 cfg = self.model.config
                 count = n * cfg.seq_len * cfg.d_model
                 cost = self._cost_model = getattr(self, "_cost_model", None) or CostModel(self.comm.topology)

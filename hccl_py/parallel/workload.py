@@ -19,7 +19,7 @@ from topology.units import format_size
 from ..algorithms.hierarchical import Partition, schedule_for
 from ..cost_model import CostModel
 from ..errors import HcclParamError
-from ..planning.simulator import simulate
+from ..simulator import simulate
 
 
 @dataclass(frozen=True)

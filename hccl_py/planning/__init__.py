@@ -1,7 +1,8 @@
-"""Planning without processes: the simulator (modeled time of any collective at cluster scale,
-from the same schedules the ranks run), the partition search (which communication groups), and
-their commands (``hccl-sim``, ``hccl-bench partition``).
+"""Planning without processes, above the runtime's schedule simulator (``hccl_py/simulator.py``):
+a call as a program would run it (``calls.py``: ``auto``'s choice, all-to-all-v), the partition
+search (which communication groups), calibration, and their commands (``hccl-sim``,
+``hccl-bench partition``).
 
-    from hccl_py.planning.simulator import simulate
+    from hccl_py.simulator import simulate
     simulate("allreduce", "ring", Topology.preset("2x8p-roce"), count=64 << 20).time_s
 """

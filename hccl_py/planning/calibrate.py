@@ -37,16 +37,20 @@ import numpy as np
 
 from topology import RankTable, Topology, TopologyError
 from topology.cli import quiet_on_closed_pipe
-from topology.figures import CARD_MODELS, LINK_KINDS, Figures, figures_to_dict, resolve_figures
+from topology.figures import (
+    CARD_MODELS,
+    LINK_KINDS,
+    Figures,
+    figures_to_dict,
+    resolve_figures,
+)
 
 from ..collectives import collective as lookup
 from ..collectives import spellings
 from ..cost_model import CostModel
 from ..dtypes import DTYPE_SPELLINGS, ITEMSIZE_BY_NAME
 from ..errors import HcclError
-from .simulator import simulate_call
-
-
+from .calls import simulate_call
 
 
 class CalibrationError(Exception):

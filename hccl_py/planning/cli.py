@@ -35,16 +35,17 @@ from topology import PRESETS, RankTable, Topology, TopologyError
 from topology.cli import quiet_on_closed_pipe
 from topology.units import parse_size
 
+from .. import env
 from ..algo_select import alltoallv_auto, explain_auto, hier_levels, is_continuous
 from ..algorithms.alltoallv import as_matrix, skewed_counts
 from ..algorithms.registry import algos_for
 from ..collectives import COLLECTIVES, DATA_COLLECTIVES
 from ..collectives import collective as lookup
 from ..cost_model import CostModel
-from .. import env
 from ..dtypes import DTYPE_SPELLINGS, ITEMSIZE_BY_NAME, SHORT_DTYPE_NAMES
 from ..errors import HcclError
-from .simulator import alltoallv_algos, prepare_alltoallv, simulate_batch, simulate_call, simulate_p2p, without_cyclic_gc
+from ..simulator import simulate_batch, simulate_p2p, without_cyclic_gc
+from .calls import alltoallv_algos, prepare_alltoallv, simulate_call
 
 P2P = ("sendrecv", "send", "p2p")
 BATCH = ("batchsendrecv", "batch_send_recv")

@@ -42,7 +42,7 @@ from ..algorithms.hierarchical import HIER_COLLECTIVES, Partition, schedule_for
 from ..collectives import collective as lookup
 from ..cost_model import CostModel, flow_load, route_share
 from ..errors import HcclParamError
-from .simulator import simulate
+from ..simulator import simulate
 
 DEFAULT_BUDGET = 1200  # simulations an exhaustive search may take
 

@@ -33,7 +33,7 @@ def test_alltoallv_is_alltoalls_data_with_counts_per_pair():
 def test_console_script_alltoallv(tmp_path):
     from hccl_py.context import load_topology
     from hccl_py.algo_select import alltoallv_auto
-    from hccl_py.planning.simulator import simulate_alltoallv, simulate_call
+    from hccl_py.planning.calls import simulate_alltoallv, simulate_call
 
     mpi = _has("mpi4py")
     out_json = tmp_path / "v.json"

@@ -83,7 +83,7 @@ def test_unknown_algo_argument():
 from hccl_py.algo_select import CallShape, auto, call_shape, explain_auto, fastest, hccl_choice  # noqa: E402
 from hccl_py.algorithms.registry import algos_for  # noqa: E402
 from hccl_py.cost_model import CostModel  # noqa: E402
-from hccl_py.planning.simulator import simulate  # noqa: E402
+from hccl_py.simulator import simulate # noqa: E402
 from topology import Topology  # noqa: E402
 
 KB, MB, GB = 1024, 1024 * 1024, 1024 ** 3

@@ -16,7 +16,7 @@ from hccl_py.parallel.workload import DpInferWorkload
 from hccl_py.planning.partition import (CollectiveWorkload, auto, bell, canonical, equal_partition_count,
                                equal_partitions, evaluate, heuristic_candidates, manual, optimize, pair_bandwidth,
                                parse_workload, set_partitions)
-from hccl_py.planning.simulator import simulate
+from hccl_py.simulator import simulate
 from topology import Topology, TopologyError
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from hccl_py.algorithms.hierarchical import schedule_for
 from hccl_py.cost_model import CostModel
-from hccl_py.planning.simulator import simulate
+from hccl_py.simulator import simulate
 from tests.mp import run_ranks
 from topology import Topology
 

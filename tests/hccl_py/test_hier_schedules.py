@@ -13,7 +13,7 @@ from hccl_py.algorithms.playback import play
 from hccl_py.algorithms.registry import ALL_ALGOS, SCHEDULES, algos_for, get_schedule
 from hccl_py.algorithms.schedule import TMP
 from hccl_py.errors import HcclNotSupportedError, HcclParamError
-from hccl_py.planning.simulator import simulate
+from hccl_py.simulator import simulate
 from topology import Topology
 
 PARTITIONS = [

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from hccl_py.algorithms.registry import algos_for
 COLLECTIVES = ("allreduce", "allgather", "broadcast", "reduce", "reduce_scatter", "alltoall", "scatter", "gather")
 from hccl_py.cost_model import CostModel
-from hccl_py.planning.simulator import simulate
+from hccl_py.simulator import simulate
 from tests.mp import run_ranks
 from topology import Topology
 
@@ -119,7 +119,8 @@ def test_all_to_all_v_vc_and_batch_send_recv_equal_the_simulator(preset, size):
     all_to_all_v, the two-level pipeline for all_to_all_vc)."""
     from hccl_py.algo_select import alltoallv_auto, auto, hier_levels, partition_of
     from hccl_py.algorithms.alltoallv import VSchedule
-    from hccl_py.planning.simulator import simulate_alltoallv, simulate_batch
+    from hccl_py.simulator import simulate_batch
+    from hccl_py.planning.calls import simulate_alltoallv
 
     per_rank = run_ranks(_clocked_v_and_batch_calls, size, size, env={"HCCL_PY_TOPOLOGY": preset}, timeout=100)
     topo = Topology.preset(preset, n=size)
@@ -293,7 +294,7 @@ def test_device_memory_and_roofline():
                                          ("nhr", [2, 3, 5, 6, 7, 8, 16])])
 @pytest.mark.parametrize("preset", ["ascend910-8p", "2x8p-roce"])
 def test_all_ranks_at_once_equals_rank_by_rank(collective, algo, sizes, preset):
-    from hccl_py.planning.simulator import can_simulate_flows, simulate_flows
+    from hccl_py.simulator import can_simulate_flows, simulate_flows
 
     for size in sizes:
         full = Topology.preset(preset)
@@ -326,7 +327,7 @@ def test_rooted_flows_equal_rank_by_rank(collective, algo):
     rank-by-rank simulator, bit for bit: exclusive links (the active part costs what it costs in
     the whole pattern), shared PCIe (mixed-4p: whole arrays instead), a degraded link, inline and
     vector-unit reductions."""
-    from hccl_py.planning.simulator import can_simulate_flows, simulate_flows
+    from hccl_py.simulator import can_simulate_flows, simulate_flows
 
     for preset in ("ascend910-8p", "2x8p-roce", "mixed-4p", "2x4p-roce-910"):
         full = Topology.preset(preset)
@@ -352,7 +353,7 @@ def test_hd_broadcast_and_reduce_flows_equal_rank_by_rank(collective):
     """``hd`` broadcast (binomial scatter, doubling) and reduce (halving, binomial gather), all
     ranks at once (power-of-two sizes), against rank by rank: exclusive links, shared PCIe, a
     degraded link, inline and vector-unit reductions."""
-    from hccl_py.planning.simulator import can_simulate_flows, simulate_flows
+    from hccl_py.simulator import can_simulate_flows, simulate_flows
 
     for preset in ("ascend910-8p", "2x8p-roce", "mixed-4p", "2x4p-roce-910"):
         full = Topology.preset(preset)
@@ -379,7 +380,7 @@ def test_flows_serve_any_root_of_the_algorithms_that_number_ranks_from_it():
     (``simulator._Rotated``), bit for bit as rank by rank, degraded links included; the mesh
     scatter, whose root sends in rank order, takes root 0 only."""
     from hccl_py.algorithms.registry import ROOTED_FLOWS
-    from hccl_py.planning.simulator import can_simulate_flows, simulate_flows
+    from hccl_py.simulator import can_simulate_flows, simulate_flows
 
     assert {("broadcast", "ring"), ("broadcast", "hd"), ("gather", "mesh")} <= ROOTED_FLOWS
     assert ("scatter", "mesh") not in ROOTED_FLOWS and not can_simulate_flows("scatter", "mesh", 8, 100, root=3)
@@ -461,7 +462,7 @@ def test_the_simulator_pauses_the_cyclic_collector_and_restores_it():
 def test_two_level_flows_equal_rank_by_rank(preset, collective):
     from hccl_py.algo_select import server_partition
     from hccl_py.algorithms.hierarchical import schedule_for
-    from hccl_py.planning.simulator import can_simulate_flows, simulate_flows
+    from hccl_py.simulator import can_simulate_flows, simulate_flows
 
     topo = Topology.preset(preset)
     n = topo.num_ranks
@@ -490,7 +491,7 @@ def test_two_level_scatter_and_gather_flows_equal_rank_by_rank(preset, collectiv
     every server's inner one as flows, against rank by rank, with a degraded link."""
     from hccl_py.algo_select import server_partition
     from hccl_py.algorithms.hierarchical import schedule_for
-    from hccl_py.planning.simulator import can_simulate_flows, simulate_flows
+    from hccl_py.simulator import can_simulate_flows, simulate_flows
 
     topo = Topology.preset(preset)
     n = topo.num_ranks
@@ -516,7 +517,7 @@ def test_two_level_scatter_and_gather_flows_equal_rank_by_rank(preset, collectiv
 def test_pairwise_alltoall_flows_equal_rank_by_rank():
     """The flat pairwise all-to-all (HCCL's choice on servers of different NPU counts, or of one
     NPU each) all ranks at once, against rank by rank."""
-    from hccl_py.planning.simulator import can_simulate_flows, simulate_flows
+    from hccl_py.simulator import can_simulate_flows, simulate_flows
 
     for preset, n in (("ascend910-8p", 5), ("mixed-4p", None), ("2x4p-roce", None), ("34x1p-roce", None)):
         topo = Topology.preset(preset, n=n)
@@ -538,7 +539,7 @@ def test_staged_alltoall_flows_equal_rank_by_rank(preset):
     not in rank order, a degraded link, uneven start clocks."""
     from hccl_py.algo_select import partition_of, server_partition
     from hccl_py.algorithms.hierarchical import schedule_for
-    from hccl_py.planning.simulator import can_simulate_flows, simulate_flows
+    from hccl_py.simulator import can_simulate_flows, simulate_flows
 
     topo = Topology.preset(preset)
     n = topo.num_ranks
@@ -579,7 +580,7 @@ def test_two_level_broadcast_and_reduce_flows_equal_rank_by_rank(preset, collect
     against rank by rank: inline and vector-unit reductions, a degraded link, uneven starts."""
     from hccl_py.algo_select import server_partition
     from hccl_py.algorithms.hierarchical import schedule_for
-    from hccl_py.planning.simulator import can_simulate_flows, simulate_flows
+    from hccl_py.simulator import can_simulate_flows, simulate_flows
 
     topo = Topology.preset(preset)
     n = topo.num_ranks
@@ -688,7 +689,7 @@ def test_hccl_sim_sendrecv_and_figures(tmp_path, capsys):
     import json as _json
 
     from hccl_py.planning.cli import main
-    from hccl_py.planning.simulator import simulate_p2p
+    from hccl_py.simulator import simulate_p2p
 
     assert main(["sendrecv", "--preset", "2x8p-roce", "--src", "0", "--dst", "8", "--bytes", "1G"]) == 0
     out = capsys.readouterr().out
@@ -708,7 +709,8 @@ def test_hccl_sim_sendrecv_and_figures(tmp_path, capsys):
 def test_hccl_sim_alltoallv_and_batchsendrecv(tmp_path, capsys):
     from hccl_py.algorithms.alltoallv import skewed_counts
     from hccl_py.planning.cli import main
-    from hccl_py.planning.simulator import simulate_alltoallv, simulate_batch, simulate_call
+    from hccl_py.simulator import simulate_batch
+    from hccl_py.planning.calls import simulate_alltoallv, simulate_call
 
     topo = Topology.preset("2x8p-roce")
     n = topo.num_ranks
@@ -799,7 +801,7 @@ def test_hccl_deterministic_reaches_the_communicators_auto():
     """HCCL_DETERMINISTIC=true: a 64 KB allreduce on one 910B server of 8 runs recursive doubling
     (HCCL's deterministic small-count template), not the reduce-broadcast, and its modeled time is
     the simulator's under the same setting."""
-    from hccl_py.planning.simulator import simulate_call
+    from hccl_py.planning.calls import simulate_call
 
     topo = Topology.preset("ascend910b-8p")
     for mode, algo in (("false", "reducebcast"), ("true", "rd")):
@@ -877,7 +879,7 @@ def _two_level_auto_calls(size: int) -> list:
 @pytest.mark.timeout(120)
 def test_two_level_scatter_gather_and_alltoall_under_auto_equal_the_simulator():
     from hccl_py.algo_select import auto, schedule_fn
-    from hccl_py.planning.simulator import simulate_call
+    from hccl_py.planning.calls import simulate_call
 
     preset, size = "2x4p-roce", 8
     per_rank = run_ranks(_two_level_auto_calls, size, size, env={"HCCL_PY_TOPOLOGY": preset}, timeout=100)
@@ -989,7 +991,7 @@ def test_any_call_the_flows_take_equals_rank_by_rank(call):
     from hccl_py.algorithms.hierarchical import schedule_for
     from hccl_py.algorithms.registry import get_schedule
     from hccl_py.errors import HcclError
-    from hccl_py.planning.simulator import can_simulate_flows, simulate_flows
+    from hccl_py.simulator import can_simulate_flows, simulate_flows
 
     topo, collective, algo, count, root, degraded, starts, (dtype, itemsize), op = call
     n = topo.num_ranks

@@ -20,12 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from topology import Topology
-from topology.units import format_size
 from topology.figures import CARD_MODELS, FiguresArg, resolve_figures
+from topology.units import format_size
 
 from ...collectives import collective as lookup
 from ...cost_model import CostModel, cube_flops, kernel_s
-from ..simulator import simulate_call, simulate_p2p
+from ...simulator import simulate_p2p
+from ..calls import simulate_call
 
 TABLE = Path(__file__).with_name("measurements.json")
 ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "int8": 1, "int32": 4, "float64": 8}

@@ -1,5 +1,9 @@
 """Evaluate schedules on a topology without processes or data: modeled time at cluster scale.
 
+The runtime's floor for modeled time, beside ``cost_model.py``: it takes schedules (a registry
+name or a schedule function) and the cost model, nothing above them; running a call as a program
+would (``auto``'s choice, an all-to-all-v's counts) is ``planning/calls.py``.
+
 The simulator walks every rank's schedule with the executor's clock rules — a message leaves at
 its sender's step start plus its transfer time, a receive waits for it and then reduces, and
 :func:`cost_model.step_end` closes each step — so for any world the emulator can run, the
@@ -20,9 +24,10 @@ import numpy as np
 
 from topology import Topology
 
-from ..algorithms.registry import FLOWS, ROOTED_FLOWS, get_schedule
-from ..algorithms.schedule import Schedule, StepFlows, message_numbers
-from ..cost_model import Arrival, CostModel, StepCost, default_dtype, flow_shares, step_end
+from .algorithms.hierarchical_flows import flows_of
+from .algorithms.registry import FLOWS, ROOTED_FLOWS, get_schedule
+from .algorithms.schedule import Schedule, StepFlows, message_numbers
+from .cost_model import Arrival, CostModel, StepCost, default_dtype, flow_shares, step_end
 
 
 @dataclass(frozen=True)
@@ -156,8 +161,6 @@ def can_simulate_flows(collective: str, algo, size: int, count: int, root: int =
 
 def _flows_of(collective: str, algo, size: int, count: int):
     if callable(algo):
-        from ..algorithms.hierarchical_flows import flows_of
-
         return flows_of(algo, size, count)
     if (collective, algo) not in FLOWS:
         raise KeyError((collective, algo))
@@ -537,97 +540,6 @@ class _FlowEngine:
             done = t0 + row
             t = np.maximum(t, done) if all_ok else np.where(ok, np.maximum(t, done), t)
         return t
-
-
-@dataclass(frozen=True)
-class CallResult:
-    """One modeled call: the result, the algorithm that ran (``auto`` resolved) and how it was
-    simulated."""
-
-    result: SimResult
-    algo: str
-    how: str
-
-    @property
-    def time_s(self) -> float:
-        """The call's modeled seconds (``result.time_s``)."""
-        return self.result.time_s
-
-
-def simulate_call(collective: str, topology: Topology, count: int, *, algo: str = "auto", itemsize: int = 4,
-                  root: int = 0, dtype: str | None = None, op: str = "sum", cost_model: CostModel | None = None,
-                  world_ranks: Sequence[int] | None = None, deterministic: str = "false") -> CallResult:
-    """Modeled time of one call as a program would run it: ``algo`` is ``auto`` (HCCL's rules,
-    ``algo_select.auto``), a flat algorithm, or ``hier:<inner>/<outer>`` (on the partition by
-    server; ``...@groups``: HCCL's mesh groups); simulated all ranks at once where the algorithm has flows, else rank by rank.
-    ``deterministic``: HCCL_DETERMINISTIC as ``auto`` should see it ("false", "true", "strict")."""
-    from ..algo_select import auto, hier_levels, partition_of, server_partition
-    from ..algorithms.hierarchical import schedule_for
-
-    model = cost_model or CostModel(topology)
-    ranks = tuple(range(topology.num_ranks) if world_ranks is None else world_ranks)
-    name = algo
-    if name == "auto":
-        name = auto(model, collective, count, itemsize, ranks, root, dtype, op, deterministic=deterministic)
-    levels = hier_levels(name)
-    fn = name if levels is None else schedule_for(collective, partition_of(topology, name, ranks) or
-                                                  server_partition(topology, ranks), *levels)
-    whole = ranks == tuple(range(topology.num_ranks))
-    if whole and can_simulate_flows(collective, fn, len(ranks), count, root):
-        result = simulate_flows(collective, fn, topology, count, itemsize=itemsize, cost_model=model, dtype=dtype, op=op,
-                                root=root)
-        return CallResult(result, name, "all ranks at once (flows)")
-    result = simulate(collective, fn, topology, count, itemsize=itemsize, root=root, world_ranks=ranks,
-                      cost_model=model, dtype=dtype, op=op)
-    return CallResult(result, name, "rank by rank")
-
-
-def simulate_alltoallv(topology: Topology, counts, *, algos: Sequence[str] | None = None, itemsize: int = 4,
-                       world_ranks: Sequence[int] | None = None, start_clocks: Sequence[float] | None = None,
-                       cost_model: CostModel | None = None) -> dict[str, SimResult]:
-    """Modeled clocks of one all-to-all with counts per pair (``counts[i][j]`` elements from rank i
-    to rank j, an n x n matrix for the n ranks ``world_ranks``) under each of ``algos`` (default:
-    :func:`alltoallv_algos`), in that order: the data exchange alone, as ``all_to_all_vc`` runs it
-    (``all_to_all_v`` gathers the counts first)::
-
-        times = simulate_alltoallv(topo, counts)        # {"pairwise": SimResult, "mesh": SimResult, "hier:...": ...}
-    """
-    from ..algorithms.alltoallv import as_matrix
-
-    matrix = as_matrix(counts)
-    model = cost_model or CostModel(topology)
-    return {algo: prepare_alltoallv(topology, matrix, algo, itemsize=itemsize, world_ranks=world_ranks,
-                                    cost_model=model).run(start_clocks)
-            for algo in (alltoallv_algos(topology, world_ranks) if algos is None else algos)}
-
-
-def alltoallv_algos(topology: Topology, world_ranks: Sequence[int] | None = None) -> list[str]:
-    """Every algorithm an all-to-all-v has on these ranks: the flat ones, and the two-level ones
-    where HCCL's groups are several and equal."""
-    from ..algo_select import staged_alltoall
-    from ..algorithms.registry import algos_for
-
-    ranks = tuple(range(topology.num_ranks) if world_ranks is None else world_ranks)
-    return [*algos_for("alltoallv"), *staged_alltoall(topology, ranks, counts=True)]
-
-
-def prepare_alltoallv(topology: Topology, counts, algo: str, *, itemsize: int = 4,
-                      world_ranks: Sequence[int] | None = None, cost_model: CostModel | None = None) -> PreparedCall:
-    """One all-to-all-v (:func:`simulate_alltoallv`) under ``algo``, prepared (:func:`prepare`)
-    to walk from any start clocks: alone (``all_to_all_vc``) and after the counts exchange
-    (``all_to_all_v``) from one build of the schedules."""
-    from ..algo_select import hier_levels, partition_of, server_partition
-    from ..algorithms.alltoallv import VSchedule, as_matrix
-
-    levels = hier_levels(algo)
-    if levels is None:
-        schedule = VSchedule(algo, as_matrix(counts))
-    else:  # a plain hier: name runs on the partition by server, as in simulate_call
-        ranks = tuple(range(topology.num_ranks) if world_ranks is None else world_ranks)
-        partition = partition_of(topology, algo, ranks) or server_partition(topology, ranks)
-        schedule = VSchedule(algo, as_matrix(counts), staged=(partition, *levels), itemsize=itemsize)
-    return prepare("alltoallv", schedule, topology, 0, itemsize=itemsize, world_ranks=world_ranks,
-                   cost_model=cost_model or CostModel(topology))
 
 
 def simulate_batch(topology: Topology, sends: Sequence[tuple[int, int, int]], *,
