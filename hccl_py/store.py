@@ -163,9 +163,13 @@ def _read_secret(path: str) -> str:
     return data.decode(errors="replace")
 
 
-def store_address(host: str, port: int) -> str:
-    """The zmq endpoint of a store at ``host:port``, e.g. ``store_address("127.0.0.1", 29500)``."""
-    return f"tcp://{host}:{int(port)}"
+def store_address(host: str, port: int | str) -> str:
+    """The zmq endpoint of a store at ``host:port``, e.g. ``store_address("127.0.0.1", 29500)``;
+    an IPv6 address in brackets (zmq reads ``tcp://::1:5`` as an interface name), ``port`` ``"*"``
+    for any free one."""
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"tcp://{host}:{port if port == '*' else int(port)}"
 
 
 # --------------------------------------------------------------------------------------- server
@@ -213,9 +217,11 @@ class StoreServer:
         self._router.setsockopt(zmq.ZAP_ENFORCE_DOMAIN, 1)
         self._router.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME_BYTES)
         self._router.setsockopt(zmq.HANDSHAKE_IVL, int(HANDSHAKE_S * 1000))
+        if ":" in host:  # an IPv6 address
+            self._router.setsockopt(zmq.IPV6, 1)
         try:
             if port == 0:
-                self._router.bind(f"tcp://{host}:*")
+                self._router.bind(store_address(host, "*"))
             else:
                 self._router.bind(store_address(host, port))
         except zmq.ZMQError as err:
@@ -457,6 +463,8 @@ class StoreClient:
         self._ctx = zmq.Context(io_threads=1)
         self._sock = self._ctx.socket(zmq.DEALER)
         self._sock.setsockopt(zmq.LINGER, 0)  # close() never waits for undelivered messages
+        if "[" in address:  # IPv6 only for an IPv6 address: "localhost" must not resolve to ::1 and miss an IPv4 store
+            self._sock.setsockopt(zmq.IPV6, 1)
         # IMMEDIATE: queue only on completed connections, so "not writable" means "server not
         # reachable" and we can say so instead of reporting a misleading key timeout.
         self._sock.setsockopt(zmq.IMMEDIATE, 1)

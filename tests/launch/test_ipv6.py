@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from hccl_py.store import store_address
 from hccl_py.transport.tcp import address_family, advertised_address, unbracketed
 from launch.proc import free_port
 
@@ -38,10 +37,6 @@ def _ipv6_loopback() -> bool:
 
 
 needs_ipv6 = pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback (::1) on this host")
-# The store's part (hccl_py/store.py): bracket IPv6 addresses in its endpoints, set zmq.IPV6 for them.
-store_speaks_ipv6 = pytest.mark.xfail(
-    not store_address("::1", 1).startswith("tcp://[::1]"), strict=True,
-    reason="hccl_py/store.py: store_address must bracket an IPv6 address and set zmq.IPV6")
 
 
 @needs_ipv6
@@ -54,7 +49,6 @@ def test_addresses_of_either_family() -> None:
 
 
 @needs_ipv6
-@store_speaks_ipv6
 @pytest.mark.timeout(60)
 @pytest.mark.usefixtures("no_leaks")
 def test_hccl_launch_with_master_addr_ipv6(tmp_path: Path) -> None:
@@ -68,7 +62,6 @@ def test_hccl_launch_with_master_addr_ipv6(tmp_path: Path) -> None:
 
 
 @needs_ipv6
-@store_speaks_ipv6
 @pytest.mark.timeout(60)
 @pytest.mark.usefixtures("no_leaks")
 @pytest.mark.parametrize("transport", ["shm", "tcp"])
