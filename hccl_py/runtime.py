@@ -17,7 +17,7 @@ from collections import deque
 from . import env, tracefile
 from .communicator import Communicator
 from .context import RankContext, make_context
-from .errors import HcclInternalError
+from .errors import HcclInternalError, HcclParamError
 from .executor import Engine
 from .records import DEFAULT_RECORDS, install_dump_hooks, write_rank_trace
 from .transport.base import Transport
@@ -58,6 +58,8 @@ def join(job: env.JobConfig | None = None, store=None) -> Communicator:
     if _world is not None and _world._closed_reason is None:
         return _world
     job = env.read_job() if job is None else job
+    if job.trace_dir:
+        _check_trace_dir(job.trace_dir)
     transport = None
     if job.size > 1:
         from .transport.connect import connect
@@ -84,6 +86,20 @@ def current() -> Communicator | None:
     return _world if _world is not None and _world._closed_reason is None and not _world._engine.forked else None
 
 
+def _check_trace_dir(trace_dir: str) -> None:
+    """HCCL_PY_TRACE_DIR can be made and written, checked before the rank joins (not at exit)."""
+    try:
+        os.makedirs(trace_dir, exist_ok=True)
+        probe = os.path.join(trace_dir, f".hccl-py-probe.{os.getpid()}")
+        with open(probe, "w"):
+            pass
+        os.remove(probe)
+    except OSError as err:
+        raise HcclParamError(f"init: HCCL_PY_TRACE_DIR={trace_dir!r} cannot be made or written ({err.strerror or err}); "
+                             "give a folder this user can write", variable="HCCL_PY_TRACE_DIR", value=trace_dir,
+                             rule="writable", path=trace_dir, errno=err.errno) from None
+
+
 def _finisher(rc: RankContext, transport: Transport | None, trace_dir: str | None) -> "callable":
     """What ends this rank's part in the job, once: the trace file, then sockets and memory
     (a store this process hosts stays until exit, for ranks that re-initialise later)."""
@@ -94,11 +110,16 @@ def _finisher(rc: RankContext, transport: Transport | None, trace_dir: str | Non
         if done or os.getpid() != owner:  # a forked child exits without touching the parent's job
             return
         done.append(True)
-        if trace_dir:
-            write_rank_trace(os.path.join(trace_dir, tracefile.rank_file(rc.device.rank)), rc.device.rank,
-                               rc.recorder.records, rc.wall_origin, rc.device.kernels or ())
-        if transport is not None:
-            transport.close()
+        try:
+            if trace_dir:
+                write_rank_trace(os.path.join(trace_dir, tracefile.rank_file(rc.device.rank)), rc.device.rank,
+                                 rc.recorder.records, rc.wall_origin, rc.device.kernels or ())
+        except OSError as err:  # the folder went away after init checked it: say so, still release the job
+            print(f"hccl-py: rank {rc.device.rank}: could not write its trace into {trace_dir} ({err.strerror or err})",
+                  file=sys.stderr, flush=True)
+        finally:
+            if transport is not None:
+                transport.close()
 
     atexit.register(finish)
     return finish

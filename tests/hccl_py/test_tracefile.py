@@ -29,3 +29,19 @@ def test_write_creates_folders(tmp_path):
     path = tracefile.write(tmp_path / "a" / "b" / tracefile.rank_file(7), [])
     assert path.name == "rank_7.trace.json"
     assert json.loads(path.read_text()) == {"traceEvents": [], "displayTimeUnit": "ms"}
+
+
+def test_a_trace_folder_that_cannot_be_written_is_refused_at_init_not_at_exit(tmp_path, monkeypatch):
+    import pytest
+
+    import hccl_py
+
+    blocker = tmp_path / "file"
+    blocker.write_text("")  # a folder cannot be made under a file
+    for name in ("RANK_ID", "RANK_SIZE", "RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HCCL_PY_TRACE_DIR", str(blocker / "trace"))
+    with pytest.raises(hccl_py.HcclParamError) as info:
+        hccl_py.init()
+    assert info.value.variable == "HCCL_PY_TRACE_DIR" and info.value.rule == "writable"
+    assert hccl_py.runtime.current() is None  # it never joined
