@@ -1,6 +1,6 @@
 """What every communicator of one rank shares: the executor engine, the simulated card, the
 topology and its cost model, the flight recorder, the injected faults, and the settings read at
-init; and how a rank builds it from its :class:`~hccl_py.env.JobConfig` (``make_context``)."""
+init; and how a rank builds it from its :class:`~hccl_py.job.JobConfig` (``make_context``)."""
 
 from __future__ import annotations
 
@@ -14,13 +14,13 @@ import numpy as np
 
 from topology import Topology, TopologyError, default_preset, load_figures
 
-from .env import HCCL_DETERMINISTIC, JobConfig
-from .errors import HcclNotSupportedError, HcclParamError
-
 from .cost_model import CostModel
 from .device import Device
+from .env import HCCL_DETERMINISTIC
+from .errors import HcclNotSupportedError, HcclParamError
 from .executor import Engine
 from .faults import Fault
+from .job import JobConfig
 from .records import CallRecord, Recorder
 
 

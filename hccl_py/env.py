@@ -1,5 +1,5 @@
 """Environment variable names and their parsing: the one place both the runtime and
-hccl-launch read them from.
+hccl-launch read them from (the job's whole configuration, assembled from them: ``job.py``).
 
 HCCL and MindSpore name ranks ``RANK_ID``/``RANK_SIZE``/``DEVICE_ID``; torchrun names them
 ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``/``LOCAL_WORLD_SIZE``. hccl-launch sets both.
@@ -17,7 +17,6 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from .errors import HcclParamError
 
@@ -106,9 +105,10 @@ USER_SETTINGS = (HCCL_CONNECT_TIMEOUT, HCCL_EXEC_TIMEOUT, HCCL_BUFFSIZE, HCCL_AL
                  HCCL_PY_MODELED_TIME, HCCL_PY_CMA, HCCL_PY_TRANSPORT)
 
 
-def _raw(environ: Mapping[str, str], name: str) -> str | None:
-    raw = environ.get(name)
-    return None if raw is None or raw.strip() == "" else raw.strip()
+def given(environ: Mapping[str, str], name: str) -> str | None:
+    """Variable ``name``'s value without surrounding blanks; None when it is unset or blank."""
+    value = environ.get(name)
+    return None if value is None or value.strip() == "" else value.strip()
 
 
 def _refuse_blank(name: str, give: str, default: str, environ: Mapping[str, str] | None, **fields: object) -> None:
@@ -125,7 +125,7 @@ def number(name: str, default: float, *, low: float, high: float, low_open: bool
     """``name`` as a finite number in ``[low, high]`` (``(low, high]`` with ``low_open``), or
     ``default`` when unset; HcclParamError naming the variable and the accepted range otherwise
     (``nan``, ``inf``, words and an empty value included)."""
-    raw = _raw(os.environ if environ is None else environ, name)
+    raw = given(os.environ if environ is None else environ, name)
     accepted = f"{'(' if low_open else '['}{low:.10g}, {high:.10g}]{(' ' + unit) if unit else ''}"
     if raw is None:
         _refuse_blank(name, f"a number in {accepted}", f"{default:.10g}", environ, rule="range", expected=accepted)
@@ -143,7 +143,7 @@ def number(name: str, default: float, *, low: float, high: float, low_open: bool
 def integer(name: str, *, low: int, high: int, environ: Mapping[str, str] | None = None) -> int | None:
     """``name`` as an integer in ``[low, high]``, ``None`` when unset; HcclParamError naming the
     variable and the accepted range otherwise."""
-    raw = _raw(os.environ if environ is None else environ, name)
+    raw = given(os.environ if environ is None else environ, name)
     if raw is None:
         return None
     try:
@@ -159,7 +159,7 @@ def integer(name: str, *, low: int, high: int, environ: Mapping[str, str] | None
 def flag(name: str, default: bool, environ: Mapping[str, str] | None = None) -> bool:
     """``name`` as "0" (off) or "1" (on), ``default`` when unset; HcclParamError for anything
     else (an empty value included)."""
-    raw = _raw(os.environ if environ is None else environ, name)
+    raw = given(os.environ if environ is None else environ, name)
     if raw is None:
         _refuse_blank(name, "0 (off) or 1 (on)", str(int(default)), environ, rule="choices", choices=["0", "1"])
         return default
@@ -203,7 +203,7 @@ def deterministic(environ: Mapping[str, str] | None = None) -> str:
 
         deterministic({"HCCL_DETERMINISTIC": "TRUE"})   # "true"
     """
-    raw = _raw(os.environ if environ is None else environ, HCCL_DETERMINISTIC)
+    raw = given(os.environ if environ is None else environ, HCCL_DETERMINISTIC)
     if raw is None:
         return "false"
     if raw.lower() not in DETERMINISTIC_VALUES:
@@ -220,7 +220,7 @@ def single_copy(environ: Mapping[str, str] | None = None) -> bool:
 
 def wall_origin(environ: Mapping[str, str] | None = None) -> float | None:
     """HCCL_PY_WALL_ORIGIN (a ``time.monotonic()`` reading of the launcher), ``None`` when unset."""
-    value = number(HCCL_PY_WALL_ORIGIN, math.nan, low=0, high=math.inf, environ=environ) if _raw(
+    value = number(HCCL_PY_WALL_ORIGIN, math.nan, low=0, high=math.inf, environ=environ) if given(
         os.environ if environ is None else environ, HCCL_PY_WALL_ORIGIN) is not None else None
     return value
 
@@ -241,9 +241,9 @@ def store_address(environ: Mapping[str, str] | None = None) -> tuple[str, int | 
     environ = os.environ if environ is None else environ
     port = integer(STORE_PORT, low=1, high=65535, environ=environ)
     if port is not None:
-        return _raw(environ, STORE_ADDR) or _raw(environ, MASTER_ADDR) or "127.0.0.1", port, False
+        return given(environ, STORE_ADDR) or given(environ, MASTER_ADDR) or "127.0.0.1", port, False
     torchrun = environ.get(TORCHELASTIC_USE_AGENT_STORE) == "True"
-    return _raw(environ, MASTER_ADDR) or "127.0.0.1", master_port(environ), torchrun
+    return given(environ, MASTER_ADDR) or "127.0.0.1", master_port(environ), torchrun
 
 
 def rank_and_size(environ: Mapping[str, str] | None = None) -> tuple[int | None, int | None]:
@@ -252,33 +252,15 @@ def rank_and_size(environ: Mapping[str, str] | None = None) -> tuple[int | None,
     environ = os.environ if environ is None else environ
     rank = size = None
     for name in (RANK_ID, RANK):
-        if _raw(environ, name) is not None:
+        if given(environ, name) is not None:
             rank = integer(name, low=0, high=MAX_WORLD_SIZE - 1, environ=environ)
             break
     for name in (RANK_SIZE, WORLD_SIZE):
-        if _raw(environ, name) is not None:
+        if given(environ, name) is not None:
             size = integer(name, low=1, high=MAX_WORLD_SIZE, environ=environ)
             break
     return rank, size
 
-
-
-def check_user_settings(environ: Mapping[str, str] | None = None) -> None:
-    """Parse every variable of ``USER_SETTINGS``: what hccl-launch checks before it starts a
-    rank, so a typo fails once, up front, instead of in every rank."""
-    connect_timeout_s(environ)
-    exec_timeout_s(environ)
-    buffsize_bytes(environ)
-    spin_s(environ)
-    modeled_time(environ)
-    single_copy(environ)
-    deterministic(environ)
-    from .algo_select import parse_hccl_algo  # their grammars live with what they configure
-    from .transport.choice import requested_transport
-
-    environ = os.environ if environ is None else environ
-    parse_hccl_algo(environ.get(HCCL_ALGO))
-    requested_transport(environ)
 
 
 def launcher_job_id(environ: Mapping[str, str] = os.environ) -> tuple[str, str] | None:
@@ -305,86 +287,3 @@ def job_secret(environ: Mapping[str, str] = os.environ) -> str | None:
     """``HCCL_PY_JOB_SECRET`` if set (hccl-launch and ``launch.spawn`` set one per job), else None."""
     secret = environ.get(JOB_SECRET)
     return secret if secret else None
-
-
-@dataclass(frozen=True)
-class JobConfig:
-    """Everything a rank takes from its environment, read once by :func:`read_job` when it
-    joins (as torchrun's ``config_from_args``): who it is, where the job meets, and the HCCL
-    settings. Nothing else in the runtime reads the environment afterwards::
-
-        job = read_job()
-        job.rank, job.size, job.exec_timeout_s, job.algo
-    """
-
-    rank: int
-    size: int
-    mpi: object | None  # transport.choice.MpiLaunch when mpiexec or srun started this process
-    launcher_env: bool  # RANK_ID/RANK or RANK_SIZE/WORLD_SIZE set: hccl-launch, spawn, torchrun or a wrapper chose
-    store_addr: str  # hccl-py's store: HCCL_PY_STORE_ADDR, else MASTER_ADDR (see store_address)
-    store_port: int | None  # HCCL_PY_STORE_PORT, else MASTER_PORT; None: not named
-    torch_store: bool  # store_addr:store_port is torchrun's agent TCPStore: meet through it with torch's client
-    store_hosted: bool  # the launcher hosts the store (HCCL_PY_STORE_HOSTED=1); else rank 0 does
-    local_world_size: int | None  # ranks on this host, when the launcher says
-    launcher_id: tuple[str, str] | None  # (job id, the variable it came from), see launcher_job_id
-    secret: str | None  # HCCL_PY_JOB_SECRET; None: this user's secret file
-    transport: str | None  # HCCL_PY_TRANSPORT: shm, tcp, mpi, or None for the automatic choice
-    if_ip: str | None  # HCCL_IF_IP
-    connect_timeout_s: float
-    exec_timeout_s: float | None
-    buffsize_bytes: int
-    spin_s: float
-    single_copy: bool
-    modeled_time: bool
-    algo: dict  # HCCL_ALGO parsed: {collective: algorithm}, '*' for every operator
-    deterministic: str  # HCCL_DETERMINISTIC: "false", "true" or "strict"
-    faults: tuple  # HCCL_PY_FAULTS parsed (faults.Fault)
-    wall_origin: float | None
-    topology: str | None  # HCCL_PY_TOPOLOGY (a preset)
-    rank_table: str | None  # RANK_TABLE_FILE
-    figures: str | None  # HCCL_PY_FIGURES
-    trace_dir: str | None  # HCCL_PY_TRACE_DIR
-    flight_dir: str | None  # HCCL_PY_FLIGHT_DIR
-
-
-def read_job(environ: Mapping[str, str] | None = None) -> JobConfig:
-    """This rank's :class:`JobConfig` from ``environ`` (default ``os.environ``): every value
-    parsed and checked (HcclParamError naming the variable and its accepted range)."""
-    from .algo_select import parse_hccl_algo  # their grammars live with what they configure
-    from .faults import check_ranks, parse_faults
-    from .transport.choice import mpi_launch, requested_transport
-
-    environ = os.environ if environ is None else environ
-    check_user_settings(environ)
-    rank, size = rank_and_size(environ)
-    launcher_env = rank is not None or size is not None
-    mpi = mpi_launch(environ)
-    if not launcher_env and mpi is not None:  # mpiexec / srun: rank and size from its environment
-        rank, size = mpi.rank, mpi.size
-    if size is None or size == 1:
-        if rank not in (None, 0):
-            raise HcclParamError(f"{RANK_ID}/{RANK}={rank} given for a world of size 1 (set {RANK_SIZE}/{WORLD_SIZE})",
-                                 variable=RANK_ID if _raw(environ, RANK_ID) is not None else RANK, value=rank, rule="range",
-                                 expected="0..0")
-        rank, size = 0, 1
-    if rank is None or not 0 <= rank < size:
-        raise HcclParamError(f"{RANK_ID}/{RANK}={rank} is not in 0..{size - 1} ({RANK_SIZE}/{WORLD_SIZE}={size})",
-                             variable=RANK_ID if _raw(environ, RANK_ID) is not None else RANK, value=rank, rule="range",
-                             expected=f"0..{size - 1}")
-    faults = tuple(parse_faults(environ.get(HCCL_PY_FAULTS)))
-    check_ranks(list(faults), size)
-    store_addr, store_port, torch_store = store_address(environ)
-    return JobConfig(
-        rank=rank, size=size, mpi=mpi, launcher_env=launcher_env,
-        store_addr=store_addr, store_port=store_port, torch_store=torch_store,
-        store_hosted=environ.get(STORE_HOSTED) == "1",
-        local_world_size=integer(LOCAL_WORLD_SIZE, low=1, high=MAX_WORLD_SIZE, environ=environ),
-        launcher_id=launcher_job_id(environ), secret=job_secret(environ),
-        transport=requested_transport(environ), if_ip=_raw(environ, HCCL_IF_IP),
-        connect_timeout_s=connect_timeout_s(environ), exec_timeout_s=exec_timeout_s(environ),
-        buffsize_bytes=buffsize_bytes(environ), spin_s=spin_s(environ), single_copy=single_copy(environ),
-        modeled_time=modeled_time(environ), algo=parse_hccl_algo(environ.get(HCCL_ALGO)),
-        deterministic=deterministic(environ), faults=faults,
-        wall_origin=wall_origin(environ), topology=_raw(environ, HCCL_PY_TOPOLOGY),
-        rank_table=_raw(environ, RANK_TABLE_FILE), figures=_raw(environ, HCCL_PY_FIGURES),
-        trace_dir=_raw(environ, HCCL_PY_TRACE_DIR), flight_dir=_raw(environ, HCCL_PY_FLIGHT_DIR))

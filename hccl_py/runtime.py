@@ -1,6 +1,6 @@
 """``hccl_py.init``: the world communicator of this process.
 
-``init`` reads the environment once (``env.read_job``: rank, size, store address, HCCL
+``init`` reads the environment once (``job.read_job``: rank, size, store address, HCCL
 settings), connects this rank to the others (``transport/connect.py``: the rendezvous store and
 shared memory or TCP, or MPI under mpiexec/srun), builds the rank's shared state
 (``context.make_context``: card, topology, cost model, flight recorder, faults) and returns the
@@ -14,11 +14,12 @@ import os
 import sys
 from collections import deque
 
-from . import env, tracefile
+from . import tracefile
 from .communicator import Communicator
 from .context import RankContext, make_context
 from .errors import HcclInternalError, HcclParamError
 from .executor import Engine
+from .job import JobConfig, read_job
 from .records import DEFAULT_RECORDS, install_dump_hooks, write_rank_trace
 from .transport.base import Transport
 
@@ -43,7 +44,7 @@ def init() -> Communicator:
     return join()
 
 
-def join(job: env.JobConfig | None = None, store=None) -> Communicator:
+def join(job: JobConfig | None = None, store=None) -> Communicator:
     """:func:`init` for adapters (the torch backend): ``job`` instead of the environment's (torch
     gives the rank, the size and the timeout), ``store`` a store client to meet through (the
     c10d store torch hands its backend, ``hccl_py.transport.torch.C10dStore``). A live world
@@ -57,7 +58,7 @@ def join(job: env.JobConfig | None = None, store=None) -> Communicator:
             "rank multiprocessing's 'spawn' start method")
     if _world is not None and _world._closed_reason is None:
         return _world
-    job = env.read_job() if job is None else job
+    job = read_job() if job is None else job
     if job.trace_dir:
         _check_trace_dir(job.trace_dir)
     transport = None

@@ -28,7 +28,7 @@ from pathlib import Path
 from hccl_py import env
 from hccl_py.errors import HcclError, HcclParamError
 from hccl_py.faults import check_ranks, parse_faults
-
+from hccl_py.job import check_user_settings
 from topology import RankTable, Topology, TopologyError
 
 from .config import LaunchConfig
@@ -210,7 +210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``hccl-launch`` console script; returns the exit status."""
     config = parse_args(argv)
     try:
-        env.check_user_settings()  # a bad HCCL_* value fails here once, not in every rank
+        check_user_settings()  # a bad HCCL_* value fails here once, not in every rank
         if config.npu:
             check_npu_ready()  # torch missing, or a real torch_npu beside: said before any rank starts
     except HcclError as err:

@@ -28,8 +28,9 @@ from torch.distributed.constants import default_pg_timeout
 from .. import env, runtime
 from ..communicator import Communicator
 from ..errors import HcclError, HcclNotSupportedError
-from .process_group import HcclProcessGroup
+from ..job import JobConfig, read_job
 from ..transport.torch import C10dStore
+from .process_group import HcclProcessGroup
 from .work import backend_error
 
 NAME = "hccl"
@@ -94,13 +95,13 @@ def _exec_timeout_s(timeout: timedelta | None) -> float | None:
     return min(seconds, env.MAX_TIMEOUT_S) if seconds > 0 else None
 
 
-def _job(rank: int, size: int, timeout: timedelta | None) -> env.JobConfig:
+def _job(rank: int, size: int, timeout: timedelta | None) -> JobConfig:
     """This rank's job as torch sees it: its rank, size and timeout over the environment's settings."""
     environ = {k: v for k, v in os.environ.items() if k not in (env.RANK_ID, env.RANK_SIZE)}
     environ[env.RANK], environ[env.WORLD_SIZE] = str(rank), str(size)
     seconds = _exec_timeout_s(timeout)
     environ[env.HCCL_EXEC_TIMEOUT] = "0" if seconds is None else repr(seconds)
-    return env.read_job(environ)
+    return read_job(environ)
 
 
 def _store_where() -> str:

@@ -31,6 +31,7 @@ import torch
 
 from .. import env
 from ..errors import HcclNotSupportedError, HcclParamError
+from ..job import read_job
 
 SUPPORTED_TORCH = "2.13"  # the private registration interfaces change between releases
 SOURCE = Path(__file__).resolve().parent / "csrc" / "npu_device.cpp"
@@ -134,7 +135,7 @@ def cards(count: int) -> list:
     reads them, else the default preset): its HBM is the pool's capacity."""
     from ..context import load_topology
 
-    job = env.read_job({k: v for k, v in os.environ.items() if k not in (env.RANK, env.WORLD_SIZE)} | {
+    job = read_job({k: v for k, v in os.environ.items() if k not in (env.RANK, env.WORLD_SIZE)} | {
         env.RANK: "0", env.WORLD_SIZE: os.environ.get(env.WORLD_SIZE) or str(count)})
     topology = load_topology(job.size, preset=job.topology, rank_table=job.rank_table, figures=job.figures)
     return [topology.card(i % job.size) for i in range(count)]

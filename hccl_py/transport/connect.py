@@ -33,17 +33,31 @@ import secrets
 import time
 
 from .. import env
-from ..errors import HcclConnectError, HcclError, HcclNotSupportedError, HcclParamError, HcclTimeoutError
+from ..errors import (
+    HcclConnectError,
+    HcclError,
+    HcclNotSupportedError,
+    HcclParamError,
+    HcclTimeoutError,
+)
+from ..job import JobConfig
 from . import membership
 from .base import Transport
-from .choice import StorePlan, describe_hosts, host_identity, host_label, plan_store_transport, use_mpi
+from .choice import (
+    StorePlan,
+    describe_hosts,
+    host_identity,
+    host_label,
+    plan_store_transport,
+    use_mpi,
+)
 from .shm import ShmTransport
 
 _generation = 0  # store rendezvous this process has made: the generation in keys and socket names
 _hosted: dict[tuple[str, int], object] = {}  # stores this process hosts (rank 0, no launcher), kept until exit
 
 
-def connect(job: env.JobConfig, store=None) -> tuple[Transport, str]:
+def connect(job: JobConfig, store=None) -> tuple[Transport, str]:
     """This rank's transport to every other rank of ``job`` (blocks until all have joined, at
     most ``job.connect_timeout_s``), and what it is, e.g. ``"shm (4 ranks, 1 host)"``.
     ``store``: a store client to meet through instead of the one the job names (the torch
@@ -61,7 +75,7 @@ def _have_mpi4py() -> bool:
     return True
 
 
-def _mpi_serves(job: env.JobConfig) -> bool:
+def _mpi_serves(job: JobConfig) -> bool:
     """Whether this job meets and moves bytes through MPI (see ``choice.py``); started by
     mpiexec without mpi4py, HcclNotSupportedError says what is missing."""
     if not use_mpi(job.transport, job.mpi, job.launcher_env, store_given=job.store_port is not None):
@@ -90,7 +104,7 @@ def _note_host_layout(rank: int, host_ids: list[str]) -> None:
     os.environ.setdefault(env.LOCAL_RANK, str(here.index(rank)))
 
 
-def _connect_store(job: env.JobConfig, store=None) -> tuple[Transport, str]:
+def _connect_store(job: JobConfig, store=None) -> tuple[Transport, str]:
     """Meet through the store; shared memory within a host, TCP across hosts."""
     global _generation
     from . import rundir
@@ -101,7 +115,9 @@ def _connect_store(job: env.JobConfig, store=None) -> tuple[Transport, str]:
     if store is not None:  # the torch backend's c10d store
         client, where, owned = store, store.where, False
     elif job.torch_store and job.store_port is not None:  # under torchrun: its agent's store, with torch's client
-        from .torch import C10dStore  # not the adapter package: a plain hccl-py program registers no backend
+        from .torch import (
+            C10dStore,  # not the adapter package: a plain hccl-py program registers no backend
+        )
 
         client, owned = C10dStore.connect(job.store_addr, job.store_port, job.size, job.connect_timeout_s), True
         where = client.where
@@ -122,7 +138,7 @@ def _connect_store(job: env.JobConfig, store=None) -> tuple[Transport, str]:
     return transport, description
 
 
-def _zmq_store(job: env.JobConfig, deadline: float):
+def _zmq_store(job: JobConfig, deadline: float):
     """A client of hccl-py's own store (hosted here by rank 0 when no launcher does), and whether
     this process hosts it."""
     from ..store import StoreClient, store_address  # only multi-rank jobs need zmq
@@ -292,7 +308,7 @@ def _claim(client, rdv: _Rendezvous, rank: int, me: dict) -> None:
         rank=rank, holder=holder)
 
 
-def _members(client, rdv: _Rendezvous, job: env.JobConfig, deadline: float) -> list[dict]:
+def _members(client, rdv: _Rendezvous, job: JobConfig, deadline: float) -> list[dict]:
     """Every rank's claim, once all have claimed; without a launcher's job id, only once the ranks
     agree that no other job met them halfway (``membership.agree``)."""
     alone_unless_told = job.launcher_id is None
@@ -305,7 +321,7 @@ def _members(client, rdv: _Rendezvous, job: env.JobConfig, deadline: float) -> l
     return infos
 
 
-def _connect_one_host(client, rdv: _Rendezvous, job: env.JobConfig, deadline: float):
+def _connect_one_host(client, rdv: _Rendezvous, job: JobConfig, deadline: float):
     """Every rank on this host (the launcher says so): shared memory between all of them."""
     rank, size = job.rank, job.size
     transport = ShmTransport(rdv.job_id, rank, size, job.buffsize_bytes, spin_s=job.spin_s,
@@ -320,7 +336,7 @@ def _connect_one_host(client, rdv: _Rendezvous, job: env.JobConfig, deadline: fl
     return transport, f"shm ({size} ranks, 1 host)"
 
 
-def _connect_hosts(client, rdv: _Rendezvous, job: env.JobConfig, deadline: float):
+def _connect_hosts(client, rdv: _Rendezvous, job: JobConfig, deadline: float):
     """Ranks may sit on several hosts: learn who is where, then shared memory between ranks of
     one host and TCP between hosts (or what HCCL_PY_TRANSPORT asks for)."""
     from .hosts import HostSplitTransport
@@ -366,7 +382,7 @@ def _connect_hosts(client, rdv: _Rendezvous, job: env.JobConfig, deadline: float
     return transport, f"{plan.kind} ({size} ranks, {hosts})"
 
 
-def _connect_mpi(job: env.JobConfig) -> tuple[Transport, str]:
+def _connect_mpi(job: JobConfig) -> tuple[Transport, str]:
     """Started by mpiexec or srun: meet through MPI and move bytes with it."""
     from .mpi import MpiTransport, library_version
 

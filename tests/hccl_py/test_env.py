@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from hccl_py import HcclParamError, env
+from hccl_py.job import check_user_settings, read_job
 from tests.mp import ROOT
 
 BAD = [
@@ -25,7 +26,7 @@ BAD = [
 @pytest.mark.parametrize("name,value", BAD)
 def test_bad_value_names_the_variable(name, value):
     with pytest.raises(HcclParamError) as info:
-        env.check_user_settings({name: value})
+        check_user_settings({name: value})
     assert info.value.code == 1
     assert info.value.variable == name
 
@@ -51,7 +52,7 @@ def test_strict_determinism_is_refused_off_a_910b():
     from hccl_py.context import make_context
     from hccl_py.errors import HcclNotSupportedError
 
-    job = env.read_job({"HCCL_DETERMINISTIC": "strict", "HCCL_PY_TOPOLOGY": "ascend910-8p"})
+    job = read_job({"HCCL_DETERMINISTIC": "strict", "HCCL_PY_TOPOLOGY": "ascend910-8p"})
     with pytest.raises(HcclNotSupportedError) as info:
         make_context(job, None)
     assert info.value.code == 5 and info.value.variable == "HCCL_DETERMINISTIC"
@@ -67,7 +68,7 @@ def test_good_values():
     assert env.buffsize_bytes({"HCCL_BUFFSIZE": "1"}) == 1 << 20
     assert env.master_port({"MASTER_PORT": "29500"}) == 29500
     assert env.rank_and_size({"RANK_ID": "3", "RANK": "1", "WORLD_SIZE": "4"}) == (3, 4)  # HCCL's name first
-    env.check_user_settings({})
+    check_user_settings({})
 
 
 @pytest.mark.timeout(60)
@@ -103,7 +104,7 @@ def test_where_the_store_is():
     torchrun = {"MASTER_ADDR": "localhost", "MASTER_PORT": "46405", "TORCHELASTIC_USE_AGENT_STORE": "True"}
     assert env.store_address(torchrun) == ("localhost", 46405, True)
     assert env.store_address({}) == ("127.0.0.1", None, False)
-    job = env.read_job({**torchrun, "RANK": "1", "WORLD_SIZE": "2"})
+    job = read_job({**torchrun, "RANK": "1", "WORLD_SIZE": "2"})
     assert (job.store_addr, job.store_port, job.torch_store) == ("localhost", 46405, True)
     with pytest.raises(HcclParamError) as info:
         env.store_address({"HCCL_PY_STORE_PORT": "70000"})
