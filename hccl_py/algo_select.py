@@ -28,14 +28,7 @@ from . import env
 from .algorithms.alltoall_staged import CONTINUOUS
 from .algorithms.alltoallv_continuous import CCL_BUFFER_BYTES
 from .algorithms.alltoallv_continuous import fits as fits_ccl_buffer
-from .algorithms.hierarchical import (
-    FIRST,
-    HIER_COLLECTIVES,
-    LEVELS,
-    TWO_LEVEL,
-    across_first,
-    whole_buffer,
-)
+from .algorithms.hierarchical import FIRST, HIER_COLLECTIVES, LEVELS, TWO_LEVEL, across_first, schedule_for, whole_buffer
 from .algorithms.pipeline import PIPELINED
 from .algorithms.registry import ALL_ALGOS, SCHEDULES, algos_for, get_schedule
 from .collectives import collective
@@ -206,8 +199,6 @@ def schedule_fn(topology, collective: str, algo: str, world_ranks: tuple[int, ..
     levels = hier_levels(algo)
     if levels is None:
         return get_schedule(collective, algo)
-    from .algorithms.hierarchical import schedule_for
-
     return schedule_for(collective, partition_of(topology, algo, world_ranks), *levels)
 
 

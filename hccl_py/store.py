@@ -27,7 +27,7 @@ ZAP handler the serving thread answers), so a peer without it is dropped at the 
 never reaches a key; the client notices the refusal at once (HcclConnectError), not at its
 timeout. The secret is ``HCCL_PY_JOB_SECRET`` (hccl-launch and ``launch.spawn`` make one per
 job) or else this user's secret file (``<user dir>/secret``, 0600, made on first use; see
-``transport/rundir.py``): processes of one user on one host share it, others cannot read it.
+``rundir.py``): processes of one user on one host share it, others cannot read it.
 PLAIN sends the secret in clear: across hosts it guards against other users, not against
 someone who can read the network. Memory is bounded: frames over ``MAX_FRAME_BYTES`` close the
 connection (``ZMQ_MAXMSGSIZE``; checked before anything is allocated, also during the
@@ -55,7 +55,7 @@ from types import TracebackType
 
 import zmq
 
-from . import env
+from . import env, rundir
 from .errors import (HcclConnectError, HcclError, HcclMemoryError, HcclParamError, HcclSyscallError, HcclTimeoutError, from_wire,
                      to_wire)
 
@@ -113,8 +113,6 @@ def default_secret() -> str:
 def user_secret() -> str:
     """This user's store secret: ``<user dir>/secret`` (0600), created on first use. Every
     process of this user on this host reads the same one; other users cannot."""
-    from .transport import rundir
-
     path = os.path.join(rundir.user_dir(), _SECRET_FILE)
     try:
         return _read_secret(path)

@@ -17,7 +17,7 @@ process whose session id is a registered rank's, again and again until none is l
 process may have forked), then exits. ``starttime`` (field 22 of /proc/<pid>/stat) guards
 against pid reuse: a session whose leader pid now belongs to a younger process is not the job's.
 The launcher also names its mark in the job's socket directory (``d<path>``, see
-``hccl_py/transport/rundir.py``): once the ranks are gone, the watchdog removes the sockets there
+``hccl_py/rundir.py``): once the ranks are gone, the watchdog removes the sockets there
 that nobody listens on (SIGKILLed ranks leave theirs), the mark, and the directory if it is empty,
 as ``rundir.remove_job`` does at a normal end. If the watchdog dies with the launcher, the next
 launcher's ``rundir.sweep_abandoned`` does it.

@@ -39,7 +39,7 @@ from typing import BinaryIO
 from hccl_py import env, tracefile
 from hccl_py.errors import HcclError, HcclTimeoutError
 from hccl_py.store import StoreClient, StoreServer, store_address, user_secret
-from hccl_py.transport import rundir
+from hccl_py import rundir
 
 from . import fork
 from .proc import (free_port, new_job_id, new_job_secret, pdeathsig_preexec, rank_env, shell_exit_code, signal_group,

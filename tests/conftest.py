@@ -92,7 +92,7 @@ def _in_use_elsewhere(names: set[str], ours: set[int]) -> set[str]:
 @pytest.fixture
 def no_leaks() -> Iterator[None]:
     """After the test: no new child processes, no new /dev/shm entries and no job socket
-    directories (``hccl_py/transport/rundir.py``) may remain.
+    directories (``hccl_py/rundir.py``) may remain.
 
     Waits up to LEAK_GRACE_S for stragglers to be reaped/unlinked, then fails naming them.
     Leaked processes are SIGKILLed so they cannot disturb later tests.

@@ -115,7 +115,7 @@ def shm_entries() -> set[str]:
 
 def job_dirs() -> set[str]:
     """The job socket directories in this user's run directory now (HCCL_PY_RUN_DIR)."""
-    from hccl_py.transport import rundir
+    from hccl_py import rundir
 
     base = rundir.user_dir()
     return {os.path.join(base, name) for name in os.listdir(base) if os.path.isdir(os.path.join(base, name))}

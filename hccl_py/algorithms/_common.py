@@ -123,8 +123,6 @@ def block_chain_flows(what: str, size: int, count: int, root: int, towards_root:
     """The flows of a chain that passes whole blocks of ``count`` elements (ring scatter and
     gather): ``senders(s)`` is the slice of ranks that send in step s; the root (0) copies its own
     block on the first step. ValueError unless root 0, ``size >= 2`` and ``count >= 1``."""
-    from .schedule import StepFlows
-
     if size < 2 or count < 1 or root != 0:
         raise ValueError(f"{what} flows need root 0, size >= 2 and count >= 1")
     send_to, recv_from = chain_pattern(size, towards_root)

@@ -18,7 +18,7 @@ import itertools
 import numpy as np
 
 from .hierarchical import ScheduleFn, _Chunks, _Plan, whole_buffer
-from .registry import SCHEDULES
+from .registry import FLOWS, SCHEDULES
 from .schedule import StepFlows
 
 _FLOW_PHASES = {"allreduce", "allgather", "reduce_scatter"}
@@ -29,8 +29,6 @@ def flows_of(fn: ScheduleFn, size: int, count: int):
     (allreduce, allgather, reduce_scatter on equal groups whose levels have flows; scatter,
     gather, broadcast and reduce with root 0; the staged and pipelined all-to-all); ValueError
     where it does not apply (the simulator then goes rank by rank)."""
-    from .registry import FLOWS
-
     collective = getattr(fn, "collective", None)
     if collective == "alltoall":
         from . import alltoall_staged
@@ -192,8 +190,6 @@ def _rooted_flows(fn: ScheduleFn, size: int, count: int):
     the outer algorithm's flows on the root's plane (member 0 of every group) and the inner
     algorithm's in every group at once, mapped to world ranks; each rank's local copies come from
     the composite schedules of its role (the root, another plane rank, any other rank)."""
-    from .registry import FLOWS
-
     collective = fn.collective
     plan = _Plan.of(fn.partition)
     g, k = plan.m, plan.k
@@ -297,8 +293,6 @@ def _chunked_rooted_flows(fn: ScheduleFn, size: int, count: int):
     every group allgathers (the root receives nothing). Reduce: every group reduce-scatters, every
     column reduces across the groups, the root gathers its group's chunks. Local copies come from
     the composite schedules of each role (checked alike on several ranks of each)."""
-    from .registry import FLOWS
-
     collective = fn.collective
     plan = _Plan.of(fn.partition)
     g, k = plan.m, plan.k
@@ -439,8 +433,6 @@ def _columns_of(collective: str, outer: str, k: int, chunk: list[int]) -> list[t
     """The outer algorithm's steps for every column at once when columns hold two chunk sizes:
     per step a tuple of StepFlows, column t's for ``chunk[t]`` elements; ValueError unless every
     column runs as many steps of plain one-lane flows."""
-    from .registry import FLOWS
-
     per_count = {n: list(_without_trailing_idle(FLOWS[(collective, outer)](k, n))) for n in set(chunk)}
     lengths = {len(steps) for steps in per_count.values()}
     plain = all(f.senders is None and f.send_to.ndim == 1 and f.recv_lane is None and not f.copies

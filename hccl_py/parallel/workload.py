@@ -20,6 +20,7 @@ from ..algorithms.hierarchical import Partition, schedule_for
 from ..cost_model import CostModel
 from ..errors import HcclParamError
 from ..simulator import simulate
+from .transformer import TransformerEncoder
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,4 @@ class DpInferWorkload:
 
 @lru_cache(maxsize=1)
 def _default_model():
-    from .transformer import TransformerEncoder
-
     return TransformerEncoder(dtype=np.float16)

@@ -36,6 +36,8 @@ from topology.cli import quiet_on_closed_pipe
 from topology.units import parse_size
 
 from .. import env
+from ..algorithms.hierarchical import TWO_LEVEL, schedule_for
+from .fidelity import format_checks, validate
 from ..algo_select import alltoallv_auto, explain_auto, hier_levels, is_continuous
 from ..algorithms.alltoallv import as_matrix, skewed_counts
 from ..algorithms.registry import algos_for
@@ -143,9 +145,6 @@ def _topology(args) -> Topology:
 def _check_algo(collective: str, algo: str) -> None:
     """ValueError unless ``algo`` names an algorithm of ``collective``: auto, a flat one, or any
     two-level name the library builds (every name ``auto`` prints among them)."""
-    from ..algorithms.hierarchical import TWO_LEVEL, schedule_for
-    from ..errors import HcclError
-
     if algo == "auto" or algo in algos_for(collective):
         return
     if hier_levels(algo) is not None and collective in TWO_LEVEL:
@@ -362,8 +361,6 @@ def _batch(args, topology: Topology, wall_start: float, sizes: list[int] | None)
 def validate_main(argv: list[str]) -> int:
     """``hccl-sim validate``: every public measurement beside the model's prediction; exit 1 when a
     held row drifts beyond its stated tolerance."""
-    from .fidelity import format_checks, validate
-
     parser = argparse.ArgumentParser(prog="hccl-sim validate",
                                      description="The model held against public measurements of real HCCL and Ascend cards.")
     parser.add_argument("--table", metavar="FILE", default=None, help="measurements JSON (default: the one shipped with hccl-py)")

@@ -39,6 +39,7 @@ from topology import Topology, auto_partition, load_partition, validate_partitio
 from topology.units import format_size, parse_size
 
 from ..algorithms.hierarchical import HIER_COLLECTIVES, Partition, schedule_for
+from ..parallel.workload import DpInferWorkload
 from ..collectives import collective as lookup
 from ..cost_model import CostModel, flow_load, route_share
 from ..errors import HcclParamError
@@ -117,8 +118,6 @@ def parse_workload(text: str, **options) -> Workload:
     """``"dp-infer"`` or ``"<collective>:<size>"`` (``allreduce:64M``; K, M, G powers of 1024)."""
     text = text.strip().lower()
     if text in ("dp-infer", "dp_infer", "dpinfer"):
-        from ..parallel.workload import DpInferWorkload
-
         return DpInferWorkload(**options)
     name, sep, size = text.partition(":")
     try:

@@ -30,6 +30,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from topology import Topology, TopologyError
+
+from ..algorithms.hierarchical import format_partition
+from ..cost_model import CostModel
+from ..errors import HcclError
+from .partition import DEFAULT_BUDGET, auto, manual, optimize, parse_workload
+
 __all__ = ["main", "build_parser", "run", "format_table", "Row", "manual_examples"]
 
 # What a user would try by hand on each preset when --groups is not given (named).
@@ -53,9 +60,6 @@ def manual_examples(topo) -> dict[str, str]:
     """Named manual groupings for ``topo``: the preset's own examples, else two generic ones —
     ``interleaved`` (member t of every auto group together: the transpose of HCCL's grouping)
     and ``halves`` (every auto group split in two)."""
-    from hccl_py.algorithms.hierarchical import format_partition
-    from hccl_py.planning.partition import auto
-
     if topo.name in MANUAL_EXAMPLES:
         return dict(MANUAL_EXAMPLES[topo.name])
     groups = auto(topo)
@@ -70,10 +74,6 @@ def manual_examples(topo) -> dict[str, str]:
 
 def run(topo_name: str, workload, groups: Sequence[str] = (), budget: int | None = None):
     """(topology, rows, optimize choice) for one topology; rows in table order."""
-    from hccl_py.cost_model import CostModel
-    from hccl_py.planning.partition import DEFAULT_BUDGET, auto, manual, optimize
-    from topology import Topology
-
     topo = Topology.preset(topo_name)
     model = CostModel(topo)
     rows = [Row("auto", auto(topo), 0.0, "HCCL's rule")]
@@ -157,8 +157,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _workload(args):
-    from hccl_py.planning.partition import parse_workload
-
     text = args.workload.strip().lower()
     itemsize = {"fp16": 2, "bf16": 2, "fp32": 4}
     if text.startswith("dp"):
@@ -172,9 +170,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     0, or 2 for bad arguments."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    from hccl_py.errors import HcclError
-    from topology import TopologyError
-
     names = [t.strip() for t in args.topology.split(",") if t.strip()]
     if not names:
         parser.error("--topology: give at least one preset")
@@ -192,7 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "rows": [{"strategy": r.strategy, "groups": None if r.partition is None else [list(g) for g in r.partition],
                               "modeled_s": r.time_s, "note": r.note} for r in rows]})
     if args.plot:
-        from .partition_plot import plot_partitions
+        from .partition_plot import plot_partitions  # lazy: matplotlib
 
         for topo, rows, _ in results:
             path = args.plot if len(results) == 1 else str(Path(args.plot).with_name(

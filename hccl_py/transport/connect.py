@@ -32,7 +32,7 @@ import os
 import secrets
 import time
 
-from .. import env
+from .. import env, rundir
 from ..errors import (
     HcclConnectError,
     HcclError,
@@ -41,6 +41,7 @@ from ..errors import (
     HcclTimeoutError,
 )
 from ..job import JobConfig
+from ..store import StoreClient, StoreServer, store_address
 from . import membership
 from .base import Transport
 from .choice import (
@@ -51,7 +52,10 @@ from .choice import (
     plan_store_transport,
     use_mpi,
 )
+from .hosts import HostSplitTransport
+from .mpi import MpiTransport, import_mpi, library_version, wait_request
 from .shm import ShmTransport
+from .tcp import TcpTransport, advertised_address
 
 _generation = 0  # store rendezvous this process has made: the generation in keys and socket names
 _hosted: dict[tuple[str, int], object] = {}  # stores this process hosts (rank 0, no launcher), kept until exit
@@ -107,8 +111,6 @@ def _note_host_layout(rank: int, host_ids: list[str]) -> None:
 def _connect_store(job: JobConfig, store=None) -> tuple[Transport, str]:
     """Meet through the store; shared memory within a host, TCP across hosts."""
     global _generation
-    from . import rundir
-
     rank, size = job.rank, job.size
     deadline = time.monotonic() + job.connect_timeout_s
     hosting = False
@@ -141,7 +143,6 @@ def _connect_store(job: JobConfig, store=None) -> tuple[Transport, str]:
 def _zmq_store(job: JobConfig, deadline: float):
     """A client of hccl-py's own store (hosted here by rank 0 when no launcher does), and whether
     this process hosts it."""
-    from ..store import StoreClient, store_address  # only multi-rank jobs need zmq
 
     addr, port, secret = job.store_addr, job.store_port, job.secret  # secret None: this user's secret file
     hosting = False
@@ -164,7 +165,6 @@ def _zmq_store(job: JobConfig, deadline: float):
 def _host_store(addr: str, port: int, own_id: tuple[str, str] | None, secret: str | None):
     """The store this process hosts at ``addr:port`` (rank 0 without a launcher), made once and
     kept until the process exits: ranks that re-initialise later still find it."""
-    from ..store import StoreServer
 
     server = _hosted.get((addr, port))
     if server is None:
@@ -182,7 +182,6 @@ def _report_port_taken(addr: str, port: int, secret: str | None, own_id: tuple[s
     as a rival, so the ranks that meet at it stop rather than compute with this job's ranks."""
     import zmq
 
-    from ..store import StoreClient, store_address
 
     if err.errno != zmq.EADDRINUSE:
         return
@@ -235,8 +234,6 @@ def _store_via_mpi(rank: int, addr: str, deadline: float, secret: str | None, ow
     (HCCL_PY_JOB_SECRET if set, else a fresh one)."""
     import numpy as np
 
-    from ..store import StoreServer
-    from .mpi import import_mpi, wait_request
 
     try:
         MPI = import_mpi()
@@ -339,8 +336,6 @@ def _connect_one_host(client, rdv: _Rendezvous, job: JobConfig, deadline: float)
 def _connect_hosts(client, rdv: _Rendezvous, job: JobConfig, deadline: float):
     """Ranks may sit on several hosts: learn who is where, then shared memory between ranks of
     one host and TCP between hosts (or what HCCL_PY_TRANSPORT asks for)."""
-    from .hosts import HostSplitTransport
-    from .tcp import TcpTransport, advertised_address
 
     rank, size, connect_timeout_s = job.rank, job.size, job.connect_timeout_s
     me = {**membership.identity(), "host": host_label(), "host_id": host_identity()}
@@ -384,7 +379,6 @@ def _connect_hosts(client, rdv: _Rendezvous, job: JobConfig, deadline: float):
 
 def _connect_mpi(job: JobConfig) -> tuple[Transport, str]:
     """Started by mpiexec or srun: meet through MPI and move bytes with it."""
-    from .mpi import MpiTransport, library_version
 
     rank, size, launched = job.rank, job.size, job.mpi
     deadline = time.monotonic() + job.connect_timeout_s

@@ -32,7 +32,8 @@ from collections import deque
 import numpy as np
 
 from ..errors import HcclRemoteError, HcclTimeoutError
-from . import cma, rundir
+from .. import rundir
+from . import cma
 from .common import INLINE_MAX_BYTES, process_alive, slice_layout
 from .base import (
     HEADER_BYTES,

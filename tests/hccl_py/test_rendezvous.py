@@ -18,7 +18,7 @@ import pytest
 import launch
 from hccl_py import env
 from hccl_py.store import StoreServer
-from hccl_py.transport import rundir
+from hccl_py import rundir
 from tests.mp import job_dirs, run_ranks
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -252,7 +252,7 @@ def test_a_client_with_another_secret_is_refused_at_the_handshake() -> None:
 
 def test_the_default_secret_is_hccl_py_job_secret_else_the_user_file(monkeypatch: pytest.MonkeyPatch) -> None:
     from hccl_py.store import default_secret, user_secret
-    from hccl_py.transport import rundir
+    from hccl_py import rundir
 
     monkeypatch.delenv("HCCL_PY_JOB_SECRET", raising=False)
     secret = default_secret()
@@ -277,7 +277,7 @@ def _read_file(path: str) -> str:
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to create a second, unprivileged user (nobody)")
 def test_another_user_cannot_read_the_secret_file() -> None:
     from hccl_py.store import user_secret
-    from hccl_py.transport import rundir
+    from hccl_py import rundir
     from tests.mp import run_as_nobody
 
     user_secret()

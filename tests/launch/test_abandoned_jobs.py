@@ -1,6 +1,6 @@
 """Sockets of a job whose launcher was SIGKILLed (the launcher cleans up nothing, its ranks die
 by PR_SET_PDEATHSIG and leave their socket files) are removed by the launcher's watchdog, or, if
-that was killed too, by the next launch; a live job's never are (hccl_py/transport/rundir.py:
+that was killed too, by the next launch; a live job's never are (hccl_py/rundir.py:
 claim_job, sweep_abandoned; launch/_watchdog.py)."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from hccl_py import env
-from hccl_py.transport import rundir
+from hccl_py import rundir
 from tests.mp import assert_gone, descendants, job_dirs, read_pids, wait_for_files, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]

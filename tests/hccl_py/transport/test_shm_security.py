@@ -20,7 +20,7 @@ import pytest
 import launch
 from hccl_py.dtypes import DTYPE_CODES
 from hccl_py.errors import HcclRemoteError
-from hccl_py.transport import rundir
+from hccl_py import rundir
 from hccl_py.transport.base import KIND_ACK, KIND_FIN, KIND_HELLO, KIND_INLINE, KIND_SLOT, SliceHeader
 from hccl_py.transport.shm import ShmTransport, socket_name
 from tests.mp import run_as_nobody, run_ranks

@@ -40,8 +40,8 @@ import socket
 import stat
 import time
 
-from .. import env
-from ..errors import HcclConnectError, HcclSyscallError
+from . import env
+from .errors import HcclConnectError, HcclSyscallError
 
 UNIX_PATH_MAX = 107  # sun_path is 108 bytes, one for the terminating NUL
 BASE_MAX = 64  # longest user dir taken from XDG_RUNTIME_DIR; longer ones fall back to /tmp

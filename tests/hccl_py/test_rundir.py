@@ -1,4 +1,4 @@
-"""Where ranks' sockets live (transport/rundir.py): private directories, stale files, clean-up."""
+"""Where ranks' sockets live (hccl_py/rundir.py): private directories, stale files, clean-up."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import time
 import pytest
 
 from hccl_py.errors import HcclConnectError, HcclSyscallError
-from hccl_py.transport import rundir
+from hccl_py import rundir
 
 pytestmark = pytest.mark.timeout(30)
 
