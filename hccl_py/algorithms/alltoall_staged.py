@@ -98,18 +98,13 @@ def _equal_blocks(partition: Partition, inner: str, outer: str) -> Callable[...,
 
 
 def schedule_v(rank: int, counts: Sequence[Sequence[int]], send_displs: Sequence[int], recv_displs: Sequence[int],
-               partition: Partition, inner: str = "mesh", outer: str = "pairwise", itemsize: int | None = None) -> Schedule:
+               partition: Partition, inner: str = "mesh", outer: str = "pairwise") -> Schedule:
     """Rank ``rank``'s staged all-to-all for ``counts[i][j]`` elements from i to j (displacements
-    as in ``alltoall_pairwise.schedule_v``) on ``partition``; ``itemsize``: the element's bytes,
-    which HCCL's continuous pipeline cuts its buffer by."""
+    as in ``alltoall_pairwise.schedule_v``) on ``partition``."""
     if outer == PIPELINE:
         return _pipelined(rank, counts, send_displs, recv_displs, partition)
-    if outer == CONTINUOUS:
-        from . import alltoallv_continuous
-
-        if itemsize is None:
-            raise ValueError("the continuous pipeline needs the element size")
-        return alltoallv_continuous.schedule_v(rank, counts, send_displs, recv_displs, partition, itemsize)
+    if outer == CONTINUOUS:  # its own module (alltoallv_continuous), which builds on this one's places
+        raise ValueError("HCCL's continuous pipeline is alltoallv_continuous.schedule_v")
     me_g, me_i = _places(partition, inner, outer)[rank]
     groups, m = len(partition), len(partition[0])
     tmp = _Tmp()

@@ -23,7 +23,7 @@ import hashlib
 from functools import lru_cache
 from typing import Sequence
 
-from . import alltoall_mesh, alltoall_pairwise, alltoall_staged
+from . import alltoall_mesh, alltoall_pairwise, alltoall_staged, alltoallv_continuous
 from ._common import packed_displacements
 from .schedule import Schedule
 
@@ -116,6 +116,8 @@ class VSchedule:
 @lru_cache(maxsize=512)
 def _schedule(algo: str, counts: Matrix, rank: int, send_displs: tuple[int, ...], recv_displs: tuple[int, ...],
               staged: Staged | None, itemsize: int | None) -> Schedule:
+    if staged is not None and staged[2] == alltoall_staged.CONTINUOUS:
+        return alltoallv_continuous.schedule_v(rank, counts, send_displs, recv_displs, staged[0], itemsize)
     if staged is not None:
-        return alltoall_staged.schedule_v(rank, counts, send_displs, recv_displs, *staged, itemsize=itemsize)
+        return alltoall_staged.schedule_v(rank, counts, send_displs, recv_displs, *staged)
     return _BUILDERS[algo](rank, counts, send_displs, recv_displs)

@@ -38,6 +38,7 @@ from typing import Sequence
 
 from ..errors import HcclMemoryError, HcclParamError
 from ._common import finish
+from .alltoall_staged import CONTINUOUS, _places, _split, _Tmp
 from .schedule import IN, OUT, Copy, Recv, Region, Schedule, Send, Step
 
 Partition = tuple[tuple[int, ...], ...]
@@ -110,8 +111,6 @@ def schedule_v(rank: int, counts: Sequence[Sequence[int]], send_displs: Sequence
     """Rank ``rank``'s continuous-pipeline AlltoAllV of ``counts[i][j]`` elements of ``itemsize``
     bytes from i to j on ``partition`` (groups of one size, at least 2 of at least 2), with a CCL
     buffer of ``buffer_bytes``."""
-    from .alltoall_staged import CONTINUOUS, _places, _split, _Tmp
-
     n, l = _places(partition, "mesh", CONTINUOUS)[rank]
     servers, g = len(partition), len(partition[0])
     if servers < 2 or g < 2:

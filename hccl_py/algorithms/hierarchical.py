@@ -76,6 +76,7 @@ from typing import Callable, Sequence
 from topology import TopologyError, validate_partition
 
 from ..errors import HcclParamError
+from . import alltoall_staged, pipeline
 from ._common import finish
 from .registry import SCHEDULES, get_schedule
 from .schedule import IN, OUT, TMP, Copy, Recv, Region, Schedule, Send, Step, chunk_bounds
@@ -128,8 +129,6 @@ def _schedule_for(collective: str, partition: Partition, inner: str, outer: str)
         raise HcclParamError(f"no hierarchical algorithm for {collective!r}; use one of {', '.join(TWO_LEVEL)}",
                              arg="collective", value=collective, rule="choices", choices=list(TWO_LEVEL))
     if outer == "pipeline" and collective != "alltoall":  # HCCL's pipeline: its own schedule, level 0 a full mesh
-        from . import pipeline
-
         if inner != "mesh" or collective not in pipeline.PIPELINED:
             raise HcclParamError(f"HCCL's pipeline is hier:mesh/pipeline for {', '.join(pipeline.PIPELINED)}, "
                                  f"not {collective} with {inner!r} inside", collective=collective, arg="algo",
@@ -140,8 +139,6 @@ def _schedule_for(collective: str, partition: Partition, inner: str, outer: str)
             raise HcclParamError(f"hierarchical {collective}: {err}", collective=collective, arg="partition",
                                  rule="equal groups") from None
     if collective == "alltoall":
-        from . import alltoall_staged
-
         staged = alltoall_staged.schedule_for(partition, inner, outer)
         staged.collective, staged.partition, staged.inner, staged.outer = collective, partition, inner, outer
         return staged

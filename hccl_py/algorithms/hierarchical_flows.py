@@ -17,6 +17,7 @@ import itertools
 
 import numpy as np
 
+from . import alltoall_staged, pipeline
 from .hierarchical import ScheduleFn, _Chunks, _Plan, whole_buffer
 from .registry import FLOWS, SCHEDULES
 from .schedule import StepFlows
@@ -31,12 +32,8 @@ def flows_of(fn: ScheduleFn, size: int, count: int):
     where it does not apply (the simulator then goes rank by rank)."""
     collective = getattr(fn, "collective", None)
     if collective == "alltoall":
-        from . import alltoall_staged
-
         return alltoall_staged.flows(fn.partition, fn.inner, fn.outer, size, count)
     if getattr(fn, "outer", None) == "pipeline":
-        from . import pipeline
-
         return pipeline.flows(collective, fn.partition, size, count)
     if collective in ("scatter", "gather"):
         return _rooted_flows(fn, size, count)
