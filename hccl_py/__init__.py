@@ -48,7 +48,7 @@ __version__ = "0.1.0"
 
 def __getattr__(name: str):
     if name == "bfloat16":  # ml_dtypes' bfloat16, loaded on first use (importing it takes most of a second)
-        from . import dtypes
+        from . import dtypes  # lazy: ml_dtypes, loaded on first use of bfloat16
 
         return dtypes.bfloat16
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -63,7 +63,7 @@ def join(job: JobConfig | None = None, store=None) -> Communicator:
         _check_trace_dir(job.trace_dir)
     transport = None
     if job.size > 1:
-        from .transport.connect import connect
+        from .transport.connect import connect  # lazy: zmq (the store), for worlds of 2 or more; keeps import hccl_py cheap
 
         transport, description = connect(job, store)
         if job.rank == 0:

@@ -56,6 +56,7 @@ from .hosts import HostSplitTransport
 from .mpi import MpiTransport, import_mpi, library_version, wait_request
 from .shm import ShmTransport
 from .tcp import TcpTransport, advertised_address
+from .torch import C10dStore  # torch's store client (imports torch only when used), not the adapter package
 
 _generation = 0  # store rendezvous this process has made: the generation in keys and socket names
 _hosted: dict[tuple[str, int], object] = {}  # stores this process hosts (rank 0, no launcher), kept until exit
@@ -117,10 +118,6 @@ def _connect_store(job: JobConfig, store=None) -> tuple[Transport, str]:
     if store is not None:  # the torch backend's c10d store
         client, where, owned = store, store.where, False
     elif job.torch_store and job.store_port is not None:  # under torchrun: its agent's store, with torch's client
-        from .torch import (
-            C10dStore,  # not the adapter package: a plain hccl-py program registers no backend
-        )
-
         client, owned = C10dStore.connect(job.store_addr, job.store_port, job.size, job.connect_timeout_s), True
         where = client.where
     else:

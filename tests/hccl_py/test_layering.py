@@ -1,6 +1,9 @@
-"""The runtime's layers (README, "Layout"): hccl_py never imports launch or benchmarks; schedules
-(algorithms/) never import a transport, the executor or the communicator; transports never
-import algorithms; torch is imported only by the adapter that needs it."""
+"""The runtime's layers (README, "Layout"): every module of hccl_py imports only from its own
+layer or those below it (``LAYERS``, bottom up), with no import loop, imports inside functions
+included; an import inside a function is kept only for its cost (a heavy or optional library,
+or an internal one marked ``# lazy: <why>``). hccl_py never imports launch or benchmarks;
+schedules (algorithms/) never import a transport, the executor or the communicator; transports
+never import algorithms; torch is imported only by the adapter that needs it."""
 
 from __future__ import annotations
 
@@ -15,23 +18,28 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "hccl_py"
 
 
-def _imports(path: Path) -> list[tuple[str, bool]]:
-    """(absolute module name, at module level) of every import in ``path``."""
+def _imports(path: Path, *, names: bool = False) -> list:
+    """(absolute module name, at module level) of every import in ``path``; with ``names``
+    (module, at module level, line, imported names) instead."""
     tree = ast.parse(path.read_text(), str(path))
     top_level = {id(node) for node in tree.body}
+    # module-level code under an if/try (e.g. a guarded import) is at module level too
+    for node in tree.body:
+        if isinstance(node, (ast.If, ast.Try)):
+            top_level.update(id(child) for child in ast.walk(node))
     package = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-1])
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            found += [(alias.name, id(node) in top_level) for alias in node.names]
+            found += [(alias.name, id(node) in top_level, node.lineno, ()) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")[: len(package.split(".")) - node.level + 1]
                 module = ".".join(base + ([node.module] if node.module else []))
             else:
                 module = node.module or ""
-            found.append((module, id(node) in top_level))
-    return found
+            found.append((module, id(node) in top_level, node.lineno, tuple(a.name for a in node.names)))
+    return found if names else [(module, top) for module, top, _, _ in found]
 
 
 def _modules(folder: Path):
@@ -72,3 +80,92 @@ def test_importing_hccl_py_imports_no_launcher_no_zmq_no_torch():
     code = ("import sys, hccl_py; loaded = {m.split('.')[0] for m in sys.modules}; "
             "bad = {'launch', 'benchmarks', 'zmq', 'torch', 'mpi4py', 'matplotlib'} & loaded; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=60)
+
+
+# hccl_py's layers, bottom up (README's Layout mirrors it): a module imports from its own layer and
+# those below. A name is a module or a package (then every module in it, unless listed itself).
+LAYERS = (
+    ("hccl_py.errors", "hccl_py.dtypes", "hccl_py.collectives", "hccl_py.env", "hccl_py.tracefile", "hccl_py.work",
+     "hccl_py.rundir"),
+    ("hccl_py.algorithms",),  # the schedules: pure data
+    ("hccl_py.cost_model", "hccl_py.faults"),
+    ("hccl_py.simulator", "hccl_py.device", "hccl_py.records"),
+    ("hccl_py.algo_select",),
+    ("hccl_py.store", "hccl_py.transport"),  # transports and the rendezvous store
+    ("hccl_py.job",),  # the job's configuration, assembled from env and the grammars above
+    ("hccl_py.transport.connect", "hccl_py.transport.membership"),  # meeting: the job, the store, the transports
+    ("hccl_py.executor",),
+    ("hccl_py.context",),
+    ("hccl_py.issuing",),
+    ("hccl_py.communicator",),
+    ("hccl_py.runtime",),
+    ("hccl_py",),  # the package's own __init__: the public API
+    ("hccl_py.parallel",),
+    ("hccl_py.planning",),
+    ("hccl_py.torch",),  # the torch adapter, on the public communicator
+)
+
+def _module_name(path: Path) -> str:
+    name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+    return name[: -len(".__init__")] if name.endswith(".__init__") else name
+
+
+MODULES = {_module_name(p): p for p in _modules(PACKAGE) if "standin" not in p.parts}  # standin: torch_npu's stand-in
+
+
+def _layer(module: str) -> int:
+    best, layer = "", None
+    for index, names in enumerate(LAYERS):
+        for name in names:
+            if (module == name or module.startswith(name + ".")) and len(name) > len(best):
+                best, layer = name, index
+    assert layer is not None, f"{module} is in no layer of LAYERS: add it"
+    return layer
+
+
+def _targets(module: str, names: tuple) -> list[str]:
+    """The hccl_py modules an import of ``names`` from ``module`` loads (``from . import env``
+    loads hccl_py.env; ``from .errors import X`` loads hccl_py.errors)."""
+    found = [f"{module}.{n}" for n in names if f"{module}.{n}" in MODULES]
+    if found:
+        return found
+    while module and module not in MODULES:
+        module = module.rpartition(".")[0]
+    return [module] if module else []
+
+
+def _edges():
+    for name, path in MODULES.items():
+        lines = path.read_text().splitlines()
+        for module, top, line, names in _imports(path, names=True):
+            if not module.startswith("hccl_py"):
+                continue
+            for target in _targets(module, names):
+                if target != name:
+                    yield name, target, top, lines[line - 1]
+
+
+def test_every_module_is_in_a_layer():
+    for name in MODULES:
+        _layer(name)
+
+
+def test_no_import_runs_up_the_layers():
+    up = [f"{a} (layer {_layer(a)}) imports {b} (layer {_layer(b)})" for a, b, _, _ in _edges() if _layer(b) > _layer(a)
+          and not (a.startswith(b + ".") and b == "hccl_py.torch")]  # a package's modules may import from its __init__
+    assert not up, "\n".join(up)
+
+
+def test_imports_inside_functions_are_kept_for_cost_and_marked():
+    # Inside a function only for cost (zmq, ml_dtypes, matplotlib behind it), marked why; never to
+    # dodge a loop. The torch adapter (its own package, imported only with torch) is exempt.
+    unmarked = [f"{a} imports {b} inside a function: {text.strip()}" for a, b, top, text in _edges()
+                if not top and "# lazy:" not in text and not a.startswith("hccl_py.torch")]
+    assert not unmarked, "\n".join(unmarked)
+
+
+def test_no_import_loop():
+    nx = pytest.importorskip("networkx")
+    graph = nx.DiGraph((a, b) for a, b, _, _ in _edges() if not a.startswith("hccl_py.torch"))
+    loops = list(nx.simple_cycles(graph))
+    assert not loops, loops
