@@ -21,12 +21,10 @@ import time
 import numpy as np
 
 from hccl_py.communicator import Communicator
-from hccl_py.context import RankContext
+from hccl_py.context import RankContext, load_topology
 from hccl_py.device import Device
 from hccl_py.executor import Engine
-from hccl_py.context import load_topology
 from hccl_py.transport.base import KIND_INLINE, Incoming, SliceHeader
-
 from topology.units import parse_size
 
 
@@ -80,8 +78,15 @@ class LoopbackTransport:
 def loopback_comm(size: int, *, modeled: bool = True) -> Communicator:
     """Rank 0 of a ``size``-rank world on the default topology, its peers mirrored."""
     topology = load_topology(size)
-    rc = RankContext(Engine(LoopbackTransport(size)), Device(topology.card(0), 0), topology, 2.0, {}, time.monotonic(),
-                     modeled=modeled)  # an algorithm the mirror cannot serve fails in 2 s
+    rc = RankContext(
+        Engine(LoopbackTransport(size)),
+        Device(topology.card(0), 0),
+        topology,
+        2.0,
+        {},
+        time.monotonic(),
+        modeled=modeled,
+    )  # an algorithm the mirror cannot serve fails in 2 s
     return Communicator(rc, list(range(size)), 0, 1, "world")
 
 
@@ -92,8 +97,10 @@ def check_mirrored(comm: Communicator, nbytes: int, algo: str) -> None:
     expected = comm.size * x
     comm.all_reduce(x, algo=algo)
     if not np.array_equal(x, expected):
-        raise ValueError(f"the mirrored peers cannot serve algo={algo!r} (a step that does not swap equal regions); "
-                         "use rd or oneshot")
+        raise ValueError(
+            f"the mirrored peers cannot serve algo={algo!r} (a step that does not swap equal regions); "
+            "use rd or oneshot"
+        )
 
 
 def per_call_us(comm: Communicator, nbytes: int, algo: str, calls: int) -> float:

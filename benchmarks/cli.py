@@ -47,7 +47,9 @@ def _nranks(text: str) -> tuple[int, ...]:
     try:
         values = tuple(int(v) for v in text.split(",") if v.strip())
     except ValueError:
-        raise argparse.ArgumentTypeError(f"-n takes a rank count or a comma-separated list (2,4), not {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"-n takes a rank count or a comma-separated list (2,4), not {text!r}"
+        ) from None
     if not values:
         raise argparse.ArgumentTypeError("-n needs at least one rank count")
     return tuple(sorted(set(values)))
@@ -67,43 +69,84 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="hccl-bench",
         description="Measure hccl-py's collectives like nccl-tests (size sweep, algbw/busbw, #wrong), "
-                    "optionally side by side with MPI (mpi4py+MPICH), torch gloo and torch on hccl-py's "
-                    "own backend (torch-hccl).",
+        "optionally side by side with MPI (mpi4py+MPICH), torch gloo and torch on hccl-py's "
+        "own backend (torch-hccl).",
         epilog="Sizes take K/M/G suffixes (powers of 1024). Example: "
-               "hccl-bench allreduce -n 2 -b 8 -e 64M -f 4 --vs mpi,gloo --plot ar.png. "
-               "Communication groups: hccl-bench partition --help",
+        "hccl-bench allreduce -n 2 -b 8 -e 64M -f 4 --vs mpi,gloo --plot ar.png. "
+        "Communication groups: hccl-bench partition --help",
     )
-    p.add_argument("collective", choices=list(COLLECTIVES), help="the collective to measure (alltoallv: alltoall's "
-                   "data with equal counts per pair, as HCCL's alltoallv_test; hccl-py and --vs mpi, gloo does not run it)")
-    p.add_argument("-n", "--nranks", type=_nranks, default=(2,),
-                   help="ranks (simulated cards), default 2; several (2,4) run the sweep at each, "
-                        "alternating, and print how each implementation's time scales")
+    p.add_argument(
+        "collective",
+        choices=list(COLLECTIVES),
+        help="the collective to measure (alltoallv: alltoall's "
+        "data with equal counts per pair, as HCCL's alltoallv_test; hccl-py and --vs mpi, gloo does not run it)",
+    )
+    p.add_argument(
+        "-n",
+        "--nranks",
+        type=_nranks,
+        default=(2,),
+        help="ranks (simulated cards), default 2; several (2,4) run the sweep at each, "
+        "alternating, and print how each implementation's time scales",
+    )
     p.add_argument("-b", "--minbytes", type=_size, default=8, help="smallest size, default 8")
     p.add_argument("-e", "--maxbytes", type=_size, default=64 << 20, help="largest size, default 64M")
     p.add_argument("-f", "--stepfactor", type=int, default=2, help="multiply the size by this per step, default 2")
     p.add_argument("-w", "--warmup", type=int, default=5, help="warm-up iterations per size, default 5")
     p.add_argument("-i", "--iters", type=int, default=20, help="timed iterations per size, default 20")
-    p.add_argument("-d", "--datatype", default="fp32",
-                   help="fp32 (float), fp16 (half), bf16, fp64 (double), int8, uint8, int16, int32, int64")
+    p.add_argument(
+        "-d",
+        "--datatype",
+        default="fp32",
+        help="fp32 (float), fp16 (half), bf16, fp64 (double), int8, uint8, int16, int32, int64",
+    )
     p.add_argument("-o", "--op", default="sum", choices=OPS, help="reduction (reducing collectives), default sum")
-    p.add_argument("-r", "--root", type=int, default=0, help="root rank (broadcast, reduce, scatter, gather), default 0")
-    p.add_argument("-c", "--check", type=int, default=1, choices=(0, 1),
-                   help="check every iteration's result (1, default) or not (0)")
-    p.add_argument("--algo", default="auto",
-                   help=f"hccl-py's algorithm: {', '.join(ALGOS)} (or any other hccl-py has for the collective; "
-                        "alltoall, alltoallv: pairwise, mesh), default auto")
-    p.add_argument("--vs", type=_peers, default=(), metavar="PEERS",
-                   help="also run these, alternating with hccl-py: mpi, gloo, torch-hccl (torch.distributed on "
-                        "hccl-py's backend), unmodeled (hccl-py without modeled time), comma-separated")
-    p.add_argument("--repeats", type=int, default=3,
-                   help="whole sweeps per implementation (alternating); the median per size is reported. Default 3")
+    p.add_argument(
+        "-r", "--root", type=int, default=0, help="root rank (broadcast, reduce, scatter, gather), default 0"
+    )
+    p.add_argument(
+        "-c",
+        "--check",
+        type=int,
+        default=1,
+        choices=(0, 1),
+        help="check every iteration's result (1, default) or not (0)",
+    )
+    p.add_argument(
+        "--algo",
+        default="auto",
+        help=f"hccl-py's algorithm: {', '.join(ALGOS)} (or any other hccl-py has for the collective; "
+        "alltoall, alltoallv: pairwise, mesh), default auto",
+    )
+    p.add_argument(
+        "--vs",
+        type=_peers,
+        default=(),
+        metavar="PEERS",
+        help="also run these, alternating with hccl-py: mpi, gloo, torch-hccl (torch.distributed on "
+        "hccl-py's backend), unmodeled (hccl-py without modeled time), comma-separated",
+    )
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        help="whole sweeps per implementation (alternating); the median per size is reported. Default 3",
+    )
     p.add_argument("--json", metavar="FILE", help="write the results as JSON (schema hccl-bench/1)")
     p.add_argument("--plot", metavar="FILE.png", help="draw busbw vs size for every implementation run")
-    p.add_argument("--timeout", type=float, default=900.0,
-                   help="seconds one implementation's sweep may take before it is stopped, default 900")
-    p.add_argument("--mem-budget", type=_size, default=256 << 20,
-                   help="per-iteration buffers per rank and size (each iteration gets its own so it "
-                        "can be checked); beyond it iterations run in chunks. Default 256M")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=900.0,
+        help="seconds one implementation's sweep may take before it is stopped, default 900",
+    )
+    p.add_argument(
+        "--mem-budget",
+        type=_size,
+        default=256 << 20,
+        help="per-iteration buffers per rank and size (each iteration gets its own so it "
+        "can be checked); beyond it iterations run in chunks. Default 256M",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
@@ -112,11 +155,22 @@ def config_from_args(args: argparse.Namespace, nranks: int | None = None) -> Ben
     """The BenchConfig of parsed arguments at ``nranks`` (default: the first -n; running in
     place, the job's size)."""
     return BenchConfig(
-        collective=args.collective, nranks=args.nranks[0] if nranks is None else nranks,
-        minbytes=args.minbytes, maxbytes=args.maxbytes, stepfactor=args.stepfactor,
-        warmup=args.warmup, iters=args.iters, dtype=parse_dtype(args.datatype).name, op=args.op,
-        root=args.root, check=bool(args.check), algo=args.algo, peers=tuple(args.vs),
-        repeats=args.repeats, mem_budget=args.mem_budget, timeout_s=args.timeout,
+        collective=args.collective,
+        nranks=args.nranks[0] if nranks is None else nranks,
+        minbytes=args.minbytes,
+        maxbytes=args.maxbytes,
+        stepfactor=args.stepfactor,
+        warmup=args.warmup,
+        iters=args.iters,
+        dtype=parse_dtype(args.datatype).name,
+        op=args.op,
+        root=args.root,
+        check=bool(args.check),
+        algo=args.algo,
+        peers=tuple(args.vs),
+        repeats=args.repeats,
+        mem_budget=args.mem_budget,
+        timeout_s=args.timeout,
     )
 
 
@@ -170,8 +224,10 @@ def _run_in_place(args: argparse.Namespace, env_updates: dict[str, str]) -> int:
 
     size = _world_size_from_env()
     if len(args.nranks) > 1:
-        raise ValueError(f"-n {','.join(map(str, args.nranks))} starts ranks at each size; as ranks of a "
-                         f"launcher's job ({size} ranks) hccl-bench runs at that size only")
+        raise ValueError(
+            f"-n {','.join(map(str, args.nranks))} starts ranks at each size; as ranks of a "
+            f"launcher's job ({size} ranks) hccl-bench runs at that size only"
+        )
     cfg = config_from_args(args, nranks=size)
     reason = unsupported_reason(cfg)
     if reason:
@@ -180,8 +236,11 @@ def _run_in_place(args: argparse.Namespace, env_updates: dict[str, str]) -> int:
     rc = HcclRankComm(comm, cfg.algo)
     leader = comm.rank == 0
     if leader and cfg.peers:
-        print("# --vs is ignored when hccl-bench runs as ranks of a launcher's job; "
-              "run hccl-bench directly (it starts every implementation's ranks) to compare", flush=True)
+        print(
+            "# --vs is ignored when hccl-bench runs as ranks of a launcher's job; "
+            "run hccl-bench directly (it starts every implementation's ranks) to compare",
+            flush=True,
+        )
     bar = make_progress_bar(len(size_plan(cfg)) * cfg.repeats, leader and not args.no_progress, cfg.collective)
     tick = bar.update if bar is not None else None
     try:
@@ -194,9 +253,14 @@ def _run_in_place(args: argparse.Namespace, env_updates: dict[str, str]) -> int:
     if not leader:
         return 0
     backend = HcclBackend()
-    impl = ImplResult("hccl", backend.label, version=backend.version(),
-                      mode=backend.mode(get_collective(cfg.collective)) + " (ranks of a launcher's job)",
-                      extra_columns=EXTRA_COLUMNS, runs=runs)
+    impl = ImplResult(
+        "hccl",
+        backend.label,
+        version=backend.version(),
+        mode=backend.mode(get_collective(cfg.collective)) + " (ranks of a launcher's job)",
+        extra_columns=EXTRA_COLUMNS,
+        runs=runs,
+    )
     impl.rows = aggregate(runs, get_collective(cfg.collective).bus_factor(cfg.nranks), EXTRA_COLUMNS)
     return _emit([BenchResult(cfg, {"hccl": impl})], args)
 
@@ -238,8 +302,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     cfg = cfgs[0]
     at = f" at -n {','.join(map(str, args.nranks))}" if len(cfgs) > 1 else ""
-    print(f"# hccl-bench: running {', '.join(['hccl-py', *cfg.peers])}{at} "
-          f"({cfg.repeats} repeat{'s' if cfg.repeats != 1 else ''}, alternating)", flush=True)
+    print(
+        f"# hccl-bench: running {', '.join(['hccl-py', *cfg.peers])}{at} "
+        f"({cfg.repeats} repeat{'s' if cfg.repeats != 1 else ''}, alternating)",
+        flush=True,
+    )
     try:
         results = run_benchmarks(cfgs, backends(cfg.peers), progress=not args.no_progress)
     except BackendError as err:

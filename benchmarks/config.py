@@ -24,6 +24,7 @@ BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 PEERS = ("mpi", "gloo", "torch-hccl", "unmodeled")  # implementations --vs accepts; "hccl" (hccl-py) always runs
 OPS = ("sum", "prod", "max", "min")
 
+
 @dataclass(frozen=True)
 class DType:
     """An element type as the benchmark names it: CLI name, nccl-tests column name, numpy dtype."""
@@ -43,20 +44,30 @@ class DType:
         return self.np.itemsize
 
 
-DTYPES: dict[str, DType] = {d.name: d for d in (
-    DType("int8", "int8", "int8"),
-    DType("uint8", "uint8", "uint8"),
-    DType("int16", "int16", "int16"),
-    DType("int32", "int32", "int32"),
-    DType("int64", "int64", "int64"),
-    DType("fp16", "half", "float16"),
-    DType("bf16", "bfloat16", "bfloat16"),
-    DType("fp32", "float", "float32"),
-    DType("fp64", "double", "float64"),
-)}
+DTYPES: dict[str, DType] = {
+    d.name: d
+    for d in (
+        DType("int8", "int8", "int8"),
+        DType("uint8", "uint8", "uint8"),
+        DType("int16", "int16", "int16"),
+        DType("int32", "int32", "int32"),
+        DType("int64", "int64", "int64"),
+        DType("fp16", "half", "float16"),
+        DType("bf16", "bfloat16", "bfloat16"),
+        DType("fp32", "float", "float32"),
+        DType("fp64", "double", "float64"),
+    )
+}
 _DTYPE_ALIASES = {
-    "char": "int8", "int": "int32", "half": "fp16", "float16": "fp16", "bfloat16": "bf16",
-    "float": "fp32", "float32": "fp32", "double": "fp64", "float64": "fp64",
+    "char": "int8",
+    "int": "int32",
+    "half": "fp16",
+    "float16": "fp16",
+    "bfloat16": "bf16",
+    "float": "fp32",
+    "float32": "fp32",
+    "double": "fp64",
+    "float64": "fp64",
 }
 
 
@@ -65,8 +76,9 @@ def parse_dtype(text: str) -> DType:
     key = text.strip().lower()
     key = _DTYPE_ALIASES.get(key, key)
     if key not in DTYPES:
-        raise ValueError(f"unknown data type {text!r}; use one of {', '.join(DTYPES)} "
-                         f"(aliases: {', '.join(_DTYPE_ALIASES)})")
+        raise ValueError(
+            f"unknown data type {text!r}; use one of {', '.join(DTYPES)} (aliases: {', '.join(_DTYPE_ALIASES)})"
+        )
     return DTYPES[key]
 
 

@@ -67,10 +67,23 @@ def trial(nranks: int, victim: int, timeout_s: float = 60.0) -> dict:
         port = _free_port()
         procs = []
         for rank in range(nranks):
-            rank_env = {**os.environ, env.RANK: str(rank), env.WORLD_SIZE: str(nranks), env.MASTER_ADDR: "127.0.0.1",
-                        env.MASTER_PORT: str(port), env.HCCL_EXEC_TIMEOUT: str(timeout_s), "PYTHONPATH": str(ROOT)}
-            procs.append(subprocess.Popen([sys.executable, str(script), f"{tmp}/rank{rank}.json"], env=rank_env,
-                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            rank_env = {
+                **os.environ,
+                env.RANK: str(rank),
+                env.WORLD_SIZE: str(nranks),
+                env.MASTER_ADDR: "127.0.0.1",
+                env.MASTER_PORT: str(port),
+                env.HCCL_EXEC_TIMEOUT: str(timeout_s),
+                "PYTHONPATH": str(ROOT),
+            }
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, str(script), f"{tmp}/rank{rank}.json"],
+                    env=rank_env,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
         try:
             deadline = time.monotonic() + timeout_s
             while not all(os.path.exists(f"{tmp}/rank{r}.json.ready") for r in range(nranks)):
@@ -92,9 +105,11 @@ def trial(nranks: int, victim: int, timeout_s: float = 60.0) -> dict:
                 if proc.poll() is None:
                     proc.kill()
                     proc.wait()
-    return {"spread_s": max(rep["noticed"] for rep in reports.values()) - killed,
-            "named": sorted({rep["peer"] for rep in reports.values()}, key=str),
-            "per_rank_s": {r: round(rep["noticed"] - killed, 3) for r, rep in reports.items()}}
+    return {
+        "spread_s": max(rep["noticed"] for rep in reports.values()) - killed,
+        "named": sorted({rep["peer"] for rep in reports.values()}, key=str),
+        "per_rank_s": {r: round(rep["noticed"] - killed, 3) for r, rep in reports.items()},
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,9 +124,14 @@ def main(argv: list[str] | None = None) -> int:
     for i in range(args.trials):
         result = trial(args.n, args.kill)
         spreads.append(result["spread_s"])
-        print(f"trial {i + 1}: every rank knew after {result['spread_s']:.3f} s; ranks named {result['named']}; "
-              f"per rank {result['per_rank_s']}", flush=True)
-    print(f"median spread over {args.trials} trials, {args.n} ranks, rank {args.kill} killed: {statistics.median(spreads):.3f} s")
+        print(
+            f"trial {i + 1}: every rank knew after {result['spread_s']:.3f} s; ranks named {result['named']}; "
+            f"per rank {result['per_rank_s']}",
+            flush=True,
+        )
+    print(
+        f"median spread over {args.trials} trials, {args.n} ranks, rank {args.kill} killed: {statistics.median(spreads):.3f} s"
+    )
     return 0
 
 

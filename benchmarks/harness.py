@@ -47,8 +47,20 @@ from .collectives import get as get_collective
 from .config import BenchConfig
 
 __all__ = [
-    "ExtraColumn", "RankComm", "Backend", "Row", "ImplResult", "BenchResult", "BackendError",
-    "sweep_sizes", "size_plan", "count_wrong", "run_sweep", "rank_main", "aggregate", "run_benchmark",
+    "ExtraColumn",
+    "RankComm",
+    "Backend",
+    "Row",
+    "ImplResult",
+    "BenchResult",
+    "BackendError",
+    "sweep_sizes",
+    "size_plan",
+    "count_wrong",
+    "run_sweep",
+    "rank_main",
+    "aggregate",
+    "run_benchmark",
     "run_benchmarks",
 ]
 
@@ -134,8 +146,9 @@ class RankComm(ABC):
     extra_columns: tuple[ExtraColumn, ...] = ()
 
     @abstractmethod
-    def bind(self, coll: Collective, send: np.ndarray, recv: np.ndarray | None, op: str,
-             root: int) -> Callable[[], np.ndarray | None]:
+    def bind(
+        self, coll: Collective, send: np.ndarray, recv: np.ndarray | None, op: str, root: int
+    ) -> Callable[[], np.ndarray | None]:
         """One iteration of ``coll``: in place on ``send`` when ``recv`` is None, else send ->
         recv. ``send`` is empty on a rank that sends nothing (scatter off the root), ``recv`` on
         one that receives nothing (gather off the root). The call returns the result array if it
@@ -221,10 +234,18 @@ def _measure(comm: RankComm, cfg: BenchConfig, coll: Collective, point: SizePoin
     time_us = comm.allreduce_scalar(elapsed / cfg.iters, "max") * 1e6
     total_wrong = int(comm.allreduce_scalar(float(wrong), "sum")) if cfg.check else None
     reducers = {c.key: c.reduce for c in comm.extra_columns}
-    extra = {key: comm.allreduce_scalar(value / cfg.iters, reducers.get(key, "max"))
-             for key, value in sorted(extra_sums.items())}
-    return {"size": point.nbytes, "count": point.elements, "time_us": time_us, "wrong": total_wrong,
-            "extra": extra, "buffers": nsets}
+    extra = {
+        key: comm.allreduce_scalar(value / cfg.iters, reducers.get(key, "max"))
+        for key, value in sorted(extra_sums.items())
+    }
+    return {
+        "size": point.nbytes,
+        "count": point.elements,
+        "time_us": time_us,
+        "wrong": total_wrong,
+        "extra": extra,
+        "buffers": nsets,
+    }
 
 
 def run_sweep(comm: RankComm, cfg: BenchConfig, progress: Callable[[], None] | None = None) -> list[dict[str, Any]]:
@@ -256,8 +277,9 @@ def file_progress(path: str | None, rank: int) -> Callable[[], None] | None:
     return tick
 
 
-def rank_main(comm: RankComm, cfg: BenchConfig, progress_path: str | None = None,
-              repeats: int = 1) -> list[list[dict[str, Any]]] | None:
+def rank_main(
+    comm: RankComm, cfg: BenchConfig, progress_path: str | None = None, repeats: int = 1
+) -> list[list[dict[str, Any]]] | None:
     """A rank's whole job: ``repeats`` sweeps; the rows of each on rank 0, None elsewhere."""
     tick = file_progress(progress_path, comm.rank)
     try:
@@ -306,7 +328,6 @@ class Backend(ABC):
         """
 
 
-
 @dataclass(frozen=True)
 class Row:
     """One size of one implementation, after the median over repeats."""
@@ -334,8 +355,9 @@ class Row:
         return self.size / (time_us * 1e-6) / 1e9 * self.bus_factor if time_us > 0 else math.inf
 
 
-def aggregate(runs: Sequence[Sequence[dict[str, Any]]], bus_factor: float,
-              columns: Iterable[ExtraColumn] = ()) -> list[Row]:
+def aggregate(
+    runs: Sequence[Sequence[dict[str, Any]]], bus_factor: float, columns: Iterable[ExtraColumn] = ()
+) -> list[Row]:
     """Rows of several repeats of one implementation -> one :class:`Row` per size (medians)."""
     if not runs:
         return []
@@ -345,10 +367,16 @@ def aggregate(runs: Sequence[Sequence[dict[str, Any]]], bus_factor: float,
         first = per_size[0]
         times = tuple(r["time_us"] for r in per_size)
         wrongs = [r["wrong"] for r in per_size]
-        extra = {key: statistics.median(r["extra"][key] for r in per_size)
-                 for key in first.get("extra", {})}
-        row = Row(first["size"], first["count"], statistics.median(times),
-                  None if any(w is None for w in wrongs) else sum(wrongs), times, bus_factor, extra)
+        extra = {key: statistics.median(r["extra"][key] for r in per_size) for key in first.get("extra", {})}
+        row = Row(
+            first["size"],
+            first["count"],
+            statistics.median(times),
+            None if any(w is None for w in wrongs) else sum(wrongs),
+            times,
+            bus_factor,
+            extra,
+        )
         for c in columns:
             if c.derive is not None:
                 row.extra[c.key] = c.derive(row)
@@ -427,8 +455,14 @@ def make_progress_bar(total: int, enabled: bool, desc: str = "") -> Any:
     return tqdm(total=total, desc=desc, unit="size", leave=False, file=sys.stderr)
 
 
-def run_benchmark(cfg: BenchConfig, backends: Sequence[Backend], *, log: TextIO | None = None,
-                  progress: bool = True, workdir: str | None = None) -> BenchResult:
+def run_benchmark(
+    cfg: BenchConfig,
+    backends: Sequence[Backend],
+    *,
+    log: TextIO | None = None,
+    progress: bool = True,
+    workdir: str | None = None,
+) -> BenchResult:
     """Run every available backend's sweep ``cfg.repeats`` times, alternating; medians per size.
 
     The first backend is hccl-py: its failure raises :class:`BackendError`. A peer that is not
@@ -438,8 +472,14 @@ def run_benchmark(cfg: BenchConfig, backends: Sequence[Backend], *, log: TextIO 
     return run_benchmarks([cfg], backends, log=log, progress=progress, workdir=workdir)[0]
 
 
-def run_benchmarks(cfgs: Sequence[BenchConfig], backends: Sequence[Backend], *, log: TextIO | None = None,
-                   progress: bool = True, workdir: str | None = None) -> list[BenchResult]:
+def run_benchmarks(
+    cfgs: Sequence[BenchConfig],
+    backends: Sequence[Backend],
+    *,
+    log: TextIO | None = None,
+    progress: bool = True,
+    workdir: str | None = None,
+) -> list[BenchResult]:
     """:func:`run_benchmark` for several configurations (``-n 2,4``: the same sweep at each world
     size), interleaved so that slow and fast stretches of the machine fall on all of them alike:
     repeat by repeat, configuration by configuration, backend by backend. One result per config."""
@@ -449,6 +489,7 @@ def run_benchmarks(cfgs: Sequence[BenchConfig], backends: Sequence[Backend], *, 
     coll = get_collective(cfgs[0].collective)
     impls: list[dict[str, ImplResult]] = [{} for _ in cfgs]
     runnable: list[list[Backend]] = [[] for _ in cfgs]
+
     def at(cfg: BenchConfig) -> str:  # which world size a line is about, when there are several
         return f" at -n {cfg.nranks}" if len(cfgs) > 1 else ""
 
@@ -466,7 +507,9 @@ def run_benchmarks(cfgs: Sequence[BenchConfig], backends: Sequence[Backend], *, 
             impl.version, impl.mode = b.version(), b.mode(coll)
             runnable[k].append(b)
     repeats = cfgs[0].repeats
-    bar = make_progress_bar(len(size_plan(cfgs[0])) * repeats * sum(map(len, runnable)), progress, desc=cfgs[0].collective)
+    bar = make_progress_bar(
+        len(size_plan(cfgs[0])) * repeats * sum(map(len, runnable)), progress, desc=cfgs[0].collective
+    )
     try:
         with tempfile.TemporaryDirectory(prefix="hccl-bench-", dir=workdir) as tmp:
             for rep in range(repeats):

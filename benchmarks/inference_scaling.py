@@ -97,8 +97,10 @@ def run_point(topology: str, mode: str, cards: int, batch: int, microbatches: in
 def format_tables(points: list[Point], cards: list[int]) -> str:
     """The speedup and efficiency tables (modeled)."""
     lines = []
-    for title, value in (("speedup over 1 card (modeled)", lambda p: f"{p.speedup:.2f}x"),
-                         ("parallel efficiency (modeled)", lambda p: f"{100 * p.efficiency:.0f}%")):
+    for title, value in (
+        ("speedup over 1 card (modeled)", lambda p: f"{p.speedup:.2f}x"),
+        ("parallel efficiency (modeled)", lambda p: f"{100 * p.efficiency:.0f}%"),
+    ):
         lines.append(f"# {title}")
         header = f"{'topology':<15} {'mode':<4} {'1 card ms':>9}" + "".join(f"{n:>9}" for n in cards)
         lines.append(header)
@@ -138,8 +140,15 @@ def plot(points: list[Point], cards: list[int], path: Path, title: str) -> None:
             row = sorted((p for p in mine if p.mode == mode), key=lambda p: p.cards)
             ax.plot([p.cards for p in row], [p.speedup for p in row], color=color, marker=marker, label=mode)
             for p in row[1:]:
-                ax.annotate(f"{100 * p.efficiency:.0f}%", (p.cards, p.speedup), textcoords="offset points",
-                            xytext=(0, dy), ha="center", fontsize=8, color=color)
+                ax.annotate(
+                    f"{100 * p.efficiency:.0f}%",
+                    (p.cards, p.speedup),
+                    textcoords="offset points",
+                    xytext=(0, dy),
+                    ha="center",
+                    fontsize=8,
+                    color=color,
+                )
         ax.set_xscale("log", base=2)
         ax.set_yscale("log", base=2)  # log-log: the ideal is the diagonal
         ax.set_xticks(ticks)
@@ -161,7 +170,9 @@ def plot(points: list[Point], cards: list[int], path: Path, title: str) -> None:
 def main(argv=None) -> int:
     """Run ``python -m benchmarks.inference_scaling`` with ``argv``: print the tables, write the plot
     and JSON to ``--out``."""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.inference_scaling", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.inference_scaling", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--out", type=Path, default=Path("bench-out"), help="directory for the plot and JSON")
     parser.add_argument("--batch", type=int, default=256, help="global batch (samples)")
     parser.add_argument("--microbatches", type=int, default=16, help="micro-batches of the pipeline (pp)")
@@ -193,19 +204,32 @@ def main(argv=None) -> int:
             bar.update()
     if bar is not None:
         bar.close()
-    title = (f"transformer encoder (8 layers, d_model 256, seq 128), batch {args.batch}, "
-             f"{args.microbatches} micro-batches (pp); modeled time")
+    title = (
+        f"transformer encoder (8 layers, d_model 256, seq 128), batch {args.batch}, "
+        f"{args.microbatches} micro-batches (pp); modeled time"
+    )
     print(f"# inference scaling: {title}")
-    print(f"# command: python -m benchmarks.inference_scaling --batch {args.batch} --microbatches {args.microbatches} "
-          f"--cards {args.cards}")
+    print(
+        f"# command: python -m benchmarks.inference_scaling --batch {args.batch} --microbatches {args.microbatches} "
+        f"--cards {args.cards}"
+    )
     print(format_tables(points, cards))
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "inference_scaling.json").write_text(json.dumps(
-        {"batch": args.batch, "microbatches": args.microbatches,
-         "points": [{**asdict(p), "speedup": p.speedup, "efficiency": p.efficiency} for p in points]}, indent=1))
+    (args.out / "inference_scaling.json").write_text(
+        json.dumps(
+            {
+                "batch": args.batch,
+                "microbatches": args.microbatches,
+                "points": [{**asdict(p), "speedup": p.speedup, "efficiency": p.efficiency} for p in points],
+            },
+            indent=1,
+        )
+    )
     plot(points, cards, args.out / "inference_scaling.png", title)
-    print(f"# plot {args.out / 'inference_scaling.png'}, data {args.out / 'inference_scaling.json'}; "
-          f"{time.perf_counter() - started:.0f} s wall")
+    print(
+        f"# plot {args.out / 'inference_scaling.png'}, data {args.out / 'inference_scaling.json'}; "
+        f"{time.perf_counter() - started:.0f} s wall"
+    )
     return 0
 
 

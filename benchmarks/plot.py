@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .collectives import get as get_collective
 from topology.units import format_size
+
+from .collectives import get as get_collective
 from .harness import BenchResult
 
 __all__ = ["plot_busbw"]
@@ -35,8 +36,16 @@ def plot_busbw(results: BenchResult | Sequence[BenchResult], path: str) -> None:
             xs = [r.size for r in impl.rows]
             sizes.update(xs)
             label = (impl.version or impl.label) + (f", {result.cfg.nranks} ranks" if len(results) > 1 else "")
-            ax.plot(xs, [r.busbw for r in impl.rows], marker=marker, color=color, linestyle=_LINES[k % len(_LINES)],
-                    linewidth=1.6, markersize=4, label=label)
+            ax.plot(
+                xs,
+                [r.busbw for r in impl.rows],
+                marker=marker,
+                color=color,
+                linestyle=_LINES[k % len(_LINES)],
+                linewidth=1.6,
+                markersize=4,
+                label=label,
+            )
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")  # busbw spans 5 decades from 8 B to 64 MiB
     ticks = sorted(sizes)

@@ -16,8 +16,18 @@ from .collectives import get as get_collective
 from .config import BenchConfig
 from .harness import BenchResult, ImplResult, Row
 
-__all__ = ["format_table", "format_ratios", "format_report", "ratios", "to_json", "SCHEMA",
-           "scaling", "format_scaling", "scaling_to_json", "SCALING_SCHEMA"]
+__all__ = [
+    "format_table",
+    "format_ratios",
+    "format_report",
+    "ratios",
+    "to_json",
+    "SCHEMA",
+    "scaling",
+    "format_scaling",
+    "scaling_to_json",
+    "SCALING_SCHEMA",
+]
 
 SCHEMA = "hccl-bench/1"
 SCALING_SCHEMA = "hccl-bench-scaling/1"  # -n 2,4: one hccl-bench/1 document per world size, and the ratios
@@ -45,13 +55,24 @@ def format_table(cfg: BenchConfig, impl: ImplResult) -> str:
     cols = impl.extra_columns
     head = "  ".join(h.rjust(w) for h, w in zip(_HEAD, _WIDTHS)) + "".join("  " + c.header.rjust(c.width) for c in cols)
     units = "  ".join(u.rjust(w) for u, w in zip(_UNITS, _WIDTHS)) + "".join("  " + "".rjust(c.width) for c in cols)
-    lines = [f"# {impl.label}: {impl.version}; {impl.mode}"
-             + (f"; algo={cfg.algo}" if impl.name == "hccl" else ""),
-             "#", "#" + head[1:], "#" + units[1:]]
+    lines = [
+        f"# {impl.label}: {impl.version}; {impl.mode}" + (f"; algo={cfg.algo}" if impl.name == "hccl" else ""),
+        "#",
+        "#" + head[1:],
+        "#" + units[1:],
+    ]
     for r in impl.rows:
-        fields = [str(r.size).rjust(12), str(r.count).rjust(12), cfg.dt.label.rjust(8), redop.rjust(6),
-                  str(root).rjust(6), _num(r.time_us, 10), _num(r.algbw, 8), _num(r.busbw, 8),
-                  ("N/A" if r.wrong is None else str(r.wrong)).rjust(7)]
+        fields = [
+            str(r.size).rjust(12),
+            str(r.count).rjust(12),
+            cfg.dt.label.rjust(8),
+            redop.rjust(6),
+            str(root).rjust(6),
+            _num(r.time_us, 10),
+            _num(r.algbw, 8),
+            _num(r.busbw, 8),
+            ("N/A" if r.wrong is None else str(r.wrong)).rjust(7),
+        ]
         line = "  ".join(fields)
         for c in cols:
             value = r.extra.get(c.key)
@@ -59,8 +80,10 @@ def format_table(cfg: BenchConfig, impl: ImplResult) -> str:
         lines.append(line)
     wrong = _total_wrong(impl.rows)
     avg = sum(r.busbw for r in impl.rows) / len(impl.rows) if impl.rows else float("nan")
-    lines.append(f"# Out of bounds values : {'N/A' if wrong is None else wrong} "
-                 f"{'' if wrong is None else ('OK' if wrong == 0 else 'FAILED')}".rstrip())
+    lines.append(
+        f"# Out of bounds values : {'N/A' if wrong is None else wrong} "
+        f"{'' if wrong is None else ('OK' if wrong == 0 else 'FAILED')}".rstrip()
+    )
     lines.append(f"# Avg bus bandwidth    : {avg:.4g} GB/s")
     return "\n".join(lines)
 
@@ -78,9 +101,13 @@ def ratios(base: ImplResult, peer: ImplResult) -> list[dict[str, float]]:
         p = theirs.get(r.size)
         if p is None:
             continue
-        out.append({"size": r.size,
-                    "time_ratio": r.time_us / p.time_us if p.time_us > 0 else math.inf,
-                    "busbw_ratio": r.busbw / p.busbw if p.busbw > 0 else math.inf})
+        out.append(
+            {
+                "size": r.size,
+                "time_ratio": r.time_us / p.time_us if p.time_us > 0 else math.inf,
+                "busbw_ratio": r.busbw / p.busbw if p.busbw > 0 else math.inf,
+            }
+        )
     return out
 
 
@@ -92,9 +119,12 @@ def format_ratios(result: BenchResult) -> str:
         return ""
     per_peer = {p.name: {d["size"]: d for d in ratios(base, p)} for p in peers}
     head = "size".rjust(12) + "".join(f"  {'time/' + p.name:>11}  {'busbw/' + p.name:>11}" for p in peers)
-    lines = [f"# {base.label} / peer, per size (median of {result.cfg.repeats}): "
-             "time ratio < 1 and busbw ratio > 1 mean hccl-py is faster",
-             "#", "#" + head[1:]]
+    lines = [
+        f"# {base.label} / peer, per size (median of {result.cfg.repeats}): "
+        "time ratio < 1 and busbw ratio > 1 mean hccl-py is faster",
+        "#",
+        "#" + head[1:],
+    ]
     for r in base.rows:
         line = str(r.size).rjust(12)
         for p in peers:
@@ -114,14 +144,20 @@ def format_header(cfg: BenchConfig) -> str:
         parts.append(f"redop {redop}")
     if coll.rooted:
         parts.append(f"root {root}")
-    parts += [f"warmup {cfg.warmup}", f"iters {cfg.iters}", f"repeats {cfg.repeats}",
-              f"check {'on' if cfg.check else 'off'}"]
+    parts += [
+        f"warmup {cfg.warmup}",
+        f"iters {cfg.iters}",
+        f"repeats {cfg.repeats}",
+        f"check {'on' if cfg.check else 'off'}",
+    ]
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return "\n".join([
-        f"# hccl-bench {cfg.collective} ({coll.title}): " + ", ".join(parts),
-        f"# {cores} cores{' (ranks oversubscribe them)' if cores and cfg.nranks > cores else ''}; "
-        "time = max over ranks of the mean of back-to-back iterations, median over repeats",
-    ])
+    return "\n".join(
+        [
+            f"# hccl-bench {cfg.collective} ({coll.title}): " + ", ".join(parts),
+            f"# {cores} cores{' (ranks oversubscribe them)' if cores and cfg.nranks > cores else ''}; "
+            "time = max over ranks of the mean of back-to-back iterations, median over repeats",
+        ]
+    )
 
 
 def format_report(result: BenchResult) -> str:
@@ -147,23 +183,37 @@ def to_json(result: BenchResult) -> dict[str, Any]:
     impls: dict[str, Any] = {}
     for impl in result.impls.values():
         impls[impl.name] = {
-            "label": impl.label, "status": impl.status, "reason": impl.reason,
-            "version": impl.version, "mode": impl.mode,
+            "label": impl.label,
+            "status": impl.status,
+            "reason": impl.reason,
+            "version": impl.version,
+            "mode": impl.mode,
             "extra_columns": [c.key for c in impl.extra_columns],
-            "rows": [{
-                "size": r.size, "count": r.count, "type": cfg.dt.label, "redop": redop, "root": root,
-                "time_us": _finite(r.time_us), "algbw_gbps": _finite(r.algbw), "busbw_gbps": _finite(r.busbw),
-                "wrong": r.wrong, "times_us": [_finite(t) for t in r.times_us],
-                "extra": {k: _finite(v) for k, v in r.extra.items()},
-            } for r in impl.rows],
+            "rows": [
+                {
+                    "size": r.size,
+                    "count": r.count,
+                    "type": cfg.dt.label,
+                    "redop": redop,
+                    "root": root,
+                    "time_us": _finite(r.time_us),
+                    "algbw_gbps": _finite(r.algbw),
+                    "busbw_gbps": _finite(r.busbw),
+                    "wrong": r.wrong,
+                    "times_us": [_finite(t) for t in r.times_us],
+                    "extra": {k: _finite(v) for k, v in r.extra.items()},
+                }
+                for r in impl.rows
+            ],
         }
     base = result.impls.get("hccl")
     ratio_doc = {}
     if base is not None and base.status == "ok":
         for peer in result.ok:
             if peer.name != "hccl":
-                ratio_doc[peer.name] = [{k: (_finite(v) if k != "size" else v) for k, v in d.items()}
-                                        for d in ratios(base, peer)]
+                ratio_doc[peer.name] = [
+                    {k: (_finite(v) if k != "size" else v) for k, v in d.items()} for d in ratios(base, peer)
+                ]
     return {
         "schema": SCHEMA,
         "collective": cfg.collective,
@@ -172,7 +222,8 @@ def to_json(result: BenchResult) -> dict[str, Any]:
         "config": {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(cfg).items()},
         "machine": {
             "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-            "python": platform.python_version(), "platform": platform.platform(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
         },
         "implementations": impls,
         "ratios": ratio_doc,
@@ -196,9 +247,14 @@ def scaling(results: Sequence[BenchResult]) -> dict[str, list[dict[str, float]]]
             for r in base.rows:
                 p = theirs.get(r.size)
                 if p is not None:
-                    rows.append({"nranks": later.cfg.nranks, "size": r.size,
-                                 "time_ratio": p.time_us / r.time_us if r.time_us > 0 else math.inf,
-                                 "busbw_ratio": p.busbw / r.busbw if r.busbw > 0 else math.inf})
+                    rows.append(
+                        {
+                            "nranks": later.cfg.nranks,
+                            "size": r.size,
+                            "time_ratio": p.time_us / r.time_us if r.time_us > 0 else math.inf,
+                            "busbw_ratio": p.busbw / r.busbw if r.busbw > 0 else math.inf,
+                        }
+                    )
         if rows:
             out[base.name] = rows
     return out
@@ -219,9 +275,12 @@ def format_scaling(results: Sequence[BenchResult]) -> str:
     lookup = {(name, d["nranks"], d["size"]): d for name, rows in table.items() for d in rows}
     coll = get_collective(results[0].cfg.collective)
     factors = ", ".join(f"{coll.bus_factor(r.cfg.nranks):.3g} at -n {r.cfg.nranks}" for r in results)
-    lines = [f"# scaling: each implementation's time at -n N / its time at -n {n0}, per size (medians of "
-             f"{results[0].cfg.repeats}, same invocation, alternating); busbw factor {factors}",
-             "#", "#" + ("size".rjust(12) + "".join("  " + h.rjust(width) for h in heads))[1:]]
+    lines = [
+        f"# scaling: each implementation's time at -n N / its time at -n {n0}, per size (medians of "
+        f"{results[0].cfg.repeats}, same invocation, alternating); busbw factor {factors}",
+        "#",
+        "#" + ("size".rjust(12) + "".join("  " + h.rjust(width) for h in heads))[1:],
+    ]
     for size in sorted({d["size"] for rows in table.values() for d in rows}):
         line = str(size).rjust(12)
         for name, n in columns:
@@ -238,6 +297,8 @@ def scaling_to_json(results: Sequence[BenchResult]) -> dict[str, Any]:
         "schema": SCALING_SCHEMA,
         "nranks": [r.cfg.nranks for r in results],
         "results": [to_json(r) for r in results],
-        "scaling": {name: [{k: (_finite(v) if k not in ("size", "nranks") else v) for k, v in d.items()} for d in rows]
-                    for name, rows in scaling(results).items()},
+        "scaling": {
+            name: [{k: (_finite(v) if k not in ("size", "nranks") else v) for k, v in d.items()} for d in rows]
+            for name, rows in scaling(results).items()
+        },
     }

@@ -15,7 +15,6 @@ rank pays before it runs a line of the program.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import subprocess
 import sys
@@ -69,11 +68,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5, help="runs per measurement; the median is shown (default 5)")
     args = parser.parse_args(argv)
     with_import, bare = import_time_s(args.repeats)
-    print(f"# import hccl_py: {with_import - bare:.3f} s (python -c 'import hccl_py' {with_import:.3f} s, "
-          f"python -c pass {bare:.3f} s; median of {args.repeats})")
+    print(
+        f"# import hccl_py: {with_import - bare:.3f} s (python -c 'import hccl_py' {with_import:.3f} s, "
+        f"python -c pass {bare:.3f} s; median of {args.repeats})"
+    )
     print("# job: every rank inits and runs one barrier; wall time of the whole job, median of", args.repeats)
-    print("# hccl-launch forks ranks from itself (default); --start exec starts a fresh interpreter per rank;"
-          " ratio = hccl-launch / mpiexec")
+    print(
+        "# hccl-launch forks ranks from itself (default); --start exec starts a fresh interpreter per rank;"
+        " ratio = hccl-launch / mpiexec"
+    )
     print(f"# {'ranks':>5}  {'hccl-launch s':>13}  {'mpiexec s':>9}  {'ratio':>5}  {'--start exec s':>14}")
     with tempfile.TemporaryDirectory(prefix="hccl-startup-") as tmp:
         for n in args.nranks or [16]:

@@ -1,6 +1,6 @@
 """The first thing to run: every collective once, on every rank, checked against numpy.
 
-    hccl-launch -n 4 examples/allreduce.py
+hccl-launch -n 4 examples/allreduce.py
 """
 
 import numpy as np
@@ -35,5 +35,7 @@ with hccl.init() as comm:
         assert np.all(z == 1)  # min over ranks of rank + 1; other ranks' z is left as it was
 
     comm.barrier()
-    print(f"rank {rank}/{size}: all_reduce(sum) -> {x[0]:g}, all_gather -> {gathered[:, 0].tolist()}, "
-          f"reduce_scatter(max) -> {part.tolist()}, split group of {pairs.size} -> all_reduce {w[0]}")
+    print(
+        f"rank {rank}/{size}: all_reduce(sum) -> {x[0]:g}, all_gather -> {gathered[:, 0].tolist()}, "
+        f"reduce_scatter(max) -> {part.tolist()}, split group of {pairs.size} -> all_reduce {w[0]}"
+    )

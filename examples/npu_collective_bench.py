@@ -107,7 +107,9 @@ def main() -> None:
         dist.all_reduce(slowest, op=dist.ReduceOp.MAX)  # the slowest rank's median bounds the collective
         t_us = slowest.item() * 1e3
         algbw = moved / t_us / 1e3 if t_us > 0 else float("inf")  # GB/s
-        rows.append({"bytes": moved, "time_us": t_us, "algbw_GBps": algbw, "busbw_GBps": algbw * BUS_FACTOR[args.op](world)})
+        rows.append(
+            {"bytes": moved, "time_us": t_us, "algbw_GBps": algbw, "busbw_GBps": algbw * BUS_FACTOR[args.op](world)}
+        )
     if rank == 0:
         print(f"# {args.op} on {world} ranks ({torch.cuda.get_device_name()}), float32, median of {args.iters}")
         print(f"{'bytes':>12} {'time(us)':>12} {'algbw(GB/s)':>12} {'busbw(GB/s)':>12}")

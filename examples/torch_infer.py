@@ -35,7 +35,7 @@ def main() -> None:
     if hidden % world:
         raise SystemExit(f"hidden size {hidden} does not split over {world} ranks")
     torch.manual_seed(0)  # every rank builds the same full weights, then keeps its shard
-    w1, w2 = torch.randn(args.width, hidden) / args.width ** 0.5, torch.randn(hidden, args.width) / hidden ** 0.5
+    w1, w2 = torch.randn(args.width, hidden) / args.width**0.5, torch.randn(hidden, args.width) / hidden**0.5
     part = slice(rank * hidden // world, (rank + 1) * hidden // world)
     w1_shard, w2_shard = w1[:, part].contiguous(), w2[part, :].contiguous()
 
@@ -52,8 +52,11 @@ def main() -> None:
     dist.barrier()
     wall_ms = (time.perf_counter() - start_wall) * 1e3
     modeled_us = (comm.clock - start_modeled) * 1e6
-    print(f"rank {rank}/{world}: {args.steps} steps, max |error| {worst:.2e}, modeled {modeled_us:.1f} us "
-          f"on {comm.topology.name}, wall {wall_ms:.1f} ms", flush=True)
+    print(
+        f"rank {rank}/{world}: {args.steps} steps, max |error| {worst:.2e}, modeled {modeled_us:.1f} us "
+        f"on {comm.topology.name}, wall {wall_ms:.1f} ms",
+        flush=True,
+    )
     ok = torch.tensor([1 if worst < 1e-3 else 0], dtype=torch.int32)
     dist.all_reduce(ok, op=dist.ReduceOp.MIN)
     if rank == 0:

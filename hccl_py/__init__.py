@@ -1,9 +1,9 @@
 """hccl-py: HCCL's collectives over ordinary processes, one process per simulated NPU card.
 
-    import numpy as np, hccl_py as hccl
-    comm = hccl.init()
-    x = np.full(1000, comm.rank, np.float32)
-    comm.all_reduce(x)
+import numpy as np, hccl_py as hccl
+comm = hccl.init()
+x = np.full(1000, comm.rank, np.float32)
+comm.all_reduce(x)
 """
 
 from .communicator import Communicator

@@ -28,7 +28,15 @@ from . import env
 from .algorithms.alltoall_staged import CONTINUOUS
 from .algorithms.alltoallv_continuous import CCL_BUFFER_BYTES
 from .algorithms.alltoallv_continuous import fits as fits_ccl_buffer
-from .algorithms.hierarchical import FIRST, HIER_COLLECTIVES, LEVELS, TWO_LEVEL, across_first, schedule_for, whole_buffer
+from .algorithms.hierarchical import (
+    FIRST,
+    HIER_COLLECTIVES,
+    LEVELS,
+    TWO_LEVEL,
+    across_first,
+    schedule_for,
+    whole_buffer,
+)
 from .algorithms.pipeline import PIPELINED
 from .algorithms.registry import ALL_ALGOS, SCHEDULES, algos_for, get_schedule
 from .collectives import collective
@@ -55,6 +63,7 @@ _HCCL_HAS = {"nhr": ("broadcast", "reduce", "scatter")}
 # HCCL_ALGO names one operator for a family of calls: its AlltoAll setting serves AlltoAllV(C)
 _ENV_KEY = {"alltoallv": "alltoall"}
 
+
 def _parse_levels(text: str, where: str) -> str:
     """'level0:NA;level1:ring' -> 'level1:ring' (level 1 alone: auto keeps HCCL's level 0 and runs
     ring across servers), 'level0:ring;level1:NA' -> 'auto' (HCCL ignores level 0), both levels
@@ -68,8 +77,13 @@ def _parse_levels(text: str, where: str) -> str:
     for part in filter(None, (p.strip() for p in text.split(";"))):
         level, sep, value = part.partition(":")
         if not sep or level.strip().lower() not in ("level0", "level1", "level2"):
-            raise HcclParamError(f"HCCL_ALGO: cannot read {part!r} in {where!r}; expected e.g. 'level0:NA;level1:ring'",
-                                 variable=env.HCCL_ALGO, value=part, rule="format", expected="level0:<algo>;level1:<algo>")
+            raise HcclParamError(
+                f"HCCL_ALGO: cannot read {part!r} in {where!r}; expected e.g. 'level0:NA;level1:ring'",
+                variable=env.HCCL_ALGO,
+                value=part,
+                rule="format",
+                expected="level0:<algo>;level1:<algo>",
+            )
         name = _algo_name(value, where)
         levels[level.strip().lower()] = name
         if name != AUTO:
@@ -96,9 +110,13 @@ def _algo_name(value: str, where: str) -> str:
         return _HCCL_ALGOS[key]
     if key in HCCL_ONLY_ALGOS:
         return value.strip()  # refused by the call that needs it, with the reason
-    raise HcclParamError(f"HCCL_ALGO: unknown algorithm {value.strip()!r} in {where!r}; use ring, H-D_R (hd), NHR, tree, mesh or NA",
-                         variable=env.HCCL_ALGO, value=value.strip(), rule="choices",
-                         choices=["ring", "H-D_R", "NHR", "tree", "mesh", "NA"])
+    raise HcclParamError(
+        f"HCCL_ALGO: unknown algorithm {value.strip()!r} in {where!r}; use ring, H-D_R (hd), NHR, tree, mesh or NA",
+        variable=env.HCCL_ALGO,
+        value=value.strip(),
+        rule="choices",
+        choices=["ring", "H-D_R", "NHR", "tree", "mesh", "NA"],
+    )
 
 
 def _hccl_op(name: str) -> str | None:
@@ -130,7 +148,11 @@ def parse_hccl_algo(text: str | None) -> dict[str, str]:
         if not sep or op_key is None:
             raise HcclParamError(
                 f"HCCL_ALGO: cannot read {entry!r}; expected '<op>=<algo>' with <op> an HCCL operator (allreduce, allgather, broadcast, reduce, reducescatter, ...)",
-                variable=env.HCCL_ALGO, value=entry, rule="format", expected="<op>=<algo>")
+                variable=env.HCCL_ALGO,
+                value=entry,
+                rule="format",
+                expected="<op>=<algo>",
+            )
         table[op_key] = _parse_levels(levels, entry)
     return table
 
@@ -141,8 +163,15 @@ def parse_hccl_algo(text: str | None) -> dict[str, str]:
 _choices: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def fastest(cost_model, collective: str, count: int, itemsize: int, world_ranks: tuple[int, ...], root: int = 0,
-            candidates: "tuple[str, ...] | None" = None) -> str:
+def fastest(
+    cost_model,
+    collective: str,
+    count: int,
+    itemsize: int,
+    world_ranks: tuple[int, ...],
+    root: int = 0,
+    candidates: "tuple[str, ...] | None" = None,
+) -> str:
     """The algorithm with the least modeled time for this call on this topology (an argmin over
     the cost model, as NCCL's tuning picks); ties go to the earlier in ALL_ALGOS.
 
@@ -157,23 +186,35 @@ def fastest(cost_model, collective: str, count: int, itemsize: int, world_ranks:
     if best is None:
         algos = candidates or algos_for(collective)
         order = {algo: i for i, algo in enumerate(ALL_ALGOS)}
-        bounds = {algo: lower_bound_s(cost_model.topology, collective, algo, count, itemsize, world_ranks, root)
-                  for algo in algos}
+        bounds = {
+            algo: lower_bound_s(cost_model.topology, collective, algo, count, itemsize, world_ranks, root)
+            for algo in algos
+        }
         best_time = math.inf
         for algo in sorted(algos, key=lambda a: (bounds[a], order.get(a.partition(":")[0], 99))):
             if bounds[algo] > best_time:
                 break
-            time_s = simulate(collective, schedule_fn(cost_model.topology, collective, algo, world_ranks),
-                              cost_model.topology, count, itemsize=itemsize, root=root, world_ranks=world_ranks,
-                              cost_model=cost_model).time_s
-            if time_s < best_time or (time_s == best_time and order.get(algo.partition(":")[0], 99) < order.get(best.partition(":")[0], 99)):
+            time_s = simulate(
+                collective,
+                schedule_fn(cost_model.topology, collective, algo, world_ranks),
+                cost_model.topology,
+                count,
+                itemsize=itemsize,
+                root=root,
+                world_ranks=world_ranks,
+                cost_model=cost_model,
+            ).time_s
+            if time_s < best_time or (
+                time_s == best_time and order.get(algo.partition(":")[0], 99) < order.get(best.partition(":")[0], 99)
+            ):
                 best, best_time = algo, time_s
         cache[key] = best
     return best
 
 
-def lower_bound_s(topology, collective: str, algo: str, count: int, itemsize: int, world_ranks: tuple[int, ...],
-                  root: int = 0) -> float:
+def lower_bound_s(
+    topology, collective: str, algo: str, count: int, itemsize: int, world_ranks: tuple[int, ...], root: int = 0
+) -> float:
     """A cheap bound no simulation of ``algo`` can beat: the launch, then, step by step for the
     root (rank 0 when unrooted) and for the last rank, each step's largest send at the smallest
     hop latency and the largest link bandwidth of the topology (a step ends no earlier than its
@@ -302,15 +343,27 @@ class Choice:
     estimate: bool = False
 
 
-def call_shape(topology, collective: str, count: int, itemsize: int, world_ranks: tuple[int, ...],
-               dtype: str | None = None, op: str = "sum", deterministic: str = "false") -> CallShape:
+def call_shape(
+    topology,
+    collective: str,
+    count: int,
+    itemsize: int,
+    world_ranks: tuple[int, ...],
+    dtype: str | None = None,
+    op: str = "sum",
+    deterministic: str = "false",
+) -> CallShape:
     """The :class:`CallShape` of a call of ``count`` elements on the ranks ``world_ranks``."""
     groups = server_partition(topology, world_ranks)
     sizes = {len(g) for g in groups}
     card = topology.card(world_ranks[0]).name
     first = [world_ranks[r] for r in groups[0]]
-    if all(len(topology.route(a, b).hops) == 1 and topology.link(*topology.route(a, b).hops[0]).kind.startswith("HCCS")
-           for a in first for b in first if a != b):
+    if all(
+        len(topology.route(a, b).hops) == 1 and topology.link(*topology.route(a, b).hops[0]).kind.startswith("HCCS")
+        for a in first
+        for b in first
+        if a != b
+    ):
         level0 = "mesh"
     elif any(topology.island_of(w) is not None for w in first):
         level0 = "islands"
@@ -318,8 +371,18 @@ def call_shape(topology, collective: str, count: int, itemsize: int, world_ranks
         level0 = "pcie"
     nbytes = count * itemsize
     dtype = dtype or default_dtype(itemsize)
-    return CallShape(collective, nbytes, card, len(groups), sizes.pop() if len(sizes) == 1 else None, level0,
-                     dtype, op, topology.card(world_ranks[0]).reduces_inline(dtype, op), deterministic)
+    return CallShape(
+        collective,
+        nbytes,
+        card,
+        len(groups),
+        sizes.pop() if len(sizes) == 1 else None,
+        level0,
+        dtype,
+        op,
+        topology.card(world_ranks[0]).reduces_inline(dtype, op),
+        deterministic,
+    )
 
 
 def _level0_default(s: CallShape, g: int) -> tuple[str, str]:
@@ -339,8 +402,11 @@ def _level0_default(s: CallShape, g: int) -> tuple[str, str]:
     if s.level0_topo == "mesh":
         return "mesh", f"{s.card} with HCCS between every pair: mesh (estimate by analogy with the 910B)"
     if g == 2:
-        return ("ring", "standard PCIe cards, 2 x 910B: single ring") if s.card == "ascend910b" else \
-               ("mesh", "standard PCIe cards, 2 NPUs: 2P mesh")
+        return (
+            ("ring", "standard PCIe cards, 2 x 910B: single ring")
+            if s.card == "ascend910b"
+            else ("mesh", "standard PCIe cards, 2 NPUs: 2P mesh")
+        )
     return "ring", "standard PCIe cards: single ring"
 
 
@@ -356,17 +422,27 @@ def _level0_allreduce(s: CallShape, g: int) -> tuple[str, str]:
     algo, rule = _level0_default(s, g)
     if s.servers == 1 and s.deterministic_910b and s.reduces_inline:
         return _deterministic_allreduce(s, g)
-    if (s.servers == 1 and s.deterministic != "false" and s.mesh_910b and g <= 2 and s.nbytes <= _SMALL_256K
-            and s.reduces_inline):
+    if (
+        s.servers == 1
+        and s.deterministic != "false"
+        and s.mesh_910b
+        and g <= 2
+        and s.nbytes <= _SMALL_256K
+        and s.reduces_inline
+    ):
         # MeshTopoSelector -> AllReduceMeshSmallCountExecutor, whose deterministic template on other than 8 NPUs
         # is TEMPLATE_ALL_REDUCE_LOCAL_REDUCE_BCAST (coll_all_reduce_mesh_small_count_executor.cc L219-227)
-        return "localreducebcast", ("deterministic, one 910B server of 2, <= 256 KB: AllReduceMeshSmallCountExecutor, "
-                                    "a gather to one NPU, a local fold and a broadcast (AllReduceLocalReduceBcast)")
+        return "localreducebcast", (
+            "deterministic, one 910B server of 2, <= 256 KB: AllReduceMeshSmallCountExecutor, "
+            "a gather to one NPU, a local fold and a broadcast (AllReduceLocalReduceBcast)"
+        )
     if algo == "mesh" and s.card == "ascend910b" and s.servers == 1 and s.nbytes <= _SMALL_256K and s.reduces_inline:
         # NonDeterministicSelector (all_reduce_operator.cc L557-560) -> AllReduceMeshSmallCountExecutor ->
         # TEMPLATE_ALL_REDUCE_REDUCE_BCAST (coll_all_reduce_mesh_small_count_executor.cc L200-203)
-        return "reducebcast", ("910B mesh, <= 256 KB, inline reduce: AllReduceMeshSmallCountExecutor, every NPU reduces "
-                               "its buffer into one NPU's, which sends the result to all (AllReduceReduceBcast)")
+        return "reducebcast", (
+            "910B mesh, <= 256 KB, inline reduce: AllReduceMeshSmallCountExecutor, every NPU reduces "
+            "its buffer into one NPU's, which sends the result to all (AllReduceReduceBcast)"
+        )
     return algo, rule
 
 
@@ -374,15 +450,24 @@ def _deterministic_allreduce(s: CallShape, g: int) -> tuple[str, str]:
     """One 910B server under HCCL_DETERMINISTIC (all_reduce_operator.cc DeterministicSelector
     L598-605, counts by GetCountTypeForDeterAllReduce L28-50: small up to 128 KB)."""
     if s.nbytes <= _SMALL_128K and g == 8:
-        return "rd", ("deterministic, one 910B server of 8, <= 128 KB: AllReduceMeshSmallCountExecutor, recursive "
-                      "doubling (TEMPLATE_ALL_REDUCE_DOUBLING_DIRECT)")
+        return "rd", (
+            "deterministic, one 910B server of 8, <= 128 KB: AllReduceMeshSmallCountExecutor, recursive "
+            "doubling (TEMPLATE_ALL_REDUCE_DOUBLING_DIRECT)"
+        )
     if s.nbytes <= _SMALL_128K:
-        return "localreducebcast", ("deterministic, one 910B server, <= 128 KB: AllReduceMeshSmallCountExecutor, a gather "
-                                    "to one NPU, a local fold and a broadcast (AllReduceLocalReduceBcast)")
-    executor = "AllReduceMeshMidCountLoopExecutor (AllReduceLocalReduce)" if g == 8 else \
-        "AllReduceMeshOneshotLoopExecutor (AllReduceChunkMesh)"
-    return "mesh", (f"deterministic, one 910B server, > 128 KB: {executor}, a reduce-scatter whose chunks are folded in a "
-                    "fixed order, then an allgather; hccl-py's mesh standing in: estimate")
+        return "localreducebcast", (
+            "deterministic, one 910B server, <= 128 KB: AllReduceMeshSmallCountExecutor, a gather "
+            "to one NPU, a local fold and a broadcast (AllReduceLocalReduceBcast)"
+        )
+    executor = (
+        "AllReduceMeshMidCountLoopExecutor (AllReduceLocalReduce)"
+        if g == 8
+        else "AllReduceMeshOneshotLoopExecutor (AllReduceChunkMesh)"
+    )
+    return "mesh", (
+        f"deterministic, one 910B server, > 128 KB: {executor}, a reduce-scatter whose chunks are folded in a "
+        "fixed order, then an allgather; hccl-py's mesh standing in: estimate"
+    )
 
 
 def _level0_reduce_scatter(s: CallShape, g: int) -> tuple[str, str]:
@@ -392,9 +477,14 @@ def _level0_reduce_scatter(s: CallShape, g: int) -> tuple[str, str]:
     if s.servers == 1 and s.deterministic != "false" and s.mesh_910b and s.reduces_inline:
         # ReduceScatterDeterExecutor (op-base: no NPU-count condition) (reduce_scatter_operator.cc L297-304; coll_reduce_scatter_deter_executor.cc L187-200)
         if g in (4, 8) and s.nbytes <= 32 * 1024:
-            return "hd", "deterministic, one 910B server of 4 or 8, <= 32 KB a rank: ReduceScatterDeterExecutor, HD-stage"
-        return "mesh", ("deterministic, one 910B server: ReduceScatterDeterExecutor, chunks folded in a fixed order "
-                        "(REDUCESCATTER_LOCAL_REDUCE), hccl-py's mesh standing in: estimate")
+            return (
+                "hd",
+                "deterministic, one 910B server of 4 or 8, <= 32 KB a rank: ReduceScatterDeterExecutor, HD-stage",
+            )
+        return "mesh", (
+            "deterministic, one 910B server: ReduceScatterDeterExecutor, chunks folded in a fixed order "
+            "(REDUCESCATTER_LOCAL_REDUCE), hccl-py's mesh standing in: estimate"
+        )
     return _level0_default(s, g)
 
 
@@ -433,16 +523,20 @@ def _level1(s: CallShape) -> tuple[str, str]:
     GetDefaultAlgoLevel1V2), by server count elsewhere (GetDefaultAlgoLevel1V1)."""
     m = s.servers
     if s.collective == "broadcast":
-        return "hd", (f"{m} servers: HCCL's broadcast runs no ring across servers, level 1 is H-D_R "
-                      "(broadcast_operator.cc L24-29)")
+        return "hd", (
+            f"{m} servers: HCCL's broadcast runs no ring across servers, level 1 is H-D_R "
+            "(broadcast_operator.cc L24-29)"
+        )
     if s.card == "ascend910b" and s.collective in ("allgather", "allreduce", "reduce_scatter"):
         costs = _hccl_level1_costs(s)
         # "if same cost, Ring > NHR > HD": NHR must be strictly cheaper than ring, HD than both
         algo = "nhr" if "nhr" in costs and costs["nhr"] < costs["ring"] else "ring"
         if costs["hd"] < min(costs[a] for a in costs if a != "hd"):
             algo = "hd"
-        rule = (f"910B, {m} servers: HCCL's alpha-beta comparison (60 us per step, 20 GiB/s per NPU) picks "
-                f"{'H-D_R' if algo == 'hd' else algo.upper()}")
+        rule = (
+            f"910B, {m} servers: HCCL's alpha-beta comparison (60 us per step, 20 GiB/s per NPU) picks "
+            f"{'H-D_R' if algo == 'hd' else algo.upper()}"
+        )
         return _one_shot(s, algo, rule)
     if m >= 8:
         return "hd", f"{s.card}, {m} >= 8 servers: H-D_R (GetDefaultAlgoLevel1V1)"
@@ -461,10 +555,14 @@ def _named_level1(s: CallShape, algo: str) -> tuple[str, str]:
     needs = LEVELS[s.collective][1] if s.per_server != 1 else (s.collective,)
     missing = [c for c in needs if (c, algo) not in SCHEDULES]
     if missing:
-        raise HcclNotSupportedError(f"{s.collective}: HCCL_ALGO names {algo!r} for level 1, which hccl-py has not for "
-                                    f"{', '.join(missing)}; use one of {', '.join(algos_for(missing[0]))}",
-                                    collective=s.collective, algo=algo, variable=env.HCCL_ALGO,
-                                    choices=list(algos_for(missing[0])))
+        raise HcclNotSupportedError(
+            f"{s.collective}: HCCL_ALGO names {algo!r} for level 1, which hccl-py has not for "
+            f"{', '.join(missing)}; use one of {', '.join(algos_for(missing[0]))}",
+            collective=s.collective,
+            algo=algo,
+            variable=env.HCCL_ALGO,
+            choices=list(algos_for(missing[0])),
+        )
     return _one_shot(s, algo, f"HCCL_ALGO names {'H-D_R' if algo == 'hd' else algo} for level 1")
 
 
@@ -473,8 +571,10 @@ def _one_shot(s: CallShape, algo: str, rule: str) -> tuple[str, str]:
     coll_all_reduce_mesh_executor.cc L149-160, coll_all_reduce_comm_executor.cc L97-108): a
     binomial reduce of the whole buffer to rank 0, then a binomial broadcast, hccl-py's ``tree``."""
     if algo == "nhr" and s.collective == "allreduce" and s.nbytes // (s.per_server or 1) <= _NHR_ONESHOT:
-        return "tree", rule + ("; at <= 256 KiB per device its one-shot form (NHR_ALLREDUCE_SMALL_SIZE): a binomial "
-                               "reduce of the whole buffer to rank 0, then a binomial broadcast, hccl-py's tree")
+        return "tree", rule + (
+            "; at <= 256 KiB per device its one-shot form (NHR_ALLREDUCE_SMALL_SIZE): a binomial "
+            "reduce of the whole buffer to rank 0, then a binomial broadcast, hccl-py's tree"
+        )
     return algo, rule
 
 
@@ -513,14 +613,18 @@ def _pipeline(s: CallShape) -> Choice | None:
     # alpha-beta comparison decides (coll_alg_operator.cc L536-541, L553-562)
     if _pipeline_tasks(s.collective, m, g, deterministic) > _HCCL_FFTS_CAPACITY:
         return None
-    rule = (f"910B, {m} servers of {g} NPUs, >= {name}: HCCL's pipeline, the ring across servers "
-            f"overlapped with the mesh inside (GetDefaultAlgoLevel1V2)")
+    rule = (
+        f"910B, {m} servers of {g} NPUs, >= {name}: HCCL's pipeline, the ring across servers "
+        f"overlapped with the mesh inside (GetDefaultAlgoLevel1V2)"
+    )
     lite = size < _PIPELINE_NO_LITE and not (deterministic and s.collective == "allreduce")  # L563-567: no lite rule
     if lite:
         rule += "; below 2 MB only where the NIC has RDMA lite (PIPELINE_MIN_SIZE_NO_LITE), not stated for A2: estimate"
     if deterministic:
-        rule += ("; deterministic: its Deter pipeline executor, which folds each server's blocks locally in a fixed "
-                 "order, hccl-py's pipeline standing in: estimate")
+        rule += (
+            "; deterministic: its Deter pipeline executor, which folds each server's blocks locally in a fixed "
+            "order, hccl-py's pipeline standing in: estimate"
+        )
     return Choice(f"{HIER}:mesh/pipeline{SERVER}", rule, lite or deterministic)
 
 
@@ -535,11 +639,18 @@ def _small_count(s: CallShape, level1: str) -> Choice:
         outer = "nhr" if level1 == "tree" else level1
         across = f"{'H-D_R' if outer == 'hd' else outer.upper()} on the whole buffer"
     pow2 = g & (g - 1) == 0
-    inside = "recursive doubling inside the server (all_reduce_doubling_local_reduce.cc)" if pow2 else (
-        "a gather to the server's first NPU, a local fold and a broadcast (AllReduceLocalReduceBcast, "
-        "all_reduce_local_reduce_bcast.cc)")
-    rule = (f"910B, {m} servers of {g} NPUs, below 512 KB: AllReduceMeshOpbaseSmallCountDeterministicExecutor, "
-            f"the whole buffer by {inside}, then across servers by {across}")
+    inside = (
+        "recursive doubling inside the server (all_reduce_doubling_local_reduce.cc)"
+        if pow2
+        else (
+            "a gather to the server's first NPU, a local fold and a broadcast (AllReduceLocalReduceBcast, "
+            "all_reduce_local_reduce_bcast.cc)"
+        )
+    )
+    rule = (
+        f"910B, {m} servers of {g} NPUs, below 512 KB: AllReduceMeshOpbaseSmallCountDeterministicExecutor, "
+        f"the whole buffer by {inside}, then across servers by {across}"
+    )
     return Choice(f"{HIER}:{'rd' if pow2 else 'localreducebcast'}/{outer}{SERVER}", rule)
 
 
@@ -547,20 +658,31 @@ def hccl_choice(shape: CallShape, level1: str | None = None) -> Choice:
     """What HCCL's own selection rules run for a call of ``shape`` (docs/fidelity.md lists the
     rules and their sources); ``level1``: HCCL_ALGO's level-1 algorithm, where it names one."""
     choice = _hccl_choice(shape, level1)
-    if (shape.deterministic == "strict" and shape.card == "ascend910b" and shape.ranks > 2
-            and shape.collective in ("allreduce", "reduce_scatter") and shape.dtype in ("float16", "float32", "bfloat16")):
+    if (
+        shape.deterministic == "strict"
+        and shape.card == "ascend910b"
+        and shape.ranks > 2
+        and shape.collective in ("allreduce", "reduce_scatter")
+        and shape.dtype in ("float16", "float32", "bfloat16")
+    ):
         # all_reduce_operator.cc L382-393, reduce_scatter_operator.cc L190-212: ahead of every other rule
-        executor = "AllReduceOrderPreservedExecutor" if shape.collective == "allreduce" else \
-            "ReduceScatterOrderPreservedExecutor"
-        return Choice(choice.algo, f"{choice.rule}; HCCL_DETERMINISTIC=strict: HCCL runs {executor}, not modeled: "
-                      "estimate", True)
+        executor = (
+            "AllReduceOrderPreservedExecutor"
+            if shape.collective == "allreduce"
+            else "ReduceScatterOrderPreservedExecutor"
+        )
+        return Choice(
+            choice.algo, f"{choice.rule}; HCCL_DETERMINISTIC=strict: HCCL runs {executor}, not modeled: estimate", True
+        )
     return choice
 
 
 def _hccl_choice(shape: CallShape, level1: str | None) -> Choice:
     if shape.per_server is None:
-        return Choice("ring", "servers with different NPU counts: HCCL runs one ring over all ranks "
-                              "(multiModuleDiffDeviceNumMode)")
+        return Choice(
+            "ring",
+            "servers with different NPU counts: HCCL runs one ring over all ranks (multiModuleDiffDeviceNumMode)",
+        )
     g = shape.per_server
     rule0 = LEVEL0_RULES.get(shape.collective, _level0_default)
     if shape.servers == 1:
@@ -573,10 +695,13 @@ def _hccl_choice(shape: CallShape, level1: str | None) -> Choice:
         # runs and its level-1 template falls to H-D_R (coll_all_reduce_mesh_executor.cc L177-180)
         if shape.collective == "reduce_scatter" and shape.nbytes <= _SMALL_512K:
             return _small_count_reduce_scatter(shape, "hd")
-        return Choice(f"{HIER}:mesh/hd{SERVER}", f"deterministic, {shape.servers} servers of {g}: level 1 set to the "
-                      "pipeline, which needs more than 2 NPUs a server deterministically; the mesh executor's level 1 "
-                      "falls to H-D_R" + ("" if shape.collective == "allreduce" else " (as allreduce's: estimate)"),
-                      shape.collective != "allreduce")
+        return Choice(
+            f"{HIER}:mesh/hd{SERVER}",
+            f"deterministic, {shape.servers} servers of {g}: level 1 set to the "
+            "pipeline, which needs more than 2 NPUs a server deterministically; the mesh executor's level 1 "
+            "falls to H-D_R" + ("" if shape.collective == "allreduce" else " (as allreduce's: estimate)"),
+            shape.collective != "allreduce",
+        )
     if piped is not None:
         return piped
     outer, rule1 = _level1(shape) if level1 is None else _named_level1(shape, level1)
@@ -589,12 +714,22 @@ def _hccl_choice(shape: CallShape, level1: str | None) -> Choice:
     if shape.collective == "allreduce" and shape.mesh_910b and g > 2 and small and shape.reduces_inline:
         return _small_count(shape, outer)
     if shape.collective == "allreduce" and shape.deterministic_910b and shape.reduces_inline:
-        return Choice(f"{HIER}:{inner}/{outer}{SERVER}", f"deterministic, {shape.servers} servers, > 512 KB: "
-                      "AllReduceMeshOpbaseMidCountDeterministicExecutor, a reduce-scatter inside whose chunks are folded "
-                      f"in a fixed order, {outer} across, an allgather inside; hccl-py's two-level {inner}/{outer} "
-                      "standing in: estimate", True)
-    if (shape.collective == "reduce_scatter" and shape.mesh_910b and shape.reduces_inline
-            and (shape.nbytes * shape.ranks < _SMALL_512K or (shape.deterministic == "true" and shape.nbytes <= _SMALL_512K))):
+        return Choice(
+            f"{HIER}:{inner}/{outer}{SERVER}",
+            f"deterministic, {shape.servers} servers, > 512 KB: "
+            "AllReduceMeshOpbaseMidCountDeterministicExecutor, a reduce-scatter inside whose chunks are folded "
+            f"in a fixed order, {outer} across, an allgather inside; hccl-py's two-level {inner}/{outer} "
+            "standing in: estimate",
+            True,
+        )
+    if (
+        shape.collective == "reduce_scatter"
+        and shape.mesh_910b
+        and shape.reduces_inline
+        and (
+            shape.nbytes * shape.ranks < _SMALL_512K or (shape.deterministic == "true" and shape.nbytes <= _SMALL_512K)
+        )
+    ):
         return _small_count_reduce_scatter(shape, outer)
     return Choice(f"{HIER}:{inner}/{outer}{SERVER}", f"level 0: {rule}; level 1: {rule1}", "estimate" in rule + rule1)
 
@@ -608,9 +743,11 @@ def _small_count_reduce_scatter(s: CallShape, outer: str) -> Choice:
     g = s.per_server
     inner, inside = ("hd", "HD-stage (recursive halving)") if g >= 4 and g & (g - 1) == 0 else ("nhr", "NHR")
     across = "H-D_R" if outer == "hd" else outer.upper() if outer == "nhr" else outer
-    return Choice(f"{HIER}:{inner}/{outer}{FIRST}{SERVER}",
-                  f"910B, {s.servers} servers of {g}, below 512 KB in all: ReduceScatterMeshOpbaseSmallCountDeterministic"
-                  f"Executor, {across} across servers on the whole input first, then {inside} inside each server")
+    return Choice(
+        f"{HIER}:{inner}/{outer}{FIRST}{SERVER}",
+        f"910B, {s.servers} servers of {g}, below 512 KB in all: ReduceScatterMeshOpbaseSmallCountDeterministic"
+        f"Executor, {across} across servers on the whole input first, then {inside} inside each server",
+    )
 
 
 # --------------------------------------------- all-to-all, scatter, gather: rules without a level 1
@@ -624,37 +761,61 @@ def alltoall_rule(s: CallShape) -> Choice:
     """HCCL's all-to-all (AlltoAll, AlltoAllV, AlltoAllVC alike: alltoall_operator.cc
     SelectAlgforAlltoAll), in hccl-py's algorithms."""
     if s.per_server is None:
-        return Choice("pairwise", "servers with different NPU counts: RunAlltoAllVFullMesh, pairwise over all ranks "
-                                  "(multiModuleDiffDeviceNumMode)")
+        return Choice(
+            "pairwise",
+            "servers with different NPU counts: RunAlltoAllVFullMesh, pairwise over all ranks "
+            "(multiModuleDiffDeviceNumMode)",
+        )
     if s.ranks <= 2:
         return Choice("pairwise", "<= 2 ranks: RunAlltoAllVFullMesh, pairwise (HCCL_ALLTOALLV_P2P_SIZE = 2)")
     if s.per_server == 1:
         return Choice("pairwise", "one NPU per server, all ranks on one plane: RunAlltoAllVFullMesh, pairwise")
     m, g = s.servers, s.per_server
-    rule = (f"910B, {m} servers: RunAlltoAllVTwoLevelPipeline, pairwise between the servers' same-index NPUs "
-            "overlapped with the in-server mesh")
+    rule = (
+        f"910B, {m} servers: RunAlltoAllVTwoLevelPipeline, pairwise between the servers' same-index NPUs "
+        "overlapped with the in-server mesh"
+    )
     if m > 1 and s.card == "ascend910b" and _pipeline_tasks(s.collective, m, g) <= _HCCL_FFTS_CAPACITY:
         # IsSatisfyAlltoallPipelineCondition (alltoall_operator.cc L534-560; the task count of
         # CalcContextNumForPipeline)
         if s.nbytes * s.ranks > _HCCL_CCL_BUFFER:  # a rank's data beyond the CCL buffer: another template
-            return Choice(A2A_PIPELINE, rule + "; beyond HCCL's 200 MB buffer per rank it runs the ping-pong template "
-                                               "(AlltoallPipelineMeshPairwisePingPong), not modeled: estimate", True)
+            return Choice(
+                A2A_PIPELINE,
+                rule + "; beyond HCCL's 200 MB buffer per rank it runs the ping-pong template "
+                "(AlltoallPipelineMeshPairwisePingPong), not modeled: estimate",
+                True,
+            )
         return Choice(A2A_PIPELINE, rule)
     if m > 1 and s.card == "ascend910b":
-        return Choice(STAGED, f"910B, {m} servers: the pipeline would exceed HCCL's {_HCCL_FFTS_CAPACITY} tasks: "
-                              "RunAlltoAllVStaged, a mesh inside each server, then pairwise among the servers' same-index NPUs")
+        return Choice(
+            STAGED,
+            f"910B, {m} servers: the pipeline would exceed HCCL's {_HCCL_FFTS_CAPACITY} tasks: "
+            "RunAlltoAllVStaged, a mesh inside each server, then pairwise among the servers' same-index NPUs",
+        )
     if s.servers > 1 or s.level0_topo == "islands":
         where = f"{s.servers} servers" if s.servers > 1 else f"{s.per_server} NPUs in HCCS islands"
-        return Choice(STAGED, f"{s.card}, {where}: RunAlltoAllVStaged, a mesh inside each mesh group (a server, or a 910's "
-                              "4P island), then pairwise among the groups' same-index NPUs")
+        return Choice(
+            STAGED,
+            f"{s.card}, {where}: RunAlltoAllVStaged, a mesh inside each mesh group (a server, or a 910's "
+            "4P island), then pairwise among the groups' same-index NPUs",
+        )
     if s.card in ("ascend910b", "ascend310p"):
-        return Choice("mesh", f"{s.card}, one server: RunAlltoAllDirectFullmesh (every peer at once; "
-                              "RunAlltoAllVStaged's mesh stage alone on a 910B below 200 MB)")
+        return Choice(
+            "mesh",
+            f"{s.card}, one server: RunAlltoAllDirectFullmesh (every peer at once; "
+            "RunAlltoAllVStaged's mesh stage alone on a 910B below 200 MB)",
+        )
     if s.card == "ascend910" and s.level0_topo == "mesh":
-        return Choice("mesh", "910, one HCCS island: RunAlltoAllVStaged on a single 4P mesh group, its mesh stage alone")
+        return Choice(
+            "mesh", "910, one HCCS island: RunAlltoAllVStaged on a single 4P mesh group, its mesh stage alone"
+        )
     if s.card == "ascend910" and s.level0_topo == "pcie":
-        return Choice("pairwise", "910 standard PCIe cards: RunAlltoAllVStaged with groups of one card, its pairwise stage alone")
-    return Choice("mesh", f"{s.card}, one server with HCCS between every pair: mesh (estimate by analogy with the 910B)", True)
+        return Choice(
+            "pairwise", "910 standard PCIe cards: RunAlltoAllVStaged with groups of one card, its pairwise stage alone"
+        )
+    return Choice(
+        "mesh", f"{s.card}, one server with HCCS between every pair: mesh (estimate by analogy with the 910B)", True
+    )
 
 
 def staged_alltoall(topology, world_ranks, *, counts: bool = False) -> list[str]:
@@ -671,19 +832,31 @@ def staged_alltoall(topology, world_ranks, *, counts: bool = False) -> list[str]
 def _rooted_rule(s: CallShape, gather: bool) -> Choice:
     """HCCL's scatter (scatter_operator.cc ScatterOperator::SelectAlg: no size threshold, the
     topology decides), and the same rule for gather, which HCCL does not have."""
-    what = "gather: HCCL has no Gather operator (algo_intro.md), its Scatter rule mirrored (GatherMesh/GatherRing, which " \
-           "its Reduce uses), estimate; " if gather else ""
+    what = (
+        "gather: HCCL has no Gather operator (algo_intro.md), its Scatter rule mirrored (GatherMesh/GatherRing, which "
+        "its Reduce uses), estimate; "
+        if gather
+        else ""
+    )
     if s.per_server is None or s.card == "ascend310p":
-        return Choice("ring", what + "servers with different NPU counts or a 310P: ScatterCommExecutor, one ring over all ranks",
-                      gather)
+        return Choice(
+            "ring",
+            what + "servers with different NPU counts or a 310P: ScatterCommExecutor, one ring over all ranks",
+            gather,
+        )
     if s.per_server == 1:
         return Choice("ring", what + "one NPU per server: ScatterRingExecutor's level-1 ring alone", gather)
     algo, rule = _level0_default(s, s.per_server)
     executor = "ScatterMeshExecutor" if algo == "mesh" else "ScatterRingExecutor"
-    if s.servers > 1:  # KernelRunLevel1, then the server's executor; level 1 is RING by default (scatter_operator.cc:22)
-        return Choice(f"{HIER}:{algo}/ring{SERVER}", what + f"{s.servers} servers: {executor}, a ring across the root's "
-                      f"plane (one NPU per server, whole servers' blocks), then inside each server ({rule})",
-                      gather or "estimate" in rule)
+    if (
+        s.servers > 1
+    ):  # KernelRunLevel1, then the server's executor; level 1 is RING by default (scatter_operator.cc:22)
+        return Choice(
+            f"{HIER}:{algo}/ring{SERVER}",
+            what + f"{s.servers} servers: {executor}, a ring across the root's "
+            f"plane (one NPU per server, whole servers' blocks), then inside each server ({rule})",
+            gather or "estimate" in rule,
+        )
     return Choice(algo, what + f"{rule}: {executor}", gather or "estimate" in rule)
 
 
@@ -696,22 +869,34 @@ FLAT_RULES: dict[str, Callable[[CallShape], Choice]] = {
 }
 
 
-def flat_choice(topology, collective: str, count: int, itemsize: int, world_ranks: tuple[int, ...],
-                level1: str | None = None) -> Choice:
+def flat_choice(
+    topology, collective: str, count: int, itemsize: int, world_ranks: tuple[int, ...], level1: str | None = None
+) -> Choice:
     """HCCL's rule for an all-to-all, scatter or gather on ``world_ranks`` (``level1``: what
     HCCL_ALGO names for level 1 alone)."""
     shape = call_shape(topology, collective, count, itemsize, world_ranks)
     if level1 == "nhr" and collective == "scatter" and shape.servers > 1:  # HCCL's NHR scatter: not in hccl-py
-        raise HcclNotSupportedError("scatter: HCCL_ALGO names NHR for level 1, which hccl-py has not for scatter; "
-                                    "use ring or auto", collective=collective, algo="nhr", variable=env.HCCL_ALGO,
-                                    choices=list(algos_for(collective)))
+        raise HcclNotSupportedError(
+            "scatter: HCCL_ALGO names NHR for level 1, which hccl-py has not for scatter; use ring or auto",
+            collective=collective,
+            algo="nhr",
+            variable=env.HCCL_ALGO,
+            choices=list(algos_for(collective)),
+        )
     choice = FLAT_RULES[collective](shape)
     if choice.algo in (STAGED, A2A_PIPELINE) and not staged_alltoall(topology, world_ranks):
-        return Choice("pairwise", "mesh groups of different sizes: pairwise over all ranks, as HCCL does for servers of "
-                                  "different sizes (estimate)", True)
+        return Choice(
+            "pairwise",
+            "mesh groups of different sizes: pairwise over all ranks, as HCCL does for servers of "
+            "different sizes (estimate)",
+            True,
+        )
     if level1 == "nhr" and choice.algo == A2A_PIPELINE:  # NHR at level 1: no pipelined all-to-all
-        return Choice(STAGED, "HCCL_ALGO names NHR for level 1, so HCCL skips its pipelined all-to-all "
-                              "(alltoall_operator.cc L540-544): RunAlltoAllVStaged")
+        return Choice(
+            STAGED,
+            "HCCL_ALGO names NHR for level 1, so HCCL skips its pipelined all-to-all "
+            "(alltoall_operator.cc L540-544): RunAlltoAllVStaged",
+        )
     return choice
 
 
@@ -720,22 +905,35 @@ def is_continuous(name: str) -> bool:
     return hier_levels(name) == ("mesh", CONTINUOUS)
 
 
-def alltoallv_auto(topology, world_ranks: tuple[int, ...], level1: str | None = None, *, exchange: bool = False) -> Choice:
+def alltoallv_auto(
+    topology, world_ranks: tuple[int, ...], level1: str | None = None, *, exchange: bool = False
+) -> Choice:
     """``auto`` of an all-to-all-v: HCCL's all-to-all rule, which does not look at the counts.
     ``exchange``: AlltoAllV (every rank passes its own send and receive counts), which across
     910B servers of two or more NPUs runs HCCL's continuous pipeline; else AlltoAllVC (the whole
     matrix), which runs the two-level pipeline as AlltoAll does."""
     choice = flat_choice(topology, "alltoallv", 0, 1, world_ranks, level1)
     s = call_shape(topology, "alltoallv", 0, 1, world_ranks)
-    if (exchange and s.card == "ascend910b" and s.servers > 1 and s.per_server is not None and s.per_server > 1
-            and choice.algo in (A2A_PIPELINE, STAGED) and level1 != "nhr"):
+    if (
+        exchange
+        and s.card == "ascend910b"
+        and s.servers > 1
+        and s.per_server is not None
+        and s.per_server > 1
+        and choice.algo in (A2A_PIPELINE, STAGED)
+        and level1 != "nhr"
+    ):
         # IsSatisfyAlltoallContinuousPipelineCondition (alltoall_operator.cc L725-751): 910B,
         # AlltoAllV, level 1 ring/H-D/pipeline, several NPUs per server, several servers of one
         # size, a CCL buffer of 80 MB or more (HCCL_BUFFSIZE's default 200 MB); no task limit
-        rule = (f"910B, {s.servers} servers of {s.per_server}, AlltoAllV: RunAlltoAllVContinuousPipeline, the "
-                "same-index NPUs' RDMA steps overlapped with the copy before and the in-server distribution after")
+        rule = (
+            f"910B, {s.servers} servers of {s.per_server}, AlltoAllV: RunAlltoAllVContinuousPipeline, the "
+            "same-index NPUs' RDMA steps overlapped with the copy before and the in-server distribution after"
+        )
         if not fits_ccl_buffer(s.ranks, s.servers):
-            rule += f"; at {s.ranks} ranks its 200 MB CCL buffer cannot be split, and HCCL fails the call (HCCL_E_MEMORY)"
+            rule += (
+                f"; at {s.ranks} ranks its 200 MB CCL buffer cannot be split, and HCCL fails the call (HCCL_E_MEMORY)"
+            )
         return Choice(A2A_CONTINUOUS, rule)
     return choice
 
@@ -744,8 +942,19 @@ def alltoallv_auto(topology, world_ranks: tuple[int, ...], level1: str | None = 
 _auto_choices: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def auto(cost_model, collective: str, count: int, itemsize: int, world_ranks: tuple[int, ...], root: int = 0,
-         dtype: str | None = None, op: str = "sum", level1: str | None = None, *, deterministic: str = "false") -> str:
+def auto(
+    cost_model,
+    collective: str,
+    count: int,
+    itemsize: int,
+    world_ranks: tuple[int, ...],
+    root: int = 0,
+    dtype: str | None = None,
+    op: str = "sum",
+    level1: str | None = None,
+    *,
+    deterministic: str = "false",
+) -> str:
     """``algo="auto"``: the algorithm HCCL's own rules choose for this call (:func:`hccl_choice`,
     :data:`FLAT_RULES`); where no rule covers the call (a barrier, one rank), the argmin of the
     model (:func:`fastest`), labelled an estimate. ``level1``: the algorithm HCCL_ALGO names for
@@ -757,22 +966,34 @@ def auto(cost_model, collective: str, count: int, itemsize: int, world_ranks: tu
         cache = _auto_choices[cost_model] = {}
     found = cache.get(key)
     if found is None:
-        found = cache[key] = explain_auto(cost_model, collective, count, itemsize, world_ranks, root, dtype, op, level1,
-                                          deterministic=deterministic).algo
+        found = cache[key] = explain_auto(
+            cost_model, collective, count, itemsize, world_ranks, root, dtype, op, level1, deterministic=deterministic
+        ).algo
     return found
 
 
-def explain_auto(cost_model, collective: str, count: int, itemsize: int, world_ranks: tuple[int, ...], root: int = 0,
-                 dtype: str | None = None, op: str = "sum", level1: str | None = None, *,
-                 deterministic: str = "false") -> Choice:
+def explain_auto(
+    cost_model,
+    collective: str,
+    count: int,
+    itemsize: int,
+    world_ranks: tuple[int, ...],
+    root: int = 0,
+    dtype: str | None = None,
+    op: str = "sum",
+    level1: str | None = None,
+    *,
+    deterministic: str = "false",
+) -> Choice:
     """:func:`auto`'s choice with the rule behind it."""
     if len(world_ranks) > 1 and collective in FLAT_RULES:
         return flat_choice(cost_model.topology, collective, count, itemsize, world_ranks, level1)
     if len(world_ranks) == 1 or collective not in HIER_COLLECTIVES:
         best = fastest(cost_model, collective, count, itemsize, world_ranks, root)
         return Choice(best, "no HCCL rule: the least modeled time (estimate)", True)
-    return hccl_choice(call_shape(cost_model.topology, collective, count, itemsize, world_ranks, dtype, op, deterministic),
-                       level1)
+    return hccl_choice(
+        call_shape(cost_model.topology, collective, count, itemsize, world_ranks, dtype, op, deterministic), level1
+    )
 
 
 def hier_levels(name: str) -> tuple[str, str] | None:
@@ -787,43 +1008,69 @@ def hier_levels(name: str) -> tuple[str, str] | None:
         return "ring", "ring"
     inner, slash, outer = rest.partition("/")
     if not slash:
-        raise HcclParamError(f"algo {name!r}: write hier:<inner>/<outer>, e.g. hier:ring/hd", arg="algo", value=name, rule="format",
-                             expected="hier:<inner>/<outer>")
+        raise HcclParamError(
+            f"algo {name!r}: write hier:<inner>/<outer>, e.g. hier:ring/hd",
+            arg="algo",
+            value=name,
+            rule="format",
+            expected="hier:<inner>/<outer>",
+        )
     return _HCCL_ALGOS.get(inner.strip(), inner.strip()), _HCCL_ALGOS.get(outer.strip(), outer.strip())
 
 
 def _resolve_hier(collective: str, levels: tuple[str, str], source: dict) -> str:
     if across_first(levels[1]):
         if collective != "reduce_scatter":
-            raise HcclNotSupportedError(f"{collective}: across first (hier:<inner>/<outer>{FIRST}) is for "
-                                        "reduce_scatter", collective=collective, algo=f"{HIER}:{levels[0]}/{levels[1]}",
-                                        choices=["reduce_scatter"], **source)
-        name = _resolve_hier(collective, (levels[0], levels[1][:-len(FIRST)]), source)
+            raise HcclNotSupportedError(
+                f"{collective}: across first (hier:<inner>/<outer>{FIRST}) is for reduce_scatter",
+                collective=collective,
+                algo=f"{HIER}:{levels[0]}/{levels[1]}",
+                choices=["reduce_scatter"],
+                **source,
+            )
+        name = _resolve_hier(collective, (levels[0], levels[1][: -len(FIRST)]), source)
         return name + FIRST
     if levels[1] == CONTINUOUS:
         if collective != "alltoallv" or levels[0] != "mesh":
-            raise HcclNotSupportedError(f"{collective}: HCCL's continuous pipeline is hier:mesh/{CONTINUOUS}, for "
-                                        "alltoallv", collective=collective, algo=f"{HIER}:{levels[0]}/{CONTINUOUS}",
-                                        choices=["alltoallv"], **source)
+            raise HcclNotSupportedError(
+                f"{collective}: HCCL's continuous pipeline is hier:mesh/{CONTINUOUS}, for alltoallv",
+                collective=collective,
+                algo=f"{HIER}:{levels[0]}/{CONTINUOUS}",
+                choices=["alltoallv"],
+                **source,
+            )
         return f"{HIER}:mesh/{CONTINUOUS}"
     if levels[1] == "pipeline":
         if collective not in _PIPELINES or levels[0] != "mesh":
-            raise HcclNotSupportedError(f"{collective}: HCCL's pipeline is hier:mesh/pipeline, for {', '.join(_PIPELINES)}",
-                                        collective=collective, algo=f"{HIER}:{levels[0]}/pipeline", choices=list(_PIPELINES),
-                                        **source)
+            raise HcclNotSupportedError(
+                f"{collective}: HCCL's pipeline is hier:mesh/pipeline, for {', '.join(_PIPELINES)}",
+                collective=collective,
+                algo=f"{HIER}:{levels[0]}/pipeline",
+                choices=list(_PIPELINES),
+                **source,
+            )
         return PIPELINE
     if collective not in TWO_LEVEL:
-        raise HcclNotSupportedError(f"{collective}: no hierarchical algorithm; hier serves {', '.join(TWO_LEVEL)}",
-                                    collective=collective, algo=HIER, choices=list(TWO_LEVEL), **source)
+        raise HcclNotSupportedError(
+            f"{collective}: no hierarchical algorithm; hier serves {', '.join(TWO_LEVEL)}",
+            collective=collective,
+            algo=HIER,
+            choices=list(TWO_LEVEL),
+            **source,
+        )
     needs = LEVELS[collective]
     if collective == "allreduce" and whole_buffer(levels[0]):  # whole buffers, an allreduce at each level
         needs = (("allreduce",), ("allreduce",))
     for level, algo, flat in zip(("inner (level0)", "outer (level1)"), levels, needs):
         for c in flat:
             if (c, algo) not in SCHEDULES:
-                raise HcclNotSupportedError(f"{collective}: hier's {level} algorithm {algo!r} has no {c}; "
-                                            f"use one of {', '.join(algos_for(c))}", collective=c, algo=algo,
-                                            choices=list(algos_for(c)), **source)
+                raise HcclNotSupportedError(
+                    f"{collective}: hier's {level} algorithm {algo!r} has no {c}; use one of {', '.join(algos_for(c))}",
+                    collective=c,
+                    algo=algo,
+                    choices=list(algos_for(c)),
+                    **source,
+                )
     return f"{HIER}:{levels[0]}/{levels[1]}"
 
 
@@ -836,8 +1083,14 @@ def resolve(collective: str, algo: str, choose_auto: Callable[..., str], env_tab
     :func:`auto`).
     """
     if not isinstance(algo, str):
-        raise HcclParamError(f"{collective}: algo must be a string, got {algo!r}", collective=collective, arg="algo",
-                             value=repr(algo), rule="type", expected="string")
+        raise HcclParamError(
+            f"{collective}: algo must be a string, got {algo!r}",
+            collective=collective,
+            arg="algo",
+            value=repr(algo),
+            rule="type",
+            expected="string",
+        )
     name = algo.strip().lower()
     if name == AUTO:
         name = env_table.get(collective, env_table.get(_ENV_KEY.get(collective, collective)))
@@ -848,16 +1101,18 @@ def resolve(collective: str, algo: str, choose_auto: Callable[..., str], env_tab
             levels = hier_levels(name) if name != AUTO else None
             if levels is not None and levels[1] == "pipeline" and collective in ("broadcast", "reduce"):
                 name = f"{LEVEL1}hd"  # their operators reset a pipeline to H-D_R (reduce_operator.cc L20-25)
-            elif ((name in ALL_ALGOS and name not in algos_for(collective) and collective not in _HCCL_HAS.get(name, ()))
-                    or (levels is not None and collective not in TWO_LEVEL)
-                    or (levels is not None and levels[1] == "pipeline" and collective not in _PIPELINES)):
+            elif (
+                (name in ALL_ALGOS and name not in algos_for(collective) and collective not in _HCCL_HAS.get(name, ()))
+                or (levels is not None and collective not in TWO_LEVEL)
+                or (levels is not None and levels[1] == "pipeline" and collective not in _PIPELINES)
+            ):
                 name = AUTO
         source = env.HCCL_ALGO
         given = {"variable": env.HCCL_ALGO}  # where the name came from, as error fields
         if name == AUTO:
             return choose_auto()
         if name.startswith(LEVEL1):
-            return choose_auto(level1=name[len(LEVEL1):])
+            return choose_auto(level1=name[len(LEVEL1) :])
     else:
         source = "algo="
         given = {"arg": "algo"}
@@ -869,13 +1124,28 @@ def resolve(collective: str, algo: str, choose_auto: Callable[..., str], env_tab
         return name
     choices = [*algos_for(collective), AUTO]
     if name in ALL_ALGOS:
-        raise HcclNotSupportedError(f"{collective}: algo {name!r} serves only {', '.join(c for c, a in SCHEDULES if a == name)}; "
-                                    f"use one of {', '.join(algos_for(collective))} or auto", collective=collective, algo=name,
-                                    choices=choices, **given)
+        raise HcclNotSupportedError(
+            f"{collective}: algo {name!r} serves only {', '.join(c for c, a in SCHEDULES if a == name)}; "
+            f"use one of {', '.join(algos_for(collective))} or auto",
+            collective=collective,
+            algo=name,
+            choices=choices,
+            **given,
+        )
     if name.lower() in HCCL_ONLY_ALGOS:
         raise HcclNotSupportedError(
             f"{collective}: {source} asks for HCCL's {name} algorithm, which hccl-py does not implement; "
-            f"use one of {', '.join(algos_for(collective))} or auto", collective=collective, algo=name, choices=choices, **given
+            f"use one of {', '.join(algos_for(collective))} or auto",
+            collective=collective,
+            algo=name,
+            choices=choices,
+            **given,
         )
-    raise HcclParamError(f"{collective}: unknown algo {algo!r}; use one of {', '.join(algos_for(collective))} or auto",
-                         collective=collective, value=algo, rule="choices", choices=choices, **given)
+    raise HcclParamError(
+        f"{collective}: unknown algo {algo!r}; use one of {', '.join(algos_for(collective))} or auto",
+        collective=collective,
+        value=algo,
+        rule="choices",
+        choices=choices,
+        **given,
+    )

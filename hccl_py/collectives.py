@@ -106,40 +106,147 @@ def _per_rank_block(nbytes: int, itemsize: int, n: int) -> int:
     return nbytes // itemsize // n
 
 
-COLLECTIVES: dict[str, Collective] = {c.name: c for c in (
-    Collective("allreduce", OpKind.ALLREDUCE, "HcclAllReduce", rooted=False, reduces=True, in_place=True,
-               aliases=("all_reduce",), in_count=_whole, out_count=_whole,
-               bus_factor=lambda n: 2 * (n - 1) / n, message_elements=_per_element),
-    Collective("allgather", OpKind.ALLGATHER, "HcclAllGather", rooted=False, reduces=False, in_place=False,
-               aliases=("all_gather",), in_count=_whole, out_count=_blocks,
-               bus_factor=lambda n: (n - 1) / n, message_elements=_per_element, test_elements=_per_rank_block),
-    Collective("broadcast", OpKind.BROADCAST, "HcclBroadcast", rooted=True, reduces=False, in_place=True,
-               aliases=("bcast",), in_count=_whole, out_count=_whole,
-               bus_factor=lambda n: 1.0, message_elements=_per_element),
-    Collective("reduce", OpKind.REDUCE, "HcclReduce", rooted=True, reduces=True, in_place=True,
-               aliases=(), in_count=_whole, out_count=_whole,
-               bus_factor=lambda n: 1.0, message_elements=_per_element),
-    Collective("reduce_scatter", OpKind.REDUCE_SCATTER, "HcclReduceScatter", rooted=False, reduces=True, in_place=False,
-               aliases=("reducescatter", "reduce-scatter"), in_count=_blocks, out_count=_whole,
-               bus_factor=lambda n: (n - 1) / n, message_elements=_per_rank_block, test_elements=_per_rank_block),
-    Collective("alltoall", OpKind.ALLTOALL, "HcclAlltoAll", rooted=False, reduces=False, in_place=False,
-               aliases=("all_to_all",), in_count=_blocks, out_count=_blocks,
-               bus_factor=lambda n: (n - 1) / n, message_elements=_per_rank_block),
-    # counts per pair vary (AlltoAllV / AlltoAllVC): the buffers are the caller's, the call's
-    # count is a digest of the counts matrix (so a rank with another matrix is a mismatch)
-    Collective("alltoallv", OpKind.ALLTOALLV, "HcclAlltoAllV", rooted=False, reduces=False, in_place=False,
-               aliases=("all_to_all_v", "alltoallvc", "all_to_all_vc"), in_count=_none, out_count=_none,
-               bus_factor=lambda n: (n - 1) / n, message_elements=_per_rank_block),
-    Collective("scatter", OpKind.SCATTER, "HcclScatter", rooted=True, reduces=False, in_place=False,
-               aliases=(), in_count=_blocks, out_count=_whole,
-               bus_factor=lambda n: (n - 1) / n, message_elements=_per_rank_block, root_only="in"),
-    Collective("gather", OpKind.GATHER, "HcclGather", rooted=True, reduces=False, in_place=False,
-               aliases=(), in_count=_whole, out_count=_blocks,
-               bus_factor=lambda n: (n - 1) / n, message_elements=_per_element, root_only="out"),
-    Collective("barrier", OpKind.BARRIER, "HcclBarrier", rooted=False, reduces=False, in_place=False,
-               aliases=(), in_count=_none, out_count=_none,
-               bus_factor=lambda n: 0.0, message_elements=lambda nbytes, itemsize, n: 0),
-)}
+COLLECTIVES: dict[str, Collective] = {
+    c.name: c
+    for c in (
+        Collective(
+            "allreduce",
+            OpKind.ALLREDUCE,
+            "HcclAllReduce",
+            rooted=False,
+            reduces=True,
+            in_place=True,
+            aliases=("all_reduce",),
+            in_count=_whole,
+            out_count=_whole,
+            bus_factor=lambda n: 2 * (n - 1) / n,
+            message_elements=_per_element,
+        ),
+        Collective(
+            "allgather",
+            OpKind.ALLGATHER,
+            "HcclAllGather",
+            rooted=False,
+            reduces=False,
+            in_place=False,
+            aliases=("all_gather",),
+            in_count=_whole,
+            out_count=_blocks,
+            bus_factor=lambda n: (n - 1) / n,
+            message_elements=_per_element,
+            test_elements=_per_rank_block,
+        ),
+        Collective(
+            "broadcast",
+            OpKind.BROADCAST,
+            "HcclBroadcast",
+            rooted=True,
+            reduces=False,
+            in_place=True,
+            aliases=("bcast",),
+            in_count=_whole,
+            out_count=_whole,
+            bus_factor=lambda n: 1.0,
+            message_elements=_per_element,
+        ),
+        Collective(
+            "reduce",
+            OpKind.REDUCE,
+            "HcclReduce",
+            rooted=True,
+            reduces=True,
+            in_place=True,
+            aliases=(),
+            in_count=_whole,
+            out_count=_whole,
+            bus_factor=lambda n: 1.0,
+            message_elements=_per_element,
+        ),
+        Collective(
+            "reduce_scatter",
+            OpKind.REDUCE_SCATTER,
+            "HcclReduceScatter",
+            rooted=False,
+            reduces=True,
+            in_place=False,
+            aliases=("reducescatter", "reduce-scatter"),
+            in_count=_blocks,
+            out_count=_whole,
+            bus_factor=lambda n: (n - 1) / n,
+            message_elements=_per_rank_block,
+            test_elements=_per_rank_block,
+        ),
+        Collective(
+            "alltoall",
+            OpKind.ALLTOALL,
+            "HcclAlltoAll",
+            rooted=False,
+            reduces=False,
+            in_place=False,
+            aliases=("all_to_all",),
+            in_count=_blocks,
+            out_count=_blocks,
+            bus_factor=lambda n: (n - 1) / n,
+            message_elements=_per_rank_block,
+        ),
+        # counts per pair vary (AlltoAllV / AlltoAllVC): the buffers are the caller's, the call's
+        # count is a digest of the counts matrix (so a rank with another matrix is a mismatch)
+        Collective(
+            "alltoallv",
+            OpKind.ALLTOALLV,
+            "HcclAlltoAllV",
+            rooted=False,
+            reduces=False,
+            in_place=False,
+            aliases=("all_to_all_v", "alltoallvc", "all_to_all_vc"),
+            in_count=_none,
+            out_count=_none,
+            bus_factor=lambda n: (n - 1) / n,
+            message_elements=_per_rank_block,
+        ),
+        Collective(
+            "scatter",
+            OpKind.SCATTER,
+            "HcclScatter",
+            rooted=True,
+            reduces=False,
+            in_place=False,
+            aliases=(),
+            in_count=_blocks,
+            out_count=_whole,
+            bus_factor=lambda n: (n - 1) / n,
+            message_elements=_per_rank_block,
+            root_only="in",
+        ),
+        Collective(
+            "gather",
+            OpKind.GATHER,
+            "HcclGather",
+            rooted=True,
+            reduces=False,
+            in_place=False,
+            aliases=(),
+            in_count=_whole,
+            out_count=_blocks,
+            bus_factor=lambda n: (n - 1) / n,
+            message_elements=_per_element,
+            root_only="out",
+        ),
+        Collective(
+            "barrier",
+            OpKind.BARRIER,
+            "HcclBarrier",
+            rooted=False,
+            reduces=False,
+            in_place=False,
+            aliases=(),
+            in_count=_none,
+            out_count=_none,
+            bus_factor=lambda n: 0.0,
+            message_elements=lambda nbytes, itemsize, n: 0,
+        ),
+    )
+}
 
 for _c in COLLECTIVES.values():
     if _c.test_elements is None:
@@ -148,8 +255,11 @@ for _c in COLLECTIVES.values():
 # Collectives whose calls move data by an algorithm (everything but the barrier)
 DATA_COLLECTIVES = tuple(name for name in COLLECTIVES if name != "barrier")
 
-_BY_ALIAS = {alias: c for c in COLLECTIVES.values() for alias in (c.name, *c.aliases, c.hccl_name.lower(),
-                                                                     c.hccl_name.lower().removeprefix("hccl"))}
+_BY_ALIAS = {
+    alias: c
+    for c in COLLECTIVES.values()
+    for alias in (c.name, *c.aliases, c.hccl_name.lower(), c.hccl_name.lower().removeprefix("hccl"))
+}
 _BY_KIND = {c.kind: c for c in COLLECTIVES.values()}
 
 

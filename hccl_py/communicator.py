@@ -24,18 +24,17 @@ from .algorithms._common import packed_displacements
 from .algorithms.alltoallv import VSchedule, as_matrix
 from .algorithms.alltoallv import digest as alltoallv_digest
 from .algorithms.registry import algo_code, get_schedule
+from .collectives import OpKind
+from .collectives import collective as collective_named
 from .context import RankContext
 from .device import Device
 from .dtypes import DTYPE_CODES, UFUNCS, ReduceOp, check_op_dtype, dtype_code
 from .errors import HcclError, HcclInternalError, HcclMemoryError, HcclParamError, HcclTimeoutError
-from .collectives import OpKind, collective as collective_named
 from .executor import P2P_SEQ_BIT, RECV_SIDE_BIT, CallContext, error_from_notice, error_from_refusal, quiet_floats
 from .issuing import Call, Issuer, Part
 from .records import CallRecord, CommStats
 from .transport.base import CallSignature
 from .work import Work
-
-
 
 _CHECKED_OPS: dict[tuple, ReduceOp] = {}  # (op as passed, dtype) -> ReduceOp, for pairs that passed the checks
 _BYTE = np.dtype(np.uint8)
@@ -104,13 +103,18 @@ def _entry(scope: str):
             try:
                 return method(self, *args, **kwargs)
             except HcclError as err:
-                if self._issued == issued and (isinstance(err, (HcclParamError, HcclMemoryError)) or err.fields.get("late")):
+                if self._issued == issued and (
+                    isinstance(err, (HcclParamError, HcclMemoryError)) or err.fields.get("late")
+                ):
                     self._refuse(scope, args, kwargs, err)
                 raise
             except MemoryError:  # numpy could not allocate the call's copy or output (e.g. of a zero-stride view)
-                err = HcclMemoryError(f"{name} on '{self.name}': this host cannot allocate the call's buffers (numpy "
-                                      "MemoryError); pass smaller buffers, or an out= array", **self._fields(name),
-                                      rule="host_memory")
+                err = HcclMemoryError(
+                    f"{name} on '{self.name}': this host cannot allocate the call's buffers (numpy "
+                    "MemoryError); pass smaller buffers, or an out= array",
+                    **self._fields(name),
+                    rule="host_memory",
+                )
                 if self._issued == issued:
                     self._refuse(scope, args, kwargs, err)
                 raise err from None
@@ -138,7 +142,9 @@ class Communicator:
             comm.all_reduce(x)          # x == sum of ranks on every rank
     """
 
-    def __init__(self, rc: RankContext, world_ranks: Sequence[int], comm_rank: int, comm_id: int, name: str, *, on_destroy=None):
+    def __init__(
+        self, rc: RankContext, world_ranks: Sequence[int], comm_rank: int, comm_id: int, name: str, *, on_destroy=None
+    ):
         self._rc = rc
         self._engine = rc.engine
         self._world_ranks = tuple(world_ranks)
@@ -156,8 +162,16 @@ class Communicator:
         self._closed_reason: str | None = None
         self._on_destroy = on_destroy
         self._partition: tuple[tuple[int, ...], ...] | None = None  # groups of algo="hier"; None: auto
-        self._issuer = Issuer(rc, self._engine, comm_id, name, self._world_ranks, lambda: self._closed_reason, self._failed,
-                              self._batch_failed)
+        self._issuer = Issuer(
+            rc,
+            self._engine,
+            comm_id,
+            name,
+            self._world_ranks,
+            lambda: self._closed_reason,
+            self._failed,
+            self._batch_failed,
+        )
 
     # -- identity -------------------------------------------------------------------------------
     @property
@@ -254,10 +268,15 @@ class Communicator:
                 f"this process ({os.getpid()}) is a child forked from it and cannot use it: the sockets and shared memory "
                 "are the parent's. Run collectives in the rank's own process; start workers that need their own "
                 "communicator as ranks (hccl-launch, launch.spawn) or with multiprocessing's 'spawn' start method",
-                **self._fields(what), state="forked")
+                **self._fields(what),
+                state="forked",
+            )
         if self._closed_reason is not None:
-            raise HcclInternalError(f"{what} on communicator '{self.name}': the communicator {self._closed_reason}; create a new one",
-                                    **self._fields(what), state=self._closed_reason.split()[1])
+            raise HcclInternalError(
+                f"{what} on communicator '{self.name}': the communicator {self._closed_reason}; create a new one",
+                **self._fields(what),
+                state=self._closed_reason.split()[1],
+            )
         notice = self._engine.pending_notice(self._id)
         if notice is not None:
             self.abort("a peer reported a failed call")
@@ -358,17 +377,25 @@ class Communicator:
         """A second thread called while this rank's communicators are in use: the ranks cannot agree
         which thread's call comes first, so this communicator is aborted on every rank."""
         op, busy_seq, comm, thread = self._issuer.holder()
-        reason = (f"{name} on communicator '{self.name}' from thread {me} while this rank's communicators were in use by "
-                  f"thread {thread} ({op} #{busy_seq} on '{comm}')")
+        reason = (
+            f"{name} on communicator '{self.name}' from thread {me} while this rank's communicators were in use by "
+            f"thread {thread} ({op} #{busy_seq} on '{comm}')"
+        )
         err = HcclParamError(
             f"{reason}: a rank's communicators belong to one thread at a time (as in HCCL and NCCL); communicator "
             f"'{self.name}' is aborted on every rank, because the ranks cannot agree which thread's call comes first. "
             "Call the communicators from one thread, or serialize the calls with a lock, and create a new communicator",
-            **self._fields(name), rule="thread", holder_op=op, holder_thread=thread, thread=me)
+            **self._fields(name),
+            rule="thread",
+            holder_op=op,
+            holder_thread=thread,
+            thread=me,
+        )
         if self._closed_reason is None:
             self._closed_reason = f"was aborted ({reason})"
-            self._engine.abort_everywhere(self._id, [w for w in self._world_ranks if w != self._world_ranks[self._rank]],
-                                          err)
+            self._engine.abort_everywhere(
+                self._id, [w for w in self._world_ranks if w != self._world_ranks[self._rank]], err
+            )
         return err
 
     # -- argument checks ---------------------------------------------------------------------------
@@ -383,8 +410,13 @@ class Communicator:
 
     def _array(self, x, what: str, *, writable: bool, arg: str = "x") -> np.ndarray:
         if not isinstance(x, np.ndarray):
-            raise self._bad(what, f"buffer must be a numpy.ndarray, got {type(x).__name__}", arg=arg, rule="type",
-                            expected="numpy.ndarray")
+            raise self._bad(
+                what,
+                f"buffer must be a numpy.ndarray, got {type(x).__name__}",
+                arg=arg,
+                rule="type",
+                expected="numpy.ndarray",
+            )
         if x.dtype not in DTYPE_CODES:  # (a dict lookup: this runs on every call)
             try:
                 dtype_code(x.dtype, where=what)
@@ -393,17 +425,28 @@ class Communicator:
         if writable:
             flags = x.flags
             if not flags.c_contiguous:
-                raise self._bad(what, "buffer must be C-contiguous (it is written in place); pass np.ascontiguousarray(x) and copy back",
-                                arg=arg, rule="contiguous")
+                raise self._bad(
+                    what,
+                    "buffer must be C-contiguous (it is written in place); pass np.ascontiguousarray(x) and copy back",
+                    arg=arg,
+                    rule="contiguous",
+                )
             if not flags.writeable:
-                raise self._bad(what, "buffer is read-only but the operation writes it in place", arg=arg, rule="writable")
+                raise self._bad(
+                    what, "buffer is read-only but the operation writes it in place", arg=arg, rule="writable"
+                )
         return x
 
     def _root(self, root, what: str, name: str = "root") -> int:
         if isinstance(root, bool) or not isinstance(root, (int, np.integer)) or not 0 <= root < self.size:
-            raise self._bad(what, f"{name}={root!r} is not a rank of communicator '{self.name}' (0..{self.size - 1})",
-                            arg=name, value=root.item() if isinstance(root, np.generic) else root, rule="range",
-                            expected=f"0..{self.size - 1}")
+            raise self._bad(
+                what,
+                f"{name}={root!r} is not a rank of communicator '{self.name}' (0..{self.size - 1})",
+                arg=name,
+                value=root.item() if isinstance(root, np.generic) else root,
+                rule="range",
+                expected=f"0..{self.size - 1}",
+            )
         return int(root)
 
     def _op(self, op, dtype: np.dtype, what: str) -> ReduceOp:
@@ -422,16 +465,41 @@ class Communicator:
         return redop
 
     # -- the call path: one for every operation --------------------------------------------------
-    def _collective(self, kind: OpKind, collective: str, algo: str, bufs, count: int, dtype: np.dtype, result,
-                    redop: ReduceOp | None = None, root: int = 0, async_op: bool = False, modeled: bool = True):
+    def _collective(
+        self,
+        kind: OpKind,
+        collective: str,
+        algo: str,
+        bufs,
+        count: int,
+        dtype: np.dtype,
+        result,
+        redop: ReduceOp | None = None,
+        root: int = 0,
+        async_op: bool = False,
+        modeled: bool = True,
+    ):
         key = (collective, algo, count, root, dtype, redop, modeled)
         call = self._calls.get(key)
         if call is None:
-            call = self._remember(key, self._prepare(kind, collective, algo, count, dtype, redop, root, modeled=modeled))
+            call = self._remember(
+                key, self._prepare(kind, collective, algo, count, dtype, redop, root, modeled=modeled)
+            )
         return self._launch(call, bufs, dtype, result, async_op)
 
-    def _prepare(self, kind: OpKind, collective: str, algo: str, count: int, dtype: np.dtype, redop: ReduceOp | None,
-                 root: int, fn=None, sig_count: int | None = None, modeled: bool = True) -> Call:
+    def _prepare(
+        self,
+        kind: OpKind,
+        collective: str,
+        algo: str,
+        count: int,
+        dtype: np.dtype,
+        redop: ReduceOp | None,
+        root: int,
+        fn=None,
+        sig_count: int | None = None,
+        modeled: bool = True,
+    ) -> Call:
         """Everything about a call that depends only on its shape: resolved once per shape.
         ``fn``: a schedule function of the caller's (all-to-all with counts per pair), else the
         algorithm's; ``sig_count``: the count peers check (default ``count``); ``modeled``: False
@@ -440,9 +508,20 @@ class Communicator:
         op = redop.name.lower() if redop is not None else "sum"
         if fn is None:
             name = algo_select.resolve(
-                collective, algo,
-                lambda level1=None: algo_select.auto(self._rc.cost_model, collective, count, itemsize, self._world_ranks, root,
-                                                     dtype.name, op, level1, deterministic=self._rc.deterministic),
+                collective,
+                algo,
+                lambda level1=None: algo_select.auto(
+                    self._rc.cost_model,
+                    collective,
+                    count,
+                    itemsize,
+                    self._world_ranks,
+                    root,
+                    dtype.name,
+                    op,
+                    level1,
+                    deterministic=self._rc.deterministic,
+                ),
                 self._algo_env,
             )
             levels = algo_select.hier_levels(name)
@@ -455,20 +534,40 @@ class Communicator:
                 fn = hierarchical.schedule_for(collective, groups, *levels)
         else:
             name = algo
-        sig = CallSignature(kind, algo_code(name, getattr(fn, "__qualname__", "") + repr(getattr(fn, "staged", None))),
-                            dtype_code(dtype, where=collective), int(redop or 0),
-                            count if sig_count is None else sig_count, root)
-        costs = (self._rc.cost_model.call_costs(fn, self.size, count, root, itemsize, self._world_ranks, dtype=dtype.name,
-                                                op=op)[self._rank]
-                 if self._rc.modeled and modeled else None)
+        sig = CallSignature(
+            kind,
+            algo_code(name, getattr(fn, "__qualname__", "") + repr(getattr(fn, "staged", None))),
+            dtype_code(dtype, where=collective),
+            int(redop or 0),
+            count if sig_count is None else sig_count,
+            root,
+        )
+        costs = (
+            self._rc.cost_model.call_costs(
+                fn, self.size, count, root, itemsize, self._world_ranks, dtype=dtype.name, op=op
+            )[self._rank]
+            if self._rc.modeled and modeled
+            else None
+        )
         schedule = fn(self._rank, self.size, count, root)
-        in_count, out_count = (fn.buffer_counts(self._rank) if hasattr(fn, "buffer_counts")
-                               else collective_named(collective).buffer_counts(self.size, count, self._rank, root))
+        in_count, out_count = (
+            fn.buffer_counts(self._rank)
+            if hasattr(fn, "buffer_counts")
+            else collective_named(collective).buffer_counts(self.size, count, self._rank, root)
+        )
         nbytes = (in_count or out_count) * itemsize  # the call's input on this rank (what it receives if none)
         ufunc = UFUNCS.get(redop)
-        return Call(collective, name, schedule, costs, ufunc, nbytes,
-                     CallContext(self._id, self.name, 0, sig, self._world_ranks, self._rank, self._timeout_s), dtype.name,
-                     quiet=quiet_floats(ufunc, dtype))
+        return Call(
+            collective,
+            name,
+            schedule,
+            costs,
+            ufunc,
+            nbytes,
+            CallContext(self._id, self.name, 0, sig, self._world_ranks, self._rank, self._timeout_s),
+            dtype.name,
+            quiet=quiet_floats(ufunc, dtype),
+        )
 
     def _remember(self, key: tuple, call: Call) -> Call:
         if len(self._calls) >= 1024:  # a program with ever-new shapes keeps the latest ones
@@ -476,8 +575,16 @@ class Communicator:
         self._calls[key] = call
         return call
 
-    def _launch(self, call: Call, bufs, dtype: np.dtype, result, async_op: bool = False, seq: int | None = None,
-                queue: object = "collective"):
+    def _launch(
+        self,
+        call: Call,
+        bufs,
+        dtype: np.dtype,
+        result,
+        async_op: bool = False,
+        seq: int | None = None,
+        queue: object = "collective",
+    ):
         """Issue one call (``Issuer.issue``), numbered ``seq`` (default: the next collective
         number) on queue ``queue`` (collectives share one; point-to-point calls have one per peer
         and direction). Returns ``result`` (or the Work)."""
@@ -522,8 +629,15 @@ class Communicator:
 
     # -- collectives -----------------------------------------------------------------------------------
     @_entry("collective")
-    def all_reduce(self, x: np.ndarray, op: ReduceOp | str = "sum", *, out: np.ndarray | None = None, algo: str = "auto",
-                   async_op: bool = False):
+    def all_reduce(
+        self,
+        x: np.ndarray,
+        op: ReduceOp | str = "sum",
+        *,
+        out: np.ndarray | None = None,
+        algo: str = "auto",
+        async_op: bool = False,
+    ):
         """Reduce ``x`` over all ranks (``HcclAllReduce``): in place by default, returning ``x``;
         into ``out`` (HCCL's recvBuf) when given, returning ``out``. ``async_op=True`` returns a
         :class:`~hccl_py.work.Work` at once (``wait()`` gives the result)::
@@ -536,8 +650,9 @@ class Communicator:
         redop = self._op(op, x.dtype, what)
         target = x if out is None else self._into(out, x, what)
         flat = target.reshape(-1)
-        return self._collective(OpKind.ALLREDUCE, "allreduce", algo, (flat, flat), flat.size, x.dtype, target, redop,
-                                async_op=async_op)
+        return self._collective(
+            OpKind.ALLREDUCE, "allreduce", algo, (flat, flat), flat.size, x.dtype, target, redop, async_op=async_op
+        )
 
     @_entry("collective")
     def _all_reduce_flat(self, flat: np.ndarray, redop: ReduceOp, what: str) -> None:
@@ -566,12 +681,21 @@ class Communicator:
         flat = np.ascontiguousarray(x).reshape(-1)
         result = self._out(out, self.size * flat.size, x.dtype, what)
         flat = _apart_from(flat, result)
-        return self._collective(OpKind.ALLGATHER, "allgather", algo, (flat, result.reshape(-1)), flat.size, x.dtype,
-                                result.reshape((self.size, *x.shape)), async_op=async_op)
+        return self._collective(
+            OpKind.ALLGATHER,
+            "allgather",
+            algo,
+            (flat, result.reshape(-1)),
+            flat.size,
+            x.dtype,
+            result.reshape((self.size, *x.shape)),
+            async_op=async_op,
+        )
 
     @_entry("collective")
-    def broadcast(self, x: np.ndarray, root: int = 0, *, out: np.ndarray | None = None, algo: str = "auto",
-                  async_op: bool = False):
+    def broadcast(
+        self, x: np.ndarray, root: int = 0, *, out: np.ndarray | None = None, algo: str = "auto", async_op: bool = False
+    ):
         """Copy root's ``x`` to every rank (``HcclBroadcast``): in place by default, returning
         ``x``; into ``out`` when given (on the root ``out`` gets a copy of ``x``), returning ``out``."""
         what = f"broadcast on '{self.name}'"
@@ -580,12 +704,21 @@ class Communicator:
         root = self._root(root, what)
         target = x if out is None else self._into(out, x, what, copy=self._rank == root)
         flat = target.reshape(-1)
-        return self._collective(OpKind.BROADCAST, "broadcast", algo, (flat, flat), flat.size, x.dtype, target, root=root,
-                                async_op=async_op)
+        return self._collective(
+            OpKind.BROADCAST, "broadcast", algo, (flat, flat), flat.size, x.dtype, target, root=root, async_op=async_op
+        )
 
     @_entry("collective")
-    def reduce(self, x: np.ndarray, root: int = 0, op: ReduceOp | str = "sum", *, out: np.ndarray | None = None,
-               algo: str = "auto", async_op: bool = False):
+    def reduce(
+        self,
+        x: np.ndarray,
+        root: int = 0,
+        op: ReduceOp | str = "sum",
+        *,
+        out: np.ndarray | None = None,
+        algo: str = "auto",
+        async_op: bool = False,
+    ):
         """Reduce ``x`` over all ranks onto ``root`` (``HcclReduce``): in place by default
         (returns ``x``), into ``out`` on the root when given (returns ``out``). Other ranks' ``x``
         and ``out`` are left untouched."""
@@ -602,12 +735,20 @@ class Communicator:
             result = self._into(out, x, what, copy=False)
             target = x
         flat = np.ascontiguousarray(target).reshape(-1)
-        return self._collective(OpKind.REDUCE, "reduce", algo, (flat, flat), flat.size, x.dtype, result, redop, root,
-                                async_op=async_op)
+        return self._collective(
+            OpKind.REDUCE, "reduce", algo, (flat, flat), flat.size, x.dtype, result, redop, root, async_op=async_op
+        )
 
     @_entry("collective")
-    def reduce_scatter(self, y: np.ndarray, op: ReduceOp | str = "sum", *, out: np.ndarray | None = None,
-                       algo: str = "auto", async_op: bool = False):
+    def reduce_scatter(
+        self,
+        y: np.ndarray,
+        op: ReduceOp | str = "sum",
+        *,
+        out: np.ndarray | None = None,
+        algo: str = "auto",
+        async_op: bool = False,
+    ):
         """Reduce ``y`` over all ranks and return this rank's block (``HcclReduceScatter``).
 
         ``y.size`` must divide by ``size``. The result has shape ``(y.shape[0] // size, *y.shape[1:])``
@@ -620,14 +761,29 @@ class Communicator:
         y = self._array(y, what, writable=False, arg="y")
         redop = self._op(op, y.dtype, what)
         if y.size % self.size:
-            raise self._bad(what, f"y.size={y.size} is not divisible by the communicator size {self.size}", arg="y.size",
-                            value=y.size, rule="divisible", expected=self.size)
+            raise self._bad(
+                what,
+                f"y.size={y.size} is not divisible by the communicator size {self.size}",
+                arg="y.size",
+                value=y.size,
+                rule="divisible",
+                expected=self.size,
+            )
         count = y.size // self.size
         shape = (y.shape[0] // self.size, *y.shape[1:]) if y.ndim >= 1 and y.shape[0] % self.size == 0 else (count,)
         result = self._out(out, count, y.dtype, what)
         flat = _apart_from(np.ascontiguousarray(y).reshape(-1), result)
-        return self._collective(OpKind.REDUCE_SCATTER, "reduce_scatter", algo, (flat, result.reshape(-1)), count, y.dtype,
-                                result.reshape(shape), redop, async_op=async_op)
+        return self._collective(
+            OpKind.REDUCE_SCATTER,
+            "reduce_scatter",
+            algo,
+            (flat, result.reshape(-1)),
+            count,
+            y.dtype,
+            result.reshape(shape),
+            redop,
+            async_op=async_op,
+        )
 
     @_entry("collective")
     def all_to_all(self, x: np.ndarray, *, out: np.ndarray | None = None, algo: str = "auto", async_op: bool = False):
@@ -642,18 +798,42 @@ class Communicator:
         self._check_usable(what)
         x = self._array(x, what, writable=False)
         if x.ndim == 0 or x.shape[0] % self.size:
-            raise self._bad(what, f"x's first axis ({x.shape[0] if x.ndim else 'none'}) does not split into {self.size} equal "
-                            f"blocks; give x a first axis divisible by the communicator size", arg="x.shape",
-                            value=list(x.shape), rule="divisible", expected=self.size)
+            raise self._bad(
+                what,
+                f"x's first axis ({x.shape[0] if x.ndim else 'none'}) does not split into {self.size} equal "
+                f"blocks; give x a first axis divisible by the communicator size",
+                arg="x.shape",
+                value=list(x.shape),
+                rule="divisible",
+                expected=self.size,
+            )
         count = x.size // self.size
         result = self._out(out, x.size, x.dtype, what)
         flat = _apart_from(np.ascontiguousarray(x).reshape(-1), result)
-        return self._collective(OpKind.ALLTOALL, "alltoall", algo, (flat, result.reshape(-1)), count, x.dtype,
-                                result.reshape(x.shape) if out is None else result, async_op=async_op)
+        return self._collective(
+            OpKind.ALLTOALL,
+            "alltoall",
+            algo,
+            (flat, result.reshape(-1)),
+            count,
+            x.dtype,
+            result.reshape(x.shape) if out is None else result,
+            async_op=async_op,
+        )
 
     @_entry("alltoallv")
-    def all_to_all_v(self, send: np.ndarray, send_counts, send_displs, recv: np.ndarray, recv_counts, recv_displs, *,
-                     algo: str = "auto", async_op: bool = False):
+    def all_to_all_v(
+        self,
+        send: np.ndarray,
+        send_counts,
+        send_displs,
+        recv: np.ndarray,
+        recv_counts,
+        recv_displs,
+        *,
+        algo: str = "auto",
+        async_op: bool = False,
+    ):
         """All-to-all with a count per peer (``HcclAlltoAllV``): ``send_counts[j]`` elements from
         ``send[send_displs[j]:]`` go to rank j, ``recv_counts[i]`` elements from rank i land at
         ``recv[recv_displs[i]:]``; displacements ``None`` mean packed blocks. As HCCL, the ranks
@@ -685,7 +865,7 @@ class Communicator:
         mine = np.full(1 + 2 * self.size, -1, np.int64)
         if problem is None:
             mine[0] = 1
-            mine[1:1 + self.size], mine[1 + self.size:] = counts_out, counts_in
+            mine[1 : 1 + self.size], mine[1 + self.size :] = counts_out, counts_in
         if not async_op:
             try:
                 table = self._counts_exchange(mine, charged)
@@ -695,8 +875,12 @@ class Communicator:
             except HcclError:
                 self._seq += 1  # the data exchange's number, which the others spend too (as the asynchronous form)
                 raise
-            return self._launch(self._v_call(matrix, displs_out, displs_in, algo, send.dtype, exchange=True),
-                                self._v_bufs(send, recv), send.dtype, recv)
+            return self._launch(
+                self._v_call(matrix, displs_out, displs_in, algo, send.dtype, exchange=True),
+                self._v_bufs(send, recv),
+                send.dtype,
+                recv,
+            )
         # Asynchronous: the counts exchange and the data exchange queue one after the other; the
         # data exchange learns its matrix when its turn comes, and the caller goes on at once.
         gathered = self._counts_exchange(mine, charged, async_op=True)
@@ -707,8 +891,9 @@ class Communicator:
         def resolve() -> Call:
             if gathered._error is not None:
                 raise gathered._error
-            return self._v_call(self._v_agreed(what, gathered._result), displs_out, displs_in, algo, send.dtype,
-                                exchange=True)
+            return self._v_call(
+                self._v_agreed(what, gathered._result), displs_out, displs_in, algo, send.dtype, exchange=True
+            )
 
         return self._launch_after(what, resolve, self._v_bufs(send, recv), send.dtype, recv)
 
@@ -717,16 +902,32 @@ class Communicator:
         of every rank; HcclParamError when a rank rejected its own or two ranks disagree."""
         bad = [r for r in range(self.size) if table[r, 0] != 1]
         if bad:
-            raise self._bad(what, f"rank(s) {bad} passed counts or displacements they reject (see their own error); "
-                            "no data moved", arg="counts", rule="peer", ranks=bad)
-        sent, expected = table[:, 1:1 + self.size], table[:, 1 + self.size:]
-        wrong = [[int(i), int(j), int(sent[i, j]), int(expected[j, i])] for i in range(self.size) for j in range(self.size)
-                 if sent[i, j] != expected[j, i]]  # [sender, receiver, sent, expected]
+            raise self._bad(
+                what,
+                f"rank(s) {bad} passed counts or displacements they reject (see their own error); no data moved",
+                arg="counts",
+                rule="peer",
+                ranks=bad,
+            )
+        sent, expected = table[:, 1 : 1 + self.size], table[:, 1 + self.size :]
+        wrong = [
+            [int(i), int(j), int(sent[i, j]), int(expected[j, i])]
+            for i in range(self.size)
+            for j in range(self.size)
+            if sent[i, j] != expected[j, i]
+        ]  # [sender, receiver, sent, expected]
         if wrong:
-            shown = "; ".join(f"rank {i} sends {n} element(s) to rank {j}, which expects {m} from rank {i}"
-                              for i, j, n, m in wrong[:6])
-            raise self._bad(what, f"send and receive counts disagree: {shown}{' ...' if len(wrong) > 6 else ''}; no data moved",
-                            arg="counts", rule="agree", mismatches=wrong)
+            shown = "; ".join(
+                f"rank {i} sends {n} element(s) to rank {j}, which expects {m} from rank {i}"
+                for i, j, n, m in wrong[:6]
+            )
+            raise self._bad(
+                what,
+                f"send and receive counts disagree: {shown}{' ...' if len(wrong) > 6 else ''}; no data moved",
+                arg="counts",
+                rule="agree",
+                mismatches=wrong,
+            )
         return as_matrix(sent)
 
     @_entry("collective")
@@ -746,23 +947,47 @@ class Communicator:
         try:
             matrix = tuple(tuple(_whole(c) for c in row) for row in counts)
         except (TypeError, ValueError):
-            raise self._bad(what, f"counts must be a {self.size} x {self.size} matrix of whole numbers", arg="counts",
-                            rule="type") from None
-        if len(matrix) != self.size or any(len(row) != self.size for row in matrix) or any(c < 0 for row in matrix for c in row):
-            raise self._bad(what, f"counts must be a {self.size} x {self.size} matrix of non-negative ints", arg="counts",
-                            rule="shape", expected=[self.size, self.size])
+            raise self._bad(
+                what, f"counts must be a {self.size} x {self.size} matrix of whole numbers", arg="counts", rule="type"
+            ) from None
+        if (
+            len(matrix) != self.size
+            or any(len(row) != self.size for row in matrix)
+            or any(c < 0 for row in matrix for c in row)
+        ):
+            raise self._bad(
+                what,
+                f"counts must be a {self.size} x {self.size} matrix of non-negative ints",
+                arg="counts",
+                rule="shape",
+                expected=[self.size, self.size],
+            )
         row, column = matrix[self._rank], [r[self._rank] for r in matrix]
         counts_out, displs_out = self._v_layout(what, "send", row, None, send.size)
         counts_in, displs_in = self._v_layout(what, "recv", column, None, recv.size)
-        return self._launch(self._v_call(matrix, displs_out, displs_in, algo, send.dtype), self._v_bufs(send, recv), send.dtype,
-                            recv, async_op)
+        return self._launch(
+            self._v_call(matrix, displs_out, displs_in, algo, send.dtype),
+            self._v_bufs(send, recv),
+            send.dtype,
+            recv,
+            async_op,
+        )
 
     def _v_buffers(self, what: str, send, recv) -> tuple[np.ndarray, np.ndarray, HcclParamError | None]:
         send = self._array(send, what, writable=False, arg="send")
         recv = self._array(recv, what, writable=True, arg="recv")
         if send.dtype != recv.dtype:
-            return send, recv, self._bad(what, f"send and recv differ in dtype ({send.dtype} and {recv.dtype})", arg="recv",
-                                         value=recv.dtype.name, expected=send.dtype.name)
+            return (
+                send,
+                recv,
+                self._bad(
+                    what,
+                    f"send and recv differ in dtype ({send.dtype} and {recv.dtype})",
+                    arg="recv",
+                    value=recv.dtype.name,
+                    expected=send.dtype.name,
+                ),
+            )
         return send, recv, None
 
     def _v_layout(self, what: str, side: str, counts, displs, available: int) -> tuple[list[int], list[int]]:
@@ -772,26 +997,54 @@ class Communicator:
             counts = [_whole(c) for c in counts]
             displs = packed_displacements(counts) if displs is None else [_whole(d) for d in displs]
         except (TypeError, ValueError):
-            raise self._bad(what, f"{side}_counts and {side}_displs must be sequences of whole numbers (no fractions), "
-                            f"got {counts!r} and {displs!r}", arg=f"{side}_counts", rule="type") from None
+            raise self._bad(
+                what,
+                f"{side}_counts and {side}_displs must be sequences of whole numbers (no fractions), "
+                f"got {counts!r} and {displs!r}",
+                arg=f"{side}_counts",
+                rule="type",
+            ) from None
         if len(counts) != self.size or len(displs) != self.size:
-            raise self._bad(what, f"{side}_counts and {side}_displs need {self.size} entries (one per rank), got "
-                            f"{len(counts)} and {len(displs)}", arg=f"{side}_counts", rule="length", expected=self.size)
+            raise self._bad(
+                what,
+                f"{side}_counts and {side}_displs need {self.size} entries (one per rank), got "
+                f"{len(counts)} and {len(displs)}",
+                arg=f"{side}_counts",
+                rule="length",
+                expected=self.size,
+            )
         for name, values in ((f"{side}_counts", counts), (f"{side}_displs", displs)):
             negative = [i for i, v in enumerate(values) if v < 0]
             if negative:
-                raise self._bad(what, f"{name}[{negative[0]}] = {values[negative[0]]} is negative", arg=name,
-                                value=values[negative[0]], rule="range", expected=">= 0")
+                raise self._bad(
+                    what,
+                    f"{name}[{negative[0]}] = {values[negative[0]]} is negative",
+                    arg=name,
+                    value=values[negative[0]],
+                    rule="range",
+                    expected=">= 0",
+                )
         past = [j for j in range(self.size) if displs[j] + counts[j] > available]
         if past:
             j = past[0]
-            raise self._bad(what, f"{side} block {j} ({counts[j]} elements at {displs[j]}) runs past the {side} buffer "
-                            f"({available} elements)", arg=f"{side}_displs", value=displs[j], rule="range")
+            raise self._bad(
+                what,
+                f"{side} block {j} ({counts[j]} elements at {displs[j]}) runs past the {side} buffer "
+                f"({available} elements)",
+                arg=f"{side}_displs",
+                value=displs[j],
+                rule="range",
+            )
         blocks = sorted((displs[j], displs[j] + counts[j], j) for j in range(self.size) if counts[j])
         for (a0, a1, ja), (b0, b1, jb) in zip(blocks, blocks[1:]):
             if b0 < a1:
-                raise self._bad(what, f"{side} blocks {ja} and {jb} overlap ({a0}..{a1} and {b0}..{b1})", arg=f"{side}_displs",
-                                rule="overlap", value=[ja, jb])
+                raise self._bad(
+                    what,
+                    f"{side} blocks {ja} and {jb} overlap ({a0}..{a1} and {b0}..{b1})",
+                    arg=f"{side}_displs",
+                    rule="overlap",
+                    value=[ja, jb],
+                )
         return counts, list(displs)
 
     @staticmethod
@@ -806,8 +1059,17 @@ class Communicator:
         if charged:
             return self.all_gather(mine, async_op=async_op)
         result = np.empty((self.size, mine.size), mine.dtype)
-        return self._collective(OpKind.ALLGATHER, "allgather", "auto", (mine, result.reshape(-1)), mine.size, mine.dtype,
-                                result, async_op=async_op, modeled=False)
+        return self._collective(
+            OpKind.ALLGATHER,
+            "allgather",
+            "auto",
+            (mine, result.reshape(-1)),
+            mine.size,
+            mine.dtype,
+            result,
+            async_op=async_op,
+            modeled=False,
+        )
 
     def _v_name(self, algo: str, *, exchange: bool) -> str:
         """The algorithm an all-to-all-v runs: the caller's, HCCL_ALGO's, or HCCL's all-to-all rule
@@ -819,10 +1081,14 @@ class Communicator:
         return name
 
     def _resolve_v(self, algo: str, exchange: bool) -> str:
-        name = algo_select.resolve("alltoallv", algo,
-                                   lambda level1=None: algo_select.alltoallv_auto(self._rc.topology, self._world_ranks,
-                                                                                  level1, exchange=exchange).algo,
-                                   self._algo_env)
+        name = algo_select.resolve(
+            "alltoallv",
+            algo,
+            lambda level1=None: (
+                algo_select.alltoallv_auto(self._rc.topology, self._world_ranks, level1, exchange=exchange).algo
+            ),
+            self._algo_env,
+        )
         if exchange and algo.strip().lower() == "auto" and algo_select.hier_levels(name) == ("mesh", "pipeline"):
             # HCCL_ALGO's level-1 pipeline: AlltoAllV tries the continuous pipeline first (alltoall_operator.cc
             # L287, L738), as auto does
@@ -838,17 +1104,38 @@ class Communicator:
         if call is None:
             name = self._v_name(algo, exchange=exchange)
             levels = algo_select.hier_levels(name)
-            staged = None if levels is None else (
-                algo_select.partition_of(self._rc.topology, name, self._world_ranks) or self.partition, *levels)
-            fn = VSchedule(name, matrix, owner=self._rank, send_displs=displs_out, recv_displs=displs_in, staged=staged,
-                           itemsize=np.dtype(dtype).itemsize)
-            call = self._remember(key, self._prepare(OpKind.ALLTOALLV, "alltoallv", name, 0, dtype, None, 0, fn=fn,
-                                                     sig_count=alltoallv_digest(matrix)))
+            staged = (
+                None
+                if levels is None
+                else (algo_select.partition_of(self._rc.topology, name, self._world_ranks) or self.partition, *levels)
+            )
+            fn = VSchedule(
+                name,
+                matrix,
+                owner=self._rank,
+                send_displs=displs_out,
+                recv_displs=displs_in,
+                staged=staged,
+                itemsize=np.dtype(dtype).itemsize,
+            )
+            call = self._remember(
+                key,
+                self._prepare(
+                    OpKind.ALLTOALLV, "alltoallv", name, 0, dtype, None, 0, fn=fn, sig_count=alltoallv_digest(matrix)
+                ),
+            )
         return call
 
     @_entry("collective")
-    def scatter(self, x: np.ndarray | None, root: int = 0, *, out: np.ndarray | None = None, algo: str = "auto",
-                async_op: bool = False):
+    def scatter(
+        self,
+        x: np.ndarray | None,
+        root: int = 0,
+        *,
+        out: np.ndarray | None = None,
+        algo: str = "auto",
+        async_op: bool = False,
+    ):
         """Rank r gets block r of the root's ``x`` (``HcclScatter``): ``x``'s first axis splits
         into ``size`` blocks. Other ranks pass ``out`` (or an ``x`` of the root's shape and dtype,
         whose values are ignored) to say what they receive. Returns the block (``out`` if given)::
@@ -860,26 +1147,46 @@ class Communicator:
         root = self._root(root, what)
         if x is None:
             if self._rank == root or out is None:
-                raise self._bad(what, "x is None: the root passes the array to scatter, the others x or out",
-                                arg="x", rule="required")
+                raise self._bad(
+                    what,
+                    "x is None: the root passes the array to scatter, the others x or out",
+                    arg="x",
+                    rule="required",
+                )
             out = self._array(out, what, writable=True, arg="out")
             count, dtype, shape, flat = out.size, out.dtype, out.shape, _NO_DATA
         else:
             x = self._array(x, what, writable=False)
             if x.ndim == 0 or x.shape[0] % self.size:
-                raise self._bad(what, f"x's first axis does not split into {self.size} blocks", arg="x.shape",
-                                value=list(x.shape), rule="divisible", expected=self.size)
+                raise self._bad(
+                    what,
+                    f"x's first axis does not split into {self.size} blocks",
+                    arg="x.shape",
+                    value=list(x.shape),
+                    rule="divisible",
+                    expected=self.size,
+                )
             count, dtype, shape = x.size // self.size, x.dtype, (x.shape[0] // self.size, *x.shape[1:])
             flat = np.ascontiguousarray(x).reshape(-1) if self._rank == root else _NO_DATA.view(x.dtype)
         result = self._out(out, count, dtype, what)
         if self._rank == root:
             flat = _apart_from(flat, result)
-        return self._collective(OpKind.SCATTER, "scatter", algo, (flat, result.reshape(-1)), count, dtype,
-                                result.reshape(shape) if out is None else result, root=root, async_op=async_op)
+        return self._collective(
+            OpKind.SCATTER,
+            "scatter",
+            algo,
+            (flat, result.reshape(-1)),
+            count,
+            dtype,
+            result.reshape(shape) if out is None else result,
+            root=root,
+            async_op=async_op,
+        )
 
     @_entry("collective")
-    def gather(self, x: np.ndarray, root: int = 0, *, out: np.ndarray | None = None, algo: str = "auto",
-               async_op: bool = False):
+    def gather(
+        self, x: np.ndarray, root: int = 0, *, out: np.ndarray | None = None, algo: str = "auto", async_op: bool = False
+    ):
         """The root gets every rank's ``x`` as an array of shape ``(size, *x.shape)``, or in ``out``;
         the other ranks get None (HCCL has no Gather operator, only ``HCCL_CMD_GATHER`` inside its
         Reduce; this is the mirror of ``HcclScatter``)::
@@ -897,7 +1204,9 @@ class Communicator:
             bufs, value = (flat, result.reshape(-1)), result.reshape((self.size, *x.shape))
         else:
             bufs, value = (flat, _NO_DATA.view(x.dtype)), None
-        return self._collective(OpKind.GATHER, "gather", algo, bufs, flat.size, x.dtype, value, root=root, async_op=async_op)
+        return self._collective(
+            OpKind.GATHER, "gather", algo, bufs, flat.size, x.dtype, value, root=root, async_op=async_op
+        )
 
     def _out(self, out: np.ndarray | None, count: int, dtype: np.dtype, what: str) -> np.ndarray:
         """The caller's output buffer, checked, or a new one."""
@@ -905,8 +1214,13 @@ class Communicator:
             return np.empty(count, dtype)
         out = self._array(out, f"{what} (out=)", writable=True, arg="out")
         if out.dtype != dtype or out.size != count:
-            raise self._bad(what, f"out= must hold {count} elements of {dtype}, got {out.size} of {out.dtype}", arg="out",
-                            value=[out.size, out.dtype.name], expected=[count, np.dtype(dtype).name])
+            raise self._bad(
+                what,
+                f"out= must hold {count} elements of {dtype}, got {out.size} of {out.dtype}",
+                arg="out",
+                value=[out.size, out.dtype.name],
+                expected=[count, np.dtype(dtype).name],
+            )
         return out
 
     def _into(self, out: np.ndarray, x: np.ndarray, what: str, copy: bool = True) -> np.ndarray:
@@ -937,8 +1251,12 @@ class Communicator:
             if monitored:
                 # Rank 0 names the missing ranks and tells the others; they wait a little
                 # longer than rank 0 so that its finding, not their own timeout, reaches them.
-                timeout = None if self._timeout_s is None else (self._timeout_s if self._rank == 0 else self._timeout_s + 2.0)
-                call = call._replace(notify_on_timeout=self._rank == 0, ctx=dataclasses.replace(call.ctx, timeout_s=timeout))
+                timeout = (
+                    None if self._timeout_s is None else (self._timeout_s if self._rank == 0 else self._timeout_s + 2.0)
+                )
+                call = call._replace(
+                    notify_on_timeout=self._rank == 0, ctx=dataclasses.replace(call.ctx, timeout_s=timeout)
+                )
             call = self._remember(("barrier", algo), call)
         return self._launch(call, (_NO_DATA, _NO_DATA), _BYTE, None, async_op)
 
@@ -957,8 +1275,9 @@ class Communicator:
         x, dst = self._p2p_args(what, x, dst, "dst", writable=False)
         flat = np.ascontiguousarray(x).reshape(-1)
         seq = P2P_SEQ_BIT | self._next_p2p(self._p2p_sent, dst)
-        return self._launch(self._p2p_call("send", flat.size, x.dtype, dst), (flat, flat), x.dtype, None, async_op, seq,
-                            ("send", dst))
+        return self._launch(
+            self._p2p_call("send", flat.size, x.dtype, dst), (flat, flat), x.dtype, None, async_op, seq, ("send", dst)
+        )
 
     @_entry("recv")
     def recv(self, x: np.ndarray, src: int, *, async_op: bool = False):
@@ -968,8 +1287,9 @@ class Communicator:
         x, src = self._p2p_args(what, x, src, "src", writable=True)
         flat = x.reshape(-1)
         seq = P2P_SEQ_BIT | self._next_p2p(self._p2p_received, src)
-        return self._launch(self._p2p_call("recv", flat.size, x.dtype, src), (flat, flat), x.dtype, x, async_op, seq,
-                            ("recv", src))
+        return self._launch(
+            self._p2p_call("recv", flat.size, x.dtype, src), (flat, flat), x.dtype, x, async_op, seq, ("recv", src)
+        )
 
     @_entry("batch")
     def batch_send_recv(self, items, *, async_op: bool = False):
@@ -986,17 +1306,32 @@ class Communicator:
         try:
             items = list(items)
         except TypeError:
-            raise self._bad(what, f"items must be a sequence of ('send' or 'recv', array, peer), got {type(items).__name__}",
-                            arg="items", rule="type", expected="sequence") from None
+            raise self._bad(
+                what,
+                f"items must be a sequence of ('send' or 'recv', array, peer), got {type(items).__name__}",
+                arg="items",
+                rule="type",
+                expected="sequence",
+            ) from None
         for i, item in enumerate(items):
             try:
                 kind, array, peer = item
             except (TypeError, ValueError):
-                raise self._bad(what, f"items[{i}] must be ('send' or 'recv', array, peer), got {item!r}", arg=f"items[{i}]",
-                                rule="format") from None
+                raise self._bad(
+                    what,
+                    f"items[{i}] must be ('send' or 'recv', array, peer), got {item!r}",
+                    arg=f"items[{i}]",
+                    rule="format",
+                ) from None
             if kind not in ("send", "recv"):
-                raise self._bad(what, f"items[{i}]: {kind!r} is neither 'send' nor 'recv'", arg=f"items[{i}]", value=kind,
-                                rule="choices", choices=["send", "recv"])
+                raise self._bad(
+                    what,
+                    f"items[{i}]: {kind!r} is neither 'send' nor 'recv'",
+                    arg=f"items[{i}]",
+                    value=kind,
+                    rule="choices",
+                    choices=["send", "recv"],
+                )
             array, peer = self._p2p_args(what, array, peer, "peer", writable=kind == "recv")
             parts.append((kind, array, peer))
         if not parts:
@@ -1021,8 +1356,13 @@ class Communicator:
         x = self._array(x, what, writable=writable)
         peer = self._root(peer, what, name)
         if peer == self._rank:
-            raise self._bad(what, f"{name}={peer} is this rank; {'receive from' if name == 'src' else 'send to'} another rank",
-                            arg=name, value=peer, rule="self")
+            raise self._bad(
+                what,
+                f"{name}={peer} is this rank; {'receive from' if name == 'src' else 'send to'} another rank",
+                arg=name,
+                value=peer,
+                rule="self",
+            )
         return x, peer
 
     def _p2p_call(self, kind: str, count: int, dtype: np.dtype, peer: int) -> Call:
@@ -1032,11 +1372,18 @@ class Communicator:
             sending = kind == "send"
             src, dst = (self._rank, peer) if sending else (peer, self._rank)
             sig = CallSignature(OpKind.SEND, 0, dtype_code(dtype, where=kind), 0, count, src)
-            costs = (self._rc.cost_model.p2p_costs(self._world_ranks[src], self._world_ranks[dst], count * dtype.itemsize, sender=sending)
-                     if self._rc.modeled else None)
+            costs = (
+                self._rc.cost_model.p2p_costs(
+                    self._world_ranks[src], self._world_ranks[dst], count * dtype.itemsize, sender=sending
+                )
+                if self._rc.modeled
+                else None
+            )
             schedule = p2p.send_schedule(count, peer) if sending else p2p.recv_schedule(count, peer)
             ctx = CallContext(self._id, self.name, 0, sig, self._world_ranks, self._rank, self._timeout_s)
-            call = self._remember(key, Call(kind, "p2p", schedule, costs, None, count * dtype.itemsize, ctx, dtype.name))
+            call = self._remember(
+                key, Call(kind, "p2p", schedule, costs, None, count * dtype.itemsize, ctx, dtype.name)
+            )
         return call
 
     @staticmethod
@@ -1059,14 +1406,32 @@ class Communicator:
         self._check_usable(what)
         for name, value in (("color", color), ("key", key)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer))):
-                raise self._bad(what, f"{name} must be an int{' or None' if name == 'color' else ''}, got {value!r}", arg=name,
-                                value=value, rule="type", expected="int or None" if name == "color" else "int")
+                raise self._bad(
+                    what,
+                    f"{name} must be an int{' or None' if name == 'color' else ''}, got {value!r}",
+                    arg=name,
+                    value=value,
+                    rule="type",
+                    expected="int or None" if name == "color" else "int",
+                )
         if color is not None and not 0 <= color < 2**63:
-            raise self._bad(what, f"color must be in 0 .. 2**63-1 or None, got {color}", arg="color", value=int(color),
-                            rule="range", expected="0 .. 2**63-1")
-        if not -2**63 <= key < 2**63:
-            raise self._bad(what, f"key must fit in 64 bits (-2**63 .. 2**63-1), got {key}", arg="key", value=int(key),
-                            rule="range", expected="-2**63 .. 2**63-1")
+            raise self._bad(
+                what,
+                f"color must be in 0 .. 2**63-1 or None, got {color}",
+                arg="color",
+                value=int(color),
+                rule="range",
+                expected="0 .. 2**63-1",
+            )
+        if not -(2**63) <= key < 2**63:
+            raise self._bad(
+                what,
+                f"key must fit in 64 bits (-2**63 .. 2**63-1), got {key}",
+                arg="key",
+                value=int(key),
+                rule="range",
+                expected="-2**63 .. 2**63-1",
+            )
         mine = np.array([-1 if color is None else color, key], np.int64)
         table = self.all_gather(mine)
         seq = self._seq
@@ -1090,10 +1455,18 @@ class Communicator:
         try:
             ranks = [int(r) for r in ranks]
         except (TypeError, ValueError):
-            raise self._bad(what, f"ranks must be a sequence of ints, got {ranks!r}", arg="ranks", value=ranks, rule="type",
-                            expected="sequence of int") from None
+            raise self._bad(
+                what,
+                f"ranks must be a sequence of ints, got {ranks!r}",
+                arg="ranks",
+                value=ranks,
+                rule="type",
+                expected="sequence of int",
+            ) from None
         if not ranks:
-            raise self._bad(what, "ranks is empty; a group needs at least one rank", arg="ranks", value=ranks, rule="nonempty")
+            raise self._bad(
+                what, "ranks is empty; a group needs at least one rank", arg="ranks", value=ranks, rule="nonempty"
+            )
         for r in ranks:
             self._root(r, what, "rank")
         if len(set(ranks)) != len(ranks):
@@ -1130,8 +1503,12 @@ class Communicator:
             partition = load_partition(groups, self.size) if isinstance(groups, str) else groups
             return validate_partition(partition, self.size)
         except TopologyError as err:
-            raise HcclParamError(f"{what}: {err}", **self._fields(what), arg="groups",
-                                 **{k: v for k, v in err.fields.items() if v is not None}) from None
+            raise HcclParamError(
+                f"{what}: {err}",
+                **self._fields(what),
+                arg="groups",
+                **{k: v for k, v in err.fields.items() if v is not None},
+            ) from None
 
     @property
     def partition(self) -> tuple[tuple[int, ...], ...]:
@@ -1164,8 +1541,13 @@ class Communicator:
         digests = self.all_gather(digest.copy()).reshape(-1)
         differ = [r for r in range(self.size) if digests[r] != digests[0]]
         if differ:
-            raise self._bad(what, f"ranks {differ} passed a different {name} than rank 0; every rank must pass the same {name}",
-                            arg=arg, rule="agree", ranks=differ)
+            raise self._bad(
+                what,
+                f"ranks {differ} passed a different {name} than rank 0; every rank must pass the same {name}",
+                arg=arg,
+                rule="agree",
+                ranks=differ,
+            )
         return self._seq
 
     def _child(self, ranks: list[int], comm_id: int, name: str) -> "Communicator":

@@ -53,7 +53,9 @@ class RankContext:
         for fault in self.faults:
             if fault.action == "slow" and fault.rank == rank:
                 self.device.slow_factor = fault.factor
-        self.pending_faults = [f for f in self.faults if f.rank == rank and f.action in ("hang", "crash", "delay", "drop")]
+        self.pending_faults = [
+            f for f in self.faults if f.rank == rank and f.action in ("hang", "crash", "delay", "drop")
+        ]
 
     def scratch(self, count: int, dtype: np.dtype) -> np.ndarray:
         """A scratch array (a schedule's TMP), reused from call to call: memory touched for the
@@ -85,7 +87,11 @@ class RankContext:
                 self.engine.drop_next_message = True
             elif fault.action == "crash":
                 self.dump(f"injected crash ({fault.spec}) entering {where}")
-                print(f"hccl-py: rank {self.device.rank}: injected crash ({fault.spec}) entering {where}", file=sys.stderr, flush=True)
+                print(
+                    f"hccl-py: rank {self.device.rank}: injected crash ({fault.spec}) entering {where}",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 os._exit(1)
             elif fault.action == "hang":
                 self.dump(f"injected hang ({fault.spec}) in {where}")
@@ -99,20 +105,31 @@ class RankContext:
         self._reasons.append(reason)
         if not self.flight_dir:
             return None
-        return self.recorder.dump(Path(self.flight_dir) / f"flight_rank{self.device.rank}.json", rank=self.device.rank,
-                                  reason=self._reasons[0], wall_origin=self.wall_origin,
-                                  extra={**self.summary(), "events": list(self._reasons)})
+        return self.recorder.dump(
+            Path(self.flight_dir) / f"flight_rank{self.device.rank}.json",
+            rank=self.device.rank,
+            reason=self._reasons[0],
+            wall_origin=self.wall_origin,
+            extra={**self.summary(), "events": list(self._reasons)},
+        )
 
     def summary(self) -> dict:
         """Modeled clock and time split of this card, for reports."""
         t = self.device.time
-        return {"clock": self.device.clock, "compute_s": t.compute_s, "comm_s": t.comm_s, "wait_s": t.wait_s,
-                "waited_for": {str(k): v for k, v in sorted(self.device.waited_for.items())},
-                "slow_factor": self.device.slow_factor, "peak_bytes": self.device.peak_bytes}
+        return {
+            "clock": self.device.clock,
+            "compute_s": t.compute_s,
+            "comm_s": t.comm_s,
+            "wait_s": t.wait_s,
+            "waited_for": {str(k): v for k, v in sorted(self.device.waited_for.items())},
+            "slow_factor": self.device.slow_factor,
+            "peak_bytes": self.device.peak_bytes,
+        }
 
 
-def load_topology(size: int, *, preset: str | None = None, rank_table: str | None = None,
-                  figures: str | None = None) -> Topology:
+def load_topology(
+    size: int, *, preset: str | None = None, rank_table: str | None = None, figures: str | None = None
+) -> Topology:
     """The modeled cluster: the rank table at ``rank_table``, else the ``preset``, else the
     default preset for ``size`` cards; link and card figures overridden from the JSON file
     ``figures`` (as RANK_TABLE_FILE, HCCL_PY_TOPOLOGY and HCCL_PY_FIGURES say)::
@@ -130,8 +147,10 @@ def load_topology(size: int, *, preset: str | None = None, rank_table: str | Non
     except TopologyError as err:
         raise HcclParamError(f"topology: {err}") from None
     if topology.num_ranks != size:
-        raise HcclParamError(f"topology '{topology.name}' has {topology.num_ranks} cards but the job has {size} ranks; "
-                             f"choose a preset or rank table with {size} cards")
+        raise HcclParamError(
+            f"topology '{topology.name}' has {topology.num_ranks} cards but the job has {size} ranks; "
+            f"choose a preset or rank table with {size} cards"
+        )
     return topology
 
 
@@ -141,10 +160,23 @@ def make_context(job: JobConfig, engine: Engine) -> RankContext:
     topology = load_topology(job.size, preset=job.topology, rank_table=job.rank_table, figures=job.figures)
     card = topology.card(job.rank).name
     if job.deterministic == "strict" and card != "ascend910b":  # externalinput.cc L591-600: 910B and A3 only
-        raise HcclNotSupportedError(f"{HCCL_DETERMINISTIC}=strict: HCCL takes it on 910B (and A3) only, not on this "
-                                    f"rank's {card}; use true or false", variable=HCCL_DETERMINISTIC, value="strict",
-                                    card=card)
+        raise HcclNotSupportedError(
+            f"{HCCL_DETERMINISTIC}=strict: HCCL takes it on 910B (and A3) only, not on this "
+            f"rank's {card}; use true or false",
+            variable=HCCL_DETERMINISTIC,
+            value="strict",
+            card=card,
+        )
     wall_origin = job.wall_origin if job.wall_origin is not None else time.monotonic()
-    return RankContext(engine, Device(topology.card(job.rank), job.rank), topology, job.exec_timeout_s, job.algo, wall_origin,
-                       deterministic=job.deterministic, modeled=job.modeled_time, faults=list(job.faults),
-                       flight_dir=job.flight_dir)
+    return RankContext(
+        engine,
+        Device(topology.card(job.rank), job.rank),
+        topology,
+        job.exec_timeout_s,
+        job.algo,
+        wall_origin,
+        deterministic=job.deterministic,
+        modeled=job.modeled_time,
+        faults=list(job.faults),
+        flight_dir=job.flight_dir,
+    )

@@ -52,8 +52,9 @@ class Arrival(NamedTuple):
     arrival: float
 
 
-def step_end(t0: float, send_s: Sequence[float], arrivals: Sequence, recv_s: Sequence[float],
-             waits: list | None = None) -> tuple[float, float]:
+def step_end(
+    t0: float, send_s: Sequence[float], arrivals: Sequence, recv_s: Sequence[float], waits: list | None = None
+) -> tuple[float, float]:
     """(clock at the end, seconds spent waiting) of a step that started, copies done, at ``t0``.
 
     ``arrivals`` holds one object with ``sent_at`` and ``arrival`` per receive, in schedule
@@ -96,8 +97,9 @@ def route_share(topology: Topology, route, load, factor: float = 1.0) -> float:
     return share * factor if factor != 1.0 else share
 
 
-def flow_shares(bandwidth: np.ndarray, hops: np.ndarray, factors: np.ndarray | None = None,
-                repeat: int = 1) -> np.ndarray:
+def flow_shares(
+    bandwidth: np.ndarray, hops: np.ndarray, factors: np.ndarray | None = None, repeat: int = 1
+) -> np.ndarray:
     """:func:`route_share` of every flow f, whose route's links are ``hops[:, f]`` (ids into
     ``bandwidth``, 0 padding: ``Topology.route_ids``), when all of them carry ``repeat`` flows at
     once, as an array (the cluster-scale simulator's form: links counted with bincount, each share
@@ -107,7 +109,7 @@ def flow_shares(bandwidth: np.ndarray, hops: np.ndarray, factors: np.ndarray | N
         return np.full(flows, np.inf)
     load = np.bincount(hops.ravel()) * repeat  # up to the highest link taken, not every link numbered
     with np.errstate(divide="ignore"):  # links no flow takes: never looked up
-        per_flow = bandwidth[:len(load)] / load
+        per_flow = bandwidth[: len(load)] / load
     shares = per_flow[hops[0]]
     for row in hops[1:]:
         np.minimum(shares, per_flow[row], out=shares)
@@ -139,8 +141,10 @@ CUBE_TILE = 16  # the DaVinci cube multiplies 16x16x16 blocks (the practitioner 
 def cube_flops(m: int, n: int, k: int, batch: int = 1) -> float:
     """FLOPs a (batched) ``m x k`` by ``k x n`` matmul costs on the cube: ``2 m n k`` with each
     dimension rounded up to a whole tile, so a 1-row matmul costs what a 16-row one does."""
+
     def tiles(d: int) -> int:
         return -(-max(int(d), 1) // CUBE_TILE) * CUBE_TILE
+
     return 2.0 * batch * tiles(m) * tiles(n) * tiles(k)
 
 
@@ -178,9 +182,19 @@ class CostModel:
         self.degraded = {**{(b, a): f for (a, b), f in (degraded or {}).items()}, **(degraded or {})}
         self._cache: dict[tuple, tuple[tuple[StepCost, ...], ...]] = {}
 
-    def call_costs(self, fn: Callable[..., Schedule], size: int, count: int, root: int, itemsize: int,
-                   world_ranks: tuple[int, ...], *, dtype: str | None = None, op: str = "sum",
-                   schedules: list[Schedule] | None = None) -> tuple[tuple[StepCost, ...], ...]:
+    def call_costs(
+        self,
+        fn: Callable[..., Schedule],
+        size: int,
+        count: int,
+        root: int,
+        itemsize: int,
+        world_ranks: tuple[int, ...],
+        *,
+        dtype: str | None = None,
+        op: str = "sum",
+        schedules: list[Schedule] | None = None,
+    ) -> tuple[tuple[StepCost, ...], ...]:
         """Every comm rank's ``StepCost`` per step for one call of schedule function ``fn``, with
         elements of numpy type ``dtype`` (default: by ``itemsize``, ``default_dtype``) reduced by
         ``op`` (``sum``, ``prod``, ``max``, ``min``). ``schedules``: every rank's schedule of that
@@ -194,8 +208,14 @@ class CostModel:
             costs = self._cache[key] = self._costs(schedules, itemsize, world_ranks, dtype, op)
         return costs
 
-    def _costs(self, schedules: list[Schedule], itemsize: int, world_ranks: tuple[int, ...], dtype: str = "float32",
-               op: str = "sum") -> tuple[tuple[StepCost, ...], ...]:
+    def _costs(
+        self,
+        schedules: list[Schedule],
+        itemsize: int,
+        world_ranks: tuple[int, ...],
+        dtype: str = "float32",
+        op: str = "sum",
+    ) -> tuple[tuple[StepCost, ...], ...]:
         topo = self.topology
         cards = [topo.card(w) for w in world_ranks]
         nsteps = max((len(s.steps) for s in schedules), default=0)
@@ -211,15 +231,19 @@ class CostModel:
                         load.update(topo.route(src, dst).hops)
             send_times: dict[int, list[float]] = {}
             for r, src, dst, nbytes in flows:
-                send_times.setdefault(r, []).append(transfer_s(topo, src, dst, nbytes, load, self.degraded.get((src, dst), 1.0)))
+                send_times.setdefault(r, []).append(
+                    transfer_s(topo, src, dst, nbytes, load, self.degraded.get((src, dst), 1.0))
+                )
             for r, schedule in enumerate(schedules):
                 if k >= len(schedule.steps):
                     continue
                 step = schedule.steps[k]
                 card = cards[r]
                 copy_s = step_copy_s(card, step, itemsize, dtype, op, first=(k == 0))
-                recv_s = tuple(0.0 if rv.reduce_with is None else reduce_s(card, rv.dst.count * itemsize, dtype, op)
-                               for rv in step.recvs)
+                recv_s = tuple(
+                    0.0 if rv.reduce_with is None else reduce_s(card, rv.dst.count * itemsize, dtype, op)
+                    for rv in step.recvs
+                )
                 per_rank[r].append(StepCost(copy_s, tuple(send_times.get(r, ())), recv_s))
         return tuple(tuple(steps) for steps in per_rank)
 
@@ -246,5 +270,7 @@ def step_copy_s(card: CardModel, step, itemsize: int, dtype: str, op: str, *, fi
     copy_s = card.launch_overhead_s if first else 0.0
     for c in step.copies:
         nbytes = c.src.count * itemsize
-        copy_s += 2 * nbytes / card.hbm_bandwidth_Bps if c.reduce_with is None else local_reduce_s(card, nbytes, dtype, op)
+        copy_s += (
+            2 * nbytes / card.hbm_bandwidth_Bps if c.reduce_with is None else local_reduce_s(card, nbytes, dtype, op)
+        )
     return copy_s

@@ -117,20 +117,36 @@ class Device:
         """Reserve ``nbytes`` (rounded up to 512) of HBM; returns a handle for :meth:`free`."""
         _check_text("malloc", "what", what)
         if isinstance(nbytes, bool) or not isinstance(nbytes, numbers.Integral):
-            raise HcclParamError(f"device {self.rank}: malloc(nbytes={nbytes!r}): nbytes must be an int (a count of bytes)",
-                                 rank=self.rank, allocation=what, arg="nbytes", value=repr(nbytes), rule="type",
-                                 expected="int")
+            raise HcclParamError(
+                f"device {self.rank}: malloc(nbytes={nbytes!r}): nbytes must be an int (a count of bytes)",
+                rank=self.rank,
+                allocation=what,
+                arg="nbytes",
+                value=repr(nbytes),
+                rule="type",
+                expected="int",
+            )
         nbytes = int(nbytes)
         if nbytes < 0:
-            raise HcclParamError(f"device {self.rank}: cannot allocate {nbytes} bytes", rank=self.rank, allocation=what,
-                                 requested=nbytes, rule="range", expected=">= 0")
+            raise HcclParamError(
+                f"device {self.rank}: cannot allocate {nbytes} bytes",
+                rank=self.rank,
+                allocation=what,
+                requested=nbytes,
+                rule="range",
+                expected=">= 0",
+            )
         size = aligned(nbytes)
         if size > self.free_bytes:
             raise HcclMemoryError(
                 f"device {self.rank} ({self.model.name}): out of memory allocating {what}: requested {size} bytes, "
                 f"free {self.free_bytes} of {self.capacity_bytes}, peak so far {self.peak_bytes}; "
                 f"shard the model over more cards or lower the batch size",
-                rank=self.rank, allocation=what, requested=size, free=self.free_bytes, capacity=self.capacity_bytes,
+                rank=self.rank,
+                allocation=what,
+                requested=size,
+                free=self.free_bytes,
+                capacity=self.capacity_bytes,
                 peak=self.peak_bytes,
             )
         self._next_handle += 1
@@ -153,17 +169,26 @@ class Device:
         try:
             dtype = np.dtype(dtype)
         except TypeError:
-            raise HcclParamError(f"device.empty: dtype={dtype!r} is not a numpy dtype; give one such as np.float32",
-                                 arg="dtype", value=repr(dtype), rule="type", expected="numpy dtype") from None
+            raise HcclParamError(
+                f"device.empty: dtype={dtype!r} is not a numpy dtype; give one such as np.float32",
+                arg="dtype",
+                value=repr(dtype),
+                rule="type",
+                expected="numpy dtype",
+            ) from None
         handle = self.malloc(math.prod(shape) * dtype.itemsize, what)
         try:
             array = np.empty(shape, dtype)
         except (MemoryError, ValueError) as err:  # fits the card's HBM, not this host's memory
             self.free(handle)
-            raise HcclMemoryError(f"device {self.rank}: the host cannot hold {what} of shape {shape} {dtype.name} "
-                                  f"({math.prod(shape) * dtype.itemsize} bytes) that the card's HBM has room for: {err}; "
-                                  "use a smaller shape or a dry card (Device(dry=True)) to model it without the memory",
-                                  rank=self.rank, allocation=what, requested=math.prod(shape) * dtype.itemsize) from None
+            raise HcclMemoryError(
+                f"device {self.rank}: the host cannot hold {what} of shape {shape} {dtype.name} "
+                f"({math.prod(shape) * dtype.itemsize} bytes) that the card's HBM has room for: {err}; "
+                "use a smaller shape or a dry card (Device(dry=True)) to model it without the memory",
+                rank=self.rank,
+                allocation=what,
+                requested=math.prod(shape) * dtype.itemsize,
+            ) from None
         weakref.finalize(array, self.free, handle)
         return array
 
@@ -193,7 +218,9 @@ class Device:
         self.time.compute_s += seconds
         return seconds
 
-    def _exec(self, compute: Callable[[], np.ndarray], spec: Callable[[], tuple[tuple[int, ...], np.dtype]]) -> np.ndarray:
+    def _exec(
+        self, compute: Callable[[], np.ndarray], spec: Callable[[], tuple[tuple[int, ...], np.dtype]]
+    ) -> np.ndarray:
         """One kernel's numpy result; on a ``dry`` card an uninitialised array of the
         ``(shape, dtype)`` that ``spec()`` gives."""
         if self.dry:
@@ -209,13 +236,20 @@ class Device:
         self.run(_matmul_flops(a.shape, b.shape, out.shape), a.nbytes + b.nbytes + out.nbytes, out.dtype, "matmul")
         return out
 
-    def elementwise(self, fn: Callable[..., np.ndarray], *arrays: np.ndarray, flops_per_element: float = 1.0) -> np.ndarray:
+    def elementwise(
+        self, fn: Callable[..., np.ndarray], *arrays: np.ndarray, flops_per_element: float = 1.0
+    ) -> np.ndarray:
         """``fn(*arrays)`` for a memory-bound elementwise kernel (GELU, add, scale, ...).
 
         On a ``dry`` card the result takes the broadcast shape and result type of ``arrays``."""
         if not callable(fn):
-            raise HcclParamError(f"device.elementwise: fn must be a function of the arrays (e.g. np.add), got {type(fn).__name__}",
-                                 arg="fn", value=repr(fn), rule="type", expected="callable")
+            raise HcclParamError(
+                f"device.elementwise: fn must be a function of the arrays (e.g. np.add), got {type(fn).__name__}",
+                arg="fn",
+                value=repr(fn),
+                rule="type",
+                expected="callable",
+            )
         if not arrays:
             raise HcclParamError("device.elementwise: give at least one array for fn", arg="arrays", rule="required")
         for i, a in enumerate(arrays):
@@ -223,7 +257,12 @@ class Device:
         _check_amount("elementwise", "flops_per_element", flops_per_element)
         shape = _broadcast("elementwise", [(f"arrays[{i}]", a) for i, a in enumerate(arrays)])
         out = self._exec(lambda: np.asanyarray(fn(*arrays)), lambda: (shape, np.result_type(*arrays)))
-        self.run(flops_per_element * out.size, sum(a.nbytes for a in arrays) + out.nbytes, out.dtype, getattr(fn, "__name__", "elementwise"))
+        self.run(
+            flops_per_element * out.size,
+            sum(a.nbytes for a in arrays) + out.nbytes,
+            out.dtype,
+            getattr(fn, "__name__", "elementwise"),
+        )
         return out
 
     # -- layer helpers: one fused kernel each, real numpy result, roofline cost ----------------
@@ -271,8 +310,13 @@ class Device:
         8 FLOPs per element (mean, centre, square, variance, normalise, scale, shift)."""
         _operand("layer_norm", "x", x, floating=True)
         if x.ndim == 0:
-            raise HcclParamError("device.layer_norm: x is a 0-d array; it normalises over the last axis, give at least 1-D",
-                                 arg="x", value=[], rule="shape", expected="at least 1-D")
+            raise HcclParamError(
+                "device.layer_norm: x is a 0-d array; it normalises over the last axis, give at least 1-D",
+                arg="x",
+                value=[],
+                rule="shape",
+                expected="at least 1-D",
+            )
         _bias("layer_norm", "gamma", _operand("layer_norm", "gamma", gamma), x.shape, x.dtype)
         _bias("layer_norm", "beta", _operand("layer_norm", "beta", beta), x.shape, x.dtype)
         _check_amount("layer_norm", "eps", eps)
@@ -326,14 +370,19 @@ class Device:
 
         out = self._exec(compute, lambda: (shape, table.dtype))
         used = positions[: ids.shape[-1]].nbytes if positions is not None else 0
-        self.run(float(out.size) if positions is not None else 0.0, 2 * out.nbytes + ids.nbytes + used, out.dtype, "embedding")
+        self.run(
+            float(out.size) if positions is not None else 0.0,
+            2 * out.nbytes + ids.nbytes + used,
+            out.dtype,
+            "embedding",
+        )
         return out
 
     def mean(self, x: np.ndarray, axis: int) -> np.ndarray:
         """``x.mean(axis)`` (e.g. pooling over the sequence): one FLOP per input element."""
         _operand("mean", "x", x)
         _check_axis("mean", x, axis)
-        shape = x.shape[:axis % x.ndim] + x.shape[axis % x.ndim + 1:]
+        shape = x.shape[: axis % x.ndim] + x.shape[axis % x.ndim + 1 :]
         out = self._exec(lambda: x.mean(axis=axis, dtype=x.dtype), lambda: (shape, x.dtype))
         self.run(float(x.size), x.nbytes + out.nbytes, out.dtype, "mean")
         return out
@@ -341,30 +390,49 @@ class Device:
     def _check_embedding(self, table, ids, positions) -> None:
         _operand("embedding", "table", table)
         if table.ndim != 2:
-            raise HcclParamError(f"device.embedding: table has shape {table.shape}; it must be 2-D (rows, hidden)", arg="table",
-                                 value=list(table.shape), rule="shape", expected="(rows, hidden)")
+            raise HcclParamError(
+                f"device.embedding: table has shape {table.shape}; it must be 2-D (rows, hidden)",
+                arg="table",
+                value=list(table.shape),
+                rule="shape",
+                expected="(rows, hidden)",
+            )
         _operand("embedding", "ids", ids, numeric=False)
         if ids.dtype.kind not in "iu":
-            raise HcclParamError(f"device.embedding: ids has dtype {ids.dtype.name}; row ids are integers (e.g. np.int64)",
-                                 arg="ids", value=ids.dtype.name, dtype=ids.dtype.name, rule="dtype", expected="an integer dtype")
+            raise HcclParamError(
+                f"device.embedding: ids has dtype {ids.dtype.name}; row ids are integers (e.g. np.int64)",
+                arg="ids",
+                value=ids.dtype.name,
+                dtype=ids.dtype.name,
+                rule="dtype",
+                expected="an integer dtype",
+            )
         if ids.size and not self.dry:  # a dry card's ids are not computed: nothing to check
             low, high = int(ids.min()), int(ids.max())
             if low < 0 or high >= table.shape[0]:
                 bad = low if low < 0 else high
-                raise HcclParamError(f"device.embedding: ids holds {bad}, but table has {table.shape[0]} rows (ids 0.."
-                                     f"{table.shape[0] - 1})" + ("; a negative id is not counted from the end here"
-                                                                  if bad < 0 else ""),
-                                     arg="ids", value=bad, rule="range", expected=f"0..{table.shape[0] - 1}")
+                raise HcclParamError(
+                    f"device.embedding: ids holds {bad}, but table has {table.shape[0]} rows (ids 0.."
+                    f"{table.shape[0] - 1})" + ("; a negative id is not counted from the end here" if bad < 0 else ""),
+                    arg="ids",
+                    value=bad,
+                    rule="range",
+                    expected=f"0..{table.shape[0] - 1}",
+                )
         if positions is None:
             return
         _operand("embedding", "positions", positions)
         seq = ids.shape[-1] if ids.ndim else 0
         if ids.ndim == 0 or positions.ndim != 2 or positions.shape[0] < seq or positions.shape[1] != table.shape[1]:
-            raise HcclParamError(f"device.embedding: positions of shape {positions.shape} do not fit ids of shape {ids.shape} "
-                                 f"and table of shape {table.shape}: positions must be (at least {max(seq, 1)}, "
-                                 f"{table.shape[1]}), one row per position along the ids' last axis",
-                                 arg="positions", value=list(positions.shape), rule="shape",
-                                 expected=[max(seq, 1), table.shape[1]])
+            raise HcclParamError(
+                f"device.embedding: positions of shape {positions.shape} do not fit ids of shape {ids.shape} "
+                f"and table of shape {table.shape}: positions must be (at least {max(seq, 1)}, "
+                f"{table.shape[1]}), one row per position along the ids' last axis",
+                arg="positions",
+                value=list(positions.shape),
+                rule="shape",
+                expected=[max(seq, 1), table.shape[1]],
+            )
         _bias("embedding", "positions", positions, (*ids.shape, table.shape[1]), table.dtype, check_shape=False)
 
 
@@ -374,8 +442,13 @@ def _dtype_name(dtype) -> str | None:
     try:
         return np.dtype(dtype).name
     except TypeError:
-        raise HcclParamError(f"device: dtype={dtype!r} is not a numpy dtype", arg="dtype", value=repr(dtype), rule="type",
-                             expected="numpy dtype") from None
+        raise HcclParamError(
+            f"device: dtype={dtype!r} is not a numpy dtype",
+            arg="dtype",
+            value=repr(dtype),
+            rule="type",
+            expected="numpy dtype",
+        ) from None
 
 
 def _is_numeric(dtype: np.dtype, floating: bool = False) -> bool:
@@ -388,50 +461,88 @@ def _operand(what: str, arg: str, value, *, numeric: bool = True, floating: bool
     """``value`` when it is a numpy array (of numbers with ``numeric``, of floating-point numbers with
     ``floating``); HcclParamError naming ``arg`` of kernel ``what`` otherwise."""
     if not isinstance(value, np.ndarray):
-        raise HcclParamError(f"device.{what}: {arg} must be a numpy.ndarray, got {type(value).__name__}; a card computes "
-                             f"on arrays: convert it first (np.asarray)", arg=arg, value=type(value).__name__, rule="type",
-                             expected="numpy.ndarray")
+        raise HcclParamError(
+            f"device.{what}: {arg} must be a numpy.ndarray, got {type(value).__name__}; a card computes "
+            f"on arrays: convert it first (np.asarray)",
+            arg=arg,
+            value=type(value).__name__,
+            rule="type",
+            expected="numpy.ndarray",
+        )
     if (numeric or floating) and not _is_numeric(value.dtype, floating):
         kinds = "floating-point numbers (float16, bfloat16, float32, float64)" if floating else "numbers"
-        raise HcclParamError(f"device.{what}: {arg} has dtype {value.dtype.name}; {what} computes on {kinds}: cast it first "
-                             f"({arg}.astype(np.float32))", arg=arg, value=value.dtype.name, dtype=value.dtype.name,
-                             rule="dtype", expected="floating-point dtype" if floating else "numeric dtype")
+        raise HcclParamError(
+            f"device.{what}: {arg} has dtype {value.dtype.name}; {what} computes on {kinds}: cast it first "
+            f"({arg}.astype(np.float32))",
+            arg=arg,
+            value=value.dtype.name,
+            dtype=value.dtype.name,
+            rule="dtype",
+            expected="floating-point dtype" if floating else "numeric dtype",
+        )
     return value
 
 
 def _check_amount(what: str, arg: str, value) -> None:
     """``value`` is a finite real number >= 0 (FLOPs, bytes, an epsilon)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise HcclParamError(f"device.{what}: {arg}={value!r} must be a number", arg=arg, value=repr(value), rule="type",
-                             expected="number >= 0")
+        raise HcclParamError(
+            f"device.{what}: {arg}={value!r} must be a number",
+            arg=arg,
+            value=repr(value),
+            rule="type",
+            expected="number >= 0",
+        )
     if not 0 <= value < math.inf:  # nan fails too
-        raise HcclParamError(f"device.{what}: {arg}={value!r} must be a finite number >= 0", arg=arg, value=float(value),
-                             rule="range", expected="finite, >= 0")
+        raise HcclParamError(
+            f"device.{what}: {arg}={value!r} must be a finite number >= 0",
+            arg=arg,
+            value=float(value),
+            rule="range",
+            expected="finite, >= 0",
+        )
 
 
 def _check_number(what: str, arg: str, value) -> None:
     """``value`` is a finite real number."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
-        raise HcclParamError(f"device.{what}: {arg}={value!r} must be a finite number", arg=arg, value=repr(value),
-                             rule="type" if not isinstance(value, numbers.Real) else "range", expected="finite number")
+        raise HcclParamError(
+            f"device.{what}: {arg}={value!r} must be a finite number",
+            arg=arg,
+            value=repr(value),
+            rule="type" if not isinstance(value, numbers.Real) else "range",
+            expected="finite number",
+        )
 
 
 def _check_text(what: str, arg: str, value) -> None:
     if not isinstance(value, str):
-        raise HcclParamError(f"device.{what}: {arg} must be a str (it names the allocation or kernel in reports), got "
-                             f"{type(value).__name__}", arg=arg, value=repr(value), rule="type", expected="str")
+        raise HcclParamError(
+            f"device.{what}: {arg} must be a str (it names the allocation or kernel in reports), got "
+            f"{type(value).__name__}",
+            arg=arg,
+            value=repr(value),
+            rule="type",
+            expected="str",
+        )
 
 
 def _check_axis(what: str, x: np.ndarray, axis) -> None:
     if isinstance(axis, bool) or not isinstance(axis, numbers.Integral):
-        raise HcclParamError(f"device.{what}: axis={axis!r} must be an int", arg="axis", value=repr(axis), rule="type",
-                             expected="int")
+        raise HcclParamError(
+            f"device.{what}: axis={axis!r} must be an int", arg="axis", value=repr(axis), rule="type", expected="int"
+        )
     if not -x.ndim <= axis < x.ndim:
-        raise HcclParamError(f"device.{what}: axis {axis} is out of range for x of shape {x.shape} "
-                             f"({x.ndim}-D: axes {-x.ndim}..{x.ndim - 1})" if x.ndim else
-                             f"device.{what}: x is a 0-d array, which has no axis {axis}; give at least 1-D",
-                             arg="axis", value=int(axis), rule="range",
-                             expected=f"{-x.ndim}..{x.ndim - 1}" if x.ndim else "an array of at least 1-D")
+        raise HcclParamError(
+            f"device.{what}: axis {axis} is out of range for x of shape {x.shape} "
+            f"({x.ndim}-D: axes {-x.ndim}..{x.ndim - 1})"
+            if x.ndim
+            else f"device.{what}: x is a 0-d array, which has no axis {axis}; give at least 1-D",
+            arg="axis",
+            value=int(axis),
+            rule="range",
+            expected=f"{-x.ndim}..{x.ndim - 1}" if x.ndim else "an array of at least 1-D",
+        )
 
 
 def _checked_shape(shape) -> tuple[int, ...]:
@@ -442,11 +553,21 @@ def _checked_shape(shape) -> tuple[int, ...]:
     except TypeError:
         dims = None
     if dims is None or any(isinstance(d, bool) or not isinstance(d, numbers.Integral) for d in dims):
-        raise HcclParamError(f"device.empty: shape={shape!r} must be an int or a tuple of ints", arg="shape",
-                             value=repr(shape), rule="type", expected="tuple of ints")
+        raise HcclParamError(
+            f"device.empty: shape={shape!r} must be an int or a tuple of ints",
+            arg="shape",
+            value=repr(shape),
+            rule="type",
+            expected="tuple of ints",
+        )
     if any(d < 0 for d in dims):
-        raise HcclParamError(f"device.empty: shape {shape!r} has a negative dimension", arg="shape",
-                             value=[int(d) for d in dims], rule="range", expected="dimensions >= 0")
+        raise HcclParamError(
+            f"device.empty: shape {shape!r} has a negative dimension",
+            arg="shape",
+            value=[int(d) for d in dims],
+            rule="range",
+            expected="dimensions >= 0",
+        )
     return tuple(int(d) for d in dims)
 
 
@@ -456,11 +577,18 @@ def _broadcast(what: str, named: list[tuple[str, np.ndarray]]) -> tuple[int, ...
         return np.broadcast_shapes(*(a.shape for _, a in named))
     except ValueError:
         listed = ", ".join(f"{name} {a.shape}" for name, a in named)
-        raise HcclParamError(f"device.{what}: the shapes do not broadcast together: {listed}", arg=", ".join(n for n, _ in named),
-                             value=[list(a.shape) for _, a in named], rule="shape", expected="shapes that broadcast") from None
+        raise HcclParamError(
+            f"device.{what}: the shapes do not broadcast together: {listed}",
+            arg=", ".join(n for n, _ in named),
+            value=[list(a.shape) for _, a in named],
+            rule="shape",
+            expected="shapes that broadcast",
+        ) from None
 
 
-def _bias(what: str, arg: str, b: np.ndarray, shape: tuple[int, ...], dtype: np.dtype, *, check_shape: bool = True) -> None:
+def _bias(
+    what: str, arg: str, b: np.ndarray, shape: tuple[int, ...], dtype: np.dtype, *, check_shape: bool = True
+) -> None:
     """``b`` is added into (or scales) a result of ``shape`` and ``dtype`` in place: it must broadcast
     onto that shape without growing it and cast to that dtype."""
     if check_shape:
@@ -469,13 +597,24 @@ def _bias(what: str, arg: str, b: np.ndarray, shape: tuple[int, ...], dtype: np.
         except ValueError:
             fits = False
         if not fits:
-            raise HcclParamError(f"device.{what}: {arg} of shape {b.shape} does not broadcast onto the result's shape "
-                                 f"{tuple(shape)}; give it the result's trailing axes (e.g. {tuple(shape[-1:])})", arg=arg,
-                                 value=list(b.shape), rule="shape", expected=list(shape))
+            raise HcclParamError(
+                f"device.{what}: {arg} of shape {b.shape} does not broadcast onto the result's shape "
+                f"{tuple(shape)}; give it the result's trailing axes (e.g. {tuple(shape[-1:])})",
+                arg=arg,
+                value=list(b.shape),
+                rule="shape",
+                expected=list(shape),
+            )
     if not np.can_cast(b.dtype, dtype, "same_kind") and not (_is_numeric(b.dtype) and dtype.name == "bfloat16"):
-        raise HcclParamError(f"device.{what}: {arg} has dtype {b.dtype.name}, which the result's {np.dtype(dtype).name} cannot "
-                             f"take in place; cast {arg} first ({arg}.astype(np.{np.dtype(dtype).name}))", arg=arg,
-                             value=b.dtype.name, dtype=b.dtype.name, rule="dtype", expected=np.dtype(dtype).name)
+        raise HcclParamError(
+            f"device.{what}: {arg} has dtype {b.dtype.name}, which the result's {np.dtype(dtype).name} cannot "
+            f"take in place; cast {arg} first ({arg}.astype(np.{np.dtype(dtype).name}))",
+            arg=arg,
+            value=b.dtype.name,
+            dtype=b.dtype.name,
+            rule="dtype",
+            expected=np.dtype(dtype).name,
+        )
 
 
 def _matmul_flops(a: tuple[int, ...], b: tuple[int, ...], out: tuple[int, ...]) -> float:
@@ -494,21 +633,35 @@ def _matmul_shape(what: str, left: tuple[str, np.ndarray], right: tuple[str, np.
     a, b = x.shape, y.shape
     if not a or not b:
         name = na if not a else nb
-        raise HcclParamError(f"device.{what}: {name} is a 0-d array (a scalar); a matmul needs operands of at least 1-D "
-                             f"(multiply by a scalar with device.elementwise)", arg=name, value=[], rule="shape",
-                             expected="at least 1-D")
+        raise HcclParamError(
+            f"device.{what}: {name} is a 0-d array (a scalar); a matmul needs operands of at least 1-D "
+            f"(multiply by a scalar with device.elementwise)",
+            arg=name,
+            value=[],
+            rule="shape",
+            expected="at least 1-D",
+        )
     k_a, k_b = a[-1], (b[-2] if len(b) > 1 else b[0])
     if k_a != k_b:
-        raise HcclParamError(f"device.{what}: {na} of shape {a} and {nb} of shape {b} do not multiply: {na}'s last axis "
-                             f"({k_a}) must equal {nb}'s {'second-to-last' if len(b) > 1 else 'only'} axis ({k_b})",
-                             arg=f"{na}, {nb}", value=[list(a), list(b)], rule="shape",
-                             expected=f"{na} (..., m, k) with {nb} (..., k, n)")
+        raise HcclParamError(
+            f"device.{what}: {na} of shape {a} and {nb} of shape {b} do not multiply: {na}'s last axis "
+            f"({k_a}) must equal {nb}'s {'second-to-last' if len(b) > 1 else 'only'} axis ({k_b})",
+            arg=f"{na}, {nb}",
+            value=[list(a), list(b)],
+            rule="shape",
+            expected=f"{na} (..., m, k) with {nb} (..., k, n)",
+        )
     try:
         np.broadcast_shapes(a[:-2], b[:-2])
     except ValueError:
-        raise HcclParamError(f"device.{what}: {na} of shape {a} and {nb} of shape {b}: the batch axes {a[:-2]} and "
-                             f"{b[:-2]} do not broadcast together", arg=f"{na}, {nb}", value=[list(a), list(b)],
-                             rule="shape", expected="batch axes that broadcast") from None
+        raise HcclParamError(
+            f"device.{what}: {na} of shape {a} and {nb} of shape {b}: the batch axes {a[:-2]} and "
+            f"{b[:-2]} do not broadcast together",
+            arg=f"{na}, {nb}",
+            value=[list(a), list(b)],
+            rule="shape",
+            expected="batch axes that broadcast",
+        ) from None
     if len(a) == 1 and len(b) == 1:
         return ()
     if len(a) == 1:

@@ -34,8 +34,14 @@ ITEMSIZE_BY_NAME: dict[str, int] = {name: ITEMSIZE_BY_CODE[code] for code, name 
 # logs, numpy's) -> numpy's name: the one table the command lines and log readers share.
 DTYPE_SPELLINGS: dict[str, str] = {
     **{name: name for name in NAME_BY_CODE.values()},
-    "fp32": "float32", "float": "float32", "fp16": "float16", "half": "float16", "bf16": "bfloat16",
-    "fp64": "float64", "double": "float64", "int": "int32",
+    "fp32": "float32",
+    "float": "float32",
+    "fp16": "float16",
+    "half": "float16",
+    "bf16": "bfloat16",
+    "fp64": "float64",
+    "double": "float64",
+    "int": "int32",
 }
 SHORT_DTYPE_NAMES = ("int8", "uint8", "fp16", "bf16", "int16", "fp32", "int32", "fp64", "int64")  # hccl-sim's --dtype
 
@@ -83,9 +89,13 @@ class ReduceOp(IntEnum):
             pass
         if isinstance(op, str) and op.upper() in cls.__members__:
             return cls[op.upper()]
-        raise HcclParamError(f"op={op!r} is not a reduce op; use one of sum, prod, max, min (or hccl_py.ReduceOp)",
-                             arg="op", value=op if isinstance(op, (str, int)) else repr(op), rule="choices",
-                             choices=[name.lower() for name in cls.__members__])
+        raise HcclParamError(
+            f"op={op!r} is not a reduce op; use one of sum, prod, max, min (or hccl_py.ReduceOp)",
+            arg="op",
+            value=op if isinstance(op, (str, int)) else repr(op),
+            rule="choices",
+            choices=[name.lower() for name in cls.__members__],
+        )
 
 
 _REDUCE_OPS = {**{op: op for op in ReduceOp}, **{op.name.lower(): op for op in ReduceOp}}
@@ -109,12 +119,21 @@ def dtype_code(dtype: np.dtype, *, where: str) -> int:
             return DTYPE_CODES[np.dtype(dtype)]
     except (KeyError, TypeError):
         pass
-    raise HcclParamError(f"{where}: dtype {dtype} is not supported; use one of {SUPPORTED_DTYPE_NAMES}", dtype=str(dtype),
-                         rule="choices", choices=SUPPORTED_DTYPE_NAMES.split(", "))
+    raise HcclParamError(
+        f"{where}: dtype {dtype} is not supported; use one of {SUPPORTED_DTYPE_NAMES}",
+        dtype=str(dtype),
+        rule="choices",
+        choices=SUPPORTED_DTYPE_NAMES.split(", "),
+    )
 
 
 def check_op_dtype(op: ReduceOp, dtype: np.dtype, *, where: str) -> None:
     """HcclParamError when HCCL's ``op`` does not take ``dtype`` (prod: neither int16 nor bfloat16)."""
     if np.dtype(dtype).name in _UNSUPPORTED.get(op, ()):
-        raise HcclParamError(f"{where}: op={op.name.lower()} does not take dtype {dtype} (as in HCCL); cast to float32 or int32 first",
-                             arg="op", value=op.name.lower(), dtype=str(np.dtype(dtype)), rule="dtype")
+        raise HcclParamError(
+            f"{where}: op={op.name.lower()} does not take dtype {dtype} (as in HCCL); cast to float32 or int32 first",
+            arg="op",
+            value=op.name.lower(),
+            dtype=str(np.dtype(dtype)),
+            rule="dtype",
+        )

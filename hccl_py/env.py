@@ -101,8 +101,17 @@ DEFAULT_SPIN_US = 50.0
 
 # Variables a user (or hccl-launch's caller) sets and hccl-launch passes through to every rank:
 # checked by hccl-launch before any rank starts (``check_user_settings``).
-USER_SETTINGS = (HCCL_CONNECT_TIMEOUT, HCCL_EXEC_TIMEOUT, HCCL_BUFFSIZE, HCCL_ALGO, HCCL_DETERMINISTIC, HCCL_PY_SPIN_US,
-                 HCCL_PY_MODELED_TIME, HCCL_PY_CMA, HCCL_PY_TRANSPORT)
+USER_SETTINGS = (
+    HCCL_CONNECT_TIMEOUT,
+    HCCL_EXEC_TIMEOUT,
+    HCCL_BUFFSIZE,
+    HCCL_ALGO,
+    HCCL_DETERMINISTIC,
+    HCCL_PY_SPIN_US,
+    HCCL_PY_MODELED_TIME,
+    HCCL_PY_CMA,
+    HCCL_PY_TRANSPORT,
+)
 
 
 def given(environ: Mapping[str, str], name: str) -> str | None:
@@ -116,12 +125,24 @@ def _refuse_blank(name: str, give: str, default: str, environ: Mapping[str, str]
     most often a variable meant to hold a value that did not (``HCCL_EXEC_TIMEOUT=$T``)."""
     raw = (os.environ if environ is None else environ).get(name)
     if raw is not None:
-        raise HcclParamError(f"{name} is set but empty: give {give}, or unset it for the default ({default})",
-                             variable=name, value=raw, **fields)
+        raise HcclParamError(
+            f"{name} is set but empty: give {give}, or unset it for the default ({default})",
+            variable=name,
+            value=raw,
+            **fields,
+        )
 
 
-def number(name: str, default: float, *, low: float, high: float, low_open: bool = False, unit: str = "",
-           environ: Mapping[str, str] | None = None) -> float:
+def number(
+    name: str,
+    default: float,
+    *,
+    low: float,
+    high: float,
+    low_open: bool = False,
+    unit: str = "",
+    environ: Mapping[str, str] | None = None,
+) -> float:
     """``name`` as a finite number in ``[low, high]`` (``(low, high]`` with ``low_open``), or
     ``default`` when unset; HcclParamError naming the variable and the accepted range otherwise
     (``nan``, ``inf``, words and an empty value included)."""
@@ -135,8 +156,14 @@ def number(name: str, default: float, *, low: float, high: float, low_open: bool
     except ValueError:
         value = math.nan
     if not math.isfinite(value) or value < low or (low_open and value == low) or value > high:
-        raise HcclParamError(f"{name}={raw!r} is not accepted: give a number in {accepted}, or unset it for the default "
-                             f"({default:.10g})", variable=name, value=raw, rule="range", expected=accepted)
+        raise HcclParamError(
+            f"{name}={raw!r} is not accepted: give a number in {accepted}, or unset it for the default "
+            f"({default:.10g})",
+            variable=name,
+            value=raw,
+            rule="range",
+            expected=accepted,
+        )
     return value
 
 
@@ -151,8 +178,13 @@ def integer(name: str, *, low: int, high: int, environ: Mapping[str, str] | None
     except ValueError:
         value = None
     if value is None or not low <= value <= high:
-        raise HcclParamError(f"{name}={raw!r} is not accepted: give an integer in [{low}, {high}]", variable=name, value=raw,
-                             rule="range", expected=f"[{low}, {high}]")
+        raise HcclParamError(
+            f"{name}={raw!r} is not accepted: give an integer in [{low}, {high}]",
+            variable=name,
+            value=raw,
+            rule="range",
+            expected=f"[{low}, {high}]",
+        )
     return value
 
 
@@ -164,27 +196,42 @@ def flag(name: str, default: bool, environ: Mapping[str, str] | None = None) -> 
         _refuse_blank(name, "0 (off) or 1 (on)", str(int(default)), environ, rule="choices", choices=["0", "1"])
         return default
     if raw not in ("0", "1"):
-        raise HcclParamError(f"{name}={raw!r} is not accepted: give 0 (off) or 1 (on), or unset it (default {int(default)})",
-                             variable=name, value=raw, rule="choices", choices=["0", "1"])
+        raise HcclParamError(
+            f"{name}={raw!r} is not accepted: give 0 (off) or 1 (on), or unset it (default {int(default)})",
+            variable=name,
+            value=raw,
+            rule="choices",
+            choices=["0", "1"],
+        )
     return raw == "1"
 
 
 def connect_timeout_s(environ: Mapping[str, str] | None = None) -> float:
     """HCCL_CONNECT_TIMEOUT in seconds, in (0, MAX_TIMEOUT_S]."""
-    return number(HCCL_CONNECT_TIMEOUT, DEFAULT_CONNECT_TIMEOUT_S, low=0, high=MAX_TIMEOUT_S, low_open=True, unit="s",
-                  environ=environ)
+    return number(
+        HCCL_CONNECT_TIMEOUT,
+        DEFAULT_CONNECT_TIMEOUT_S,
+        low=0,
+        high=MAX_TIMEOUT_S,
+        low_open=True,
+        unit="s",
+        environ=environ,
+    )
 
 
 def exec_timeout_s(environ: Mapping[str, str] | None = None) -> float | None:
     """HCCL_EXEC_TIMEOUT in seconds; ``None`` for 0 (no limit)."""
-    value = number(HCCL_EXEC_TIMEOUT, DEFAULT_EXEC_TIMEOUT_S, low=0, high=MAX_TIMEOUT_S, unit="s (0: no limit)",
-                   environ=environ)
+    value = number(
+        HCCL_EXEC_TIMEOUT, DEFAULT_EXEC_TIMEOUT_S, low=0, high=MAX_TIMEOUT_S, unit="s (0: no limit)", environ=environ
+    )
     return None if value == 0 else value
 
 
 def buffsize_bytes(environ: Mapping[str, str] | None = None) -> int:
     """HCCL_BUFFSIZE (MB) in bytes."""
-    mb = number(HCCL_BUFFSIZE, DEFAULT_BUFFSIZE_MB, low=MIN_BUFFSIZE_MB, high=MAX_BUFFSIZE_MB, unit="MB", environ=environ)
+    mb = number(
+        HCCL_BUFFSIZE, DEFAULT_BUFFSIZE_MB, low=MIN_BUFFSIZE_MB, high=MAX_BUFFSIZE_MB, unit="MB", environ=environ
+    )
     return int(mb * 1024 * 1024)
 
 
@@ -201,15 +248,20 @@ def modeled_time(environ: Mapping[str, str] | None = None) -> bool:
 def deterministic(environ: Mapping[str, str] | None = None) -> str:
     """HCCL_DETERMINISTIC as HCCL reads it: ``false`` (unset), ``true`` or ``strict``, any case::
 
-        deterministic({"HCCL_DETERMINISTIC": "TRUE"})   # "true"
+    deterministic({"HCCL_DETERMINISTIC": "TRUE"})   # "true"
     """
     raw = given(os.environ if environ is None else environ, HCCL_DETERMINISTIC)
     if raw is None:
         return "false"
     if raw.lower() not in DETERMINISTIC_VALUES:
-        raise HcclParamError(f"{HCCL_DETERMINISTIC}={raw!r} is not accepted: give false, true or strict, as HCCL takes, "
-                             "or unset it (default false)", variable=HCCL_DETERMINISTIC, value=raw, rule="choices",
-                             choices=list(DETERMINISTIC_VALUES))
+        raise HcclParamError(
+            f"{HCCL_DETERMINISTIC}={raw!r} is not accepted: give false, true or strict, as HCCL takes, "
+            "or unset it (default false)",
+            variable=HCCL_DETERMINISTIC,
+            value=raw,
+            rule="choices",
+            choices=list(DETERMINISTIC_VALUES),
+        )
     return raw.lower()
 
 
@@ -220,8 +272,11 @@ def single_copy(environ: Mapping[str, str] | None = None) -> bool:
 
 def wall_origin(environ: Mapping[str, str] | None = None) -> float | None:
     """HCCL_PY_WALL_ORIGIN (a ``time.monotonic()`` reading of the launcher), ``None`` when unset."""
-    value = number(HCCL_PY_WALL_ORIGIN, math.nan, low=0, high=math.inf, environ=environ) if given(
-        os.environ if environ is None else environ, HCCL_PY_WALL_ORIGIN) is not None else None
+    value = (
+        number(HCCL_PY_WALL_ORIGIN, math.nan, low=0, high=math.inf, environ=environ)
+        if given(os.environ if environ is None else environ, HCCL_PY_WALL_ORIGIN) is not None
+        else None
+    )
     return value
 
 
@@ -260,7 +315,6 @@ def rank_and_size(environ: Mapping[str, str] | None = None) -> tuple[int | None,
             size = integer(name, low=1, high=MAX_WORLD_SIZE, environ=environ)
             break
     return rank, size
-
 
 
 def launcher_job_id(environ: Mapping[str, str] = os.environ) -> tuple[str, str] | None:

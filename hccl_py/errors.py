@@ -85,11 +85,50 @@ class HcclError(ErrorFields, RuntimeError):
     """
 
     code: HcclResult = HcclResult.E_INTERNAL
-    FIELDS = ("rank", "peer", "ranks", "reporter", "op", "seq", "step", "comm", "collective", "algo", "dtype",
-              "arg", "variable", "field", "value", "rule", "expected", "choices", "holder", "missing_ranks", "error_id",
-              "state", "timeout_s", "path", "errno", "module", "address", "key", "keys", "missing_keys", "unexpected_keys",
-              "allocation", "requested", "free", "capacity", "peak", "exit_code", "refused_by", "reason",
-              "holder_op", "holder_thread", "thread")
+    FIELDS = (
+        "rank",
+        "peer",
+        "ranks",
+        "reporter",
+        "op",
+        "seq",
+        "step",
+        "comm",
+        "collective",
+        "algo",
+        "dtype",
+        "arg",
+        "variable",
+        "field",
+        "value",
+        "rule",
+        "expected",
+        "choices",
+        "holder",
+        "missing_ranks",
+        "error_id",
+        "state",
+        "timeout_s",
+        "path",
+        "errno",
+        "module",
+        "address",
+        "key",
+        "keys",
+        "missing_keys",
+        "unexpected_keys",
+        "allocation",
+        "requested",
+        "free",
+        "capacity",
+        "peak",
+        "exit_code",
+        "refused_by",
+        "reason",
+        "holder_op",
+        "holder_thread",
+        "thread",
+    )
 
     def __init__(self, message: str, **fields):
         super().__init__(message)
@@ -155,8 +194,19 @@ class HcclRemoteError(HcclError):
     code = HcclResult.E_REMOTE
 
 
-_BY_CODE = {cls.code: cls for cls in (HcclParamError, HcclMemoryError, HcclInternalError, HcclNotSupportedError,
-                                      HcclSyscallError, HcclTimeoutError, HcclConnectError, HcclRemoteError)}
+_BY_CODE = {
+    cls.code: cls
+    for cls in (
+        HcclParamError,
+        HcclMemoryError,
+        HcclInternalError,
+        HcclNotSupportedError,
+        HcclSyscallError,
+        HcclTimeoutError,
+        HcclConnectError,
+        HcclRemoteError,
+    )
+}
 WIRE_MESSAGE_CHARS = 4000  # an error crosses processes in one small datagram
 
 
@@ -172,8 +222,9 @@ def to_wire(error: HcclError) -> bytes:
         from_wire(to_wire(HcclTimeoutError("late", peer=3))).peer   # 3
     """
     fields = {k: v for k, v in error.fields.items() if isinstance(v, (int, float, str, bool, list, tuple, type(None)))}
-    return json.dumps({"code": int(error.code), "message": error.message[:WIRE_MESSAGE_CHARS], "fields": fields},
-                      default=_plain).encode()
+    return json.dumps(
+        {"code": int(error.code), "message": error.message[:WIRE_MESSAGE_CHARS], "fields": fields}, default=_plain
+    ).encode()
 
 
 def _plain(value):

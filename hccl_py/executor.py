@@ -31,15 +31,17 @@ from .cost_model import StepCost, step_end
 from .device import Device
 from .dtypes import NAME_BY_CODE, ReduceOp
 from .errors import HcclError, HcclParamError, HcclRemoteError, HcclTimeoutError, from_wire, to_wire
-from .transport.common import process_exit_code
 from .transport.base import KIND_INLINE, KIND_NOTICE, CallSignature, Incoming, Transport, new_header
+from .transport.common import process_exit_code
 
 _UNSTAMPED = (0.0, 0.0)
 # The executor writes kind KIND_INLINE and slot -1: a transport that sends a slice another way repacks.
 _make_header = new_header
 _NONE: list = []  # an empty list never appended to: "nothing pending" without allocating
 LIVENESS_CHECK_S = 0.5  # how often a blocked wait checks that the peers it waits for still live
-POLL_WITHOUT_WAKE_S = 0.002  # the progress thread's longest wait on a transport it cannot wake (a new call waits that long)
+POLL_WITHOUT_WAKE_S = (
+    0.002  # the progress thread's longest wait on a transport it cannot wake (a new call waits that long)
+)
 NOTICE_FLUSH_S = 1.0  # how long a failing rank tries to deliver its notice to peers with full queues
 P2P_SEQ_BIT = 1 << 62  # point-to-point messages count in their own sequence space
 # A refusal (a call one rank rejected before any byte moved) travels as a notice whose seq carries
@@ -72,7 +74,11 @@ def describe_call(sig: tuple, caller: int | None = None) -> str:
     spec = of_kind(op)
     dtype = NAME_BY_CODE.get(sig.dtype, f"dtype#{sig.dtype}")
     # An all-to-all-v's count is a digest of its counts matrix: a name to compare, not a number.
-    count = f"counts matrix #{sig.count & 0xFFFFFFFF:08x}" if spec is not None and spec.name == "alltoallv" else f"count={sig.count}"
+    count = (
+        f"counts matrix #{sig.count & 0xFFFFFFFF:08x}"
+        if spec is not None and spec.name == "alltoallv"
+        else f"count={sig.count}"
+    )
     parts = [count, f"dtype={dtype}"]
     if spec is not None and spec.reduces:
         parts.append(f"op={ReduceOp(sig.redop).name.lower()}")
@@ -107,8 +113,13 @@ class CallContext:
 
     def fields(self, **more) -> dict:
         """This call as error fields: rank, op, seq, comm (and ``more``)."""
-        return {"rank": self.comm_rank, "op": OpKind(self.sig.op).label, "seq": self.seq & ~P2P_SEQ_BIT, "comm": self.comm_name,
-                **more}
+        return {
+            "rank": self.comm_rank,
+            "op": OpKind(self.sig.op).label,
+            "seq": self.seq & ~P2P_SEQ_BIT,
+            "comm": self.comm_name,
+            **more,
+        }
 
     def comm_rank_of(self, world_peer: int) -> int:
         """The communicator rank of world rank ``world_peer`` (ValueError when it is no member)."""
@@ -137,11 +148,30 @@ class _PendingSend:
 class _PendingRecv:
     """A receive of the current step: where its slices go, how far they have come."""
 
-    __slots__ = ("peer", "dst", "count", "reduce_with", "incoming_first", "key", "applied", "before", "started", "done", "sent_at",
-                 "arrival")
+    __slots__ = (
+        "peer",
+        "dst",
+        "count",
+        "reduce_with",
+        "incoming_first",
+        "key",
+        "applied",
+        "before",
+        "started",
+        "done",
+        "sent_at",
+        "arrival",
+    )
 
-    def __init__(self, peer: int, dst: np.ndarray, reduce_with: np.ndarray | None, key: tuple, before: "_PendingRecv | None",
-                 incoming_first: bool = False):
+    def __init__(
+        self,
+        peer: int,
+        dst: np.ndarray,
+        reduce_with: np.ndarray | None,
+        key: tuple,
+        before: "_PendingRecv | None",
+        incoming_first: bool = False,
+    ):
         self.peer = peer
         self.dst = dst
         self.count = dst.size
@@ -210,7 +240,7 @@ def _copy(copies: tuple, bufs, ufunc) -> None:
         if rw is None:
             np.copyto(bufs[db][do:de], bufs[sb][so:se])
         else:
-            ufunc(bufs[rw[0]][rw[1]:rw[2]], bufs[sb][so:se], out=bufs[db][do:de])
+            ufunc(bufs[rw[0]][rw[1] : rw[2]], bufs[sb][so:se], out=bufs[db][do:de])
 
 
 def plan_steps(schedule: Schedule, world: tuple[int, ...], slice_bytes) -> list[StepPlan]:
@@ -219,23 +249,52 @@ def plan_steps(schedule: Schedule, world: tuple[int, ...], slice_bytes) -> list[
     ``slice_bytes(world peer)`` is the transport's largest slice to that peer."""
     plans = []
     for step, (send_numbers, recv_numbers) in zip(schedule.steps, message_numbers(schedule)):
-        sends = tuple(SendPlan(world[send.peer], send.src.buf, send.src.offset, send.src.end, k, slice_bytes(world[send.peer]))
-                      for send, k in zip(step.sends, send_numbers))
+        sends = tuple(
+            SendPlan(world[send.peer], send.src.buf, send.src.offset, send.src.end, k, slice_bytes(world[send.peer]))
+            for send, k in zip(step.sends, send_numbers)
+        )
         recvs = []
         last_into: dict[tuple[int, int], int] = {}
         for i, (recv, k) in enumerate(zip(step.recvs, recv_numbers)):
             dst, rw = recv.dst, recv.reduce_with
-            recvs.append(RecvPlan(world[recv.peer], dst.buf, dst.offset, dst.end, None if rw is None else (rw.buf, rw.offset, rw.end),
-                                  recv.incoming_first, k, last_into.get((dst.buf, dst.offset), -1)))
+            recvs.append(
+                RecvPlan(
+                    world[recv.peer],
+                    dst.buf,
+                    dst.offset,
+                    dst.end,
+                    None if rw is None else (rw.buf, rw.offset, rw.end),
+                    recv.incoming_first,
+                    k,
+                    last_into.get((dst.buf, dst.offset), -1),
+                )
+            )
             last_into[(dst.buf, dst.offset)] = i
-        copies = [CopyPlan(c.src.buf, c.src.offset, c.src.end, c.dst.buf, c.dst.offset, c.dst.end,
-                           None if c.reduce_with is None else (c.reduce_with.buf, c.reduce_with.offset, c.reduce_with.end))
-                  for c in step.copies]
+        copies = [
+            CopyPlan(
+                c.src.buf,
+                c.src.offset,
+                c.src.end,
+                c.dst.buf,
+                c.dst.offset,
+                c.dst.end,
+                None if c.reduce_with is None else (c.reduce_with.buf, c.reduce_with.offset, c.reduce_with.end),
+            )
+            for c in step.copies
+        ]
         # Copies up to the last one whose destination a send reads must come first; the rest
         # overlap with the peers' reads of what this rank sends (receives still wait for them).
-        first = 1 + max((i for i, c in enumerate(copies)
-                         if any(send.src.buf == c.dst_buf and send.src.offset < c.dst_end and c.dst_start < send.src.end
-                                for send in step.sends)), default=-1)
+        first = 1 + max(
+            (
+                i
+                for i, c in enumerate(copies)
+                if any(
+                    send.src.buf == c.dst_buf and send.src.offset < c.dst_end and c.dst_start < send.src.end
+                    for send in step.sends
+                )
+            ),
+            default=-1,
+        )
         if not step.sends and not step.recvs:
             first = len(copies)  # a copy-only step: nothing to overlap with
         same_region: dict[tuple, list[int]] = {}
@@ -261,11 +320,44 @@ class CallRun:
        by the cost model's ``step_end`` (the simulator's own arithmetic).
     """
 
-    __slots__ = ("engine", "ctx", "plans", "nsteps", "bufs", "ufunc", "costs", "stream", "device", "blocking", "index", "entered",
-                 "sending", "receiving", "recvs", "t0", "send_costs", "late_ok", "head", "deadline", "last_liveness", "suspects")
+    __slots__ = (
+        "engine",
+        "ctx",
+        "plans",
+        "nsteps",
+        "bufs",
+        "ufunc",
+        "costs",
+        "stream",
+        "device",
+        "blocking",
+        "index",
+        "entered",
+        "sending",
+        "receiving",
+        "recvs",
+        "t0",
+        "send_costs",
+        "late_ok",
+        "head",
+        "deadline",
+        "last_liveness",
+        "suspects",
+    )
 
-    def __init__(self, engine: "Engine", ctx: CallContext, plans: list[StepPlan], bufs, ufunc,
-                 step_costs: Sequence[StepCost] | None, stream, device: Device, *, blocking: bool):
+    def __init__(
+        self,
+        engine: "Engine",
+        ctx: CallContext,
+        plans: list[StepPlan],
+        bufs,
+        ufunc,
+        step_costs: Sequence[StepCost] | None,
+        stream,
+        device: Device,
+        *,
+        blocking: bool,
+    ):
         self.engine = engine
         self.ctx = ctx
         self.plans = plans
@@ -354,12 +446,22 @@ class CallRun:
             comm_id, seq = self.head[1], self.head[2]
             recvs = self.recvs = []
             for peer, b, o, e, rw, first, msg_index, before in plan.recvs:
-                recvs.append(_PendingRecv(peer, bufs[b][o:e], None if rw is None else bufs[rw[0]][rw[1]:rw[2]],
-                                          (comm_id, seq, peer, msg_index), None if before < 0 else recvs[before], first))
+                recvs.append(
+                    _PendingRecv(
+                        peer,
+                        bufs[b][o:e],
+                        None if rw is None else bufs[rw[0]][rw[1] : rw[2]],
+                        (comm_id, seq, peer, msg_index),
+                        None if before < 0 else recvs[before],
+                        first,
+                    )
+                )
             self.receiving = recvs
         else:
             self.recvs = self.receiving = _NONE
-        self.sending = self.engine._post_sends(self.head, self.ctx.sig, plan, bufs, t0, send_costs) if plan.sends else _NONE
+        self.sending = (
+            self.engine._post_sends(self.head, self.ctx.sig, plan, bufs, t0, send_costs) if plan.sends else _NONE
+        )
         if self.late_ok and plan.late_copies:
             _copy(plan.late_copies, bufs, ufunc)
         self.entered = True
@@ -456,7 +558,9 @@ class CallRun:
 
     def waiting_on(self) -> list[int]:
         """World ranks this call waits for now: pending sends and receives, full peer queues."""
-        return sorted({s.peer for s in self.sending} | {r.peer for r in self.receiving} | set(self.engine.transport.backlog()))
+        return sorted(
+            {s.peer for s in self.sending} | {r.peer for r in self.receiving} | set(self.engine.transport.backlog())
+        )
 
     def key(self) -> tuple[int, int]:
         """The key refusals of this call are kept under (``call_key``)."""
@@ -648,8 +752,10 @@ class Engine:
                 continue
             if self._failed:
                 failed = self._failed.get(inc.comm_id)
-                if failed is not None and (
-                        (inc.seq | RECV_SIDE_BIT, inc.src) if inc.seq & P2P_SEQ_BIT else (inc.seq, -1)) in failed:
+                if (
+                    failed is not None
+                    and ((inc.seq | RECV_SIDE_BIT, inc.src) if inc.seq & P2P_SEQ_BIT else (inc.seq, -1)) in failed
+                ):
                     self.transport.release(inc)  # a slice of a call that failed on a refusal: stale
                     continue
             key = (inc.comm_id, inc.seq, inc.src, inc.msg_index)
@@ -674,7 +780,9 @@ class Engine:
         failed = self._failed.get(inc.comm_id)
         if failed is not None and key in failed:
             return  # this rank failed that call already (it refused it too)
-        self._refused.setdefault(inc.comm_id, {}).setdefault(key, (inc.src, bytes(inc.body()), bool(inc.seq & SECONDARY_BIT)))
+        self._refused.setdefault(inc.comm_id, {}).setdefault(
+            key, (inc.src, bytes(inc.body()), bool(inc.seq & SECONDARY_BIT))
+        )
 
     def refused(self, comm_id: int) -> dict[tuple[int, int], tuple[int, bytes, bool]] | None:
         """Refusals peers sent for calls of communicator ``comm_id`` that this rank has not failed
@@ -707,8 +815,9 @@ class Engine:
             for inc in self._mailbox.pop(k):
                 self.transport.release(inc)
 
-    def refuse(self, comm_id: int, key: tuple[int, int], peers: Sequence[int], error: HcclError, *,
-               secondary: bool = False) -> None:
+    def refuse(
+        self, comm_id: int, key: tuple[int, int], peers: Sequence[int], error: HcclError, *, secondary: bool = False
+    ) -> None:
         """This rank refuses call ``key`` of communicator ``comm_id``: tell ``peers`` (world ranks)
         why. Safe from the caller's thread: sent by the thread that drives the transport."""
         if self.transport is None:
@@ -775,14 +884,25 @@ class Engine:
         self._failed.pop(comm_id, None)
 
     # -- execution ---------------------------------------------------------------------------
-    def call_run(self, ctx: CallContext, schedule: Schedule, bufs: tuple[np.ndarray, np.ndarray, np.ndarray | None], ufunc,
-                 step_costs: Sequence[StepCost] | None, stream, device: Device, *, blocking: bool) -> CallRun:
+    def call_run(
+        self,
+        ctx: CallContext,
+        schedule: Schedule,
+        bufs: tuple[np.ndarray, np.ndarray, np.ndarray | None],
+        ufunc,
+        step_costs: Sequence[StepCost] | None,
+        stream,
+        device: Device,
+        *,
+        blocking: bool,
+    ) -> CallRun:
         """A :class:`CallRun` of ``schedule`` (``bufs``: flat IN, OUT and TMP arrays) whose steps
         advance ``stream.clock`` with the cost model's ``step_costs`` (the simulator's own
         arithmetic, ``cost_model.step_end``; ``None``: the clock stays); ``blocking``: its caller
         waits for it (a blocking call that queued behind asynchronous ones)."""
-        return CallRun(self, ctx, self._plan(schedule, ctx.world_ranks), bufs, ufunc, step_costs, stream, device,
-                       blocking=blocking)
+        return CallRun(
+            self, ctx, self._plan(schedule, ctx.world_ranks), bufs, ufunc, step_costs, stream, device, blocking=blocking
+        )
 
     def run(self, run: "CallRun | BatchRun") -> None:
         """Drive ``run`` to its end on this thread, blocking: the path of a blocking call while
@@ -790,11 +910,21 @@ class Engine:
         with _errstate_of(run):
             self._drive(run)
 
-    def run_call(self, ctx: CallContext, schedule: Schedule, bufs: tuple[np.ndarray, np.ndarray, np.ndarray | None], ufunc,
-                 step_costs: Sequence[StepCost] | None, device: Device, quiet: bool) -> None:
+    def run_call(
+        self,
+        ctx: CallContext,
+        schedule: Schedule,
+        bufs: tuple[np.ndarray, np.ndarray, np.ndarray | None],
+        ufunc,
+        step_costs: Sequence[StepCost] | None,
+        device: Device,
+        quiet: bool,
+    ) -> None:
         """:meth:`call_run` then :meth:`run` on the device's own clock, in one call: the fast
         path of a blocking call (``quiet``: the call reduces floats, see ``quiet_floats``)."""
-        run = CallRun(self, ctx, self._plan(schedule, ctx.world_ranks), bufs, ufunc, step_costs, device, device, blocking=True)
+        run = CallRun(
+            self, ctx, self._plan(schedule, ctx.world_ranks), bufs, ufunc, step_costs, device, device, blocking=True
+        )
         if quiet:
             token = _QuietFloats._var.set(_QuietFloats._ignore) if _QuietFloats._var is not None else None
             try:
@@ -887,7 +1017,12 @@ class Engine:
                 self._cv.wait()
             return not self._outstanding
 
-    def submit(self, key, start: Callable[[], "CallRun | BatchRun"], finish: Callable[["CallRun | BatchRun | None", HcclError | None], None]) -> None:
+    def submit(
+        self,
+        key,
+        start: Callable[[], "CallRun | BatchRun"],
+        finish: Callable[["CallRun | BatchRun | None", HcclError | None], None],
+    ) -> None:
         """Queue a call: ``start()`` builds its run when it reaches the head of queue ``key``
         (calls of one queue run one after the other, in issue order; queues progress
         concurrently); ``finish(run, error)`` is called once it ends, on the progress thread."""
@@ -1015,7 +1150,8 @@ class Engine:
                 continue
             total = e - o
             if (total * itemsize <= slice_bytes or total <= 1) and try_send(
-                    peer, _make_header((KIND_INLINE, *head, msg_index, *sig, total, 0, total, -1, *stamps)), data):
+                peer, _make_header((KIND_INLINE, *head, msg_index, *sig, total, 0, total, -1, *stamps)), data
+            ):
                 continue
             pending.append(_PendingSend(peer, data, msg_index, stamps))
         return pending
@@ -1033,7 +1169,7 @@ class Engine:
                 peers.append(send.peer)
                 stamps = _UNSTAMPED if send_costs is None else (t0, t0 + send_costs[i])
                 headers.append(_make_header((KIND_INLINE, *head, send.msg_index, *sig, total, 0, total, -1, *stamps)))
-            if self._send_shared(peers, headers, bufs[first.buf][first.start:first.end]):
+            if self._send_shared(peers, headers, bufs[first.buf][first.start : first.end]):
                 posted.update(group)
         return posted
 
@@ -1047,7 +1183,7 @@ class Engine:
             f"Waiting peer rank(s): {labels}. Check that those ranks reached this call "
             f"(a rank that skipped it, or hangs or crashed before it, causes this); this communicator is now aborted "
             f"(CANN: EI0002 Communication_Error_Timeout)",
-            **ctx.fields(step=index + 1, ranks=[ctx.comm_rank_of(p) for p in peers], error_id="EI0002")
+            **ctx.fields(step=index + 1, ranks=[ctx.comm_rank_of(p) for p in peers], error_id="EI0002"),
         )
 
     def _peer_died(self, ctx, dead: list[int]) -> HcclRemoteError:
@@ -1065,7 +1201,7 @@ class Engine:
         error = HcclRemoteError(
             f"{ctx.what}: peer rank {ctx.peer_label(dead[0])} {how} while rank {ctx.comm_rank} waited for it; "
             f"{then} (CANN: EI0002 Communication_Error_Timeout, what Ascend reports when a peer is gone)",
-            **ctx.fields(peer=ctx.comm_rank_of(dead[0]), error_id="EI0002", **fields)
+            **ctx.fields(peer=ctx.comm_rank_of(dead[0]), error_id="EI0002", **fields),
         )
         # Tell every other member at once: a rank blocked on someone else (a ring neighbour that
         # waits for the dead rank) would otherwise learn only when that one gives up, one
@@ -1096,12 +1232,20 @@ class Engine:
         elif inc.sig == ctx.sig:
             theirs += f" with a different schedule ({inc.msg_count} elements in message {inc.msg_index}, expected another size)"
         # Both all-to-all-v's, only the matrices differ: say that, not two digests.
-        matrices = inc.sig[:1] == ctx.sig[:1] == (int(OpKind.ALLTOALLV),) and inc.sig[1:4] == ctx.sig[1:4] and inc.sig != ctx.sig
+        matrices = (
+            inc.sig[:1] == ctx.sig[:1] == (int(OpKind.ALLTOALLV),)
+            and inc.sig[1:4] == ctx.sig[1:4]
+            and inc.sig != ctx.sig
+        )
         error = HcclParamError(
             f"{ctx.what}: call mismatch: rank {ctx.comm_rank} called {mine} but rank {ctx.peer_label(inc.src)} called {theirs}. "
-            + ("The counts matrix must be the same on every rank" if matrices else
-               "Every rank of a communicator must make the same calls in the same order"),
-            rule="counts_matrix" if matrices else "same_call", **ctx.fields(peer=ctx.comm_rank_of(inc.src))
+            + (
+                "The counts matrix must be the same on every rank"
+                if matrices
+                else "Every rank of a communicator must make the same calls in the same order"
+            ),
+            rule="counts_matrix" if matrices else "same_call",
+            **ctx.fields(peer=ctx.comm_rank_of(inc.src)),
         )
         self.notify(ctx, error)
         raise error
@@ -1111,7 +1255,9 @@ class Engine:
 
     def _notice_error(self, ctx: CallContext) -> HcclError:
         seq, src, body = self._notices[ctx.comm_id][0]
-        return error_from_notice(ctx.what, ctx.world_ranks.index(src) if src in ctx.world_ranks else src, body, ctx.fields())
+        return error_from_notice(
+            ctx.what, ctx.world_ranks.index(src) if src in ctx.world_ranks else src, body, ctx.fields()
+        )
 
 
 def error_from_refusal(what: str, refuser: int, body: bytes, here: dict, *, late: bool = False) -> HcclError:
@@ -1126,8 +1272,11 @@ def error_from_refusal(what: str, refuser: int, body: bytes, here: dict, *, late
     fields = {**theirs.fields, **here, "refused_by": origin, "reason": reason}
     when = "an earlier call this rank had already done its part in (it only sent)" if late else "this call"
     via = f" (passed on by rank {refuser})" if origin != refuser else ""
-    return cls(f"{what}: rank {origin} refused {when} before any data moved{via}: {reason}. "
-               f"The call fails on every rank; the communicator stays usable", **fields)
+    return cls(
+        f"{what}: rank {origin} refused {when} before any data moved{via}: {reason}. "
+        f"The call fails on every rank; the communicator stays usable",
+        **fields,
+    )
 
 
 def error_from_notice(what: str, reporter: int, body: bytes, here: dict) -> HcclError:

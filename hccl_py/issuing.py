@@ -64,8 +64,17 @@ class Issuer:
     communicator closed, or None; ``on_failure(call, ctx, record, error, clock)`` is told of a
     failed call, ``on_batch_failure(parts, error)`` of a failed batch."""
 
-    def __init__(self, rc: RankContext, engine: Engine, comm_id: int, name: str, world_ranks: tuple[int, ...],
-                 closed: Callable[[], str | None], on_failure: Callable, on_batch_failure: Callable):
+    def __init__(
+        self,
+        rc: RankContext,
+        engine: Engine,
+        comm_id: int,
+        name: str,
+        world_ranks: tuple[int, ...],
+        closed: Callable[[], str | None],
+        on_failure: Callable,
+        on_batch_failure: Callable,
+    ):
         self._rc = rc
         self._engine = engine
         self._comm_id = comm_id
@@ -123,9 +132,20 @@ class Issuer:
             return self._queued(call, None, bufs, dtype, result, seq, queue, stream, async_op)
         rc = self._rc
         device = rc.device
-        record = rc.recorder.enter(CallRecord(self._name, seq & ~P2P_SEQ_BIT, call.collective, call.algo,
-                                              call.dtype_name or dtype.name, call.ctx.sig.count, call.nbytes,
-                                              self._world_ranks, device.clock, time.monotonic()))
+        record = rc.recorder.enter(
+            CallRecord(
+                self._name,
+                seq & ~P2P_SEQ_BIT,
+                call.collective,
+                call.algo,
+                call.dtype_name or dtype.name,
+                call.ctx.sig.count,
+                call.nbytes,
+                self._world_ranks,
+                device.clock,
+                time.monotonic(),
+            )
+        )
         if rc.pending_faults:
             rc.inject(record)  # entering late (a delay) comes before joining the stream, as when queued
         if stream.clock > device.clock:  # a call it follows on its stream ended later: in order
@@ -148,11 +168,32 @@ class Issuer:
         """Issue an asynchronous call on the collective queue whose shape ``resolve()`` settles
         when its turn comes (from what the call before it there returned); ``resolve()`` raising
         fails this call alone. Returns its Work."""
-        return self._queued(None, resolve, bufs, dtype, result, seq, "collective", self.stream("collective"), True,
-                            what=f"{what} #{seq}")
+        return self._queued(
+            None,
+            resolve,
+            bufs,
+            dtype,
+            result,
+            seq,
+            "collective",
+            self.stream("collective"),
+            True,
+            what=f"{what} #{seq}",
+        )
 
-    def _queued(self, call: Call | None, resolve, bufs, dtype: np.dtype, result, seq: int, queue, stream: Stream,
-                async_op: bool, what: str = ""):
+    def _queued(
+        self,
+        call: Call | None,
+        resolve,
+        bufs,
+        dtype: np.dtype,
+        result,
+        seq: int,
+        queue,
+        stream: Stream,
+        async_op: bool,
+        what: str = "",
+    ):
         """A Work whose call starts on ``stream`` once the calls before it there have ended, and
         not before the compute that issued it (modeled)."""
         rc = self._rc
@@ -165,12 +206,25 @@ class Issuer:
         def begin(call: Call, on_device: bool):
             nonlocal ready
             ctx = dataclasses.replace(call.ctx, seq=seq)  # its own: the shape's context is shared by calls in flight
-            record = rc.recorder.enter(CallRecord(self._name, seq & ~P2P_SEQ_BIT, call.collective, call.algo,
-                                                  call.dtype_name or dtype.name, ctx.sig.count, call.nbytes,
-                                                  self._world_ranks, ready, time.monotonic()))
+            record = rc.recorder.enter(
+                CallRecord(
+                    self._name,
+                    seq & ~P2P_SEQ_BIT,
+                    call.collective,
+                    call.algo,
+                    call.dtype_name or dtype.name,
+                    ctx.sig.count,
+                    call.nbytes,
+                    self._world_ranks,
+                    ready,
+                    time.monotonic(),
+                )
+            )
             if rc.pending_faults:  # a delay starts the call later, as on the inline path
                 ready += rc.inject(record, on_device=on_device)
-            tmp = np.empty(call.schedule.tmp_count, dtype) if call.schedule.tmp_count else None  # calls in flight do not share scratch
+            tmp = (
+                np.empty(call.schedule.tmp_count, dtype) if call.schedule.tmp_count else None
+            )  # calls in flight do not share scratch
             return call, ctx, record, tmp
 
         if call is not None:
@@ -184,8 +238,16 @@ class Issuer:
             self._check_open(ctx)
             stream.clock = max(stream.clock, ready)
             record.modeled_start = work._start_clock = stream.clock
-            return engine.call_run(ctx, call.schedule, (bufs[0], bufs[1], tmp), call.ufunc, call.costs, stream, device,
-                                   blocking=not async_op)
+            return engine.call_run(
+                ctx,
+                call.schedule,
+                (bufs[0], bufs[1], tmp),
+                call.ufunc,
+                call.costs,
+                stream,
+                device,
+                blocking=not async_op,
+            )
 
         def finish(run, error):
             if begun is None:  # failed before its shape was known: nothing of it ran
@@ -210,9 +272,20 @@ class Issuer:
         stream = self.stream("batch")
         records = []
         for part, dtype in zip(parts, dtypes):
-            record = rc.recorder.enter(CallRecord(self._name, part.seq & ~P2P_SEQ_BIT, part.call.collective, "batch",
-                                                  dtype.name, part.flat.size, part.call.nbytes, self._world_ranks,
-                                                  device.clock, time.monotonic()))
+            record = rc.recorder.enter(
+                CallRecord(
+                    self._name,
+                    part.seq & ~P2P_SEQ_BIT,
+                    part.call.collective,
+                    "batch",
+                    dtype.name,
+                    part.flat.size,
+                    part.call.nbytes,
+                    self._world_ranks,
+                    device.clock,
+                    time.monotonic(),
+                )
+            )
             if rc.pending_faults:
                 rc.inject(record)  # a batch's sends and receives are sends and receives to a fault spec too
             records.append(record)
@@ -223,10 +296,21 @@ class Issuer:
             for part in parts:
                 self._check_open(part.call.ctx)
             begin = work._start_clock = max(stream.clock, ready)
-            return BatchRun([engine.call_run(dataclasses.replace(p.call.ctx, seq=p.seq), p.call.schedule,
-                                             (p.flat, p.flat, None), None, p.call.costs, Stream("batch", begin), device,
-                                             blocking=not async_op)
-                             for p in parts])
+            return BatchRun(
+                [
+                    engine.call_run(
+                        dataclasses.replace(p.call.ctx, seq=p.seq),
+                        p.call.schedule,
+                        (p.flat, p.flat, None),
+                        None,
+                        p.call.costs,
+                        Stream("batch", begin),
+                        device,
+                        blocking=not async_op,
+                    )
+                    for p in parts
+                ]
+            )
 
         def finish(run, error) -> float:
             end = run.end_clock if run is not None else stream.clock
@@ -256,5 +340,6 @@ class Issuer:
         """A queued call about to start on a communicator that closed meanwhile fails too."""
         reason = self._closed()
         if reason is not None:
-            raise HcclInternalError(f"{ctx.what}: the communicator {reason}; create a new one",
-                                    **ctx.fields(state=reason.split()[1]))
+            raise HcclInternalError(
+                f"{ctx.what}: the communicator {reason}; create a new one", **ctx.fields(state=reason.split()[1])
+            )

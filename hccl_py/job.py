@@ -35,8 +35,6 @@ def check_user_settings(environ: Mapping[str, str] | None = None) -> None:
     requested_transport(environ)
 
 
-
-
 @dataclass(frozen=True)
 class JobConfig:
     """Everything a rank takes from its environment, read once by :func:`read_job` when it
@@ -89,28 +87,52 @@ def read_job(environ: Mapping[str, str] | None = None) -> JobConfig:
         rank, size = mpi.rank, mpi.size
     if size is None or size == 1:
         if rank not in (None, 0):
-            raise HcclParamError(f"{env.RANK_ID}/{env.RANK}={rank} given for a world of size 1 (set {env.RANK_SIZE}/{env.WORLD_SIZE})",
-                                 variable=env.RANK_ID if env.given(environ, env.RANK_ID) is not None else env.RANK, value=rank, rule="range",
-                                 expected="0..0")
+            raise HcclParamError(
+                f"{env.RANK_ID}/{env.RANK}={rank} given for a world of size 1 (set {env.RANK_SIZE}/{env.WORLD_SIZE})",
+                variable=env.RANK_ID if env.given(environ, env.RANK_ID) is not None else env.RANK,
+                value=rank,
+                rule="range",
+                expected="0..0",
+            )
         rank, size = 0, 1
     if rank is None or not 0 <= rank < size:
-        raise HcclParamError(f"{env.RANK_ID}/{env.RANK}={rank} is not in 0..{size - 1} ({env.RANK_SIZE}/{env.WORLD_SIZE}={size})",
-                             variable=env.RANK_ID if env.given(environ, env.RANK_ID) is not None else env.RANK, value=rank, rule="range",
-                             expected=f"0..{size - 1}")
+        raise HcclParamError(
+            f"{env.RANK_ID}/{env.RANK}={rank} is not in 0..{size - 1} ({env.RANK_SIZE}/{env.WORLD_SIZE}={size})",
+            variable=env.RANK_ID if env.given(environ, env.RANK_ID) is not None else env.RANK,
+            value=rank,
+            rule="range",
+            expected=f"0..{size - 1}",
+        )
     faults = tuple(parse_faults(environ.get(env.HCCL_PY_FAULTS)))
     check_ranks(list(faults), size)
     store_addr, store_port, torch_store = env.store_address(environ)
     return JobConfig(
-        rank=rank, size=size, mpi=mpi, launcher_env=launcher_env,
-        store_addr=store_addr, store_port=store_port, torch_store=torch_store,
+        rank=rank,
+        size=size,
+        mpi=mpi,
+        launcher_env=launcher_env,
+        store_addr=store_addr,
+        store_port=store_port,
+        torch_store=torch_store,
         store_hosted=environ.get(env.STORE_HOSTED) == "1",
         local_world_size=env.integer(env.LOCAL_WORLD_SIZE, low=1, high=env.MAX_WORLD_SIZE, environ=environ),
-        launcher_id=env.launcher_job_id(environ), secret=env.job_secret(environ),
-        transport=requested_transport(environ), if_ip=env.given(environ, env.HCCL_IF_IP),
-        connect_timeout_s=env.connect_timeout_s(environ), exec_timeout_s=env.exec_timeout_s(environ),
-        buffsize_bytes=env.buffsize_bytes(environ), spin_s=env.spin_s(environ), single_copy=env.single_copy(environ),
-        modeled_time=env.modeled_time(environ), algo=parse_hccl_algo(environ.get(env.HCCL_ALGO)),
-        deterministic=env.deterministic(environ), faults=faults,
-        wall_origin=env.wall_origin(environ), topology=env.given(environ, env.HCCL_PY_TOPOLOGY),
-        rank_table=env.given(environ, env.RANK_TABLE_FILE), figures=env.given(environ, env.HCCL_PY_FIGURES),
-        trace_dir=env.given(environ, env.HCCL_PY_TRACE_DIR), flight_dir=env.given(environ, env.HCCL_PY_FLIGHT_DIR))
+        launcher_id=env.launcher_job_id(environ),
+        secret=env.job_secret(environ),
+        transport=requested_transport(environ),
+        if_ip=env.given(environ, env.HCCL_IF_IP),
+        connect_timeout_s=env.connect_timeout_s(environ),
+        exec_timeout_s=env.exec_timeout_s(environ),
+        buffsize_bytes=env.buffsize_bytes(environ),
+        spin_s=env.spin_s(environ),
+        single_copy=env.single_copy(environ),
+        modeled_time=env.modeled_time(environ),
+        algo=parse_hccl_algo(environ.get(env.HCCL_ALGO)),
+        deterministic=env.deterministic(environ),
+        faults=faults,
+        wall_origin=env.wall_origin(environ),
+        topology=env.given(environ, env.HCCL_PY_TOPOLOGY),
+        rank_table=env.given(environ, env.RANK_TABLE_FILE),
+        figures=env.given(environ, env.HCCL_PY_FIGURES),
+        trace_dir=env.given(environ, env.HCCL_PY_TRACE_DIR),
+        flight_dir=env.given(environ, env.HCCL_PY_FLIGHT_DIR),
+    )

@@ -35,11 +35,36 @@ DEFAULT_RECORDS = 20_000
 class CallRecord:
     """One call: what it was, its state, and when (modeled and wall seconds, apart)."""
 
-    __slots__ = ("comm", "seq", "op", "algo", "dtype", "count", "nbytes", "peers", "state", "error",
-                 "modeled_start", "modeled_end", "wall_start", "wall_end")
+    __slots__ = (
+        "comm",
+        "seq",
+        "op",
+        "algo",
+        "dtype",
+        "count",
+        "nbytes",
+        "peers",
+        "state",
+        "error",
+        "modeled_start",
+        "modeled_end",
+        "wall_start",
+        "wall_end",
+    )
 
-    def __init__(self, comm: str, seq: int, op: str, algo: str, dtype: str, count: int, nbytes: int,
-                 peers: tuple[int, ...], modeled_start: float, wall_start: float):
+    def __init__(
+        self,
+        comm: str,
+        seq: int,
+        op: str,
+        algo: str,
+        dtype: str,
+        count: int,
+        nbytes: int,
+        peers: tuple[int, ...],
+        modeled_start: float,
+        wall_start: float,
+    ):
         self.comm = comm
         self.seq = seq
         self.op = op
@@ -153,9 +178,12 @@ class Recorder:
                 tmp.unlink(missing_ok=True)
             except OSError:
                 pass
-            raise HcclSyscallError(f"flight recorder: cannot write {path}: {err.strerror or err}; give a path to a file in a "
-                                   "directory this process can write (its parents are made)", path=str(path),
-                                   errno=err.errno) from None
+            raise HcclSyscallError(
+                f"flight recorder: cannot write {path}: {err.strerror or err}; give a path to a file in a "
+                "directory this process can write (its parents are made)",
+                path=str(path),
+                errno=err.errno,
+            ) from None
         return path
 
 
@@ -171,16 +199,45 @@ def chrome_trace_events(rank: int, records, wall_origin: float, kernels=()) -> l
         {"ph": "M", "name": "thread_name", "pid": rank, "tid": 1, "args": {"name": "wall time"}},
     ]
     for name, start, seconds in kernels:
-        events.append({"ph": "X", "name": name, "cat": "compute", "pid": rank, "tid": 2, "ts": start * 1e6, "dur": seconds * 1e6})
+        events.append(
+            {"ph": "X", "name": name, "cat": "compute", "pid": rank, "tid": 2, "ts": start * 1e6, "dur": seconds * 1e6}
+        )
     for r in records:
         if r.modeled_end is None:
             continue  # never finished: no span to draw
-        args = {"comm": r.comm, "seq": r.seq, "algo": r.algo, "bytes": r.nbytes, "state": r.state, "peers": list(r.peers)}
+        args = {
+            "comm": r.comm,
+            "seq": r.seq,
+            "algo": r.algo,
+            "bytes": r.nbytes,
+            "state": r.state,
+            "peers": list(r.peers),
+        }
         name = f"{r.op} #{r.seq}"
-        events.append({"ph": "X", "name": name, "cat": r.comm, "pid": rank, "tid": 0,
-                       "ts": r.modeled_start * 1e6, "dur": (r.modeled_end - r.modeled_start) * 1e6, "args": args})
-        events.append({"ph": "X", "name": name, "cat": r.comm, "pid": rank, "tid": 1,
-                       "ts": (r.wall_start - wall_origin) * 1e6, "dur": (r.wall_end - r.wall_start) * 1e6, "args": args})
+        events.append(
+            {
+                "ph": "X",
+                "name": name,
+                "cat": r.comm,
+                "pid": rank,
+                "tid": 0,
+                "ts": r.modeled_start * 1e6,
+                "dur": (r.modeled_end - r.modeled_start) * 1e6,
+                "args": args,
+            }
+        )
+        events.append(
+            {
+                "ph": "X",
+                "name": name,
+                "cat": r.comm,
+                "pid": rank,
+                "tid": 1,
+                "ts": (r.wall_start - wall_origin) * 1e6,
+                "dur": (r.wall_end - r.wall_start) * 1e6,
+                "args": args,
+            }
+        )
     return events
 
 
@@ -210,6 +267,7 @@ def install_dump_hooks(rc) -> None:
 
     sys.excepthook = excepthook
     if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+
         def on_sigterm(signum, frame):
             if _hooked:
                 _hooked[0].dump("stopped by SIGTERM")
@@ -230,15 +288,22 @@ def dump_flight_recorder(reason: str = "on demand", path: str | os.PathLike[str]
     raises HcclSyscallError naming it.
     """
     if not isinstance(reason, str):
-        raise HcclParamError(f"dump_flight_recorder: reason must be a str (it is written into the dump), got "
-                             f"{type(reason).__name__}", arg="reason", value=repr(reason), rule="type", expected="str")
+        raise HcclParamError(
+            f"dump_flight_recorder: reason must be a str (it is written into the dump), got {type(reason).__name__}",
+            arg="reason",
+            value=repr(reason),
+            rule="type",
+            expected="str",
+        )
     if path is not None:
         path = _checked_path(path)
     if not _hooked:
         raise HcclInternalError("dump_flight_recorder: call hccl_py.init() first")
     rc = _hooked[0]
     if path is not None:
-        return str(rc.recorder.dump(path, rank=rc.device.rank, reason=reason, wall_origin=rc.wall_origin, extra=rc.summary()))
+        return str(
+            rc.recorder.dump(path, rank=rc.device.rank, reason=reason, wall_origin=rc.wall_origin, extra=rc.summary())
+        )
     written = rc.dump(reason)
     return None if written is None else str(written)
 
@@ -250,11 +315,21 @@ def _checked_path(path) -> str:
     except TypeError:
         text = None
     if not isinstance(text, str):
-        raise HcclParamError(f"dump_flight_recorder: path must be a str or path-like (e.g. \"flight.json\"), got "
-                             f"{type(path).__name__}: {path!r}", arg="path", value=repr(path), rule="type",
-                             expected="str or os.PathLike[str]")
+        raise HcclParamError(
+            f'dump_flight_recorder: path must be a str or path-like (e.g. "flight.json"), got '
+            f"{type(path).__name__}: {path!r}",
+            arg="path",
+            value=repr(path),
+            rule="type",
+            expected="str or os.PathLike[str]",
+        )
     if not text or text.endswith(os.sep) or os.path.isdir(text) or "\0" in text:
-        raise HcclParamError(f"dump_flight_recorder: path={text!r} does not name a file; give a file name such as "
-                             f"{os.path.join(text, 'flight.json') if text else 'flight.json'!r}", arg="path", value=text,
-                             rule="format", expected="a file path")
+        raise HcclParamError(
+            f"dump_flight_recorder: path={text!r} does not name a file; give a file name such as "
+            f"{os.path.join(text, 'flight.json') if text else 'flight.json'!r}",
+            arg="path",
+            value=text,
+            rule="format",
+            expected="a file path",
+        )
     return text

@@ -86,16 +86,24 @@ def _make_dir(path: str) -> None:
     except FileExistsError:
         pass
     except OSError as err:
-        raise HcclSyscallError(f"cannot create {path}: {err.strerror}; set {env.RUN_DIR} to a directory of yours", path=path,
-                               errno=err.errno, variable=env.RUN_DIR) from None
+        raise HcclSyscallError(
+            f"cannot create {path}: {err.strerror}; set {env.RUN_DIR} to a directory of yours",
+            path=path,
+            errno=err.errno,
+            variable=env.RUN_DIR,
+        ) from None
 
 
 def _check_private(path: str, what: str, *, fix: bool) -> None:
     try:
         st = os.lstat(path)
     except OSError as err:
-        raise HcclSyscallError(f"{what}: {err.strerror}; set {env.RUN_DIR} to a directory of yours", path=path, errno=err.errno,
-                               variable=env.RUN_DIR) from None
+        raise HcclSyscallError(
+            f"{what}: {err.strerror}; set {env.RUN_DIR} to a directory of yours",
+            path=path,
+            errno=err.errno,
+            variable=env.RUN_DIR,
+        ) from None
     problem = None
     if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
         problem = "is not a directory (a symlink?)"
@@ -109,8 +117,11 @@ def _check_private(path: str, what: str, *, fix: bool) -> None:
     if problem:
         raise HcclSyscallError(
             f"{what} {problem}: hccl-py keeps job sockets and its secret there only if nobody else can "
-            f"change it; remove it, or set {env.RUN_DIR} to a directory only you can write", path=path, rule="private",
-            variable=env.RUN_DIR)
+            f"change it; remove it, or set {env.RUN_DIR} to a directory only you can write",
+            path=path,
+            rule="private",
+            variable=env.RUN_DIR,
+        )
 
 
 def job_dir_name(job_id: str) -> str:
@@ -133,9 +144,14 @@ def socket_path(job_id: str, name: str) -> str:
     """Where the socket ``name`` (e.g. ``g1.0.4242``) of job ``job_id`` lives."""
     path = os.path.join(user_dir(create=False), job_dir_name(job_id), name)
     if len(path.encode()) > UNIX_PATH_MAX:
-        raise HcclSyscallError(f"socket path {path!r} is longer than the {UNIX_PATH_MAX} bytes a unix socket "
-                               f"address holds; set {env.RUN_DIR} to a shorter directory (e.g. /tmp/hccl_py-{os.geteuid()})",
-                               path=path, rule="range", expected=f"<= {UNIX_PATH_MAX} bytes", variable=env.RUN_DIR)
+        raise HcclSyscallError(
+            f"socket path {path!r} is longer than the {UNIX_PATH_MAX} bytes a unix socket "
+            f"address holds; set {env.RUN_DIR} to a shorter directory (e.g. /tmp/hccl_py-{os.geteuid()})",
+            path=path,
+            rule="range",
+            expected=f"<= {UNIX_PATH_MAX} bytes",
+            variable=env.RUN_DIR,
+        )
     return path
 
 
@@ -157,11 +173,22 @@ def bind(sock: socket.socket, job_id: str, name: str) -> tuple[str, int]:
                 continue
             raise HcclConnectError(
                 f"cannot bind the socket {path}: {err.strerror}"
-                + (" (a live process of job {job_id!r} holds it: two jobs with the same HCCL_PY_JOB_ID? give each job its own)"
-                   .format(job_id=job_id) if err.errno == errno.EADDRINUSE else ""), path=path, errno=err.errno) from None
+                + (
+                    " (a live process of job {job_id!r} holds it: two jobs with the same HCCL_PY_JOB_ID? give each job its own)".format(
+                        job_id=job_id
+                    )
+                    if err.errno == errno.EADDRINUSE
+                    else ""
+                ),
+                path=path,
+                errno=err.errno,
+            ) from None
         return path, os.lstat(path).st_ino
-    raise HcclConnectError(f"cannot bind the socket {name} of job {job_id!r} in {user_dir(create=False)}: "
-                           "its directory keeps vanishing (is something removing it?)", path=socket_path(job_id, name))
+    raise HcclConnectError(
+        f"cannot bind the socket {name} of job {job_id!r} in {user_dir(create=False)}: "
+        "its directory keeps vanishing (is something removing it?)",
+        path=socket_path(job_id, name),
+    )
 
 
 def unbind(path: str, inode: int) -> None:
@@ -357,7 +384,7 @@ def _launcher_alive(mark: str) -> bool | None:
     reused, or the machine rebooted since), True if it runs, None if this process cannot tell
     (another pid namespace, or a mark it cannot read)."""
     try:
-        pid = int(os.path.basename(mark)[len(LAUNCHER_MARK):])
+        pid = int(os.path.basename(mark)[len(LAUNCHER_MARK) :])
         with open(mark) as f:
             boot, namespace, start = (f.read().split(" ") + ["", "", ""])[:3]
     except (OSError, ValueError):

@@ -55,7 +55,8 @@ def join(job: JobConfig | None = None, store=None) -> Communicator:
             f"init: this process ({os.getpid()}) is a child forked from rank {_world.rank}'s process "
             f"({_world._engine.owner_pid}), which is already in the job as that rank; a forked child cannot join the job "
             "nor use the parent's communicators. Start ranks with hccl-launch or launch.spawn, and give workers of a "
-            "rank multiprocessing's 'spawn' start method")
+            "rank multiprocessing's 'spawn' start method"
+        )
     if _world is not None and _world._closed_reason is None:
         return _world
     job = read_job() if job is None else job
@@ -63,7 +64,8 @@ def join(job: JobConfig | None = None, store=None) -> Communicator:
         _check_trace_dir(job.trace_dir)
     transport = None
     if job.size > 1:
-        from .transport.connect import connect  # lazy: zmq (the store), for worlds of 2 or more; keeps import hccl_py cheap
+        # lazy: zmq (the store), needed by worlds of 2 or more; import hccl_py stays cheap
+        from .transport.connect import connect
 
         transport, description = connect(job, store)
         if job.rank == 0:
@@ -77,8 +79,9 @@ def join(job: JobConfig | None = None, store=None) -> Communicator:
     install_dump_hooks(rc)
     if job.trace_dir:
         rc.device.kernels = deque(maxlen=DEFAULT_RECORDS)  # the compute stream's spans, for the trace
-    _world = Communicator(rc, range(job.size), job.rank, WORLD_COMM_ID, "world",
-                          on_destroy=_finisher(rc, transport, job.trace_dir))
+    _world = Communicator(
+        rc, range(job.size), job.rank, WORLD_COMM_ID, "world", on_destroy=_finisher(rc, transport, job.trace_dir)
+    )
     return _world
 
 
@@ -96,9 +99,15 @@ def _check_trace_dir(trace_dir: str) -> None:
             pass
         os.remove(probe)
     except OSError as err:
-        raise HcclParamError(f"init: HCCL_PY_TRACE_DIR={trace_dir!r} cannot be made or written ({err.strerror or err}); "
-                             "give a folder this user can write", variable="HCCL_PY_TRACE_DIR", value=trace_dir,
-                             rule="writable", path=trace_dir, errno=err.errno) from None
+        raise HcclParamError(
+            f"init: HCCL_PY_TRACE_DIR={trace_dir!r} cannot be made or written ({err.strerror or err}); "
+            "give a folder this user can write",
+            variable="HCCL_PY_TRACE_DIR",
+            value=trace_dir,
+            rule="writable",
+            path=trace_dir,
+            errno=err.errno,
+        ) from None
 
 
 def _finisher(rc: RankContext, transport: Transport | None, trace_dir: str | None) -> "callable":
@@ -113,11 +122,19 @@ def _finisher(rc: RankContext, transport: Transport | None, trace_dir: str | Non
         done.append(True)
         try:
             if trace_dir:
-                write_rank_trace(os.path.join(trace_dir, tracefile.rank_file(rc.device.rank)), rc.device.rank,
-                                 rc.recorder.records, rc.wall_origin, rc.device.kernels or ())
+                write_rank_trace(
+                    os.path.join(trace_dir, tracefile.rank_file(rc.device.rank)),
+                    rc.device.rank,
+                    rc.recorder.records,
+                    rc.wall_origin,
+                    rc.device.kernels or (),
+                )
         except OSError as err:  # the folder went away after init checked it: say so, still release the job
-            print(f"hccl-py: rank {rc.device.rank}: could not write its trace into {trace_dir} ({err.strerror or err})",
-                  file=sys.stderr, flush=True)
+            print(
+                f"hccl-py: rank {rc.device.rank}: could not write its trace into {trace_dir} ({err.strerror or err})",
+                file=sys.stderr,
+                flush=True,
+            )
         finally:
             if transport is not None:
                 transport.close()

@@ -64,20 +64,51 @@ def without_cyclic_gc() -> Iterator[None]:
 
 
 @without_cyclic_gc()
-def simulate(collective: str, algo: str, topology: Topology, count: int, *, itemsize: int = 4, root: int = 0,
-             world_ranks: Sequence[int] | None = None, start_clocks: Sequence[float] | None = None,
-             cost_model: CostModel | None = None, dtype: str | None = None, op: str = "sum") -> SimResult:
+def simulate(
+    collective: str,
+    algo: str,
+    topology: Topology,
+    count: int,
+    *,
+    itemsize: int = 4,
+    root: int = 0,
+    world_ranks: Sequence[int] | None = None,
+    start_clocks: Sequence[float] | None = None,
+    cost_model: CostModel | None = None,
+    dtype: str | None = None,
+    op: str = "sum",
+) -> SimResult:
     """Modeled clocks of one call of ``collective`` with ``algo`` on the ranks ``world_ranks``
     (default: every rank of ``topology``), each starting at ``start_clocks`` (default 0), with
     elements of numpy type ``dtype`` (default by ``itemsize``) reduced by ``op``."""
-    return prepare(collective, algo, topology, count, itemsize=itemsize, root=root, world_ranks=world_ranks,
-                   cost_model=cost_model, dtype=dtype, op=op).run(start_clocks)
+    return prepare(
+        collective,
+        algo,
+        topology,
+        count,
+        itemsize=itemsize,
+        root=root,
+        world_ranks=world_ranks,
+        cost_model=cost_model,
+        dtype=dtype,
+        op=op,
+    ).run(start_clocks)
 
 
 @without_cyclic_gc()
-def prepare(collective: str, algo: str, topology: Topology, count: int, *, itemsize: int = 4, root: int = 0,
-            world_ranks: Sequence[int] | None = None, cost_model: CostModel | None = None, dtype: str | None = None,
-            op: str = "sum") -> PreparedCall:
+def prepare(
+    collective: str,
+    algo: str,
+    topology: Topology,
+    count: int,
+    *,
+    itemsize: int = 4,
+    root: int = 0,
+    world_ranks: Sequence[int] | None = None,
+    cost_model: CostModel | None = None,
+    dtype: str | None = None,
+    op: str = "sum",
+) -> PreparedCall:
     """:func:`simulate`'s first half: every rank's schedule and step costs, to walk from any start
     clocks (the same all-to-all-v timed alone and after its counts exchange)::
 
@@ -168,9 +199,19 @@ def _flows_of(collective: str, algo, size: int, count: int):
 
 
 @without_cyclic_gc()
-def simulate_flows(collective: str, algo, topology: Topology, count: int, *, itemsize: int = 4,
-                   start_clocks: Sequence[float] | None = None, cost_model: CostModel | None = None,
-                   dtype: str | None = None, op: str = "sum", root: int = 0) -> SimResult:
+def simulate_flows(
+    collective: str,
+    algo,
+    topology: Topology,
+    count: int,
+    *,
+    itemsize: int = 4,
+    start_clocks: Sequence[float] | None = None,
+    cost_model: CostModel | None = None,
+    dtype: str | None = None,
+    op: str = "sum",
+    root: int = 0,
+) -> SimResult:
     """:func:`simulate` for thousands of ranks: every rank's step at once, with numpy.
 
     Uses the algorithm's ``flows`` (``StepFlows``: each rank's sends, receives and local copies
@@ -211,8 +252,9 @@ class _Rotated:
         return self._topology.card((rank + self._root) % self.num_ranks)
 
     def route_ids(self, src, dst):
-        return self._topology.route_ids((np.asarray(src) + self._root) % self.num_ranks,
-                                        (np.asarray(dst) + self._root) % self.num_ranks)
+        return self._topology.route_ids(
+            (np.asarray(src) + self._root) % self.num_ranks, (np.asarray(dst) + self._root) % self.num_ranks
+        )
 
     def hop_bandwidths(self):
         return self._topology.hop_bandwidths()
@@ -285,7 +327,7 @@ class _FlowEngine:
             hops = np.zeros((max(h.shape[0] for h, _ in rows), sum(h.shape[1] for h, _ in rows)), dtype=np.int64)
             start = 0
             for row_hops, _ in rows:
-                hops[:row_hops.shape[0], start:start + row_hops.shape[1]] = row_hops
+                hops[: row_hops.shape[0], start : start + row_hops.shape[1]] = row_hops
                 start += row_hops.shape[1]
             route_latency = np.concatenate([row_latency for _, row_latency in rows])
         factors = None
@@ -424,8 +466,10 @@ class _FlowEngine:
         if entry is None or entry[0] is not step.send_to or entry[1] is not step.recv_from:
             table = [latency[0] + (n * self.itemsize) / share[0] for n in dict.fromkeys((lo, hi))]
             rolled = [np.concatenate([t[-shift:], t[:-shift]]) for t in table]
-            reds = [self._reduce_s(np.full(self.size, n * self.itemsize)) if reduce and not self._all_inline else None
-                    for n in dict.fromkeys((lo, hi))]
+            reds = [
+                self._reduce_s(np.full(self.size, n * self.itemsize)) if reduce and not self._all_inline else None
+                for n in dict.fromkeys((lo, hi))
+            ]
             entry = (step.send_to, step.recv_from, table, rolled, reds)
             _make_room(self._tables, 4 * self.size)
             self._tables[key] = entry
@@ -434,9 +478,9 @@ class _FlowEngine:
         (send_lo, send_hi), (off_lo, off_hi), (red_lo, red_hi) = entry[2], entry[3], entry[4]
         size = self.size
         if window is not None:  # the rotating chunk sizes are windows of one doubled array: no pass to find them
-            big = big2[start:start + size]
+            big = big2[start : start + size]
             back = (start - shift) % size
-            moved = big2[back:back + size]
+            moved = big2[back : back + size]
         else:
             big = row == hi
             moved = np.empty_like(big)
@@ -503,7 +547,11 @@ class _FlowEngine:
     def _copy_s(self, copies, first: bool):
         """``cost_model.step_copy_s`` for every rank: the launch on the first step, then each plain
         copy's ``2n / HBM`` in order (one number when every rank copies alike on equal cards)."""
-        if all(isinstance(n, (int, np.integer)) for n in copies) and np.ndim(self.hbm) == 0 and np.ndim(self.launch) == 0:
+        if (
+            all(isinstance(n, (int, np.integer)) for n in copies)
+            and np.ndim(self.hbm) == 0
+            and np.ndim(self.launch) == 0
+        ):
             copy_s = float(self.launch) if first else 0.0
             for n in copies:
                 copy_s += 2 * (int(n) * self.itemsize) / self.hbm
@@ -542,8 +590,13 @@ class _FlowEngine:
         return t
 
 
-def simulate_batch(topology: Topology, sends: Sequence[tuple[int, int, int]], *,
-                   start_clocks: Sequence[float] | None = None, cost_model: CostModel | None = None) -> SimResult:
+def simulate_batch(
+    topology: Topology,
+    sends: Sequence[tuple[int, int, int]],
+    *,
+    start_clocks: Sequence[float] | None = None,
+    cost_model: CostModel | None = None,
+) -> SimResult:
     """Modeled clocks of one ``batch_send_recv`` on every rank: ``sends`` are ``(src, dst, nbytes)``
     in world ranks, each the sender's send item and the receiver's receive item. Each item is
     a lone send or receive on its own stream from the rank's start clock (as the emulator's
@@ -556,8 +609,8 @@ def simulate_batch(topology: Topology, sends: Sequence[tuple[int, int, int]], *,
     clocks = [0.0] * topology.num_ranks if start_clocks is None else [float(c) for c in start_clocks]
     start = tuple(clocks)
     for src, dst, nbytes in sends:
-        send, = model.p2p_costs(src, dst, nbytes, sender=True)
-        recv, = model.p2p_costs(src, dst, nbytes, sender=False)
+        (send,) = model.p2p_costs(src, dst, nbytes, sender=True)
+        (recv,) = model.p2p_costs(src, dst, nbytes, sender=False)
         t_send = start[src] + send.copy_s
         sender_end = step_end(t_send, send.send_s, (), ())[0]
         arrival = Arrival(t_send, t_send + send.send_s[0])
@@ -567,7 +620,9 @@ def simulate_batch(topology: Topology, sends: Sequence[tuple[int, int, int]], *,
     return SimResult(start, tuple(clocks))
 
 
-def simulate_p2p(topology: Topology, src: int, dst: int, nbytes: int, *, cost_model: CostModel | None = None) -> SimResult:
+def simulate_p2p(
+    topology: Topology, src: int, dst: int, nbytes: int, *, cost_model: CostModel | None = None
+) -> SimResult:
     """Modeled clocks of one send of ``nbytes`` from world rank ``src`` to ``dst`` and its receive,
     both posted at clock 0 (the emulator's send/recv costs, ``CostModel.p2p_costs``)."""
     return simulate_batch(topology, [(src, dst, nbytes)], cost_model=cost_model)

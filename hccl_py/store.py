@@ -56,8 +56,16 @@ from types import TracebackType
 import zmq
 
 from . import env, rundir
-from .errors import (HcclConnectError, HcclError, HcclMemoryError, HcclParamError, HcclSyscallError, HcclTimeoutError, from_wire,
-                     to_wire)
+from .errors import (
+    HcclConnectError,
+    HcclError,
+    HcclMemoryError,
+    HcclParamError,
+    HcclSyscallError,
+    HcclTimeoutError,
+    from_wire,
+    to_wire,
+)
 
 __all__ = ["StoreServer", "StoreClient", "store_address", "default_secret", "user_secret"]
 
@@ -104,9 +112,14 @@ def default_secret() -> str:
     if secret is None:
         return user_secret()
     if len(secret.encode()) > _MAX_SECRET_BYTES:
-        raise HcclParamError(f"{env.JOB_SECRET} is {len(secret.encode())} bytes; at most {_MAX_SECRET_BYTES} are used "
-                             "by the store's handshake: set a shorter one (e.g. 32 hex digits)", variable=env.JOB_SECRET,
-                             value=len(secret.encode()), rule="range", expected=f"<= {_MAX_SECRET_BYTES} bytes")
+        raise HcclParamError(
+            f"{env.JOB_SECRET} is {len(secret.encode())} bytes; at most {_MAX_SECRET_BYTES} are used "
+            "by the store's handshake: set a shorter one (e.g. 32 hex digits)",
+            variable=env.JOB_SECRET,
+            value=len(secret.encode()),
+            rule="range",
+            expected=f"<= {_MAX_SECRET_BYTES} bytes",
+        )
     return secret
 
 
@@ -130,9 +143,13 @@ def user_secret() -> str:
         except FileExistsError:
             pass
     except OSError as err:
-        raise HcclSyscallError(f"cannot create the store secret {path}: {err.strerror}; set {env.JOB_SECRET} "
-                               f"(the same value for every rank of the job) or {env.RUN_DIR}", path=path, errno=err.errno,
-                               variable=env.JOB_SECRET) from None
+        raise HcclSyscallError(
+            f"cannot create the store secret {path}: {err.strerror}; set {env.JOB_SECRET} "
+            f"(the same value for every rank of the job) or {env.RUN_DIR}",
+            path=path,
+            errno=err.errno,
+            variable=env.JOB_SECRET,
+        ) from None
     finally:
         try:
             os.unlink(tmp)
@@ -147,17 +164,30 @@ def _read_secret(path: str) -> str:
     except FileNotFoundError:
         raise
     except OSError as err:
-        raise HcclSyscallError(f"cannot read the store secret {path}: {err.strerror}; remove it (it is made again) "
-                               f"or set {env.JOB_SECRET}", path=path, errno=err.errno, variable=env.JOB_SECRET) from None
+        raise HcclSyscallError(
+            f"cannot read the store secret {path}: {err.strerror}; remove it (it is made again) "
+            f"or set {env.JOB_SECRET}",
+            path=path,
+            errno=err.errno,
+            variable=env.JOB_SECRET,
+        ) from None
     try:
         st = os.fstat(fd)
         data = os.read(fd, 4096).strip()
     finally:
         os.close(fd)
-    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077 or not 32 <= len(data) <= _MAX_SECRET_BYTES:
-        raise HcclSyscallError(f"the store secret {path} is not a private file of this user with 32-255 bytes "
-                               f"(mode {stat.S_IMODE(st.st_mode):o}, uid {st.st_uid}); remove it (it is made again)", path=path,
-                               rule="private")
+    if (
+        not stat.S_ISREG(st.st_mode)
+        or st.st_uid != os.geteuid()
+        or st.st_mode & 0o077
+        or not 32 <= len(data) <= _MAX_SECRET_BYTES
+    ):
+        raise HcclSyscallError(
+            f"the store secret {path} is not a private file of this user with 32-255 bytes "
+            f"(mode {stat.S_IMODE(st.st_mode):o}, uid {st.st_uid}); remove it (it is made again)",
+            path=path,
+            rule="private",
+        )
     return data.decode(errors="replace")
 
 
@@ -228,10 +258,14 @@ class StoreServer:
             self._ctx.term()
             raise HcclConnectError(
                 f"store cannot bind tcp://{host}:{port}: {err.strerror}"
-                + (" (another job or store already uses this port: give each job its own port, hccl-launch "
-                   "--master-port or MASTER_PORT, or 0 for a free one)"
-                   if err.errno == zmq.EADDRINUSE else ""),
-                address=f"tcp://{host}:{port}", errno=err.errno,
+                + (
+                    " (another job or store already uses this port: give each job its own port, hccl-launch "
+                    "--master-port or MASTER_PORT, or 0 for a free one)"
+                    if err.errno == zmq.EADDRINUSE
+                    else ""
+                ),
+                address=f"tcp://{host}:{port}",
+                errno=err.errno,
             ) from None
         endpoint = self._router.getsockopt_string(zmq.LAST_ENDPOINT)
         self.port: int = int(endpoint.rsplit(":", 1)[1])
@@ -282,8 +316,9 @@ class StoreServer:
     def __enter__(self) -> StoreServer:
         return self.start()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()
 
     # -- serving thread --------------------------------------------------------------------
@@ -307,11 +342,16 @@ class StoreServer:
 
     def _authenticate(self, frames: list[bytes]) -> None:
         """A ZAP request (RFC 27) for a new connection: PLAIN with this job's secret, or refused."""
-        ok = (len(frames) >= 8 and frames[0] == b"1.0" and frames[5] == b"PLAIN"
-              and hmac.compare_digest(frames[7], self._secret))
+        ok = (
+            len(frames) >= 8
+            and frames[0] == b"1.0"
+            and frames[5] == b"PLAIN"
+            and hmac.compare_digest(frames[7], self._secret)
+        )
         request_id = frames[1] if len(frames) > 1 else b""
-        self._zap.send_multipart([b"1.0", request_id, b"200" if ok else b"400",
-                                  b"OK" if ok else b"not this job's secret", b"", b""])
+        self._zap.send_multipart(
+            [b"1.0", request_id, b"200" if ok else b"400", b"OK" if ok else b"not this job's secret", b"", b""]
+        )
 
     def _reply(self, identity: bytes, req_id: bytes, *payload: bytes) -> None:
         self._router.send_multipart([identity, req_id, _OK, *payload])
@@ -354,9 +394,17 @@ class StoreServer:
                 try:
                     current = int(self._data.get(key, b"0"))
                 except ValueError:
-                    self._error(identity, req_id, HcclParamError(
-                        f"store add({key!r}): current value {self._data[key]!r} is not an integer", key=key,
-                        value=self._data[key].decode(errors="replace"), rule="type", expected="int"))
+                    self._error(
+                        identity,
+                        req_id,
+                        HcclParamError(
+                            f"store add({key!r}): current value {self._data[key]!r} is not an integer",
+                            key=key,
+                            value=self._data[key].decode(errors="replace"),
+                            rule="type",
+                            expected="int",
+                        ),
+                    )
                     return
                 value = current + int(args[1])
                 self._put(key, str(value).encode())
@@ -372,7 +420,9 @@ class StoreServer:
             elif op == _CANCEL:
                 self._unpark(self._by_request.get((identity, req_id)))
             else:
-                self._error(identity, req_id, HcclParamError(f"store: unknown request {op!r} with {len(args)} argument(s)"))
+                self._error(
+                    identity, req_id, HcclParamError(f"store: unknown request {op!r} with {len(args)} argument(s)")
+                )
         except _StoreFull as full:
             self._error(identity, req_id, HcclMemoryError(full.args[0], requested=full.args[1]))
         except (UnicodeDecodeError, ValueError) as err:
@@ -380,13 +430,18 @@ class StoreServer:
         except zmq.ContextTerminated:
             raise
         except Exception as err:  # a bug here must not kill the thread and hang every client
-            self._error(identity, req_id, HcclParamError(f"store: internal error on {op!r}: {type(err).__name__}: {err}"))
+            self._error(
+                identity, req_id, HcclParamError(f"store: internal error on {op!r}: {type(err).__name__}: {err}")
+            )
 
     def _charge(self, delta: int, what: str) -> None:
         if delta > 0 and self._used + delta > MAX_STORE_BYTES:
-            raise _StoreFull(f"store {what}: the store is full ({self._used >> 20} MiB of {MAX_STORE_BYTES >> 20} MiB in "
-                             f"{len(self._data)} keys and {len(self._by_request)} waiting requests); it holds rendezvous "
-                             "data, not payloads: delete keys no longer needed", delta)
+            raise _StoreFull(
+                f"store {what}: the store is full ({self._used >> 20} MiB of {MAX_STORE_BYTES >> 20} MiB in "
+                f"{len(self._data)} keys and {len(self._by_request)} waiting requests); it holds rendezvous "
+                "data, not payloads: delete keys no longer needed",
+                delta,
+            )
         self._used += delta
 
     def _put(self, key: str, value: bytes) -> None:
@@ -452,12 +507,22 @@ class StoreClient:
         self.address = address
         self.timeout_s = float(timeout_s) if timeout_s is not None else env.connect_timeout_s()
         if self.timeout_s <= 0:
-            raise HcclParamError(f"StoreClient timeout_s={timeout_s!r} must be > 0", arg="timeout_s", value=timeout_s, rule="range",
-                                 expected="> 0")
+            raise HcclParamError(
+                f"StoreClient timeout_s={timeout_s!r} must be > 0",
+                arg="timeout_s",
+                value=timeout_s,
+                rule="range",
+                expected="> 0",
+            )
         password = (secret if secret is not None else default_secret()).encode()
         if not password or len(password) > _MAX_SECRET_BYTES:
-            raise HcclParamError(f"StoreClient: the job secret must be 1-{_MAX_SECRET_BYTES} bytes, got {len(password)}", arg="secret",
-                                 value=len(password), rule="range", expected=f"1..{_MAX_SECRET_BYTES} bytes")
+            raise HcclParamError(
+                f"StoreClient: the job secret must be 1-{_MAX_SECRET_BYTES} bytes, got {len(password)}",
+                arg="secret",
+                value=len(password),
+                rule="range",
+                expected=f"1..{_MAX_SECRET_BYTES} bytes",
+            )
         self._ctx = zmq.Context(io_threads=1)
         self._sock = self._ctx.socket(zmq.DEALER)
         self._sock.setsockopt(zmq.LINGER, 0)  # close() never waits for undelivered messages
@@ -471,13 +536,15 @@ class StoreClient:
         # Handshake outcomes: a refusal shows here at once (the socket itself would only stay
         # unwritable while zmq retries, until the timeout).
         self._monitor = self._sock.get_monitor_socket(
-            zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL)
+            zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+        )
         try:
             self._sock.connect(address)
         except zmq.ZMQError as err:
             self._close_sockets()
-            raise HcclConnectError(f"store address {address!r} is not valid: {err.strerror}; {_HINT}", address=address,
-                                   errno=err.errno) from None
+            raise HcclConnectError(
+                f"store address {address!r} is not valid: {err.strerror}; {_HINT}", address=address, errno=err.errno
+            ) from None
         self._next_id = 0
         self._lock = threading.Lock()
         self._closed = False
@@ -494,8 +561,9 @@ class StoreClient:
         if port is None:
             raise HcclParamError(
                 f"{env.STORE_PORT} and {env.MASTER_PORT} are not set; start the job with hccl-launch "
-                "or set MASTER_ADDR/MASTER_PORT to the rendezvous store's host and port", variable=env.MASTER_PORT,
-                rule="required"
+                "or set MASTER_ADDR/MASTER_PORT to the rendezvous store's host and port",
+                variable=env.MASTER_PORT,
+                rule="required",
             )
         return cls(store_address(host, port), timeout_s)
 
@@ -525,8 +593,14 @@ class StoreClient:
     def add(self, key: str, delta: int = 1) -> int:
         """Atomically add ``delta`` to the integer under ``key`` (missing = 0); the new value."""
         if isinstance(delta, bool) or not isinstance(delta, int):
-            raise HcclParamError(f"store add({key!r}, delta={delta!r}): delta must be an int", key=key, arg="delta",
-                                 value=repr(delta), rule="type", expected="int")
+            raise HcclParamError(
+                f"store add({key!r}, delta={delta!r}): delta must be an int",
+                key=key,
+                arg="delta",
+                value=repr(delta),
+                rule="type",
+                expected="int",
+            )
         return int(self._request(_ADD, [_key(key), str(delta).encode()], None, f"add({key!r})")[0])
 
     def set_if_absent(self, key: str, value: bytes) -> tuple[bool, bytes]:
@@ -563,9 +637,13 @@ class StoreClient:
         missing = [k for k, present in zip(keys, self.check(keys)) if not present]
         if missing:
             raise HcclTimeoutError(
-                f"store {what} timed out (timeout 0 s: no waiting): key(s) {missing} not set "
-                f"(store {self.address})", address=self.address, keys=keys, missing_keys=missing, timeout_s=0,
-                **({"key": keys[0]} if len(keys) == 1 else {}))
+                f"store {what} timed out (timeout 0 s: no waiting): key(s) {missing} not set (store {self.address})",
+                address=self.address,
+                keys=keys,
+                missing_keys=missing,
+                timeout_s=0,
+                **({"key": keys[0]} if len(keys) == 1 else {}),
+            )
 
     def close(self) -> None:
         """Close the socket and the zmq context (no lingering, no threads left). Idempotent."""
@@ -587,18 +665,25 @@ class StoreClient:
     def __enter__(self) -> StoreClient:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()
 
     # -- machinery -------------------------------------------------------------------------
 
-    def _request(self, op: bytes, args: list[bytes], timeout_s: float | None, what: str,
-                 keys: tuple[str, ...] | None = None) -> list[bytes]:
+    def _request(
+        self, op: bytes, args: list[bytes], timeout_s: float | None, what: str, keys: tuple[str, ...] | None = None
+    ) -> list[bytes]:
         timeout = self.timeout_s if timeout_s is None else float(timeout_s)
         if timeout <= 0:
-            raise HcclParamError(f"store {what}: timeout_s={timeout_s!r} must be > 0", arg="timeout_s", value=timeout_s,
-                                 rule="range", expected="> 0")
+            raise HcclParamError(
+                f"store {what}: timeout_s={timeout_s!r} must be > 0",
+                arg="timeout_s",
+                value=timeout_s,
+                rule="range",
+                expected="> 0",
+            )
         with self._lock:
             if self._closed:
                 raise HcclParamError(f"store {what} on a closed StoreClient", address=self.address, state="closed")
@@ -615,7 +700,9 @@ class StoreClient:
                 if not self._wait_writable(deadline, what):
                     raise HcclConnectError(
                         f"store {what}: could not reach the rendezvous store at {self.address} "
-                        f"within {timeout:g} s; {_HINT}", address=self.address, timeout_s=timeout,
+                        f"within {timeout:g} s; {_HINT}",
+                        address=self.address,
+                        timeout_s=timeout,
                     ) from None
                 self._sock.send_multipart([req_id, op, *args], zmq.NOBLOCK)
             while True:
@@ -632,7 +719,11 @@ class StoreClient:
                 if len(frames) < 2 or frames[0] != req_id:
                     continue  # reply to a request that already timed out
                 if frames[1] == _ERR:
-                    raise from_wire(frames[2]) if len(frames) > 2 else HcclParamError(f"store {what} failed", address=self.address)
+                    raise (
+                        from_wire(frames[2])
+                        if len(frames) > 2
+                        else HcclParamError(f"store {what} failed", address=self.address)
+                    )
                 return frames[2:]
 
     def _wait_writable(self, deadline: float, what: str) -> bool:
@@ -661,16 +752,17 @@ class StoreClient:
                 self._refused = (
                     f"the store at {self.address} refused this process's job secret: it belongs to another job, or "
                     f"this rank has another {env.JOB_SECRET} (or another user's secret file) than the store's; give "
-                    f"every rank of the job the same {env.JOB_SECRET}, or check MASTER_ADDR:MASTER_PORT")
+                    f"every rank of the job the same {env.JOB_SECRET}, or check MASTER_ADDR:MASTER_PORT"
+                )
             elif event["event"] == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:
                 self._refused = (
                     f"{self.address} does not speak this hccl-py version's store protocol (another program on "
-                    "that port, or another hccl-py version); check MASTER_ADDR:MASTER_PORT")
+                    "that port, or another hccl-py version); check MASTER_ADDR:MASTER_PORT"
+                )
         if self._refused is not None:
             raise HcclConnectError(f"store {what}: {self._refused}", address=self.address)
 
-    def _timed_out(self, req_id: bytes, what: str, timeout: float,
-                   keys: tuple[str, ...] | None) -> Exception:
+    def _timed_out(self, req_id: bytes, what: str, timeout: float, keys: tuple[str, ...] | None) -> Exception:
         try:
             self._check_refused(what)
         except HcclConnectError as refused:
@@ -678,14 +770,16 @@ class StoreClient:
         if not self._sock.poll(0, zmq.POLLOUT):
             return HcclConnectError(
                 f"store {what}: lost the connection to the rendezvous store at {self.address} "
-                f"while waiting for the answer; {_HINT}", address=self.address,
-                **({"key": keys[0]} if keys and len(keys) == 1 else {"keys": list(keys)} if keys else {})
+                f"while waiting for the answer; {_HINT}",
+                address=self.address,
+                **({"key": keys[0]} if keys and len(keys) == 1 else {"keys": list(keys)} if keys else {}),
             )
         if keys is None:
             # SET/CHECK/ADD/DELETE are answered at once; silence means the server is wedged or gone.
             return HcclTimeoutError(
-                f"store {what}: no answer from the rendezvous store at {self.address} within "
-                f"{timeout:g} s; {_HINT}", address=self.address, timeout_s=timeout
+                f"store {what}: no answer from the rendezvous store at {self.address} within {timeout:g} s; {_HINT}",
+                address=self.address,
+                timeout_s=timeout,
             )
         # Withdraw the parked request so the server does not answer it (and keep no state) later.
         try:
@@ -696,14 +790,20 @@ class StoreClient:
         # missing_keys: for callers that act on them
         if len(keys) == 1:
             return HcclTimeoutError(
-                f"store {what} timed out after {timeout:g} s: no rank set key {keys[0]!r} "
-                f"(store {self.address})", address=self.address, key=keys[0], keys=list(keys), missing_keys=missing,
-                timeout_s=timeout
+                f"store {what} timed out after {timeout:g} s: no rank set key {keys[0]!r} (store {self.address})",
+                address=self.address,
+                key=keys[0],
+                keys=list(keys),
+                missing_keys=missing,
+                timeout_s=timeout,
             )
         return HcclTimeoutError(
             f"store wait timed out after {timeout:g} s: {len(missing)} of {len(keys)} key(s) "
-            f"still missing: {missing} (store {self.address})", address=self.address, keys=list(keys), missing_keys=missing,
-            timeout_s=timeout
+            f"still missing: {missing} (store {self.address})",
+            address=self.address,
+            keys=list(keys),
+            missing_keys=missing,
+            timeout_s=timeout,
         )
 
     def _still_missing(self, keys: tuple[str, ...]) -> list[str]:
@@ -733,31 +833,55 @@ def _ms(seconds: float) -> int:
 
 def _key(key: str) -> bytes:
     if not isinstance(key, str):
-        raise HcclParamError(f"store keys are str, got {type(key).__name__}: {key!r}", arg="key", value=repr(key), rule="type",
-                             expected="str")
+        raise HcclParamError(
+            f"store keys are str, got {type(key).__name__}: {key!r}",
+            arg="key",
+            value=repr(key),
+            rule="type",
+            expected="str",
+        )
     data = key.encode()
     if len(data) > MAX_FRAME_BYTES:
-        raise HcclParamError(f"store key of {len(data)} bytes is longer than {MAX_FRAME_BYTES >> 20} MiB", arg="key",
-                             value=len(data), rule="range", expected=f"<= {MAX_FRAME_BYTES} bytes")
+        raise HcclParamError(
+            f"store key of {len(data)} bytes is longer than {MAX_FRAME_BYTES >> 20} MiB",
+            arg="key",
+            value=len(data),
+            rule="range",
+            expected=f"<= {MAX_FRAME_BYTES} bytes",
+        )
     return data
 
 
 def _key_list(keys: Iterable[str]) -> list[str]:
     if isinstance(keys, str):
-        raise HcclParamError(f"store expects a list of keys, got the single string {keys!r}", arg="keys", value=keys, rule="type",
-                             expected="list of str")
+        raise HcclParamError(
+            f"store expects a list of keys, got the single string {keys!r}",
+            arg="keys",
+            value=keys,
+            rule="type",
+            expected="list of str",
+        )
     return list(keys)
 
 
 def _value(key: str, value: bytes) -> bytes:
     if not isinstance(value, (bytes, bytearray, memoryview)):
         raise HcclParamError(
-            f"store set({key!r}): values are bytes, got {type(value).__name__}; encode it first", key=key, arg="value",
-            rule="type", expected="bytes"
+            f"store set({key!r}): values are bytes, got {type(value).__name__}; encode it first",
+            key=key,
+            arg="value",
+            rule="type",
+            expected="bytes",
         )
     value = bytes(value)
     if len(value) > MAX_FRAME_BYTES:
-        raise HcclParamError(f"store set({key!r}): {len(value)} bytes is more than the store takes in one value "
-                             f"({MAX_FRAME_BYTES >> 20} MiB); the store is for rendezvous data, send payloads with a collective",
-                             key=key, arg="value", value=len(value), rule="range", expected=f"<= {MAX_FRAME_BYTES} bytes")
+        raise HcclParamError(
+            f"store set({key!r}): {len(value)} bytes is more than the store takes in one value "
+            f"({MAX_FRAME_BYTES >> 20} MiB); the store is for rendezvous data, send payloads with a collective",
+            key=key,
+            arg="value",
+            value=len(value),
+            rule="range",
+            expected=f"<= {MAX_FRAME_BYTES} bytes",
+        )
     return value

@@ -42,8 +42,20 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 class Work:
     """One asynchronous call in flight (see the module doc)."""
 
-    __slots__ = ("what", "_result", "_done", "_error", "_end_clock", "_device", "_joined", "_callbacks", "_blocking",
-                 "_start_clock", "_owner_pid", "__weakref__")
+    __slots__ = (
+        "what",
+        "_result",
+        "_done",
+        "_error",
+        "_end_clock",
+        "_device",
+        "_joined",
+        "_callbacks",
+        "_blocking",
+        "_start_clock",
+        "_owner_pid",
+        "__weakref__",
+    )
 
     def __init__(self, what: str, result: Any, device, *, blocking: bool = False):
         self.what = what  # "allreduce #3 on communicator 'world' (rank 0 of 4)"
@@ -72,8 +84,10 @@ class Work:
         if timeout is not None:
             timeout = _checked_timeout(self.what, timeout)
         if not self._done.wait(timeout):
-            raise HcclTimeoutError(f"{self.what}: not done within wait(timeout={timeout:g}); the call goes on, wait again",
-                                   timeout_s=timeout)
+            raise HcclTimeoutError(
+                f"{self.what}: not done within wait(timeout={timeout:g}); the call goes on, wait again",
+                timeout_s=timeout,
+            )
         if not self._joined:
             self._joined = True
             device = self._device
@@ -91,8 +105,11 @@ class Work:
             f"{self.what}: wait() in process {_pid}, a child forked from process {self._owner_pid} after it issued the "
             "call: the call ends on that process's progress thread, which does not run here, so this wait would never "
             "end. Wait in the process that issued the call (before forking), and start workers that need the result "
-            "after it is done, or with multiprocessing's 'spawn' start method", state="forked", owner_pid=self._owner_pid,
-            pid=_pid)
+            "after it is done, or with multiprocessing's 'spawn' start method",
+            state="forked",
+            owner_pid=self._owner_pid,
+            pid=_pid,
+        )
 
     def is_completed(self) -> bool:
         """True once the call has finished, successfully or not (never blocks)."""
@@ -142,12 +159,22 @@ def _checked_timeout(what: str, timeout) -> float | None:
     """``Work.wait``'s ``timeout`` as seconds for ``threading.Event.wait`` (None: no bound);
     HcclParamError for anything but a number >= 0."""
     if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
-        raise HcclParamError(f"{what}: wait(timeout={timeout!r}): timeout is seconds as a number (e.g. wait(timeout=1.5)), "
-                             "or None to wait until the call ends", arg="timeout", value=repr(timeout), rule="type",
-                             expected="number of seconds >= 0, or None")
+        raise HcclParamError(
+            f"{what}: wait(timeout={timeout!r}): timeout is seconds as a number (e.g. wait(timeout=1.5)), "
+            "or None to wait until the call ends",
+            arg="timeout",
+            value=repr(timeout),
+            rule="type",
+            expected="number of seconds >= 0, or None",
+        )
     seconds = float(timeout)
     if not seconds >= 0:  # negative, or nan
-        raise HcclParamError(f"{what}: wait(timeout={timeout!r}): timeout must be >= 0 seconds (0 only looks whether the "
-                             "call is done; None waits until it ends)", arg="timeout", value=seconds, rule="range",
-                             expected=">= 0")
+        raise HcclParamError(
+            f"{what}: wait(timeout={timeout!r}): timeout must be >= 0 seconds (0 only looks whether the "
+            "call is done; None waits until it ends)",
+            arg="timeout",
+            value=seconds,
+            rule="range",
+            expected=">= 0",
+        )
     return None if seconds > threading.TIMEOUT_MAX else seconds  # inf and beyond what a lock takes: no bound

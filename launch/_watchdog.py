@@ -60,7 +60,7 @@ def _stat_fields(pid: int | str) -> list[bytes] | None:
     finally:
         os.close(fd)
     # The command name is in parentheses and may itself contain spaces and ')'.
-    return data[data.rfind(b")") + 2:].split()
+    return data[data.rfind(b")") + 2 :].split()
 
 
 def start_time(pid: int | str = "self") -> int | None:
@@ -184,7 +184,8 @@ class Watchdog:
         try:
             process = subprocess.Popen(
                 [sys.executable, "-I", "-S", os.path.abspath(__file__)],
-                stdin=theirs.fileno(), stdout=subprocess.DEVNULL,
+                stdin=theirs.fileno(),
+                stdout=subprocess.DEVNULL,
                 start_new_session=True,  # out of reach of signals meant for the launcher's group
             )
         except BaseException:
@@ -287,8 +288,12 @@ def main() -> int:
         remove_job_files(mark)
     if survivors:
         try:
-            print(f"hccl-launch watchdog: processes {survivors} of the job's ranks survived SIGKILL "
-                  f"for {KILL_PATIENCE_S:g} s", file=sys.stderr, flush=True)
+            print(
+                f"hccl-launch watchdog: processes {survivors} of the job's ranks survived SIGKILL "
+                f"for {KILL_PATIENCE_S:g} s",
+                file=sys.stderr,
+                flush=True,
+            )
         except OSError:
             pass  # nobody reads our stderr any more
         return 1

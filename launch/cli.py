@@ -48,44 +48,113 @@ def build_parser() -> argparse.ArgumentParser:
             f"was killed); {EXIT_TIMEOUT} on --timeout; 130 on Ctrl-C."
         ),
     )
-    parser.add_argument("-n", "--nproc", "--nproc-per-node", dest="nproc", type=int, required=True,
-                        help="number of ranks (simulated cards) to start on this node")
-    parser.add_argument("--nnodes", type=int, default=1,
-                        help="number of nodes (hosts), each running one hccl-launch with -n ranks (default 1)")
-    parser.add_argument("--node-rank", type=int, default=0,
-                        help="this node's index in 0..nnodes-1; node 0 hosts the rendezvous store (default 0)")
-    parser.add_argument("-m", "--module", dest="is_module", action="store_true",
-                        help="run the target as a module, like `python -m`")
-    parser.add_argument("--log-dir", type=Path, default=None, metavar="DIR",
-                        help="also write each rank's stdout+stderr to DIR/rank_<r>.log")
-    parser.add_argument("--grace", type=float, default=5.0, metavar="SECONDS",
-                        help="time between SIGTERM (or forwarded SIGINT) and SIGKILL when stopping ranks (default 5)")
-    parser.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
-                        help=f"wall-clock limit for the whole job; on expiry all ranks are stopped, exit {EXIT_TIMEOUT}")
-    parser.add_argument("--master-addr", default="127.0.0.1",
-                        help="address the rendezvous store binds and ranks connect to; across nodes: node 0's address "
-                             "(default 127.0.0.1)")
-    parser.add_argument("--master-port", type=int, default=0,
-                        help="port of the rendezvous store (default: a free port; required with --nnodes > 1)")
-    parser.add_argument("--topology", default=None, metavar="NAME",
-                        help="modeled cluster preset, e.g. ascend910-8p, mixed-4p, 2x8p-roce (default: one for N cards; see hccl-topo presets)")
-    parser.add_argument("--rank-table", type=Path, default=None, metavar="FILE",
-                        help="HCCL rank-table JSON describing the cluster (with --topology: the server wiring)")
-    parser.add_argument("--figures", type=Path, default=None, metavar="FILE",
-                        help="JSON file overriding any link or card figure of the topology (see hccl-topo show)")
-    parser.add_argument("--fault", action="append", default=[], metavar="SPEC",
-                        help="inject a fault (repeatable), e.g. rank=2,op=allreduce,seq=3,action=hang; "
-                             "actions: hang, crash, delay, slow, degrade, drop (see hccl_py/faults.py)")
-    parser.add_argument("--trace", type=Path, default=None, metavar="DIR",
-                        help="write a Chrome trace (modeled and wall timelines, one process per rank) to DIR/trace.json")
-    parser.add_argument("--npu", action="store_true",
-                        help="run a script written for Ascend (torch_npu, torch.npu, transfer_to_npu) on CPU tensors: "
-                             "a torch_npu stand-in goes first on the ranks' path, events time the modeled card "
-                             "(see docs/torch.md)")
-    parser.add_argument("--start", choices=("fork", "exec"), default="fork",
-                        help="how ranks start: fork = copies of this launcher, which has imported numpy and hccl_py "
-                             "already (fast); exec = a fresh `python script.py` each, with the interpreter's own start-up "
-                             "(default fork; see README, Commands)")
+    parser.add_argument(
+        "-n",
+        "--nproc",
+        "--nproc-per-node",
+        dest="nproc",
+        type=int,
+        required=True,
+        help="number of ranks (simulated cards) to start on this node",
+    )
+    parser.add_argument(
+        "--nnodes",
+        type=int,
+        default=1,
+        help="number of nodes (hosts), each running one hccl-launch with -n ranks (default 1)",
+    )
+    parser.add_argument(
+        "--node-rank",
+        type=int,
+        default=0,
+        help="this node's index in 0..nnodes-1; node 0 hosts the rendezvous store (default 0)",
+    )
+    parser.add_argument(
+        "-m", "--module", dest="is_module", action="store_true", help="run the target as a module, like `python -m`"
+    )
+    parser.add_argument(
+        "--log-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="also write each rank's stdout+stderr to DIR/rank_<r>.log",
+    )
+    parser.add_argument(
+        "--grace",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="time between SIGTERM (or forwarded SIGINT) and SIGKILL when stopping ranks (default 5)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help=f"wall-clock limit for the whole job; on expiry all ranks are stopped, exit {EXIT_TIMEOUT}",
+    )
+    parser.add_argument(
+        "--master-addr",
+        default="127.0.0.1",
+        help="address the rendezvous store binds and ranks connect to; across nodes: node 0's address "
+        "(default 127.0.0.1)",
+    )
+    parser.add_argument(
+        "--master-port",
+        type=int,
+        default=0,
+        help="port of the rendezvous store (default: a free port; required with --nnodes > 1)",
+    )
+    parser.add_argument(
+        "--topology",
+        default=None,
+        metavar="NAME",
+        help="modeled cluster preset, e.g. ascend910-8p, mixed-4p, 2x8p-roce (default: one for N cards; see hccl-topo presets)",
+    )
+    parser.add_argument(
+        "--rank-table",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="HCCL rank-table JSON describing the cluster (with --topology: the server wiring)",
+    )
+    parser.add_argument(
+        "--figures",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="JSON file overriding any link or card figure of the topology (see hccl-topo show)",
+    )
+    parser.add_argument(
+        "--fault",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="inject a fault (repeatable), e.g. rank=2,op=allreduce,seq=3,action=hang; "
+        "actions: hang, crash, delay, slow, degrade, drop (see hccl_py/faults.py)",
+    )
+    parser.add_argument(
+        "--trace",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="write a Chrome trace (modeled and wall timelines, one process per rank) to DIR/trace.json",
+    )
+    parser.add_argument(
+        "--npu",
+        action="store_true",
+        help="run a script written for Ascend (torch_npu, torch.npu, transfer_to_npu) on CPU tensors: "
+        "a torch_npu stand-in goes first on the ranks' path, events time the modeled card "
+        "(see docs/torch.md)",
+    )
+    parser.add_argument(
+        "--start",
+        choices=("fork", "exec"),
+        default="fork",
+        help="how ranks start: fork = copies of this launcher, which has imported numpy and hccl_py "
+        "already (fast); exec = a fresh `python script.py` each, with the interpreter's own start-up "
+        "(default fork; see README, Commands)",
+    )
     parser.add_argument("target", help="the script to run, or the module name with -m")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to every rank")
     return parser
@@ -157,10 +226,17 @@ def _env_faults(parser: argparse.ArgumentParser, environ: Mapping[str, str], wor
 def _from_environment(config: LaunchConfig, *names: str) -> str:
     """`` (from the environment: NAME='value')`` for those of ``names`` the config took from the
     environment (see :func:`parse_args`), to say where a refused value came from."""
-    taken = {env.HCCL_PY_TOPOLOGY: config.topology, env.RANK_TABLE_FILE: config.rank_table,
-             env.HCCL_PY_FIGURES: config.figures, env.HCCL_PY_TRACE_DIR: config.trace_dir}
-    found = [f"{name}={os.environ[name]!r}" for name in names
-             if taken[name] is not None and _env_value(os.environ, name) == str(taken[name])]
+    taken = {
+        env.HCCL_PY_TOPOLOGY: config.topology,
+        env.RANK_TABLE_FILE: config.rank_table,
+        env.HCCL_PY_FIGURES: config.figures,
+        env.HCCL_PY_TRACE_DIR: config.trace_dir,
+    }
+    found = [
+        f"{name}={os.environ[name]!r}"
+        for name in names
+        if taken[name] is not None and _env_value(os.environ, name) == str(taken[name])
+    ]
     return f" (from the environment: {', '.join(found)})" if found else ""
 
 
@@ -174,9 +250,13 @@ def check_trace_dir(config: LaunchConfig) -> None:
         with tempfile.TemporaryFile(dir=config.trace_dir):
             pass
     except OSError as err:
-        raise HcclParamError(f"trace folder {config.trace_dir}: cannot write the ranks' traces there: "
-                             f"{err.strerror or err}" + (f" ({err.filename})" if err.filename else ""),
-                             arg="--trace", value=str(config.trace_dir), errno=err.errno) from None
+        raise HcclParamError(
+            f"trace folder {config.trace_dir}: cannot write the ranks' traces there: "
+            f"{err.strerror or err}" + (f" ({err.filename})" if err.filename else ""),
+            arg="--trace",
+            value=str(config.trace_dir),
+            errno=err.errno,
+        ) from None
 
 
 def describe_cluster(config: LaunchConfig) -> str:
@@ -184,7 +264,9 @@ def describe_cluster(config: LaunchConfig) -> str:
     starts: 'topology ascend910-8p (default for 4 cards)'."""
     world = config.world_size
     if config.rank_table is not None:
-        topo = Topology.from_rank_table(RankTable.load(config.rank_table), preset=config.topology, figures=config.figures)
+        topo = Topology.from_rank_table(
+            RankTable.load(config.rank_table), preset=config.topology, figures=config.figures
+        )
         how = f"rank table {config.rank_table}"
     else:
         name = config.topology or config.default_topology()
@@ -192,7 +274,9 @@ def describe_cluster(config: LaunchConfig) -> str:
         default = f"{config.nnodes} nodes x {config.nproc} cards" if config.nnodes > 1 else f"{config.nproc} cards"
         how = f"topology {name}" + ("" if config.topology else f" (default for {default})")
     if topo.num_ranks != world:
-        what = f"--nnodes {config.nnodes} x -n {config.nproc} = {world}" if config.nnodes > 1 else f"-n is {config.nproc}"
+        what = (
+            f"--nnodes {config.nnodes} x -n {config.nproc} = {world}" if config.nnodes > 1 else f"-n is {config.nproc}"
+        )
         raise TopologyError(f"{how} has {topo.num_ranks} cards but {what}", field="nproc")
     if config.nnodes > 1:
         ranks = [r for r, _ in config.node_ranks()]
@@ -203,7 +287,11 @@ def describe_cluster(config: LaunchConfig) -> str:
 
 
 def _span(ranks: list[int]) -> str:
-    return f"{ranks[0]}-{ranks[-1]}" if ranks == list(range(ranks[0], ranks[-1] + 1)) and len(ranks) > 1 else ",".join(map(str, ranks))
+    return (
+        f"{ranks[0]}-{ranks[-1]}"
+        if ranks == list(range(ranks[0], ranks[-1] + 1)) and len(ranks) > 1
+        else ",".join(map(str, ranks))
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

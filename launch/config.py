@@ -20,7 +20,6 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import hccl_py
 from hccl_py import env
 from hccl_py.errors import HcclParamError
 from hccl_py.faults import check_ranks, parse_fault
@@ -67,19 +66,25 @@ class LaunchConfig:
         if not (math.isfinite(self.grace_s) and self.grace_s >= 0):
             raise ValueError(f"grace must be a finite number of seconds >= 0, got {self.grace_s}")
         if self.timeout_s is not None and not (math.isfinite(self.timeout_s) and self.timeout_s > 0):
-            raise ValueError(f"timeout must be a finite number of seconds > 0, got {self.timeout_s} "
-                             "(for no wall-clock limit, leave --timeout out)")
+            raise ValueError(
+                f"timeout must be a finite number of seconds > 0, got {self.timeout_s} "
+                "(for no wall-clock limit, leave --timeout out)"
+            )
         if not 0 <= self.master_port <= 65535:
             raise ValueError(f"master port must be in 0..65535, got {self.master_port}")
         if self.nnodes < 1:
             raise ValueError(f"nnodes must be >= 1, got {self.nnodes}")
         if not 0 <= self.node_rank < self.nnodes:
-            raise ValueError(f"node rank must be in 0..{self.nnodes - 1} (--nnodes {self.nnodes}), got {self.node_rank}")
+            raise ValueError(
+                f"node rank must be in 0..{self.nnodes - 1} (--nnodes {self.nnodes}), got {self.node_rank}"
+            )
         if self.start not in START_METHODS:
             raise ValueError(f"start must be one of {', '.join(START_METHODS)}, got {self.start!r}")
         if self.nnodes > 1 and self.master_port == 0:
-            raise ValueError("--nnodes > 1 needs --master-port (and --master-addr: node 0's address): "
-                             "every node's launcher must find node 0's store there")
+            raise ValueError(
+                "--nnodes > 1 needs --master-port (and --master-addr: node 0's address): "
+                "every node's launcher must find node 0's store there"
+            )
         try:
             check_ranks([parse_fault(spec) for spec in self.faults], self.world_size)
         except HcclParamError as err:
@@ -110,14 +115,24 @@ class LaunchConfig:
             return [(base + i, i) for i in range(self.nproc)]
         table = RankTable.load(self.rank_table)
         if table.server_count != self.nnodes:
-            raise TopologyError(f"rank table {self.rank_table} has {table.server_count} servers but --nnodes is {self.nnodes}; "
-                                "each node runs one server's ranks", field="nnodes", value=self.nnodes, rule="const",
-                                expected=table.server_count)
+            raise TopologyError(
+                f"rank table {self.rank_table} has {table.server_count} servers but --nnodes is {self.nnodes}; "
+                "each node runs one server's ranks",
+                field="nnodes",
+                value=self.nnodes,
+                rule="const",
+                expected=table.server_count,
+            )
         server = table.servers[self.node_rank]
         if len(server.devices) != self.nproc:
-            raise TopologyError(f"rank table {self.rank_table}: server_list[{self.node_rank}] (server_id {server.server_id}) "
-                                f"has {len(server.devices)} devices but -n is {self.nproc}", field="nproc", value=self.nproc,
-                                rule="const", expected=len(server.devices))
+            raise TopologyError(
+                f"rank table {self.rank_table}: server_list[{self.node_rank}] (server_id {server.server_id}) "
+                f"has {len(server.devices)} devices but -n is {self.nproc}",
+                field="nproc",
+                value=self.nproc,
+                rule="const",
+                expected=len(server.devices),
+            )
         return sorted((dev.rank_id, dev.device_id) for dev in server.devices)
 
     def modeled_env(self) -> dict[str, str]:
@@ -146,8 +161,12 @@ class LaunchConfig:
         """Whether ranks are forked from this (warm) launcher: ``start`` is "fork", they run this
         very interpreter, and the process has no other thread yet (a fork copies only the
         calling thread; otherwise ranks are exec'd)."""
-        return (self.start == "fork" and self.python == sys.executable and hasattr(os, "fork")
-                and threading.active_count() == 1)
+        return (
+            self.start == "fork"
+            and self.python == sys.executable
+            and hasattr(os, "fork")
+            and threading.active_count() == 1
+        )
 
     def argv(self) -> list[str]:
         """The rank's ``sys.argv``: the script (or module name) and its arguments."""

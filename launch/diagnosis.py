@@ -42,8 +42,16 @@ def diagnose(dumps: dict[int, dict], world_size: int, local_ranks: list[int] | N
     for rank, doc in dumps.items():
         for rec in doc.get("records", []):
             if rec["state"] == "failed":
-                failures.append({"rank": rank, "at_s": rec["wall_end"] - origin[rank], "comm": rec["comm"], "op": rec["op"],
-                                 "seq": rec["seq"], "error": rec["error"]})
+                failures.append(
+                    {
+                        "rank": rank,
+                        "at_s": rec["wall_end"] - origin[rank],
+                        "comm": rec["comm"],
+                        "op": rec["op"],
+                        "seq": rec["seq"],
+                        "error": rec["error"],
+                    }
+                )
     failures.sort(key=lambda f: f["at_s"])
     communicators = []
     by_comm: dict[str, dict[int, list[dict]]] = defaultdict(dict)
@@ -71,23 +79,50 @@ def diagnose(dumps: dict[int, dict], world_size: int, local_ranks: list[int] | N
             if rec is None:
                 before = [x for x in per_rank.get(r, []) if x["seq"] < stuck_seq]
                 prev = max(before, key=lambda x: x["seq"]) if before else None
-                missing.append({"rank": r, "last": None if prev is None else f"{prev['op']} #{prev['seq']}, {prev['state']}"})
+                missing.append(
+                    {"rank": r, "last": None if prev is None else f"{prev['op']} #{prev['seq']}, {prev['state']}"}
+                )
             elif rec["state"] == "completed":
                 entered.append(r)
             else:
                 end = rec["wall_end"] if rec["wall_end"] is not None else dumps[r].get("dumped_at_s", 0.0) + origin[r]
-                waited.append({"rank": r, "state": rec["state"], "waited_s": end - rec["wall_start"], "error": rec["error"]})
-        communicators.append({"comm": comm, "op": stuck["op"], "seq": stuck_seq, "never_entered": missing,
-                              "waiting": waited, "completed": entered, "no_record": unknown, "other_nodes": elsewhere})
+                waited.append(
+                    {"rank": r, "state": rec["state"], "waited_s": end - rec["wall_start"], "error": rec["error"]}
+                )
+        communicators.append(
+            {
+                "comm": comm,
+                "op": stuck["op"],
+                "seq": stuck_seq,
+                "never_entered": missing,
+                "waiting": waited,
+                "completed": entered,
+                "no_record": unknown,
+                "other_nodes": elsewhere,
+            }
+        )
     imbalance = []
     for rank, doc in sorted(dumps.items()):
         waited_for = doc.get("waited_for") or {}
         top = max(waited_for.items(), key=lambda kv: kv[1]) if waited_for else None
-        imbalance.append({"rank": rank, "clock_s": doc.get("clock"), "compute_s": doc.get("compute_s"), "comm_s": doc.get("comm_s"),
-                          "wait_s": doc.get("wait_s"), "waited_most_for": None if top is None else {"rank": int(top[0]), "seconds": top[1]},
-                          "reason": doc.get("reason")})
-    return {"first_failure": failures[0] if failures else None, "communicators": communicators, "ranks": imbalance,
-            "dumps_from": sorted(dumps), "world_size": world_size}
+        imbalance.append(
+            {
+                "rank": rank,
+                "clock_s": doc.get("clock"),
+                "compute_s": doc.get("compute_s"),
+                "comm_s": doc.get("comm_s"),
+                "wait_s": doc.get("wait_s"),
+                "waited_most_for": None if top is None else {"rank": int(top[0]), "seconds": top[1]},
+                "reason": doc.get("reason"),
+            }
+        )
+    return {
+        "first_failure": failures[0] if failures else None,
+        "communicators": communicators,
+        "ranks": imbalance,
+        "dumps_from": sorted(dumps),
+        "world_size": world_size,
+    }
 
 
 def format_diagnosis(found: dict) -> str:
@@ -97,22 +132,30 @@ def format_diagnosis(found: dict) -> str:
     lines = ["Collective state (from the ranks' flight recorders):"]
     first = found["first_failure"]
     if first is not None:
-        lines.append(f"  first failure: rank {first['rank']} at {first['at_s']:.2f} s, {first['op']} #{first['seq']} "
-                     f"on '{first['comm']}': {first['error']}")
+        lines.append(
+            f"  first failure: rank {first['rank']} at {first['at_s']:.2f} s, {first['op']} #{first['seq']} "
+            f"on '{first['comm']}': {first['error']}"
+        )
     for c in found["communicators"]:
         call = f"{c['op']} #{c['seq']}"
         parts = []
         for m in c["never_entered"]:
-            parts.append(f"rank {m['rank']} never entered {call}" + (f" (its last call: {m['last']})" if m["last"] else ""))
+            parts.append(
+                f"rank {m['rank']} never entered {call}" + (f" (its last call: {m['last']})" if m["last"] else "")
+            )
         failed = [w for w in c["waiting"] if w["state"] == "failed"]
         if failed:
             longest = max(w["waited_s"] for w in failed)
             errors = sorted({w["error"].split(":")[0] for w in failed})
-            parts.append(f"{_rank_list([w['rank'] for w in failed])} waited {longest:.1f} s in {call} ({', '.join(errors)})")
+            parts.append(
+                f"{_rank_list([w['rank'] for w in failed])} waited {longest:.1f} s in {call} ({', '.join(errors)})"
+            )
         inside = [w for w in c["waiting"] if w["state"] != "failed"]
         if inside:
             longest = max(w["waited_s"] for w in inside)
-            parts.append(f"{_rank_list([w['rank'] for w in inside])} were still in {call} when stopped (after {longest:.1f} s)")
+            parts.append(
+                f"{_rank_list([w['rank'] for w in inside])} were still in {call} when stopped (after {longest:.1f} s)"
+            )
         if c["no_record"]:
             parts.append(f"{_rank_list(c['no_record'])} left no flight record (killed before it could write one)")
         if c.get("other_nodes"):
@@ -127,6 +170,8 @@ def format_diagnosis(found: dict) -> str:
         for r in busy:
             top = r["waited_most_for"]
             who = f"rank {top['rank']} ({top['seconds'] * 1e3:.3f} ms)" if top else "-"
-            lines.append(f"    rank {r['rank']:<4}            {r['clock_s'] * 1e3:11.3f} {r['compute_s'] * 1e3:11.3f} "
-                         f"{r['comm_s'] * 1e3:11.3f} {r['wait_s'] * 1e3:11.3f}   {who}")
+            lines.append(
+                f"    rank {r['rank']:<4}            {r['clock_s'] * 1e3:11.3f} {r['compute_s'] * 1e3:11.3f} "
+                f"{r['comm_s'] * 1e3:11.3f} {r['wait_s'] * 1e3:11.3f}   {who}"
+            )
     return "\n".join(lines)

@@ -38,9 +38,9 @@ import pickle
 import signal
 import sys
 import traceback
+from collections.abc import Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, BinaryIO
 
 from .proc import set_parent_death_signal
@@ -140,7 +140,9 @@ def fork_waiting(count: int, watchdog: Watchdog | None, close: Sequence[int] = (
             sys.stderr.flush()
             pid = os.fork()
             if pid == 0:  # the child: never returns
-                inherited = [*close, control_w, out_r, err_r] + [fd for w in waiting for fd in (w.control, w.stdout, w.stderr)]
+                inherited = [*close, control_w, out_r, err_r] + [
+                    fd for w in waiting for fd in (w.control, w.stdout, w.stderr)
+                ]
                 _child(parent, watchdog, control_r, out_w, err_w, inherited)
             for fd in (control_r, out_w, err_w):
                 os.close(fd)
@@ -195,10 +197,17 @@ def _become_rank(orders: dict, out_w: int, err_w: int) -> None:
     encoding = getattr(sys.__stdout__, "encoding", None) or "utf-8"
     sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding=encoding)
     # As PYTHONUNBUFFERED=1 (rank_env sets it): no buffer, every write reaches the pipe at once.
-    sys.stdout = sys.__stdout__ = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding=encoding,  # type: ignore[arg-type]
-                                                   write_through=True)
-    sys.stderr = sys.__stderr__ = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding=encoding,  # type: ignore[arg-type]
-                                                   errors="backslashreplace", write_through=True)
+    sys.stdout = sys.__stdout__ = io.TextIOWrapper(
+        io.FileIO(1, "w", closefd=False),
+        encoding=encoding,  # type: ignore[arg-type]
+        write_through=True,
+    )
+    sys.stderr = sys.__stderr__ = io.TextIOWrapper(
+        io.FileIO(2, "w", closefd=False),
+        encoding=encoding,  # type: ignore[arg-type]
+        errors="backslashreplace",
+        write_through=True,
+    )
     signal.signal(signal.SIGINT, signal.default_int_handler)
     for signum in (signal.SIGTERM, signal.SIGCHLD):  # the launcher's handlers are not the rank's
         signal.signal(signum, signal.SIG_DFL)

@@ -50,13 +50,20 @@ def check_ready() -> None:
     """Refuse before any process starts: without torch (say what to install), or beside a real
     torch_npu (which would serve 'npu' and 'hccl' itself)."""
     if importlib.util.find_spec("torch") is None:
-        raise HcclNotSupportedError("hccl-py's npu device needs torch: pip install 'hccl-py[torch]' (torch 2.13.0; "
-                                    "docs/torch.md says how to get its CPU build)", module="torch", rule="required")
+        raise HcclNotSupportedError(
+            "hccl-py's npu device needs torch: pip install 'hccl-py[torch]' (torch 2.13.0; "
+            "docs/torch.md says how to get its CPU build)",
+            module="torch",
+            rule="required",
+        )
     holder = foreign_torch_npu()
     if holder is not None:
-        raise HcclNotSupportedError(f"a real torch_npu is installed ({holder}): it serves the npu device and 'hccl' "
-                                    "itself; run hccl-py's simulated NPUs in an environment without it",
-                                    holder=holder, rule="unique")
+        raise HcclNotSupportedError(
+            f"a real torch_npu is installed ({holder}): it serves the npu device and 'hccl' "
+            "itself; run hccl-py's simulated NPUs in an environment without it",
+            holder=holder,
+            rule="unique",
+        )
 
 
 def npu_environment(environ: dict[str, str], devices: int | None = None) -> dict[str, str]:
@@ -74,15 +81,27 @@ def npu_environment(environ: dict[str, str], devices: int | None = None) -> dict
 def build_parser() -> argparse.ArgumentParser:
     """hccl-npu's options, then the command and its arguments."""
     parser = argparse.ArgumentParser(
-        prog="hccl-npu", description="Run COMMAND (python, torchrun, pytest, a shell script) as one host with N "
+        prog="hccl-npu",
+        description="Run COMMAND (python, torchrun, pytest, a shell script) as one host with N "
         "simulated Ascend NPUs: `import torch_npu`, the npu device and the 'hccl' backend work in every process it "
-        "starts.", epilog="exit status: COMMAND's own.")
-    parser.add_argument("--devices", type=int, default=None, metavar="N",
-                        help=f"NPUs this host shows (1..{MAX_DEVICES}; default: a server's cards of --topology, "
-                             f"else {DEFAULT_DEVICES})")
-    parser.add_argument("--topology", default=None, metavar="PRESET",
-                        help=f"the modeled cluster (an hccl-topo preset): cards, links, HBM (default {DEFAULT_TOPOLOGY} "
-                             "up to 8 cards, unless HCCL_PY_TOPOLOGY or RANK_TABLE_FILE is set)")
+        "starts.",
+        epilog="exit status: COMMAND's own.",
+    )
+    parser.add_argument(
+        "--devices",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"NPUs this host shows (1..{MAX_DEVICES}; default: a server's cards of --topology, "
+        f"else {DEFAULT_DEVICES})",
+    )
+    parser.add_argument(
+        "--topology",
+        default=None,
+        metavar="PRESET",
+        help=f"the modeled cluster (an hccl-topo preset): cards, links, HBM (default {DEFAULT_TOPOLOGY} "
+        "up to 8 cards, unless HCCL_PY_TOPOLOGY or RANK_TABLE_FILE is set)",
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the command to run, with its arguments")
     return parser
 
@@ -106,8 +125,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             devices = cards if devices is None else devices
         devices = DEFAULT_DEVICES if devices is None else devices
         if not 1 <= devices <= MAX_DEVICES:
-            raise HcclParamError(f"--devices {devices}: expected 1..{MAX_DEVICES}", arg="--devices", value=devices,
-                                 rule="range", min=1, max=MAX_DEVICES)
+            raise HcclParamError(
+                f"--devices {devices}: expected 1..{MAX_DEVICES}",
+                arg="--devices",
+                value=devices,
+                rule="range",
+                min=1,
+                max=MAX_DEVICES,
+            )
         check_ready()
     except HcclError as err:
         print(f"hccl-npu: {err}", file=sys.stderr)

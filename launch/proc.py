@@ -97,9 +97,18 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def rank_env(rank: int, world_size: int, store_addr: str, store_port: int, job_id: str, job_secret: str,
-             local_rank: int | None = None, local_world_size: int | None = None, *,
-             torch_port: int | None = None) -> dict[str, str]:
+def rank_env(
+    rank: int,
+    world_size: int,
+    store_addr: str,
+    store_port: int,
+    job_id: str,
+    job_secret: str,
+    local_rank: int | None = None,
+    local_world_size: int | None = None,
+    *,
+    torch_port: int | None = None,
+) -> dict[str, str]:
     """The environment a rank starts with: HCCL/MindSpore names and torchrun names, both; where
     hccl-py's store is (HCCL_PY_STORE_ADDR/PORT), the job's id and store secret; and
     MASTER_ADDR/MASTER_PORT for torch's ``env://`` rendezvous (``torch_port``, a free port the
@@ -170,11 +179,16 @@ def _sleep(live: Sequence[Any], timeout_s: float) -> None:
     time.sleep(min(timeout_s, POLL_INTERVAL_S))
 
 
-def stop_all(procs: Sequence[P], grace_s: float, sig: int = signal.SIGTERM, *,
-             send: Callable[[Any, int], None] = signal_group,
-             exited: Callable[[Any], bool] = _popen_exited,
-             wait: Callable[[Sequence[Any], float], None] = _sleep,
-             give_up: Callable[[], bool] | None = None) -> list[P]:
+def stop_all(
+    procs: Sequence[P],
+    grace_s: float,
+    sig: int = signal.SIGTERM,
+    *,
+    send: Callable[[Any, int], None] = signal_group,
+    exited: Callable[[Any], bool] = _popen_exited,
+    wait: Callable[[Sequence[Any], float], None] = _sleep,
+    give_up: Callable[[], bool] | None = None,
+) -> list[P]:
     """Stop every process of ``procs`` still running: ``sig`` to each, then SIGKILL to those that
     have not exited after ``grace_s`` seconds; those (in order) are returned.
 

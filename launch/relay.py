@@ -128,7 +128,7 @@ def _keep_tail(tail: collections.deque[str], whole: bytes, first_cut: bool) -> N
     ``first_cut`` the first of them ends a line whose start is in the tail already."""
     keep = tail.maxlen
     if keep is None:
-        lines = whole[:-1].split(b"\n")[1 if first_cut else 0:]
+        lines = whole[:-1].split(b"\n")[1 if first_cut else 0 :]
     else:
         lines = whole[:-1].rsplit(b"\n", keep)  # split no further than needed: at most keep + 1 parts
         if len(lines) > keep or first_cut:

@@ -69,8 +69,7 @@ def _others(outcomes: Sequence[RankOutcome], skip: int | None) -> list[str]:
     return lines
 
 
-def format_failure(job_id: str, outcomes: Sequence[RankOutcome], root_rank: int,
-                   start_time: float) -> str:
+def format_failure(job_id: str, outcomes: Sequence[RankOutcome], root_rank: int, start_time: float) -> str:
     """The report for a job whose rank ``root_rank`` was the first to fail."""
     root = next(o for o in outcomes if o.rank == root_rank)
     assert root.returncode is not None
@@ -106,4 +105,3 @@ def format_stopped(job_id: str, outcomes: Sequence[RankOutcome], reason: str) ->
         lines.append(f"Ranks still running when the launcher stopped the job: {unfinished}")
     lines.append(_RULE)
     return "\n".join(lines)
-

@@ -46,12 +46,20 @@ from types import TracebackType
 from typing import Any
 
 from hccl_py import env as envnames
-from hccl_py.store import StoreServer
 from hccl_py import rundir
+from hccl_py.store import StoreServer
 
 from . import _watchdog
 from .fork import WARM_MODULES
-from .proc import describe_returncode, free_port, new_job_id, new_job_secret, rank_env, set_parent_death_signal, stop_all
+from .proc import (
+    describe_returncode,
+    free_port,
+    new_job_id,
+    new_job_secret,
+    rank_env,
+    set_parent_death_signal,
+    stop_all,
+)
 
 __all__ = ["spawn", "SpawnContext", "SpawnError"]
 
@@ -70,10 +78,18 @@ class SpawnError(RuntimeError):
     still running when the job was stopped).
     """
 
-    def __init__(self, message: str, *, rank: int | None = None, exc_type: str | None = None,
-                 exc_message: str | None = None, traceback: str | None = None,
-                 exception: BaseException | None = None, exitcode: int | None = None,
-                 unfinished: Sequence[int] = ()):
+    def __init__(
+        self,
+        message: str,
+        *,
+        rank: int | None = None,
+        exc_type: str | None = None,
+        exc_message: str | None = None,
+        traceback: str | None = None,
+        exception: BaseException | None = None,
+        exitcode: int | None = None,
+        unfinished: Sequence[int] = (),
+    ):
         super().__init__(message)
         self.rank = rank
         self.exc_type = exc_type
@@ -156,8 +172,15 @@ class _ChildTicket:
             _watchdog.register(sock)
 
 
-def _child_main(fn: Callable[..., Any], args: tuple[Any, ...], rank: int, env: dict[str, str],
-                conn: multiprocessing.connection.Connection, stdio: _ChildStdio, ticket: _ChildTicket) -> None:
+def _child_main(
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    rank: int,
+    env: dict[str, str],
+    conn: multiprocessing.connection.Connection,
+    stdio: _ChildStdio,
+    ticket: _ChildTicket,
+) -> None:
     # The parent is the forkserver (or the caller, with "spawn"); the forkserver exits when the
     # caller dies, so either way this rank dies with the caller instead of lingering.
     set_parent_death_signal()
@@ -212,9 +235,17 @@ def _send(conn: multiprocessing.connection.Connection, message: tuple[str, Any],
     try:
         conn.send(message)
     except Exception as exc:  # e.g. the return value cannot be pickled
-        conn.send(("err", _error_record(
-            TypeError(f"rank {rank}: could not send {message[0]!r} result to the parent: "
-                      f"{type(exc).__name__}: {exc}"), rank)))
+        conn.send(
+            (
+                "err",
+                _error_record(
+                    TypeError(
+                        f"rank {rank}: could not send {message[0]!r} result to the parent: {type(exc).__name__}: {exc}"
+                    ),
+                    rank,
+                ),
+            )
+        )
 
 
 # ------------------------------------------------------------------------------ parent side
@@ -276,13 +307,20 @@ class SpawnContext:
         results = ctx.join(timeout=60)   # list in rank order, or SpawnError
     """
 
-    def __init__(self, children: list[_Child], store: StoreServer, grace_s: float,
-                 timeout: float | None = None, watchdog: _watchdog.Watchdog | None = None):
+    def __init__(
+        self,
+        children: list[_Child],
+        store: StoreServer,
+        grace_s: float,
+        timeout: float | None = None,
+        watchdog: _watchdog.Watchdog | None = None,
+    ):
         self._children = children
         self._watchdog = watchdog
         # Each rank's session: {pid: start time}, to sweep what the ranks left running.
-        self._sessions = {c.process.pid: c.start_time for c in children
-                          if watchdog is not None and c.process.pid is not None}
+        self._sessions = {
+            c.process.pid: c.start_time for c in children if watchdog is not None and c.process.pid is not None
+        }
         self._store: StoreServer | None = store
         self._job_id = store.job_id
         self.grace_s = grace_s
@@ -321,9 +359,13 @@ class SpawnContext:
         if self._terminated:
             return
         self._terminated = True
-        stop_all([c.process for c in self._children], self.grace_s if grace_s is None else grace_s,
-                 send=_signal_process, exited=lambda p: not p.is_alive(),
-                 wait=lambda live, timeout_s: multiprocessing.connection.wait([p.sentinel for p in live], timeout_s))
+        stop_all(
+            [c.process for c in self._children],
+            self.grace_s if grace_s is None else grace_s,
+            send=_signal_process,
+            exited=lambda p: not p.is_alive(),
+            wait=lambda live, timeout_s: multiprocessing.connection.wait([p.sentinel for p in live], timeout_s),
+        )
         for c in self._children:
             c.process.join()
             c.conn.close()
@@ -383,9 +425,14 @@ class SpawnContext:
         except (EOFError, OSError):
             return  # died without a word (os._exit, signal, crash): its exit status will tell
         except Exception as exc:  # the result arrived but cannot be unpickled here
-            child.error = {"rank": child.rank, "exc_type": type(exc).__qualname__,
-                           "exc_message": f"rank {child.rank}'s return value could not be unpickled: {exc}",
-                           "traceback": traceback.format_exc(), "pickled": None, "time": time.time()}
+            child.error = {
+                "rank": child.rank,
+                "exc_type": type(exc).__qualname__,
+                "exc_message": f"rank {child.rank}'s return value could not be unpickled: {exc}",
+                "traceback": traceback.format_exc(),
+                "pickled": None,
+                "time": time.time(),
+            }
             return
         if kind == "ok":
             child.result, child.has_result = payload, True
@@ -402,12 +449,21 @@ class SpawnContext:
                     exception = pickle.loads(err["pickled"])
                 except Exception:
                     exception = None
-            message = (f"rank {root.rank} (pid {root.process.pid}) raised {err['exc_type']}: {err['exc_message']}\n"
-                       f"--- traceback of rank {root.rank} ---\n{err['traceback'].rstrip()}")
+            message = (
+                f"rank {root.rank} (pid {root.process.pid}) raised {err['exc_type']}: {err['exc_message']}\n"
+                f"--- traceback of rank {root.rank} ---\n{err['traceback'].rstrip()}"
+            )
             if unfinished:
                 message += f"\n--- ranks {unfinished} were still running and have been stopped"
-            return SpawnError(message, rank=root.rank, exc_type=err["exc_type"], exc_message=err["exc_message"],
-                              traceback=err["traceback"], exception=exception, unfinished=unfinished)
+            return SpawnError(
+                message,
+                rank=root.rank,
+                exc_type=err["exc_type"],
+                exc_message=err["exc_message"],
+                traceback=err["traceback"],
+                exception=exception,
+                unfinished=unfinished,
+            )
         root.process.join()
         code = root.process.exitcode
         assert code is not None
@@ -452,9 +508,17 @@ def _context(start_method: str) -> multiprocessing.context.BaseContext:
     return ctx
 
 
-def spawn(fn: Callable[..., Any], nprocs: int, args: tuple[Any, ...] = (), *,
-          env: Mapping[str, str] | None = None, timeout: float | None = None, join: bool = True,
-          start_method: str = "forkserver", grace_s: float = DEFAULT_GRACE_S) -> list[Any] | SpawnContext:
+def spawn(
+    fn: Callable[..., Any],
+    nprocs: int,
+    args: tuple[Any, ...] = (),
+    *,
+    env: Mapping[str, str] | None = None,
+    timeout: float | None = None,
+    join: bool = True,
+    start_method: str = "forkserver",
+    grace_s: float = DEFAULT_GRACE_S,
+) -> list[Any] | SpawnContext:
     """Run ``fn(*args)`` on ``nprocs`` ranks; their return values in rank order.
 
     ``fn``, ``args`` and the return values must be picklable (define ``fn`` at module level).
@@ -483,13 +547,17 @@ def spawn(fn: Callable[..., Any], nprocs: int, args: tuple[Any, ...] = (), *,
         for rank in range(nprocs):
             # The caller's environment as it is *now* (the forkserver's is a snapshot from its
             # start, e.g. before a test's monkeypatch.setenv), then the rank's, then overrides.
-            child_env = {**os.environ, **rank_env(rank, nprocs, "127.0.0.1", store.port, job_id, secret,
-                                                  torch_port=torch_port)}
+            child_env = {
+                **os.environ,
+                **rank_env(rank, nprocs, "127.0.0.1", store.port, job_id, secret, torch_port=torch_port),
+            }
             child_env.update(overrides)
             reader, writer = ctx.Pipe(duplex=False)
-            process = ctx.Process(target=_child_main, args=(fn, tuple(args), rank, child_env, writer, _CallerStdio(),
-                                                            _WatchdogTicket(watchdog)),
-                                  name=f"hccl-rank-{rank}")
+            process = ctx.Process(
+                target=_child_main,
+                args=(fn, tuple(args), rank, child_env, writer, _CallerStdio(), _WatchdogTicket(watchdog)),
+                name=f"hccl-rank-{rank}",
+            )
             try:
                 process.start()
             except BaseException:

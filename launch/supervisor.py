@@ -31,22 +31,30 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Callable
 from typing import BinaryIO
 
-from hccl_py import env, tracefile
+from hccl_py import env, rundir, tracefile
 from hccl_py.errors import HcclError, HcclTimeoutError
 from hccl_py.store import StoreClient, StoreServer, store_address, user_secret
-from hccl_py import rundir
 
 from . import fork
-from .proc import (free_port, new_job_id, new_job_secret, pdeathsig_preexec, rank_env, shell_exit_code, signal_group,
-                   signal_name, stop_all)
 from ._watchdog import Watchdog, start_time, supported
 from .config import LaunchConfig
 from .diagnosis import diagnose, format_diagnosis, load_dumps
+from .proc import (
+    free_port,
+    new_job_id,
+    new_job_secret,
+    pdeathsig_preexec,
+    rank_env,
+    shell_exit_code,
+    signal_group,
+    signal_name,
+    stop_all,
+)
 from .relay import Sink, relay
 from .report import RankOutcome, format_failure, format_stopped
 
@@ -72,8 +80,9 @@ class _Rank:
     start_time: int | None = None  # /proc start time: with the pid, names the session leader for good
 
     def outcome(self) -> RankOutcome:
-        return RankOutcome(self.rank, self.popen.pid, self.returncode, self.exit_time, self.stopped_by,
-                           tuple(self.tail), self.log_path)
+        return RankOutcome(
+            self.rank, self.popen.pid, self.returncode, self.exit_time, self.stopped_by, tuple(self.tail), self.log_path
+        )
 
 
 class Supervisor:
@@ -124,11 +133,13 @@ class Supervisor:
                 # Before any thread (the store's) exists: the children are copies of a
                 # single-threaded, warm launcher and wait for their rank's orders.
                 fork.warm_up()
-                self._waiting = fork.fork_waiting(self.config.nproc, self._watchdog,
-                                                  close=[self._wake_r.fileno(), self._wake_w.fileno()])
+                self._waiting = fork.fork_waiting(
+                    self.config.nproc, self._watchdog, close=[self._wake_r.fileno(), self._wake_w.fileno()]
+                )
             if self.config.node_rank == 0:
-                self._store = StoreServer(self.config.master_addr, self.config.master_port, job_id=self.job_id,
-                                          secret=self.job_secret).start()
+                self._store = StoreServer(
+                    self.config.master_addr, self.config.master_port, job_id=self.job_id, secret=self.job_secret
+                ).start()
                 port = self._store.port
                 self.torch_port = free_port(self.config.master_addr)
                 if self.config.nnodes > 1:
@@ -162,7 +173,9 @@ class Supervisor:
             if self.config.trace_dir is not None:
                 merged = tracefile.merge(self.config.trace_dir)
                 if merged is not None:
-                    self._report(f"hccl-launch: trace of {self.config.nproc} ranks written to {merged} (open in Perfetto)")
+                    self._report(
+                        f"hccl-launch: trace of {self.config.nproc} ranks written to {merged} (open in Perfetto)"
+                    )
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
             if self._previous_wakeup_fd is not None:
@@ -206,15 +219,17 @@ class Supervisor:
                         raise HcclTimeoutError(
                             f"node 0: node(s) {missing} of {self.config.nnodes} did not join within "
                             f"{env.connect_timeout_s():g} s (HCCL_CONNECT_TIMEOUT); start hccl-launch --node-rank N "
-                            f"--master-addr {self.config.master_addr} --master-port {self._store.port} on each") from None
+                            f"--master-addr {self.config.master_addr} --master-port {self._store.port} on each"
+                        ) from None
 
     def _join_node0(self) -> str:
         """Other nodes: check in with node 0 and take its job id, waiting for node 0 up to
         HCCL_CONNECT_TIMEOUT."""
         cfg = self.config
         deadline = time.monotonic() + env.connect_timeout_s()
-        with StoreClient(store_address(cfg.master_addr, cfg.master_port), timeout_s=env.connect_timeout_s(),
-                         secret=self.job_secret) as client:
+        with StoreClient(
+            store_address(cfg.master_addr, cfg.master_port), timeout_s=env.connect_timeout_s(), secret=self.job_secret
+        ) as client:
             while True:  # in short waits, so a Ctrl-C meanwhile is acted on
                 try:
                     job_id = client.get(JOB_ID_KEY, min(1.0, max(deadline - time.monotonic(), 0.01))).decode()
@@ -225,22 +240,41 @@ class Supervisor:
                     if self._signals:
                         return ""  # run() stops here, as interrupted
                     if time.monotonic() >= deadline:
-                        raise type(err)(f"node {cfg.node_rank}: no job from node 0 at {cfg.master_addr}:{cfg.master_port} "
-                                        f"(start hccl-launch --node-rank 0 there, with the same --master-port): "
-                                        f"{err.message}") from None
+                        raise type(err)(
+                            f"node {cfg.node_rank}: no job from node 0 at {cfg.master_addr}:{cfg.master_port} "
+                            f"(start hccl-launch --node-rank 0 there, with the same --master-port): "
+                            f"{err.message}"
+                        ) from None
 
     def _start_ranks(self, port: int) -> None:
         cfg = self.config
         if cfg.log_dir is not None:
             cfg.log_dir.mkdir(parents=True, exist_ok=True)
         command = cfg.command()
-        nodes = {env.HCCL_PY_NNODES: str(cfg.nnodes), env.HCCL_PY_NODE_RANK: str(cfg.node_rank)} if cfg.nnodes > 1 else {}
+        nodes = (
+            {env.HCCL_PY_NNODES: str(cfg.nnodes), env.HCCL_PY_NODE_RANK: str(cfg.node_rank)} if cfg.nnodes > 1 else {}
+        )
         for local, (r, device) in enumerate(cfg.node_ranks()):
-            child_env = {**os.environ, **cfg.npu_env(dict(os.environ)), **rank_env(r, cfg.world_size, cfg.master_addr, port, self.job_id, self.job_secret,
-                                                 local, cfg.nproc, torch_port=self.torch_port),
-                         env.DEVICE_ID: str(device), **nodes,
-                         **cfg.modeled_env(), env.HCCL_PY_WALL_ORIGIN: repr(self._wall_origin),
-                         env.HCCL_PY_FLIGHT_DIR: str(self._flight_dir)}
+            child_env = {
+                **os.environ,
+                **cfg.npu_env(dict(os.environ)),
+                **rank_env(
+                    r,
+                    cfg.world_size,
+                    cfg.master_addr,
+                    port,
+                    self.job_id,
+                    self.job_secret,
+                    local,
+                    cfg.nproc,
+                    torch_port=self.torch_port,
+                ),
+                env.DEVICE_ID: str(device),
+                **nodes,
+                **cfg.modeled_env(),
+                env.HCCL_PY_WALL_ORIGIN: repr(self._wall_origin),
+                env.HCCL_PY_FLIGHT_DIR: str(self._flight_dir),
+            }
             popen: subprocess.Popen[bytes] | fork.ForkedProcess
             if self._waiting:
                 popen = self._waiting.pop(0).start(child_env, cfg.argv(), cfg.target, is_module=cfg.is_module)
@@ -265,8 +299,9 @@ class Supervisor:
             self._ranks.append(rank)
             assert popen.stdout is not None and popen.stderr is not None
             for pipe, sink, keep_tail in ((popen.stdout, self._out, False), (popen.stderr, self._err, True)):
-                reader = threading.Thread(target=self._pump, args=(rank, pipe, sink, keep_tail),
-                                          name=f"hccl-launch-tee-{r}", daemon=True)
+                reader = threading.Thread(
+                    target=self._pump, args=(rank, pipe, sink, keep_tail), name=f"hccl-launch-tee-{r}", daemon=True
+                )
                 reader.start()
                 rank.readers.append(reader)
 
@@ -298,7 +333,9 @@ class Supervisor:
             if root is not None:
                 self._stop_all(signal.SIGTERM, self.config.grace_s)
                 self._finish_io()
-                self._report(format_failure(self.job_id, [r.outcome() for r in self._ranks], root.rank, self.start_time))
+                self._report(
+                    format_failure(self.job_id, [r.outcome() for r in self._ranks], root.rank, self.start_time)
+                )
                 self._report_diagnosis()
                 assert root.returncode is not None
                 return shell_exit_code(root.returncode)
@@ -307,8 +344,13 @@ class Supervisor:
             if deadline is not None and time.monotonic() >= deadline:
                 self._stop_all(signal.SIGTERM, self.config.grace_s)
                 self._finish_io()
-                self._report(format_stopped(self.job_id, [r.outcome() for r in self._ranks],
-                                            f"--timeout {self.config.timeout_s:g} s exceeded"))
+                self._report(
+                    format_stopped(
+                        self.job_id,
+                        [r.outcome() for r in self._ranks],
+                        f"--timeout {self.config.timeout_s:g} s exceeded",
+                    )
+                )
                 self._report_diagnosis()
                 return EXIT_TIMEOUT
             self._nap()
@@ -318,8 +360,13 @@ class Supervisor:
         # finally/atexit cleanup (shared-memory segments), as on a terminal Ctrl-C.
         self._stop_all(signal.SIGINT, self.config.grace_s)
         self._finish_io()
-        self._report(format_stopped(self.job_id, [r.outcome() for r in self._ranks],
-                                    f"launcher received {signal_name(signum)}; forwarded SIGINT to the ranks"))
+        self._report(
+            format_stopped(
+                self.job_id,
+                [r.outcome() for r in self._ranks],
+                f"launcher received {signal_name(signum)}; forwarded SIGINT to the ranks",
+            )
+        )
         return 128 + signum
 
     def _reap_exited(self) -> _Rank | None:
@@ -375,8 +422,15 @@ class Supervisor:
             rank.stopped_by = signum
             signal_group(rank.popen, signum)
 
-        stop_all(alive, grace_s, sig, send=send, exited=self._exited, wait=lambda live, timeout_s: self._nap(),
-                 give_up=lambda: len(self._signals) > seen_signals)
+        stop_all(
+            alive,
+            grace_s,
+            sig,
+            send=send,
+            exited=self._exited,
+            wait=lambda live, timeout_s: self._nap(),
+            give_up=lambda: len(self._signals) > seen_signals,
+        )
         for r in alive:
             if r.returncode is None:
                 r.returncode, r.exit_time = self._exit_status(r, block=True), time.time()

@@ -41,7 +41,8 @@ LEAK_GRACE_S = 10.0
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", "no_leaks: fail the test if it leaves child processes, new /dev/shm entries or job socket directories behind"
+        "markers",
+        "no_leaks: fail the test if it leaves child processes, new /dev/shm entries or job socket directories behind",
     )
     # This session's own run directory (job sockets, the per-user store secret), inherited by
     # every rank: the user's real one is never touched, and other jobs on a shared machine
@@ -58,8 +59,11 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # @pytest.mark.no_leaks is shorthand for @pytest.mark.usefixtures("no_leaks").
     for item in items:
-        if (isinstance(item, pytest.Function) and item.get_closest_marker("no_leaks") is not None
-                and "no_leaks" not in item.fixturenames):
+        if (
+            isinstance(item, pytest.Function)
+            and item.get_closest_marker("no_leaks") is not None
+            and "no_leaks" not in item.fixturenames
+        ):
             item.fixturenames.append("no_leaks")
 
 
@@ -79,7 +83,7 @@ def _in_use_elsewhere(names: set[str], ours: set[int]) -> set[str]:
             for line in maps.splitlines():
                 at = line.find(b"/dev/shm/")
                 if at >= 0:
-                    held.add(line[at + 9:].split(b" ")[0].decode(errors="replace"))
+                    held.add(line[at + 9 :].split(b" ")[0].decode(errors="replace"))
             for fd in os.listdir(f"/proc/{entry}/fd"):
                 target = os.readlink(f"/proc/{entry}/fd/{fd}")
                 if target.startswith("/dev/shm/"):

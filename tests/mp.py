@@ -41,15 +41,35 @@ from typing import Any
 import launch
 from launch.spawn import helper_pids as spawn_helper_pids
 
-__all__ = ["run_ranks", "run_plain", "shm_entries", "job_dirs", "child_pids", "descendants", "process_state", "is_gone",
-           "describe_pid", "mp_helper_pids", "wait_until", "wait_for_files", "wait_for_file", "read_pids",
-           "assert_gone", "kill_all", "block_forever", "store_barrier", "run_as_nobody", "LIVENESS_S"]
+__all__ = [
+    "run_ranks",
+    "run_plain",
+    "shm_entries",
+    "job_dirs",
+    "child_pids",
+    "descendants",
+    "process_state",
+    "is_gone",
+    "describe_pid",
+    "mp_helper_pids",
+    "wait_until",
+    "wait_for_files",
+    "wait_for_file",
+    "read_pids",
+    "assert_gone",
+    "kill_all",
+    "block_forever",
+    "store_barrier",
+    "run_as_nobody",
+    "LIVENESS_S",
+]
 
 LIVENESS_S = 10.0  # how long a wait for something that must happen may take before the test fails
 
 
-def run_ranks(fn: Callable[..., Any], nprocs: int, *args: Any, env: Mapping[str, str] | None = None,
-              timeout: float = 60) -> list[Any]:
+def run_ranks(
+    fn: Callable[..., Any], nprocs: int, *args: Any, env: Mapping[str, str] | None = None, timeout: float = 60
+) -> list[Any]:
     """``fn(*args)`` on ``nprocs`` ranks (``launch.spawn``); return values in rank order.
 
     ``env`` adds/overrides rank environment variables (e.g. ``{"HCCL_EXEC_TIMEOUT": "2"}``);
@@ -72,8 +92,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_plain(script, nprocs: int, *, env: Mapping[str, str] | None = None, timeout: float,
-              port: int | None = None, ranks: range | None = None) -> list[subprocess.CompletedProcess]:
+def run_plain(
+    script,
+    nprocs: int,
+    *,
+    env: Mapping[str, str] | None = None,
+    timeout: float,
+    port: int | None = None,
+    ranks: range | None = None,
+) -> list[subprocess.CompletedProcess]:
     """Start ``nprocs`` copies of ``script`` as torchrun would set them up (RANK, WORLD_SIZE,
     MASTER_ADDR, MASTER_PORT), without any launcher: rank 0 hosts the store. Returns each rank's
     completed process (stdout and stderr as text). ``timeout`` bounds the whole run; a rank
@@ -82,11 +109,21 @@ def run_plain(script, nprocs: int, *, env: Mapping[str, str] | None = None, time
     """
     port = free_port() if port is None else port
     procs = []
-    for rank in (range(nprocs) if ranks is None else ranks):
-        rank_env = {**os.environ, **(env or {}), "RANK": str(rank), "WORLD_SIZE": str(nprocs), "MASTER_ADDR": "127.0.0.1",
-                    "MASTER_PORT": str(port), "PYTHONPATH": str(ROOT)}
-        procs.append(subprocess.Popen([sys.executable, str(script)], env=rank_env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True))
+    for rank in range(nprocs) if ranks is None else ranks:
+        rank_env = {
+            **os.environ,
+            **(env or {}),
+            "RANK": str(rank),
+            "WORLD_SIZE": str(nprocs),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "PYTHONPATH": str(ROOT),
+        }
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, str(script)], env=rank_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+        )
     deadline = time.monotonic() + timeout
     results = []
     try:
@@ -132,7 +169,7 @@ def _ppid_map() -> dict[int, int]:
         except OSError:
             continue  # exited while we looked
         # Fields after the command name; the name itself may contain spaces and ')'.
-        fields = stat[stat.rfind(b")") + 2:].split()
+        fields = stat[stat.rfind(b")") + 2 :].split()
         parents[int(entry)] = int(fields[1])
     return parents
 
@@ -185,7 +222,7 @@ def process_state(pid: int) -> str | None:
             stat = f.read()
     except OSError:
         return None
-    return stat[stat.rfind(b")") + 2:].split()[0].decode()
+    return stat[stat.rfind(b")") + 2 :].split()[0].decode()
 
 
 def is_gone(pid: int) -> bool:
@@ -219,6 +256,7 @@ def wait_until(predicate: Callable[[], Any], what: str, within: float = LIVENESS
 def wait_for_files(folder: Path, pattern: str, n: int, within: float = 30.0) -> list[Path]:
     """The ``n`` files matching ``pattern`` in ``folder`` (sorted), once all exist. Writers
     should write a temporary name and rename, so a file that exists is complete."""
+
     def found() -> list[Path] | None:
         files = sorted(Path(folder).glob(pattern))
         return files if len(files) >= n else None

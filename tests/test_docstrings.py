@@ -79,9 +79,15 @@ def _where(obj) -> str:
 
 def _protocols(modules) -> list[type]:
     """Every ``typing.Protocol`` the modules define (public or not)."""
-    return [obj for module in modules for obj in vars(module).values()
-            if inspect.isclass(obj) and obj.__module__ == module.__name__ and getattr(obj, "_is_protocol", False)
-            and obj is not typing.Protocol]
+    return [
+        obj
+        for module in modules
+        for obj in vars(module).values()
+        if inspect.isclass(obj)
+        and obj.__module__ == module.__name__
+        and getattr(obj, "_is_protocol", False)
+        and obj is not typing.Protocol
+    ]
 
 
 def _implemented(cls: type, protocols: list[type]) -> list[type]:
@@ -170,6 +176,7 @@ def test_every_public_name_has_a_docstring():
         missing.update(_missing_in_script(path))
     missing = sorted(missing, key=_by_place)
     assert not missing, (
-        f"{len(missing)} public names without a docstring:\n  " + "\n  ".join(missing)
-        + (f"\nskipped (optional dependency not installed):\n  " + "\n  ".join(skipped) if skipped else "")
+        f"{len(missing)} public names without a docstring:\n  "
+        + "\n  ".join(missing)
+        + ("\nskipped (optional dependency not installed):\n  " + "\n  ".join(skipped) if skipped else "")
     )

@@ -16,6 +16,19 @@ from .rank_table import RankInfo, RankTable
 from .topology import Route, Topology
 
 __all__ = [
-    "CARD_MODELS", "LINK_KINDS", "PRESETS", "CardModel", "LinkSpec", "RankInfo", "RankTable", "Route", "Topology",
-    "TopologyError", "auto_partition", "default_preset", "load_figures", "load_partition", "validate_partition",
+    "CARD_MODELS",
+    "LINK_KINDS",
+    "PRESETS",
+    "CardModel",
+    "LinkSpec",
+    "RankInfo",
+    "RankTable",
+    "Route",
+    "Topology",
+    "TopologyError",
+    "auto_partition",
+    "default_preset",
+    "load_figures",
+    "load_partition",
+    "validate_partition",
 ]

@@ -22,8 +22,9 @@ from .topology import Topology
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="hccl-topo", description="Show, validate and generate hccl-py cluster topologies "
-                                     "and HCCL rank tables.")
+    parser = argparse.ArgumentParser(
+        prog="hccl-topo", description="Show, validate and generate hccl-py cluster topologies and HCCL rank tables."
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="{show,validate,generate,presets}")
 
     show = sub.add_parser("show", help="print the ranks, cards, islands and links of a topology")
@@ -80,7 +81,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _show(args: argparse.Namespace) -> int:
     if args.rank_table:
         if args.n is not None:
-            raise TopologyError("-n selects cards of a preset; a rank table already lists its cards. Fix: drop -n.", "n")
+            raise TopologyError(
+                "-n selects cards of a preset; a rank table already lists its cards. Fix: drop -n.", "n"
+            )
         topo = Topology.from_rank_table(RankTable.load(args.rank_table), preset=args.wiring, figures=args.figures)
     else:
         if args.wiring:
@@ -119,8 +122,10 @@ def _generate(args: argparse.Namespace) -> int:
     table = RankTable.generate(topo, version=args.version)
     if args.output:
         table.dump(args.output)
-        print(f"wrote {args.output}: {table.num_ranks} ranks on {table.server_count} server(s), "
-              f"{topo.name} (version {table.version})")
+        print(
+            f"wrote {args.output}: {table.num_ranks} ranks on {table.server_count} server(s), "
+            f"{topo.name} (version {table.version})"
+        )
     else:
         sys.stdout.write(table.dumps())
     return 0

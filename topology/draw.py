@@ -12,10 +12,22 @@ import os
 from .errors import TopologyError
 
 # One colour per link kind, chosen to stay distinguishable in print and for common colour-blindness.
-KIND_COLORS = {"HCCS": "#d62728", "HCCS_910B": "#ff7f0e", "PCIE": "#1f77b4", "HOST": "#7f7f7f",
-               "ROCE100": "#2ca02c", "ROCE200": "#9467bd"}
-NODE_COLORS = {"card": "#fdd49e", "pcie": "#c6dbef", "rc": "#c6dbef", "nic": "#c7e9c0", "leaf": "#dadaeb",
-               "spine": "#dadaeb"}
+KIND_COLORS = {
+    "HCCS": "#d62728",
+    "HCCS_910B": "#ff7f0e",
+    "PCIE": "#1f77b4",
+    "HOST": "#7f7f7f",
+    "ROCE100": "#2ca02c",
+    "ROCE200": "#9467bd",
+}
+NODE_COLORS = {
+    "card": "#fdd49e",
+    "pcie": "#c6dbef",
+    "rc": "#c6dbef",
+    "nic": "#c7e9c0",
+    "leaf": "#dadaeb",
+    "spine": "#dadaeb",
+}
 NODE_LABELS = {"pcie": "CPU\nPCIe", "rc": "CPU root\ncomplex", "nic": "NIC", "leaf": None, "spine": "spine"}
 
 
@@ -33,8 +45,11 @@ def draw_png(topo, path: str | os.PathLike, max_servers: int = 8) -> int:
         import matplotlib.pyplot as plt
         from matplotlib.lines import Line2D
     except ImportError:
-        raise TopologyError("--png needs matplotlib. Fix: pip install 'hccl-py[viz]' (or pip install matplotlib).",
-                            "png", module="matplotlib") from None
+        raise TopologyError(
+            "--png needs matplotlib. Fix: pip install 'hccl-py[viz]' (or pip install matplotlib).",
+            "png",
+            module="matplotlib",
+        ) from None
 
     shown, sub, pos = drawn_part(topo, max_servers)
 
@@ -44,14 +59,23 @@ def draw_png(topo, path: str | os.PathLike, max_servers: int = 8) -> int:
         color = KIND_COLORS.get(spec.kind, "#000000")
         width = 2.2 if spec.kind.startswith("HCCS") else 1.2
         ax.plot([pos[u][0], pos[v][0]], [pos[u][1], pos[v][1]], color=color, linewidth=width, zorder=1, alpha=0.85)
-        kinds_seen.setdefault(spec.kind, topo.link_kinds[spec.kind].bandwidth_Bps if spec.kind in topo.link_kinds
-                              else spec.bandwidth_Bps)
+        kinds_seen.setdefault(
+            spec.kind, topo.link_kinds[spec.kind].bandwidth_Bps if spec.kind in topo.link_kinds else spec.bandwidth_Bps
+        )
     for n, data in sub.nodes(data=True):
         kind = data["type"]
         x, y = pos[n]
         size = {"card": 520, "pcie": 700, "rc": 700, "nic": 260}.get(kind, 900)
-        ax.scatter([x], [y], s=size, c=NODE_COLORS.get(kind, "#ffffff"), edgecolors="#333333", linewidths=0.8, zorder=2,
-                   marker="o" if kind == "card" else "s")
+        ax.scatter(
+            [x],
+            [y],
+            s=size,
+            c=NODE_COLORS.get(kind, "#ffffff"),
+            edgecolors="#333333",
+            linewidths=0.8,
+            zorder=2,
+            marker="o" if kind == "card" else "s",
+        )
         label = str(data["rank"]) if kind == "card" else (NODE_LABELS.get(kind) or n)
         if kind == "pcie" and topo.template.acs:
             label = "PCIe\nswitch\n(ACS)"
@@ -60,12 +84,31 @@ def draw_png(topo, path: str | os.PathLike, max_servers: int = 8) -> int:
         cx = s * 4.2
         ax.text(cx, -2.6, f"server {s}", ha="center", va="center", fontsize=10, fontweight="bold")
 
-    handles = [Line2D([0], [0], color=KIND_COLORS.get(k, "#000000"), linewidth=2.5, label=f"{k}  {bw / 1e9:.1f} GB/s")
-               for k, bw in sorted(kinds_seen.items())]
-    handles += [Line2D([0], [0], marker="o", linestyle="", markerfacecolor=NODE_COLORS["card"], markeredgecolor="#333333",
-                       markersize=10, label=f"NPU ({topo.template.card}), number = rank")]
-    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, framealpha=0.9,
-              title="link kind (per direction)", title_fontsize=8)
+    handles = [
+        Line2D([0], [0], color=KIND_COLORS.get(k, "#000000"), linewidth=2.5, label=f"{k}  {bw / 1e9:.1f} GB/s")
+        for k, bw in sorted(kinds_seen.items())
+    ]
+    handles += [
+        Line2D(
+            [0],
+            [0],
+            marker="o",
+            linestyle="",
+            markerfacecolor=NODE_COLORS["card"],
+            markeredgecolor="#333333",
+            markersize=10,
+            label=f"NPU ({topo.template.card}), number = rank",
+        )
+    ]
+    ax.legend(
+        handles=handles,
+        loc="upper left",
+        bbox_to_anchor=(1.0, 1.0),
+        fontsize=8,
+        framealpha=0.9,
+        title="link kind (per direction)",
+        title_fontsize=8,
+    )
     title = topo.summary()
     if shown < topo.num_servers:
         title += f"\n(first {shown} of {topo.num_servers} servers drawn)"

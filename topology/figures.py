@@ -143,8 +143,14 @@ class CardModel:
         return dtype in self.inline_reduce_dtypes and op in self.inline_reduce_ops
 
 
-_DTYPE_KIND = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "int8": "int8", "uint8": "int8",
-               "float64": "fp64"}
+_DTYPE_KIND = {
+    "float16": "fp16",
+    "bfloat16": "bf16",
+    "float32": "fp32",
+    "int8": "int8",
+    "uint8": "int8",
+    "float64": "fp64",
+}
 
 # HCCL's own figures (GiB/s: device_capacity.cc's "GB/s" times GB2B = 1024^3) [HCOMM-CAP]
 _HCCL_GB = float(GiB)
@@ -316,20 +322,34 @@ def load_figures(path: str | os.PathLike) -> Figures:
     except (OSError, UnicodeDecodeError) as err:
         raise TopologyError(
             f"figures file {os.fspath(path)} is not a valid real path or cannot be read ({err.__class__.__name__}). "
-            "Fix: pass an existing, readable JSON file.", "path", value=os.fspath(path), path=os.fspath(path), rule="file") from None
+            "Fix: pass an existing, readable JSON file.",
+            "path",
+            value=os.fspath(path),
+            path=os.fspath(path),
+            rule="file",
+        ) from None
     try:
         doc = json.loads(text)
     except (ValueError, RecursionError) as err:
-        raise TopologyError(f"figures file {os.fspath(path)} is not valid JSON: {err}. "
-                            "Fix: write {\"links\": {...}, \"cards\": {...}}.", None, path=os.fspath(path), rule="json") from None
+        raise TopologyError(
+            f"figures file {os.fspath(path)} is not valid JSON: {err}. "
+            'Fix: write {"links": {...}, "cards": {...}}.',
+            None,
+            path=os.fspath(path),
+            rule="json",
+        ) from None
     return figures_from_dict(doc)
 
 
 def figures_from_dict(doc: Any) -> Figures:
     """Apply an override document (the content of a figures file) to the default table."""
     if not isinstance(doc, dict):
-        raise TopologyError("figures must be a JSON object with \"links\" and/or \"cards\". "
-                            "Fix: write {\"links\": {...}, \"cards\": {...}}.", None, rule="type", expected="object")
+        raise TopologyError(
+            'figures must be a JSON object with "links" and/or "cards". Fix: write {"links": {...}, "cards": {...}}.',
+            None,
+            rule="type",
+            expected="object",
+        )
     links = dict(LINK_KINDS)
     cards = dict(CARD_MODELS)
     for section, value in doc.items():
@@ -338,30 +358,54 @@ def figures_from_dict(doc: Any) -> Figures:
         elif section == "cards":
             table, fields, defaults = cards, _CARD_FIELDS, CARD_MODELS
         else:
-            raise TopologyError(f"unknown key {section!r} in figures. Fix: use \"links\" or \"cards\".", section,
-                                rule="unknown", choices=["links", "cards"])
+            raise TopologyError(
+                f'unknown key {section!r} in figures. Fix: use "links" or "cards".',
+                section,
+                rule="unknown",
+                choices=["links", "cards"],
+            )
         if not isinstance(value, dict):
-            raise TopologyError(f"figures {section!r} must map names to objects of fields.", section, rule="type", expected="object")
+            raise TopologyError(
+                f"figures {section!r} must map names to objects of fields.", section, rule="type", expected="object"
+            )
         for name, override in value.items():
             if name not in defaults:
-                raise TopologyError(f"unknown {section[:-1]} {name!r} in figures. "
-                                    f"Fix: use one of {', '.join(sorted(defaults))}.", f"{section}.{name}",
-                                    rule="unknown", choices=sorted(defaults))
+                raise TopologyError(
+                    f"unknown {section[:-1]} {name!r} in figures. Fix: use one of {', '.join(sorted(defaults))}.",
+                    f"{section}.{name}",
+                    rule="unknown",
+                    choices=sorted(defaults),
+                )
             if not isinstance(override, dict):
-                raise TopologyError(f"figures {section}.{name} must be an object of fields.", f"{section}.{name}",
-                                    rule="type", expected="object")
+                raise TopologyError(
+                    f"figures {section}.{name} must be an object of fields.",
+                    f"{section}.{name}",
+                    rule="type",
+                    expected="object",
+                )
             changes = {}
             for field, number in override.items():
                 key = f"{section}.{name}.{field}"
                 if field not in fields:
-                    raise TopologyError(f"unknown field {field!r} for {section[:-1]} {name!r} in figures. "
-                                        f"Fix: use one of {', '.join(fields)}.", key, rule="unknown", choices=list(fields))
+                    raise TopologyError(
+                        f"unknown field {field!r} for {section[:-1]} {name!r} in figures. "
+                        f"Fix: use one of {', '.join(fields)}.",
+                        key,
+                        rule="unknown",
+                        choices=list(fields),
+                    )
                 if field in _NAME_LIST_FIELDS:
                     changes[field] = _names(number, key)
                 else:
                     changes[field] = _positive(number, key, integral=(field == "hbm_bytes"))
                     if field in _FRACTION_FIELDS and changes[field] > 1:
-                        raise TopologyError(f"Value [{number!r}] for figure {key} is invalid. Expected value: a fraction in (0, 1].", key, value=number, rule="range", expected="(0, 1]")
+                        raise TopologyError(
+                            f"Value [{number!r}] for figure {key} is invalid. Expected value: a fraction in (0, 1].",
+                            key,
+                            value=number,
+                            rule="range",
+                            expected="(0, 1]",
+                        )
             table[name] = dataclasses.replace(table[name], **changes)
     return links, cards
 
@@ -374,26 +418,45 @@ def resolve_figures(figures: FiguresArg) -> Figures:
         return load_figures(figures)
     if isinstance(figures, tuple) and len(figures) == 2 and all(isinstance(t, dict) for t in figures):
         return figures
-    raise TopologyError("figures must be None, a path to a JSON file, or the (link_kinds, card_models) "
-                        "pair returned by load_figures.", "figures", rule="type", expected="path or (link_kinds, card_models)")
+    raise TopologyError(
+        "figures must be None, a path to a JSON file, or the (link_kinds, card_models) pair returned by load_figures.",
+        "figures",
+        rule="type",
+        expected="path or (link_kinds, card_models)",
+    )
 
 
 def _positive(value: Any, key: str, *, integral: bool) -> float | int:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise TopologyError(f"Value [{value!r}] for figure {key} is invalid. Expected value: a positive finite number.", key,
-                            value=value, rule="positive")
+        raise TopologyError(
+            f"Value [{value!r}] for figure {key} is invalid. Expected value: a positive finite number.",
+            key,
+            value=value,
+            rule="positive",
+        )
     if integral:
         if int(value) != value:
-            raise TopologyError(f"Value [{value!r}] for figure {key} is invalid. Expected value: a whole number of bytes.", key,
-                                value=value, rule="type", expected="int")
+            raise TopologyError(
+                f"Value [{value!r}] for figure {key} is invalid. Expected value: a whole number of bytes.",
+                key,
+                value=value,
+                rule="type",
+                expected="int",
+            )
         return int(value)
     return float(value)
 
 
 def _names(value: Any, key: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise TopologyError(f"Value [{value!r}] for figure {key} is invalid. Expected value: a list of names, "
-                            "e.g. [\"float32\", \"float16\"].", key, value=value, rule="type", expected="list of str")
+        raise TopologyError(
+            f"Value [{value!r}] for figure {key} is invalid. Expected value: a list of names, "
+            'e.g. ["float32", "float16"].',
+            key,
+            value=value,
+            rule="type",
+            expected="list of str",
+        )
     return tuple(value)
 
 

@@ -80,16 +80,36 @@ class ServerTemplate:
 
 TEMPLATES: dict[str, ServerTemplate] = {
     "ascend910-8p": ServerTemplate(
-        "ascend910-8p", "ascend910", 8, roots=((0, 1, 2, 3), (4, 5, 6, 7)), nic="card", nic_kind="ROCE100",
-        islands=((0, 1, 2, 3), (4, 5, 6, 7)), island_kind="HCCS"),
+        "ascend910-8p",
+        "ascend910",
+        8,
+        roots=((0, 1, 2, 3), (4, 5, 6, 7)),
+        nic="card",
+        nic_kind="ROCE100",
+        islands=((0, 1, 2, 3), (4, 5, 6, 7)),
+        island_kind="HCCS",
+    ),
     "ascend910b-8p": ServerTemplate(
-        "ascend910b-8p", "ascend910b", 8, roots=((0, 1, 2, 3, 4, 5, 6, 7),), nic="card", nic_kind="ROCE200",
-        islands=((0, 1, 2, 3, 4, 5, 6, 7),), island_kind="HCCS_910B"),
-    "pcie-4p": ServerTemplate(
-        "pcie-4p", "ascend310p", 4, roots=((0, 1, 2, 3),), nic="host", nic_kind="ROCE100"),
+        "ascend910b-8p",
+        "ascend910b",
+        8,
+        roots=((0, 1, 2, 3, 4, 5, 6, 7),),
+        nic="card",
+        nic_kind="ROCE200",
+        islands=((0, 1, 2, 3, 4, 5, 6, 7),),
+        island_kind="HCCS_910B",
+    ),
+    "pcie-4p": ServerTemplate("pcie-4p", "ascend310p", 4, roots=((0, 1, 2, 3),), nic="host", nic_kind="ROCE100"),
     "mixed-4p": ServerTemplate(
-        "mixed-4p", "ascend910", 4, roots=((0, 1, 2, 3),), nic="host", nic_kind="ROCE100",
-        bridges=((1, 2, "HCCS"),), acs=True),
+        "mixed-4p",
+        "ascend910",
+        4,
+        roots=((0, 1, 2, 3),),
+        nic="host",
+        nic_kind="ROCE100",
+        bridges=((1, 2, "HCCS"),),
+        acs=True,
+    ),
 }
 
 PRESETS: dict[str, str] = {
@@ -103,8 +123,10 @@ PRESETS: dict[str, str] = {
     "512x8p-roce": "512 servers like ascend910b-8p (4096 NPUs): 16 leaves of 32 servers under one spine",
 }
 PRESET_PATTERN = "NxMp-roce[-910|-910b]"
-PRESET_PATTERN_HELP = (f"{PRESET_PATTERN}: any N servers x M cards (M <= 8), wired like ascend910b-8p "
-                       "(default) or ascend910-8p (-910), joined by RoCE leaf/spine switches")
+PRESET_PATTERN_HELP = (
+    f"{PRESET_PATTERN}: any N servers x M cards (M <= 8), wired like ascend910b-8p "
+    "(default) or ascend910-8p (-910), joined by RoCE leaf/spine switches"
+)
 
 _ROCE = re.compile(r"(?P<servers>[0-9]{1,6})x(?P<cards>[0-9]{1,2})p-roce(?:-(?P<card>910b|910))?")
 
@@ -131,8 +153,12 @@ def parse_preset(name: str) -> PresetSpec:
     512
     """
     if not isinstance(name, str):
-        raise TopologyError(f"preset must be a name such as 'ascend910-8p', got {type(name).__name__}.", "preset",
-                            rule="type", expected="string")
+        raise TopologyError(
+            f"preset must be a name such as 'ascend910-8p', got {type(name).__name__}.",
+            "preset",
+            rule="type",
+            expected="string",
+        )
     key = name.strip().lower()
     if key in TEMPLATES:
         template = TEMPLATES[key]
@@ -142,14 +168,32 @@ def parse_preset(name: str) -> PresetSpec:
         servers, cards = int(m["servers"]), int(m["cards"])
         template = TEMPLATES["ascend910-8p" if m["card"] == "910" else "ascend910b-8p"]
         if servers < 1 or not 1 <= cards <= template.num_cards:
-            raise TopologyError(f"preset {name!r}: need at least 1 server and 1..{template.num_cards} cards per server. "
-                                f"Fix: e.g. 2x8p-roce.", "preset", value=name, rule="range", expected=f"1..{template.num_cards} cards")
+            raise TopologyError(
+                f"preset {name!r}: need at least 1 server and 1..{template.num_cards} cards per server. "
+                f"Fix: e.g. 2x8p-roce.",
+                "preset",
+                value=name,
+                rule="range",
+                expected=f"1..{template.num_cards} cards",
+            )
         if servers * cards > MAX_RANKS:
-            raise TopologyError(f"preset {name!r} has {servers * cards} cards, more than the {MAX_RANKS} this model "
-                                "builds. Fix: use fewer servers.", "preset", value=name, rule="range", expected=f"<= {MAX_RANKS} cards")
+            raise TopologyError(
+                f"preset {name!r} has {servers * cards} cards, more than the {MAX_RANKS} this model "
+                "builds. Fix: use fewer servers.",
+                "preset",
+                value=name,
+                rule="range",
+                expected=f"<= {MAX_RANKS} cards",
+            )
         return PresetSpec(key, template, servers, cards)
-    raise TopologyError(f"unknown preset {name!r}. Fix: use one of {', '.join(PRESETS)}, or {PRESET_PATTERN} "
-                        "(hccl-topo presets lists them).", "preset", value=name, rule="choices", choices=list(PRESETS))
+    raise TopologyError(
+        f"unknown preset {name!r}. Fix: use one of {', '.join(PRESETS)}, or {PRESET_PATTERN} "
+        "(hccl-topo presets lists them).",
+        "preset",
+        value=name,
+        rule="choices",
+        choices=list(PRESETS),
+    )
 
 
 def card_count_check(n: object) -> dict:
@@ -167,5 +211,7 @@ def default_preset(n: int) -> str:
     ('ascend910-8p', '2x8p-roce')
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise TopologyError(f"number of cards must be a positive integer, got {n!r}.", "n", value=n, **card_count_check(n))
+        raise TopologyError(
+            f"number of cards must be a positive integer, got {n!r}.", "n", value=n, **card_count_check(n)
+        )
     return "ascend910-8p" if n <= 8 else f"{math.ceil(n / 8)}x8p-roce"

@@ -126,7 +126,13 @@ class RankTable:
             raise TopologyError(
                 f"EI0004: The ranktable is invalid, Reason:[path {os.fspath(path)} is not a valid real path ({err})]. "
                 "Please check the configured ranktable. Fix: point RANK_TABLE_FILE / --rank-table at an existing, "
-                "readable JSON file.", "path", value=os.fspath(path), path=os.fspath(path), rule="file", error_id="EI0004") from None
+                "readable JSON file.",
+                "path",
+                value=os.fspath(path),
+                path=os.fspath(path),
+                rule="file",
+                error_id="EI0004",
+            ) from None
         return cls.loads(data)
 
     @classmethod
@@ -136,8 +142,12 @@ class RankTable:
             try:
                 text = bytes(text).decode("utf-8")
             except UnicodeDecodeError as err:
-                raise _ei0004(f"the file is not UTF-8 text ({err.reason} at byte {err.start})",
-                              "save the rank table as UTF-8 JSON", None, rule="json") from None
+                raise _ei0004(
+                    f"the file is not UTF-8 text ({err.reason} at byte {err.start})",
+                    "save the rank table as UTF-8 JSON",
+                    None,
+                    rule="json",
+                ) from None
         if not isinstance(text, str):
             raise _ei0004(f"expected JSON text, got {type(text).__name__}", "pass the file's text", None, rule="json")
         try:
@@ -145,10 +155,13 @@ class RankTable:
         except TopologyError:
             raise
         except RecursionError:
-            raise _ei0004("the JSON is nested too deeply", "write the rank table format shown in the HCCL docs", None,
-                          rule="json") from None
+            raise _ei0004(
+                "the JSON is nested too deeply", "write the rank table format shown in the HCCL docs", None, rule="json"
+            ) from None
         except ValueError as err:
-            raise _ei0004(f"the file is not valid JSON: {err}", "fix the JSON syntax at that position", None, rule="json") from None
+            raise _ei0004(
+                f"the file is not valid JSON: {err}", "fix the JSON syntax at that position", None, rule="json"
+            ) from None
         return cls.from_dict(doc)
 
     @classmethod
@@ -177,11 +190,16 @@ class RankTable:
             s["device"] = devices
             s.update(server.extra)
             server_list.append(s)
-        doc: dict[str, Any] = {"version": self.version, "server_count": str(len(self.servers)), "server_list": server_list}
+        doc: dict[str, Any] = {
+            "version": self.version,
+            "server_count": str(len(self.servers)),
+            "server_list": server_list,
+        }
         if self.super_pods:
-            doc["super_pod_list"] = [{"super_pod_id": pod.super_pod_id,
-                                      "server_list": [{"server_id": sid} for sid in pod.server_ids]}
-                                     for pod in self.super_pods]
+            doc["super_pod_list"] = [
+                {"super_pod_id": pod.super_pod_id, "server_list": [{"server_id": sid} for sid in pod.server_ids]}
+                for pod in self.super_pods
+            ]
         doc["status"] = self.status
         doc.update(self.extra)
         return doc
@@ -198,8 +216,11 @@ class RankTable:
     @property
     def ranks(self) -> list[RankInfo]:
         """Every rank, sorted by rank id."""
-        out = [RankInfo(dev.rank_id, i, dev.device_id, dev.device_ip, server.host_ip)
-               for i, server in enumerate(self.servers) for dev in server.devices]
+        out = [
+            RankInfo(dev.rank_id, i, dev.device_id, dev.device_ip, server.host_ip)
+            for i, server in enumerate(self.servers)
+            for dev in server.devices
+        ]
         out.sort()
         return out
 
@@ -223,9 +244,15 @@ class RankTable:
         every server in super pod "0" with ``super_device_id`` = s * 16 + d.
         """
         if version not in VERSIONS:
-            raise TopologyError(f"Value [{version}] for ranktable variable [version] is invalid. "
-                                f"Expected value: one of {', '.join(VERSIONS)}. Fix: pass --version 1.0 or 1.2.", "version",
-                                value=version, rule="choices", choices=list(VERSIONS), error_id="EI0014")
+            raise TopologyError(
+                f"Value [{version}] for ranktable variable [version] is invalid. "
+                f"Expected value: one of {', '.join(VERSIONS)}. Fix: pass --version 1.0 or 1.2.",
+                "version",
+                value=version,
+                rule="choices",
+                choices=list(VERSIONS),
+                error_id="EI0014",
+            )
         server_list = []
         for s in range(topology.num_servers):
             v = s + 1
@@ -238,14 +265,21 @@ class RankTable:
                     dev["super_device_id"] = str(s * (MAX_DEVICE_ID + 1) + d)
                 devices.append(dev)
             server_list.append({"server_id": host, "host_ip": host, "device": devices})
-        doc: dict[str, Any] = {"version": version, "server_count": str(len(server_list)), "server_list": server_list,
-                               "status": "completed"}
+        doc: dict[str, Any] = {
+            "version": version,
+            "server_count": str(len(server_list)),
+            "server_list": server_list,
+            "status": "completed",
+        }
         if version == "1.2":
-            doc["super_pod_list"] = [{"super_pod_id": "0", "server_list": [{"server_id": s["server_id"]} for s in server_list]}]
+            doc["super_pod_list"] = [
+                {"super_pod_id": "0", "server_list": [{"server_id": s["server_id"]} for s in server_list]}
+            ]
         return cls.from_dict(doc)
 
 
 # -------------------------------------------------------------------- validation
+
 
 def _show(value: Any) -> str:
     try:
@@ -257,21 +291,31 @@ def _show(value: Any) -> str:
 
 def _ei0014(fieldname: str, value: Any, expectation: str, fix: str, **fields: Any) -> TopologyError:
     """HCCL's EI0014 (a bad value); ``fields`` say which check failed (``rule`` and its details)."""
-    return TopologyError(f"EI0014: Value [{_show(value)}] for ranktable variable [{fieldname}] is invalid. "
-                         f"Expected value: {expectation}. Fix: {fix}.", fieldname, value=value, error_id="EI0014", **fields)
+    return TopologyError(
+        f"EI0014: Value [{_show(value)}] for ranktable variable [{fieldname}] is invalid. "
+        f"Expected value: {expectation}. Fix: {fix}.",
+        fieldname,
+        value=value,
+        error_id="EI0014",
+        **fields,
+    )
 
 
 def _ei0004(reason: str, fix: str, fieldname: str | None, **fields: Any) -> TopologyError:
     """HCCL's EI0004 (the table as a whole is invalid); ``fields`` say which check failed."""
-    return TopologyError(f"EI0004: The ranktable is invalid, Reason:[{reason}]. Please check the configured ranktable. "
-                         f"Fix: {fix}.", fieldname, error_id="EI0004", **fields)
+    return TopologyError(
+        f"EI0004: The ranktable is invalid, Reason:[{reason}]. Please check the configured ranktable. Fix: {fix}.",
+        fieldname,
+        error_id="EI0004",
+        **fields,
+    )
 
 
 def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in pairs:
         if key in out:
-            raise _ei0004(f"key \"{key}\" appears twice in one object", f"keep one \"{key}\"", key, rule="unique")
+            raise _ei0004(f'key "{key}" appears twice in one object', f'keep one "{key}"', key, rule="unique")
         out[key] = value
     return out
 
@@ -279,22 +323,36 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 def _require(obj: dict, key: str, where: str) -> Any:
     if key not in obj:
         fieldname = f"{where}.{key}" if where else key
-        raise _ei0004(f"\"{fieldname}\" is missing", f"add \"{key}\" to {where or 'the top level'}", fieldname, rule="required")
+        raise _ei0004(
+            f'"{fieldname}" is missing', f'add "{key}" to {where or "the top level"}', fieldname, rule="required"
+        )
     return obj[key]
 
 
 def _string(value: Any, fieldname: str, example: str) -> str:
     if not isinstance(value, str):
-        raise _ei0014(fieldname, value, f"a string, e.g. \"{example}\" (every rank-table value is a string)",
-                      f"write {fieldname} as \"{example}\" in quotes", rule="type", expected="string")
+        raise _ei0014(
+            fieldname,
+            value,
+            f'a string, e.g. "{example}" (every rank-table value is a string)',
+            f'write {fieldname} as "{example}" in quotes',
+            rule="type",
+            expected="string",
+        )
     return value
 
 
 def _number(value: Any, fieldname: str, example: str) -> int:
     text = _string(value, fieldname, example)
     if not _DIGITS.fullmatch(text):
-        raise _ei0014(fieldname, value, f"a non-negative decimal number in a string, e.g. \"{example}\"",
-                      f"write {fieldname} as digits only", rule="format", expected="decimal")
+        raise _ei0014(
+            fieldname,
+            value,
+            f'a non-negative decimal number in a string, e.g. "{example}"',
+            f"write {fieldname} as digits only",
+            rule="format",
+            expected="decimal",
+        )
     return int(text)
 
 
@@ -303,47 +361,88 @@ def _ip(value: Any, fieldname: str, example: str) -> str:
     try:
         ipaddress.ip_address(text)
     except ValueError:
-        raise _ei0014(fieldname, value, f"an IPv4 or IPv6 address, e.g. \"{example}\"",
-                      f"set {fieldname} to the address from /etc/hccn.conf or the host's interface", rule="format", expected="ip") from None
+        raise _ei0014(
+            fieldname,
+            value,
+            f'an IPv4 or IPv6 address, e.g. "{example}"',
+            f"set {fieldname} to the address from /etc/hccn.conf or the host's interface",
+            rule="format",
+            expected="ip",
+        ) from None
     return text
 
 
 def _object(value: Any, fieldname: str) -> dict:
     if not isinstance(value, dict):
-        raise _ei0014(fieldname, value, "a JSON object", f"make {fieldname} an object {{...}}", rule="type", expected="object")
+        raise _ei0014(
+            fieldname, value, "a JSON object", f"make {fieldname} an object {{...}}", rule="type", expected="object"
+        )
     return value
 
 
 def _nonempty_list(value: Any, fieldname: str, what: str) -> list:
     if not isinstance(value, list) or not value:
-        raise _ei0014(fieldname, value, f"a non-empty list of {what}", f"give {fieldname} at least one {what[:-1]} entry",
-                      **({"rule": "nonempty"} if isinstance(value, list) else {"rule": "type", "expected": "list"}))
+        raise _ei0014(
+            fieldname,
+            value,
+            f"a non-empty list of {what}",
+            f"give {fieldname} at least one {what[:-1]} entry",
+            **({"rule": "nonempty"} if isinstance(value, list) else {"rule": "type", "expected": "list"}),
+        )
     return value
 
 
 def _parse(doc: Any) -> RankTable:
     if not isinstance(doc, dict):
-        raise _ei0004(f"the top level is a JSON {type(doc).__name__}, not an object",
-                      "write {\"version\": ..., \"server_count\": ..., \"server_list\": [...], \"status\": ...}", None,
-                      rule="type", expected="object")
+        raise _ei0004(
+            f"the top level is a JSON {type(doc).__name__}, not an object",
+            'write {"version": ..., "server_count": ..., "server_list": [...], "status": ...}',
+            None,
+            rule="type",
+            expected="object",
+        )
 
     version = _string(_require(doc, "version", ""), "version", "1.0")
     if version not in VERSIONS:
-        raise _ei0014("version", version, "\"1.0\" or \"1.2\" (\"1.2\" adds super_pod_list and super_device_id)",
-                      "set \"version\": \"1.0\" (or \"1.2\" for Atlas A3 super pods)", rule="choices", choices=list(VERSIONS))
+        raise _ei0014(
+            "version",
+            version,
+            '"1.0" or "1.2" ("1.2" adds super_pod_list and super_device_id)',
+            'set "version": "1.0" (or "1.2" for Atlas A3 super pods)',
+            rule="choices",
+            choices=list(VERSIONS),
+        )
     status = _string(_require(doc, "status", ""), "status", "completed")
     if status != "completed":
-        raise _ei0014("status", status, "\"completed\"",
-                      "the table is not finished; wait until the scheduler writes \"status\": \"completed\", "
-                      "or set it if you wrote the file by hand", rule="const", expected="completed")
+        raise _ei0014(
+            "status",
+            status,
+            '"completed"',
+            'the table is not finished; wait until the scheduler writes "status": "completed", '
+            "or set it if you wrote the file by hand",
+            rule="const",
+            expected="completed",
+        )
     server_count = _number(_require(doc, "server_count", ""), "server_count", "1")
     raw_servers = _nonempty_list(_require(doc, "server_list", ""), "server_list", "servers")
     if server_count != len(raw_servers):
-        raise _ei0014("server_count", doc["server_count"], f"\"{len(raw_servers)}\", the number of entries in server_list",
-                      f"set \"server_count\": \"{len(raw_servers)}\" or add/remove servers", rule="const", expected=str(len(raw_servers)))
+        raise _ei0014(
+            "server_count",
+            doc["server_count"],
+            f'"{len(raw_servers)}", the number of entries in server_list',
+            f'set "server_count": "{len(raw_servers)}" or add/remove servers',
+            rule="const",
+            expected=str(len(raw_servers)),
+        )
     if version == "1.0" and "super_pod_list" in doc:
-        raise _ei0014("version", version, "\"1.2\" when super_pod_list is present",
-                      "set \"version\": \"1.2\" or remove super_pod_list", rule="const", expected="1.2")
+        raise _ei0014(
+            "version",
+            version,
+            '"1.2" when super_pod_list is present',
+            'set "version": "1.2" or remove super_pod_list',
+            rule="const",
+            expected="1.2",
+        )
 
     multi_server = len(raw_servers) > 1
     servers: list[ServerInfo] = []
@@ -354,12 +453,22 @@ def _parse(doc: Any) -> RankTable:
         raw_server = _object(raw_server, where)
         server_id = _string(_require(raw_server, "server_id", where), f"{where}.server_id", "10.0.0.1")
         if not server_id:
-            raise _ei0014(f"{where}.server_id", server_id, "a non-empty, cluster-unique server id",
-                          "set server_id to the server's IP or name", rule="nonempty")
+            raise _ei0014(
+                f"{where}.server_id",
+                server_id,
+                "a non-empty, cluster-unique server id",
+                "set server_id to the server's IP or name",
+                rule="nonempty",
+            )
         if server_id in server_index:
-            raise _ei0014(f"{where}.server_id", server_id,
-                          f"a server id used once; server_list[{server_index[server_id]}] already has it",
-                          "give every server its own server_id", rule="unique", holder=f"server_list[{server_index[server_id]}]")
+            raise _ei0014(
+                f"{where}.server_id",
+                server_id,
+                f"a server id used once; server_list[{server_index[server_id]}] already has it",
+                "give every server its own server_id",
+                rule="unique",
+                holder=f"server_list[{server_index[server_id]}]",
+            )
         server_index[server_id] = i
         host_ip = _ip(raw_server["host_ip"], f"{where}.host_ip", "10.0.0.1") if "host_ip" in raw_server else None
         raw_devices = _nonempty_list(_require(raw_server, "device", where), f"{where}.device", "devices")
@@ -370,41 +479,79 @@ def _parse(doc: Any) -> RankTable:
             raw_dev = _object(raw_dev, dwhere)
             device_id = _number(_require(raw_dev, "device_id", dwhere), f"{dwhere}.device_id", "0")
             if device_id > MAX_DEVICE_ID:
-                raise _ei0014(f"{dwhere}.device_id", raw_dev["device_id"], f"0..{MAX_DEVICE_ID}, the NPU's physical id",
-                              "use the NPU id shown by npu-smi info", rule="range", expected=f"0..{MAX_DEVICE_ID}")
+                raise _ei0014(
+                    f"{dwhere}.device_id",
+                    raw_dev["device_id"],
+                    f"0..{MAX_DEVICE_ID}, the NPU's physical id",
+                    "use the NPU id shown by npu-smi info",
+                    rule="range",
+                    expected=f"0..{MAX_DEVICE_ID}",
+                )
             if device_id in seen_device:
-                raise _ei0014(f"{dwhere}.device_id", raw_dev["device_id"],
-                              f"a device id used once per server; {where}.device[{seen_device[device_id]}] already has it",
-                              "give every NPU of a server its own device_id", rule="unique",
-                              holder=f"{where}.device[{seen_device[device_id]}]")
+                raise _ei0014(
+                    f"{dwhere}.device_id",
+                    raw_dev["device_id"],
+                    f"a device id used once per server; {where}.device[{seen_device[device_id]}] already has it",
+                    "give every NPU of a server its own device_id",
+                    rule="unique",
+                    holder=f"{where}.device[{seen_device[device_id]}]",
+                )
             seen_device[device_id] = j
             if "device_ip" in raw_dev:
                 device_ip: str | None = _ip(raw_dev["device_ip"], f"{dwhere}.device_ip", "192.168.100.1")
             elif multi_server:
-                raise _ei0004(f"'{dwhere}.device_ip' is not set correctly, must be set when multi Server",
-                              "add each NPU's RoCE address (address_N in /etc/hccn.conf) as device_ip", f"{dwhere}.device_ip",
-                              rule="required")
+                raise _ei0004(
+                    f"'{dwhere}.device_ip' is not set correctly, must be set when multi Server",
+                    "add each NPU's RoCE address (address_N in /etc/hccn.conf) as device_ip",
+                    f"{dwhere}.device_ip",
+                    rule="required",
+                )
             else:
                 device_ip = None
             rank_id = _number(_require(raw_dev, "rank_id", dwhere), f"{dwhere}.rank_id", "0")
             if rank_id in owner:
-                raise _ei0014(f"{dwhere}.rank_id", raw_dev["rank_id"], f"a rank id used once; {owner[rank_id]} already has it",
-                              "give every device its own rank_id, 0..N-1", rule="unique", holder=owner[rank_id])
+                raise _ei0014(
+                    f"{dwhere}.rank_id",
+                    raw_dev["rank_id"],
+                    f"a rank id used once; {owner[rank_id]} already has it",
+                    "give every device its own rank_id, 0..N-1",
+                    rule="unique",
+                    holder=owner[rank_id],
+                )
             owner[rank_id] = dwhere
             super_device_id = None
             if "super_device_id" in raw_dev:
                 if version == "1.0":
-                    raise _ei0014("version", version, f"\"1.2\" when devices carry super_device_id ({dwhere})",
-                                  "set \"version\": \"1.2\" or remove super_device_id", rule="const", expected="1.2")
+                    raise _ei0014(
+                        "version",
+                        version,
+                        f'"1.2" when devices carry super_device_id ({dwhere})',
+                        'set "version": "1.2" or remove super_device_id',
+                        rule="const",
+                        expected="1.2",
+                    )
                 super_device_id = _number(raw_dev["super_device_id"], f"{dwhere}.super_device_id", "37748736")
             elif version == "1.2":
-                raise _ei0004(f"\"{dwhere}.super_device_id\" is missing (required in version 1.2)",
-                              "add super_device_id to every device, or use version \"1.0\"", f"{dwhere}.super_device_id",
-                              rule="required")
-            devices.append(DeviceInfo(device_id, rank_id, device_ip, super_device_id,
-                                      {k: v for k, v in raw_dev.items() if k not in _DEVICE_KEYS}))
-        servers.append(ServerInfo(server_id, tuple(devices), host_ip,
-                                  {k: v for k, v in raw_server.items() if k not in _SERVER_KEYS}))
+                raise _ei0004(
+                    f'"{dwhere}.super_device_id" is missing (required in version 1.2)',
+                    'add super_device_id to every device, or use version "1.0"',
+                    f"{dwhere}.super_device_id",
+                    rule="required",
+                )
+            devices.append(
+                DeviceInfo(
+                    device_id,
+                    rank_id,
+                    device_ip,
+                    super_device_id,
+                    {k: v for k, v in raw_dev.items() if k not in _DEVICE_KEYS},
+                )
+            )
+        servers.append(
+            ServerInfo(
+                server_id, tuple(devices), host_ip, {k: v for k, v in raw_server.items() if k not in _SERVER_KEYS}
+            )
+        )
 
     _check_rank_ids(servers, owner)
     super_pods = _parse_super_pods(doc, servers, server_index) if version == "1.2" else ()
@@ -416,27 +563,41 @@ def _check_rank_ids(servers: list[ServerInfo], owner: dict[int, str]) -> None:
     for rank_id in sorted(owner):
         if rank_id >= n:
             missing = sorted(set(range(n)) - set(owner))
-            raise _ei0014(f"{owner[rank_id]}.rank_id", str(rank_id),
-                          f"less than the communication size {n}: rank ids must be exactly 0..{n - 1}",
-                          f"renumber the ranks 0..{n - 1} (rank {missing[0]} is missing)",
-                          rule="range", expected=f"0..{n - 1}", missing_ranks=missing)
+            raise _ei0014(
+                f"{owner[rank_id]}.rank_id",
+                str(rank_id),
+                f"less than the communication size {n}: rank ids must be exactly 0..{n - 1}",
+                f"renumber the ranks 0..{n - 1} (rank {missing[0]} is missing)",
+                rule="range",
+                expected=f"0..{n - 1}",
+                missing_ranks=missing,
+            )
     for i, server in enumerate(servers):
         ids = sorted(dev.rank_id for dev in server.devices)
         if ids[-1] - ids[0] + 1 != len(ids):
             gap = next(r for r in range(ids[0], ids[-1]) if r not in ids)
-            raise _ei0014(f"server_list[{i}].device", [str(r) for r in ids],
-                          f"consecutive rank ids on one server; rank {gap} sits on another server ({owner[gap]}), "
-                          "so ranks are interleaved across servers",
-                          "number the ranks server by server: all ranks of server 0, then all of server 1, ...",
-                          rule="consecutive", holder=owner[gap])
+            raise _ei0014(
+                f"server_list[{i}].device",
+                [str(r) for r in ids],
+                f"consecutive rank ids on one server; rank {gap} sits on another server ({owner[gap]}), "
+                "so ranks are interleaved across servers",
+                "number the ranks server by server: all ranks of server 0, then all of server 1, ...",
+                rule="consecutive",
+                holder=owner[gap],
+            )
 
 
 def _parse_super_pods(doc: dict, servers: list[ServerInfo], server_index: dict[str, int]) -> tuple[SuperPodInfo, ...]:
-    raw_pods = _nonempty_list(doc.get("super_pod_list"), "super_pod_list", "super pods") if "super_pod_list" in doc else None
+    raw_pods = (
+        _nonempty_list(doc.get("super_pod_list"), "super_pod_list", "super pods") if "super_pod_list" in doc else None
+    )
     if raw_pods is None:
-        raise _ei0004("\"super_pod_list\" is missing (required in version 1.2)",
-                      "add super_pod_list assigning every server to a super pod, or use version \"1.0\"", "super_pod_list",
-                      rule="required")
+        raise _ei0004(
+            '"super_pod_list" is missing (required in version 1.2)',
+            'add super_pod_list assigning every server to a super pod, or use version "1.0"',
+            "super_pod_list",
+            rule="required",
+        )
     pods: list[SuperPodInfo] = []
     pod_of: dict[str, str] = {}
     listed_at: dict[str, str] = {}  # server id -> where a super pod lists it
@@ -446,8 +607,13 @@ def _parse_super_pods(doc: dict, servers: list[ServerInfo], server_index: dict[s
         raw_pod = _object(raw_pod, where)
         pod_id = _string(_require(raw_pod, "super_pod_id", where), f"{where}.super_pod_id", "0")
         if not pod_id or pod_id in pod_ids:
-            raise _ei0014(f"{where}.super_pod_id", pod_id, "a non-empty super pod id used once", "give every super pod its own id",
-                          **({"rule": "unique", "holder": pod_ids[pod_id]} if pod_id else {"rule": "nonempty"}))
+            raise _ei0014(
+                f"{where}.super_pod_id",
+                pod_id,
+                "a non-empty super pod id used once",
+                "give every super pod its own id",
+                **({"rule": "unique", "holder": pod_ids[pod_id]} if pod_id else {"rule": "nonempty"}),
+            )
         pod_ids[pod_id] = where
         raw_members = _nonempty_list(_require(raw_pod, "server_list", where), f"{where}.server_list", "servers")
         members = []
@@ -456,28 +622,48 @@ def _parse_super_pods(doc: dict, servers: list[ServerInfo], server_index: dict[s
             raw_member = _object(raw_member, mwhere)
             sid = _string(_require(raw_member, "server_id", mwhere), f"{mwhere}.server_id", "10.0.0.1")
             if sid not in server_index:
-                raise _ei0014(f"{mwhere}.server_id", sid, "the server_id of a server in server_list",
-                              "list only servers that appear in server_list", rule="reference")
+                raise _ei0014(
+                    f"{mwhere}.server_id",
+                    sid,
+                    "the server_id of a server in server_list",
+                    "list only servers that appear in server_list",
+                    rule="reference",
+                )
             if sid in pod_of:
-                raise _ei0014(f"{mwhere}.server_id", sid, f"a server in one super pod only; it is already in super pod {pod_of[sid]}",
-                              "list every server in exactly one super pod", rule="unique", holder=listed_at[sid])
+                raise _ei0014(
+                    f"{mwhere}.server_id",
+                    sid,
+                    f"a server in one super pod only; it is already in super pod {pod_of[sid]}",
+                    "list every server in exactly one super pod",
+                    rule="unique",
+                    holder=listed_at[sid],
+                )
             pod_of[sid] = pod_id
             listed_at[sid] = f"{mwhere}.server_id"
             members.append(sid)
         pods.append(SuperPodInfo(pod_id, tuple(members)))
     for i, server in enumerate(servers):
         if server.server_id not in pod_of:
-            raise _ei0004(f"server_list[{i}] (server_id {server.server_id}) is in no super pod",
-                          "add it to one super_pod_list[].server_list", f"server_list[{i}].server_id",
-                          value=server.server_id, rule="reference")
+            raise _ei0004(
+                f"server_list[{i}] (server_id {server.server_id}) is in no super pod",
+                "add it to one super_pod_list[].server_list",
+                f"server_list[{i}].server_id",
+                value=server.server_id,
+                rule="reference",
+            )
     seen: dict[tuple[str, int], str] = {}
     for i, server in enumerate(servers):
         for j, dev in enumerate(server.devices):
             key = (pod_of[server.server_id], dev.super_device_id)  # type: ignore[arg-type]
             fieldname = f"server_list[{i}].device[{j}].super_device_id"
             if key in seen:
-                raise _ei0014(fieldname, str(dev.super_device_id),
-                              f"a super_device_id used once per super pod; {seen[key]} already has it",
-                              "use each NPU's own super_device_id (npu-smi info -t spod-info)", rule="unique", holder=seen[key])
+                raise _ei0014(
+                    fieldname,
+                    str(dev.super_device_id),
+                    f"a super_device_id used once per super pod; {seen[key]} already has it",
+                    "use each NPU's own super_device_id (npu-smi info -t spod-info)",
+                    rule="unique",
+                    holder=seen[key],
+                )
             seen[key] = fieldname
     return tuple(pods)

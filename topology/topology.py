@@ -27,7 +27,7 @@ from typing import Iterable
 
 from .errors import TopologyError
 from .figures import CardModel, FiguresArg, LinkSpec, resolve_figures
-from .presets import SERVERS_PER_LEAF, ServerTemplate, TEMPLATES, card_count_check, parse_preset
+from .presets import SERVERS_PER_LEAF, TEMPLATES, ServerTemplate, card_count_check, parse_preset
 from .rank_table import RankTable
 
 Hop = tuple[str, str]
@@ -56,8 +56,14 @@ class Topology:
     (1, ['PCIE', 'HOST', 'PCIE'])
     """
 
-    def __init__(self, name: str, template: ServerTemplate, servers: list[list[tuple[int, int]]],
-                 figures: FiguresArg = None, rank_table: RankTable | None = None):
+    def __init__(
+        self,
+        name: str,
+        template: ServerTemplate,
+        servers: list[list[tuple[int, int]]],
+        figures: FiguresArg = None,
+        rank_table: RankTable | None = None,
+    ):
         """Build the graph. ``servers[s]`` lists ``(rank, device_id)`` of server ``s``; ranks must
         be 0..N-1 overall and device ids below ``template.num_cards``. Use :meth:`preset` or
         :meth:`from_rank_table` rather than calling this directly."""
@@ -99,12 +105,18 @@ class Topology:
         if n is None:
             n = total
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise TopologyError(f"number of cards must be a positive integer, got {n!r}.", "n", value=n,
-                                **card_count_check(n))
+            raise TopologyError(
+                f"number of cards must be a positive integer, got {n!r}.", "n", value=n, **card_count_check(n)
+            )
         if n > total:
-            raise TopologyError(f"preset {spec.name} has {total} cards; {n} were asked for. "
-                                f"Fix: choose a larger preset (e.g. {math.ceil(n / 8)}x8p-roce) or fewer cards.", "n",
-                                value=n, rule="range", expected=f"1..{total}")
+            raise TopologyError(
+                f"preset {spec.name} has {total} cards; {n} were asked for. "
+                f"Fix: choose a larger preset (e.g. {math.ceil(n / 8)}x8p-roce) or fewer cards.",
+                "n",
+                value=n,
+                rule="range",
+                expected=f"1..{total}",
+            )
         m = spec.cards_per_server
         servers = [[(r, r - s * m) for r in range(s * m, min(n, (s + 1) * m))] for s in range(math.ceil(n / m))]
         return cls(spec.name, spec.template, servers, figures)
@@ -119,8 +131,12 @@ class Topology:
         >>> Topology.from_rank_table(RankTable.load("hccl_8p.json"), preset="ascend910b-8p")  # doctest: +SKIP
         """
         if not isinstance(table, RankTable):
-            raise TopologyError(f"expected a RankTable, got {type(table).__name__}. Fix: RankTable.load(path).", "rank_table",
-                                rule="type", expected="RankTable")
+            raise TopologyError(
+                f"expected a RankTable, got {type(table).__name__}. Fix: RankTable.load(path).",
+                "rank_table",
+                rule="type",
+                expected="RankTable",
+            )
         if preset is None:
             template = TEMPLATES["ascend910-8p" if table.server_count == 1 else "ascend910b-8p"]
         else:
@@ -132,8 +148,12 @@ class Topology:
                     raise TopologyError(
                         f"server_list[{i}].device[{j}].device_id is {dev.device_id} but a {template.name} server has "
                         f"device ids 0..{template.num_cards - 1}. Fix: pick a preset whose server wiring has that device, "
-                        "or correct the device_id.", f"server_list[{i}].device[{j}].device_id", value=dev.device_id,
-                        rule="range", expected=f"0..{template.num_cards - 1}")
+                        "or correct the device_id.",
+                        f"server_list[{i}].device[{j}].device_id",
+                        value=dev.device_id,
+                        rule="range",
+                        expected=f"0..{template.num_cards - 1}",
+                    )
             servers.append(sorted((dev.rank_id, dev.device_id) for dev in server.devices))
         count = f"{table.server_count} x " if table.server_count > 1 else ""
         return cls(f"rank table ({count}{template.name})", template, servers, figures, rank_table=table)
@@ -155,16 +175,38 @@ class Topology:
             by_device = {}
             for rank, device in members:
                 if not 0 <= rank < self.num_ranks or rank in seen_ranks:
-                    raise TopologyError(f"rank {rank} is out of 0..{self.num_ranks - 1} or listed twice.", "rank", value=rank,
-                                        **({"rule": "unique"} if rank in seen_ranks else {"rule": "range", "expected": f"0..{self.num_ranks - 1}"}))
+                    raise TopologyError(
+                        f"rank {rank} is out of 0..{self.num_ranks - 1} or listed twice.",
+                        "rank",
+                        value=rank,
+                        **(
+                            {"rule": "unique"}
+                            if rank in seen_ranks
+                            else {"rule": "range", "expected": f"0..{self.num_ranks - 1}"}
+                        ),
+                    )
                 if not 0 <= device < t.num_cards or device in by_device:
-                    raise TopologyError(f"server {s}: device {device} is out of 0..{t.num_cards - 1} or listed twice.", "device",
-                                        value=device, **({"rule": "unique"} if device in by_device
-                                                         else {"rule": "range", "expected": f"0..{t.num_cards - 1}"}))
+                    raise TopologyError(
+                        f"server {s}: device {device} is out of 0..{t.num_cards - 1} or listed twice.",
+                        "device",
+                        value=device,
+                        **(
+                            {"rule": "unique"}
+                            if device in by_device
+                            else {"rule": "range", "expected": f"0..{t.num_cards - 1}"}
+                        ),
+                    )
                 seen_ranks.add(rank)
                 by_device[device] = rank
                 self._server[rank], self._device[rank] = s, device
-                attrs[rank] = {"type": "card", "rank": rank, "server": s, "device": device, "card": t.card, "island": None}
+                attrs[rank] = {
+                    "type": "card",
+                    "rank": rank,
+                    "server": s,
+                    "device": device,
+                    "card": t.card,
+                    "island": None,
+                }
                 nodes.append((f"card{rank}", attrs[rank]))
             self._server_ranks.append(sorted(by_device.values()))
             roots = []
@@ -192,7 +234,7 @@ class Topology:
                 self.num_islands += 1
                 for x, ra in enumerate(present):
                     self._island[ra] = attrs[ra]["island"] = island
-                    for rb in present[x + 1:]:
+                    for rb in present[x + 1 :]:
                         self._add_edge(f"card{ra}", f"card{rb}", links[t.island_kind], edges)
             for da, db, kind in t.bridges:
                 if da in by_device and db in by_device:
@@ -227,8 +269,12 @@ class Topology:
                     trunk = LinkSpec(nic_spec.kind, nic_spec.bandwidth_Bps * ports, nic_spec.latency_s)
                     self._add_edge(leaf, "spine", trunk, edges)
         if len(seen_ranks) != self.num_ranks:
-            raise TopologyError(f"ranks must be 0..{self.num_ranks - 1}, each once.", "rank", rule="complete",
-                                missing_ranks=sorted(set(range(self.num_ranks)) - seen_ranks))
+            raise TopologyError(
+                f"ranks must be 0..{self.num_ranks - 1}, each once.",
+                "rank",
+                rule="complete",
+                missing_ranks=sorted(set(range(self.num_ranks)) - seen_ranks),
+            )
         self._graph_parts = (nodes, edges)
 
     @property
@@ -253,8 +299,13 @@ class Topology:
         except TypeError:
             value = -1
         if isinstance(rank, bool) or not 0 <= value < self.num_ranks:
-            raise TopologyError(f"rank {rank!r} is not in 0..{self.num_ranks - 1} of topology {self.name}.", "rank", value=rank,
-                                rule="range", expected=f"0..{self.num_ranks - 1}")
+            raise TopologyError(
+                f"rank {rank!r} is not in 0..{self.num_ranks - 1} of topology {self.name}.",
+                "rank",
+                value=rank,
+                rule="range",
+                expected=f"0..{self.num_ranks - 1}",
+            )
         return value
 
     def card(self, rank: int) -> CardModel:
@@ -281,8 +332,13 @@ class Topology:
     def server_ranks(self, server: int) -> list[int]:
         """The ranks on ``server``, ascending."""
         if isinstance(server, bool) or not isinstance(server, int) or not 0 <= server < self.num_servers:
-            raise TopologyError(f"server {server!r} is not in 0..{self.num_servers - 1}.", "server", value=server, rule="range",
-                                expected=f"0..{self.num_servers - 1}")
+            raise TopologyError(
+                f"server {server!r} is not in 0..{self.num_servers - 1}.",
+                "server",
+                value=server,
+                rule="range",
+                expected=f"0..{self.num_servers - 1}",
+            )
         return list(self._server_ranks[server])
 
     # ------------------------------------------------------------------ links and routes
@@ -291,8 +347,9 @@ class Topology:
         try:
             return self._spec[u][v]
         except KeyError:
-            raise TopologyError(f"no link between {u!r} and {v!r} in topology {self.name}.", "link", value=[u, v],
-                                rule="reference") from None
+            raise TopologyError(
+                f"no link between {u!r} and {v!r} in topology {self.name}.", "link", value=[u, v], rule="reference"
+            ) from None
 
     def route(self, src_rank: int, dst_rank: int) -> Route:
         """The route from ``src_rank``'s card to ``dst_rank``'s (cached).
@@ -352,8 +409,13 @@ class Topology:
         for ranks in (src, dst):  # -1 marks "no flow" in the simulator's arrays: never a rank here
             if ranks.size and (ranks.min() < 0 or ranks.max() >= self.num_ranks):
                 bad = int(ranks.min()) if ranks.min() < 0 else int(ranks.max())
-                raise TopologyError(f"rank {bad} is not in 0..{self.num_ranks - 1}.", "rank", value=bad, rule="range",
-                                    expected=f"0..{self.num_ranks - 1}")
+                raise TopologyError(
+                    f"rank {bad} is not in 0..{self.num_ranks - 1}.",
+                    "rank",
+                    value=bad,
+                    rule="range",
+                    expected=f"0..{self.num_ranks - 1}",
+                )
         return self._route_arrays().route_ids(src, dst)
 
     def hop_bandwidths(self):
@@ -382,30 +444,45 @@ class Topology:
         """
         servers = "server" if self.num_servers == 1 else "servers"
         islands = "island" if self.num_islands == 1 else "islands"
-        return (f"{self.name}: {self.num_ranks} ranks on {self.num_servers} {servers}, {self._card.name} cards, "
-                f"{self.num_islands} HCCS {islands}")
+        return (
+            f"{self.name}: {self.num_ranks} ranks on {self.num_servers} {servers}, {self._card.name} cards, "
+            f"{self.num_islands} HCCS {islands}"
+        )
 
     def describe(self, max_links: int = 200) -> str:
         """The table ``hccl-topo show`` prints: every rank (server, device, card, island), the link
         kinds with their figures, and each link when there are at most ``max_links``."""
         lines = [self.summary(), ""]
         rows = [("rank", "server", "device", "card", "island")]
-        rows += [(str(r), str(self._server[r]), str(self._device[r]), self._card.name,
-                  "-" if self._island[r] is None else str(self._island[r])) for r in range(self.num_ranks)]
+        rows += [
+            (
+                str(r),
+                str(self._server[r]),
+                str(self._device[r]),
+                self._card.name,
+                "-" if self._island[r] is None else str(self._island[r]),
+            )
+            for r in range(self.num_ranks)
+        ]
         lines += _table(rows, right=(0, 1, 2, 4))
         kinds: dict[tuple[str, float, float], int] = Counter(
-            (spec.kind, spec.bandwidth_Bps, spec.latency_s) for _, _, spec in self.graph.edges(data="spec"))
+            (spec.kind, spec.bandwidth_Bps, spec.latency_s) for _, _, spec in self.graph.edges(data="spec")
+        )
         lines += ["", "link kinds (bandwidth per direction):"]
         rows = [("kind", "links", "GB/s", "latency us")]
-        rows += [(kind, str(count), f"{bw / 1e9:.1f}", f"{lat * 1e6:.2f}")
-                 for (kind, bw, lat), count in sorted(kinds.items())]
+        rows += [
+            (kind, str(count), f"{bw / 1e9:.1f}", f"{lat * 1e6:.2f}")
+            for (kind, bw, lat), count in sorted(kinds.items())
+        ]
         lines += _table(rows, right=(1, 2, 3))
         count = self.graph.number_of_edges()
         if count <= max_links:
             lines += ["", "links:"]
             rows = [("from", "to", "kind", "GB/s", "latency us")]
-            rows += [(u, v, spec.kind, f"{spec.bandwidth_Bps / 1e9:.1f}", f"{spec.latency_s * 1e6:.2f}")
-                     for u, v, spec in self.graph.edges(data="spec")]
+            rows += [
+                (u, v, spec.kind, f"{spec.bandwidth_Bps / 1e9:.1f}", f"{spec.latency_s * 1e6:.2f}")
+                for u, v, spec in self.graph.edges(data="spec")
+            ]
             lines += _table(rows, right=(3, 4))
         else:
             lines += ["", f"({count} links; only the summary above is shown)"]
@@ -456,8 +533,8 @@ class _RouteArrays:
         for rank, hops in enumerate(ups):
             if not hops:
                 continue
-            self.up[:len(hops), rank] = [self.hop_id(h) for h in hops]
-            self.down[:len(hops), rank] = [self.hop_id((v, u)) for u, v in reversed(hops)]
+            self.up[: len(hops), rank] = [self.hop_id(h) for h in hops]
+            self.down[: len(hops), rank] = [self.hop_id((v, u)) for u, v in reversed(hops)]
             for u, v in hops:  # summed hop by hop from 0.0, as ``Topology._make_route`` sums
                 up_latency[rank] += self._spec[u][v].latency_s
             leaf[rank] = leaves.setdefault(hops[-1][1], len(leaves))
@@ -485,12 +562,15 @@ class _RouteArrays:
         self.table = np.zeros((size, size, width), dtype=np.int64)
         self.table_latency = np.zeros((size, size))
         for (da, db), route in routes.items():
-            self.table[da, db, :len(route.hops)] = [local.setdefault(h, len(local) + 1) for h in route.hops]
+            self.table[da, db, : len(route.hops)] = [local.setdefault(h, len(local) + 1) for h in route.hops]
             self.table_latency[da, db] = route.latency_s
         self.links = len(local)
         self.base = len(self._bandwidth)
         specs = [self._spec[u][v] for u, v in local]
-        self._tiled = (np.tile([s.bandwidth_Bps for s in specs], servers), np.tile([s.latency_s for s in specs], servers))
+        self._tiled = (
+            np.tile([s.bandwidth_Bps for s in specs], servers),
+            np.tile([s.latency_s for s in specs], servers),
+        )
 
     def route_ids(self, src, dst) -> tuple:
         """``Topology.route_ids`` of int64 arrays already checked."""
@@ -506,7 +586,7 @@ class _RouteArrays:
         hops = np.zeros((max(h.shape[0] for _, h, _ in routed), len(src)), dtype=np.int64)
         latency = np.zeros(len(src))
         for where, part_hops, part_latency in routed:
-            hops[:part_hops.shape[0], where] = part_hops
+            hops[: part_hops.shape[0], where] = part_hops
             latency[where] = part_latency
         return hops, latency
 
@@ -522,7 +602,7 @@ class _RouteArrays:
         routes = [self._route(x, y) for x, y in zip(a.tolist(), b.tolist())]
         hops = np.zeros((max((len(r.hops) for r in routes), default=0), len(routes)), dtype=np.int64)
         for f, route in enumerate(routes):
-            hops[:len(route.hops), f] = [self.hop_id(h) for h in route.hops]
+            hops[: len(route.hops), f] = [self.hop_id(h) for h in route.hops]
         return hops, np.array([r.latency_s for r in routes])
 
     def across(self, a, b) -> tuple:
@@ -567,7 +647,10 @@ class _RouteArrays:
         if self._cache[0] != len(self._bandwidth):
             bandwidth, latency = np.array(self._bandwidth), np.array(self._latency)
             if self.table is not None:
-                bandwidth, latency = np.concatenate([bandwidth, self._tiled[0]]), np.concatenate([latency, self._tiled[1]])
+                bandwidth, latency = (
+                    np.concatenate([bandwidth, self._tiled[0]]),
+                    np.concatenate([latency, self._tiled[1]]),
+                )
             self._cache = (len(self._bandwidth), bandwidth, latency)
         return self._cache
 

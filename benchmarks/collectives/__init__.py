@@ -1,6 +1,6 @@
 """The collectives hccl-bench measures, one thin file each (as nccl-tests' all_reduce.cu ...).
 
-    get("allreduce").bus_factor(4)     # 1.5
+get("allreduce").bus_factor(4)     # 1.5
 """
 
 from __future__ import annotations

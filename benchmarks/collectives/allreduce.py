@@ -12,8 +12,10 @@ from .base import Case, Collective, reduce_input, reduced, same_counts
 
 def init(case: Case):
     """Each rank's :func:`reduce_input`; every rank expects the reduction over all ranks."""
-    return (reduce_input(case.count, case.rank, case.op, case.dtype),
-            reduced(case.count, case.nranks, case.op, case.dtype))
+    return (
+        reduce_input(case.count, case.rank, case.op, case.dtype),
+        reduced(case.count, case.nranks, case.op, case.dtype),
+    )
 
 
 COLLECTIVE = Collective("allreduce", collective("allreduce"), counts=same_counts, init=init)

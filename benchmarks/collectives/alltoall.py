@@ -27,8 +27,10 @@ def _block(case: Case, src: int, dst: int) -> np.ndarray:
 def init(case: Case):
     """Rank r sends block (r, j) to every rank j and expects block (i, r) from every rank i, in slot i."""
     n, r = case.nranks, case.rank
-    return (np.concatenate([_block(case, r, j) for j in range(n)]),
-            np.concatenate([_block(case, i, r) for i in range(n)]))
+    return (
+        np.concatenate([_block(case, r, j) for j in range(n)]),
+        np.concatenate([_block(case, i, r) for i in range(n)]),
+    )
 
 
 COLLECTIVE = Collective("alltoall", collective("alltoall"), counts=counts, init=init)

@@ -99,7 +99,7 @@ def _fill_periodic(table: np.ndarray, count: int) -> np.ndarray:
     out[:filled] = table[:filled]
     while filled < count:
         n = min(filled, count - filled)
-        out[filled:filled + n] = out[:n]
+        out[filled : filled + n] = out[:n]
         filled += n
     return out
 

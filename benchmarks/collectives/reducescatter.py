@@ -19,8 +19,10 @@ def counts(nbytes: int, itemsize: int, nranks: int) -> tuple[int, int, int]:
 def init(case: Case):
     """Each rank's :func:`reduce_input` of n blocks; rank r expects block r of their reduction."""
     n, count = case.nranks, case.count
-    return (reduce_input(n * count, case.rank, case.op, case.dtype),
-            reduced(count, n, case.op, case.dtype, start=case.rank * count))
+    return (
+        reduce_input(n * count, case.rank, case.op, case.dtype),
+        reduced(count, n, case.op, case.dtype, start=case.rank * count),
+    )
 
 
 COLLECTIVE = Collective("reducescatter", collective("reduce_scatter"), counts=counts, init=init)

@@ -24,18 +24,23 @@ def get_backend(name: str) -> Backend:
     """A new driver-side backend by name (hccl, mpi, gloo, torch-hccl, unmodeled)."""
     if name == "hccl":
         from .hccl import HcclBackend
+
         return HcclBackend()
     if name == "unmodeled":
         from .hccl import HcclUnmodeledBackend
+
         return HcclUnmodeledBackend()
     if name == "mpi":
         from .mpi import MpiBackend
+
         return MpiBackend()
     if name == "gloo":
         from .gloo import GlooBackend
+
         return GlooBackend()
     if name == "torch-hccl":
         from .torch_hccl import TorchHcclBackend
+
         return TorchHcclBackend()
     raise ValueError(f"unknown implementation {name!r}; use hccl, mpi, gloo, torch-hccl or unmodeled")
 

@@ -39,8 +39,7 @@ def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def run_workers(commands: Sequence[Sequence[str]], env: dict[str, str], timeout_s: float,
-                what: str) -> None:
+def run_workers(commands: Sequence[Sequence[str]], env: dict[str, str], timeout_s: float, what: str) -> None:
     """Run ``commands`` concurrently (each in its own process group) until all exit 0.
 
     If one fails or ``timeout_s`` passes, the others are stopped and :class:`BackendError` says
@@ -52,8 +51,16 @@ def run_workers(commands: Sequence[Sequence[str]], env: dict[str, str], timeout_
     procs = []
     try:
         for cmd in commands:
-            procs.append(subprocess.Popen(list(cmd), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                          start_new_session=True, preexec_fn=pdeathsig_preexec()))
+            procs.append(
+                subprocess.Popen(
+                    list(cmd),
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    preexec_fn=pdeathsig_preexec(),
+                )
+            )
         deadline = time.monotonic() + timeout_s
         outputs: dict[int, bytes] = {}
         pending = dict(enumerate(procs))
@@ -67,8 +74,10 @@ def run_workers(commands: Sequence[Sequence[str]], env: dict[str, str], timeout_
                 del pending[i]
                 if proc.returncode != 0:
                     tail = out.decode(errors="replace").strip().splitlines()[-12:]
-                    raise BackendError(f"{what}: {' '.join(cmd_name(commands[i]))} exited with "
-                                       f"{proc.returncode}:\n    " + "\n    ".join(tail))
+                    raise BackendError(
+                        f"{what}: {' '.join(cmd_name(commands[i]))} exited with "
+                        f"{proc.returncode}:\n    " + "\n    ".join(tail)
+                    )
             if pending and time.monotonic() > deadline:
                 raise BackendError(f"{what}: timed out after {timeout_s:g} s (--timeout); stopped")
     finally:

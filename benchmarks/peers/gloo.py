@@ -54,8 +54,9 @@ class GlooRankComm(RankComm):
 
         warnings.filterwarnings("ignore", category=FutureWarning, module="torch")
         torch.set_num_threads(1)  # ranks share the machine's cores, as the other implementations' do
-        dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=size,
-                                timeout=timedelta(seconds=timeout_s))
+        dist.init_process_group(
+            backend, init_method=init_method, rank=rank, world_size=size, timeout=timedelta(seconds=timeout_s)
+        )
         self.torch, self.dist = torch, dist
         self.rank, self.size = dist.get_rank(), dist.get_world_size()
         R = dist.ReduceOp
@@ -68,8 +69,9 @@ class GlooRankComm(RankComm):
             return self.torch.from_numpy(a.view(np.int16)).view(self.torch.bfloat16)
         return self.torch.from_numpy(a)
 
-    def bind(self, coll: Collective, send: np.ndarray, recv: np.ndarray | None, op: str,
-             root: int) -> Callable[[], np.ndarray | None]:
+    def bind(
+        self, coll: Collective, send: np.ndarray, recv: np.ndarray | None, op: str, root: int
+    ) -> Callable[[], np.ndarray | None]:
         dist = self.dist
         t = self._tensor(send)
         name = coll.name
@@ -141,8 +143,19 @@ class GlooBackend(Backend):
             p.unlink(missing_ok=True)  # file:// rendezvous needs a fresh file each run
         commands = []
         for rank in range(cfg.nranks):
-            cmd = [sys.executable, "-m", "benchmarks.peers.gloo_worker", "--config", str(cfg_path),
-                   "--rank", str(rank), "--init", f"file://{init_path}", "--out", str(out_path)]
+            cmd = [
+                sys.executable,
+                "-m",
+                "benchmarks.peers.gloo_worker",
+                "--config",
+                str(cfg_path),
+                "--rank",
+                str(rank),
+                "--init",
+                f"file://{init_path}",
+                "--out",
+                str(out_path),
+            ]
             if progress_path:
                 cmd += ["--progress", progress_path]
             commands.append(cmd)

@@ -1,6 +1,6 @@
 """One torch gloo rank of an hccl-bench run (started by the driver); rank 0 writes the rows.
 
-    python -m benchmarks.peers.gloo_worker --config cfg.json --rank 0 --init file:///tmp/x --out rows.json
+python -m benchmarks.peers.gloo_worker --config cfg.json --rank 0 --init file:///tmp/x --out rows.json
 """
 
 from __future__ import annotations

@@ -68,8 +68,9 @@ class HcclRankComm(RankComm):
         self._scalar = np.zeros(1, np.float64)
         self._collective = ""
 
-    def bind(self, coll: Collective, send: np.ndarray, recv: np.ndarray | None, op: str,
-             root: int) -> Callable[[], np.ndarray | None]:
+    def bind(
+        self, coll: Collective, send: np.ndarray, recv: np.ndarray | None, op: str, root: int
+    ) -> Callable[[], np.ndarray | None]:
         c, algo = self.comm, self.algo
         name = coll.name
         self._collective = coll.spec.name
@@ -176,7 +177,9 @@ class HcclBackend(Backend):
         import launch
 
         try:
-            results = launch.spawn(rank_work, cfg.nranks, args=(cfg, progress_path), timeout=cfg.timeout_s, env=self.env)
+            results = launch.spawn(
+                rank_work, cfg.nranks, args=(cfg, progress_path), timeout=cfg.timeout_s, env=self.env
+            )
         except launch.SpawnError as err:
             raise BackendError(f"hccl-py ranks failed: {err}") from err
         assert isinstance(results, list) and results[0] is not None
@@ -194,11 +197,16 @@ def in_place_env() -> dict[str, str] | None:
     env = os.environ
     if (envnames.RANK_ID in env and envnames.RANK_SIZE in env) or (envnames.RANK in env and envnames.WORLD_SIZE in env):
         return {}
-    for rank_var, size_var in ((envnames.PMI_RANK, envnames.PMI_SIZE),
-                               (envnames.OMPI_COMM_WORLD_RANK, envnames.OMPI_COMM_WORLD_SIZE)):
+    for rank_var, size_var in (
+        (envnames.PMI_RANK, envnames.PMI_SIZE),
+        (envnames.OMPI_COMM_WORLD_RANK, envnames.OMPI_COMM_WORLD_SIZE),
+    ):
         if rank_var in env and size_var in env:
-            out = {envnames.RANK: env[rank_var], envnames.WORLD_SIZE: env[size_var],
-                   envnames.MASTER_ADDR: env.get(envnames.MASTER_ADDR, "127.0.0.1")}
+            out = {
+                envnames.RANK: env[rank_var],
+                envnames.WORLD_SIZE: env[size_var],
+                envnames.MASTER_ADDR: env.get(envnames.MASTER_ADDR, "127.0.0.1"),
+            }
             out[envnames.MASTER_PORT] = env.get(envnames.MASTER_PORT) or _mpi_shared_port()
             return out
     return None
@@ -208,8 +216,10 @@ def _mpi_shared_port() -> str:
     try:
         from mpi4py import MPI
     except ImportError:
-        raise SystemExit("hccl-bench under mpiexec: set MASTER_PORT for hccl-py's rendezvous "
-                         "(mpiexec -n 4 -genv MASTER_PORT 29555 hccl-bench ...) or install mpi4py") from None
+        raise SystemExit(
+            "hccl-bench under mpiexec: set MASTER_PORT for hccl-py's rendezvous "
+            "(mpiexec -n 4 -genv MASTER_PORT 29555 hccl-bench ...) or install mpi4py"
+        ) from None
     import socket
 
     port = None

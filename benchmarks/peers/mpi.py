@@ -76,8 +76,9 @@ class MpiRankComm(RankComm):
             return [a.view(np.uint16), layout, self.MPI.UINT16_T]
         return [a, layout]
 
-    def bind(self, coll: Collective, send: np.ndarray, recv: np.ndarray | None, op: str,
-             root: int) -> Callable[[], np.ndarray | None]:
+    def bind(
+        self, coll: Collective, send: np.ndarray, recv: np.ndarray | None, op: str, root: int
+    ) -> Callable[[], np.ndarray | None]:
         c, MPI = self.comm, self.MPI
         mop = self._ops[op]
         name = coll.name
@@ -154,8 +155,18 @@ class MpiBackend(Backend):
         out_path = Path(workdir) / "mpi-rows.json"
         cfg_path.write_text(cfg.to_json())
         out_path.unlink(missing_ok=True)
-        cmd = [mpiexec, "-n", str(cfg.nranks), sys.executable, "-m", "benchmarks.peers.mpi_worker",
-               "--config", str(cfg_path), "--out", str(out_path)]
+        cmd = [
+            mpiexec,
+            "-n",
+            str(cfg.nranks),
+            sys.executable,
+            "-m",
+            "benchmarks.peers.mpi_worker",
+            "--config",
+            str(cfg_path),
+            "--out",
+            str(out_path),
+        ]
         if progress_path:
             cmd += ["--progress", progress_path]
         run_workers([cmd], worker_env(), cfg.timeout_s, "mpi")

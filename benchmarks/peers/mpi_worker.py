@@ -1,6 +1,6 @@
 """One MPI rank of an hccl-bench run (started by the driver through mpiexec); rank 0 writes the rows.
 
-    mpiexec -n 2 python -m benchmarks.peers.mpi_worker --config cfg.json --out rows.json
+mpiexec -n 2 python -m benchmarks.peers.mpi_worker --config cfg.json --out rows.json
 """
 
 from __future__ import annotations

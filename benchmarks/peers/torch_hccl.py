@@ -115,8 +115,13 @@ class TorchHcclBackend(Backend):
         import launch
 
         try:
-            results = launch.spawn(rank_work, cfg.nranks, args=(cfg, progress_path), timeout=cfg.timeout_s,
-                                   env={"OMP_NUM_THREADS": "1", **algo_env(cfg)})
+            results = launch.spawn(
+                rank_work,
+                cfg.nranks,
+                args=(cfg, progress_path),
+                timeout=cfg.timeout_s,
+                env={"OMP_NUM_THREADS": "1", **algo_env(cfg)},
+            )
         except launch.SpawnError as err:
             raise BackendError(f"torch on hccl-py: ranks failed: {err}") from err
         assert isinstance(results, list) and results[0] is not None

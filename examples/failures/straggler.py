@@ -29,9 +29,13 @@ if comm.rank == 0:
     print(f"{'rank':>4} {'compute ms':>11} {'comm ms':>9} {'waiting ms':>11}  waited most for")
     for r, (clock, compute, comm_s, wait, peer, peer_wait, slow) in enumerate(table):
         who = f"rank {int(peer)} ({peer_wait * 1e3:.1f} ms)" if peer >= 0 and peer_wait > 0 else "-"
-        print(f"{r:>4} {compute * 1e3:11.1f} {comm_s * 1e3:9.1f} {wait * 1e3:11.1f}  {who}{'   <- slow card x%.1f' % slow if slow > 1 else ''}")
+        print(
+            f"{r:>4} {compute * 1e3:11.1f} {comm_s * 1e3:9.1f} {wait * 1e3:11.1f}  {who}{'   <- slow card x%.1f' % slow if slow > 1 else ''}"
+        )
     clock = table[:, 0].max()
     normal_compute = table[table[:, 6] == 1.0][:, 1].min() if (table[:, 6] == 1.0).any() else table[:, 1].min()
     ideal = clock - (table[:, 1].max() - normal_compute)  # the same job if every card were as fast as the fastest
-    print(f"modeled time {clock * 1e3:.1f} ms for {STEPS} steps; without the straggler {ideal * 1e3:.1f} ms: "
-          f"{(1 - ideal / clock) * 100:.0f}% of the throughput lost to waiting")
+    print(
+        f"modeled time {clock * 1e3:.1f} ms for {STEPS} steps; without the straggler {ideal * 1e3:.1f} ms: "
+        f"{(1 - ideal / clock) * 100:.0f}% of the throughput lost to waiting"
+    )

@@ -34,4 +34,6 @@ if comm.rank == 0:
     print(f"{'rank':>4} {'samples':>8} {'compute ms':>11} {'waiting ms':>11}")
     for r, (compute, wait, _) in enumerate(table):
         print(f"{r:>4} {shards[r]:>8} {compute * 1e3:11.1f} {wait * 1e3:11.1f}")
-    print(f"modeled time {table[:, 2].max() * 1e3:.1f} ms; waiting is {table[:, 1].sum() / table[:, 2].sum() * 100:.0f}% of all card time")
+    print(
+        f"modeled time {table[:, 2].max() * 1e3:.1f} ms; waiting is {table[:, 1].sum() / table[:, 2].sum() * 100:.0f}% of all card time"
+    )

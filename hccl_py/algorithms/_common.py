@@ -26,8 +26,11 @@ def finish(steps: Iterable[Step], *, aligned: bool = False) -> Schedule:
     """
     kept = []
     for step in steps:
-        if not (all(c.dst.count for c in step.copies) and all(s.src.count for s in step.sends)
-                and all(r.dst.count for r in step.recvs)):  # rebuilt only when something is empty
+        if not (
+            all(c.dst.count for c in step.copies)
+            and all(s.src.count for s in step.sends)
+            and all(r.dst.count for r in step.recvs)
+        ):  # rebuilt only when something is empty
             step = Step(
                 copies=tuple(c for c in step.copies if c.dst.count),
                 sends=tuple(s for s in step.sends if s.src.count),
@@ -176,7 +179,7 @@ def chunk_windows(count: int, parts: int, size: int) -> np.ndarray:
     ``parts + 2 * size`` zeros, so that each step of a pipelined chain reads its ranks' chunk sizes
     as one view (``[t + 1 : t + 1 + size]``, or reversed)."""
     padded = np.zeros(parts + 2 * size, dtype=np.int64)
-    padded[size:size + parts] = [n for _, n in chunk_bounds(count, parts)]
+    padded[size : size + parts] = [n for _, n in chunk_bounds(count, parts)]
     return padded
 
 

@@ -72,7 +72,7 @@ def tree_map(n: int) -> tuple[int, ...]:
         odd = False
         moved = list(order)
         for start in range(0, n, length):
-            part = order[start:start + length]
+            part = order[start : start + length]
             odd = odd or len(part) % 2 == 1
             for offset, value in enumerate(part):
                 moved[start + (offset // 2 if offset % 2 == 0 else (offset + length) // 2)] = value

@@ -29,7 +29,13 @@ def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
     for sent, got in ring_indices(rank, size, shift=0):
         first = not steps
         src = Region(IN, 0, count) if first else Region(OUT, *blocks[sent])
-        steps.append(Step(copies=(own,) if first else (), sends=(Send(right, src),), recvs=(Recv(left, Region(OUT, *blocks[got])),)))
+        steps.append(
+            Step(
+                copies=(own,) if first else (),
+                sends=(Send(right, src),),
+                recvs=(Recv(left, Region(OUT, *blocks[got])),),
+            )
+        )
     if not steps:  # a single rank
         steps.append(Step(copies=(own,)))
     return finish(steps)

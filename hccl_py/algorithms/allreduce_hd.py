@@ -75,4 +75,3 @@ def flows(size: int, count: int, root: int = 0) -> Iterator[StepFlows]:
         partner = partners[dist]
         yield StepFlows(partner, block(v, dist), partner, False)
         dist *= 2
-

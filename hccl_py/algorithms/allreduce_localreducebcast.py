@@ -38,9 +38,10 @@ def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
     def span(first: int, n: int) -> Region:  # slots first .. first+n-1
         return Region(TMP, first * count, n * count)
 
-    gather = Step(copies=(Copy(whole, span(0, 1)),),
-                  recvs=(Recv(1, span(0, 1), reduce_with=span(0, 1)),
-                         *(Recv(r, span(r - 1, 1)) for r in range(2, size))))
+    gather = Step(
+        copies=(Copy(whole, span(0, 1)),),
+        recvs=(Recv(1, span(0, 1), reduce_with=span(0, 1)), *(Recv(r, span(r - 1, 1)) for r in range(2, size))),
+    )
     power = 1 << (slots.bit_length() - 1)  # the largest power of two <= size - 1
     folds = []
     if power < slots:

@@ -43,11 +43,17 @@ def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
     steps = []
     for k in range(nsteps(size)):
         to, sent, frm, got = rs_step(rank, size, k)
-        steps.append(Step(sends=tuple(Send(to, r) for r in regions(sent)),
-                          recvs=tuple(Recv(frm, r, reduce_with=r) for r in regions(got))))
+        steps.append(
+            Step(
+                sends=tuple(Send(to, r) for r in regions(sent)),
+                recvs=tuple(Recv(frm, r, reduce_with=r) for r in regions(got)),
+            )
+        )
     for k in range(nsteps(size)):
         to, sent, frm, got = ag_step(rank, size, k)
-        steps.append(Step(sends=tuple(Send(to, r) for r in regions(sent)), recvs=tuple(Recv(frm, r) for r in regions(got))))
+        steps.append(
+            Step(sends=tuple(Send(to, r) for r in regions(sent)), recvs=tuple(Recv(frm, r) for r in regions(got)))
+        )
     return finish(steps)
 
 

@@ -34,8 +34,11 @@ def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
     mine = Region(OUT, 0, count)
     term = [Region(TMP, j * count, count) for j in range(size)]
     peers = [j for j in range(size) if j != rank]
-    exchange = Step(copies=(Copy(mine, term[rank]),), sends=tuple(Send(j, mine) for j in peers),
-                    recvs=tuple(Recv(j, term[j]) for j in peers))
+    exchange = Step(
+        copies=(Copy(mine, term[rank]),),
+        sends=tuple(Send(j, mine) for j in peers),
+        recvs=tuple(Recv(j, term[j]) for j in peers),
+    )
     running = Region(TMP, size * count, count)
     fold = []
     acc = term[0]

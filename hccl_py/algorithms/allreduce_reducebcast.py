@@ -26,7 +26,6 @@ from ._common import finish, root_lanes
 from .schedule import OUT, Recv, Region, Schedule, Send, Step, StepFlows
 
 
-
 @lru_cache(maxsize=256)
 def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
     """Reduce-broadcast allreduce: every rank's buffer reduced into rank 0's in rank order, then rank
@@ -35,8 +34,12 @@ def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
         return finish([])
     whole = Region(OUT, 0, count)
     if rank == 0:
-        return finish([Step(recvs=tuple(Recv(j, whole, reduce_with=whole) for j in range(1, size))),
-                       Step(sends=tuple(Send(j, whole) for j in range(1, size)))])
+        return finish(
+            [
+                Step(recvs=tuple(Recv(j, whole, reduce_with=whole) for j in range(1, size))),
+                Step(sends=tuple(Send(j, whole) for j in range(1, size))),
+            ]
+        )
     return finish([Step(sends=(Send(0, whole),)), Step(recvs=(Recv(0, whole),))])
 
 

@@ -60,6 +60,5 @@ def flows(size: int, count: int, root: int = 0) -> Iterator[StepFlows]:
     for shift, reduce in ((0, True), (1, False)):
         for s in range(size - 1):
             start = (shift - s) % size
-            counts = chunks if count % size == 0 else twice[start:start + size]  # equal chunks: one array
+            counts = chunks if count % size == 0 else twice[start : start + size]  # equal chunks: one array
             yield StepFlows(right, counts, left, reduce)
-

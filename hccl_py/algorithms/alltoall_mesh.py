@@ -25,12 +25,20 @@ def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
     return equal_blocks(schedule_v, rank, size, count)
 
 
-def schedule_v(rank: int, counts: Sequence[Sequence[int]], send_displs: Sequence[int], recv_displs: Sequence[int]) -> Schedule:
+def schedule_v(
+    rank: int, counts: Sequence[Sequence[int]], send_displs: Sequence[int], recv_displs: Sequence[int]
+) -> Schedule:
     """Rank ``rank``'s one step for ``counts[i][j]`` elements from i to j (displacements as in
     ``alltoall_pairwise.schedule_v``)."""
     size = len(counts)
     peers = [(rank + s) % size for s in range(1, size)]
     own = Copy(Region(IN, send_displs[rank], counts[rank][rank]), Region(OUT, recv_displs[rank], counts[rank][rank]))
-    return finish([Step(copies=(own,),
-                        sends=tuple(Send(j, Region(IN, send_displs[j], counts[rank][j])) for j in peers),
-                        recvs=tuple(Recv(i, Region(OUT, recv_displs[i], counts[i][rank])) for i in peers))])
+    return finish(
+        [
+            Step(
+                copies=(own,),
+                sends=tuple(Send(j, Region(IN, send_displs[j], counts[rank][j])) for j in peers),
+                recvs=tuple(Recv(i, Region(OUT, recv_displs[i], counts[i][rank])) for i in peers),
+            )
+        ]
+    )

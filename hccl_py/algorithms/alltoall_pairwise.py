@@ -29,7 +29,9 @@ def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
     return equal_blocks(schedule_v, rank, size, count)
 
 
-def schedule_v(rank: int, counts: Sequence[Sequence[int]], send_displs: Sequence[int], recv_displs: Sequence[int]) -> Schedule:
+def schedule_v(
+    rank: int, counts: Sequence[Sequence[int]], send_displs: Sequence[int], recv_displs: Sequence[int]
+) -> Schedule:
     """Rank ``rank``'s rounds for ``counts[i][j]`` elements from i to j; this rank's blocks start at
     ``send_displs[j]`` in IN and ``recv_displs[i]`` in OUT."""
     size = len(counts)
@@ -37,8 +39,12 @@ def schedule_v(rank: int, counts: Sequence[Sequence[int]], send_displs: Sequence
     steps = [Step(copies=(own,))]
     for s in range(1, size):
         to, frm = (rank + s) % size, (rank - s) % size
-        steps.append(Step(sends=(Send(to, Region(IN, send_displs[to], counts[rank][to])),),
-                          recvs=(Recv(frm, Region(OUT, recv_displs[frm], counts[frm][rank])),)))
+        steps.append(
+            Step(
+                sends=(Send(to, Region(IN, send_displs[to], counts[rank][to])),),
+                recvs=(Recv(frm, Region(OUT, recv_displs[frm], counts[frm][rank])),),
+            )
+        )
     if len(steps) > 1:  # the own-block copy overlaps the first exchange
         steps[1] = Step(copies=steps[0].copies, sends=steps[1].sends, recvs=steps[1].recvs)
         steps.pop(0)

@@ -58,23 +58,40 @@ def check_partition(partition: Partition, inner: str, outer: str) -> None:
     """HcclParamError unless the groups are of one size and both stages name mesh or pairwise."""
     sizes = {len(g) for g in partition}
     if len(sizes) != 1:
-        raise HcclParamError(f"staged all-to-all needs groups of one size, got sizes {sorted(sizes)} (HCCL runs the flat "
-                             "pairwise all-to-all there: algo='pairwise')", collective="alltoall", arg="partition",
-                             value=[len(g) for g in partition], rule="equal groups")
+        raise HcclParamError(
+            f"staged all-to-all needs groups of one size, got sizes {sorted(sizes)} (HCCL runs the flat "
+            "pairwise all-to-all there: algo='pairwise')",
+            collective="alltoall",
+            arg="partition",
+            value=[len(g) for g in partition],
+            rule="equal groups",
+        )
     if outer in (PIPELINE, CONTINUOUS) and inner == "mesh":
         return
     for level, algo in (("inner", inner), ("outer", outer)):
         if algo not in LEVEL_ALGOS:
-            raise HcclParamError(f"staged all-to-all: the {level} level runs mesh or pairwise, not {algo!r}",
-                                 collective="alltoall", arg=level, value=algo, rule="choices", choices=list(LEVEL_ALGOS))
+            raise HcclParamError(
+                f"staged all-to-all: the {level} level runs mesh or pairwise, not {algo!r}",
+                collective="alltoall",
+                arg=level,
+                value=algo,
+                rule="choices",
+                choices=list(LEVEL_ALGOS),
+            )
 
 
 def schedule_for(partition: Partition, inner: str = "mesh", outer: str = "pairwise") -> Callable[..., Schedule]:
     """The equal-block staged all-to-all on ``partition`` (cached: equal arguments, one function)."""
     check_partition(partition, inner, outer)
     if outer == CONTINUOUS:
-        raise HcclParamError("HCCL's continuous pipeline runs AlltoAllV (all_to_all_v) only", collective="alltoall",
-                             arg="outer", value=outer, rule="choices", choices=[*LEVEL_ALGOS, PIPELINE])
+        raise HcclParamError(
+            "HCCL's continuous pipeline runs AlltoAllV (all_to_all_v) only",
+            collective="alltoall",
+            arg="outer",
+            value=outer,
+            rule="choices",
+            choices=[*LEVEL_ALGOS, PIPELINE],
+        )
     return _equal_blocks(partition, inner, outer)
 
 
@@ -86,8 +103,14 @@ def _equal_blocks(partition: Partition, inner: str, outer: str) -> Callable[...,
     def schedule(rank: int, size_: int, count: int, root: int = 0) -> Schedule:
         """Staged all-to-all of ``count`` elements per block on the partition; rank ``rank``'s Schedule."""
         if size_ != size:
-            raise HcclParamError(f"staged all-to-all on {len(partition)} groups serves {size} ranks, not {size_}",
-                                 collective="alltoall", arg="size", value=size_, rule="const", expected=size)
+            raise HcclParamError(
+                f"staged all-to-all on {len(partition)} groups serves {size} ranks, not {size_}",
+                collective="alltoall",
+                arg="size",
+                value=size_,
+                rule="const",
+                expected=size,
+            )
         if count == 0:  # nothing moves: no steps (what finish leaves of both stages), without building them
             return finish([])
         counts = ((count,) * size,) * size
@@ -97,8 +120,15 @@ def _equal_blocks(partition: Partition, inner: str, outer: str) -> Callable[...,
     return schedule
 
 
-def schedule_v(rank: int, counts: Sequence[Sequence[int]], send_displs: Sequence[int], recv_displs: Sequence[int],
-               partition: Partition, inner: str = "mesh", outer: str = "pairwise") -> Schedule:
+def schedule_v(
+    rank: int,
+    counts: Sequence[Sequence[int]],
+    send_displs: Sequence[int],
+    recv_displs: Sequence[int],
+    partition: Partition,
+    inner: str = "mesh",
+    outer: str = "pairwise",
+) -> Schedule:
     """Rank ``rank``'s staged all-to-all for ``counts[i][j]`` elements from i to j (displacements
     as in ``alltoall_pairwise.schedule_v``) on ``partition``."""
     if outer == PIPELINE:
@@ -166,8 +196,13 @@ def schedule_v(rank: int, counts: Sequence[Sequence[int]], send_displs: Sequence
     return finish(steps)
 
 
-def _pipelined(rank: int, counts: Sequence[Sequence[int]], send_displs: Sequence[int], recv_displs: Sequence[int],
-               partition: Partition) -> Schedule:
+def _pipelined(
+    rank: int,
+    counts: Sequence[Sequence[int]],
+    send_displs: Sequence[int],
+    recv_displs: Sequence[int],
+    partition: Partition,
+) -> Schedule:
     """HCCL's pipelined two-level all-to-all (module doc) on ``partition``: rank ``rank``'s steps."""
     n, l = _places(partition, "mesh", PIPELINE)[rank]
     groups, m = len(partition), len(partition[0])
@@ -245,7 +280,9 @@ def flows(partition: Partition, inner: str, outer: str, size: int, count: int) -
     if outer == CONTINUOUS or groups < 2 or m < 2 or count < 1 or mat.size != size:
         raise ValueError("staged all-to-all flows: AlltoAll on >= 2 groups of >= 2 ranks, count >= 1")
     if outer == "mesh" and (groups - 1) * size > MESH_LANES_MAX:
-        raise ValueError(f"staged all-to-all flows: a mesh across {groups} groups is {groups - 1} lanes of {size} ranks")
+        raise ValueError(
+            f"staged all-to-all flows: a mesh across {groups} groups is {groups - 1} lanes of {size} ranks"
+        )
     g_of = np.empty(size, dtype=np.int64)
     i_of = np.empty(size, dtype=np.int64)
     g_of[mat] = np.arange(groups)[:, None]
@@ -303,8 +340,9 @@ def _split(area: Region, sizes: list[int]) -> list[Region]:
     return parts
 
 
-def _exchange(members: Sequence[int], me: int, algo: str, sends: dict[int, Region], recvs: dict[int, Region],
-              copies: list[Copy]) -> list[Step]:
+def _exchange(
+    members: Sequence[int], me: int, algo: str, sends: dict[int, Region], recvs: dict[int, Region], copies: list[Copy]
+) -> list[Step]:
     """One stage among ``members`` (me = my index there): every send and receive in one step
     (mesh), or a round per distance (pairwise); ``copies`` run before the first."""
     n = len(members)
@@ -312,11 +350,17 @@ def _exchange(members: Sequence[int], me: int, algo: str, sends: dict[int, Regio
         return [Step(copies=tuple(copies))] if copies else []
     if algo == "mesh":
         peers = [members[(me + s) % n] for s in range(1, n)]
-        return [Step(copies=tuple(copies), sends=tuple(Send(p, sends[p]) for p in peers),
-                     recvs=tuple(Recv(p, recvs[p]) for p in peers))]
+        return [
+            Step(
+                copies=tuple(copies),
+                sends=tuple(Send(p, sends[p]) for p in peers),
+                recvs=tuple(Recv(p, recvs[p]) for p in peers),
+            )
+        ]
     steps = []
     for s in range(1, n):
         to, frm = members[(me + s) % n], members[(me - s) % n]
-        steps.append(Step(copies=tuple(copies) if s == 1 else (), sends=(Send(to, sends[to]),),
-                          recvs=(Recv(frm, recvs[frm]),)))
+        steps.append(
+            Step(copies=tuple(copies) if s == 1 else (), sends=(Send(to, sends[to]),), recvs=(Recv(frm, recvs[frm]),))
+        )
     return steps

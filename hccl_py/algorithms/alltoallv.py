@@ -55,7 +55,7 @@ def skewed_counts(size: int, per_pair: int, skew: float = 0.0) -> Matrix:
     weights = [1.0 / (j + 1) ** skew for j in range(size)]
     ideal = [total * w / sum(weights) for w in weights]
     row = [int(x) for x in ideal]
-    for j in sorted(range(size), key=lambda j: (row[j] - ideal[j], j))[:total - sum(row)]:
+    for j in sorted(range(size), key=lambda j: (row[j] - ideal[j], j))[: total - sum(row)]:
         row[j] += 1
     return (tuple(row),) * size
 
@@ -69,8 +69,16 @@ def digest(counts: Matrix) -> int:
 class VSchedule:
     """The schedule function of one all-to-all with counts per pair (see the module doc)."""
 
-    def __init__(self, algo: str, counts: Matrix, owner: int = -1, send_displs: Sequence[int] | None = None,
-                 recv_displs: Sequence[int] | None = None, staged: Staged | None = None, itemsize: int | None = None):
+    def __init__(
+        self,
+        algo: str,
+        counts: Matrix,
+        owner: int = -1,
+        send_displs: Sequence[int] | None = None,
+        recv_displs: Sequence[int] | None = None,
+        staged: Staged | None = None,
+        itemsize: int | None = None,
+    ):
         if staged is None and algo not in _BUILDERS:
             raise KeyError(algo)
         if staged is not None:
@@ -90,21 +98,34 @@ class VSchedule:
 
     def __call__(self, rank: int, size: int, count: int = 0, root: int = 0) -> Schedule:
         if rank == self.owner and self.send_displs is not None:
-            return _schedule(self.algo, self.counts, rank, self.send_displs, self.recv_displs, self.staged, self.itemsize)
-        return _schedule(self.algo, self.counts, rank, packed_displacements(self.counts[rank]),
-                         packed_displacements([row[rank] for row in self.counts]), self.staged, self.itemsize)
+            return _schedule(
+                self.algo, self.counts, rank, self.send_displs, self.recv_displs, self.staged, self.itemsize
+            )
+        return _schedule(
+            self.algo,
+            self.counts,
+            rank,
+            packed_displacements(self.counts[rank]),
+            packed_displacements([row[rank] for row in self.counts]),
+            self.staged,
+            self.itemsize,
+        )
 
     def buffer_counts(self, rank: int) -> tuple[int, int]:
         """(send, receive) elements rank ``rank``'s buffers need (packed, for ranks but the owner)."""
         sends, recvs = self.counts[rank], [row[rank] for row in self.counts]
         if rank == self.owner and self.send_displs is not None:
-            return (max((d + n for d, n in zip(self.send_displs, sends)), default=0),
-                    max((d + n for d, n in zip(self.recv_displs, recvs)), default=0))
+            return (
+                max((d + n for d, n in zip(self.send_displs, sends)), default=0),
+                max((d + n for d, n in zip(self.recv_displs, recvs)), default=0),
+            )
         return sum(sends), sum(recvs)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, VSchedule) and ((self.algo, self.counts, self.staged, self.itemsize)
-                                                 == (other.algo, other.counts, other.staged, other.itemsize))
+        return isinstance(other, VSchedule) and (
+            (self.algo, self.counts, self.staged, self.itemsize)
+            == (other.algo, other.counts, other.staged, other.itemsize)
+        )
 
     def __hash__(self) -> int:
         return hash((VSchedule, self.algo, self.counts, self.staged, self.itemsize))
@@ -114,8 +135,15 @@ class VSchedule:
 
 
 @lru_cache(maxsize=512)
-def _schedule(algo: str, counts: Matrix, rank: int, send_displs: tuple[int, ...], recv_displs: tuple[int, ...],
-              staged: Staged | None, itemsize: int | None) -> Schedule:
+def _schedule(
+    algo: str,
+    counts: Matrix,
+    rank: int,
+    send_displs: tuple[int, ...],
+    recv_displs: tuple[int, ...],
+    staged: Staged | None,
+    itemsize: int | None,
+) -> Schedule:
     if staged is not None and staged[2] == alltoall_staged.CONTINUOUS:
         return alltoallv_continuous.schedule_v(rank, counts, send_displs, recv_displs, staged[0], itemsize)
     if staged is not None:

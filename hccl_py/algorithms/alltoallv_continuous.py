@@ -62,12 +62,17 @@ def block_elements(size: int, servers: int, itemsize: int, buffer_bytes: int = C
     blocks = size * (2 if servers == 2 else 1)
     table = 8 * size * size
     if not fits(size, servers, buffer_bytes):
-        raise HcclMemoryError(f"HCCL's continuous pipeline (AlltoAllV) cannot split its {buffer_bytes}-byte CCL buffer "
-                              f"for {size} ranks: it needs {table + _ALIGN_SMALL * blocks} bytes (the {size} x {size} "
-                              "counts table and 128 bytes a block); HCCL fails this call with HCCL_E_MEMORY "
-                              "(alltoallv_continuous_pipeline.cc SplitBuffer). Run it as all_to_all_vc, or name "
-                              "algo='hier:mesh/pairwise@groups'", collective="alltoallv", ranks=size,
-                              expected=table + _ALIGN_SMALL * blocks, value=buffer_bytes)
+        raise HcclMemoryError(
+            f"HCCL's continuous pipeline (AlltoAllV) cannot split its {buffer_bytes}-byte CCL buffer "
+            f"for {size} ranks: it needs {table + _ALIGN_SMALL * blocks} bytes (the {size} x {size} "
+            "counts table and 128 bytes a block); HCCL fails this call with HCCL_E_MEMORY "
+            "(alltoallv_continuous_pipeline.cc SplitBuffer). Run it as all_to_all_vc, or name "
+            "algo='hier:mesh/pairwise@groups'",
+            collective="alltoallv",
+            ranks=size,
+            expected=table + _ALIGN_SMALL * blocks,
+            value=buffer_bytes,
+        )
     align = _ALIGN if buffer_bytes > table + _ALIGN * blocks else _ALIGN_SMALL
     return max(1, (buffer_bytes - table) // blocks // align * align // itemsize)
 
@@ -84,8 +89,12 @@ def iterations(steps_per_loop: int, loops: int) -> list[dict]:
         l0_write = inter[1] != 0 and inter[0] == 0
         l0_copy = intra[1] != 0 and intra[0] == 0
         do_intra, do_inter = intra[0] < intra[1], inter[0] < inter[1]
-        step = {"sdma": do_intra or l0_write or broadcast, "l0_write": inter[2] if l0_write else None,
-                "self_copy": l0_write and inter[2] == 0, "l0_copy": intra[2] if l0_copy else None}
+        step = {
+            "sdma": do_intra or l0_write or broadcast,
+            "l0_write": inter[2] if l0_write else None,
+            "self_copy": l0_write and inter[2] == 0,
+            "l0_copy": intra[2] if l0_copy else None,
+        }
         if inter[2] == 0 and do_inter:
             repeat = loops - 1 if loops > 0 else 0
             if copy[0] == s and copy[2] < repeat:
@@ -106,16 +115,28 @@ def iterations(steps_per_loop: int, loops: int) -> list[dict]:
     return out
 
 
-def schedule_v(rank: int, counts: Sequence[Sequence[int]], send_displs: Sequence[int], recv_displs: Sequence[int],
-               partition: Partition, itemsize: int, buffer_bytes: int = CCL_BUFFER_BYTES) -> Schedule:
+def schedule_v(
+    rank: int,
+    counts: Sequence[Sequence[int]],
+    send_displs: Sequence[int],
+    recv_displs: Sequence[int],
+    partition: Partition,
+    itemsize: int,
+    buffer_bytes: int = CCL_BUFFER_BYTES,
+) -> Schedule:
     """Rank ``rank``'s continuous-pipeline AlltoAllV of ``counts[i][j]`` elements of ``itemsize``
     bytes from i to j on ``partition`` (groups of one size, at least 2 of at least 2), with a CCL
     buffer of ``buffer_bytes``."""
     n, l = _places(partition, "mesh", CONTINUOUS)[rank]
     servers, g = len(partition), len(partition[0])
     if servers < 2 or g < 2:
-        raise HcclParamError(f"HCCL's continuous pipeline needs at least 2 servers of at least 2 NPUs, not {servers} of {g}",
-                             collective="alltoallv", arg="partition", value=[servers, g], rule="range")
+        raise HcclParamError(
+            f"HCCL's continuous pipeline needs at least 2 servers of at least 2 NPUs, not {servers} of {g}",
+            collective="alltoallv",
+            arg="partition",
+            value=[servers, g],
+            rule="range",
+        )
     size = servers * g
     at = lambda h, t: partition[h % servers][t % g]  # noqa: E731 - member t of group h, round the ring
     block = block_elements(size, servers, itemsize, buffer_bytes)
@@ -158,11 +179,20 @@ def schedule_v(rank: int, counts: Sequence[Sequence[int]], send_displs: Sequence
         to_mates = {m: [] for m in mates}
         from_mates = {m: [] for m in mates}
         if it["sdma"]:  # the handshake first, a step of its own: a one-element flow must not share a link with data
-            steps.append(handshake if steps else Step(sends=tuple(Send(m, info_out) for m in mates),
-                                                      recvs=tuple(Recv(m, info_in[m]) for m in mates)))
+            steps.append(
+                handshake
+                if steps
+                else Step(
+                    sends=tuple(Send(m, info_out) for m in mates), recvs=tuple(Recv(m, info_in[m]) for m in mates)
+                )
+            )
         if it["self_copy"]:
-            copies.append(Copy(Region(IN, send_displs[rank], counts[rank][rank]),
-                               Region(OUT, recv_displs[rank], counts[rank][rank])))
+            copies.append(
+                Copy(
+                    Region(IN, send_displs[rank], counts[rank][rank]),
+                    Region(OUT, recv_displs[rank], counts[rank][rank]),
+                )
+            )
         if it["l0_copy"] is not None:
             loop = it["l0_copy"]
             copies += [Copy(area, into_out(m, loop)) for m, area in own_server.pop(loop).items()]

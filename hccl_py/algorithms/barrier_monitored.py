@@ -31,5 +31,7 @@ def schedule(rank: int, size: int, count: int = 0, root: int = 0) -> Schedule:
         return Schedule(())
     if rank == 0:
         others = range(1, size)
-        return finish([Step(recvs=tuple(Recv(r, _slot(r)) for r in others)), Step(sends=tuple(Send(r, _BYTE) for r in others))])
+        return finish(
+            [Step(recvs=tuple(Recv(r, _slot(r)) for r in others)), Step(sends=tuple(Send(r, _BYTE) for r in others))]
+        )
     return finish([Step(sends=(Send(0, _BYTE),)), Step(recvs=(Recv(0, _BYTE),))])

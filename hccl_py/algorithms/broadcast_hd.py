@@ -27,9 +27,9 @@ from ._fold import Fold, doubling
 from ._trees import children, lowbit, parent, subtree
 from .schedule import OUT, Recv, Region, Schedule, Send, Step, StepFlows, chunk_bounds
 
-
 # the schedules number ranks from the root: flows for root 0 serve any root, rotated (simulator._Rotated)
 RELATIVE_TO_ROOT = True
+
 
 @lru_cache(maxsize=256)
 def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
@@ -80,7 +80,7 @@ def flows(size: int, count: int, root: int = 0) -> Iterator[StepFlows]:
     while width:  # scatter: senders 0, 2w, 4w, ... send the subtree of v + w
         send_to = np.full(p, -1)
         recv_from = np.full(p, -1)
-        senders = ranks[::2 * width]
+        senders = ranks[:: 2 * width]
         send_to[senders] = senders + width
         recv_from[senders + width] = senders
         counts = np.zeros(p, dtype=np.int64)
@@ -91,6 +91,12 @@ def flows(size: int, count: int, root: int = 0) -> Iterator[StepFlows]:
     while dist < p:  # doubling: a transfer is left out where the receiver holds the range from the scatter
         partner = ranks ^ dist
         base = ranks - ranks % dist
-        yield without_empty(StepFlows(np.where(dist >= low[partner], partner, -1), prefix[base + dist] - prefix[base],
-                                      np.where(dist >= low, partner, -1), False))
+        yield without_empty(
+            StepFlows(
+                np.where(dist >= low[partner], partner, -1),
+                prefix[base + dist] - prefix[base],
+                np.where(dist >= low, partner, -1),
+                False,
+            )
+        )
         dist *= 2

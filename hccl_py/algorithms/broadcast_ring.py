@@ -16,15 +16,14 @@ rank: count. TMP: none. The root only reads its buffer.
 from __future__ import annotations
 
 from functools import lru_cache
-
 from typing import Iterator
 
 from ._common import absolute, chain_pattern, chunk_windows, finish, relative
 from .schedule import OUT, Recv, Region, Schedule, Send, Step, StepFlows, chunk_bounds
 
-
 # the schedules number ranks from the root: flows for root 0 serve any root, rotated (simulator._Rotated)
 RELATIVE_TO_ROOT = True
+
 
 @lru_cache(maxsize=256)
 def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
@@ -51,5 +50,5 @@ def flows(size: int, count: int, root: int = 0) -> Iterator[StepFlows]:
     backwards = chunk_windows(count, k, size)[::-1]  # rank d's chunk t - d, read as one view per step
     last = len(backwards) - 1
     for t in range(size + k - 2):
-        counts = backwards[last - size - t:last - t]
+        counts = backwards[last - size - t : last - t]
         yield StepFlows(send_to, counts, recv_from, False, senders=slice(max(0, t - k + 1), min(t, size - 2) + 1))

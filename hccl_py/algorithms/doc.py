@@ -64,6 +64,7 @@ def markdown(doc: str) -> str:
 
 def _counts(c) -> tuple[str, str]:
     """(IN, OUT) elements of one rank in words, from the collective's description."""
+
     def word(fn) -> str:
         n = fn(7, 1)
         return {0: "-", 1: "count", 7: "size * count"}[n]
@@ -98,7 +99,7 @@ def render() -> str:
         "messages to and from peers). The runtime executes it, the cost model times it and the "
         "simulator plays it for thousands of ranks, so the three cannot disagree. Each algorithm "
         f"lives in `{SOURCE_DIR}/<collective>_<algo>.py`; the registry (`registry.py`) maps "
-        "(collective, algorithm) to it. `algo=\"auto\"` runs what HCCL's own selection rules "
+        '(collective, algorithm) to it. `algo="auto"` runs what HCCL\'s own selection rules '
         "choose for the call's size, card and topology (see docs/fidelity.md); where no HCCL rule covers a call "
         "(a barrier), the algorithm with the least modeled time (ties go to the one listed first), labelled an "
         "estimate.",
@@ -115,47 +116,84 @@ def render() -> str:
         c = COLLECTIVES[collective]
         in_count, out_count = _counts(c)
         links = ", ".join(f"[`{a}`](#{_anchor(f'{collective} {a}')})" for a in algos)
-        parts.append(f"| [{collective}](#{_anchor(_heading(collective))}) | `{c.hccl_name}` | {in_count} | {out_count} | "
-                     f"{'yes' if c.in_place else 'no'} | {links} |")
-    parts.append(f"| [alltoallv](#{_anchor(_heading('alltoallv'))}) | `{COLLECTIVES['alltoallv'].hccl_name}`, "
-                 "`HcclAlltoAllVC` | the caller's layout | the caller's layout | no | "
-                 f"{', '.join(f'`{a}`' for a in V_ALGORITHMS)} |")
-    parts += ["", "Two-level (hierarchical) versions of allreduce, allgather, broadcast, reduce, reduce_scatter, scatter and gather: "
-              "[Two-level algorithms](#two-level-algorithms-hierarchicalpy); of alltoall and alltoallv: "
-              "[Two-level all-to-alls](#two-level-all-to-alls-alltoall_stagedpy) and, for alltoallv, "
-              "[HCCL's continuous pipeline](#hccls-continuous-pipeline-alltoallv_continuouspy); HCCL's pipeline of "
-              "allgather, reduce_scatter and allreduce: [HCCL's pipeline](#hccls-pipeline-pipelinepy).", ""]
+        parts.append(
+            f"| [{collective}](#{_anchor(_heading(collective))}) | `{c.hccl_name}` | {in_count} | {out_count} | "
+            f"{'yes' if c.in_place else 'no'} | {links} |"
+        )
+    parts.append(
+        f"| [alltoallv](#{_anchor(_heading('alltoallv'))}) | `{COLLECTIVES['alltoallv'].hccl_name}`, "
+        "`HcclAlltoAllVC` | the caller's layout | the caller's layout | no | "
+        f"{', '.join(f'`{a}`' for a in V_ALGORITHMS)} |"
+    )
+    parts += [
+        "",
+        "Two-level (hierarchical) versions of allreduce, allgather, broadcast, reduce, reduce_scatter, scatter and gather: "
+        "[Two-level algorithms](#two-level-algorithms-hierarchicalpy); of alltoall and alltoallv: "
+        "[Two-level all-to-alls](#two-level-all-to-alls-alltoall_stagedpy) and, for alltoallv, "
+        "[HCCL's continuous pipeline](#hccls-continuous-pipeline-alltoallv_continuouspy); HCCL's pipeline of "
+        "allgather, reduce_scatter and allreduce: [HCCL's pipeline](#hccls-pipeline-pipelinepy).",
+        "",
+    ]
     parts += ["## The schedule", "", f"From {_link('schedule')}.", "", markdown(_module("schedule").__doc__)]
     for collective, algos in ALGORITHMS.items():
         parts += [f"## {_heading(collective)}", ""]
         for algo in algos:
             name = f"{collective}_{algo}"
-            parts += [f"### {collective} {algo}", "", f"`algo=\"{algo}\"`, {_link(name)}.", "",
-                      markdown(_module(name).__doc__)]
-    parts += [f"## {_heading('alltoallv')}", "",
-              f"`all_to_all_v` and `all_to_all_vc`; algorithms {', '.join(f'`{a}`' for a in V_ALGORITHMS)} "
-              f"(their `schedule_v`, described under alltoall above). From {_link('alltoallv')}.", "",
-              markdown(_module("alltoallv").__doc__)]
-    parts += ["## Two-level algorithms (hierarchical.py)", "",
-              f"`algo=\"hier\"` or `\"hier:<inner>/<outer>\"`. From {_link('hierarchical')}.", "",
-              markdown(_module("hierarchical").__doc__)]
-    parts += ["## Two-level all-to-alls (alltoall_staged.py)", "",
-              f"`algo=\"hier:<inner>/<outer>\"` (staged) or `\"hier:mesh/pipeline\"` (pipelined) for alltoall and alltoallv; "
-              f"`auto` runs `hier:mesh/pipeline@groups` across 910B servers and `hier:mesh/pairwise@groups` on other "
-              f"cards' mesh groups, as HCCL does. From {_link('alltoall_staged')}.", "",
-              markdown(_module("alltoall_staged").__doc__)]
-    parts += ["## HCCL's continuous pipeline (alltoallv_continuous.py)", "",
-              f"`algo=\"hier:mesh/continuous\"` for alltoallv; `auto` runs `hier:mesh/continuous@groups` for "
-              f"`all_to_all_v` across 910B servers of two or more NPUs, as HCCL does. From "
-              f"{_link('alltoallv_continuous')}.", "",
-              markdown(_module("alltoallv_continuous").__doc__)]
-    parts += ["## HCCL's pipeline (pipeline.py)", "",
-              f"`algo=\"hier:mesh/pipeline\"` for allgather, reduce_scatter and allreduce; `auto`'s "
-              f"`hier:mesh/pipeline@server` runs it where HCCL's 910B selection does. From {_link('pipeline')}.", "",
-              markdown(_module("pipeline").__doc__)]
+            parts += [
+                f"### {collective} {algo}",
+                "",
+                f'`algo="{algo}"`, {_link(name)}.',
+                "",
+                markdown(_module(name).__doc__),
+            ]
+    parts += [
+        f"## {_heading('alltoallv')}",
+        "",
+        f"`all_to_all_v` and `all_to_all_vc`; algorithms {', '.join(f'`{a}`' for a in V_ALGORITHMS)} "
+        f"(their `schedule_v`, described under alltoall above). From {_link('alltoallv')}.",
+        "",
+        markdown(_module("alltoallv").__doc__),
+    ]
+    parts += [
+        "## Two-level algorithms (hierarchical.py)",
+        "",
+        f'`algo="hier"` or `"hier:<inner>/<outer>"`. From {_link("hierarchical")}.',
+        "",
+        markdown(_module("hierarchical").__doc__),
+    ]
+    parts += [
+        "## Two-level all-to-alls (alltoall_staged.py)",
+        "",
+        f'`algo="hier:<inner>/<outer>"` (staged) or `"hier:mesh/pipeline"` (pipelined) for alltoall and alltoallv; '
+        f"`auto` runs `hier:mesh/pipeline@groups` across 910B servers and `hier:mesh/pairwise@groups` on other "
+        f"cards' mesh groups, as HCCL does. From {_link('alltoall_staged')}.",
+        "",
+        markdown(_module("alltoall_staged").__doc__),
+    ]
+    parts += [
+        "## HCCL's continuous pipeline (alltoallv_continuous.py)",
+        "",
+        f'`algo="hier:mesh/continuous"` for alltoallv; `auto` runs `hier:mesh/continuous@groups` for '
+        f"`all_to_all_v` across 910B servers of two or more NPUs, as HCCL does. From "
+        f"{_link('alltoallv_continuous')}.",
+        "",
+        markdown(_module("alltoallv_continuous").__doc__),
+    ]
+    parts += [
+        "## HCCL's pipeline (pipeline.py)",
+        "",
+        f'`algo="hier:mesh/pipeline"` for allgather, reduce_scatter and allreduce; `auto`\'s '
+        f"`hier:mesh/pipeline@server` runs it where HCCL's 910B selection does. From {_link('pipeline')}.",
+        "",
+        markdown(_module("pipeline").__doc__),
+    ]
     parts += ["## Building blocks", ""]
-    for name, title in (("_fold", "Folding a size that is not a power of two"), ("_trees", "Binomial trees"),
-                        ("_nhr", "HCCL's NHR steps"), ("playback", "Checking a schedule in one process")):
+    for name, title in (
+        ("_fold", "Folding a size that is not a power of two"),
+        ("_trees", "Binomial trees"),
+        ("_nhr", "HCCL's NHR steps"),
+        ("playback", "Checking a schedule in one process"),
+    ):
         parts += [f"### {title}", "", f"From {_link(name)}.", "", markdown(_module(name).__doc__)]
     return "\n".join(parts).rstrip() + "\n"
 

@@ -16,10 +16,9 @@ import numpy as np
 from ._common import finish, root_lanes
 from .schedule import IN, OUT, Copy, Recv, Region, Schedule, Send, Step, StepFlows
 
-
-
 # the schedules number ranks from the root: flows for root 0 serve any root, rotated (simulator._Rotated)
 RELATIVE_TO_ROOT = True
+
 
 @lru_cache(maxsize=256)
 def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
@@ -29,8 +28,14 @@ def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
     if rank != root:
         return finish([Step(sends=(Send(root, mine),))])
     peers = [(root + s) % size for s in range(1, size)]
-    return finish([Step(copies=(Copy(mine, Region(OUT, root * count, count)),),
-                        recvs=tuple(Recv(j, Region(OUT, j * count, count)) for j in peers))])
+    return finish(
+        [
+            Step(
+                copies=(Copy(mine, Region(OUT, root * count, count)),),
+                recvs=tuple(Recv(j, Region(OUT, j * count, count)) for j in peers),
+            )
+        ]
+    )
 
 
 def flows(size: int, count: int, root: int = 0) -> Iterator[StepFlows]:

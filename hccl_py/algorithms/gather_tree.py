@@ -32,6 +32,12 @@ def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
     if v:
         steps.append(Step(sends=(Send(absolute(parent(v), root, size), span(TMP, blocks, 0, hi - lo)),)))
     else:
-        steps.append(Step(copies=tuple(Copy(Region(TMP, *blocks[u]), Region(OUT, absolute(u, root, size) * count, count))
-                                       for u in range(size))))
+        steps.append(
+            Step(
+                copies=tuple(
+                    Copy(Region(TMP, *blocks[u]), Region(OUT, absolute(u, root, size) * count, count))
+                    for u in range(size)
+                )
+            )
+        )
     return finish(steps)

@@ -126,18 +126,30 @@ def schedule_for(collective: str, partition, inner: str = "ring", outer: str = "
 @lru_cache(maxsize=512)
 def _schedule_for(collective: str, partition: Partition, inner: str, outer: str) -> ScheduleFn:
     if collective not in LEVELS:
-        raise HcclParamError(f"no hierarchical algorithm for {collective!r}; use one of {', '.join(TWO_LEVEL)}",
-                             arg="collective", value=collective, rule="choices", choices=list(TWO_LEVEL))
+        raise HcclParamError(
+            f"no hierarchical algorithm for {collective!r}; use one of {', '.join(TWO_LEVEL)}",
+            arg="collective",
+            value=collective,
+            rule="choices",
+            choices=list(TWO_LEVEL),
+        )
     if outer == "pipeline" and collective != "alltoall":  # HCCL's pipeline: its own schedule, level 0 a full mesh
         if inner != "mesh" or collective not in pipeline.PIPELINED:
-            raise HcclParamError(f"HCCL's pipeline is hier:mesh/pipeline for {', '.join(pipeline.PIPELINED)}, "
-                                 f"not {collective} with {inner!r} inside", collective=collective, arg="algo",
-                                 value=f"hier:{inner}/{outer}", rule="choices", choices=list(pipeline.PIPELINED))
+            raise HcclParamError(
+                f"HCCL's pipeline is hier:mesh/pipeline for {', '.join(pipeline.PIPELINED)}, "
+                f"not {collective} with {inner!r} inside",
+                collective=collective,
+                arg="algo",
+                value=f"hier:{inner}/{outer}",
+                rule="choices",
+                choices=list(pipeline.PIPELINED),
+            )
         try:
             return pipeline.schedule_for(collective, partition)
         except ValueError as err:
-            raise HcclParamError(f"hierarchical {collective}: {err}", collective=collective, arg="partition",
-                                 rule="equal groups") from None
+            raise HcclParamError(
+                f"hierarchical {collective}: {err}", collective=collective, arg="partition", rule="equal groups"
+            ) from None
     if collective == "alltoall":
         staged = alltoall_staged.schedule_for(partition, inner, outer)
         staged.collective, staged.partition, staged.inner, staged.outer = collective, partition, inner, outer
@@ -147,16 +159,25 @@ def _schedule_for(collective: str, partition: Partition, inner: str, outer: str)
     build = _BUILDERS[collective]
     if across_first(outer):
         if collective != "reduce_scatter" or not plan.uniform:
-            raise HcclParamError(f"across first ({outer!r}): reduce_scatter on groups of one size only, not {collective}",
-                                 collective=collective, arg="algo", value=f"hier:{inner}/{outer}", rule="choices",
-                                 choices=["reduce_scatter"])
-        name, outer, build = outer, outer[:-len(FIRST)], _reduce_scatter_across_first
+            raise HcclParamError(
+                f"across first ({outer!r}): reduce_scatter on groups of one size only, not {collective}",
+                collective=collective,
+                arg="algo",
+                value=f"hier:{inner}/{outer}",
+                rule="choices",
+                choices=["reduce_scatter"],
+            )
+        name, outer, build = outer, outer[: -len(FIRST)], _reduce_scatter_across_first
     else:
         name = outer
     if collective == "allreduce" and whole_buffer(inner):  # an allreduce-only algorithm inside: whole buffers
         if not plan.uniform:
-            raise HcclParamError(f"hierarchical allreduce with {inner!r} inside needs groups of one size",
-                                 collective=collective, arg="partition", rule="equal groups")
+            raise HcclParamError(
+                f"hierarchical allreduce with {inner!r} inside needs groups of one size",
+                collective=collective,
+                arg="partition",
+                rule="equal groups",
+            )
         inner_names, build = ("allreduce",), _allreduce_whole
     fns = {("inner", c): get_schedule(c, inner) for c in inner_names}
     fns.update({("outer", c): get_schedule(c, outer) for c in outer_names})
@@ -164,9 +185,15 @@ def _schedule_for(collective: str, partition: Partition, inner: str, outer: str)
     @lru_cache(maxsize=256)
     def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
         if size != plan.size:
-            raise HcclParamError(f"hierarchical {collective} on partition {format_partition(partition)} "
-                                 f"serves {plan.size} ranks, not {size}", collective=collective, arg="size", value=size,
-                                 rule="const", expected=plan.size)
+            raise HcclParamError(
+                f"hierarchical {collective} on partition {format_partition(partition)} "
+                f"serves {plan.size} ranks, not {size}",
+                collective=collective,
+                arg="size",
+                value=size,
+                rule="const",
+                expected=plan.size,
+            )
         if count == 0:
             return finish([])
         return build(plan, fns, rank, count, root)
@@ -252,8 +279,16 @@ class _Compose:
         self.steps.append(Step(tuple(self.pending), tuple(sends), tuple(recvs)))
         self.pending = []
 
-    def run(self, sub: Schedule, ranks: Sequence[int], in_base: Region, out_base: Region, *,
-            me: int = -1, deaf: int | None = None) -> None:
+    def run(
+        self,
+        sub: Schedule,
+        ranks: Sequence[int],
+        in_base: Region,
+        out_base: Region,
+        *,
+        me: int = -1,
+        deaf: int | None = None,
+    ) -> None:
         """Append ``sub`` (a schedule of sub-rank ``me`` over ``ranks``) with its IN mapped to
         ``in_base``, OUT to ``out_base`` and TMP to the scratch area. Sub-rank ``deaf`` receives
         nothing: messages to it are left out (it already holds everything it would receive)."""
@@ -267,12 +302,21 @@ class _Compose:
             return Region(base.buf, base.offset + r.offset, r.count)
 
         for s in sub.steps:
-            copies = [Copy(at(c.src), at(c.dst), None if c.reduce_with is None else at(c.reduce_with)) for c in s.copies]
+            copies = [
+                Copy(at(c.src), at(c.dst), None if c.reduce_with is None else at(c.reduce_with)) for c in s.copies
+            ]
             copies = [c for c in copies if c.src != c.dst or c.reduce_with is not None]
             sends = [Send(ranks[x.peer], at(x.src)) for x in s.sends if x.peer != deaf]
-            recvs = [] if me == deaf else [
-                Recv(ranks[x.peer], at(x.dst), None if x.reduce_with is None else at(x.reduce_with), x.incoming_first)
-                for x in s.recvs]
+            recvs = (
+                []
+                if me == deaf
+                else [
+                    Recv(
+                        ranks[x.peer], at(x.dst), None if x.reduce_with is None else at(x.reduce_with), x.incoming_first
+                    )
+                    for x in s.recvs
+                ]
+            )
             self.steps.append(Step(tuple(self.pending + copies), tuple(sends), tuple(recvs)))
             self.pending = []
 
@@ -293,6 +337,7 @@ def _sub(fns, level: str, collective: str, rank: int, size: int, count: int, roo
 
 # ---------------------------------------------------------------------------------------- chunked
 # allreduce, broadcast and reduce cut the buffer into m chunks; member t of G_i holds slots(i, t).
+
 
 @dataclass(frozen=True)
 class _Chunks:
@@ -447,8 +492,15 @@ def _broadcast(plan: _Plan, fns, rank: int, count: int, root: int) -> Schedule:
         ch.stage_in(c, i, 0, range(g), pad=False)
     if i == i0:
         if rank == root:
-            c.step(sends=[Send(m, ch.chunk(j)) for u, m in enumerate(group) if u != t0 for j in plan.slots(i, u)
-                          if ch.bounds[j][1]])
+            c.step(
+                sends=[
+                    Send(m, ch.chunk(j))
+                    for u, m in enumerate(group)
+                    if u != t0
+                    for j in plan.slots(i, u)
+                    if ch.bounds[j][1]
+                ]
+            )
         else:
             c.step(recvs=[Recv(root, ch.slot(i, t, j, 0)) for j in plan.slots(i, t) if ch.bounds[j][1]])
     else:
@@ -496,8 +548,15 @@ def _reduce(plan: _Plan, fns, rank: int, count: int, root: int) -> Schedule:
         if rank == root:
             for j, region in mine.items():
                 c.copy(region, ch.chunk(j))
-            c.step(recvs=[Recv(m, ch.chunk(j)) for u, m in enumerate(group) if u != t0 for j in plan.slots(i, u)
-                          if ch.bounds[j][1]])
+            c.step(
+                recvs=[
+                    Recv(m, ch.chunk(j))
+                    for u, m in enumerate(group)
+                    if u != t0
+                    for j in plan.slots(i, u)
+                    if ch.bounds[j][1]
+                ]
+            )
         else:
             c.step(sends=[Send(root, region) for region in mine.values()])
     return c.done(aligned=True)
@@ -506,6 +565,7 @@ def _reduce(plan: _Plan, fns, rank: int, count: int, root: int) -> Schedule:
 # ---------------------------------------------------------------------------------------- blocked
 # allgather and reduce_scatter move per-rank blocks; column j < m is the blocks of G_i[j] for every
 # group i that has a member j, held by plan.holders(j); a column's slot is k blocks (group order).
+
 
 def _allgather(plan: _Plan, fns, rank: int, count: int, root: int) -> Schedule:
     i, t = plan.where[rank]
@@ -521,8 +581,13 @@ def _allgather(plan: _Plan, fns, rank: int, count: int, root: int) -> Schedule:
     b = plan.per_member(i) * slot
     c = _Compose(persistent=g * b)
     for s, j in enumerate(plan.slots(i, t)):
-        c.run(_sub(fns, "outer", "allgather", i, k, count), plan.holders(j), Region(IN, 0, count),
-              Region(TMP, t * b + s * slot, slot), me=i)
+        c.run(
+            _sub(fns, "outer", "allgather", i, k, count),
+            plan.holders(j),
+            Region(IN, 0, count),
+            Region(TMP, t * b + s * slot, slot),
+            me=i,
+        )
     c.run(_sub(fns, "inner", "allgather", t, g, b), group, Region(TMP, t * b, b), Region(TMP, 0, g * b), me=t)
     for u in range(g):
         for s, j in enumerate(plan.slots(i, u)):
@@ -556,16 +621,25 @@ def _reduce_scatter(plan: _Plan, fns, rank: int, count: int, root: int) -> Sched
     c.run(_sub(fns, "inner", "reduce_scatter", t, g, b), group, Region(TMP, 0, g * b), Region(TMP, held, b), me=t)
     for s, j in enumerate(plan.slots(i, t)):
         out = mine if j == t else Region(TMP, spare, count)  # j != t: a column this group has no member of
-        c.run(_sub(fns, "outer", "reduce_scatter", i, k, count), plan.holders(j), Region(TMP, held + s * slot, slot),
-              out, me=i)
+        c.run(
+            _sub(fns, "outer", "reduce_scatter", i, k, count),
+            plan.holders(j),
+            Region(TMP, held + s * slot, slot),
+            out,
+            me=i,
+        )
     return c.done()
 
 
 def _rooted_plan(plan: _Plan, collective: str) -> None:
     if not plan.uniform:
-        raise HcclParamError(f"hierarchical {collective} needs groups of one size, got sizes "
-                             f"{sorted({len(g) for g in plan.groups})}", collective=collective, arg="partition",
-                             value=[len(g) for g in plan.groups], rule="equal groups")
+        raise HcclParamError(
+            f"hierarchical {collective} needs groups of one size, got sizes {sorted({len(g) for g in plan.groups})}",
+            collective=collective,
+            arg="partition",
+            value=[len(g) for g in plan.groups],
+            rule="equal groups",
+        )
 
 
 def _group_blocks(plan: _Plan, count: int, c: _Compose, whole: Region, into_stage: bool) -> list[Region]:

@@ -55,7 +55,7 @@ def flows_of(fn: ScheduleFn, size: int, count: int):
         steps = None
         for n in dict.fromkeys(counts):
             next(iter(FLOWS[(collective, name)](members, n)))  # ValueError when they do not apply
-            factories[n] = (lambda n=n: FLOWS[(collective, name)](members, n))
+            factories[n] = lambda n=n: FLOWS[(collective, name)](members, n)
             these = len(SCHEDULES[(collective, name)](0, members, n).steps)
             if steps is not None and these != steps:
                 raise ValueError("hierarchical flows: columns with different step counts")
@@ -63,22 +63,32 @@ def flows_of(fn: ScheduleFn, size: int, count: int):
         return steps, factories, counts
 
     if collective == "allreduce" and whole_buffer(fn.inner):
-        phases = [("inner", phase(fn.inner, "allreduce", [count], g)),
-                  ("outer", phase(fn.outer, "allreduce", [count] * g, k))]
+        phases = [
+            ("inner", phase(fn.inner, "allreduce", [count], g)),
+            ("outer", phase(fn.outer, "allreduce", [count] * g, k)),
+        ]
     elif collective == "allreduce":
         ch = _Chunks(plan, count)
-        phases = [("inner", phase(fn.inner, "reduce_scatter", [ch.q], g)),
-                  ("outer", phase(fn.outer, "allreduce", [ch.bounds[t][1] for t in range(g)], k)),
-                  ("inner", phase(fn.inner, "allgather", [ch.q], g))]
+        phases = [
+            ("inner", phase(fn.inner, "reduce_scatter", [ch.q], g)),
+            ("outer", phase(fn.outer, "allreduce", [ch.bounds[t][1] for t in range(g)], k)),
+            ("inner", phase(fn.inner, "allgather", [ch.q], g)),
+        ]
     elif collective == "allgather":
-        phases = [("outer", phase(fn.outer, "allgather", [count] * g, k)),
-                  ("inner", phase(fn.inner, "allgather", [k * count], g))]
+        phases = [
+            ("outer", phase(fn.outer, "allgather", [count] * g, k)),
+            ("inner", phase(fn.inner, "allgather", [k * count], g)),
+        ]
     elif getattr(fn, "across_first", False):
-        phases = [("outer", phase(fn.outer, "reduce_scatter", [g * count] * g, k)),
-                  ("inner", phase(fn.inner, "reduce_scatter", [count], g))]
+        phases = [
+            ("outer", phase(fn.outer, "reduce_scatter", [g * count] * g, k)),
+            ("inner", phase(fn.inner, "reduce_scatter", [count], g)),
+        ]
     else:
-        phases = [("inner", phase(fn.inner, "reduce_scatter", [k * count], g)),
-                  ("outer", phase(fn.outer, "reduce_scatter", [count] * g, k))]
+        phases = [
+            ("inner", phase(fn.inner, "reduce_scatter", [k * count], g)),
+            ("outer", phase(fn.outer, "reduce_scatter", [count] * g, k)),
+        ]
     copies = _uniform_copies(fn, size, count)
     nsteps = sum(steps for _, (steps, _, _) in phases)
     if len(copies) not in (nsteps, nsteps + 1):
@@ -157,9 +167,12 @@ def _compose_flows(phases, matrix: np.ndarray, copies: list[tuple[int, ...]], si
                 send_to = mapped("to", (f.send_to,), lambda: inner_rank(f.send_to))
                 send_count = mapped("n", (f.send_count,), lambda: inner_value(f.send_count))
                 recv_from = mapped("from", (f.recv_from,), lambda: inner_rank(f.recv_from))
-                lanes = None if f.recv_lane is None else mapped("lane", (f.recv_lane,), lambda: inner_value(f.recv_lane))
-                yield StepFlows(send_to, send_count, recv_from, f.reduce, lanes, _copies(copies[step_index], size),
-                                f.repeat)
+                lanes = (
+                    None if f.recv_lane is None else mapped("lane", (f.recv_lane,), lambda: inner_value(f.recv_lane))
+                )
+                yield StepFlows(
+                    send_to, send_count, recv_from, f.reduce, lanes, _copies(copies[step_index], size), f.repeat
+                )
                 step_index += 1
         else:
             iterators = {n: iter(factory()) for n, factory in factories.items()}
@@ -169,13 +182,25 @@ def _compose_flows(phases, matrix: np.ndarray, copies: list[tuple[int, ...]], si
                 first = cols[0]
                 if any(c.repeat != first.repeat for c in cols):
                     raise ValueError("hierarchical flows: columns repeat their messages differently")
-                send_to = mapped("to", tuple(c.send_to for c in cols), lambda: outer_rank(tuple(c.send_to for c in cols)))
-                send_count = mapped("n", tuple(c.send_count for c in cols), lambda: stacked(tuple(c.send_count for c in cols)))
-                recv_from = mapped("from", tuple(c.recv_from for c in cols), lambda: outer_rank(tuple(c.recv_from for c in cols)))
-                lanes = None if first.recv_lane is None else mapped(
-                    "lane", tuple(c.recv_lane for c in cols), lambda: stacked(tuple(c.recv_lane for c in cols)))
-                yield StepFlows(send_to, send_count, recv_from, first.reduce, lanes, _copies(copies[step_index], size),
-                                first.repeat)
+                send_to = mapped(
+                    "to", tuple(c.send_to for c in cols), lambda: outer_rank(tuple(c.send_to for c in cols))
+                )
+                send_count = mapped(
+                    "n", tuple(c.send_count for c in cols), lambda: stacked(tuple(c.send_count for c in cols))
+                )
+                recv_from = mapped(
+                    "from", tuple(c.recv_from for c in cols), lambda: outer_rank(tuple(c.recv_from for c in cols))
+                )
+                lanes = (
+                    None
+                    if first.recv_lane is None
+                    else mapped(
+                        "lane", tuple(c.recv_lane for c in cols), lambda: stacked(tuple(c.recv_lane for c in cols))
+                    )
+                )
+                yield StepFlows(
+                    send_to, send_count, recv_from, first.reduce, lanes, _copies(copies[step_index], size), first.repeat
+                )
                 step_index += 1
     if step_index < len(copies):  # the copies out of the staging area ride on a step of their own
         none = np.full(size, -1)
@@ -191,8 +216,10 @@ def _rooted_flows(fn: ScheduleFn, size: int, count: int):
     plan = _Plan.of(fn.partition)
     g, k = plan.m, plan.k
     if not plan.in_rank_order or plan.size != size or g < 2 or k < 2 or count < 1:
-        raise ValueError(f"hierarchical {collective} flows need equal groups of consecutive ranks in order, at least 2 "
-                         "of at least 2, and count >= 1")
+        raise ValueError(
+            f"hierarchical {collective} flows need equal groups of consecutive ranks in order, at least 2 "
+            "of at least 2, and count >= 1"
+        )
     if (collective, fn.outer) not in FLOWS or (collective, fn.inner) not in FLOWS:
         raise ValueError(f"no flows for {collective}/{fn.outer} or {collective}/{fn.inner}")
     outer = FLOWS[(collective, fn.outer)](k, g * count)
@@ -201,8 +228,9 @@ def _rooted_flows(fn: ScheduleFn, size: int, count: int):
     outer = itertools.chain([outer_first], outer)
     inner = itertools.chain([inner_first], inner)
     roles = [fn(r, size, count, 0).steps for r in (0, g, 1)]  # the root, another plane rank, any other
-    phase_steps = (len(SCHEDULES[(collective, fn.outer)](0, k, g * count, 0).steps)
-                   + len(SCHEDULES[(collective, fn.inner)](0, g, count, 0).steps))  # the sub-roots' are the longest
+    phase_steps = len(SCHEDULES[(collective, fn.outer)](0, k, g * count, 0).steps) + len(
+        SCHEDULES[(collective, fn.inner)](0, g, count, 0).steps
+    )  # the sub-roots' are the longest
     if max(len(steps) for steps in roles) not in (phase_steps, phase_steps + 1):
         raise ValueError("hierarchical flows: the composite's steps do not line up with its phases")
     if any(c.reduce_with is not None for steps in roles for step in steps for c in step.copies):
@@ -256,7 +284,12 @@ def _rooted_flows(fn: ScheduleFn, size: int, count: int):
                 sub_to = np.where(active, f.send_to, -1)
                 sub_from = np.full(g, -1)
                 sub_from[sub_to[active]] = np.flatnonzero(active)
-                send_to, recv_from, counts, senders = in_groups(sub_to), in_groups(sub_from), group_values(f.send_count), None
+                send_to, recv_from, counts, senders = (
+                    in_groups(sub_to),
+                    in_groups(sub_from),
+                    group_values(f.send_count),
+                    None,
+                )
         return StepFlows(send_to, counts, recv_from, f.reduce, lanes, copies, f.repeat, senders)
 
     phases = [(outer, True), (inner, False)] if collective == "scatter" else [(inner, False), (outer, True)]
@@ -268,7 +301,9 @@ def _rooted_flows(fn: ScheduleFn, size: int, count: int):
             step_index += 1
     if step_index < nsteps:  # the root's copies out of a staging area, on a step of their own
         none = np.full(size, -1)
-        yield StepFlows(none, np.zeros(size, dtype=np.int64), none, False, None, _role_copies(roles, step_index, role_of))
+        yield StepFlows(
+            none, np.zeros(size, dtype=np.int64), none, False, None, _role_copies(roles, step_index, role_of)
+        )
         step_index += 1
     if step_index != nsteps:
         raise ValueError("hierarchical flows: the composite's steps do not line up with its phases")
@@ -294,11 +329,15 @@ def _chunked_rooted_flows(fn: ScheduleFn, size: int, count: int):
     plan = _Plan.of(fn.partition)
     g, k = plan.m, plan.k
     if not plan.in_rank_order or plan.size != size or g < 2 or k < 2 or count < g:
-        raise ValueError(f"hierarchical {collective} flows need equal groups of consecutive ranks in order, at least 2 "
-                         "of at least 2, and at least an element per rank of a group")
+        raise ValueError(
+            f"hierarchical {collective} flows need equal groups of consecutive ranks in order, at least 2 "
+            "of at least 2, and at least an element per rank of a group"
+        )
     if fn.outer not in _ALIGNED_OUTER[collective]:
-        raise ValueError(f"hierarchical {collective} flows: {fn.outer!r} across the groups ends at different steps on "
-                         "different groups (rank by rank)")
+        raise ValueError(
+            f"hierarchical {collective} flows: {fn.outer!r} across the groups ends at different steps on "
+            "different groups (rank by rank)"
+        )
     chunk = [n for _, n in _Chunks(plan, count).bounds]  # column t's elements (chunk t)
     q = chunk[0]  # a slot: the largest chunk (what the inner level moves per member)
     level0 = "allgather" if collective == "broadcast" else "reduce_scatter"
@@ -318,8 +357,9 @@ def _chunked_rooted_flows(fn: ScheduleFn, size: int, count: int):
     for ranks in samples:
         steps = [fn(r, size, count, 0).steps for r in ranks]
         copies = [_trimmed([tuple(c.src.count for c in step.copies) for step in s]) for s in steps]
-        if any(c != copies[0] for c in copies) or any(c.reduce_with is not None for s in steps for st in s
-                                                      for c in st.copies):
+        if any(c != copies[0] for c in copies) or any(
+            c.reduce_with is not None for s in steps for st in s for c in st.copies
+        ):
             raise ValueError("hierarchical flows: ranks of one role copy differently, or reduce locally")
         roles.append(steps[0])
     group_of, member_of = np.arange(size) // g, np.arange(size) % g
@@ -351,11 +391,20 @@ def _chunked_rooted_flows(fn: ScheduleFn, size: int, count: int):
 
     def world_outer(f, copies) -> StepFlows:
         if isinstance(f, tuple):  # one StepFlows per column
+
             def pick(arrays):  # column t's array, entry i, for rank (i, t)
                 return np.stack(arrays)[member_of, group_of]
+
             to, frm = pick([c.send_to for c in f]), pick([c.recv_from for c in f])
-            return StepFlows(np.where(to >= 0, to * g + member_of, -1), pick([c.send_count for c in f]),
-                             np.where(frm >= 0, frm * g + member_of, -1), f[0].reduce, None, copies, f[0].repeat)
+            return StepFlows(
+                np.where(to >= 0, to * g + member_of, -1),
+                pick([c.send_count for c in f]),
+                np.where(frm >= 0, frm * g + member_of, -1),
+                f[0].reduce,
+                None,
+                copies,
+                f[0].repeat,
+            )
         send_to = mapped("outer to", (f.send_to,), lambda: across(f.send_to))
         recv_from = mapped("outer from", (f.recv_from,), lambda: across(f.recv_from))
         counts = mapped("outer n", (f.send_count,), lambda: columns(f.send_count))
@@ -432,8 +481,11 @@ def _columns_of(collective: str, outer: str, k: int, chunk: list[int]) -> list[t
     column runs as many steps of plain one-lane flows."""
     per_count = {n: list(_without_trailing_idle(FLOWS[(collective, outer)](k, n))) for n in set(chunk)}
     lengths = {len(steps) for steps in per_count.values()}
-    plain = all(f.senders is None and f.send_to.ndim == 1 and f.recv_lane is None and not f.copies
-                for steps in per_count.values() for f in steps)
+    plain = all(
+        f.senders is None and f.send_to.ndim == 1 and f.recv_lane is None and not f.copies
+        for steps in per_count.values()
+        for f in steps
+    )
     if len(lengths) != 1 or not plain:
         raise ValueError(f"hierarchical {collective} flows: columns of two chunk sizes run different steps across")
     return [tuple(per_count[n][j] for n in chunk) for j in range(lengths.pop())]

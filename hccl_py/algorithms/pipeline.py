@@ -95,8 +95,14 @@ def _schedule_for(collective: str, partition: Partition) -> Callable[..., Schedu
     @lru_cache(maxsize=256)
     def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
         if size != grid.m * grid.g:
-            raise HcclParamError(f"{name} ({collective}) serves {grid.m * grid.g} ranks, not {size}",
-                                 collective=collective, arg="size", value=size, rule="const", expected=grid.m * grid.g)
+            raise HcclParamError(
+                f"{name} ({collective}) serves {grid.m * grid.g} ranks, not {size}",
+                collective=collective,
+                arg="size",
+                value=size,
+                rule="const",
+                expected=grid.m * grid.g,
+            )
         if count == 0:
             return finish([])
         return build(grid, rank, count)
@@ -106,7 +112,9 @@ def _schedule_for(collective: str, partition: Partition) -> Callable[..., Schedu
     return schedule
 
 
-def _rs_phase(grid: _Grid, rank: int, source: Callable[[int], Region], slot: Callable[[int, int], Region]) -> list[Step]:
+def _rs_phase(
+    grid: _Grid, rank: int, source: Callable[[int], Region], slot: Callable[[int, int], Region]
+) -> list[Step]:
     """The pipelined reduce-scatter's m steps on rank ``rank``: in step k, accumulate the block of
     rank (n+k+1, l) in ``slot(k, that rank)`` from ``source`` (its own copy, then the ring's and the
     members' partials), sending the finished partial of step k-1 to (n-1, l)."""
@@ -116,16 +124,19 @@ def _rs_phase(grid: _Grid, rank: int, source: Callable[[int], Region], slot: Cal
         target = grid.at(n + k + 1, l)
         acc = slot(k, target)
         ring = k >= 1
-        sends = ((Send(grid.at(n - 1, l), slot(k - 1, grid.at(n + k, l))),) if ring else ()) + \
-            tuple(Send(grid.at(n, l + i), source(grid.at(n + k + 1, l + i))) for i in range(1, grid.g))
-        recvs = ((Recv(grid.at(n + 1, l), acc, reduce_with=acc),) if ring else ()) + \
-            tuple(Recv(grid.at(n, l + i), acc, reduce_with=acc) for i in range(1, grid.g))
+        sends = ((Send(grid.at(n - 1, l), slot(k - 1, grid.at(n + k, l))),) if ring else ()) + tuple(
+            Send(grid.at(n, l + i), source(grid.at(n + k + 1, l + i))) for i in range(1, grid.g)
+        )
+        recvs = ((Recv(grid.at(n + 1, l), acc, reduce_with=acc),) if ring else ()) + tuple(
+            Recv(grid.at(n, l + i), acc, reduce_with=acc) for i in range(1, grid.g)
+        )
         steps.append(Step((Copy(source(target), acc),), sends, recvs))
     return steps
 
 
-def _ag_phase(grid: _Grid, rank: int, way: int, first: int, slot: Callable[[int, int], Region],
-              out: Callable[[int], Region]) -> list[Step]:
+def _ag_phase(
+    grid: _Grid, rank: int, way: int, first: int, slot: Callable[[int, int], Region], out: Callable[[int], Region]
+) -> list[Step]:
     """The pipelined allgather's m steps on rank ``rank``, the ring running towards n + ``way``: in
     step s the rank holds the block of (n - way*s, l) in ``slot(first + s, ...)``, copies it to
     ``out``, passes it along the ring (but the last step) and to every member, and receives the
@@ -137,10 +148,12 @@ def _ag_phase(grid: _Grid, rank: int, way: int, first: int, slot: Callable[[int,
         held = grid.at(n - way * s, l)
         mine = slot(first + s, held)
         ring = s < m - 1
-        sends = ((Send(grid.at(n + way, l), mine),) if ring else ()) + \
-            tuple(Send(grid.at(n, l + i), mine) for i in range(1, grid.g))
-        recvs = ((Recv(grid.at(n - way, l), slot(first + s + 1, grid.at(n - way * (s + 1), l))),) if ring else ()) + \
-            tuple(Recv(grid.at(n, l + i), out(grid.at(n - way * s, l + i))) for i in range(1, grid.g))
+        sends = ((Send(grid.at(n + way, l), mine),) if ring else ()) + tuple(
+            Send(grid.at(n, l + i), mine) for i in range(1, grid.g)
+        )
+        recvs = (
+            (Recv(grid.at(n - way, l), slot(first + s + 1, grid.at(n - way * (s + 1), l))),) if ring else ()
+        ) + tuple(Recv(grid.at(n, l + i), out(grid.at(n - way * s, l + i))) for i in range(1, grid.g))
         steps.append(Step((Copy(mine, out(held)),), sends, recvs))
     return steps
 

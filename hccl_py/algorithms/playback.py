@@ -38,7 +38,6 @@ from .schedule import IN, OUT, TMP, Recv, Region, Schedule, Send, message_number
 ScheduleFn = Callable[..., Schedule]
 
 
-
 class ScheduleError(AssertionError):
     """A schedule breaks the rules of ``schedule.py``."""
 
@@ -142,7 +141,11 @@ def play(
     bufs = []
     for r, sched in enumerate(plan.schedules):
         data = arrays[r].copy()
-        out = data if spec.in_place else _garbage(_buffer_counts(spec, resolve(collective, algo), size, count, r, root)[1], dtype)
+        out = (
+            data
+            if spec.in_place
+            else _garbage(_buffer_counts(spec, resolve(collective, algo), size, count, r, root)[1], dtype)
+        )
         bufs.append({IN: data, OUT: out, TMP: _garbage(sched.tmp_count, dtype)})
 
     def view(rank: int, region: Region) -> np.ndarray:
@@ -252,9 +255,13 @@ def _check_step(collective: str, rank: int, size: int, root: int, step, limits: 
         if c.reduce_with is not None:
             w = mem(bounds(c.reduce_with, "copy reduce_with"))
             if c.reduce_with.count != c.dst.count:
-                raise ScheduleError(f"{where}: copy reduce_with {_fmt(c.reduce_with)} and destination {_fmt(c.dst)} differ in count")
+                raise ScheduleError(
+                    f"{where}: copy reduce_with {_fmt(c.reduce_with)} and destination {_fmt(c.dst)} differ in count"
+                )
             if w.overlaps(mem(c.dst)) and w != mem(c.dst):
-                raise ScheduleError(f"{where}: copy reduce_with {_fmt(c.reduce_with)} overlaps destination {_fmt(c.dst)} but differs")
+                raise ScheduleError(
+                    f"{where}: copy reduce_with {_fmt(c.reduce_with)} overlaps destination {_fmt(c.dst)} but differs"
+                )
     for s in step.sends:
         peer(s.peer, "send")
         bounds(s.src, "send source")

@@ -26,9 +26,9 @@ from ._fold import Fold, halving
 from ._trees import children, parent, subtree
 from .schedule import IN, OUT, TMP, Recv, Region, Schedule, Send, Step, StepFlows, chunk_bounds
 
-
 # the schedules number ranks from the root: flows for root 0 serve any root, rotated (simulator._Rotated)
 RELATIVE_TO_ROOT = True
+
 
 @lru_cache(maxsize=256)
 def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
@@ -84,7 +84,7 @@ def flows(size: int, count: int, root: int = 0) -> Iterator[StepFlows]:
         dist //= 2
     width = 1
     while width < p:  # binomial gather: v with lowest bit w sends [v, v + w) to v - w
-        senders = ranks[width::2 * width]
+        senders = ranks[width :: 2 * width]
         send_to = np.full(p, -1)
         recv_from = np.full(p, -1)
         send_to[senders] = senders - width

@@ -15,15 +15,14 @@ TMP: count elements on the middle ranks of the chain, none on root and tail.
 from __future__ import annotations
 
 from functools import lru_cache
-
 from typing import Iterator
 
 from ._common import absolute, chain_pattern, chunk_windows, finish, relative
 from .schedule import IN, OUT, TMP, Recv, Region, Schedule, Send, Step, StepFlows, chunk_bounds
 
-
 # the schedules number ranks from the root: flows for root 0 serve any root, rotated (simulator._Rotated)
 RELATIVE_TO_ROOT = True
+
 
 @lru_cache(maxsize=256)
 def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
@@ -56,5 +55,10 @@ def flows(size: int, count: int, root: int = 0) -> Iterator[StepFlows]:
     send_to, recv_from = chain_pattern(size, towards_root=True)
     sizes = chunk_windows(count, k, size)  # rank d's chunk t - u at t + 1 + d
     for t in range(size + k - 2):
-        yield StepFlows(send_to, sizes[t + 1:t + 1 + size], recv_from, True,
-                        senders=slice(max(1, size - 1 - t), min(size - 1, size - 2 - t + k) + 1))
+        yield StepFlows(
+            send_to,
+            sizes[t + 1 : t + 1 + size],
+            recv_from,
+            True,
+            senders=slice(max(1, size - 1 - t), min(size - 1, size - 2 - t + k) + 1),
+        )

@@ -26,8 +26,7 @@ def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
     acc = Region(OUT if v == 0 else TMP, 0, count)
     kids = children(v, size)
     steps = [
-        Step(recvs=(Recv(absolute(c, root, size), acc, reduce_with=acc if i else own),))
-        for i, c in enumerate(kids)
+        Step(recvs=(Recv(absolute(c, root, size), acc, reduce_with=acc if i else own),)) for i, c in enumerate(kids)
     ]
     if v:
         steps.append(Step(sends=(Send(absolute(parent(v), root, size), acc if kids else own),)))

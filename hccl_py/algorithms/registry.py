@@ -36,8 +36,21 @@ V_ALGORITHMS = ("pairwise", "mesh")
 # Stable indices for wire headers (append new names at the end). "hier" (two-level, on a
 # partition: ``hierarchical.py``) has no entry in SCHEDULES: its schedule function comes from
 # ``hierarchical.schedule_for``.
-ALL_ALGOS = ("ring", "tree", "hd", "mesh", "rd", "oneshot", "dissemination", "monitored", "hier", "pairwise", "nhr",
-             "reducebcast", "localreducebcast")
+ALL_ALGOS = (
+    "ring",
+    "tree",
+    "hd",
+    "mesh",
+    "rd",
+    "oneshot",
+    "dissemination",
+    "monitored",
+    "hier",
+    "pairwise",
+    "nhr",
+    "reducebcast",
+    "localreducebcast",
+)
 # A two-level algorithm's header code: a checksum of its whole description (levels and partition)
 # in TWO_LEVEL_CODES, so ranks that run different two-level algorithms are a call mismatch.
 TWO_LEVEL_CODES = range(64, 256)
@@ -63,8 +76,12 @@ def algo_label(code: int) -> str:
         return f"hier (two-level #{code})"
     return ALL_ALGOS[code] if 0 <= code < len(ALL_ALGOS) else f"#{code}"
 
-_MODULES = {(collective, algo): import_module(f"{__package__}.{collective}_{algo}")
-            for collective, algos in ALGORITHMS.items() for algo in algos}
+
+_MODULES = {
+    (collective, algo): import_module(f"{__package__}.{collective}_{algo}")
+    for collective, algos in ALGORITHMS.items()
+    for algo in algos
+}
 SCHEDULES: dict[tuple[str, str], ScheduleFn] = {key: module.schedule for key, module in _MODULES.items()}
 # Algorithms that can also list every rank's steps at once (``StepFlows``), for the simulator at
 # cluster scale.
@@ -92,6 +109,9 @@ def get_schedule(collective: str, algo: "str | ScheduleFn") -> ScheduleFn:
         known = "; ".join(
             f"{c}: {', '.join(a for cc, a in SCHEDULES if cc == c)}" for c in dict.fromkeys(c for c, _ in SCHEDULES)
         )
-        raise HcclNotSupportedError(f"no algorithm {algo!r} for collective {collective!r}; known: {known}",
-                                    collective=collective, algo=algo if isinstance(algo, str) else repr(algo),
-                                    choices=[a for c, a in SCHEDULES if c == collective]) from None
+        raise HcclNotSupportedError(
+            f"no algorithm {algo!r} for collective {collective!r}; known: {known}",
+            collective=collective,
+            algo=algo if isinstance(algo, str) else repr(algo),
+            choices=[a for c, a in SCHEDULES if c == collective],
+        ) from None

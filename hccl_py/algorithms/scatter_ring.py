@@ -20,9 +20,9 @@ from typing import Iterator
 from ._common import absolute, block_chain_flows, finish, relative
 from .schedule import IN, OUT, TMP, Copy, Recv, Region, Schedule, Send, Step, StepFlows
 
-
 # the schedules number ranks from the root: flows for root 0 serve any root, rotated (simulator._Rotated)
 RELATIVE_TO_ROOT = True
+
 
 @lru_cache(maxsize=256)
 def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:

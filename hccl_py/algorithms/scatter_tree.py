@@ -29,8 +29,14 @@ def schedule(rank: int, size: int, count: int, root: int = 0) -> Schedule:
     blocks = [(b * count, count) for b in range(hi - lo)]
     steps = []
     if v == 0:
-        steps.append(Step(copies=tuple(Copy(Region(IN, absolute(u, root, size) * count, count), Region(TMP, *blocks[u]))
-                                       for u in range(size))))
+        steps.append(
+            Step(
+                copies=tuple(
+                    Copy(Region(IN, absolute(u, root, size) * count, count), Region(TMP, *blocks[u]))
+                    for u in range(size)
+                )
+            )
+        )
     else:
         steps.append(Step(recvs=(Recv(absolute(parent(v), root, size), span(TMP, blocks, 0, hi - lo)),)))
     steps.append(Step(copies=(Copy(Region(TMP, *blocks[0]), Region(OUT, 0, count)),)))

@@ -34,8 +34,8 @@ Semantics, shared by the executor (``hccl_py/executor.py``) and the in-process p
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 from enum import IntEnum
+from functools import lru_cache
 
 import numpy as np
 

@@ -24,26 +24,61 @@ Run ``hccl-launch -n 4 examples/infer.py`` for the report these pieces add up to
 from .balance import balanced_split, split_from_counts, stage_times
 from .blas import limit_blas_threads
 from .data_parallel import DataParallel
+from .expert_parallel import ExpertParallel, ExpertParallelRun
 from .gather import all_gather_objects
 from .groups import hybrid_groups, hybrid_partitions, tp_dp_groups
 from .mlp import MLPClassifier, MLPConfig
 from .model import Block, Model, ModelShard, Ops, ParamSpec
-from .expert_parallel import ExpertParallel, ExpertParallelRun
 from .moe import LayerRouting, MoEConfig, MoETransformer
+from .overlap import Issuer
 from .pipeline_parallel import PipelineParallel, PipelineRun, ideal_bubble
 from .report import Measure, RankReport, format_rank_table, makespan_s
-from .overlap import Issuer
 from .sharding import POLICIES, ShardPlan, even_plan, proportional_plan, work_stealing_plan
 from .tensor_parallel import TensorParallel, TensorParallelRun
 from .timeline import Segment, Timeline, chrome_trace, write_chrome_trace
 from .transformer import TransformerConfig, TransformerEncoder
 
 __all__ = [
-    "POLICIES", "Block", "DataParallel", "ExpertParallel", "ExpertParallelRun", "Issuer", "LayerRouting",
-    "MLPClassifier", "MLPConfig", "Measure", "MoEConfig", "MoETransformer", "Model", "ModelShard", "Ops", "ParamSpec",
-    "PipelineParallel", "PipelineRun", "RankReport", "Segment", "ShardPlan", "TensorParallel", "TensorParallelRun",
-    "Timeline", "TransformerConfig", "TransformerEncoder", "all_gather_objects", "balanced_split", "chrome_trace",
-    "even_plan", "format_rank_table", "hybrid_groups", "hybrid_partitions", "ideal_bubble", "limit_blas_threads",
-    "makespan_s", "proportional_plan", "split_from_counts", "stage_times", "tp_dp_groups", "work_stealing_plan",
+    "POLICIES",
+    "Block",
+    "DataParallel",
+    "ExpertParallel",
+    "ExpertParallelRun",
+    "Issuer",
+    "LayerRouting",
+    "MLPClassifier",
+    "MLPConfig",
+    "Measure",
+    "MoEConfig",
+    "MoETransformer",
+    "Model",
+    "ModelShard",
+    "Ops",
+    "ParamSpec",
+    "PipelineParallel",
+    "PipelineRun",
+    "RankReport",
+    "Segment",
+    "ShardPlan",
+    "TensorParallel",
+    "TensorParallelRun",
+    "Timeline",
+    "TransformerConfig",
+    "TransformerEncoder",
+    "all_gather_objects",
+    "balanced_split",
+    "chrome_trace",
+    "even_plan",
+    "format_rank_table",
+    "hybrid_groups",
+    "hybrid_partitions",
+    "ideal_bubble",
+    "limit_blas_threads",
+    "makespan_s",
+    "proportional_plan",
+    "split_from_counts",
+    "stage_times",
+    "tp_dp_groups",
+    "work_stealing_plan",
     "write_chrome_trace",
 ]

@@ -19,8 +19,9 @@ from typing import Sequence
 from ..errors import HcclParamError
 
 
-def stage_times(bounds: Sequence[int], costs: Sequence[Sequence[float]],
-                send_s: Sequence[Sequence[float]] | None = None) -> list[float]:
+def stage_times(
+    bounds: Sequence[int], costs: Sequence[Sequence[float]], send_s: Sequence[Sequence[float]] | None = None
+) -> list[float]:
     """Modeled seconds of each stage for the cut ``bounds`` (``bounds[s]..bounds[s+1]-1`` are
     stage ``s``'s blocks). ``costs[s][j]``: block ``j`` on stage ``s``'s card; ``send_s[s][j]``:
     sending block ``j``'s output from stage ``s`` to stage ``s+1``."""
@@ -74,7 +75,9 @@ def split_from_counts(counts: Sequence[int], n: int) -> list[int]:
     """Boundaries from blocks per stage (``[3, 2, 1]`` -> ``[0, 3, 5, 6]``), checked against ``n``."""
     counts = [int(c) for c in counts]
     if any(c < 1 for c in counts) or sum(counts) != n:
-        raise HcclParamError(f"pipeline split {counts}: every stage needs >= 1 block and they must add up to the model's {n} blocks")
+        raise HcclParamError(
+            f"pipeline split {counts}: every stage needs >= 1 block and they must add up to the model's {n} blocks"
+        )
     bounds = [0]
     for c in counts:
         bounds.append(bounds[-1] + c)

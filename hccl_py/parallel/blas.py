@@ -17,8 +17,13 @@ import os
 
 from .. import env
 
-_SETTERS = ("openblas_set_num_threads", "openblas_set_num_threads64_", "scipy_openblas_set_num_threads64_",
-            "scipy_openblas_set_num_threads", "MKL_Set_Num_Threads")
+_SETTERS = (
+    "openblas_set_num_threads",
+    "openblas_set_num_threads64_",
+    "scipy_openblas_set_num_threads64_",
+    "scipy_openblas_set_num_threads",
+    "MKL_Set_Num_Threads",
+)
 _USER_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 _done = False
 

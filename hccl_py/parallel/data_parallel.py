@@ -47,8 +47,15 @@ class DataParallel:
     share) whose modeled replay finishes first — small chunks balance finely, but every chunk
     pays the kernels' fixed costs again."""
 
-    def __init__(self, comm: Communicator, replica, *, policy: str = "even", chunk: int | None = None,
-                 timeline: Timeline | None = None):
+    def __init__(
+        self,
+        comm: Communicator,
+        replica,
+        *,
+        policy: str = "even",
+        chunk: int | None = None,
+        timeline: Timeline | None = None,
+    ):
         if policy not in POLICIES:
             raise HcclParamError(f"DataParallel: policy {policy!r} is not one of {', '.join(POLICIES)}")
         if chunk is not None and chunk < 1:
@@ -56,7 +63,9 @@ class DataParallel:
         self.comm = comm
         self.policy = policy
         self.chunk = chunk
-        self.timeline = timeline if timeline is not None else getattr(replica, "timeline", None) or Timeline(comm.device)
+        self.timeline = (
+            timeline if timeline is not None else getattr(replica, "timeline", None) or Timeline(comm.device)
+        )
         self.runner = replica.load(comm.device) if isinstance(replica, Model) else replica
         if getattr(self.runner, "timeline", "absent") is None:  # a ModelShard records into ours
             self.runner.timeline = self.timeline
@@ -79,7 +88,9 @@ class DataParallel:
             costs = self._gather_costs([ref])[:, 0]
             return proportional_plan(n, [ref / c if c > 0 else 1.0 for c in costs])
         share = max(1, math.ceil(n / p))
-        candidates = [self.chunk] if self.chunk else sorted({*(2**k for k in range(share.bit_length()) if 2**k <= share), share})
+        candidates = (
+            [self.chunk] if self.chunk else sorted({*(2**k for k in range(share.bit_length()) if 2**k <= share), share})
+        )
         cut = {c: chunk_ranges(n, c) for c in candidates}
         sizes = sorted({b - a for chunks in cut.values() for a, b in chunks})
         table = self._gather_costs(sizes)
@@ -101,7 +112,7 @@ class DataParallel:
         me = self.comm.rank
         ranges = plan.pieces[me]
         if len(ranges) == 1:
-            mine = x[ranges[0][0]:ranges[0][1]]
+            mine = x[ranges[0][0] : ranges[0][1]]
         else:
             mine = np.concatenate([x[a:b] for a, b in ranges]) if ranges else x[:0]
         splits = plan.sizes(me) if plan.policy == "work-stealing" else None
@@ -122,6 +133,6 @@ class DataParallel:
         for r, ranges in enumerate(plan.pieces):
             at = 0
             for a, b in ranges:
-                result[a:b] = table[r, at:at + (b - a)]
+                result[a:b] = table[r, at : at + (b - a)]
                 at += b - a
         return self.comm.device.adopt(result, "output")

@@ -41,8 +41,7 @@ import numpy as np
 
 from ..communicator import Communicator
 from ..errors import HcclParamError
-from .moe import (LayerRouting, MoETransformer, expert_mlp, gather_rows, kept_table, route, scatter_rows,
-                  weighted_sum)
+from .moe import LayerRouting, MoETransformer, expert_mlp, gather_rows, kept_table, route, scatter_rows, weighted_sum
 from .overlap import OverlapDriver
 from .sharding import even_split
 from .timeline import Timeline
@@ -79,15 +78,29 @@ class ExpertParallel(OverlapDriver):
     the module doc). ``overlap``: asynchronous dispatch and combine; ``chunks``: token chunks per
     layer (default 2 with overlap, else 1)."""
 
-    def __init__(self, comm: Communicator, model: MoETransformer, *, overlap: bool = False, chunks: int | None = None,
-                 timeline: Timeline | None = None):
+    def __init__(
+        self,
+        comm: Communicator,
+        model: MoETransformer,
+        *,
+        overlap: bool = False,
+        chunks: int | None = None,
+        timeline: Timeline | None = None,
+    ):
         if not isinstance(model, MoETransformer):
-            raise HcclParamError(f"ExpertParallel: needs an MoETransformer, got {model.name}", arg="model", value=model.name)
+            raise HcclParamError(
+                f"ExpertParallel: needs an MoETransformer, got {model.name}", arg="model", value=model.name
+            )
         cfg = model.config
         if cfg.experts < comm.size:
-            raise HcclParamError(f"ExpertParallel: {cfg.experts} experts cannot spread over {comm.size} cards; use at most "
-                                 f"{cfg.experts} cards or more experts", arg="experts", value=cfg.experts, rule="range",
-                                 expected=f">= {comm.size}")
+            raise HcclParamError(
+                f"ExpertParallel: {cfg.experts} experts cannot spread over {comm.size} cards; use at most "
+                f"{cfg.experts} cards or more experts",
+                arg="experts",
+                value=cfg.experts,
+                rule="range",
+                expected=f">= {comm.size}",
+            )
         super().__init__("ExpertParallel", comm, model, overlap, chunks, timeline)
         counts = even_split(cfg.experts, comm.size)
         self.owner = tuple(c for c, n in enumerate(counts) for _ in range(n))
@@ -97,8 +110,11 @@ class ExpertParallel(OverlapDriver):
         self.layers: list[dict[str, np.ndarray]] = []
         for i in range(1, 1 + cfg.layers):
             block = model.blocks[i]
-            wanted = [s.name for s in block.params if not s.name.startswith("experts.")
-                      or int(s.name.split(".")[1]) in self.mine]
+            wanted = [
+                s.name
+                for s in block.params
+                if not s.name.startswith("experts.") or int(s.name.split(".")[1]) in self.mine
+            ]
             self.layers.append({n: load(dev, i, n) for n in wanted})
         last = len(model.blocks) - 1
         self.head = {n: load(dev, last, n) for n in ("ln.gamma", "ln.beta", "classifier.weight", "classifier.bias")}
@@ -126,25 +142,32 @@ class ExpertParallel(OverlapDriver):
         shares = self.shares(n)
         start = sum(shares[:me])
         self._routing: list[LayerRouting] = []
-        y = self._run(x[start:start + shares[me]], n * self.model.config.seq_len, start)
+        y = self._run(x[start : start + shares[me]], n * self.model.config.seq_len, start)
         cfg = self.model.config
         layers = tuple(self._routing)
         total = lambda field: tuple(int(sum(getattr(r, field)[e] for r in layers)) for e in range(cfg.experts))  # noqa: E731
-        self.last = ExpertParallelRun(total("routed"), total("kept"), total("padded"), self.owner,
-                                      tuple(r.capacity for r in layers), self.chunks, layers)
+        self.last = ExpertParallelRun(
+            total("routed"),
+            total("kept"),
+            total("padded"),
+            self.owner,
+            tuple(r.capacity for r in layers),
+            self.chunks,
+            layers,
+        )
         if on_piece is not None:
             on_piece(shares[me])
         shape, dtype = self.model.output_spec(n)
         if p == 1:
             return y
         padded = np.zeros((max(shares), *shape[1:]), dtype)
-        padded[:len(y)] = y
+        padded[: len(y)] = y
         with self.timeline.comm("all_gather outputs"):
             table = self.comm.all_gather(padded)
         out = np.empty(shape, dtype)
         at = 0
         for r, share in enumerate(shares):
-            out[at:at + share] = table[r, :share]
+            out[at : at + share] = table[r, :share]
             at += share
         return self.device.adopt(out, "output")
 
@@ -155,7 +178,7 @@ class ExpertParallel(OverlapDriver):
         mbs = []
         at = 0
         for size in even_split(len(ids), self.chunks):
-            mbs.append(_MicroBatch(len(mbs), ids[at:at + size], (first + at) * cfg.seq_len))
+            mbs.append(_MicroBatch(len(mbs), ids[at : at + size], (first + at) * cfg.seq_len))
             at += size
         with tl.compute("embed"):
             for mb in mbs:
@@ -183,8 +206,11 @@ class ExpertParallel(OverlapDriver):
                 routed, kept = table.sum(axis=(0, 1)), keep.sum(axis=(0, 1))
                 padded = capacity - kept
                 self._dispatch(layer, mbs[0])
-            self._routing.append(LayerRouting(tuple(int(v) for v in routed), tuple(int(v) for v in kept),
-                                              tuple(int(v) for v in padded), capacity))
+            self._routing.append(
+                LayerRouting(
+                    tuple(int(v) for v in routed), tuple(int(v) for v in kept), tuple(int(v) for v in padded), capacity
+                )
+            )
             # B: per micro-batch, the shared expert, this card's experts, combine
             for mb in mbs:
                 if cfg.shared_hidden:
@@ -196,15 +222,29 @@ class ExpertParallel(OverlapDriver):
                 out = self._experts(layer, p, mb, recv, padded if mb.index == len(mbs) - 1 else None)
                 back = ops.device.empty((sum(mb.rows_to), out.shape[1]), out.dtype, "activation")
                 d = out.shape[1]
-                mb.combine = self.issuer.issue(f"layers.{layer} combine mb{mb.index}", self.comm.all_to_all_v, out,
-                                               [r * d for r in mb.rows_from], None, back, [r * d for r in mb.rows_to], None)
+                mb.combine = self.issuer.issue(
+                    f"layers.{layer} combine mb{mb.index}",
+                    self.comm.all_to_all_v,
+                    out,
+                    [r * d for r in mb.rows_from],
+                    None,
+                    back,
+                    [r * d for r in mb.rows_to],
+                    None,
+                )
                 mb.layer = layer
         for mb in mbs:
             self._finish(mb)
         with tl.compute("head"):
             hp = self.head
-            outs = [ops.linear(ops.mean(ops.layer_norm(mb.x, hp["ln.gamma"], hp["ln.beta"]), axis=1), hp["classifier.weight"],
-                               hp["classifier.bias"]) for mb in mbs]
+            outs = [
+                ops.linear(
+                    ops.mean(ops.layer_norm(mb.x, hp["ln.gamma"], hp["ln.beta"]), axis=1),
+                    hp["classifier.weight"],
+                    hp["classifier.bias"],
+                )
+                for mb in mbs
+            ]
         return outs[0] if len(outs) == 1 else np.concatenate(outs)
 
     # -- the steps of one micro-batch -------------------------------------------------------------
@@ -214,8 +254,9 @@ class ExpertParallel(OverlapDriver):
         mb.x = attention_residual(ops, p, mb.x, cfg.heads)
         b, s, d = mb.x.shape
         mb.h = ops.layer_norm(mb.x, p["ln2.gamma"], p["ln2.beta"]).reshape(b * s, d)
-        mb.experts, mb.gates = route(ops, mb.h, p["router.weight"], p["router.bias"], cfg.top_k, self.model.skew,
-                                     mb.first_token)
+        mb.experts, mb.gates = route(
+            ops, mb.h, p["router.weight"], p["router.bias"], cfg.top_k, self.model.skew, mb.first_token
+        )
 
     def _counts(self, layer: int, mbs: list["_MicroBatch"]) -> np.ndarray:
         """2. every card's assignments per (micro-batch, expert): ``(cards, len(mbs), experts)``."""
@@ -245,10 +286,20 @@ class ExpertParallel(OverlapDriver):
         with self.timeline.compute(f"layers.{layer} pack mb{mb.index}"):
             send = gather_rows(ops, mb.h, mb.tok)
         recv = ops.device.empty((sum(mb.rows_from), d), mb.h.dtype, "activation")
-        mb.dispatch = self.issuer.issue(f"layers.{layer} dispatch mb{mb.index}", self.comm.all_to_all_v, send,
-                                        [r * d for r in mb.rows_to], None, recv, [r * d for r in mb.rows_from], None)
+        mb.dispatch = self.issuer.issue(
+            f"layers.{layer} dispatch mb{mb.index}",
+            self.comm.all_to_all_v,
+            send,
+            [r * d for r in mb.rows_to],
+            None,
+            recv,
+            [r * d for r in mb.rows_from],
+            None,
+        )
 
-    def _experts(self, layer: int, p: dict, mb: "_MicroBatch", recv: np.ndarray, padded: np.ndarray | None) -> np.ndarray:
+    def _experts(
+        self, layer: int, p: dict, mb: "_MicroBatch", recv: np.ndarray, padded: np.ndarray | None
+    ) -> np.ndarray:
         """4. this card's experts on the rows they received (grouped by source card, then
         expert), each padded by ``padded[e]`` rows if given; results in the same layout."""
         ops = self.ops
@@ -260,12 +311,14 @@ class ExpertParallel(OverlapDriver):
                 at += int(mb.kept[i, e])
         with self.timeline.compute(f"layers.{layer} experts mb{mb.index}"):
             for e in self.mine:
-                rows = np.concatenate([np.arange(starts[i, e], starts[i, e] + mb.kept[i, e]) for i in range(self.comm.size)])
+                rows = np.concatenate(
+                    [np.arange(starts[i, e], starts[i, e] + mb.kept[i, e]) for i in range(self.comm.size)]
+                )
                 pad = 0 if padded is None else int(padded[e])
                 if len(rows) + pad == 0:
                     continue
                 y = expert_mlp(ops, p, f"experts.{e}", gather_rows(ops, recv, rows, pad))
-                scatter_rows(ops, out, rows, y[:len(rows)])
+                scatter_rows(ops, out, rows, y[: len(rows)])
         return out
 
     def _finish(self, mb: "_MicroBatch") -> None:

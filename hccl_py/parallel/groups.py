@@ -37,7 +37,12 @@ def tp_dp_groups(comm: Communicator, tp: int) -> tuple[Communicator, Communicato
     """This rank's (tensor-parallel communicator of ``tp`` consecutive ranks, data-parallel
     communicator across the tensor-parallel groups); every rank calls it."""
     if tp < 1 or comm.size % tp:
-        raise HcclParamError(f"tp x dp: {comm.size} ranks do not divide into tensor-parallel groups of {tp}",
-                             arg="tp", value=tp, rule="divisible", expected=comm.size)
+        raise HcclParamError(
+            f"tp x dp: {comm.size} ranks do not divide into tensor-parallel groups of {tp}",
+            arg="tp",
+            value=tp,
+            rule="divisible",
+            expected=comm.size,
+        )
     groups, replicas = hybrid_partitions(comm.size, tp)
     return comm.create_groups(groups), comm.create_groups(replicas)

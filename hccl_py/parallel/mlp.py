@@ -45,7 +45,10 @@ class Dense(Block):
     def __init__(self, index: int, n_in: int, n_out: int, activation: bool):
         self.prefix = f"layers.{index}"
         self.activation = activation
-        self.params = (ParamSpec("weight", (n_in, n_out), scale=1 / math.sqrt(n_in)), ParamSpec("bias", (n_out,), scale=0.02))
+        self.params = (
+            ParamSpec("weight", (n_in, n_out), scale=1 / math.sqrt(n_in)),
+            ParamSpec("bias", (n_out,), scale=0.02),
+        )
 
     def forward(self, ops: Ops, p: Mapping[str, np.ndarray], x: np.ndarray) -> np.ndarray:
         y = ops.linear(x, p["weight"], p["bias"])
@@ -57,8 +60,14 @@ class MLPClassifier(Model):
 
     name = "mlp"
 
-    def __init__(self, config: MLPConfig = MLPConfig(), *, seed: int = 0,
-                 weights: "str | Path | Mapping[str, np.ndarray] | None" = None, dtype=np.float32):
+    def __init__(
+        self,
+        config: MLPConfig = MLPConfig(),
+        *,
+        seed: int = 0,
+        weights: "str | Path | Mapping[str, np.ndarray] | None" = None,
+        dtype=np.float32,
+    ):
         self.config = config
         widths = (config.in_features, *config.hidden, config.classes)
         blocks = [Dense(i, widths[i], widths[i + 1], activation=i < len(widths) - 2) for i in range(len(widths) - 1)]
@@ -69,7 +78,9 @@ class MLPClassifier(Model):
 
     def sample_inputs(self, batch: int, seed: int = 1234) -> np.ndarray:
         """Deterministic features ``(batch, in_features)``, standard normal."""
-        return np.random.default_rng(seed).standard_normal((batch, self.config.in_features), np.float32).astype(self.dtype)
+        return (
+            np.random.default_rng(seed).standard_normal((batch, self.config.in_features), np.float32).astype(self.dtype)
+        )
 
     def describe(self) -> str:
         c = self.config

@@ -122,8 +122,14 @@ class Model:
 
     name = "model"
 
-    def __init__(self, blocks: Sequence[Block], *, seed: int = 0, weights: "str | Path | Mapping[str, np.ndarray] | None" = None,
-                 dtype=np.float32):
+    def __init__(
+        self,
+        blocks: Sequence[Block],
+        *,
+        seed: int = 0,
+        weights: "str | Path | Mapping[str, np.ndarray] | None" = None,
+        dtype=np.float32,
+    ):
         self.blocks = tuple(blocks)
         self.seed = int(seed)
         self.dtype = np.dtype(dtype)
@@ -176,7 +182,8 @@ class Model:
                 + ("; " if missing and extra else "")
                 + (f"unexpected {extra[:5]}{' ...' if len(extra) > 5 else ''}" if extra else "")
                 + "; model.param_shapes() lists the expected keys and shapes",
-                missing_keys=missing, unexpected_keys=extra,
+                missing_keys=missing,
+                unexpected_keys=extra,
             )
 
     def _make(self, block: Block, spec: ParamSpec) -> np.ndarray:
@@ -184,9 +191,14 @@ class Model:
         if self._weights is not None:
             array = np.asarray(self._weights[key])
             if array.shape != spec.shape:
-                raise HcclParamError(f"weight {key!r} from {self._weights_source} has shape {array.shape}, "
-                                     f"{self.name} expects {spec.shape}", key=key,
-                                     value=list(array.shape), rule="shape", expected=list(spec.shape))
+                raise HcclParamError(
+                    f"weight {key!r} from {self._weights_source} has shape {array.shape}, "
+                    f"{self.name} expects {spec.shape}",
+                    key=key,
+                    value=list(array.shape),
+                    rule="shape",
+                    expected=list(spec.shape),
+                )
             return np.array(array, dtype=self.dtype)  # own copy, in the model's dtype
         if spec.init == "ones":
             return np.ones(spec.shape, self.dtype)
@@ -211,20 +223,32 @@ class Model:
         """
         auto_limit()  # ranks share the host's cores: see blas.py
         chosen = list(range(len(self.blocks)) if blocks is None else blocks)
-        if not chosen or chosen != list(range(chosen[0], chosen[-1] + 1)) or not 0 <= chosen[0] <= chosen[-1] < len(self.blocks):
-            raise HcclParamError(f"load: blocks must be a non-empty contiguous range of 0..{len(self.blocks) - 1}, got {chosen}")
+        if (
+            not chosen
+            or chosen != list(range(chosen[0], chosen[-1] + 1))
+            or not 0 <= chosen[0] <= chosen[-1] < len(self.blocks)
+        ):
+            raise HcclParamError(
+                f"load: blocks must be a non-empty contiguous range of 0..{len(self.blocks) - 1}, got {chosen}"
+            )
         params = []
         for i in chosen:
             block = self.blocks[i]
             placed = {}
             for spec in block.params:
-                placed[spec.name] = _reserve_then_make(device, self.dtype, spec.shape, f"weight {block.key(spec.name)}",
-                                                       lambda b=block, s=spec: self._make(b, s))
+                placed[spec.name] = _reserve_then_make(
+                    device,
+                    self.dtype,
+                    spec.shape,
+                    f"weight {block.key(spec.name)}",
+                    lambda b=block, s=spec: self._make(b, s),
+                )
             params.append(placed)
         return ModelShard(self, device, chosen[0], chosen[-1] + 1, params)
 
-    def load_tensor(self, device: Device, block: int, name: str, ranges: Sequence[tuple[int, int]] | None = None,
-                    axis: int = 0) -> np.ndarray:
+    def load_tensor(
+        self, device: Device, block: int, name: str, ranges: Sequence[tuple[int, int]] | None = None, axis: int = 0
+    ) -> np.ndarray:
         """One weight of block ``block`` placed on ``device``; with ``ranges``, only those
         ``(start, stop)`` ranges along ``axis``, concatenated (a tensor- or expert-parallel
         card's shard of it). HBM is reserved for the shard before it is created."""
@@ -240,9 +264,13 @@ class Model:
             ranges = [(int(lo), int(hi)) for lo, hi in ranges]
             axis = axis % len(spec.shape)
             if any(not 0 <= lo <= hi <= spec.shape[axis] for lo, hi in ranges):
-                raise HcclParamError(f"load_tensor: ranges {ranges} fall outside axis {axis} of {b.key(name)} {spec.shape}",
-                                     key=b.key(name), value=ranges, rule="range")
-            shape = spec.shape[:axis] + (sum(hi - lo for lo, hi in ranges),) + spec.shape[axis + 1:]
+                raise HcclParamError(
+                    f"load_tensor: ranges {ranges} fall outside axis {axis} of {b.key(name)} {spec.shape}",
+                    key=b.key(name),
+                    value=ranges,
+                    rule="range",
+                )
+            shape = spec.shape[:axis] + (sum(hi - lo for lo, hi in ranges),) + spec.shape[axis + 1 :]
 
             def make() -> np.ndarray:
                 full = self._make(b, spec)
@@ -252,10 +280,13 @@ class Model:
                     index[axis] = slice(lo, hi)
                     parts.append(full[tuple(index)])
                 return np.ascontiguousarray(np.concatenate(parts, axis=axis)) if parts else np.empty(shape, self.dtype)
+
         return _reserve_then_make(device, self.dtype, shape, f"weight {b.key(name)}", make)
 
     # -- cost estimates (dry runs on a planning card) ----------------------------------------------
-    def estimate(self, card: CardModel, batch: int, slow_factor: float = 1.0) -> tuple[list[float], list[tuple[tuple[int, ...], np.dtype]]]:
+    def estimate(
+        self, card: CardModel, batch: int, slow_factor: float = 1.0
+    ) -> tuple[list[float], list[tuple[tuple[int, ...], np.dtype]]]:
         """(modeled seconds of each block, (shape, dtype) at each block boundary) for a batch of
         ``batch`` on ``card``: a dry run, no arithmetic. Boundary 0 is the input, boundary i+1
         block i's output. Cached per (card, batch, slow_factor)."""
@@ -286,8 +317,9 @@ class Model:
         return self.boundary_spec(batch, len(self.blocks))
 
 
-def _reserve_then_make(device: Device, dtype: np.dtype, shape: tuple[int, ...], what: str,
-                       make: Callable[[], np.ndarray]) -> np.ndarray:
+def _reserve_then_make(
+    device: Device, dtype: np.dtype, shape: tuple[int, ...], what: str, make: Callable[[], np.ndarray]
+) -> np.ndarray:
     handle = device.malloc(int(np.prod(shape)) * dtype.itemsize, what)
     try:
         array = np.empty(shape, dtype) if device.dry else make()
@@ -321,11 +353,11 @@ class ModelShard:
     @property
     def block_names(self) -> list[str]:
         """The prefixes of the blocks this shard holds."""
-        return self.model.block_names[self.lo:self.hi]
+        return self.model.block_names[self.lo : self.hi]
 
     def run_blocks(self, x: np.ndarray, timeline: Timeline | None = None, label: str = "") -> np.ndarray:
         """The shard's blocks on one piece, each recorded as a compute segment of ``timeline``."""
-        for block, p in zip(self.model.blocks[self.lo:self.hi], self.params):
+        for block, p in zip(self.model.blocks[self.lo : self.hi], self.params):
             if timeline is None:
                 x = block.forward(self.ops, p, x)
             else:
@@ -333,8 +365,14 @@ class ModelShard:
                     x = block.forward(self.ops, p, x)
         return x
 
-    def forward(self, x: np.ndarray, splits: Sequence[int] | None = None, *, timeline: Timeline | None = None,
-                on_piece: Callable[[int], None] | None = None) -> np.ndarray:
+    def forward(
+        self,
+        x: np.ndarray,
+        splits: Sequence[int] | None = None,
+        *,
+        timeline: Timeline | None = None,
+        on_piece: Callable[[int], None] | None = None,
+    ) -> np.ndarray:
         """Run the shard on ``x`` (one batch, or pieces of ``splits`` samples in turn)."""
         timeline = timeline if timeline is not None else self.timeline
         sizes = [len(x)] if splits is None else list(splits)
@@ -343,7 +381,7 @@ class ModelShard:
         outs, at = [], 0
         for i, size in enumerate(sizes):
             label = f"piece {i} " if len(sizes) > 1 else "batch "
-            outs.append(self.run_blocks(x[at:at + size], timeline, label))
+            outs.append(self.run_blocks(x[at : at + size], timeline, label))
             at += size
             if on_piece is not None:
                 on_piece(size)
@@ -352,7 +390,7 @@ class ModelShard:
     def piece_costs(self, sizes: Sequence[int]) -> list[float]:
         """Modeled seconds this card takes for a piece of each size (a dry run; no collective)."""
         card, slow = self.device.model, self.device.slow_factor
-        return [sum(self.model.estimate(card, int(n), slow)[0][self.lo:self.hi]) if n else 0.0 for n in sizes]
+        return [sum(self.model.estimate(card, int(n), slow)[0][self.lo : self.hi]) if n else 0.0 for n in sizes]
 
     def output_spec(self, batch: int) -> tuple[tuple[int, ...], np.dtype]:
         """(shape, dtype) of the shard's output (the input of block ``hi``) for a batch of ``batch``."""

@@ -63,18 +63,35 @@ class MoEConfig:
     def __post_init__(self) -> None:
         for name in ("layers", "d_model", "heads", "seq_len", "vocab", "classes", "experts", "top_k", "expert_hidden"):
             if getattr(self, name) < 1:
-                raise HcclParamError(f"MoEConfig: {name} must be >= 1, got {getattr(self, name)}", arg=name, value=getattr(self, name))
+                raise HcclParamError(
+                    f"MoEConfig: {name} must be >= 1, got {getattr(self, name)}", arg=name, value=getattr(self, name)
+                )
         if self.d_model % self.heads:
-            raise HcclParamError(f"MoEConfig: d_model={self.d_model} is not divisible by heads={self.heads}", arg="heads")
+            raise HcclParamError(
+                f"MoEConfig: d_model={self.d_model} is not divisible by heads={self.heads}", arg="heads"
+            )
         if self.top_k > self.experts:
-            raise HcclParamError(f"MoEConfig: top_k={self.top_k} exceeds the {self.experts} experts", arg="top_k",
-                                 value=self.top_k, rule="range", expected=f"<= {self.experts}")
+            raise HcclParamError(
+                f"MoEConfig: top_k={self.top_k} exceeds the {self.experts} experts",
+                arg="top_k",
+                value=self.top_k,
+                rule="range",
+                expected=f"<= {self.experts}",
+            )
         if self.shared_hidden < 0 or not self.router_skew >= 0 or not math.isfinite(self.router_skew):
-            raise HcclParamError("MoEConfig: shared_hidden and router_skew must be >= 0 (and finite)", arg="router_skew",
-                                 value=self.router_skew)
+            raise HcclParamError(
+                "MoEConfig: shared_hidden and router_skew must be >= 0 (and finite)",
+                arg="router_skew",
+                value=self.router_skew,
+            )
         if self.capacity_factor is not None and not (self.capacity_factor > 0 and math.isfinite(self.capacity_factor)):
-            raise HcclParamError(f"MoEConfig: capacity_factor must be > 0, got {self.capacity_factor}", arg="capacity_factor",
-                                 value=self.capacity_factor, rule="range", expected="> 0")
+            raise HcclParamError(
+                f"MoEConfig: capacity_factor must be > 0, got {self.capacity_factor}",
+                arg="capacity_factor",
+                value=self.capacity_factor,
+                rule="range",
+                expected="> 0",
+            )
 
     def capacity(self, tokens: int) -> int | None:
         """Rows per expert per layer for ``tokens`` tokens: ``ceil(cf * tokens * top_k / experts)``."""
@@ -85,8 +102,14 @@ class MoEConfig:
     def attention(self) -> TransformerConfig:
         """The same sizes as a :class:`TransformerConfig`: the dense encoder whose embedding, attention and
         head the MoE layers share."""
-        return TransformerConfig(layers=self.layers, d_model=self.d_model, heads=self.heads, seq_len=self.seq_len,
-                                 vocab=self.vocab, classes=self.classes)
+        return TransformerConfig(
+            layers=self.layers,
+            d_model=self.d_model,
+            heads=self.heads,
+            seq_len=self.seq_len,
+            vocab=self.vocab,
+            classes=self.classes,
+        )
 
 
 @dataclass(frozen=True)
@@ -102,8 +125,15 @@ class LayerRouting:
 
 
 # -- kernels shared by the one-card model and the expert-parallel driver ----------------------------
-def route(ops: Ops, h: np.ndarray, weight: np.ndarray, bias: np.ndarray, top_k: int,
-          skew: np.ndarray | None = None, first_token: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def route(
+    ops: Ops,
+    h: np.ndarray,
+    weight: np.ndarray,
+    bias: np.ndarray,
+    top_k: int,
+    skew: np.ndarray | None = None,
+    first_token: int = 0,
+) -> tuple[np.ndarray, np.ndarray]:
     """(experts ``(tokens, top_k)`` int64, gates ``(tokens, top_k)`` in ``h``'s dtype) for the
     rows of ``h``: softmax of the router logits ``h @ weight + bias + skew`` in float64 (a row's
     choice then depends on its own values only, not on the batch it is in), top_k by
@@ -128,8 +158,12 @@ def route(ops: Ops, h: np.ndarray, weight: np.ndarray, bias: np.ndarray, top_k: 
         experts = np.argsort(-probs, axis=1, kind="stable")[:, :top_k]
         top = np.take_along_axis(probs, experts, axis=1)
         gates = (top / top.sum(axis=1, keepdims=True)).astype(h.dtype)
-    dev.run(2.0 * n * d * e + 6.0 * n * e + n * e * top_k, h.nbytes + weight.nbytes + 4 * n * e + (8 + h.itemsize) * n * top_k,
-            h.dtype, "router")
+    dev.run(
+        2.0 * n * d * e + 6.0 * n * e + n * e * top_k,
+        h.nbytes + weight.nbytes + 4 * n * e + (8 + h.itemsize) * n * top_k,
+        h.dtype,
+        "router",
+    )
     return experts.astype(np.int64), gates
 
 
@@ -148,8 +182,12 @@ def gather_rows(ops: Ops, src: np.ndarray, rows: np.ndarray, pad: int = 0) -> np
     """``src[rows]`` followed by ``pad`` zero rows: one memory-bound kernel."""
     out = np.zeros((len(rows) + pad, src.shape[1]), src.dtype)
     if len(rows) and not ops.device.dry:
-        np.take(src, rows, axis=0, out=out[:len(rows)])
-    ops.device.run(0.0, 2 * len(rows) * src.shape[1] * src.itemsize + pad * src.shape[1] * src.itemsize + rows.nbytes, name="gather")
+        np.take(src, rows, axis=0, out=out[: len(rows)])
+    ops.device.run(
+        0.0,
+        2 * len(rows) * src.shape[1] * src.itemsize + pad * src.shape[1] * src.itemsize + rows.nbytes,
+        name="gather",
+    )
     return ops.device.adopt(out, "activation")
 
 
@@ -203,17 +241,25 @@ class MoELayer(Block):
         self.last: LayerRouting | None = None
         params = [
             *attention_params(d),
-            ParamSpec("ln2.gamma", (d,), "ones"), ParamSpec("ln2.beta", (d,), "zeros"),
-            ParamSpec("router.weight", (d, e), scale=1 / math.sqrt(d)), ParamSpec("router.bias", (e,), "zeros"),
+            ParamSpec("ln2.gamma", (d,), "ones"),
+            ParamSpec("ln2.beta", (d,), "zeros"),
+            ParamSpec("router.weight", (d, e), scale=1 / math.sqrt(d)),
+            ParamSpec("router.bias", (e,), "zeros"),
         ]
         for i in range(e):
-            params += [ParamSpec(f"experts.{i}.fc1.weight", (d, f), scale=1 / math.sqrt(d)),
-                       ParamSpec(f"experts.{i}.fc1.bias", (f,), scale=0.02),
-                       ParamSpec(f"experts.{i}.fc2.weight", (f, d), scale=1 / math.sqrt(f)),
-                       ParamSpec(f"experts.{i}.fc2.bias", (d,), scale=0.02)]
+            params += [
+                ParamSpec(f"experts.{i}.fc1.weight", (d, f), scale=1 / math.sqrt(d)),
+                ParamSpec(f"experts.{i}.fc1.bias", (f,), scale=0.02),
+                ParamSpec(f"experts.{i}.fc2.weight", (f, d), scale=1 / math.sqrt(f)),
+                ParamSpec(f"experts.{i}.fc2.bias", (d,), scale=0.02),
+            ]
         if fs:
-            params += [ParamSpec("shared.fc1.weight", (d, fs), scale=1 / math.sqrt(d)), ParamSpec("shared.fc1.bias", (fs,), scale=0.02),
-                       ParamSpec("shared.fc2.weight", (fs, d), scale=1 / math.sqrt(fs)), ParamSpec("shared.fc2.bias", (d,), scale=0.02)]
+            params += [
+                ParamSpec("shared.fc1.weight", (d, fs), scale=1 / math.sqrt(d)),
+                ParamSpec("shared.fc1.bias", (fs,), scale=0.02),
+                ParamSpec("shared.fc2.weight", (fs, d), scale=1 / math.sqrt(fs)),
+                ParamSpec("shared.fc2.bias", (d,), scale=0.02),
+            ]
         self.params = tuple(params)
 
     def forward(self, ops: Ops, p: Mapping[str, np.ndarray], x: np.ndarray) -> np.ndarray:
@@ -249,8 +295,14 @@ class MoETransformer(Model):
 
     name = "moe-transformer"
 
-    def __init__(self, config: MoEConfig = MoEConfig(), *, seed: int = 0,
-                 weights: "str | Path | Mapping[str, np.ndarray] | None" = None, dtype=np.float32):
+    def __init__(
+        self,
+        config: MoEConfig = MoEConfig(),
+        *,
+        seed: int = 0,
+        weights: "str | Path | Mapping[str, np.ndarray] | None" = None,
+        dtype=np.float32,
+    ):
         self.config = config
         rng = np.random.default_rng([int(seed), zlib.crc32(b"router.popularity")])
         #: experts from most to least popular (the skew's order; a permutation from the seed)
@@ -286,6 +338,8 @@ class MoETransformer(Model):
         c = self.config
         shared = f", shared expert {c.shared_hidden}" if c.shared_hidden else ""
         cap = f"capacity factor {c.capacity_factor:g}" if c.capacity_factor is not None else "dropless"
-        return (f"MoE transformer: {c.layers} layers, d_model {c.d_model}, {c.heads} heads, seq {c.seq_len}, "
-                f"{c.experts} experts (hidden {c.expert_hidden}) top-{c.top_k}{shared}, router skew {c.router_skew:g}, {cap}, "
-                f"{self.param_bytes() / 2**20:.1f} MiB fp32 weights")
+        return (
+            f"MoE transformer: {c.layers} layers, d_model {c.d_model}, {c.heads} heads, seq {c.seq_len}, "
+            f"{c.experts} experts (hidden {c.expert_hidden}) top-{c.top_k}{shared}, router skew {c.router_skew:g}, {cap}, "
+            f"{self.param_bytes() / 2**20:.1f} MiB fp32 weights"
+        )

@@ -88,8 +88,9 @@ class OverlapDriver:
     collectives overlap compute and in how many chunks a batch is cut (default 2 with overlap,
     else 1), the card's timeline, its kernels and the issuer of the collectives."""
 
-    def __init__(self, what: str, comm: Communicator, model, overlap: bool, chunks: int | None,
-                 timeline: Timeline | None):
+    def __init__(
+        self, what: str, comm: Communicator, model, overlap: bool, chunks: int | None, timeline: Timeline | None
+    ):
         chunks = (2 if overlap else 1) if chunks is None else int(chunks)
         if chunks < 1:
             raise HcclParamError(f"{what}: chunks must be >= 1, got {chunks}", arg="chunks", value=chunks)

@@ -80,8 +80,16 @@ class PipelineParallel:
     ``balance_batch``: micro-batch size the balancing estimates costs at.
     """
 
-    def __init__(self, comm: Communicator, model: Model, *, microbatches: int = 8,
-                 split: "str | Sequence[int]" = "balanced", balance_batch: int = 8, timeline: Timeline | None = None):
+    def __init__(
+        self,
+        comm: Communicator,
+        model: Model,
+        *,
+        microbatches: int = 8,
+        split: "str | Sequence[int]" = "balanced",
+        balance_batch: int = 8,
+        timeline: Timeline | None = None,
+    ):
         if microbatches < 1:
             raise HcclParamError(f"PipelineParallel: microbatches must be >= 1, got {microbatches}")
         self.comm = comm
@@ -93,7 +101,9 @@ class PipelineParallel:
         self.timeline = timeline if timeline is not None else Timeline(comm.device)
         n = len(model.blocks)
         if self.stages > n:
-            raise HcclParamError(f"PipelineParallel: {self.stages} stages but {model.name} has only {n} blocks; use at most {n} stages")
+            raise HcclParamError(
+                f"PipelineParallel: {self.stages} stages but {model.name} has only {n} blocks; use at most {n} stages"
+            )
         slows = self._slow_factors()
         self._cards = [comm.topology.card(w) for w in comm.world_ranks]
         self._slows = slows
@@ -105,7 +115,9 @@ class PipelineParallel:
         else:
             counts = [int(c) for c in split.split(",")] if isinstance(split, str) else list(split)
             if len(counts) != self.stages:
-                raise HcclParamError(f"PipelineParallel: split {counts} has {len(counts)} stages, the communicator {self.stages}")
+                raise HcclParamError(
+                    f"PipelineParallel: split {counts} has {len(counts)} stages, the communicator {self.stages}"
+                )
             self.bounds = split_from_counts(counts, n)
         #: modeled seconds per stage for one micro-batch of ``balance_batch`` (compute + send)
         self.estimated_stage_s = stage_times(self.bounds, costs, send)
@@ -116,7 +128,7 @@ class PipelineParallel:
     # -- description ---------------------------------------------------------------------------
     def stage_blocks(self, stage: int) -> list[str]:
         """Block names of ``stage``."""
-        return self.model.block_names[self.bounds[stage]:self.bounds[stage + 1]]
+        return self.model.block_names[self.bounds[stage] : self.bounds[stage + 1]]
 
     def _slow_factors(self) -> list[float]:
         mine = np.array([self.device.slow_factor], np.float64)
@@ -132,7 +144,9 @@ class PipelineParallel:
     def _sizes(self, n: int, splits: Sequence[int] | None) -> list[int]:
         sizes = even_split(n, min(self.microbatches, n)) if splits is None else [int(s) for s in splits]
         if sum(sizes) != n or any(s < 1 for s in sizes):
-            raise HcclParamError(f"PipelineParallel.forward: micro-batch sizes {sizes} must be >= 1 and add up to the batch of {n}")
+            raise HcclParamError(
+                f"PipelineParallel.forward: micro-batch sizes {sizes} must be >= 1 and add up to the batch of {n}"
+            )
         return sizes
 
     # -- runner protocol (DataParallel over pipelines) ----------------------------------------------------
@@ -161,8 +175,9 @@ class PipelineParallel:
         return values.tolist()
 
     # -- the pipeline ------------------------------------------------------------------------------------
-    def forward(self, x: np.ndarray, splits: Sequence[int] | None = None, *,
-                on_piece: Callable[[int], None] | None = None) -> np.ndarray:
+    def forward(
+        self, x: np.ndarray, splits: Sequence[int] | None = None, *, on_piece: Callable[[int], None] | None = None
+    ) -> np.ndarray:
         """Run the batch ``x`` through the pipeline; every stage passes the same ``x`` (only stage 0
         reads its values) and gets the whole output back. ``splits``: micro-batch sizes."""
         n = len(x)
@@ -176,7 +191,7 @@ class PipelineParallel:
         outs, at = [], 0
         for i, size in enumerate(sizes):
             if s == 0:
-                inp = x[at:at + size]
+                inp = x[at : at + size]
             else:
                 shape, dtype = self.model.boundary_spec(size, self.bounds[s])
                 inp = dev.empty(shape, dtype, "activation")

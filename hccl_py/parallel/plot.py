@@ -28,8 +28,14 @@ def _merge(segments: Sequence[Segment]) -> list[tuple[str, str, float, float]]:
     return [tuple(m) for m in merged]
 
 
-def plot_timelines(path: str | Path, timelines: Sequence[Sequence[Segment]], labels: Sequence[str], *,
-                   title: str = "", origin_s: float | None = None) -> Path:
+def plot_timelines(
+    path: str | Path,
+    timelines: Sequence[Sequence[Segment]],
+    labels: Sequence[str],
+    *,
+    title: str = "",
+    origin_s: float | None = None,
+) -> Path:
     """Draw and save the picture; returns ``path``. ``origin_s``: modeled time shown as 0."""
     import matplotlib
 
@@ -47,12 +53,24 @@ def plot_timelines(path: str | Path, timelines: Sequence[Sequence[Segment]], lab
         for kind, group, start, stop in _merge(segments):
             x0, width = (start - origin) * 1e3, (stop - start) * 1e3
             height = 0.62 if kind == "compute" else 0.42
-            ax.broken_barh([(x0, width)], (y - height / 2, height), facecolors=COLORS[kind],
-                           edgecolor="white" if kind == "compute" else "none", linewidth=0.6,
-                           zorder=3 if kind == "comm" else 2)  # asynchronous calls: drawn over the compute they overlap
+            ax.broken_barh(
+                [(x0, width)],
+                (y - height / 2, height),
+                facecolors=COLORS[kind],
+                edgecolor="white" if kind == "compute" else "none",
+                linewidth=0.6,
+                zorder=3 if kind == "comm" else 2,
+            )  # asynchronous calls: drawn over the compute they overlap
             if kind == "compute" and width > span_ms * 0.035 and group.startswith(("mb ", "piece ")):
-                ax.text(x0 + width / 2, y, group.replace("piece ", "p").replace("mb ", "mb"), ha="center", va="center",
-                        fontsize=7, color="white")
+                ax.text(
+                    x0 + width / 2,
+                    y,
+                    group.replace("piece ", "p").replace("mb ", "mb"),
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    color="white",
+                )
     ax.set_yticks(range(rows))
     ax.set_yticklabels(list(reversed(labels)), fontsize=9)
     ax.set_xlim(0, span_ms * 1.01)
@@ -60,8 +78,14 @@ def plot_timelines(path: str | Path, timelines: Sequence[Sequence[Segment]], lab
     ax.set_xlabel("modeled time (ms)")
     ax.grid(axis="x", alpha=0.3)
     ax.set_axisbelow(True)
-    ax.legend(handles=[Patch(facecolor=COLORS[k], label=NAMES[k]) for k in COLORS], loc="upper center",
-              bbox_to_anchor=(0.5, -0.16 if rows > 3 else -0.3), ncol=3, frameon=False, fontsize=9)
+    ax.legend(
+        handles=[Patch(facecolor=COLORS[k], label=NAMES[k]) for k in COLORS],
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.16 if rows > 3 else -0.3),
+        ncol=3,
+        frameon=False,
+        fontsize=9,
+    )
     if title:
         ax.set_title(title, fontsize=10)
     fig.tight_layout()

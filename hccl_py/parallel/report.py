@@ -1,10 +1,10 @@
 """Per-rank report data of a parallel run and its text table.
 
-    with Measure(comm.device) as m:
-        y = dp.forward(x)
-    report = m.report(rank=comm.rank, role="replica 0", samples=16, segments=timeline.segments)
-    reports = all_gather_objects(comm, report)          # every rank's, e.g. for rank 0 to print
-    print(format_rank_table(reports))
+with Measure(comm.device) as m:
+    y = dp.forward(x)
+report = m.report(rank=comm.rank, role="replica 0", samples=16, segments=timeline.segments)
+reports = all_gather_objects(comm, report)          # every rank's, e.g. for rank 0 to print
+print(format_rank_table(reports))
 """
 
 from __future__ import annotations
@@ -67,9 +67,21 @@ class Measure:
         """The measured block as this rank's :class:`RankReport`, with the ``segments`` that started in
         it; the HBM peak is the card's since it was made."""
         dev = self.device
-        return RankReport(rank, role, samples, self.start_s, self.end_s, self.compute_s, self.comm_s, self.wait_s,
-                          dev.peak_bytes, dev.capacity_bytes, self.wall_s,
-                          [s for s in segments if s.start >= self.start_s], self.exposed_s)
+        return RankReport(
+            rank,
+            role,
+            samples,
+            self.start_s,
+            self.end_s,
+            self.compute_s,
+            self.comm_s,
+            self.wait_s,
+            dev.peak_bytes,
+            dev.capacity_bytes,
+            self.wall_s,
+            [s for s in segments if s.start >= self.start_s],
+            self.exposed_s,
+        )
 
 
 def makespan_s(reports: Sequence[RankReport]) -> float:
@@ -80,12 +92,25 @@ def makespan_s(reports: Sequence[RankReport]) -> float:
 def format_rank_table(reports: Sequence[RankReport], *, exposed: bool = False) -> str:
     """One line per rank: role, samples, compute / communication / waiting (modeled ms), HBM peak;
     with ``exposed``, also the communication compute did not hide (asynchronous calls)."""
-    head = ("rank", "role", "samples", "compute ms", "comm ms", "wait ms") + (("exposed ms",) if exposed else ()) + ("HBM peak MiB", "of HBM")
+    head = (
+        ("rank", "role", "samples", "compute ms", "comm ms", "wait ms")
+        + (("exposed ms",) if exposed else ())
+        + ("HBM peak MiB", "of HBM")
+    )
     rows = [head]
     for r in reports:
-        rows.append((str(r.rank), r.role, str(r.samples), f"{r.compute_s * 1e3:.3f}", f"{r.comm_s * 1e3:.3f}", f"{r.wait_s * 1e3:.3f}")
-                    + ((f"{r.exposed_s * 1e3:.3f}",) if exposed else ())
-                    + (f"{r.peak_bytes / 2**20:.2f}", f"{100 * r.peak_bytes / r.capacity_bytes:.2f}%"))
+        rows.append(
+            (
+                str(r.rank),
+                r.role,
+                str(r.samples),
+                f"{r.compute_s * 1e3:.3f}",
+                f"{r.comm_s * 1e3:.3f}",
+                f"{r.wait_s * 1e3:.3f}",
+            )
+            + ((f"{r.exposed_s * 1e3:.3f}",) if exposed else ())
+            + (f"{r.peak_bytes / 2**20:.2f}", f"{100 * r.peak_bytes / r.capacity_bytes:.2f}%")
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = []
     for row in rows:

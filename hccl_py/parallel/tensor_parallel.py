@@ -86,15 +86,20 @@ class _Shard:
         self.embed = {n: load(device, 0, n) for n in ("tokens", "positions")}
         self.layers = []
         for i in range(1, 1 + cfg.layers):
-            self.layers.append({
-                **{n: load(device, i, n) for n in ("ln1.gamma", "ln1.beta", "ln2.gamma", "ln2.beta", "attn.out.bias", "mlp.fc2.bias")},
-                "attn.qkv.weight": load(device, i, "attn.qkv.weight", heads_cols, axis=1),
-                "attn.qkv.bias": load(device, i, "attn.qkv.bias", heads_cols, axis=0),
-                "attn.out.weight": load(device, i, "attn.out.weight", [(h0 * dh, h1 * dh)], axis=0),
-                "mlp.fc1.weight": load(device, i, "mlp.fc1.weight", [(f0, f1)], axis=1),
-                "mlp.fc1.bias": load(device, i, "mlp.fc1.bias", [(f0, f1)], axis=0),
-                "mlp.fc2.weight": load(device, i, "mlp.fc2.weight", [(f0, f1)], axis=0),
-            })
+            self.layers.append(
+                {
+                    **{
+                        n: load(device, i, n)
+                        for n in ("ln1.gamma", "ln1.beta", "ln2.gamma", "ln2.beta", "attn.out.bias", "mlp.fc2.bias")
+                    },
+                    "attn.qkv.weight": load(device, i, "attn.qkv.weight", heads_cols, axis=1),
+                    "attn.qkv.bias": load(device, i, "attn.qkv.bias", heads_cols, axis=0),
+                    "attn.out.weight": load(device, i, "attn.out.weight", [(h0 * dh, h1 * dh)], axis=0),
+                    "mlp.fc1.weight": load(device, i, "mlp.fc1.weight", [(f0, f1)], axis=1),
+                    "mlp.fc1.bias": load(device, i, "mlp.fc1.bias", [(f0, f1)], axis=0),
+                    "mlp.fc2.weight": load(device, i, "mlp.fc2.weight", [(f0, f1)], axis=0),
+                }
+            )
         last = len(model.blocks) - 1
         self.head = {n: load(device, last, n) for n in ("ln.gamma", "ln.beta", "classifier.weight", "classifier.bias")}
 
@@ -104,18 +109,25 @@ class _Shard:
 
     def attention_partial(self, ops: Ops, p: dict, x: np.ndarray) -> np.ndarray:
         """This card's heads, then its rows of the output projection: a partial sum, no bias."""
-        context = self_attention(ops, ops.layer_norm(x, p["ln1.gamma"], p["ln1.beta"]), p["attn.qkv.weight"],
-                                 p["attn.qkv.bias"], self.heads)
+        context = self_attention(
+            ops, ops.layer_norm(x, p["ln1.gamma"], p["ln1.beta"]), p["attn.qkv.weight"], p["attn.qkv.bias"], self.heads
+        )
         return ops.matmul(context, p["attn.out.weight"])
 
     def mlp_partial(self, ops: Ops, p: dict, x: np.ndarray) -> np.ndarray:
         """This card's hidden units of the MLP: a partial sum of fc2, no bias."""
-        hidden = ops.gelu(ops.linear(ops.layer_norm(x, p["ln2.gamma"], p["ln2.beta"]), p["mlp.fc1.weight"], p["mlp.fc1.bias"]))
+        hidden = ops.gelu(
+            ops.linear(ops.layer_norm(x, p["ln2.gamma"], p["ln2.beta"]), p["mlp.fc1.weight"], p["mlp.fc1.bias"])
+        )
         return ops.matmul(hidden, p["mlp.fc2.weight"])
 
     def classify(self, ops: Ops, x: np.ndarray) -> np.ndarray:
         p = self.head
-        return ops.linear(ops.mean(ops.layer_norm(x, p["ln.gamma"], p["ln.beta"]), axis=1), p["classifier.weight"], p["classifier.bias"])
+        return ops.linear(
+            ops.mean(ops.layer_norm(x, p["ln.gamma"], p["ln.beta"]), axis=1),
+            p["classifier.weight"],
+            p["classifier.bias"],
+        )
 
 
 def residual(ops: Ops, x: np.ndarray, reduced: np.ndarray, bias: np.ndarray) -> np.ndarray:
@@ -129,16 +141,32 @@ class TensorParallel(OverlapDriver):
     chunk's compute; ``chunks``: sequence groups a batch is cut into (default 2 with overlap,
     else 1)."""
 
-    def __init__(self, comm: Communicator, model: TransformerEncoder, *, overlap: bool = False, chunks: int | None = None,
-                 timeline: Timeline | None = None):
+    def __init__(
+        self,
+        comm: Communicator,
+        model: TransformerEncoder,
+        *,
+        overlap: bool = False,
+        chunks: int | None = None,
+        timeline: Timeline | None = None,
+    ):
         if not isinstance(model, TransformerEncoder):
-            raise HcclParamError(f"TensorParallel: needs a TransformerEncoder (attention heads and MLP to split), got {model.name}",
-                                 arg="model", value=model.name, expected="transformer")
+            raise HcclParamError(
+                f"TensorParallel: needs a TransformerEncoder (attention heads and MLP to split), got {model.name}",
+                arg="model",
+                value=model.name,
+                expected="transformer",
+            )
         cfg = model.config
         if cfg.heads < comm.size:
-            raise HcclParamError(f"TensorParallel: {cfg.heads} attention heads cannot split over {comm.size} cards; "
-                                 f"use at most {cfg.heads} cards per tensor-parallel group or more heads",
-                                 arg="heads", value=cfg.heads, rule="range", expected=f">= {comm.size}")
+            raise HcclParamError(
+                f"TensorParallel: {cfg.heads} attention heads cannot split over {comm.size} cards; "
+                f"use at most {cfg.heads} cards per tensor-parallel group or more heads",
+                arg="heads",
+                value=cfg.heads,
+                rule="range",
+                expected=f">= {comm.size}",
+            )
         super().__init__("TensorParallel", comm, model, overlap, chunks, timeline)
         self.heads_per_card = tuple(even_split(cfg.heads, comm.size))
         self.hidden_per_card = tuple(even_split(cfg.mlp_ratio * cfg.d_model, comm.size))
@@ -151,8 +179,9 @@ class TensorParallel(OverlapDriver):
         """(shape, dtype) of the output for a batch of ``batch``: the model's, on every card."""
         return self.model.output_spec(batch)
 
-    def forward(self, x: np.ndarray, splits: Sequence[int] | None = None, *,
-                on_piece: Callable[[int], None] | None = None) -> np.ndarray:
+    def forward(
+        self, x: np.ndarray, splits: Sequence[int] | None = None, *, on_piece: Callable[[int], None] | None = None
+    ) -> np.ndarray:
         """Run the batch ``x`` (the same on every card of the group); every card returns the whole
         output. ``splits``: pieces run one after another (a data-parallel work-stealing plan)."""
         sizes = [len(x)] if splits is None else [int(s) for s in splits]
@@ -161,7 +190,7 @@ class TensorParallel(OverlapDriver):
         outs, at, reduces, elements = [], 0, 0, 0
         chunks = 0
         for size in sizes:
-            y, stats = self._run(x[at:at + size])
+            y, stats = self._run(x[at : at + size])
             outs.append(y)
             chunks, reduces, elements = max(chunks, stats[0]), reduces + stats[1], elements + stats[2]
             at += size
@@ -194,7 +223,10 @@ class TensorParallel(OverlapDriver):
             pending[c] = None
 
         for i, p in enumerate(shard.layers):
-            for half, part, bias in (("attn", shard.attention_partial, "attn.out.bias"), ("mlp", shard.mlp_partial, "mlp.fc2.bias")):
+            for half, part, bias in (
+                ("attn", shard.attention_partial, "attn.out.bias"),
+                ("mlp", shard.mlp_partial, "mlp.fc2.bias"),
+            ):
                 for c in range(m):
                     finish(c)
                     with tl.compute(f"layers.{i} {half} c{c}"):
@@ -226,7 +258,9 @@ class TensorParallel(OverlapDriver):
         dev = self.device
         key = (dev.model, dev.slow_factor, n)
         if key not in self._estimates:
-            card = Device(dataclasses.replace(dev.model, hbm_bytes=UNLIMITED_HBM), slow_factor=dev.slow_factor, dry=True)
+            card = Device(
+                dataclasses.replace(dev.model, hbm_bytes=UNLIMITED_HBM), slow_factor=dev.slow_factor, dry=True
+            )
             shard, ops = _Shard(self.model, card, self.comm.rank, self.comm.size), Ops(card)
             shape, dtype = self.model.input_spec(n)
             x = shard.embedding(ops, np.empty(shape, dtype))
@@ -242,7 +276,18 @@ class TensorParallel(OverlapDriver):
                 ranks = tuple(self.comm.world_ranks)
                 itemsize = self.model.dtype.itemsize
                 algo = algo_select.fastest(cost, "allreduce", count, itemsize, ranks)
-                reduce_s = 2 * cfg.layers * simulate("allreduce", algo, self.comm.topology, count, itemsize=itemsize,
-                                                     world_ranks=ranks, cost_model=cost).time_s
+                reduce_s = (
+                    2
+                    * cfg.layers
+                    * simulate(
+                        "allreduce",
+                        algo,
+                        self.comm.topology,
+                        count,
+                        itemsize=itemsize,
+                        world_ranks=ranks,
+                        cost_model=cost,
+                    ).time_s
+                )
             self._estimates[key] = card.clock + reduce_s
         return self._estimates[key]

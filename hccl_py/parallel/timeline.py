@@ -78,13 +78,16 @@ class Timeline:
         return sums
 
 
-def chrome_trace(timelines: Sequence[Sequence[Segment]], labels: Sequence[str] | None = None,
-                 wall_origin: float | None = None) -> dict:
+def chrome_trace(
+    timelines: Sequence[Sequence[Segment]], labels: Sequence[str] | None = None, wall_origin: float | None = None
+) -> dict:
     """A Chrome-trace document of several ranks' segments: one process per rank with the tracks
     ``compute``, ``communication``, ``waiting`` (modeled time) and ``wall clock``."""
     tids = {"compute": 0, "comm": 1, "wait": 2}
     track_names = ("compute (modeled)", "communication (modeled)", "waiting (modeled)", "wall clock")
-    origin = wall_origin if wall_origin is not None else min((s.wall_start for tl in timelines for s in tl), default=0.0)
+    origin = (
+        wall_origin if wall_origin is not None else min((s.wall_start for tl in timelines for s in tl), default=0.0)
+    )
     events: list[dict] = []
     for rank, segments in enumerate(timelines):
         name = labels[rank] if labels else f"rank {rank}"
@@ -94,15 +97,36 @@ def chrome_trace(timelines: Sequence[Sequence[Segment]], labels: Sequence[str] |
             events.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": tid, "args": {"name": track}})
         for seg in segments:
             args = {"modeled_us": round((seg.end - seg.start) * 1e6, 3)}
-            events.append({"ph": "X", "name": seg.label, "cat": seg.kind, "pid": rank, "tid": tids[seg.kind],
-                           "ts": seg.start * 1e6, "dur": (seg.end - seg.start) * 1e6, "args": args})
+            events.append(
+                {
+                    "ph": "X",
+                    "name": seg.label,
+                    "cat": seg.kind,
+                    "pid": rank,
+                    "tid": tids[seg.kind],
+                    "ts": seg.start * 1e6,
+                    "dur": (seg.end - seg.start) * 1e6,
+                    "args": args,
+                }
+            )
             if seg.kind != "wait":
-                events.append({"ph": "X", "name": seg.label, "cat": seg.kind, "pid": rank, "tid": 3,
-                               "ts": (seg.wall_start - origin) * 1e6, "dur": (seg.wall_end - seg.wall_start) * 1e6,
-                               "args": {"wall_us": round((seg.wall_end - seg.wall_start) * 1e6, 1)}})
+                events.append(
+                    {
+                        "ph": "X",
+                        "name": seg.label,
+                        "cat": seg.kind,
+                        "pid": rank,
+                        "tid": 3,
+                        "ts": (seg.wall_start - origin) * 1e6,
+                        "dur": (seg.wall_end - seg.wall_start) * 1e6,
+                        "args": {"wall_us": round((seg.wall_end - seg.wall_start) * 1e6, 1)},
+                    }
+                )
     return tracefile.document(events)
 
 
-def write_chrome_trace(path: str | Path, timelines: Sequence[Sequence[Segment]], labels: Sequence[str] | None = None) -> Path:
+def write_chrome_trace(
+    path: str | Path, timelines: Sequence[Sequence[Segment]], labels: Sequence[str] | None = None
+) -> Path:
     """Write :func:`chrome_trace` to ``path`` (parents created); open it in Perfetto."""
     return tracefile.write(path, chrome_trace(timelines, labels)["traceEvents"])

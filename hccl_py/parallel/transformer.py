@@ -74,7 +74,10 @@ class Embedding(Block):
 
     def __init__(self, cfg: TransformerConfig):
         self.prefix = "embed"
-        self.params = (ParamSpec("tokens", (cfg.vocab, cfg.d_model)), ParamSpec("positions", (cfg.seq_len, cfg.d_model), scale=0.1))
+        self.params = (
+            ParamSpec("tokens", (cfg.vocab, cfg.d_model)),
+            ParamSpec("positions", (cfg.seq_len, cfg.d_model), scale=0.1),
+        )
 
     def forward(self, ops: Ops, p: Mapping[str, np.ndarray], x: np.ndarray) -> np.ndarray:
         return ops.embedding(p["tokens"], x, p["positions"])
@@ -84,15 +87,20 @@ def attention_params(d: int) -> tuple[ParamSpec, ...]:
     """The pre-LayerNorm self-attention sublayer's parameters (``ln1``, ``attn``) at width ``d``,
     shared by the encoder layer and the MoE layer."""
     return (
-        ParamSpec("ln1.gamma", (d,), "ones"), ParamSpec("ln1.beta", (d,), "zeros"),
-        ParamSpec("attn.qkv.weight", (d, 3 * d), scale=1 / math.sqrt(d)), ParamSpec("attn.qkv.bias", (3 * d,), scale=0.02),
-        ParamSpec("attn.out.weight", (d, d), scale=1 / math.sqrt(d)), ParamSpec("attn.out.bias", (d,), scale=0.02),
+        ParamSpec("ln1.gamma", (d,), "ones"),
+        ParamSpec("ln1.beta", (d,), "zeros"),
+        ParamSpec("attn.qkv.weight", (d, 3 * d), scale=1 / math.sqrt(d)),
+        ParamSpec("attn.qkv.bias", (3 * d,), scale=0.02),
+        ParamSpec("attn.out.weight", (d, d), scale=1 / math.sqrt(d)),
+        ParamSpec("attn.out.bias", (d,), scale=0.02),
     )
 
 
 def attention_residual(ops: Ops, p: Mapping[str, np.ndarray], x: np.ndarray, heads: int) -> np.ndarray:
     """``x + attention(LayerNorm(x))``: the self-attention sublayer with its residual."""
-    context = self_attention(ops, ops.layer_norm(x, p["ln1.gamma"], p["ln1.beta"]), p["attn.qkv.weight"], p["attn.qkv.bias"], heads)
+    context = self_attention(
+        ops, ops.layer_norm(x, p["ln1.gamma"], p["ln1.beta"]), p["attn.qkv.weight"], p["attn.qkv.bias"], heads
+    )
     return ops.add(x, ops.linear(context, p["attn.out.weight"], p["attn.out.bias"]))
 
 
@@ -105,14 +113,19 @@ class EncoderLayer(Block):
         self.heads = cfg.heads
         self.params = (
             *attention_params(d),
-            ParamSpec("ln2.gamma", (d,), "ones"), ParamSpec("ln2.beta", (d,), "zeros"),
-            ParamSpec("mlp.fc1.weight", (d, f), scale=1 / math.sqrt(d)), ParamSpec("mlp.fc1.bias", (f,), scale=0.02),
-            ParamSpec("mlp.fc2.weight", (f, d), scale=1 / math.sqrt(f)), ParamSpec("mlp.fc2.bias", (d,), scale=0.02),
+            ParamSpec("ln2.gamma", (d,), "ones"),
+            ParamSpec("ln2.beta", (d,), "zeros"),
+            ParamSpec("mlp.fc1.weight", (d, f), scale=1 / math.sqrt(d)),
+            ParamSpec("mlp.fc1.bias", (f,), scale=0.02),
+            ParamSpec("mlp.fc2.weight", (f, d), scale=1 / math.sqrt(f)),
+            ParamSpec("mlp.fc2.bias", (d,), scale=0.02),
         )
 
     def forward(self, ops: Ops, p: Mapping[str, np.ndarray], x: np.ndarray) -> np.ndarray:
         x = attention_residual(ops, p, x, self.heads)
-        hidden = ops.gelu(ops.linear(ops.layer_norm(x, p["ln2.gamma"], p["ln2.beta"]), p["mlp.fc1.weight"], p["mlp.fc1.bias"]))
+        hidden = ops.gelu(
+            ops.linear(ops.layer_norm(x, p["ln2.gamma"], p["ln2.beta"]), p["mlp.fc1.weight"], p["mlp.fc1.bias"])
+        )
         return ops.add(x, ops.linear(hidden, p["mlp.fc2.weight"], p["mlp.fc2.bias"]))
 
 
@@ -123,7 +136,8 @@ class ClassifierHead(Block):
         d = cfg.d_model
         self.prefix = "head"
         self.params = (
-            ParamSpec("ln.gamma", (d,), "ones"), ParamSpec("ln.beta", (d,), "zeros"),
+            ParamSpec("ln.gamma", (d,), "ones"),
+            ParamSpec("ln.beta", (d,), "zeros"),
             ParamSpec("classifier.weight", (d, cfg.classes), scale=1 / math.sqrt(d)),
             ParamSpec("classifier.bias", (cfg.classes,), scale=0.02),
         )
@@ -142,8 +156,14 @@ class TransformerEncoder(Model):
 
     name = "transformer"
 
-    def __init__(self, config: TransformerConfig = TransformerConfig(), *, seed: int = 0,
-                 weights: "str | Path | Mapping[str, np.ndarray] | None" = None, dtype=np.float32):
+    def __init__(
+        self,
+        config: TransformerConfig = TransformerConfig(),
+        *,
+        seed: int = 0,
+        weights: "str | Path | Mapping[str, np.ndarray] | None" = None,
+        dtype=np.float32,
+    ):
         self.config = config
         blocks = [Embedding(config), *(EncoderLayer(config, i) for i in range(config.layers)), ClassifierHead(config)]
         super().__init__(blocks, seed=seed, weights=weights, dtype=dtype)
@@ -157,5 +177,7 @@ class TransformerEncoder(Model):
 
     def describe(self) -> str:
         c = self.config
-        return (f"transformer encoder: {c.layers} layers, d_model {c.d_model}, {c.heads} heads, seq {c.seq_len}, "
-                f"{self.param_bytes() / 2**20:.1f} MiB {_SHORT.get(self.dtype.name, self.dtype.name)} weights")
+        return (
+            f"transformer encoder: {c.layers} layers, d_model {c.d_model}, {c.heads} heads, seq {c.seq_len}, "
+            f"{self.param_bytes() / 2**20:.1f} MiB {_SHORT.get(self.dtype.name, self.dtype.name)} weights"
+        )

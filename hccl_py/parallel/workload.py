@@ -81,14 +81,32 @@ class DpInferWorkload:
         """Modeled step time on ``partition``: each card's compute, then the hierarchical all_gather of the
         outputs starting from those clocks; the last card's end."""
         fn = schedule_for("allgather", partition, self.inner, self.outer)
-        return max(simulate("allgather", fn, topo, self.count(), itemsize=self.dtype_bytes, cost_model=model,
-                            start_clocks=self._starts(topo)).end_clocks)
+        return max(
+            simulate(
+                "allgather",
+                fn,
+                topo,
+                self.count(),
+                itemsize=self.dtype_bytes,
+                cost_model=model,
+                start_clocks=self._starts(topo),
+            ).end_clocks
+        )
 
     def flat_time_s(self, topo: Topology, algo: str, model: CostModel) -> float:
         """Modeled step time with a flat all_gather of algorithm ``algo`` instead: the
         reference without groups."""
-        return max(simulate("allgather", algo, topo, self.count(), itemsize=self.dtype_bytes, cost_model=model,
-                            start_clocks=self._starts(topo)).end_clocks)
+        return max(
+            simulate(
+                "allgather",
+                algo,
+                topo,
+                self.count(),
+                itemsize=self.dtype_bytes,
+                cost_model=model,
+                start_clocks=self._starts(topo),
+            ).end_clocks
+        )
 
     def one_card_s(self, topo: Topology) -> float | None:
         """Seconds one card takes for the same global batch at its own pace (per-card batches
@@ -100,9 +118,11 @@ class DpInferWorkload:
         model = self._model()
         what = "per-token hidden states" if self.output == "hidden" else "logits"
         per = self.count() * self.dtype_bytes
-        return (f"dp-infer: {model.describe()}; {self.batch_per_card} samples per card "
-                f"(global batch {self.batch_per_card * topo.num_ranks}); outputs ({what}, {format_size(per)} per card) "
-                f"all-gathered to every card, hierarchical {self.inner}/{self.outer}")
+        return (
+            f"dp-infer: {model.describe()}; {self.batch_per_card} samples per card "
+            f"(global batch {self.batch_per_card * topo.num_ranks}); outputs ({what}, {format_size(per)} per card) "
+            f"all-gathered to every card, hierarchical {self.inner}/{self.outer}"
+        )
 
 
 @lru_cache(maxsize=1)

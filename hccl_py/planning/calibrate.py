@@ -122,16 +122,25 @@ def parse_log(spec: str) -> Log:
         if kind == "hccl" and "|" in line:
             cells = [c.strip() for c in line.split("|")]
             if cells and cells[0].startswith("local rank_id"):
-                raise CalibrationError("a rank reports a failed result check; calibrate from a run that passes",
-                                       f"{path}:{number}")
+                raise CalibrationError(
+                    "a rank reports a failed result check; calibrate from a run that passes", f"{path}:{number}"
+                )
             try:
                 size = int(cells[columns["data_size"]])
                 time_us = float(cells[columns.get("aveg_time", columns.get("avg_time"))])
             except (ValueError, IndexError):
-                raise CalibrationError(f"cannot read this row of the HCCL Test table: {stripped!r}", f"{path}:{number}") from None
-            check = cells[columns["check_result"]].lower() if "check_result" in columns and len(cells) > columns["check_result"] else ""
+                raise CalibrationError(
+                    f"cannot read this row of the HCCL Test table: {stripped!r}", f"{path}:{number}"
+                ) from None
+            check = (
+                cells[columns["check_result"]].lower()
+                if "check_result" in columns and len(cells) > columns["check_result"]
+                else ""
+            )
             if check.startswith("failed"):
-                raise CalibrationError("this row's result check failed; calibrate from a run that passes", f"{path}:{number}")
+                raise CalibrationError(
+                    "this row's result check failed; calibrate from a run that passes", f"{path}:{number}"
+                )
             log.rows.append((number, size, time_us * 1e-6))
         elif kind == "nccl" and stripped and not stripped.startswith("#"):
             cells = stripped.split()
@@ -140,19 +149,27 @@ def parse_log(spec: str) -> Log:
             try:
                 size, time_us = int(cells[0]), float(cells[5])
             except (ValueError, IndexError):
-                raise CalibrationError(f"cannot read this row of the nccl-tests table: {stripped!r}", f"{path}:{number}") from None
+                raise CalibrationError(
+                    f"cannot read this row of the nccl-tests table: {stripped!r}", f"{path}:{number}"
+                ) from None
             if len(cells) > 3:
                 log.dtype = DTYPE_SPELLINGS.get(cells[2].lower(), log.dtype)
                 log.op = cells[3].lower() if cells[3].lower() in ("sum", "prod", "max", "min") else log.op
             log.rows.append((number, size, time_us * 1e-6))
     if not log.rows:
-        raise CalibrationError("no HCCL Test table (a 'data_size(Bytes): | aveg_time(us): | ...' header and rows) and no "
-                               "nccl-tests table found", path)
+        raise CalibrationError(
+            "no HCCL Test table (a 'data_size(Bytes): | aveg_time(us): | ...' header and rows) and no "
+            "nccl-tests table found",
+            path,
+        )
     if log.collective is None:
         log.collective = _collective_from(Path(path).name.lower())
     if log.collective is None:
-        raise CalibrationError("cannot tell which collective this log measured (no test command line in it, no "
-                               "collective in its file name); name it: FILE:allreduce, or call it all_reduce.log", path)
+        raise CalibrationError(
+            "cannot tell which collective this log measured (no test command line in it, no "
+            "collective in its file name); name it: FILE:allreduce, or call it all_reduce.log",
+            path,
+        )
     return log
 
 
@@ -225,7 +242,11 @@ def default_params(topologies: list[Topology]) -> list[Param]:
     cards: dict[str, None] = {}
     for topo in topologies:
         n = topo.num_ranks
-        pairs = [(0, b) for b in range(1, n)] + [(a, (a + 1) % n) for a in range(n)] + [(a, a ^ 1) for a in range(n) if a ^ 1 < n]
+        pairs = (
+            [(0, b) for b in range(1, n)]
+            + [(a, (a + 1) % n) for a in range(n)]
+            + [(a, a ^ 1) for a in range(n) if a ^ 1 < n]
+        )
         for a, b in pairs:
             if a != b:
                 for u, v in topo.route(a, b).hops:
@@ -248,7 +269,9 @@ def parse_params(text: str) -> list[Param]:
         section, name, fld = parts
         table = LINK_KINDS if section == "links" else CARD_MODELS
         if name not in table or not isinstance(getattr(table[name], fld, None), float):
-            raise CalibrationError(f"--fit: {item!r} names no figure (kinds: {', '.join(LINK_KINDS)}; cards: {', '.join(CARD_MODELS)})")
+            raise CalibrationError(
+                f"--fit: {item!r} names no figure (kinds: {', '.join(LINK_KINDS)}; cards: {', '.join(CARD_MODELS)})"
+            )
         out.append((section, name, fld))
     if not out:
         raise CalibrationError("--fit names no figure")
@@ -298,7 +321,8 @@ class Runs:
                 raise CalibrationError(
                     f"this run used {log.stated_ranks[0]} ranks but the topology has {topo.num_ranks} "
                     f"({topo.name}); name the cards it used as FILE:COLLECTIVE:RANKS or pick the preset it ran on",
-                    f"{log.path}:{log.stated_ranks[1]}")
+                    f"{log.path}:{log.stated_ranks[1]}",
+                )
             spec = lookup(log.collective)
             itemsize = ITEMSIZE_BY_NAME.get(log.dtype, 4)
             for line, size, time_s in log.rows:
@@ -306,7 +330,9 @@ class Runs:
                     raise CalibrationError("a row with a time of zero or less", f"{log.path}:{line}")
                 if spec.test_elements(size, itemsize, topo.num_ranks) < 1:
                     continue  # below one element per rank: HCCL Test skips these too
-                self.measurements.append(Measurement(log.path, line, spec.name, size, time_s, topo.num_ranks, log.dtype, log.op))
+                self.measurements.append(
+                    Measurement(log.path, line, spec.name, size, time_s, topo.num_ranks, log.dtype, log.op)
+                )
         if not self.measurements:
             raise CalibrationError("no usable rows in the logs")
 
@@ -326,7 +352,11 @@ class Runs:
             model = models.setdefault((log.ranks,), CostModel(topo))
             itemsize = ITEMSIZE_BY_NAME.get(m.dtype, 4)
             count = lookup(m.collective).test_elements(m.size, itemsize, topo.num_ranks)
-            out.append(simulate_call(m.collective, topo, count, itemsize=itemsize, dtype=m.dtype, op=m.op, cost_model=model).time_s)
+            out.append(
+                simulate_call(
+                    m.collective, topo, count, itemsize=itemsize, dtype=m.dtype, op=m.op, cost_model=model
+                ).time_s
+            )
         return np.array(out)
 
 
@@ -393,12 +423,16 @@ def fit(runs: Runs, params: list[Param], *, max_iterations: int = 60, tolerance:
             damping *= 10
         if not improved or done:
             if not improved and float(np.max(np.abs(grad))) > 1e-6 * max(1.0, cost):
-                raise CalibrationError(f"the fit did not converge: no step lowers the error after {iteration} iterations "
-                                       f"(squared relative error {cost:.3g}); fit fewer figures (--fit) or give more sizes")
+                raise CalibrationError(
+                    f"the fit did not converge: no step lowers the error after {iteration} iterations "
+                    f"(squared relative error {cost:.3g}); fit fewer figures (--fit) or give more sizes"
+                )
             figures = with_values(base, params, np.exp(x))
             return Fit(figures, params, np.exp(x), start, runs.measurements, runs.predict(figures), iteration)
-    raise CalibrationError(f"the fit did not converge in {max_iterations} iterations (squared relative error {cost:.3g}); "
-                           "fit fewer figures (--fit) or give more sizes")
+    raise CalibrationError(
+        f"the fit did not converge in {max_iterations} iterations (squared relative error {cost:.3g}); "
+        "fit fewer figures (--fit) or give more sizes"
+    )
 
 
 def format_fit(fit_: Fit) -> str:
@@ -409,28 +443,36 @@ def format_fit(fit_: Fit) -> str:
         lines.append(f"#   {section}.{name}.{fld}: {before:.6g} -> {after:.6g}")
     lines.append(f"# {len(fit_.measurements)} rows, {fit_.iterations} iterations")
     head = ("file:line", "collective", "data_size", "measured us", "fitted us", "residual")
-    rows = [(m.where, m.collective, str(m.size), f"{m.time_s * 1e6:.2f}", f"{p * 1e6:.2f}", f"{res * 100:+.2f}%")
-            for m, p, res in zip(fit_.measurements, fit_.predicted, fit_.residuals)]
+    rows = [
+        (m.where, m.collective, str(m.size), f"{m.time_s * 1e6:.2f}", f"{p * 1e6:.2f}", f"{res * 100:+.2f}%")
+        for m, p, res in zip(fit_.measurements, fit_.predicted, fit_.residuals)
+    ]
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
     for row in [head, *rows]:
         lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
     res = np.abs(fit_.residuals)
-    lines.append(f"# residuals: max {res.max() * 100:.2f}%, rms {math.sqrt(float(np.mean(res ** 2))) * 100:.2f}%")
+    lines.append(f"# residuals: max {res.max() * 100:.2f}%, rms {math.sqrt(float(np.mean(res**2))) * 100:.2f}%")
     return "\n".join(lines)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``hccl-calibrate``."""
-    parser = argparse.ArgumentParser(prog="hccl-calibrate", description="Fit link and overhead figures to HCCL Test logs.")
+    parser = argparse.ArgumentParser(
+        prog="hccl-calibrate", description="Fit link and overhead figures to HCCL Test logs."
+    )
     parser.add_argument("logs", nargs="+", metavar="FILE[:COLLECTIVE[:RANKS]]", help="HCCL Test or nccl-tests outputs")
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--preset", help="the cluster the logs ran on, e.g. ascend910b-8p or 2x8p-roce")
     where.add_argument("--rank-table", metavar="FILE", help="the rank table they ran with")
     parser.add_argument("--wiring", default=None, help="server preset of a --rank-table")
     parser.add_argument("--figures", metavar="FILE", default=None, help="start from these figures instead of the table")
-    parser.add_argument("--fit", default=None, metavar="FIGURES",
-                        help="comma-separated figures to fit, e.g. links.HCCS_910B.bandwidth_Bps,cards.ascend910b.launch_overhead_s "
-                             "(default: bandwidth and latency of every link kind the runs cross, and the launch cost)")
+    parser.add_argument(
+        "--fit",
+        default=None,
+        metavar="FIGURES",
+        help="comma-separated figures to fit, e.g. links.HCCS_910B.bandwidth_Bps,cards.ascend910b.launch_overhead_s "
+        "(default: bandwidth and latency of every link kind the runs cross, and the launch cost)",
+    )
     parser.add_argument("-o", "--output", metavar="FILE", default=None, help="write the fitted figures JSON here")
     return parser
 
@@ -448,7 +490,9 @@ def main(argv: list[str] | None = None) -> int:
             if table is not None:
                 topo = Topology.from_rank_table(table, preset=args.wiring, figures=figures)
                 if ranks is not None and ranks != topo.num_ranks:
-                    raise CalibrationError(f"a rank table has {topo.num_ranks} ranks; a log for {ranks} needs its own table")
+                    raise CalibrationError(
+                        f"a rank table has {topo.num_ranks} ranks; a log for {ranks} needs its own table"
+                    )
                 return topo
             return Topology.preset(args.preset, n=ranks, figures=figures)
 
@@ -470,7 +514,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(format_fit(result))
     for section, name, fld in skipped:
-        print(f"# not fitted: {section}.{name}.{fld} (no row's time depends on it; kept at {getattr((base[0] if section == 'links' else base[1])[name], fld):.6g})")
+        print(
+            f"# not fitted: {section}.{name}.{fld} (no row's time depends on it; kept at {getattr((base[0] if section == 'links' else base[1])[name], fld):.6g})"
+        )
     if args.output:
         Path(args.output).write_text(json.dumps(figures_to_dict(result.figures), indent=1) + "\n", encoding="utf-8")
         print(f"# wrote {args.output}: hccl-launch --figures {args.output} ..., hccl-sim ... --figures {args.output}")

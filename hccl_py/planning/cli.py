@@ -36,10 +36,9 @@ from topology.cli import quiet_on_closed_pipe
 from topology.units import parse_size
 
 from .. import env
-from ..algorithms.hierarchical import TWO_LEVEL, schedule_for
-from .fidelity import format_checks, validate
 from ..algo_select import alltoallv_auto, explain_auto, hier_levels, is_continuous
 from ..algorithms.alltoallv import as_matrix, skewed_counts
+from ..algorithms.hierarchical import TWO_LEVEL, schedule_for
 from ..algorithms.registry import algos_for
 from ..collectives import COLLECTIVES, DATA_COLLECTIVES
 from ..collectives import collective as lookup
@@ -48,6 +47,7 @@ from ..dtypes import DTYPE_SPELLINGS, ITEMSIZE_BY_NAME, SHORT_DTYPE_NAMES
 from ..errors import HcclError
 from ..simulator import simulate_batch, simulate_p2p, without_cyclic_gc
 from .calls import alltoallv_algos, prepare_alltoallv, simulate_call
+from .fidelity import format_checks, validate
 
 P2P = ("sendrecv", "send", "p2p")
 BATCH = ("batchsendrecv", "batch_send_recv")
@@ -63,35 +63,67 @@ def _size(text: str) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``hccl-sim`` (``hccl-sim validate`` has its own)."""
-    parser = argparse.ArgumentParser(prog="hccl-sim", description="Modeled time of collectives on a cluster, no processes. "
-                                     "'hccl-sim validate' holds the model against public measurements.")
+    parser = argparse.ArgumentParser(
+        prog="hccl-sim",
+        description="Modeled time of collectives on a cluster, no processes. "
+        "'hccl-sim validate' holds the model against public measurements.",
+    )
     names = [alias for c in DATA_COLLECTIVES for alias in (c, *COLLECTIVES[c].aliases)] + list(P2P) + list(BATCH)
-    parser.add_argument("collective", choices=names, help="a collective (alltoallv: --counts, or --bytes per pair and "
-                        "--skew), sendrecv (one send between --src and --dst) or batchsendrecv (a ring exchange)")
+    parser.add_argument(
+        "collective",
+        choices=names,
+        help="a collective (alltoallv: --counts, or --bytes per pair and "
+        "--skew), sendrecv (one send between --src and --dst) or batchsendrecv (a ring exchange)",
+    )
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--preset", help=f"topology preset, e.g. 2x8p-roce ({', '.join(sorted(PRESETS))}, NxMp-roce)")
     where.add_argument("--rank-table", metavar="FILE", help="a rank table (JSON); --wiring names its servers' preset")
     parser.add_argument("--wiring", default=None, help="server preset of a --rank-table (default: as hccl-launch)")
-    parser.add_argument("--figures", metavar="FILE", default=None, help="figures JSON overriding link/card figures (hccl-calibrate writes one)")
+    parser.add_argument(
+        "--figures",
+        metavar="FILE",
+        default=None,
+        help="figures JSON overriding link/card figures (hccl-calibrate writes one)",
+    )
     sizes = parser.add_mutually_exclusive_group(required=True)
-    sizes.add_argument("--bytes", type=_size, help="one call: message size per rank (allgather: per rank's input; "
-                       "alltoallv: per pair; batchsendrecv: what each rank sends)")
+    sizes.add_argument(
+        "--bytes",
+        type=_size,
+        help="one call: message size per rank (allgather: per rank's input; "
+        "alltoallv: per pair; batchsendrecv: what each rank sends)",
+    )
     sizes.add_argument("-b", "--minbytes", type=_size, help="sweep from this data_size (HCCL Test's -b)")
-    sizes.add_argument("--counts", metavar="FILE", help="alltoallv: JSON n x n matrix, counts[i][j] = elements rank i "
-                       "sends rank j")
-    parser.add_argument("-e", "--maxbytes", type=_size, default=None, help="sweep up to this data_size (HCCL Test's -e)")
+    sizes.add_argument(
+        "--counts", metavar="FILE", help="alltoallv: JSON n x n matrix, counts[i][j] = elements rank i sends rank j"
+    )
+    parser.add_argument(
+        "-e", "--maxbytes", type=_size, default=None, help="sweep up to this data_size (HCCL Test's -e)"
+    )
     parser.add_argument("-f", "--stepfactor", type=int, default=2, help="sweep multiplication factor (HCCL Test's -f)")
-    parser.add_argument("--deterministic", choices=("false", "true", "strict"), default=None,
-                        help="HCCL_DETERMINISTIC for auto's choice (default: the environment's, else false)")
-    parser.add_argument("--algo", default="auto", help="ring, tree, hd, mesh, rd/oneshot (allreduce), hier:<inner>/<outer> "
-                                                       "(on the partition by server), or auto (HCCL's rules)")
+    parser.add_argument(
+        "--deterministic",
+        choices=("false", "true", "strict"),
+        default=None,
+        help="HCCL_DETERMINISTIC for auto's choice (default: the environment's, else false)",
+    )
+    parser.add_argument(
+        "--algo",
+        default="auto",
+        help="ring, tree, hd, mesh, rd/oneshot (allreduce), hier:<inner>/<outer> "
+        "(on the partition by server), or auto (HCCL's rules)",
+    )
     parser.add_argument("--dtype", default="fp32", choices=sorted(SHORT_DTYPE_NAMES))
     parser.add_argument("--op", default="sum", choices=["sum", "prod", "max", "min"])
     parser.add_argument("--root", type=int, default=0)
     parser.add_argument("--src", type=int, default=0, help="sendrecv: the sending rank")
     parser.add_argument("--dst", type=int, default=1, help="sendrecv: the receiving rank")
-    parser.add_argument("--skew", type=float, default=0.0, help="alltoallv with --bytes: Zipf exponent of the receivers "
-                        "(rank j gets a share ∝ 1/(j+1)^S of every row, total as uniform; MoE routing, e.g. 1.2)")
+    parser.add_argument(
+        "--skew",
+        type=float,
+        default=0.0,
+        help="alltoallv with --bytes: Zipf exponent of the receivers "
+        "(rank j gets a share ∝ 1/(j+1)^S of every row, total as uniform; MoE routing, e.g. 1.2)",
+    )
     return parser
 
 
@@ -153,8 +185,10 @@ def _check_algo(collective: str, algo: str) -> None:
         except HcclError as err:
             raise ValueError(f"{collective} has no algorithm {algo!r}: {err}") from None
         return
-    raise ValueError(f"{collective} has no algorithm {algo!r}; use one of {', '.join(algos_for(collective))}, "
-                     "hier:<inner>/<outer> or auto")
+    raise ValueError(
+        f"{collective} has no algorithm {algo!r}; use one of {', '.join(algos_for(collective))}, "
+        "hier:<inner>/<outer> or auto"
+    )
 
 
 def _dtype_args(args) -> tuple[str, int]:
@@ -182,11 +216,23 @@ def _one(args, topology: Topology, wall_start: float) -> int:
     count = spec.message_elements(args.bytes, itemsize, n)
     if count == 0:
         least = next(b for b in (itemsize, itemsize * n) if spec.message_elements(b, itemsize, n))
-        raise ValueError(f"--bytes {args.bytes} gives {collective} on {n} ranks no whole {args.dtype} element to move; "
-                         f"give at least {least} bytes")
+        raise ValueError(
+            f"--bytes {args.bytes} gives {collective} on {n} ranks no whole {args.dtype} element to move; "
+            f"give at least {least} bytes"
+        )
     model = CostModel(topology)
-    call = simulate_call(collective, topology, count, algo=args.algo, itemsize=itemsize, root=args.root, dtype=dtype,
-                         op=args.op, cost_model=model, deterministic=_deterministic(args))
+    call = simulate_call(
+        collective,
+        topology,
+        count,
+        algo=args.algo,
+        itemsize=itemsize,
+        root=args.root,
+        dtype=dtype,
+        op=args.op,
+        cost_model=model,
+        deterministic=_deterministic(args),
+    )
     wall_s = time.perf_counter() - wall_start
     nbytes = spec.in_count(n, count) * itemsize
     algbw = nbytes / call.time_s if call.time_s > 0 else float("inf")
@@ -194,8 +240,17 @@ def _one(args, topology: Topology, wall_start: float) -> int:
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"{collective} {args.dtype} {nbytes} bytes on {topology.name} ({n} ranks), algo {call.algo}")
     if args.algo == "auto":
-        choice = explain_auto(model, collective, count, itemsize, tuple(range(n)), args.root, dtype, args.op,
-                              deterministic=_deterministic(args))
+        choice = explain_auto(
+            model,
+            collective,
+            count,
+            itemsize,
+            tuple(range(n)),
+            args.root,
+            dtype,
+            args.op,
+            deterministic=_deterministic(args),
+        )
         print(f"  auto: {choice.rule}")
     print(f"  modeled time  {call.time_s * 1e6:14.3f} us")
     print(f"  algbw         {algbw / 1e9:14.3f} GB/s")
@@ -209,8 +264,10 @@ def _sweep(args, topology: Topology, sizes: list[int]) -> int:
     collective = spec.name
     n = topology.num_ranks
     model = CostModel(topology)
-    print(f"# hccl-sim: {collective} {args.dtype} op {args.op} on {topology.name} ({n} ranks), algo {args.algo}; "
-          "modeled, nothing checked")
+    print(
+        f"# hccl-sim: {collective} {args.dtype} op {args.op} on {topology.name} ({n} ranks), algo {args.algo}; "
+        "modeled, nothing checked"
+    )
     print(f"the minbytes is {sizes[0]}, maxbytes is {sizes[-1]}, iters is 1, warmup_iters is 0")
     print(HCCL_TEST_HEADER)
     for size in sizes:
@@ -218,8 +275,18 @@ def _sweep(args, topology: Topology, sizes: list[int]) -> int:
         if count == 0:
             print(f"{size:<18}| {'-':>14} | {'-':>20} | NULL   # below one element per rank")
             continue
-        call = simulate_call(collective, topology, count, algo=args.algo, itemsize=itemsize, root=args.root, dtype=dtype,
-                             op=args.op, cost_model=model, deterministic=_deterministic(args))
+        call = simulate_call(
+            collective,
+            topology,
+            count,
+            algo=args.algo,
+            itemsize=itemsize,
+            root=args.root,
+            dtype=dtype,
+            op=args.op,
+            cost_model=model,
+            deterministic=_deterministic(args),
+        )
         algbw = size / call.time_s / 1e9
         print(f"{size:<18}| {call.time_s * 1e6:>14.2f} | {algbw:>20.5f} | NULL   # {call.algo}")
     return 0
@@ -235,7 +302,9 @@ def _p2p(args, topology: Topology, wall_start: float, sizes: list[int] | None) -
     route = topology.route(args.src, args.dst)
     kinds = " -> ".join(topology.link(u, v).kind for u, v in route.hops)
     if sizes is not None:
-        print(f"# hccl-sim: send rank {args.src} -> rank {args.dst} on {topology.name} over {kinds}; modeled, nothing checked")
+        print(
+            f"# hccl-sim: send rank {args.src} -> rank {args.dst} on {topology.name} over {kinds}; modeled, nothing checked"
+        )
         print(f"the minbytes is {sizes[0]}, maxbytes is {sizes[-1]}, iters is 1, warmup_iters is 0")
         print(HCCL_TEST_HEADER)
         for size in sizes:
@@ -243,8 +312,10 @@ def _p2p(args, topology: Topology, wall_start: float, sizes: list[int] | None) -
             print(f"{size:<18}| {t * 1e6:>14.2f} | {size / t / 1e9:>20.5f} | NULL")
         return 0
     t = simulate_p2p(topology, args.src, args.dst, args.bytes, cost_model=model).time_s
-    print(f"send {args.bytes} bytes rank {args.src} -> rank {args.dst} on {topology.name} ({topology.num_ranks} ranks) "
-          f"over {kinds}")
+    print(
+        f"send {args.bytes} bytes rank {args.src} -> rank {args.dst} on {topology.name} ({topology.num_ranks} ranks) "
+        f"over {kinds}"
+    )
     print(f"  modeled time  {t * 1e6:14.3f} us")
     print(f"  bandwidth     {args.bytes / t / 1e9:14.3f} GB/s")
     print(f"  simulated in {time.perf_counter() - wall_start:.2f} s wall")
@@ -267,10 +338,14 @@ def _counts(args, n: int) -> tuple[tuple[int, ...], ...]:
             counts = json.load(f)
     except (OSError, ValueError) as err:
         raise ValueError(f"--counts {args.counts}: {err}") from None
-    shaped = isinstance(counts, list) and len(counts) == n and all(isinstance(row, list) and len(row) == n for row in counts)
+    shaped = (
+        isinstance(counts, list) and len(counts) == n and all(isinstance(row, list) and len(row) == n for row in counts)
+    )
     if not shaped or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for row in counts for c in row):
-        raise ValueError(f"--counts {args.counts}: need a {n} x {n} JSON matrix of non-negative ints (one row, one "
-                         f"column per rank of {args.preset or args.rank_table})")
+        raise ValueError(
+            f"--counts {args.counts}: need a {n} x {n} JSON matrix of non-negative ints (one row, one "
+            f"column per rank of {args.preset or args.rank_table})"
+        )
     return as_matrix(counts)
 
 
@@ -282,8 +357,10 @@ def _alltoallv(args, topology: Topology, wall_start: float) -> int:
     if args.algo != "auto" and args.algo not in algos:
         raise ValueError(f"alltoallv has no algorithm {args.algo!r}; use one of {', '.join(algos)} or auto")
     model = CostModel(topology)
-    chosen = {"all_to_all_v": alltoallv_auto(topology, tuple(range(n)), exchange=True),
-              "all_to_all_vc": alltoallv_auto(topology, tuple(range(n)))}
+    chosen = {
+        "all_to_all_v": alltoallv_auto(topology, tuple(range(n)), exchange=True),
+        "all_to_all_vc": alltoallv_auto(topology, tuple(range(n))),
+    }
     # all_to_all_v first gathers every rank's [ok, send counts, receive counts] (int64), then exchanges;
     # the continuous pipeline exchanges the counts in its first step instead
     gather = simulate_call("allgather", topology, 1 + 2 * n, itemsize=8, dtype="int64", cost_model=model)
@@ -300,28 +377,36 @@ def _alltoallv(args, topology: Topology, wall_start: float) -> int:
     received = [sum(row[j] for row in matrix) * itemsize for j in range(n)]
     hot = max(range(n), key=received.__getitem__)
     if args.counts is None:
-        made = f"{args.bytes // itemsize * itemsize} bytes per pair" + (f", Zipf skew {args.skew:g}" if args.skew else ", uniform")
+        made = f"{args.bytes // itemsize * itemsize} bytes per pair" + (
+            f", Zipf skew {args.skew:g}" if args.skew else ", uniform"
+        )
     else:
         made = f"counts from {args.counts}"
     print(f"alltoallv {args.dtype} {total // n} bytes per rank on average on {topology.name} ({n} ranks), {made}")
     if total:
         print(f"  rank {hot} receives the most: {received[hot]} bytes, {received[hot] * n / total:.2f}x the average")
     width = max(10, *(len(a) + 2 for a in algos))
-    print(f"  {'algo':<{width}}{'all_to_all_vc (us)':>20}{'all_to_all_v (us)':>20}{'algbw (GB/s)':>15}{'busbw (GB/s)':>15}")
+    print(
+        f"  {'algo':<{width}}{'all_to_all_vc (us)':>20}{'all_to_all_v (us)':>20}{'algbw (GB/s)':>15}{'busbw (GB/s)':>15}"
+    )
     for algo in shown:
         # from the call, counts exchange included; the continuous pipeline exchanges counts in its first step
         t_v = vc[algo].time_s if is_continuous(algo) else max(v[algo].end_clocks) - min(gather.result.start_clocks)
         algbw = total / n / t_v if t_v > 0 else float("inf")
         picked = [call for call, c in chosen.items() if c.algo == algo] if args.algo == "auto" else []
         mark = "" if not picked else "   <- auto" if len(picked) == 2 else f"   <- auto ({picked[0]})"
-        print(f"  {algo:<{width}}{vc[algo].time_s * 1e6:>20.3f}{t_v * 1e6:>20.3f}{algbw / 1e9:>15.3f}"
-              f"{algbw * (n - 1) / n / 1e9:>15.3f}{mark}")
+        print(
+            f"  {algo:<{width}}{vc[algo].time_s * 1e6:>20.3f}{t_v * 1e6:>20.3f}{algbw / 1e9:>15.3f}"
+            f"{algbw * (n - 1) / n / 1e9:>15.3f}{mark}"
+        )
     if args.algo == "auto":
         for call, c in chosen.items():
             print(f"  auto ({call}): {c.algo}: {c.rule} (as the communicator's auto; HCCL_ALGO can name one)")
-    print(f"  all_to_all_v: its counts exchange (allgather of {1 + 2 * n} int64 per rank, {gather.algo}, "
-          f"{gather.time_s * 1e6:.3f} us), then the data exchange (the continuous pipeline: no allgather, each rank "
-          "sends its counts inside its server in the first step); all_to_all_vc: the data exchange alone")
+    print(
+        f"  all_to_all_v: its counts exchange (allgather of {1 + 2 * n} int64 per rank, {gather.algo}, "
+        f"{gather.time_s * 1e6:.3f} us), then the data exchange (the continuous pipeline: no allgather, each rank "
+        "sends its counts inside its server in the first step); all_to_all_vc: the data exchange alone"
+    )
     print("  algbw = average bytes per rank / all_to_all_v time; busbw = algbw * (n-1)/n")
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"  simulated rank by rank in {time.perf_counter() - wall_start:.2f} s wall, peak memory {peak_mib:.0f} MiB")
@@ -361,10 +446,16 @@ def _batch(args, topology: Topology, wall_start: float, sizes: list[int] | None)
 def validate_main(argv: list[str]) -> int:
     """``hccl-sim validate``: every public measurement beside the model's prediction; exit 1 when a
     held row drifts beyond its stated tolerance."""
-    parser = argparse.ArgumentParser(prog="hccl-sim validate",
-                                     description="The model held against public measurements of real HCCL and Ascend cards.")
-    parser.add_argument("--table", metavar="FILE", default=None, help="measurements JSON (default: the one shipped with hccl-py)")
-    parser.add_argument("--figures", metavar="FILE", default=None, help="figures JSON to validate instead of the default table")
+    parser = argparse.ArgumentParser(
+        prog="hccl-sim validate",
+        description="The model held against public measurements of real HCCL and Ascend cards.",
+    )
+    parser.add_argument(
+        "--table", metavar="FILE", default=None, help="measurements JSON (default: the one shipped with hccl-py)"
+    )
+    parser.add_argument(
+        "--figures", metavar="FILE", default=None, help="figures JSON to validate instead of the default table"
+    )
     args = parser.parse_args(argv)
     try:
         checks = validate(args.table, args.figures)

@@ -35,14 +35,13 @@ from typing import Iterator, Protocol, Sequence
 import numpy as np
 
 from topology import Topology, auto_partition, load_partition, validate_partition
-
 from topology.units import format_size, parse_size
 
 from ..algorithms.hierarchical import HIER_COLLECTIVES, Partition, schedule_for
-from ..parallel.workload import DpInferWorkload
 from ..collectives import collective as lookup
 from ..cost_model import CostModel, flow_load, route_share
 from ..errors import HcclParamError
+from ..parallel.workload import DpInferWorkload
 from ..simulator import simulate
 
 DEFAULT_BUDGET = 1200  # simulations an exhaustive search may take
@@ -96,13 +95,27 @@ class CollectiveWorkload:
     def time_s(self, topo: Topology, partition: Partition, model: CostModel) -> float:
         """Modeled seconds of the hierarchical collective on ``partition``."""
         fn = schedule_for(self.collective, partition, self.inner, self.outer)
-        return simulate(self.collective, fn, topo, self.count(topo.num_ranks), itemsize=self.itemsize, root=self.root,
-                        cost_model=model).time_s
+        return simulate(
+            self.collective,
+            fn,
+            topo,
+            self.count(topo.num_ranks),
+            itemsize=self.itemsize,
+            root=self.root,
+            cost_model=model,
+        ).time_s
 
     def flat_time_s(self, topo: Topology, algo: str, model: CostModel) -> float:
         """Modeled seconds of the flat collective with algorithm ``algo``."""
-        return simulate(self.collective, algo, topo, self.count(topo.num_ranks), itemsize=self.itemsize, root=self.root,
-                        cost_model=model).time_s
+        return simulate(
+            self.collective,
+            algo,
+            topo,
+            self.count(topo.num_ranks),
+            itemsize=self.itemsize,
+            root=self.root,
+            cost_model=model,
+        ).time_s
 
     def one_card_s(self, topo: Topology) -> float | None:
         """None: one card alone does no collective."""
@@ -110,8 +123,10 @@ class CollectiveWorkload:
 
     def describe(self, topo: Topology) -> str:
         """The collective, its size and algorithms in words."""
-        return (f"one hierarchical {self.collective} of {format_size(self.nbytes)} per rank ({self.itemsize}-byte elements), "
-                f"level0 {self.inner}, level1 {self.outer}")
+        return (
+            f"one hierarchical {self.collective} of {format_size(self.nbytes)} per rank ({self.itemsize}-byte elements), "
+            f"level0 {self.inner}, level1 {self.outer}"
+        )
 
 
 def parse_workload(text: str, **options) -> Workload:
@@ -126,12 +141,15 @@ def parse_workload(text: str, **options) -> Workload:
     except (HcclParamError, ValueError):
         name = None
     if not sep or name not in HIER_COLLECTIVES:
-        raise HcclParamError(f"workload {text!r}: write dp-infer or <collective>:<size>, e.g. allreduce:64M "
-                             f"(collectives: {', '.join(HIER_COLLECTIVES)}; sizes like 64K, 64M, 1G)")
+        raise HcclParamError(
+            f"workload {text!r}: write dp-infer or <collective>:<size>, e.g. allreduce:64M "
+            f"(collectives: {', '.join(HIER_COLLECTIVES)}; sizes like 64K, 64M, 1G)"
+        )
     return CollectiveWorkload(name, nbytes, **options)
 
 
 # ----------------------------------------------------------------------------------------- strategies
+
 
 def canonical(partition: Sequence[Sequence[int]]) -> Partition:
     """Each group ascending, groups ordered by their first rank."""
@@ -149,7 +167,9 @@ def manual(groups, num_ranks: int) -> Partition:
     return tuple(tuple(g) for g in parsed)
 
 
-def evaluate(topo: Topology, workload: Workload, partition: Sequence[Sequence[int]], model: CostModel | None = None) -> float:
+def evaluate(
+    topo: Topology, workload: Workload, partition: Sequence[Sequence[int]], model: CostModel | None = None
+) -> float:
     """Modeled seconds of ``workload`` with hierarchical collectives on ``partition``."""
     part = tuple(tuple(g) for g in validate_partition(partition, topo.num_ranks))
     return workload.time_s(topo, part, model or CostModel(topo))
@@ -185,12 +205,16 @@ def bell(n: int) -> int:
 
 def equal_partition_count(n: int) -> int:
     """Number of partitions of n ranks into groups of one size (every divisor)."""
-    return sum(math.factorial(n) // (math.factorial(d) ** (n // d) * math.factorial(n // d))
-               for d in range(1, n + 1) if n % d == 0)
+    return sum(
+        math.factorial(n) // (math.factorial(d) ** (n // d) * math.factorial(n // d))
+        for d in range(1, n + 1)
+        if n % d == 0
+    )
 
 
 def set_partitions(n: int) -> Iterator[Partition]:
     """Every set partition of 0..n-1, canonical."""
+
     def rec(i: int, groups: list[list[int]]) -> Iterator[Partition]:
         if i == n:
             yield tuple(tuple(g) for g in groups)
@@ -202,12 +226,14 @@ def set_partitions(n: int) -> Iterator[Partition]:
         groups.append([i])
         yield from rec(i + 1, groups)
         groups.pop()
+
     if n:
         yield from rec(0, [])
 
 
 def equal_partitions(n: int) -> Iterator[Partition]:
     """Every partition of 0..n-1 into groups of one size d (d divides n), canonical."""
+
     def rec(rest: tuple[int, ...], d: int) -> Iterator[tuple[tuple[int, ...], ...]]:
         if not rest:
             yield ()
@@ -218,6 +244,7 @@ def equal_partitions(n: int) -> Iterator[Partition]:
             left = tuple(r for r in others if r not in mates)
             for tail in rec(left, d):
                 yield (group, *tail)
+
     for d in range(1, n + 1):
         if n % d == 0:
             yield from rec(tuple(range(n)), d)
@@ -294,8 +321,9 @@ def heuristic_candidates(topo: Topology, seed: int = 0) -> dict[str, Partition]:
     return out
 
 
-def optimize(topo: Topology, workload: Workload, *, budget: int = DEFAULT_BUDGET, model: CostModel | None = None,
-             seed: int = 0) -> Choice:
+def optimize(
+    topo: Topology, workload: Workload, *, budget: int = DEFAULT_BUDGET, model: CostModel | None = None, seed: int = 0
+) -> Choice:
     """The partition with the least modeled time for ``workload`` on ``topo`` (see the module
     docstring for how candidates are chosen); ties go to fewer groups, then to the earlier
     candidate, so the choice is deterministic."""
@@ -306,16 +334,20 @@ def optimize(topo: Topology, workload: Workload, *, budget: int = DEFAULT_BUDGET
         detail = f"exhaustive: all {len(candidates)} set partitions of {n} ranks"
     elif equal_partition_count(n) <= budget:
         method, candidates = "exhaustive", {p: None for p in equal_partitions(n)}
-        detail = (f"exhaustive over the {len(candidates)} partitions into equal groups "
-                  f"(of {bell(n)} set partitions of {n} ranks)")
+        detail = (
+            f"exhaustive over the {len(candidates)} partitions into equal groups "
+            f"(of {bell(n)} set partitions of {n} ranks)"
+        )
     else:
         named = heuristic_candidates(topo, seed)
         method = "heuristic"
         candidates = {}
         for label, p in named.items():
             candidates.setdefault(p, label)
-        detail = (f"heuristic: best of {len(candidates)} candidates from bandwidth matching, Kernighan-Lin bisection "
-                  f"and Louvain communities on the link graph")
+        detail = (
+            f"heuristic: best of {len(candidates)} candidates from bandwidth matching, Kernighan-Lin bisection "
+            f"and Louvain communities on the link graph"
+        )
     times = {p: workload.time_s(topo, p, model) for p in candidates}
     best = min(times, key=lambda p: (times[p], len(p)))
     if method == "heuristic":
@@ -324,7 +356,19 @@ def optimize(topo: Topology, workload: Workload, *, budget: int = DEFAULT_BUDGET
 
 
 __all__ = [
-    "Choice", "CollectiveWorkload", "Workload", "auto", "bell", "canonical", "equal_partition_count",
-    "equal_partitions", "evaluate", "heuristic_candidates", "manual", "optimize", "pair_bandwidth",
-    "parse_workload", "set_partitions",
+    "Choice",
+    "CollectiveWorkload",
+    "Workload",
+    "auto",
+    "bell",
+    "canonical",
+    "equal_partition_count",
+    "equal_partitions",
+    "evaluate",
+    "heuristic_candidates",
+    "manual",
+    "optimize",
+    "pair_bandwidth",
+    "parse_workload",
+    "set_partitions",
 ]

@@ -68,7 +68,7 @@ def manual_examples(topo) -> dict[str, str]:
     if len(groups) > 1 and len(sizes) == 1 and sizes != {1}:
         out["interleaved"] = format_partition([[g[t] for g in groups] for t in range(len(groups[0]))])
     if all(len(g) >= 4 and len(g) % 2 == 0 for g in groups):
-        out["halves"] = format_partition([h for g in groups for h in (g[:len(g) // 2], g[len(g) // 2:])])
+        out["halves"] = format_partition([h for g in groups for h in (g[: len(g) // 2], g[len(g) // 2 :])])
     return out
 
 
@@ -77,8 +77,11 @@ def run(topo_name: str, workload, groups: Sequence[str] = (), budget: int | None
     topo = Topology.preset(topo_name)
     model = CostModel(topo)
     rows = [Row("auto", auto(topo), 0.0, "HCCL's rule")]
-    named = {f"manual {i + 1}" if len(groups) > 1 else "manual": g for i, g in enumerate(groups)} if groups else \
-        {f"manual: {name}": g for name, g in manual_examples(topo).items()}
+    named = (
+        {f"manual {i + 1}" if len(groups) > 1 else "manual": g for i, g in enumerate(groups)}
+        if groups
+        else {f"manual: {name}": g for name, g in manual_examples(topo).items()}
+    )
     rows += [Row(label, manual(spec, topo.num_ranks), 0.0) for label, spec in named.items()]
     rows = [Row(r.strategy, r.partition, workload.time_s(topo, r.partition, model), r.note) for r in rows]
     choice = optimize(topo, workload, budget=budget or DEFAULT_BUDGET, model=model)
@@ -94,7 +97,11 @@ def _groups_text(partition, width: int = 44) -> str:
     if len(text) > width:  # 64 cards: summarize
         sizes = sorted({len(g) for g in partition})
         size = "/".join(map(str, sizes))
-        text = f"{len(partition)} groups of {size}: " + " ".join("{" + ",".join(map(str, g)) + "}" for g in partition[:1]) + " ..."
+        text = (
+            f"{len(partition)} groups of {size}: "
+            + " ".join("{" + ",".join(map(str, g)) + "}" for g in partition[:1])
+            + " ..."
+        )
     return text
 
 
@@ -117,12 +124,18 @@ def format_table(topo, workload, rows: Sequence[Row], choice) -> str:
             throughput = f"{workload.nbytes / r.time_s / 1e9:.2f}"
             speedup = "-"
         mark = " *" if r.time_s == best else ""
-        lines.append(f"{r.strategy:<{sw}}  {_groups_text(r.partition):<{gw}}  {r.time_s * 1e3:>10.3f} {throughput:>11} "
-                     f"{speedup:>9} {r.time_s / best:>9.3f}{mark}")
-    lines.append(f"# optimized: {choice.detail}; {choice.evaluated} partitions simulated. flat: the flat ring, no groups")
+        lines.append(
+            f"{r.strategy:<{sw}}  {_groups_text(r.partition):<{gw}}  {r.time_s * 1e3:>10.3f} {throughput:>11} "
+            f"{speedup:>9} {r.time_s / best:>9.3f}{mark}"
+        )
+    lines.append(
+        f"# optimized: {choice.detail}; {choice.evaluated} partitions simulated. flat: the flat ring, no groups"
+    )
     if dp:
-        lines.append(f"# 1 card: {workload.batch_per_card} samples in {workload.compute_s(topo, 0) * 1e3:.3f} ms "
-                     f"({workload.batch_per_card / workload.compute_s(topo, 0):,.0f} samples/s); * = best")
+        lines.append(
+            f"# 1 card: {workload.batch_per_card} samples in {workload.compute_s(topo, 0) * 1e3:.3f} ms "
+            f"({workload.batch_per_card / workload.compute_s(topo, 0):,.0f} samples/s); * = best"
+        )
     else:
         lines.append("# * = best")
     return "\n".join(lines)
@@ -133,25 +146,55 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="hccl-bench partition",
         description="Compare communication-group partitions (HCCL's auto, manual, optimized) by the modeled time "
-                    "of a workload with hierarchical collectives; simulator only, no processes.",
-        epilog="Example: hccl-bench partition --topology mixed-4p --workload dp-infer --plot groups.png")
-    p.add_argument("--topology", default="mixed-4p",
-                   help="preset(s), comma-separated: mixed-4p, ascend910-8p, 2x8p-roce, 8x8p-roce, ... (default mixed-4p)")
-    p.add_argument("--workload", default="dp-infer", help="dp-infer (default) or <collective>:<size>, e.g. allreduce:64M")
-    p.add_argument("--groups", action="append", default=[], metavar="PARTITION",
-                   help='a manual partition "0,2;1,3" or a file (JSON [[0,2],[1,3]] or that text); repeatable. '
-                        "Default: a few hand groupings per topology")
+        "of a workload with hierarchical collectives; simulator only, no processes.",
+        epilog="Example: hccl-bench partition --topology mixed-4p --workload dp-infer --plot groups.png",
+    )
+    p.add_argument(
+        "--topology",
+        default="mixed-4p",
+        help="preset(s), comma-separated: mixed-4p, ascend910-8p, 2x8p-roce, 8x8p-roce, ... (default mixed-4p)",
+    )
+    p.add_argument(
+        "--workload", default="dp-infer", help="dp-infer (default) or <collective>:<size>, e.g. allreduce:64M"
+    )
+    p.add_argument(
+        "--groups",
+        action="append",
+        default=[],
+        metavar="PARTITION",
+        help='a manual partition "0,2;1,3" or a file (JSON [[0,2],[1,3]] or that text); repeatable. '
+        "Default: a few hand groupings per topology",
+    )
     p.add_argument("--batch-per-card", type=int, default=64, help="dp-infer: samples per card per step (default 64)")
-    p.add_argument("--output", choices=("hidden", "logits"), default="hidden",
-                   help="dp-infer: what is all-gathered: per-token hidden states (default) or logits")
-    p.add_argument("--dtype", choices=("fp16", "bf16", "fp32"), default=None,
-                   help="element type on the wire (default: fp16 for dp-infer, fp32 for a collective)")
-    p.add_argument("--inner", default="ring", help="level0 algorithm inside groups (ring, hd, mesh, tree), default ring")
-    p.add_argument("--outer", default="ring", help="level1 algorithm across groups (ring, hd, mesh, tree; rd for allreduce)")
-    p.add_argument("--budget", type=int, default=None,
-                   help="most partitions an exhaustive search simulates before the heuristic takes over (default 1200)")
-    p.add_argument("--plot", metavar="FILE.png", help="draw the topology with each strategy's groups (one file per topology "
-                                                       "when several: FILE-<topology>.png)")
+    p.add_argument(
+        "--output",
+        choices=("hidden", "logits"),
+        default="hidden",
+        help="dp-infer: what is all-gathered: per-token hidden states (default) or logits",
+    )
+    p.add_argument(
+        "--dtype",
+        choices=("fp16", "bf16", "fp32"),
+        default=None,
+        help="element type on the wire (default: fp16 for dp-infer, fp32 for a collective)",
+    )
+    p.add_argument(
+        "--inner", default="ring", help="level0 algorithm inside groups (ring, hd, mesh, tree), default ring"
+    )
+    p.add_argument(
+        "--outer", default="ring", help="level1 algorithm across groups (ring, hd, mesh, tree; rd for allreduce)"
+    )
+    p.add_argument(
+        "--budget",
+        type=int,
+        default=None,
+        help="most partitions an exhaustive search simulates before the heuristic takes over (default 1200)",
+    )
+    p.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        help="draw the topology with each strategy's groups (one file per topology when several: FILE-<topology>.png)",
+    )
     p.add_argument("--json", metavar="FILE", help="write the rows as JSON")
     return p
 
@@ -160,8 +203,14 @@ def _workload(args):
     text = args.workload.strip().lower()
     itemsize = {"fp16": 2, "bf16": 2, "fp32": 4}
     if text.startswith("dp"):
-        return parse_workload(text, batch_per_card=args.batch_per_card, output=args.output,
-                              dtype_bytes=itemsize[args.dtype or "fp16"], inner=args.inner, outer=args.outer)
+        return parse_workload(
+            text,
+            batch_per_card=args.batch_per_card,
+            output=args.output,
+            dtype_bytes=itemsize[args.dtype or "fp16"],
+            inner=args.inner,
+            outer=args.outer,
+        )
     return parse_workload(text, itemsize=itemsize[args.dtype or "fp32"], inner=args.inner, outer=args.outer)
 
 
@@ -183,15 +232,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     for topo, rows, choice in results:
         print(format_table(topo, workload, rows, choice))
         print()
-        doc.append({"topology": topo.name, "workload": workload.name, "method": choice.method, "detail": choice.detail,
-                    "rows": [{"strategy": r.strategy, "groups": None if r.partition is None else [list(g) for g in r.partition],
-                              "modeled_s": r.time_s, "note": r.note} for r in rows]})
+        doc.append(
+            {
+                "topology": topo.name,
+                "workload": workload.name,
+                "method": choice.method,
+                "detail": choice.detail,
+                "rows": [
+                    {
+                        "strategy": r.strategy,
+                        "groups": None if r.partition is None else [list(g) for g in r.partition],
+                        "modeled_s": r.time_s,
+                        "note": r.note,
+                    }
+                    for r in rows
+                ],
+            }
+        )
     if args.plot:
         from .partition_plot import plot_partitions  # lazy: matplotlib
 
         for topo, rows, _ in results:
-            path = args.plot if len(results) == 1 else str(Path(args.plot).with_name(
-                f"{Path(args.plot).stem}-{topo.name}{Path(args.plot).suffix or '.png'}"))
+            path = (
+                args.plot
+                if len(results) == 1
+                else str(
+                    Path(args.plot).with_name(f"{Path(args.plot).stem}-{topo.name}{Path(args.plot).suffix or '.png'}")
+                )
+            )
             plot_partitions(topo, [r for r in rows if r.partition is not None], path, workload.name)
             print(f"# wrote {path}")
     if args.json:

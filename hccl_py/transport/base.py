@@ -75,8 +75,18 @@ class SliceHeader(NamedTuple):
         return _WIRE.unpack_from(data, offset)
 
     @classmethod
-    def control(cls, kind: int, src: int, *, comm_id: int = 0, seq: int = 0, count: int = 0, offset: int = 0,
-                nelem: int = 0, slot: int = -1) -> "SliceHeader":
+    def control(
+        cls,
+        kind: int,
+        src: int,
+        *,
+        comm_id: int = 0,
+        seq: int = 0,
+        count: int = 0,
+        offset: int = 0,
+        nelem: int = 0,
+        slot: int = -1,
+    ) -> "SliceHeader":
         """A control message's header (handshakes, acknowledgements, notices): no call, no data."""
         return cls(kind, src, comm_id, seq, 0, 0, 0, 0, 0, count, 0, 0, offset, nelem, slot, 0.0, 0.0)
 
@@ -127,8 +137,14 @@ def plain_inline_slice(fields: tuple, datagram_bytes: int, peers) -> bool:
     slice from one of ``peers`` whose payload fills the rest of a ``datagram_bytes`` datagram: the
     receive fast path, on the plain tuple (kind, src, dtype, msg_count, offset, nelem by position
     here, the one place that knows them)."""
-    return (fields[0] == KIND_INLINE and fields[1] in peers and fields[12] + fields[13] <= fields[11]
-            and datagram_bytes - HEADER_BYTES == fields[13] * _ITEMSIZES[fields[7]])
+    return (
+        fields[0] == KIND_INLINE
+        and fields[1] in peers
+        and fields[12] + fields[13] <= fields[11]
+        and datagram_bytes - HEADER_BYTES == fields[13] * _ITEMSIZES[fields[7]]
+    )
+
+
 KIND_INLINE = 1  # payload follows the header in the same datagram
 KIND_SLOT = 2  # payload sits in the sender's shared segment at byte offset `slot`
 KIND_ACK = 3  # payload: slot offsets the receiver has finished with
@@ -145,13 +161,50 @@ class Incoming:
     and the payload: ``payload[start:]`` (a datagram whose payload follows its header, or a
     mapped slot). ``array()`` views the payload without copying."""
 
-    __slots__ = ("kind", "src", "comm_id", "seq", "msg_index", "sig", "msg_count", "offset", "nelem", "slot", "sent_at",
-                 "arrival", "payload", "fetch", "start")
+    __slots__ = (
+        "kind",
+        "src",
+        "comm_id",
+        "seq",
+        "msg_index",
+        "sig",
+        "msg_count",
+        "offset",
+        "nelem",
+        "slot",
+        "sent_at",
+        "arrival",
+        "payload",
+        "fetch",
+        "start",
+    )
 
-    def __init__(self, header: SliceHeader | tuple, payload=None,
-                 fetch: Callable[[np.ndarray | None, np.dtype, int], np.ndarray] | None = None, start: int = 0):
-        (self.kind, self.src, self.comm_id, self.seq, self.msg_index, op, algo, dtype, redop, count, root,
-         self.msg_count, self.offset, self.nelem, self.slot, self.sent_at, self.arrival) = header
+    def __init__(
+        self,
+        header: SliceHeader | tuple,
+        payload=None,
+        fetch: Callable[[np.ndarray | None, np.dtype, int], np.ndarray] | None = None,
+        start: int = 0,
+    ):
+        (
+            self.kind,
+            self.src,
+            self.comm_id,
+            self.seq,
+            self.msg_index,
+            op,
+            algo,
+            dtype,
+            redop,
+            count,
+            root,
+            self.msg_count,
+            self.offset,
+            self.nelem,
+            self.slot,
+            self.sent_at,
+            self.arrival,
+        ) = header
         self.sig = (op, algo, dtype, redop, count, root)
         self.payload = payload  # the bytes that hold the payload from ``start`` on
         self.start = start
@@ -166,7 +219,7 @@ class Incoming:
 
     def body(self) -> memoryview:
         """The payload's bytes (a view)."""
-        return memoryview(self.payload)[self.start:]
+        return memoryview(self.payload)[self.start :]
 
     def copy_into(self, dst: np.ndarray) -> None:
         """Copy the payload into ``dst`` (a rendezvous reads straight into it: one copy)."""
@@ -174,7 +227,9 @@ class Incoming:
             self.fetch(dst, dst.dtype, self.nelem)
         elif dst.dtype.isbuiltin == 1:  # numpy's own types (2: user-defined)
             start = self.start
-            memoryview(dst).cast("B")[:] = memoryview(self.payload)[start:start + dst.nbytes]  # a quarter of numpy's cost
+            memoryview(dst).cast("B")[:] = memoryview(self.payload)[
+                start : start + dst.nbytes
+            ]  # a quarter of numpy's cost
         else:  # types without a buffer format (bfloat16)
             np.copyto(dst, np.frombuffer(self.payload, dst.dtype, self.nelem, self.start))
 

@@ -30,9 +30,14 @@ def requested_transport(environ: Mapping[str, str] = os.environ) -> str | None:
     if raw in ("", "auto"):
         return None
     if raw not in TRANSPORTS:
-        raise HcclParamError(f"{env.HCCL_PY_TRANSPORT}={environ[env.HCCL_PY_TRANSPORT]!r} is not one of "
-                             f"{', '.join(TRANSPORTS)} (or auto); unset it for the automatic choice", variable=env.HCCL_PY_TRANSPORT,
-                             value=environ[env.HCCL_PY_TRANSPORT], rule="choices", choices=[*TRANSPORTS, "auto"])
+        raise HcclParamError(
+            f"{env.HCCL_PY_TRANSPORT}={environ[env.HCCL_PY_TRANSPORT]!r} is not one of "
+            f"{', '.join(TRANSPORTS)} (or auto); unset it for the automatic choice",
+            variable=env.HCCL_PY_TRANSPORT,
+            value=environ[env.HCCL_PY_TRANSPORT],
+            rule="choices",
+            choices=[*TRANSPORTS, "auto"],
+        )
     return raw
 
 
@@ -61,8 +66,13 @@ def mpi_launch(environ: Mapping[str, str] = os.environ) -> MpiLaunch | None:
             local = int(environ[local_var]) if environ.get(local_var) else None
         except ValueError:
             bad = next(v for v in (rank_var, size_var, local_var) if environ.get(v) and not _is_int(environ[v]))
-            raise HcclParamError(f"{starter}: {rank_var}={environ[rank_var]!r} / {size_var}={environ[size_var]!r} "
-                                 "are not integers", variable=bad, value=environ[bad], rule="type", expected="int") from None
+            raise HcclParamError(
+                f"{starter}: {rank_var}={environ[rank_var]!r} / {size_var}={environ[size_var]!r} are not integers",
+                variable=bad,
+                value=environ[bad],
+                rule="type",
+                expected="int",
+            ) from None
         return MpiLaunch(starter, rank, size, local, rank_var, size_var)
     return None
 
@@ -87,7 +97,10 @@ def use_mpi(requested: str | None, launched: MpiLaunch | None, launcher_env: boo
             raise HcclNotSupportedError(
                 f"{env.HCCL_PY_TRANSPORT}=mpi needs ranks started by mpiexec or srun (no PMI_RANK, "
                 "OMPI_COMM_WORLD_RANK or SLURM_PROCID in the environment); run `mpiexec -n N python prog.py`, "
-                f"or unset {env.HCCL_PY_TRANSPORT} under hccl-launch", variable=env.HCCL_PY_TRANSPORT, value=requested)
+                f"or unset {env.HCCL_PY_TRANSPORT} under hccl-launch",
+                variable=env.HCCL_PY_TRANSPORT,
+                value=requested,
+            )
         return True
     return requested is None and launched is not None and not launcher_env and not store_given
 
@@ -140,8 +153,12 @@ def plan_store_transport(rank: int, host_ids: Sequence[str], requested: str | No
         raise HcclNotSupportedError(
             f"{env.HCCL_PY_TRANSPORT}=shm: rank(s) {_ranges(other)} run on another host than rank {rank}, and shared "
             f"memory reaches only ranks of one host; unset {env.HCCL_PY_TRANSPORT} (shared memory within a host, "
-            "TCP across hosts) or set it to tcp", variable=env.HCCL_PY_TRANSPORT, value=requested, rank=rank,
-            ranks=list(other))
+            "TCP across hosts) or set it to tcp",
+            variable=env.HCCL_PY_TRANSPORT,
+            value=requested,
+            rank=rank,
+            ranks=list(other),
+        )
     if not other:
         return StorePlan("shm", same, (), hosts)
     if len(same) == 1:
@@ -158,7 +175,9 @@ def describe_hosts(host_labels: Sequence[str], host_ids: Sequence[str]) -> str:
         label.setdefault(hid, lab)
     if len(by_host) == 1:
         return "1 host"
-    shown = [f"{label[h]} rank{'s' if len(ranks) > 1 else ''} {_ranges(ranks)}" for h, ranks in list(by_host.items())[:8]]
+    shown = [
+        f"{label[h]} rank{'s' if len(ranks) > 1 else ''} {_ranges(ranks)}" for h, ranks in list(by_host.items())[:8]
+    ]
     more = f", +{len(by_host) - 8} more" if len(by_host) > 8 else ""
     return f"{len(by_host)} hosts: {', '.join(shown)}{more}"
 

@@ -90,7 +90,8 @@ def _mpi_serves(job: JobConfig) -> bool:
         raise HcclNotSupportedError(
             f"init: started by {launched.starter} ({launched.rank_var}={launched.rank}), but mpi4py is not installed, so "
             "hccl-py cannot meet its peers through MPI; install it (`pip install 'hccl-py[mpi]'`), or set "
-            f"MASTER_ADDR/MASTER_PORT so the ranks meet through hccl-py's store (rank 0 hosts it)")
+            f"MASTER_ADDR/MASTER_PORT so the ranks meet through hccl-py's store (rank 0 hosts it)"
+        )
     return True
 
 
@@ -150,12 +151,16 @@ def _zmq_store(job: JobConfig, deadline: float):
             _host_store(addr, port, job.launcher_id, secret)
         except HcclConnectError as err:
             _report_port_taken(addr, port, secret, job.launcher_id, err, deadline)
-            raise HcclConnectError(f"init: rank 0 hosts the job's store at MASTER_ADDR:MASTER_PORT={addr}:{port}, but "
-                                   f"{err.message}; if another job runs there, give each job its own MASTER_PORT") from None
+            raise HcclConnectError(
+                f"init: rank 0 hosts the job's store at MASTER_ADDR:MASTER_PORT={addr}:{port}, but "
+                f"{err.message}; if another job runs there, give each job its own MASTER_PORT"
+            ) from None
         hosting = True
     if port is None:
-        raise HcclParamError(f"{env.MASTER_PORT} is not set: run under hccl-launch, or set MASTER_ADDR/MASTER_PORT for the store",
-                             variable=env.MASTER_PORT)
+        raise HcclParamError(
+            f"{env.MASTER_PORT} is not set: run under hccl-launch, or set MASTER_ADDR/MASTER_PORT for the store",
+            variable=env.MASTER_PORT,
+        )
     return StoreClient(store_address(addr, port), secret=secret), hosting
 
 
@@ -172,24 +177,26 @@ def _host_store(addr: str, port: int, own_id: tuple[str, str] | None, secret: st
     return server
 
 
-def _report_port_taken(addr: str, port: int, secret: str | None, own_id: tuple[str, str] | None, err: HcclConnectError,
-                       deadline: float) -> None:
+def _report_port_taken(
+    addr: str, port: int, secret: str | None, own_id: tuple[str, str] | None, err: HcclConnectError, deadline: float
+) -> None:
     """A rank 0 that cannot host its job's store because another store holds the port: if that
     store would admit this job's ranks (same secret, no other job id), record this process there
     as a rival, so the ranks that meet at it stop rather than compute with this job's ranks."""
     import zmq
 
-
     if err.errno != zmq.EADDRINUSE:
         return
     try:
-        with StoreClient(store_address(addr, port), timeout_s=max(min(2.0, deadline - time.monotonic()), 0.1),
-                         secret=secret) as client:
+        with StoreClient(
+            store_address(addr, port), timeout_s=max(min(2.0, deadline - time.monotonic()), 0.1), secret=secret
+        ) as client:
             store_id = client.job_id()
             if own_id is not None and own_id[0] != store_id:
                 return  # the store refuses this job's ranks: nothing can mix
-            membership.report_rival(client, f"{store_id}/g{_generation + 1}", 0,
-                                    "could not host its job's store: the port was taken")
+            membership.report_rival(
+                client, f"{store_id}/g{_generation + 1}", 0, "could not host its job's store: the port was taken"
+            )
     except HcclError:
         pass  # not a store this job's ranks can reach either
 
@@ -221,7 +228,10 @@ def _job_identity(client, own_id: tuple[str, str] | None, rank: int, where: str)
         raise HcclConnectError(
             f"init: rank {rank}: the store at {where} belongs to another job (its job id is {store_id!r}; this rank's "
             f"{own_id[1]} is {own_id[0]!r}): two jobs probably share MASTER_PORT; give each job its own MASTER_PORT",
-            rank=rank, store_job_id=store_id, job_id=own_id[0])
+            rank=rank,
+            store_job_id=store_id,
+            job_id=own_id[0],
+        )
     return store_id
 
 
@@ -230,7 +240,6 @@ def _store_via_mpi(rank: int, addr: str, deadline: float, secret: str | None, ow
     free port (once per process) and tells the others its port and the job secret through MPI
     (HCCL_PY_JOB_SECRET if set, else a fresh one)."""
     import numpy as np
-
 
     try:
         MPI = import_mpi()
@@ -251,16 +260,28 @@ def _store_via_mpi(rank: int, addr: str, deadline: float, secret: str | None, ow
         message[:8] = np.frombuffer(np.int64(server.port).tobytes(), np.uint8)
         message[8:10] = np.frombuffer(np.uint16(len(raw)).tobytes(), np.uint8)
         message[10 : 10 + len(raw)] = np.frombuffer(raw, np.uint8)
-    wait_request(MPI.COMM_WORLD.Ibcast([message, MPI.BYTE], root=0), deadline,
-                 f"init: rank {rank}: rank 0 did not share its store address within HCCL_CONNECT_TIMEOUT "
-                 "(did every rank of the MPI job call hccl_py.init()?)")
+    wait_request(
+        MPI.COMM_WORLD.Ibcast([message, MPI.BYTE], root=0),
+        deadline,
+        f"init: rank {rank}: rank 0 did not share its store address within HCCL_CONNECT_TIMEOUT "
+        "(did every rank of the MPI job call hccl_py.init()?)",
+    )
     port = int(message[:8].view(np.int64)[0])
     length = int(message[8:10].view(np.uint16)[0])
     return addr, port, message[10 : 10 + length].tobytes().decode()
 
 
-def _join(client, rdv: _Rendezvous, what: str, rank: int, size: int, deadline: float, connect_timeout_s: float,
-          *, check_conflict: bool = True) -> list[dict]:
+def _join(
+    client,
+    rdv: _Rendezvous,
+    what: str,
+    rank: int,
+    size: int,
+    deadline: float,
+    connect_timeout_s: float,
+    *,
+    check_conflict: bool = True,
+) -> list[dict]:
     """Wait until every rank has set its ``what`` key; their values. HcclTimeoutError names the
     absent; HcclConnectError if a process of another job tried to take a rank of this one
     (``check_conflict``; the membership check decides that on every rank alike, see ``_members``)."""
@@ -273,12 +294,15 @@ def _join(client, rdv: _Rendezvous, what: str, rank: int, size: int, deadline: f
         raise HcclTimeoutError(
             f"init: rank {rank}: rank(s) {missing} of {size} did not join within {connect_timeout_s:g} s "
             f"(HCCL_CONNECT_TIMEOUT); check that they started and reach the store at {rdv.where}",
-            rank=rank, ranks=missing,
+            rank=rank,
+            ranks=missing,
         ) from None
     conflict = f"{rdv.prefix}/conflict"
     if check_conflict and client.check([conflict])[0]:
-        raise HcclConnectError(f"init: rank {rank}: {client.get(conflict, 1.0).decode(errors='replace')}; this job "
-                               f"stops rather than mix with it")
+        raise HcclConnectError(
+            f"init: rank {rank}: {client.get(conflict, 1.0).decode(errors='replace')}; this job "
+            f"stops rather than mix with it"
+        )
     return [json.loads(client.get(k, max(deadline - time.monotonic(), 0.1))) for k in keys]
 
 
@@ -293,33 +317,49 @@ def _claim(client, rdv: _Rendezvous, rank: int, me: dict) -> None:
     except ValueError:
         holder = {}
     # the holder's job stops if it is still joining (membership.agree)
-    membership.report_rival(client, rdv.prefix, rank, f"found rank {rank} held by {membership.describe(holder)}: two "
-                                                      f"jobs share the store at {rdv.where}")
+    membership.report_rival(
+        client,
+        rdv.prefix,
+        rank,
+        f"found rank {rank} held by {membership.describe(holder)}: two jobs share the store at {rdv.where}",
+    )
     raise HcclConnectError(
         f"init: rank {rank} of job {rdv.job_id!r} is already taken by {membership.describe(holder)} "
         f"(store {rdv.where}): two jobs probably share MASTER_PORT. Give each job its own "
         f"MASTER_PORT, set {env.JOB_ID} to a distinct value per job (the same on all its ranks), or start with hccl-launch",
-        rank=rank, holder=holder)
+        rank=rank,
+        holder=holder,
+    )
 
 
 def _members(client, rdv: _Rendezvous, job: JobConfig, deadline: float) -> list[dict]:
     """Every rank's claim, once all have claimed; without a launcher's job id, only once the ranks
     agree that no other job met them halfway (``membership.agree``)."""
     alone_unless_told = job.launcher_id is None
-    infos = _join(client, rdv, "rank", job.rank, job.size, deadline, job.connect_timeout_s,
-                  check_conflict=not alone_unless_told)
+    infos = _join(
+        client, rdv, "rank", job.rank, job.size, deadline, job.connect_timeout_s, check_conflict=not alone_unless_told
+    )
     if alone_unless_told:
         host, _, port = rdv.where.rpartition(":")
-        membership.agree(client, rdv.prefix, job.rank, job.size, infos, rdv.where, host,
-                         int(port) if port.isdigit() else 0, deadline)
+        membership.agree(
+            client, rdv.prefix, job.rank, job.size, infos, rdv.where, host, int(port) if port.isdigit() else 0, deadline
+        )
     return infos
 
 
 def _connect_one_host(client, rdv: _Rendezvous, job: JobConfig, deadline: float):
     """Every rank on this host (the launcher says so): shared memory between all of them."""
     rank, size = job.rank, job.size
-    transport = ShmTransport(rdv.job_id, rank, size, job.buffsize_bytes, spin_s=job.spin_s,
-                             yield_when_spinning=_yield_when_spinning(size), single_copy=job.single_copy, tag=rdv.tag)
+    transport = ShmTransport(
+        rdv.job_id,
+        rank,
+        size,
+        job.buffsize_bytes,
+        spin_s=job.spin_s,
+        yield_when_spinning=_yield_when_spinning(size),
+        single_copy=job.single_copy,
+        tag=rdv.tag,
+    )
     try:
         _claim(client, rdv, rank, membership.identity())
         infos = _members(client, rdv, job, deadline)
@@ -347,13 +387,26 @@ def _connect_hosts(client, rdv: _Rendezvous, job: JobConfig, deadline: float):
             # Socket names carry the host identity: two "hosts" forced onto one machine
             # (HCCL_PY_HOST_ID) must not meet each other's local ranks.
             host_tag = hashlib.blake2b(me["host_id"].encode(), digest_size=4).hexdigest()
-            shm = ShmTransport(rdv.job_id, plan.local.index(rank), len(plan.local), job.buffsize_bytes,
-                               spin_s=job.spin_s, yield_when_spinning=_yield_when_spinning(len(same_host)),
-                               single_copy=job.single_copy, tag=f"{rdv.tag}.{host_tag}")
+            shm = ShmTransport(
+                rdv.job_id,
+                plan.local.index(rank),
+                len(plan.local),
+                job.buffsize_bytes,
+                spin_s=job.spin_s,
+                yield_when_spinning=_yield_when_spinning(len(same_host)),
+                single_copy=job.single_copy,
+                tag=f"{rdv.tag}.{host_tag}",
+            )
         if plan.remote:
             addr, _, port = rdv.where.rpartition(":")
-            tcp = TcpTransport(rank, size, list(plan.remote), advertised_address(addr, int(port), job.if_ip),
-                               job.buffsize_bytes, local_pids={r: infos[r]["pid"] for r in plan.remote if r in same_host})
+            tcp = TcpTransport(
+                rank,
+                size,
+                list(plan.remote),
+                advertised_address(addr, int(port), job.if_ip),
+                job.buffsize_bytes,
+                local_pids={r: infos[r]["pid"] for r in plan.remote if r in same_host},
+            )
         client.set(rdv.key("ready", rank), json.dumps({"tcp": tcp.endpoint if tcp is not None else None}).encode())
         ready = _join(client, rdv, "ready", rank, size, deadline, connect_timeout_s)
         if shm is not None:
@@ -379,17 +432,28 @@ def _connect_mpi(job: JobConfig) -> tuple[Transport, str]:
 
     rank, size, launched = job.rank, job.size, job.mpi
     deadline = time.monotonic() + job.connect_timeout_s
-    transport = MpiTransport.create(job.buffsize_bytes, deadline, host_id=host_identity(), host_label=host_label(),
-                                    spin_s=job.spin_s, yield_when_spinning=False)
+    transport = MpiTransport.create(
+        job.buffsize_bytes,
+        deadline,
+        host_id=host_identity(),
+        host_label=host_label(),
+        spin_s=job.spin_s,
+        yield_when_spinning=False,
+    )
     version = library_version(transport.MPI)
     if (transport.world_rank, transport.world_size) != (rank, size):
         transport.close()
-        said = f"{launched.starter} set {launched.rank_var}={rank}, {launched.size_var}={size}" if launched else f"the environment says rank {rank} of {size}"
+        said = (
+            f"{launched.starter} set {launched.rank_var}={rank}, {launched.size_var}={size}"
+            if launched
+            else f"the environment says rank {rank} of {size}"
+        )
         raise HcclParamError(
             f"init: {said}, but MPI_COMM_WORLD has rank {transport.world_rank} of {transport.world_size}: mpi4py uses "
             f"{version}, not the MPI whose launcher started this rank; start the job with that MPI's mpiexec "
             "(the mpich wheel's is next to this Python: .venv/bin/mpiexec; under Slurm: srun --mpi=pmix or pmi2), "
-            "or set MASTER_ADDR (rank 0's host) and MASTER_PORT so the ranks meet through hccl-py's store instead")
+            "or set MASTER_ADDR (rank 0's host) and MASTER_PORT so the ranks meet through hccl-py's store instead"
+        )
     host_ids = [info["host_id"] for info in transport.infos]
     transport.yield_when_spinning = _yield_when_spinning(host_ids.count(host_ids[transport.world_rank]))
     _note_host_layout(rank, host_ids)

@@ -73,21 +73,28 @@ def process_started(pid: int) -> float | None:
             boot = next(int(line.split()[1]) for line in f if line.startswith(b"btime "))
     except (OSError, StopIteration, ValueError):
         return None
-    ticks = int(stat[stat.rfind(b")") + 2:].split()[19])  # field 22: starttime, in clock ticks since boot
+    ticks = int(stat[stat.rfind(b")") + 2 :].split()[19])  # field 22: starttime, in clock ticks since boot
     return boot + ticks / os.sysconf("SC_CLK_TCK")
 
 
 def identity() -> dict:
     """What a rank's claim says about its process: pid, host, machine and start time."""
-    return {"pid": os.getpid(), "host": socket.gethostname(), "machine": machine_identity(),
-            "started": process_started(os.getpid())}
+    return {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "machine": machine_identity(),
+        "started": process_started(os.getpid()),
+    }
 
 
 def describe(info: dict) -> str:
     """``pid 4121 on node1 (started 12:03:07.25)``: a process as messages name it."""
     started = info.get("started")
-    when = (time.strftime("%H:%M:%S", time.localtime(started)) + f".{int(started * 100) % 100:02d}"
-            if isinstance(started, (int, float)) else None)
+    when = (
+        time.strftime("%H:%M:%S", time.localtime(started)) + f".{int(started * 100) % 100:02d}"
+        if isinstance(started, (int, float))
+        else None
+    )
     return f"pid {info.get('pid', '?')} on {info.get('host', '?')}" + (f" (started {when})" if when else "")
 
 
@@ -131,7 +138,7 @@ def _processes() -> dict[int, tuple[int, str]]:
                 stat = f.read()
         except OSError:
             continue  # exited while we looked
-        fields = stat[stat.rfind(b")") + 2:].split()
+        fields = stat[stat.rfind(b")") + 2 :].split()
         found[int(entry)] = (int(fields[1]), fields[0].decode())
     return found
 
@@ -205,8 +212,16 @@ def lookalikes(addr: str, port: int, members: list[dict]) -> list[dict]:
             continue
         if not _same_store_host(start_env.get(env.MASTER_ADDR, "127.0.0.1"), addr):
             continue
-        found.append({"pid": pid, "host": socket.gethostname(), "machine": here, "started": process_started(pid),
-                      "rank": rank, "why": "was started for the same MASTER_ADDR:MASTER_PORT"})
+        found.append(
+            {
+                "pid": pid,
+                "host": socket.gethostname(),
+                "machine": here,
+                "started": process_started(pid),
+                "rank": rank,
+                "why": "was started for the same MASTER_ADDR:MASTER_PORT",
+            }
+        )
     return found
 
 
@@ -216,7 +231,7 @@ def _alive(pid: int) -> bool:
             stat = f.read()
     except OSError:
         return False
-    return stat[stat.rfind(b")") + 2:].split()[0] not in (b"Z", b"X")
+    return stat[stat.rfind(b")") + 2 :].split()[0] not in (b"Z", b"X")
 
 
 def _settle(client, prefix: str, seen: list[dict], deadline: float) -> list[dict]:
@@ -240,16 +255,18 @@ def _settle(client, prefix: str, seen: list[dict], deadline: float) -> list[dict
             elif not _alive(pid):
                 del pending[pid]  # gone without touching this job: it never was a member
         if pending and time.monotonic() >= until:
-            rivals.extend({**p, "why": f"{p['why']} and is still running without having joined"}
-                          for p in pending.values())
+            rivals.extend(
+                {**p, "why": f"{p['why']} and is still running without having joined"} for p in pending.values()
+            )
             break
         if pending:
             time.sleep(_POLL_S)
     return rivals
 
 
-def agree(client, prefix: str, rank: int, size: int, infos: list[dict], where: str, addr: str, port: int,
-          deadline: float) -> None:
+def agree(
+    client, prefix: str, rank: int, size: int, infos: list[dict], where: str, addr: str, port: int, deadline: float
+) -> None:
     """Step 2 and 3 of the module doc for the rank ``rank`` of ``size`` whose claims read back as
     ``infos``: returns when every rank agrees the job met alone; else HcclConnectError (the same
     decision on every rank), naming the ranks that met and the rivals."""
@@ -266,7 +283,9 @@ def agree(client, prefix: str, rank: int, size: int, infos: list[dict], where: s
         missing = [r for r, ok in enumerate(client.check(keys)) if not ok]
         raise HcclTimeoutError(
             f"init: rank {rank}: rank(s) {missing} of {size} joined but did not confirm the job's members within "
-            "HCCL_CONNECT_TIMEOUT (they failed or stopped during init); see their output", rank=rank, ranks=missing,
+            "HCCL_CONNECT_TIMEOUT (they failed or stopped during init); see their output",
+            rank=rank,
+            ranks=missing,
         ) from None
     views = [json.loads(client.get(k, max(deadline - time.monotonic(), 0.1))) for k in keys]
     all_rivals: dict[tuple, dict] = {}
@@ -285,17 +304,25 @@ def agree(client, prefix: str, rank: int, size: int, infos: list[dict], where: s
     except HcclError:
         pass  # a rank that is gone cannot read anything
     met = "; ".join(f"rank {r} {describe(info)}" for r, info in enumerate(infos))
-    others = "; ".join(f"{describe(r)}, started as rank {r.get('rank', '?')}, {r.get('why', '')}"
-                       for r in all_rivals.values())
-    told = (f" Other processes came for this store: {others}." if others else "") + \
-           (f" Recorded: {' / '.join(conflicts)}." if conflicts and not others else "") + \
-           (" The ranks read different members." if disagree else "")
+    others = "; ".join(
+        f"{describe(r)}, started as rank {r.get('rank', '?')}, {r.get('why', '')}" for r in all_rivals.values()
+    )
+    told = (
+        (f" Other processes came for this store: {others}." if others else "")
+        + (f" Recorded: {' / '.join(conflicts)}." if conflicts and not others else "")
+        + (" The ranks read different members." if disagree else "")
+    )
     raise HcclConnectError(
         f"init: rank {rank}: two jobs probably met at the store at {where} (MASTER_ADDR:MASTER_PORT), so no rank of "
         f"this job computes: the ranks that met are {met}.{told} Ranks started by hand cannot tell two jobs on one "
         f"port apart: give each job its own MASTER_PORT, set {env.JOB_ID} to a distinct value per job (the same on all "
         "its ranks), or start it with hccl-launch",
-        rank=rank, address=where, state="merged",
-        members=[{"rank": r, "pid": i.get("pid"), "host": i.get("host"), "started": i.get("started")}
-                 for r, i in enumerate(infos)],
-        rivals=[{k: r.get(k) for k in ("pid", "host", "started", "rank", "why")} for r in all_rivals.values()])
+        rank=rank,
+        address=where,
+        state="merged",
+        members=[
+            {"rank": r, "pid": i.get("pid"), "host": i.get("host"), "started": i.get("started")}
+            for r, i in enumerate(infos)
+        ],
+        rivals=[{k: r.get(k) for k in ("pid", "host", "started", "rank", "why")} for r in all_rivals.values()],
+    )

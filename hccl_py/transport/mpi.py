@@ -54,7 +54,8 @@ def import_mpi():
     except ImportError as err:
         raise HcclNotSupportedError(
             f"the MPI transport needs mpi4py, which cannot be imported here ({err}); "
-            "install it with `pip install 'hccl-py[mpi]'` (mpi4py plus the mpich wheel and its mpiexec)", module="mpi4py"
+            "install it with `pip install 'hccl-py[mpi]'` (mpi4py plus the mpich wheel and its mpiexec)",
+            module="mpi4py",
         ) from None
     return MPI
 
@@ -105,27 +106,43 @@ class MpiTransport:
         self._closed = False
 
     @classmethod
-    def create(cls, buffsize_bytes: int, deadline: float, *, host_id: str, host_label: str, spin_s: float,
-               yield_when_spinning: bool) -> "MpiTransport":
+    def create(
+        cls,
+        buffsize_bytes: int,
+        deadline: float,
+        *,
+        host_id: str,
+        host_label: str,
+        spin_s: float,
+        yield_when_spinning: bool,
+    ) -> "MpiTransport":
         """Join the MPI job: duplicate COMM_WORLD and exchange (pid, host) with every rank, both
         nonblocking and bounded by ``deadline`` (HCCL_CONNECT_TIMEOUT)."""
         MPI = import_mpi()
         world = MPI.COMM_WORLD
         comm, request = world.Idup()
         # Nonblocking, so a rank that never calls init() makes the others time out, not hang.
-        wait_request(request, deadline,
-                      f"init: rank {world.Get_rank()} of the MPI job: not every rank of MPI_COMM_WORLD "
-                      f"({world.Get_size()} ranks) called hccl_py.init() within HCCL_CONNECT_TIMEOUT")
+        wait_request(
+            request,
+            deadline,
+            f"init: rank {world.Get_rank()} of the MPI job: not every rank of MPI_COMM_WORLD "
+            f"({world.Get_size()} ranks) called hccl_py.init() within HCCL_CONNECT_TIMEOUT",
+        )
         comm.Set_errhandler(MPI.ERRORS_RETURN)
         mine = json.dumps({"pid": os.getpid(), "host_id": host_id, "host": host_label[:64]}).encode()
         send = np.zeros(_INFO_BYTES, np.uint8)
         send[: len(mine)] = np.frombuffer(mine, np.uint8)
         recv = np.zeros(_INFO_BYTES * comm.Get_size(), np.uint8)
         request = comm.Iallgather([send, MPI.BYTE], [recv, MPI.BYTE])
-        wait_request(request, deadline, f"init: rank {comm.Get_rank()}: the MPI rendezvous did not finish "
-                                         "within HCCL_CONNECT_TIMEOUT")
-        infos = [json.loads(bytes(recv[i * _INFO_BYTES:(i + 1) * _INFO_BYTES]).rstrip(b"\0"))
-                 for i in range(comm.Get_size())]
+        wait_request(
+            request,
+            deadline,
+            f"init: rank {comm.Get_rank()}: the MPI rendezvous did not finish within HCCL_CONNECT_TIMEOUT",
+        )
+        infos = [
+            json.loads(bytes(recv[i * _INFO_BYTES : (i + 1) * _INFO_BYTES]).rstrip(b"\0"))
+            for i in range(comm.Get_size())
+        ]
         return cls(MPI, comm, infos, buffsize_bytes, spin_s=spin_s, yield_when_spinning=yield_when_spinning)
 
     # -- data path ---------------------------------------------------------------------------
@@ -160,8 +177,9 @@ class MpiTransport:
         try:
             request = self.comm.Isend([buf, self.MPI.BYTE], peer, TAG)
         except self.MPI.Exception as err:
-            raise HcclRemoteError(f"rank {self.world_rank} cannot send to rank {peer} over MPI: {err.Get_error_string()}",
-                                  peer=peer) from None
+            raise HcclRemoteError(
+                f"rank {self.world_rank} cannot send to rank {peer} over MPI: {err.Get_error_string()}", peer=peer
+            ) from None
         self._sends[peer].append((request, buf))
 
     def release(self, incoming: Incoming) -> None:

@@ -31,19 +31,18 @@ from collections import deque
 
 import numpy as np
 
-from ..errors import HcclRemoteError, HcclTimeoutError
 from .. import rundir
+from ..errors import HcclRemoteError, HcclTimeoutError
 from . import cma
-from .common import INLINE_MAX_BYTES, process_alive, slice_layout
 from .base import (
     HEADER_BYTES,
     KIND_ACK,
     KIND_CAPS,
     KIND_FIN,
     KIND_HELLO,
-    KIND_RNDV,
     KIND_INLINE,
     KIND_NOTICE,
+    KIND_RNDV,
     KIND_SLOT,
     KIND_WAKE,
     Incoming,
@@ -51,6 +50,7 @@ from .base import (
     plain_inline_slice,
     sender_of,
 )
+from .common import INLINE_MAX_BYTES, process_alive, slice_layout
 
 # From this size the receiver reads the sender's buffer directly (one copy instead of two). Below
 # it two copies through a slot are cheaper: process_vm_readv pins every page it reads, ~4x a
@@ -68,7 +68,6 @@ _unpack_header = SliceHeader.unpack_from
 _unpack_fields = SliceHeader.unpack_fields
 
 
-
 def socket_name(tag: str, rank: int, pid: int) -> str:
     """The file name of a rank's socket in its job's directory, e.g. ``g1.0.4242``: the
     generation (and host) tag, the rank, and its pid (no two live processes share a name)."""
@@ -79,8 +78,12 @@ def malformed(data: bytes, src: int | None, what: str, me: int) -> HcclRemoteErr
     """The error for a datagram that breaks the protocol: names the sender when the header is
     readable (``err.peer``), else "an unidentified sender" with the datagram's size."""
     who = f"rank {src}" if src is not None else f"an unidentified sender ({len(data)} bytes)"
-    return HcclRemoteError(f"rank {me} received a malformed message from {who}: {what}; that process does not speak "
-                           "this hccl-py version's protocol (or is not one of this job's ranks)", peer=src, nbytes=len(data))
+    return HcclRemoteError(
+        f"rank {me} received a malformed message from {who}: {what}; that process does not speak "
+        "this hccl-py version's protocol (or is not one of this job's ranks)",
+        peer=src,
+        nbytes=len(data),
+    )
 
 
 _FD_SPACE = socket.CMSG_LEN(array.array("i").itemsize)  # room for the one descriptor a handshake passes
@@ -98,8 +101,18 @@ def _passed_fds(ancdata) -> list[int]:
 class ShmTransport:
     """Shared-memory slots plus unix-datagram doorbells between the ranks of one host."""
 
-    def __init__(self, job_id: str, world_rank: int, world_size: int, buffsize_bytes: int, *, spin_s: float, yield_when_spinning: bool,
-                 single_copy: bool = True, tag: str = "g1"):
+    def __init__(
+        self,
+        job_id: str,
+        world_rank: int,
+        world_size: int,
+        buffsize_bytes: int,
+        *,
+        spin_s: float,
+        yield_when_spinning: bool,
+        single_copy: bool = True,
+        tag: str = "g1",
+    ):
         self.job_id = job_id
         self.tag = tag  # generation (and host) of this communicator: part of every socket name
         self.world_rank = world_rank
@@ -167,7 +180,9 @@ class ShmTransport:
         # Slices sent per path beyond the inline one: "direct" (the peer reads our buffer), "slot",
         # "shared" (one slot read by several peers).
         self.sent_by_path = {"direct": 0, "slot": 0, "shared": 0}
-        self._shared: dict[int, tuple[set[int], int]] = {}  # slot read by several peers -> (peers yet to ack, owning peer)
+        self._shared: dict[
+            int, tuple[set[int], int]
+        ] = {}  # slot read by several peers -> (peers yet to ack, owning peer)
 
     # -- setup -----------------------------------------------------------------------------
     def connect(self, peer_pids: dict[int, int], deadline: float) -> None:
@@ -179,7 +194,9 @@ class ShmTransport:
         """
         self._peer_pids = dict(peer_pids)
         # offset: where this process keeps the probe word a peer reads to test direct reads
-        hello = SliceHeader.control(KIND_HELLO, self.world_rank, offset=self._probe.ctypes.data, slot=self._segment_bytes).pack()
+        hello = SliceHeader.control(
+            KIND_HELLO, self.world_rank, offset=self._probe.ctypes.data, slot=self._segment_bytes
+        ).pack()
         for peer in self._peers:
             out = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
             out.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER_BYTES)
@@ -187,10 +204,14 @@ class ShmTransport:
                 out.connect(rundir.socket_path(self.job_id, socket_name(self.tag, peer, self._peer_pids[peer])))
             except (ConnectionRefusedError, FileNotFoundError):
                 out.close()
-                raise HcclRemoteError(f"init: rank {self.world_rank} cannot reach rank {peer}'s socket; did rank {peer} exit during init?") from None
+                raise HcclRemoteError(
+                    f"init: rank {self.world_rank} cannot reach rank {peer}'s socket; did rank {peer} exit during init?"
+                ) from None
             except OSError as err:
                 out.close()
-                raise HcclRemoteError(f"init: rank {self.world_rank} cannot reach rank {peer}'s socket: {err.strerror}") from None
+                raise HcclRemoteError(
+                    f"init: rank {self.world_rank} cannot reach rank {peer}'s socket: {err.strerror}"
+                ) from None
             out.setblocking(False)
             self._out_socks[peer] = out
         unsent = list(self._peers)
@@ -202,7 +223,9 @@ class ShmTransport:
                 except BlockingIOError:
                     continue  # its queue is full; receive meanwhile and retry
                 except OSError as err:
-                    raise HcclRemoteError(f"init: rank {self.world_rank} cannot reach rank {peer}: {err.strerror}") from None
+                    raise HcclRemoteError(
+                        f"init: rank {self.world_rank} cannot reach rank {peer}: {err.strerror}"
+                    ) from None
                 unsent.remove(peer)
             self._receive_hellos(missing)
             if not unsent and not missing:
@@ -224,13 +247,21 @@ class ShmTransport:
         """Probe whether this rank may read each peer's memory, and learn which peers may read
         ours: rendezvous sends go only to peers that said yes."""
         for peer in self._peers:
-            ok = self._single_copy and peer in self._peer_pids and cma.can_read(self._peer_pids[peer], self._peer_probes[peer], _PROBE_MAGIC)
-            self._put(peer, SliceHeader.control(KIND_CAPS, self.world_rank, count=int(ok)).pack())  # count 1: "I may read you"
+            ok = (
+                self._single_copy
+                and peer in self._peer_pids
+                and cma.can_read(self._peer_pids[peer], self._peer_probes[peer], _PROBE_MAGIC)
+            )
+            self._put(
+                peer, SliceHeader.control(KIND_CAPS, self.world_rank, count=int(ok)).pack()
+            )  # count 1: "I may read you"
         while len(self._peer_reads_me) < len(self._peers):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 missing = sorted(set(self._peers) - set(self._peer_reads_me))
-                raise HcclTimeoutError(f"init: rank {self.world_rank} got no capability message from rank(s) {missing} within HCCL_CONNECT_TIMEOUT")
+                raise HcclTimeoutError(
+                    f"init: rank {self.world_rank} got no capability message from rank(s) {missing} within HCCL_CONNECT_TIMEOUT"
+                )
             if self._queued:
                 self._flush()
             self._receive_hellos(set())
@@ -333,8 +364,11 @@ class ShmTransport:
         block to every peer: one copy instead of one per peer). False when the slice does not go
         through a slot (inline, direct) or no slot is free: then send it peer by peer."""
         nbytes = data.nbytes
-        if nbytes <= SHM_INLINE_MAX_BYTES or nbytes > self.slot_bytes or (
-                nbytes >= RNDV_MIN_BYTES and any(self._peer_reads_me.get(p) for p in peers)):
+        if (
+            nbytes <= SHM_INLINE_MAX_BYTES
+            or nbytes > self.slot_bytes
+            or (nbytes >= RNDV_MIN_BYTES and any(self._peer_reads_me.get(p) for p in peers))
+        ):
             return False
         offset = self._stage(peers[0], data)
         if offset is None:
@@ -385,8 +419,11 @@ class ShmTransport:
             except BlockingIOError:  # the peer's queue is full: keep it, progress() retries
                 self._queued = True
             except OSError as err:  # refused, reset, not connected: the peer's socket is gone
-                raise HcclRemoteError(f"rank {self.world_of[peer]} is gone (its socket refused a message from rank "
-                                      f"{self.world_of[self.world_rank]}: {err.strerror})", peer=self.world_of[peer]) from None
+                raise HcclRemoteError(
+                    f"rank {self.world_of[peer]} is gone (its socket refused a message from rank "
+                    f"{self.world_of[self.world_rank]}: {err.strerror})",
+                    peer=self.world_of[peer],
+                ) from None
         outbox.append(datagram if payload is None else datagram + payload.tobytes())
 
     def flush(self) -> bool:
@@ -430,8 +467,11 @@ class ShmTransport:
                     blocked = self._queued = True
                     break
                 except OSError as err:
-                    raise HcclRemoteError(f"rank {self.world_of[peer]} is gone (its socket refused a message from rank "
-                                      f"{self.world_of[self.world_rank]}: {err.strerror})", peer=self.world_of[peer]) from None
+                    raise HcclRemoteError(
+                        f"rank {self.world_of[peer]} is gone (its socket refused a message from rank "
+                        f"{self.world_of[self.world_rank]}: {err.strerror})",
+                        peer=self.world_of[peer],
+                    ) from None
                 outbox.popleft()
         return blocked
 
@@ -477,7 +517,9 @@ class ShmTransport:
     def _set_receive_timeout(self, timeout_s: float) -> None:
         seconds = max(timeout_s, 1e-6)  # 0 would mean "block forever"
         whole = int(seconds)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", whole, int((seconds - whole) * 1e6)))
+        self._sock.setsockopt(
+            socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", whole, int((seconds - whole) * 1e6))
+        )
         self._receive_timeout = timeout_s
 
     def _drain(self, got: list[Incoming]) -> int:
@@ -512,13 +554,18 @@ class ShmTransport:
         if kind == KIND_WAKE and src == self.world_rank:
             return
         if src not in self._peer_set:
-            raise self._malformed(data, None, f"a header claiming rank {src}, not a peer of rank {self.world_rank} "
-                                              f"(world of {self.world_size})")
+            raise self._malformed(
+                data,
+                None,
+                f"a header claiming rank {src}, not a peer of rank {self.world_rank} (world of {self.world_size})",
+            )
         if kind == KIND_INLINE:
             raise self._bad_slice(data, h, len(data) - HEADER_BYTES)
         if kind == KIND_ACK:
             if len(data) != HEADER_BYTES + 8 * nelem:
-                raise self._malformed(data, src, f"an acknowledgement of {nelem} slot(s) in {len(data) - HEADER_BYTES} bytes")
+                raise self._malformed(
+                    data, src, f"an acknowledgement of {nelem} slot(s) in {len(data) - HEADER_BYTES} bytes"
+                )
             for offset in np.frombuffer(data, np.int64, nelem, HEADER_BYTES).tolist():
                 if self._lent.get(offset) == src:
                     del self._lent[offset]
@@ -526,8 +573,11 @@ class ShmTransport:
                     continue
                 shared = self._shared.get(offset)
                 if shared is None or src not in shared[0]:
-                    raise self._malformed(data, src, f"an acknowledgement for slot offset {offset}, which rank "
-                                                     f"{self.world_rank} had not lent to it")
+                    raise self._malformed(
+                        data,
+                        src,
+                        f"an acknowledgement for slot offset {offset}, which rank {self.world_rank} had not lent to it",
+                    )
                 shared[0].discard(src)
                 if not shared[0]:
                     del self._shared[offset]
@@ -535,8 +585,9 @@ class ShmTransport:
             return
         if kind == KIND_FIN:
             if not 0 < nelem <= self._rndv_out[src]:
-                raise self._malformed(data, src, f"a receipt for {nelem} direct read(s) while {self._rndv_out[src]} were "
-                                                 "outstanding")
+                raise self._malformed(
+                    data, src, f"a receipt for {nelem} direct read(s) while {self._rndv_out[src]} were outstanding"
+                )
             self._rndv_out[src] -= nelem
             return
         if kind == KIND_CAPS:
@@ -548,7 +599,7 @@ class ShmTransport:
             end = h.slot + h.payload_bytes if h.known_dtype else -1
             if segment is None or h.slot < 0 or end < h.slot or end > len(segment) or h.offset + nelem > h.msg_count:
                 raise self._bad_slice(data, h, None)
-            payload = segment[h.slot:end]
+            payload = segment[h.slot : end]
         elif kind == KIND_RNDV:
             if not h.known_dtype or h.offset + nelem > h.msg_count:
                 raise self._bad_slice(data, h, None)
@@ -556,7 +607,9 @@ class ShmTransport:
         elif kind == KIND_NOTICE:
             payload = memoryview(data)[HEADER_BYTES:]
         else:
-            raise self._malformed(data, src, f"message kind {kind}" + (" after the handshake" if kind == KIND_HELLO else " (unknown)"))
+            raise self._malformed(
+                data, src, f"message kind {kind}" + (" after the handshake" if kind == KIND_HELLO else " (unknown)")
+            )
         got.append(Incoming(h, payload, fetch))
 
     def _malformed(self, data: bytes, src: int | None, what: str) -> HcclRemoteError:
@@ -585,8 +638,10 @@ class ShmTransport:
             try:
                 cma.read_into(self._peer_pids[src], address, dst)
             except (ProcessLookupError, PermissionError) as err:
-                raise HcclRemoteError(f"rank {self.world_of[self.world_rank]} cannot read rank {self.world_of[src]}'s buffer: {err}",
-                                      peer=self.world_of[src]) from None
+                raise HcclRemoteError(
+                    f"rank {self.world_of[self.world_rank]} cannot read rank {self.world_of[src]}'s buffer: {err}",
+                    peer=self.world_of[src],
+                ) from None
             return dst
 
         return fetch

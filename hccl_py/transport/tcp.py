@@ -94,8 +94,16 @@ class _Reader:
 class TcpTransport:
     """One TCP connection to each peer in ``peers`` (world ranks); see the module doc."""
 
-    def __init__(self, world_rank: int, world_size: int, peers: list[int], host: str, buffsize_bytes: int,
-                 *, local_pids: dict[int, int] | None = None):
+    def __init__(
+        self,
+        world_rank: int,
+        world_size: int,
+        peers: list[int],
+        host: str,
+        buffsize_bytes: int,
+        *,
+        local_pids: dict[int, int] | None = None,
+    ):
         self.world_rank = world_rank
         self.world_size = world_size
         self.slots, self.slice_bytes = slice_layout(world_size, buffsize_bytes)
@@ -108,8 +116,10 @@ class TcpTransport:
             self._listener.listen(max(len(self._peers), 16))
         except OSError as err:
             self._listener.close()
-            raise HcclConnectError(f"rank {world_rank}: cannot listen on {host} for TCP peers: {err.strerror} "
-                                   "(set HCCL_IF_IP to an address of this host)") from None
+            raise HcclConnectError(
+                f"rank {world_rank}: cannot listen on {host} for TCP peers: {err.strerror} "
+                "(set HCCL_IF_IP to an address of this host)"
+            ) from None
         self._token = secrets.token_bytes(TOKEN_BYTES)
         # host:port/token: published through the store (readable only with the job secret)
         self.endpoint = f"{host}:{self._listener.getsockname()[1]}/{self._token.hex()}"
@@ -144,7 +154,8 @@ class TcpTransport:
                         raise HcclTimeoutError(
                             f"init: rank {self.world_rank} could not reach rank {peer} at {address} within "
                             f"HCCL_CONNECT_TIMEOUT ({err.strerror or err}); check that it is alive and that its address "
-                            "(HCCL_IF_IP) is reachable from this host") from None
+                            "(HCCL_IF_IP) is reachable from this host"
+                        ) from None
                     time.sleep(0.05)
             self._add(peer, sock)
         waiting = {p for p in self._peers if p < self.world_rank}
@@ -153,7 +164,8 @@ class TcpTransport:
             if remaining <= 0:
                 raise HcclTimeoutError(
                     f"init: rank {self.world_rank} got no TCP connection from rank(s) {sorted(waiting)} within "
-                    "HCCL_CONNECT_TIMEOUT; check that they are alive and can reach this host")
+                    "HCCL_CONNECT_TIMEOUT; check that they are alive and can reach this host"
+                )
             self._listener.settimeout(remaining)
             try:
                 sock, _ = self._listener.accept()
@@ -163,8 +175,12 @@ class TcpTransport:
                 sock.settimeout(max(deadline - time.monotonic(), 0.01))
                 frame = _recv_exactly(sock, PREFIX)
                 header = SliceHeader.unpack_from(frame, LENGTH.size)
-                known = (LENGTH.unpack_from(frame)[0] == TOKEN_BYTES and header.kind == KIND_HELLO and header.src in waiting
-                         and hmac.compare_digest(_recv_exactly(sock, TOKEN_BYTES), self._token))
+                known = (
+                    LENGTH.unpack_from(frame)[0] == TOKEN_BYTES
+                    and header.kind == KIND_HELLO
+                    and header.src in waiting
+                    and hmac.compare_digest(_recv_exactly(sock, TOKEN_BYTES), self._token)
+                )
             except (OSError, struct.error):  # timed out, reset or garbled: not a peer of ours
                 known = False
             if not known:  # not one of the job's ranks (it could not know our token): ignore it
@@ -192,7 +208,9 @@ class TcpTransport:
         if large and not self._credits[peer]:
             return False
         if peer in self._gone:
-            raise HcclRemoteError(f"rank {peer} is gone (its TCP connection to rank {self.world_rank} was closed)", peer=peer)
+            raise HcclRemoteError(
+                f"rank {peer} is gone (its TCP connection to rank {self.world_rank} was closed)", peer=peer
+            )
         head = LENGTH.pack(nbytes) + header.pack_as(KIND_INLINE)
         self._send(peer, head, data.reshape(-1).view(np.uint8) if nbytes else _EMPTY)
         if large:
@@ -201,8 +219,10 @@ class TcpTransport:
 
     def notify(self, peer: int, comm_id: int, seq: int, body: bytes) -> None:
         body = body[:INLINE_MAX_BYTES]
-        head = LENGTH.pack(len(body)) + SliceHeader.control(KIND_NOTICE, self.world_rank, comm_id=comm_id, seq=seq,
-                                                            nelem=len(body)).pack()
+        head = (
+            LENGTH.pack(len(body))
+            + SliceHeader.control(KIND_NOTICE, self.world_rank, comm_id=comm_id, seq=seq, nelem=len(body)).pack()
+        )
         try:
             self._send(peer, head, memoryview(body))
         except HcclRemoteError:
@@ -222,14 +242,17 @@ class TcpTransport:
                 sent = 0
             except OSError as err:
                 self._lost(peer)
-                raise HcclRemoteError(f"rank {peer} is gone (its TCP connection refused a message from rank "
-                                      f"{self.world_rank}: {err.strerror})", peer=peer) from None
+                raise HcclRemoteError(
+                    f"rank {peer} is gone (its TCP connection refused a message from rank "
+                    f"{self.world_rank}: {err.strerror})",
+                    peer=peer,
+                ) from None
         if sent < len(head):
             out.append(head[sent:])
             if len(payload):
                 out.append(bytes(payload))
         elif sent < len(head) + len(payload):
-            out.append(bytes(payload[sent - len(head):]))
+            out.append(bytes(payload[sent - len(head) :]))
         else:
             return
         self._poll.modify(self._socks[peer], select.POLLIN | select.POLLOUT)
@@ -309,7 +332,7 @@ class TcpTransport:
         while True:
             try:
                 if st.payload is not None:  # a large payload: straight into its buffer
-                    n = sock.recv_into(memoryview(st.payload)[st.filled:])
+                    n = sock.recv_into(memoryview(st.payload)[st.filled :])
                     if n:
                         st.filled += n
                         if st.filled == st.payload.nbytes:
@@ -338,7 +361,7 @@ class TcpTransport:
             start = pos + PREFIX
             have = len(buf) - start
             if have >= nbytes:
-                self._deliver(header, memoryview(bytes(buf[start:start + nbytes])), got)
+                self._deliver(header, memoryview(bytes(buf[start : start + nbytes])), got)
                 pos = start + nbytes
                 continue
             if nbytes > RECV_CHUNK:  # the rest goes straight into the payload's own buffer

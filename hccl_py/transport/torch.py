@@ -55,11 +55,15 @@ class C10dStore:
         import torch.distributed as dist
 
         try:
-            store = dist.TCPStore(host, port, world_size, is_master=False, timeout=timedelta(seconds=timeout_s),
-                                  wait_for_workers=False)
+            store = dist.TCPStore(
+                host, port, world_size, is_master=False, timeout=timedelta(seconds=timeout_s), wait_for_workers=False
+            )
         except RuntimeError as err:
-            raise HcclConnectError(f"init: cannot reach torchrun's store at {host}:{port} (MASTER_ADDR:MASTER_PORT, "
-                                   f"{env.TORCHELASTIC_USE_AGENT_STORE}=True): {err}", address=f"{host}:{port}") from None
+            raise HcclConnectError(
+                f"init: cannot reach torchrun's store at {host}:{port} (MASTER_ADDR:MASTER_PORT, "
+                f"{env.TORCHELASTIC_USE_AGENT_STORE}=True): {err}",
+                address=f"{host}:{port}",
+            ) from None
         return cls(store, f"{host}:{port}")
 
     # -- the StoreClient calls connect.py makes ----------------------------------------------------
@@ -93,8 +97,9 @@ class C10dStore:
 
     def job_id(self) -> str:
         """The job's id, agreed in the store: the first rank to ask sets the one it proposes."""
-        return bytes(self._call("job_id", _JOB_KEY,
-                                lambda: self._store.compare_set(_JOB_KEY, b"", self._proposed.encode()))).decode()
+        return bytes(
+            self._call("job_id", _JOB_KEY, lambda: self._store.compare_set(_JOB_KEY, b"", self._proposed.encode()))
+        ).decode()
 
     def wait(self, keys, timeout_s: float | None = None) -> None:
         """Block until every key is set: HcclTimeoutError naming the missing ones after
@@ -111,9 +116,14 @@ class C10dStore:
             if "timeout" not in str(err).lower():
                 raise self._lost("wait", keys, err) from None
             missing = [k for k, ok in zip(keys, self.check(keys)) if not ok]
-            raise HcclTimeoutError(f"store wait timed out after {timeout_s:g} s: {len(missing)} of {len(keys)} key(s) still "
-                                   f"missing: {missing} ({self.address})", address=self.address, keys=keys,
-                                   missing_keys=missing, timeout_s=timeout_s) from None
+            raise HcclTimeoutError(
+                f"store wait timed out after {timeout_s:g} s: {len(missing)} of {len(keys)} key(s) still "
+                f"missing: {missing} ({self.address})",
+                address=self.address,
+                keys=keys,
+                missing_keys=missing,
+                timeout_s=timeout_s,
+            ) from None
 
     def close(self) -> None:
         """Nothing to release: the store is torch's (a client made by :meth:`connect` closes when dropped)."""
@@ -126,6 +136,9 @@ class C10dStore:
             raise self._lost(what, [key], err) from None
 
     def _lost(self, what: str, keys: list[str], err: Exception) -> HcclConnectError:
-        return HcclConnectError(f"store {what}({keys[0] if len(keys) == 1 else keys!r}) on the {self.address} failed: "
-                                f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}",
-                                address=self.address, keys=keys)
+        return HcclConnectError(
+            f"store {what}({keys[0] if len(keys) == 1 else keys!r}) on the {self.address} failed: "
+            f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}",
+            address=self.address,
+            keys=keys,
+        )

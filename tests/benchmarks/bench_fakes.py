@@ -60,7 +60,7 @@ class ThreadComm(RankComm):
             return stacked.reshape(-1)
         if name == "reducescatter":
             block = send.size // self.size
-            return _UFUNC[op].reduce(stacked, axis=0).astype(send.dtype)[self.rank * block:(self.rank + 1) * block]
+            return _UFUNC[op].reduce(stacked, axis=0).astype(send.dtype)[self.rank * block : (self.rank + 1) * block]
         raise ValueError(name)
 
     def bind(self, coll, send, recv, op, root) -> Callable[[], np.ndarray | None]:

@@ -95,7 +95,7 @@ def test_every_block_differs_from_every_other_at_every_element(name):
     blocks = [b for buf in buffers for b in buf.reshape(-1, count)]
     assert len(blocks) == (n * n if name == "alltoall" else n)
     for i, a in enumerate(blocks):
-        for b in blocks[i + 1:]:
+        for b in blocks[i + 1 :]:
             assert np.all(a != b)
 
 
@@ -114,8 +114,18 @@ class _Recording(ThreadComm):
 def test_only_the_root_has_the_root_only_buffer_and_chunks_stay_in_step(name, budget):
     # 5 iterations, outputs of 8 (scatter) or 24 (gather, at the root) bytes: 2 per chunk on
     # every rank (the chunking follows the sizes, not the rank's buffers, or the barriers would not match)
-    cfg = BenchConfig(collective=name, nranks=3, root=1, minbytes=24, maxbytes=24, stepfactor=1, warmup=1,
-                      iters=5, repeats=1, mem_budget=budget)
+    cfg = BenchConfig(
+        collective=name,
+        nranks=3,
+        root=1,
+        minbytes=24,
+        maxbytes=24,
+        stepfactor=1,
+        warmup=1,
+        iters=5,
+        repeats=1,
+        mem_budget=budget,
+    )
     rows = run_threads(3, lambda comm: (run_sweep(comm, cfg), comm.seen), comm_class=_Recording)
     (row,), _ = rows[0]
     assert row["wrong"] == 0 and row["buffers"] == 2 and row["size"] == 24
@@ -126,16 +136,23 @@ def test_only_the_root_has_the_root_only_buffer_and_chunks_stay_in_step(name, bu
         assert seen == [{(2, 0)}, {(2, 6)}, {(2, 0)}]
 
 
-@pytest.mark.parametrize("name, bad_rank, wrong", [
-    ("alltoall", 1, 7), ("scatter", 2, 7), ("gather", 1, 7), ("gather", 0, 0),
-])
+@pytest.mark.parametrize(
+    "name, bad_rank, wrong",
+    [
+        ("alltoall", 1, 7),
+        ("scatter", 2, 7),
+        ("gather", 1, 7),
+        ("gather", 0, 0),
+    ],
+)
 def test_the_check_catches_a_wrong_result(name, bad_rank, wrong):
     class Bad(FaultyComm):
         pass
 
     Bad.bad_rank = bad_rank
-    cfg = BenchConfig(collective=name, nranks=3, root=1, minbytes=96, maxbytes=96, stepfactor=1, warmup=2,
-                      iters=5, repeats=1)
+    cfg = BenchConfig(
+        collective=name, nranks=3, root=1, minbytes=96, maxbytes=96, stepfactor=1, warmup=2, iters=5, repeats=1
+    )
     rows = run_threads(3, lambda comm: run_sweep(comm, cfg), comm_class=Bad)
     assert rows[0][0]["wrong"] == wrong  # one element in each of 7 calls; gather off the root is not checked
 
@@ -151,8 +168,17 @@ def test_a_peer_without_the_operation_is_refused_at_its_column(monkeypatch):
     monkeypatch.delitem(gloo._CALLS, "alltoall")
     monkeypatch.setattr(gloo.GlooBackend, "unavailable", lambda self: None)
     log = io.StringIO()
-    cfg = BenchConfig(collective="alltoall", nranks=2, minbytes=8, maxbytes=64, stepfactor=8, warmup=1, iters=2,
-                      repeats=1, peers=("gloo",))
+    cfg = BenchConfig(
+        collective="alltoall",
+        nranks=2,
+        minbytes=8,
+        maxbytes=64,
+        stepfactor=8,
+        warmup=1,
+        iters=2,
+        repeats=1,
+        peers=("gloo",),
+    )
     result = run_benchmark(cfg, [ThreadBackend("hccl", []), gloo.GlooBackend()], log=log, progress=False)
     assert log.getvalue() == "# skipping gloo: no torch.distributed binding for alltoall\n"
     assert [i.name for i in result.ok] == ["hccl"] and [r.wrong for r in result.impls["hccl"].rows] == [0, 0]
@@ -167,8 +193,9 @@ def test_scatter_and_gather_report_their_root():
     from benchmarks.report import format_report
 
     for name in ("scatter", "gather"):
-        cfg = BenchConfig(collective=name, nranks=3, root=2, minbytes=12, maxbytes=12, stepfactor=1, warmup=0,
-                          iters=1, repeats=1)
+        cfg = BenchConfig(
+            collective=name, nranks=3, root=2, minbytes=12, maxbytes=12, stepfactor=1, warmup=0, iters=1, repeats=1
+        )
         result = run_benchmark(cfg, [ThreadBackend("hccl", [])], log=io.StringIO(), progress=False)
         text = format_report(result)
         assert "root 2" in text.splitlines()[0]
@@ -191,8 +218,9 @@ def _env() -> dict[str, str]:
 
 
 def _run(args: str, timeout: float = 80) -> subprocess.CompletedProcess:
-    return subprocess.run(_hccl_bench() + args.split(), capture_output=True, text=True, timeout=timeout,
-                          env=_env(), cwd=ROOT)
+    return subprocess.run(
+        _hccl_bench() + args.split(), capture_output=True, text=True, timeout=timeout, env=_env(), cwd=ROOT
+    )
 
 
 def _data(text: str) -> list[list[str]]:
@@ -238,11 +266,14 @@ def _require_mpi() -> None:
 
 @pytest.mark.timeout(120)
 @pytest.mark.usefixtures("no_leaks")
-@pytest.mark.parametrize("args, call", [
-    ("alltoall -b 8 -e 64K -f 8", "Alltoall(x, out)"),
-    ("scatter -r 1 -b 8 -e 512 -f 64 -d int8", "Scatter(x on root / None, out, root)"),
-    ("gather -r 1 -b 8 -e 512 -f 64 -d bf16", "Gather(x, out on root / None, root)"),
-])
+@pytest.mark.parametrize(
+    "args, call",
+    [
+        ("alltoall -b 8 -e 64K -f 8", "Alltoall(x, out)"),
+        ("scatter -r 1 -b 8 -e 512 -f 64 -d int8", "Scatter(x on root / None, out, root)"),
+        ("gather -r 1 -b 8 -e 512 -f 64 -d bf16", "Gather(x, out on root / None, root)"),
+    ],
+)
 def test_console_script_vs_mpi(tmp_path, args, call):
     _require_mpi()
     out_json = tmp_path / "r.json"

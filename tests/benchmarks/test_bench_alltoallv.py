@@ -22,7 +22,9 @@ def test_alltoallv_is_alltoalls_data_with_counts_per_pair():
     assert (v.title, v.bus_factor(4), v.rooted, v.reduces, v.in_place) == ("AlltoAllV", 0.75, False, False, False)
     cfg = BenchConfig(collective="alltoallv")
     assert get_backend("gloo").unsupported(cfg) == "no torch.distributed binding for alltoallv"
-    assert get_backend("mpi").unsupported(cfg.replace(dtype="bf16")) is None and "Alltoallv" in get_backend("mpi").mode(v)
+    assert get_backend("mpi").unsupported(cfg.replace(dtype="bf16")) is None and "Alltoallv" in get_backend("mpi").mode(
+        v
+    )
     assert "all_to_all_v" in get_backend("hccl").mode(v)
     assert unsupported_reason(cfg.replace(algo="mesh")) is None
     assert "pairwise, mesh" in unsupported_reason(cfg.replace(algo="ring"))
@@ -31,14 +33,16 @@ def test_alltoallv_is_alltoalls_data_with_counts_per_pair():
 @pytest.mark.timeout(90)
 @pytest.mark.usefixtures("no_leaks")
 def test_console_script_alltoallv(tmp_path):
-    from hccl_py.context import load_topology
     from hccl_py.algo_select import alltoallv_auto
+    from hccl_py.context import load_topology
     from hccl_py.planning.calls import simulate_alltoallv, simulate_call
 
     mpi = _has("mpi4py")
     out_json = tmp_path / "v.json"
-    proc = _run(f"alltoallv -n 2 -b 8 -e 4K -f 8 -w 1 -i 2 --repeats 1 --timeout 60 --no-progress --json {out_json}"
-                + (" --vs mpi,gloo" if mpi else " --vs gloo"))
+    proc = _run(
+        f"alltoallv -n 2 -b 8 -e 4K -f 8 -w 1 -i 2 --repeats 1 --timeout 60 --no-progress --json {out_json}"
+        + (" --vs mpi,gloo" if mpi else " --vs gloo")
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "# hccl-bench alltoallv (AlltoAllV): 2 ranks" in proc.stdout and "# skipping gloo:" in proc.stdout
     assert [int(r[0]) for r in _data(proc.stdout)][:4] == [8, 64, 512, 4096]

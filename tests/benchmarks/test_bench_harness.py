@@ -23,8 +23,10 @@ def _cfg(**kw) -> BenchConfig:
 
 
 @pytest.mark.parametrize("collective", sorted(COLLECTIVES))
-@pytest.mark.parametrize("dtype, op", [("fp32", "sum"), ("int8", "sum"), ("bf16", "max"), ("fp16", "prod"),
-                                       ("int64", "min"), ("uint8", "sum")])
+@pytest.mark.parametrize(
+    "dtype, op",
+    [("fp32", "sum"), ("int8", "sum"), ("bf16", "max"), ("fp16", "prod"), ("int64", "min"), ("uint8", "sum")],
+)
 def test_reference_implementation_has_no_wrong_results(collective, dtype, op):
     root = 2 if COLLECTIVES[collective].rooted else 0
     cfg = _cfg(collective=collective, dtype=dtype, op=op, root=root)
@@ -53,8 +55,9 @@ def test_every_iteration_is_checked_also_in_chunks():
         every = 3
 
     # 40 bytes per iteration and a 100-byte budget: 2 buffers, so 10 iterations run in 5 chunks
-    cfg = _cfg(collective="broadcast", root=0, minbytes=40, maxbytes=40, stepfactor=1, warmup=0, iters=10,
-               mem_budget=100)
+    cfg = _cfg(
+        collective="broadcast", root=0, minbytes=40, maxbytes=40, stepfactor=1, warmup=0, iters=10, mem_budget=100
+    )
     rows = run_threads(3, lambda comm: run_sweep(comm, cfg), comm_class=EveryThird)
     assert rows[0][0]["buffers"] == 2
     assert rows[0][0]["wrong"] == 3  # calls 3, 6 and 9
@@ -115,8 +118,9 @@ def test_extra_columns_hook():
     assert rows[0][0]["extra"] == {"fake_us": 4.0}  # per iteration, max over ranks (rank 2: 2 + 2)
     (row,) = aggregate([rows[0]], get("allreduce").bus_factor(3), ExtraComm.extra_columns)
     assert row.extra["fake_busbw"] == pytest.approx(1024 / 4e-6 / 1e9 * 4 / 3)
-    impl = ImplResult("hccl", "fake", version="fake 1", mode="in place", extra_columns=ExtraComm.extra_columns,
-                      rows=[row])
+    impl = ImplResult(
+        "hccl", "fake", version="fake 1", mode="in place", extra_columns=ExtraComm.extra_columns, rows=[row]
+    )
     table = format_table(cfg, impl)
     assert "fake(us)" in table and "fbusbw" in table
     data = [line.split() for line in table.splitlines() if not line.startswith("#")]
@@ -132,8 +136,9 @@ def test_several_world_sizes_alternate_repeat_by_repeat():
     order: list[tuple[str, int]] = []
     cfgs = [_cfg(nranks=n, repeats=2, maxbytes=64) for n in (2, 3)]
     log = io.StringIO()
-    results = run_benchmarks(cfgs, [ThreadBackend("hccl", order), ThreadBackend("mpi", order, refuse_nranks=3)],
-                             log=log, progress=False)
+    results = run_benchmarks(
+        cfgs, [ThreadBackend("hccl", order), ThreadBackend("mpi", order, refuse_nranks=3)], log=log, progress=False
+    )
     assert order == [("hccl", 2), ("mpi", 2), ("hccl", 3)] * 2
     assert [r.cfg.nranks for r in results] == [2, 3]
     assert [i.name for i in results[0].ok] == ["hccl", "mpi"] and [i.name for i in results[1].ok] == ["hccl"]

@@ -21,18 +21,35 @@ def _require(name: str):
 
 
 def _tiny(collective: str, **kw) -> BenchConfig:
-    base = dict(collective=collective, nranks=2, minbytes=8, maxbytes=4096, stepfactor=512, warmup=1, iters=2,
-                repeats=1, timeout_s=40)
+    base = dict(
+        collective=collective,
+        nranks=2,
+        minbytes=8,
+        maxbytes=4096,
+        stepfactor=512,
+        warmup=1,
+        iters=2,
+        repeats=1,
+        timeout_s=40,
+    )
     base.update(kw)
     return BenchConfig(**base)
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("collective, kw", [
-    ("allreduce", {}), ("allgather", {"dtype": "bf16"}), ("broadcast", {"root": 1}),
-    ("reduce", {"root": 1, "op": "min", "dtype": "int8"}), ("reducescatter", {"op": "max", "dtype": "fp16"}),
-    ("alltoall", {"dtype": "bf16"}), ("scatter", {"root": 1, "dtype": "int8"}), ("gather", {"root": 1, "dtype": "fp64"}),
-])
+@pytest.mark.parametrize(
+    "collective, kw",
+    [
+        ("allreduce", {}),
+        ("allgather", {"dtype": "bf16"}),
+        ("broadcast", {"root": 1}),
+        ("reduce", {"root": 1, "op": "min", "dtype": "int8"}),
+        ("reducescatter", {"op": "max", "dtype": "fp16"}),
+        ("alltoall", {"dtype": "bf16"}),
+        ("scatter", {"root": 1, "dtype": "int8"}),
+        ("gather", {"root": 1, "dtype": "fp64"}),
+    ],
+)
 def test_mpi_runs_every_collective(tmp_path, collective, kw):
     backend = _require("mpi")
     cfg = _tiny(collective, **kw)
@@ -50,10 +67,16 @@ def test_mpi_declines_bf16_reductions():
 
 
 @pytest.mark.timeout(90)
-@pytest.mark.parametrize("collective, kw", [
-    ("allreduce", {}), ("reducescatter", {"dtype": "bf16", "op": "min"}),
-    ("alltoall", {}), ("scatter", {"root": 1}), ("gather", {"root": 1, "dtype": "int8"}),
-])
+@pytest.mark.parametrize(
+    "collective, kw",
+    [
+        ("allreduce", {}),
+        ("reducescatter", {"dtype": "bf16", "op": "min"}),
+        ("alltoall", {}),
+        ("scatter", {"root": 1}),
+        ("gather", {"root": 1, "dtype": "int8"}),
+    ],
+)
 def test_gloo_runs(tmp_path, collective, kw):
     backend = _require("gloo")
     cfg = _tiny(collective, **kw)
@@ -63,9 +86,14 @@ def test_gloo_runs(tmp_path, collective, kw):
 
 
 @pytest.mark.timeout(90)
-@pytest.mark.parametrize("collective, kw", [
-    ("allreduce", {}), ("reducescatter", {"op": "min", "dtype": "fp16"}), ("alltoall", {"dtype": "bf16"}),
-])
+@pytest.mark.parametrize(
+    "collective, kw",
+    [
+        ("allreduce", {}),
+        ("reducescatter", {"op": "min", "dtype": "fp16"}),
+        ("alltoall", {"dtype": "bf16"}),
+    ],
+)
 def test_torch_hccl_runs(tmp_path, collective, kw):
     """--vs torch-hccl: the same calls through torch.distributed on hccl-py's backend, so the
     modeled columns equal hccl-py's own (the torch path adds wall time, never modeled time)."""

@@ -19,9 +19,14 @@ def _impl(name: str, label: str, times: list[float], factor: float = 1.5) -> Imp
 def _result() -> BenchResult:
     cfg = BenchConfig(nranks=4, minbytes=8, maxbytes=1 << 20, stepfactor=128, peers=("mpi", "gloo"))
     skipped = ImplResult("gloo", "torch gloo", status="skipped", reason="torch is not installed")
-    return BenchResult(cfg, {"hccl": _impl("hccl", "hccl-py", [20.0, 40.0, 400.0]),
-                             "mpi": _impl("mpi", "MPICH (mpi4py)", [5.0, 20.0, 800.0]),
-                             "gloo": skipped})
+    return BenchResult(
+        cfg,
+        {
+            "hccl": _impl("hccl", "hccl-py", [20.0, 40.0, 400.0]),
+            "mpi": _impl("mpi", "MPICH (mpi4py)", [5.0, 20.0, 800.0]),
+            "gloo": skipped,
+        },
+    )
 
 
 def _data(text: str) -> list[list[str]]:
@@ -62,8 +67,19 @@ def test_json_schema():
     assert impls["gloo"]["status"] == "skipped" and impls["gloo"]["reason"] == "torch is not installed"
     assert impls["gloo"]["rows"] == []
     row = impls["hccl"]["rows"][0]
-    assert set(row) == {"size", "count", "type", "redop", "root", "time_us", "algbw_gbps", "busbw_gbps",
-                        "wrong", "times_us", "extra"}
+    assert set(row) == {
+        "size",
+        "count",
+        "type",
+        "redop",
+        "root",
+        "time_us",
+        "algbw_gbps",
+        "busbw_gbps",
+        "wrong",
+        "times_us",
+        "extra",
+    }
     assert row["size"] == 8 and row["time_us"] == 20.0 and len(row["times_us"]) == 3
     assert set(doc["ratios"]) == {"mpi"}
     assert doc["ratios"]["mpi"][0] == {"size": 8, "time_ratio": 4.0, "busbw_ratio": 0.25}
@@ -81,10 +97,20 @@ def test_plot_draws_a_png(tmp_path):
 def _scaling_results() -> list[BenchResult]:
     """hccl-py and MPICH at 2 ranks; at 4 ranks MPICH failed: it has no scaling column."""
     cfg2 = BenchConfig(nranks=2, minbytes=8, maxbytes=1 << 20, stepfactor=128, peers=("mpi",))
-    two = BenchResult(cfg2, {"hccl": _impl("hccl", "hccl-py", [20.0, 40.0, 400.0], factor=1.0),
-                             "mpi": _impl("mpi", "MPICH (mpi4py)", [5.0, 20.0, 800.0], factor=1.0)})
-    four = BenchResult(cfg2.replace(nranks=4), {"hccl": _impl("hccl", "hccl-py", [60.0, 200.0, 1000.0]),
-                                                "mpi": ImplResult("mpi", "MPICH (mpi4py)", status="failed", reason="x")})
+    two = BenchResult(
+        cfg2,
+        {
+            "hccl": _impl("hccl", "hccl-py", [20.0, 40.0, 400.0], factor=1.0),
+            "mpi": _impl("mpi", "MPICH (mpi4py)", [5.0, 20.0, 800.0], factor=1.0),
+        },
+    )
+    four = BenchResult(
+        cfg2.replace(nranks=4),
+        {
+            "hccl": _impl("hccl", "hccl-py", [60.0, 200.0, 1000.0]),
+            "mpi": ImplResult("mpi", "MPICH (mpi4py)", status="failed", reason="x"),
+        },
+    )
     return [two, four]
 
 

@@ -8,14 +8,25 @@ import pytest
 
 from benchmarks.collectives import COLLECTIVES, get
 from benchmarks.config import BenchConfig, parse_dtype
-from topology.units import format_size, parse_size
 from benchmarks.harness import size_plan, sweep_sizes
+from topology.units import format_size, parse_size
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("8", 8), ("64K", 64 << 10), ("64k", 64 << 10), ("64M", 64 << 20), ("1G", 1 << 30),
-    ("2KB", 2048), ("2KiB", 2048), ("1.5M", 3 << 19), (" 16 ", 16), (32, 32),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("8", 8),
+        ("64K", 64 << 10),
+        ("64k", 64 << 10),
+        ("64M", 64 << 20),
+        ("1G", 1 << 30),
+        ("2KB", 2048),
+        ("2KiB", 2048),
+        ("1.5M", 3 << 19),
+        (" 16 ", 16),
+        (32, 32),
+    ],
+)
 def test_parse_size(text, expected):
     assert parse_size(text) == expected
 
@@ -35,7 +46,14 @@ def test_sweep_like_nccl_tests():
     assert sweep_sizes(cfg) == [8, 32, 128, 512, 2048, 8192, 32768]
     assert sweep_sizes(BenchConfig(minbytes=8, maxbytes=8, stepfactor=1)) == [8]
     assert sweep_sizes(BenchConfig(minbytes=parse_size("1M"), maxbytes=parse_size("64M"), stepfactor=2)) == [
-        1 << 20, 2 << 20, 4 << 20, 8 << 20, 16 << 20, 32 << 20, 64 << 20]
+        1 << 20,
+        2 << 20,
+        4 << 20,
+        8 << 20,
+        16 << 20,
+        32 << 20,
+        64 << 20,
+    ]
     # -e is included when reached exactly, and never exceeded
     assert sweep_sizes(BenchConfig(minbytes=3, maxbytes=100, stepfactor=3)) == [3, 9, 27, 81]
 
@@ -48,34 +66,64 @@ def test_size_plan_rounds_to_whole_elements_and_ranks():
     # duplicates after rounding are dropped: 1 and 2 bytes of fp32 are both one element
     plan = size_plan(BenchConfig(minbytes=1, maxbytes=16, stepfactor=2))
     assert [p.nbytes for p in plan] == [4, 8, 16]
-    rs = size_plan(BenchConfig(collective="reducescatter", nranks=4, dtype="fp64", minbytes=64, maxbytes=64,
-                               stepfactor=1))
+    rs = size_plan(
+        BenchConfig(collective="reducescatter", nranks=4, dtype="fp64", minbytes=64, maxbytes=64, stepfactor=1)
+    )
     assert [(p.nbytes, p.count, p.send_count, p.recv_count) for p in rs] == [(64, 2, 8, 2)]
 
 
-@pytest.mark.parametrize("name, n, factor", [
-    ("allreduce", 2, 1.0), ("allreduce", 4, 1.5), ("allreduce", 8, 1.75),
-    ("allgather", 4, 0.75), ("reducescatter", 4, 0.75), ("allgather", 2, 0.5),
-    ("broadcast", 4, 1.0), ("reduce", 4, 1.0),
-    ("alltoall", 2, 0.5), ("alltoall", 8, 0.875), ("scatter", 4, 0.75), ("gather", 4, 0.75),
-])
+@pytest.mark.parametrize(
+    "name, n, factor",
+    [
+        ("allreduce", 2, 1.0),
+        ("allreduce", 4, 1.5),
+        ("allreduce", 8, 1.75),
+        ("allgather", 4, 0.75),
+        ("reducescatter", 4, 0.75),
+        ("allgather", 2, 0.5),
+        ("broadcast", 4, 1.0),
+        ("reduce", 4, 1.0),
+        ("alltoall", 2, 0.5),
+        ("alltoall", 8, 0.875),
+        ("scatter", 4, 0.75),
+        ("gather", 4, 0.75),
+    ],
+)
 def test_busbw_factors_are_nccl_tests(name, n, factor):
     assert get(name).bus_factor(n) == pytest.approx(factor)
 
 
 def test_collective_flags():
-    assert set(COLLECTIVES) == {"allreduce", "allgather", "broadcast", "reduce", "reducescatter",
-                                "alltoall", "alltoallv", "scatter", "gather"}
+    assert set(COLLECTIVES) == {
+        "allreduce",
+        "allgather",
+        "broadcast",
+        "reduce",
+        "reducescatter",
+        "alltoall",
+        "alltoallv",
+        "scatter",
+        "gather",
+    }
     assert [c for c in COLLECTIVES if COLLECTIVES[c].rooted] == ["broadcast", "reduce", "scatter", "gather"]
-    assert not any(COLLECTIVES[c].in_place or COLLECTIVES[c].reduces for c in ("alltoall", "alltoallv", "scatter", "gather"))
+    assert not any(
+        COLLECTIVES[c].in_place or COLLECTIVES[c].reduces for c in ("alltoall", "alltoallv", "scatter", "gather")
+    )
     assert not COLLECTIVES["allgather"].reduces and COLLECTIVES["reducescatter"].reduces
 
 
 def test_config_validation_and_json_round_trip():
     cfg = BenchConfig(collective="reduce", nranks=4, root=3, dtype="bf16", op="max", peers=("mpi", "gloo"))
     assert BenchConfig.from_json(cfg.to_json()) == cfg
-    for bad in (dict(root=2), dict(minbytes=64, maxbytes=8), dict(stepfactor=1), dict(iters=0),
-                dict(op="avg"), dict(peers=("nccl",)), dict(repeats=0)):
+    for bad in (
+        dict(root=2),
+        dict(minbytes=64, maxbytes=8),
+        dict(stepfactor=1),
+        dict(iters=0),
+        dict(op="avg"),
+        dict(peers=("nccl",)),
+        dict(repeats=0),
+    ):
         with pytest.raises(ValueError):
             BenchConfig(**bad)
     with pytest.raises(dataclasses.FrozenInstanceError):

@@ -33,7 +33,9 @@ import numpy as np
 from hccl_py.algorithms.registry import algos_for
 from hccl_py.dtypes import UFUNCS, ReduceOp, bfloat16
 
-DTYPES = [np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.float16, np.float32, np.float64)] + [bfloat16]
+DTYPES = [
+    np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.float16, np.float32, np.float64)
+] + [bfloat16]
 FLOATS = {np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64), bfloat16}
 OPS = (ReduceOp.SUM, ReduceOp.PROD, ReduceOp.MAX, ReduceOp.MIN)
 NO_PROD = {np.dtype(np.int16), bfloat16}  # as HCCL on Atlas A2
@@ -85,7 +87,9 @@ def value(rank: int, count: int, dtype: np.dtype, op: ReduceOp | None = None, sa
     return raw.astype(dtype)
 
 
-def reduced(size: int, count: int, dtype: np.dtype, op: ReduceOp, ranks: range | None = None, salt: int = 0) -> np.ndarray:
+def reduced(
+    size: int, count: int, dtype: np.dtype, op: ReduceOp, ranks: range | None = None, salt: int = 0
+) -> np.ndarray:
     """The reduction of every rank's ``value``: integers wrap as the dtype does; float results are
     small integers, so exact."""
     ranks = range(size) if ranks is None else ranks
@@ -182,6 +186,7 @@ def _bcast(algo, dtype, root, n):
         assert comm.broadcast(x, root=root, algo=algo) is x
         expect(x, value(root, n, dtype, salt=11), f"bcast root={root} on rank {comm.rank}")
         return digest(x)
+
     return run
 
 
@@ -193,6 +198,7 @@ def _allgather(algo, dtype, n):
         expect(out, np.stack([value(r, n, dtype) for r in range(comm.size)]), f"allgather on rank {comm.rank}")
         expect(x, kept, f"allgather input on rank {comm.rank}")
         return digest(out)
+
     return run
 
 
@@ -202,6 +208,7 @@ def _allreduce(algo, dtype, op, n):
         assert comm.all_reduce(x, op=op, algo=algo) is x
         expect(x, reduced(comm.size, n, dtype, op), f"allreduce on rank {comm.rank}")
         return digest(x)
+
     return run
 
 
@@ -214,6 +221,7 @@ def _reduce(algo, dtype, op, root, n):
             expect(x, reduced(comm.size, n, dtype, op), f"reduce root={root} on root")
         else:
             expect(x, mine, f"reduce root={root}: rank {comm.rank}'s buffer must stay untouched")
+
     return run
 
 
@@ -223,8 +231,9 @@ def _reduce_scatter(algo, dtype, op, n):
         kept = y.copy()
         part = comm.reduce_scatter(y, op=op, algo=algo)
         full = reduced(comm.size, n * comm.size, dtype, op)
-        expect(part.reshape(-1), full[comm.rank * n:(comm.rank + 1) * n], f"reduce_scatter on rank {comm.rank}")
+        expect(part.reshape(-1), full[comm.rank * n : (comm.rank + 1) * n], f"reduce_scatter on rank {comm.rank}")
         expect(y, kept, f"reduce_scatter input on rank {comm.rank}")
+
     return run
 
 
@@ -235,16 +244,18 @@ def _allgather_in_place(algo, dtype, n):
         got = comm.all_gather(out[comm.rank], out=out, algo=algo)
         expect(got, np.stack([value(r, n, dtype) for r in range(comm.size)]), f"in-place allgather on rank {comm.rank}")
         return digest(got)
+
     return run
 
 
 def _reduce_scatter_in_place(algo, dtype, op, n):
     def run(comm):
         y = value(comm.rank, n * comm.size, dtype, op)
-        mine = y[comm.rank * n:(comm.rank + 1) * n]
+        mine = y[comm.rank * n : (comm.rank + 1) * n]
         comm.reduce_scatter(y, op=op, out=mine, algo=algo)
         full = reduced(comm.size, n * comm.size, dtype, op)
-        expect(mine, full[comm.rank * n:(comm.rank + 1) * n], f"in-place reduce_scatter on rank {comm.rank}")
+        expect(mine, full[comm.rank * n : (comm.rank + 1) * n], f"in-place reduce_scatter on rank {comm.rank}")
+
     return run
 
 
@@ -253,9 +264,14 @@ def _reduce_scatter_overlap(algo, offset, n):
 
     def run(comm):
         y = value(comm.rank, n * comm.size, dtype)
-        comm.reduce_scatter(y, out=y[offset:offset + n], algo=algo)
+        comm.reduce_scatter(y, out=y[offset : offset + n], algo=algo)
         full = reduced(comm.size, n * comm.size, dtype, ReduceOp.SUM)
-        expect(y[offset:offset + n], full[comm.rank * n:(comm.rank + 1) * n], f"reduce_scatter out=y[{offset}:] on rank {comm.rank}")
+        expect(
+            y[offset : offset + n],
+            full[comm.rank * n : (comm.rank + 1) * n],
+            f"reduce_scatter out=y[{offset}:] on rank {comm.rank}",
+        )
+
     return run
 
 
@@ -264,21 +280,33 @@ def _allgather_overlap(algo, offset, n):
 
     def run(comm):
         out = garbage(comm.rank, n * comm.size, dtype)
-        out[offset:offset + n] = value(comm.rank, n, dtype)
-        got = comm.all_gather(out[offset:offset + n], out=out, algo=algo)
-        expect(got.reshape(-1), np.concatenate([value(r, n, dtype) for r in range(comm.size)]),
-               f"allgather x=out[{offset}:] on rank {comm.rank}")
+        out[offset : offset + n] = value(comm.rank, n, dtype)
+        got = comm.all_gather(out[offset : offset + n], out=out, algo=algo)
+        expect(
+            got.reshape(-1),
+            np.concatenate([value(r, n, dtype) for r in range(comm.size)]),
+            f"allgather x=out[{offset}:] on rank {comm.rank}",
+        )
         return digest(got)
+
     return run
 
 
 def _special(rank: int, n: int, dtype: np.dtype) -> np.ndarray:
     """NaNs with rank-specific payloads, +0, -0, +inf, -inf and ordinary numbers, mixed."""
     bits = {2: np.uint16, 4: np.uint32, 8: np.uint64}[dtype.itemsize]
-    exponent = {np.dtype(np.float16): 0x7C00, bfloat16: 0x7F80, np.dtype(np.float32): 0x7F800000,
-                np.dtype(np.float64): 0x7FF0000000000000}[dtype]
-    quiet = {np.dtype(np.float16): 0x0200, bfloat16: 0x0040, np.dtype(np.float32): 0x00400000,
-             np.dtype(np.float64): 0x0008000000000000}[dtype]
+    exponent = {
+        np.dtype(np.float16): 0x7C00,
+        bfloat16: 0x7F80,
+        np.dtype(np.float32): 0x7F800000,
+        np.dtype(np.float64): 0x7FF0000000000000,
+    }[dtype]
+    quiet = {
+        np.dtype(np.float16): 0x0200,
+        bfloat16: 0x0040,
+        np.dtype(np.float32): 0x00400000,
+        np.dtype(np.float64): 0x0008000000000000,
+    }[dtype]
     i = np.arange(n)
     nan = (np.full(n, exponent | quiet, bits) | ((i * 31 + rank * 7 + 1) % (quiet - 1)).astype(bits)).view(dtype)
     kinds = (i + rank) % 6
@@ -296,11 +324,13 @@ def _bitwise(algo, dtype, op, n):
         with np.errstate(all="ignore"):
             comm.all_reduce(x, op=op, algo=algo)
         return digest(x)
+
     return run
 
 
 def _master_worker():
     """torch's ``_test_all_reduce_helper``: master value 2 on rank 0, worker value 10 elsewhere."""
+
     def run(comm):
         x = np.full(4, 2.0 if comm.rank == 0 else 10.0, np.float32)
         comm.all_reduce(x)
@@ -309,6 +339,7 @@ def _master_worker():
         comm.all_reduce(x, op="max")
         expect(x, np.full(4, 10.0 if comm.size > 1 else 2.0, np.float32), f"master-worker max on rank {comm.rank}")
         return digest(x)
+
     return run
 
 
@@ -325,6 +356,7 @@ def _ring_send_recv():
             comm.recv(got, src=left)
             comm.send(np.full(6, comm.rank, np.int64), dst=right)
         expect(got, np.full(6, left, np.int64), f"recv from {left} on rank {comm.rank}")
+
     return run
 
 
@@ -386,11 +418,17 @@ def _matrix(size: int, salt: int) -> list[list[int]]:
 def _alltoall(algo, dtype, n):
     def run(comm):
         size, r = comm.size, comm.rank
-        x = np.concatenate([value(r * size + j, n, dtype, salt=7) for j in range(size)]).reshape(size, n) if n else \
-            np.empty((size, 0), dtype)
+        x = (
+            np.concatenate([value(r * size + j, n, dtype, salt=7) for j in range(size)]).reshape(size, n)
+            if n
+            else np.empty((size, 0), dtype)
+        )
         got = comm.all_to_all(x, algo=algo)
-        want = np.stack([value(i * size + r, n, dtype, salt=7) for i in range(size)]) if n else np.empty((size, 0), dtype)
+        want = (
+            np.stack([value(i * size + r, n, dtype, salt=7) for i in range(size)]) if n else np.empty((size, 0), dtype)
+        )
         expect(got, want, f"alltoall on rank {r}")
+
     return run
 
 
@@ -406,7 +444,7 @@ def _alltoallv(algo, dtype, gaps: bool):
             sdispl[j], offset = offset, offset + sends[j] + pad
         send = garbage(r, offset, dtype)
         for j in range(size):
-            send[sdispl[j]:sdispl[j] + sends[j]] = value(r * size + j, sends[j], dtype, salt=3)
+            send[sdispl[j] : sdispl[j] + sends[j]] = value(r * size + j, sends[j], dtype, salt=3)
         rdispl, offset = [0] * size, pad
         for i in range(size):
             rdispl[i], offset = offset, offset + recvs[i] + pad
@@ -414,11 +452,16 @@ def _alltoallv(algo, dtype, gaps: bool):
         before = recv.copy()
         assert comm.all_to_all_v(send, sends, sdispl, recv, recvs, rdispl, algo=algo) is recv
         for i in range(size):
-            expect(recv[rdispl[i]:rdispl[i] + recvs[i]], value(i * size + r, recvs[i], dtype, salt=3), f"alltoallv block {i} on rank {r}")
+            expect(
+                recv[rdispl[i] : rdispl[i] + recvs[i]],
+                value(i * size + r, recvs[i], dtype, salt=3),
+                f"alltoallv block {i} on rank {r}",
+            )
         gap = np.ones(recv.size, bool)
         for i in range(size):
-            gap[rdispl[i]:rdispl[i] + recvs[i]] = False
+            gap[rdispl[i] : rdispl[i] + recvs[i]] = False
         expect(recv[gap], before[gap], f"alltoallv left the gaps alone on rank {r}")
+
     return run
 
 
@@ -431,6 +474,7 @@ def _alltoallvc(algo, dtype):
         comm.all_to_all_vc(send, m, recv, algo=algo)
         want = np.concatenate([value(i * size + r, m[i][r], dtype, salt=4) for i in range(size)])
         expect(recv, want, f"alltoallvc on rank {r}")
+
     return run
 
 
@@ -443,6 +487,7 @@ def _scatter(algo, dtype, root, n):
         else:
             got = comm.scatter(None, root=root, out=garbage(r, n, dtype), algo=algo)
         expect(got.reshape(-1), value(r, n, dtype, salt=root), f"scatter root={root} on rank {r}")
+
     return run
 
 
@@ -454,6 +499,7 @@ def _gather(algo, dtype, root, n):
             expect(got, np.stack([value(i, n, dtype, salt=9) for i in range(size)]), f"gather root={root}")
             return None
         assert got is None, f"gather returned {got!r} on non-root rank {r}"
+
     return run
 
 
@@ -466,6 +512,7 @@ def _allreduce_out(dtype, op):
         expect(out, reduced(comm.size, 6, dtype, op), f"allreduce out= on rank {comm.rank}")
         expect(x, kept, f"allreduce out= left x alone on rank {comm.rank}")
         return digest(out)
+
     return run
 
 
@@ -477,6 +524,7 @@ def _bcast_out(dtype, root):
         assert comm.broadcast(x, root=root, out=out) is out
         expect(out, value(root, 5, dtype, salt=2), f"bcast out= root={root} on rank {comm.rank}")
         expect(x, kept, f"bcast out= left x alone on rank {comm.rank}")
+
     return run
 
 
@@ -492,6 +540,7 @@ def _reduce_out(dtype, op, root):
             expect(out, reduced(comm.size, 5, dtype, op), f"reduce out= root={root}")
         else:
             expect(out, untouched, f"reduce out= root={root}: rank {comm.rank}'s out must stay untouched")
+
     return run
 
 
@@ -500,11 +549,16 @@ def _allreduce_out_overlap(offset, n):
 
     def run(comm):
         buf = garbage(comm.rank, 3 * n, dtype)
-        x = buf[n:2 * n]
+        x = buf[n : 2 * n]
         x[:] = value(comm.rank, n, dtype)
-        out = buf[n + offset:2 * n + offset]
+        out = buf[n + offset : 2 * n + offset]
         comm.all_reduce(x, out=out)
-        expect(out, reduced(comm.size, n, dtype, ReduceOp.SUM), f"allreduce out overlapping x by {offset} on rank {comm.rank}")
+        expect(
+            out,
+            reduced(comm.size, n, dtype, ReduceOp.SUM),
+            f"allreduce out overlapping x by {offset} on rank {comm.rank}",
+        )
+
     return run
 
 
@@ -515,7 +569,10 @@ def _alltoall_in_place(algo):
         size, r = comm.size, comm.rank
         x = np.concatenate([value(r * size + j, 3, dtype, salt=5) for j in range(size)]).reshape(size, 3)
         assert comm.all_to_all(x, out=x, algo=algo) is x
-        expect(x, np.stack([value(i * size + r, 3, dtype, salt=5) for i in range(size)]), f"in-place alltoall on rank {r}")
+        expect(
+            x, np.stack([value(i * size + r, 3, dtype, salt=5) for i in range(size)]), f"in-place alltoall on rank {r}"
+        )
+
     return run
 
 
@@ -525,11 +582,12 @@ def _broadcast_out_overlap(algo, offset, n):
     def run(comm):
         root = comm.size // 2
         buf = garbage(comm.rank, 3 * n, dtype)
-        x, out = buf[n:2 * n], buf[n + offset:2 * n + offset]
+        x, out = buf[n : 2 * n], buf[n + offset : 2 * n + offset]
         if comm.rank == root:
             x[:] = value(root, n, dtype, salt=2)
         comm.broadcast(x, root=root, out=out, algo=algo)
         expect(out, value(root, n, dtype, salt=2), f"broadcast out overlapping x by {offset} on rank {comm.rank}")
+
     return run
 
 
@@ -539,11 +597,12 @@ def _reduce_out_overlap(algo, offset, n):
     def run(comm):
         root = comm.size // 2
         buf = garbage(comm.rank, 3 * n, dtype)
-        x, out = buf[n:2 * n], buf[n + offset:2 * n + offset]
+        x, out = buf[n : 2 * n], buf[n + offset : 2 * n + offset]
         x[:] = value(comm.rank, n, dtype)
         comm.reduce(x, root=root, out=out, algo=algo)
         if comm.rank == root:
             expect(out, reduced(comm.size, n, dtype, ReduceOp.SUM), f"reduce out overlapping x by {offset} on the root")
+
     return run
 
 
@@ -556,9 +615,10 @@ def _scatter_out_overlap(algo, offset, n):
         root = size // 2
         if r == root:
             buf[:] = np.concatenate([value(j, n, dtype, salt=4) for j in range(size)])
-        out = buf[offset:offset + n]  # on the root inside the input it scatters
+        out = buf[offset : offset + n]  # on the root inside the input it scatters
         comm.scatter(buf.reshape(size, n) if r == root else None, root=root, out=out, algo=algo)
         expect(out, value(r, n, dtype, salt=4), f"scatter out at element {offset} of the root's input, rank {r}")
+
     return run
 
 
@@ -569,12 +629,17 @@ def _gather_out_overlap(algo, offset, n):
         size, r = comm.size, comm.rank
         root = size // 2
         buf = garbage(r, size * n, dtype)
-        x = buf[offset:offset + n]  # on the root inside the output it gathers into
+        x = buf[offset : offset + n]  # on the root inside the output it gathers into
         x[:] = value(r, n, dtype, salt=6)
         out = buf.reshape(size, n) if r == root else None
         comm.gather(x, root=root, out=out, algo=algo)
         if r == root:
-            expect(out, np.stack([value(i, n, dtype, salt=6) for i in range(size)]), f"gather into out holding x at {offset}")
+            expect(
+                out,
+                np.stack([value(i, n, dtype, salt=6) for i in range(size)]),
+                f"gather into out holding x at {offset}",
+            )
+
     return run
 
 
@@ -584,12 +649,16 @@ def _alltoall_out_overlap(algo, offset, n):
     def run(comm):
         size, r = comm.size, comm.rank
         buf = garbage(r, size * n + 2 * n, dtype)
-        x = buf[n:n + size * n]
+        x = buf[n : n + size * n]
         x[:] = np.concatenate([value(r * size + j, n, dtype, salt=8) for j in range(size)])
-        out = buf[n + offset:n + offset + size * n]
+        out = buf[n + offset : n + offset + size * n]
         comm.all_to_all(x.reshape(size, n), out=out.reshape(size, n), algo=algo)
-        expect(out.reshape(size, n), np.stack([value(i * size + r, n, dtype, salt=8) for i in range(size)]),
-               f"alltoall out overlapping x by {offset} on rank {r}")
+        expect(
+            out.reshape(size, n),
+            np.stack([value(i * size + r, n, dtype, salt=8) for i in range(size)]),
+            f"alltoall out overlapping x by {offset} on rank {r}",
+        )
+
     return run
 
 
@@ -603,10 +672,15 @@ def _alltoallv_overlap(algo, offset):
         total_send, total_recv = sum(sends), sum(recvs)
         pad = abs(offset)
         buf = garbage(r, pad + max(total_send, total_recv) + pad, dtype)
-        send = buf[pad:pad + total_send]
-        send[:] = np.concatenate([value(r * size + j, sends[j], dtype, salt=9) for j in range(size)]) if total_send else send
-        recv = buf[pad + offset:pad + offset + total_recv]
+        send = buf[pad : pad + total_send]
+        send[:] = (
+            np.concatenate([value(r * size + j, sends[j], dtype, salt=9) for j in range(size)]) if total_send else send
+        )
+        recv = buf[pad + offset : pad + offset + total_recv]
         comm.all_to_all_v(send, sends, None, recv, recvs, None, algo=algo)
-        want = np.concatenate([value(i * size + r, recvs[i], dtype, salt=9) for i in range(size)]) if total_recv else recv
+        want = (
+            np.concatenate([value(i * size + r, recvs[i], dtype, salt=9) for i in range(size)]) if total_recv else recv
+        )
         expect(recv, want, f"alltoallv recv overlapping send by {offset} on rank {r}")
+
     return run

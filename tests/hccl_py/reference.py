@@ -8,7 +8,9 @@ import numpy as np
 
 from hccl_py.dtypes import UFUNCS, ReduceOp, bfloat16
 
-ALL_DTYPES = [np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.float16, np.float32, np.float64)] + [bfloat16]
+ALL_DTYPES = [
+    np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.float16, np.float32, np.float64)
+] + [bfloat16]
 FLOATS = {np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64), bfloat16}
 
 
@@ -38,7 +40,9 @@ def reduce_reference(inputs: list[np.ndarray], op: ReduceOp) -> np.ndarray:
 
 
 def tolerance(dtype: np.dtype, size: int) -> float:
-    eps = {np.dtype(np.float16): 1e-3, bfloat16: 8e-3, np.dtype(np.float32): 1.2e-7, np.dtype(np.float64): 2.3e-16}[dtype]
+    eps = {np.dtype(np.float16): 1e-3, bfloat16: 8e-3, np.dtype(np.float32): 1.2e-7, np.dtype(np.float64): 2.3e-16}[
+        dtype
+    ]
     return 8 * eps * max(size, 2)
 
 
@@ -54,11 +58,15 @@ def assert_matches(result: np.ndarray, expected: np.ndarray, op: ReduceOp | None
             raise AssertionError(f"{where}: element {i}: got {got.ravel()[i]!r}, expected {expected.ravel()[i]!r}")
     else:
         expected = np.asarray(expected).astype(result.dtype)
-        if not np.array_equal(result.reshape(-1).view(np.uint8) if result.dtype == bfloat16 else result,
-                              expected.reshape(-1).view(np.uint8) if expected.dtype == bfloat16 else expected):
+        if not np.array_equal(
+            result.reshape(-1).view(np.uint8) if result.dtype == bfloat16 else result,
+            expected.reshape(-1).view(np.uint8) if expected.dtype == bfloat16 else expected,
+        ):
             bad = np.flatnonzero(result.ravel() != expected.ravel())
             i = int(bad[0]) if bad.size else -1
-            raise AssertionError(f"{where}: first differing element {i}: got {result.ravel()[i]!r}, expected {expected.ravel()[i]!r}")
+            raise AssertionError(
+                f"{where}: first differing element {i}: got {result.ravel()[i]!r}, expected {expected.ravel()[i]!r}"
+            )
 
 
 def digest(array: np.ndarray) -> str:

@@ -12,7 +12,10 @@ BAD_LAYOUTS = {
     "negative count": (lambda r, n: ([-1] + [1] * (n - 1), None), {"arg": "send_counts", "rule": "range"}),
     "too few counts": (lambda r, n: ([1] * (n - 1), None), {"arg": "send_counts", "rule": "length"}),
     "past the buffer": (lambda r, n: ([1] * n, [0] * (n - 1) + [99]), {"arg": "send_displs", "rule": "range"}),
-    "overlapping blocks": (lambda r, n: ([2] * n, [0, 1] + [2 * j for j in range(2, n)]), {"arg": "send_displs", "rule": "overlap"}),
+    "overlapping blocks": (
+        lambda r, n: ([2] * n, [0, 1] + [2 * j for j in range(2, n)]),
+        {"arg": "send_displs", "rule": "overlap"},
+    ),
 }
 
 
@@ -119,11 +122,13 @@ def _shape_checks() -> list:
 
     comm = hccl_py.init()
     out = []
-    for call in (lambda: comm.all_to_all(np.ones(comm.size + 1)),
-                 lambda: comm.all_to_all(np.array(1.0, np.float32)),
-                 lambda: comm.all_to_all(np.ones(comm.size), out=np.ones(comm.size + 1)),
-                 lambda: comm.scatter(None, root=0),
-                 lambda: comm.all_to_all_vc(np.ones(4), [[1, 1]], np.ones(4))):
+    for call in (
+        lambda: comm.all_to_all(np.ones(comm.size + 1)),
+        lambda: comm.all_to_all(np.array(1.0, np.float32)),
+        lambda: comm.all_to_all(np.ones(comm.size), out=np.ones(comm.size + 1)),
+        lambda: comm.scatter(None, root=0),
+        lambda: comm.all_to_all_vc(np.ones(4), [[1, 1]], np.ones(4)),
+    ):
         try:
             call()
             out.append(None)
@@ -162,8 +167,9 @@ def _asynchronous_v(folder: str) -> dict:
     got = work.wait()
     wrong = [1] * n
     wrong[(r + 1) % n] = 2  # every rank sends one element too many to the next: all disagree
-    failed = comm.all_to_all_v(np.zeros(n + 1, np.int32), wrong, None, np.full(n, -1, np.int32), [1] * n, None,
-                               async_op=True)
+    failed = comm.all_to_all_v(
+        np.zeros(n + 1, np.int32), wrong, None, np.full(n, -1, np.int32), [1] * n, None, async_op=True
+    )
     try:
         failed.wait()
         error = None

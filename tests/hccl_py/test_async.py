@@ -68,9 +68,14 @@ def _many_in_flight() -> dict:
         finished_in_order.append(all(s.is_completed() for s in series[:i]) or not w.is_completed())
         assert np.all(w.wait() == i * n)
     got = a2a.wait()
-    return {"world": float(done["world"][0]), "pair": float(done["pair"][0]) if "pair" in done else None,
-            "odd": done["odd"][:, 0].tolist(), "ordered": all(finished_in_order),
-            "a2a": got[:, 0].tolist(), "exception": [w.exception() for _, w in works]}
+    return {
+        "world": float(done["world"][0]),
+        "pair": float(done["pair"][0]) if "pair" in done else None,
+        "odd": done["odd"][:, 0].tolist(),
+        "ordered": all(finished_in_order),
+        "a2a": got[:, 0].tolist(),
+        "exception": [w.exception() for _, w in works],
+    }
 
 
 @pytest.mark.timeout(90)
@@ -103,8 +108,15 @@ def _errors_at_wait(folder: str) -> dict:
         work.wait()
         got = None
     except hccl_py.HcclTimeoutError as err:
-        got = {"class": type(err).__name__, "code": int(err.code), "op": err.op, "seq": err.seq, "ranks": err.ranks,
-               "same": work.exception() is err, "completed": work.is_completed()}
+        got = {
+            "class": type(err).__name__,
+            "code": int(err.code),
+            "op": err.op,
+            "seq": err.seq,
+            "ranks": err.ranks,
+            "same": work.exception() is err,
+            "completed": work.is_completed(),
+        }
     try:
         comm.all_reduce(np.ones(8, np.float32))
         after = None
@@ -118,8 +130,15 @@ def _errors_at_wait(folder: str) -> dict:
 def test_a_timeout_surfaces_at_wait_with_the_blocking_calls_fields(tmp_path):
     results = run_ranks(_errors_at_wait, 2, str(tmp_path), env={"HCCL_EXEC_TIMEOUT": "2"}, timeout=80)
     assert results[0]["early"] == 0.05
-    assert results[0]["error"] == {"class": "HcclTimeoutError", "code": 9, "op": "allreduce", "seq": 2, "ranks": [1],
-                                   "same": True, "completed": True}
+    assert results[0]["error"] == {
+        "class": "HcclTimeoutError",
+        "code": 9,
+        "op": "allreduce",
+        "seq": 2,
+        "ranks": [1],
+        "same": True,
+        "completed": True,
+    }
     assert results[0]["after"] == "aborted"
 
 
@@ -143,8 +162,13 @@ def _overlap(overlap: bool) -> dict:
         comm_end = comm.clock
         comm.device.run(flops=2e10, nbytes=0)
         compute_end = comm.clock
-    return {"start": start, "comm_end": comm_end, "compute_end": compute_end, "end": comm.clock,
-            "exposed": comm.device.time.exposed_s}
+    return {
+        "start": start,
+        "comm_end": comm_end,
+        "compute_end": compute_end,
+        "end": comm.clock,
+        "exposed": comm.device.time.exposed_s,
+    }
 
 
 @pytest.mark.timeout(90)
@@ -192,8 +216,11 @@ def test_a_blocking_call_queued_behind_an_asynchronous_one_is_not_exposed_commun
     again = run_ranks(_blocking_behind_async, 2, 20, env=env, timeout=40)
     assert first == again
     # (differences of running sums: equal up to rounding)
-    assert all(allreduce_s > 0 and math.isclose(exposed, allreduce_s, rel_tol=1e-9) for rank in first
-               for exposed, allreduce_s, _ in rank)
+    assert all(
+        allreduce_s > 0 and math.isclose(exposed, allreduce_s, rel_tol=1e-9)
+        for rank in first
+        for exposed, allreduce_s, _ in rank
+    )
 
 
 def _traced(folder: str) -> None:
@@ -230,7 +257,9 @@ def _p2p_any_order() -> list:
         w.wait()
     batch_in = np.empty(1 << 20, np.float32)
     comm.batch_send_recv([("send", np.full(1 << 20, 10 + r, np.float32), right), ("recv", batch_in, left)])
-    w = comm.batch_send_recv([("recv", batch_in, left), ("send", np.full(1 << 20, 20 + r, np.float32), right)], async_op=True)
+    w = comm.batch_send_recv(
+        [("recv", batch_in, left), ("send", np.full(1 << 20, 20 + r, np.float32), right)], async_op=True
+    )
     second = float(w.wait()[0][0])
     return [float(got[0]), float(got[-1]), second]
 
@@ -258,7 +287,9 @@ def _every_operation_async() -> dict:
             "broadcast": lambda c, **k: c.broadcast(np.arange(5.0) + r, root=1, **k),
             "reduce": lambda c, **k: c.reduce(np.arange(5.0) * (r + 1), root=2, op="max", **k),
             "reduce_scatter": lambda c, **k: c.reduce_scatter(np.arange(3.0 * n) + r, out=np.empty(3), **k),
-            "scatter": lambda c, **k: c.scatter(np.arange(2.0 * n).reshape(n, 2) if r == 0 else None, root=0, out=np.empty(2), **k),
+            "scatter": lambda c, **k: c.scatter(
+                np.arange(2.0 * n).reshape(n, 2) if r == 0 else None, root=0, out=np.empty(2), **k
+            ),
             "gather": lambda c, **k: c.gather(np.full(2, float(r)), root=1, **k),
             "barrier": lambda c, **k: c.barrier(**k),
             "all_to_all_vc": lambda c, **k: _vc(c, **k),

@@ -6,11 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from hccl_py.algorithms.registry import algos_for
 from hccl_py.dtypes import ReduceOp, bfloat16
 from tests.hccl_py.reference import ALL_DTYPES, assert_matches, digest, rank_input, reduce_reference
 from tests.mp import run_ranks
-
-from hccl_py.algorithms.registry import algos_for
 
 REDUCING = ("allreduce", "reduce", "reduce_scatter")
 COLLECTIVES = ("allreduce", "allgather", "broadcast", "reduce", "reduce_scatter")

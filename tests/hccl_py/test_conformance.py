@@ -41,8 +41,12 @@ def _run_suite(size: int) -> dict:
     for comm, dtypes in _groups(world):
         cases = [*conformance.basic_cases(comm.size, dtypes), *conformance.operator_cases(comm.size, dtypes)]
         if comm is world:
-            cases += [*conformance.overlap_cases(comm.size), *conformance.out_overlap_cases(comm.size),
-                      *conformance.bitwise_cases(comm.size), *conformance.large_cases(comm.size, LARGE_COUNT)]
+            cases += [
+                *conformance.overlap_cases(comm.size),
+                *conformance.out_overlap_cases(comm.size),
+                *conformance.bitwise_cases(comm.size),
+                *conformance.large_cases(comm.size, LARGE_COUNT),
+            ]
         for case in cases:
             try:
                 result = case.run(comm)
@@ -80,7 +84,11 @@ def test_rotated_ops_still_meet_every_algorithm_dtype_op_and_count(size):
                 met["count-op"].add((collective, algo, place[0], op))
     for collective in ("allreduce", "reduce", "reduce_scatter"):
         for algo in conformance.algos(collective):
-            places = [f"root{r}" for r in range(size)] if collective == "reduce" else [f"n{n}" for n in conformance.counts(size)]
+            places = (
+                [f"root{r}" for r in range(size)]
+                if collective == "reduce"
+                else [f"n{n}" for n in conformance.counts(size)]
+            )
             for dtype in conformance.DTYPES:
                 for op in conformance.ops_for(dtype):
                     assert (collective, algo, str(dtype), op.name) in met["dtype-op"]

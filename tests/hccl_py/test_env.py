@@ -13,12 +13,24 @@ from hccl_py.job import check_user_settings, read_job
 from tests.mp import ROOT
 
 BAD = [
-    ("HCCL_EXEC_TIMEOUT", "nan"), ("HCCL_EXEC_TIMEOUT", "inf"), ("HCCL_EXEC_TIMEOUT", "-1"), ("HCCL_EXEC_TIMEOUT", "soon"),
+    ("HCCL_EXEC_TIMEOUT", "nan"),
+    ("HCCL_EXEC_TIMEOUT", "inf"),
+    ("HCCL_EXEC_TIMEOUT", "-1"),
+    ("HCCL_EXEC_TIMEOUT", "soon"),
     ("HCCL_EXEC_TIMEOUT", "1e12"),
-    ("HCCL_CONNECT_TIMEOUT", "nan"), ("HCCL_CONNECT_TIMEOUT", "0"), ("HCCL_CONNECT_TIMEOUT", "-5"),
-    ("HCCL_BUFFSIZE", "inf"), ("HCCL_BUFFSIZE", "0"), ("HCCL_BUFFSIZE", "0.5"), ("HCCL_BUFFSIZE", "nan"),
-    ("HCCL_PY_SPIN_US", "-1"), ("HCCL_PY_MODELED_TIME", "2"), ("HCCL_PY_CMA", "yes"),
-    ("HCCL_ALGO", "level1:warp"), ("HCCL_PY_TRANSPORT", "pigeon"), ("HCCL_DETERMINISTIC", "yes"),
+    ("HCCL_CONNECT_TIMEOUT", "nan"),
+    ("HCCL_CONNECT_TIMEOUT", "0"),
+    ("HCCL_CONNECT_TIMEOUT", "-5"),
+    ("HCCL_BUFFSIZE", "inf"),
+    ("HCCL_BUFFSIZE", "0"),
+    ("HCCL_BUFFSIZE", "0.5"),
+    ("HCCL_BUFFSIZE", "nan"),
+    ("HCCL_PY_SPIN_US", "-1"),
+    ("HCCL_PY_MODELED_TIME", "2"),
+    ("HCCL_PY_CMA", "yes"),
+    ("HCCL_ALGO", "level1:warp"),
+    ("HCCL_PY_TRANSPORT", "pigeon"),
+    ("HCCL_DETERMINISTIC", "yes"),
     ("HCCL_DETERMINISTIC", "1"),
 ]
 
@@ -38,10 +50,15 @@ def test_master_port_out_of_range(name, value):
     assert info.value.variable == name
 
 
-@pytest.mark.parametrize("environ,variable", [({"RANK": "-1", "WORLD_SIZE": "2"}, "RANK"),
-                                              ({"RANK_ID": "x"}, "RANK_ID"),
-                                              ({"WORLD_SIZE": "0"}, "WORLD_SIZE"),
-                                              ({"RANK_SIZE": "70000"}, "RANK_SIZE")])
+@pytest.mark.parametrize(
+    "environ,variable",
+    [
+        ({"RANK": "-1", "WORLD_SIZE": "2"}, "RANK"),
+        ({"RANK_ID": "x"}, "RANK_ID"),
+        ({"WORLD_SIZE": "0"}, "WORLD_SIZE"),
+        ({"RANK_SIZE": "70000"}, "RANK_SIZE"),
+    ],
+)
 def test_rank_and_size_checked(environ, variable):
     with pytest.raises(HcclParamError) as info:
         env.rank_and_size(environ)
@@ -75,8 +92,13 @@ def test_good_values():
 def test_init_checks_every_setting_even_in_a_world_of_one():
     """A world of one never uses HCCL_BUFFSIZE, yet a typo in it is reported, not ignored."""
     code = "import hccl_py\ntry:\n    hccl_py.init()\nexcept hccl_py.HcclParamError as e:\n    print(e.variable)\n"
-    out = subprocess.run([sys.executable, "-c", code], env={"PATH": "", "PYTHONPATH": str(ROOT), "HCCL_BUFFSIZE": "inf"},
-                         capture_output=True, text=True, timeout=50)
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env={"PATH": "", "PYTHONPATH": str(ROOT), "HCCL_BUFFSIZE": "inf"},
+        capture_output=True,
+        text=True,
+        timeout=50,
+    )
     assert out.stdout.strip() == "HCCL_BUFFSIZE", out.stderr
 
 
@@ -87,8 +109,14 @@ def test_hccl_launch_refuses_a_bad_value_before_starting_any_rank(tmp_path):
     script = tmp_path / "rank.py"
     script.write_text(f"open({str(marker)!r}, 'a').write('x')\n")
     launcher = [sys.executable, "-m", "launch.cli", "-n", "2", str(script)]
-    out = subprocess.run(launcher, env={"PATH": "", "PYTHONPATH": str(ROOT), "HCCL_EXEC_TIMEOUT": "nan"}, cwd=ROOT,
-                         capture_output=True, text=True, timeout=50)
+    out = subprocess.run(
+        launcher,
+        env={"PATH": "", "PYTHONPATH": str(ROOT), "HCCL_EXEC_TIMEOUT": "nan"},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=50,
+    )
     assert out.returncode == 2
     assert "HCCL_EXEC_TIMEOUT" in out.stderr  # the one line a user reads
     assert not marker.exists()
@@ -97,8 +125,13 @@ def test_hccl_launch_refuses_a_bad_value_before_starting_any_rank(tmp_path):
 def test_where_the_store_is():
     """hccl-py's own variables first (hccl-launch: MASTER_PORT is torch's), then MASTER_*; under
     torchrun MASTER_ADDR:MASTER_PORT is its agent's c10d store."""
-    launched = {"HCCL_PY_STORE_ADDR": "10.0.0.1", "HCCL_PY_STORE_PORT": "41000", "MASTER_ADDR": "10.0.0.1",
-                "MASTER_PORT": "29500", "TORCHELASTIC_USE_AGENT_STORE": "True"}
+    launched = {
+        "HCCL_PY_STORE_ADDR": "10.0.0.1",
+        "HCCL_PY_STORE_PORT": "41000",
+        "MASTER_ADDR": "10.0.0.1",
+        "MASTER_PORT": "29500",
+        "TORCHELASTIC_USE_AGENT_STORE": "True",
+    }
     assert env.store_address(launched) == ("10.0.0.1", 41000, False)
     assert env.store_address({"MASTER_PORT": "29500"}) == ("127.0.0.1", 29500, False)  # by hand: rank 0 hosts it
     torchrun = {"MASTER_ADDR": "localhost", "MASTER_PORT": "46405", "TORCHELASTIC_USE_AGENT_STORE": "True"}

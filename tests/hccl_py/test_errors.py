@@ -9,8 +9,16 @@ import pytest
 import hccl_py
 from hccl_py.errors import HcclResult, error_class, from_wire, to_wire
 
-CLASSES = [hccl_py.HcclParamError, hccl_py.HcclMemoryError, hccl_py.HcclInternalError, hccl_py.HcclNotSupportedError,
-           hccl_py.HcclSyscallError, hccl_py.HcclTimeoutError, hccl_py.HcclConnectError, hccl_py.HcclRemoteError]
+CLASSES = [
+    hccl_py.HcclParamError,
+    hccl_py.HcclMemoryError,
+    hccl_py.HcclInternalError,
+    hccl_py.HcclNotSupportedError,
+    hccl_py.HcclSyscallError,
+    hccl_py.HcclTimeoutError,
+    hccl_py.HcclConnectError,
+    hccl_py.HcclRemoteError,
+]
 
 
 @pytest.mark.parametrize("cls", CLASSES)
@@ -19,7 +27,15 @@ def test_wire_form_keeps_class_code_message_and_fields(cls):
     back = from_wire(to_wire(err))
     assert type(back) is cls and back.code == cls.code
     assert back.message == "it broke"
-    assert (back.rank, back.peer, back.op, back.seq, back.step, back.comm, back.ranks) == (1, 3, "allreduce", 7, 2, "world", [2, 3])
+    assert (back.rank, back.peer, back.op, back.seq, back.step, back.comm, back.ranks) == (
+        1,
+        3,
+        "allreduce",
+        7,
+        2,
+        "world",
+        [2, 3],
+    )
     assert error_class(int(cls.code)) is cls
 
 

@@ -28,8 +28,11 @@ def _skip_one(skipper: int, folder: str) -> dict:
         comm.all_reduce(x, algo="mesh")
     except hccl_py.HcclTimeoutError as err:
         (Path(folder) / f"timed_out_{comm.rank}").touch()
-        found = {"class": type(err).__name__, "code": int(err.code),
-                 **{k: getattr(err, k) for k in ("rank", "op", "seq", "comm", "ranks")}}
+        found = {
+            "class": type(err).__name__,
+            "code": int(err.code),
+            **{k: getattr(err, k) for k in ("rank", "op", "seq", "comm", "ranks")},
+        }
         try:
             comm.all_reduce(x)
         except hccl_py.HcclError as again:
@@ -45,7 +48,14 @@ def test_rank_that_skips_a_collective_times_out_the_others(tmp_path):
     assert results[2] == {"skipped": True}
     for rank in (0, 1, 3):
         r = results[rank]
-        assert (r["class"], r["code"], r["rank"], r["op"], r["seq"], r["comm"]) == ("HcclTimeoutError", 9, rank, "allreduce", 2, "world")
+        assert (r["class"], r["code"], r["rank"], r["op"], r["seq"], r["comm"]) == (
+            "HcclTimeoutError",
+            9,
+            rank,
+            "allreduce",
+            2,
+            "world",
+        )
         # The skipper is named. (Mesh folds in rank order, so ranks 0 and 1 also list rank 3,
         # whose chunk arrived but waits behind rank 2's.)
         assert 2 in r["ranks"], r
@@ -59,8 +69,10 @@ MISMATCHES = {
     "root": (lambda c: c.broadcast(np.ones(100, np.float32), root=1 if c.rank == 1 else 0), "root=1"),
     "collective": (lambda c: (c.all_reduce if c.rank != 1 else c.broadcast)(np.ones(100, np.float32)), "broadcast("),
     # two two-level algorithms: told apart by a checksum of their levels and partition, not both "hier"
-    "two-level": (lambda c: c.all_reduce(np.ones(100, np.float32), algo="hier:mesh/ring" if c.rank == 1 else "hier:ring/ring"),
-                  "algo=hier (two-level #"),
+    "two-level": (
+        lambda c: c.all_reduce(np.ones(100, np.float32), algo="hier:mesh/ring" if c.rank == 1 else "hier:ring/ring"),
+        "algo=hier (two-level #",
+    ),
 }
 
 
@@ -75,14 +87,22 @@ def _mismatch(kind: str) -> dict:
         # receiver could object; it learns at its next call on the communicator.
         comm.barrier()
     except hccl_py.HcclError as err:
-        return {"class": type(err).__name__, "code": int(err.code), "rank": err.rank, "comm": err.comm, "message": err.message}
+        return {
+            "class": type(err).__name__,
+            "code": int(err.code),
+            "rank": err.rank,
+            "comm": err.comm,
+            "message": err.message,
+        }
     return {"class": None}
 
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("kind", sorted(MISMATCHES))
 def test_mismatched_call_raises_param_error_naming_both_calls(kind):
-    results = run_ranks(_mismatch, 3, kind, env={"HCCL_EXEC_TIMEOUT": "20", "HCCL_ALGO": "allreduce=ring/broadcast=ring"}, timeout=50)
+    results = run_ranks(
+        _mismatch, 3, kind, env={"HCCL_EXEC_TIMEOUT": "20", "HCCL_ALGO": "allreduce=ring/broadcast=ring"}, timeout=50
+    )
     _, fragment = MISMATCHES[kind]
     for rank, r in enumerate(results):
         assert (r["class"], r["code"], r["rank"], r["comm"]) == ("HcclParamError", 1, rank, "world"), (rank, r)

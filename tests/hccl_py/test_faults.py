@@ -15,16 +15,19 @@ from hccl_py.faults import check_ranks, parse_fault, parse_faults
 from tests.mp import run_ranks, wait_for_file
 
 
-@pytest.mark.parametrize("spec, expected", [
-    ("rank=2,op=allreduce,seq=3,action=hang", dict(action="hang", rank=2, op="allreduce", seq=3)),
-    ("rank=1,action=crash,at=allgather#2", dict(action="crash", rank=1, op="allgather", seq=2)),
-    ("rank=3,action=delay,seconds=2.5", dict(action="delay", rank=3, seconds=2.5)),
-    ("rank=1,action=slow,factor=1.8", dict(action="slow", rank=1, factor=1.8)),
-    ("link=0-1,action=degrade,factor=0.25", dict(action="degrade", link=(0, 1), factor=0.25)),
-    ("rank=0,action=drop", dict(action="drop", rank=0)),
-    (" rank = 0 , action = DROP , comm = world/split(1) ", dict(action="drop", rank=0, comm="world/split(1)")),
-    ("rank=0,action=hang,at=reducescatter#4", dict(op="reduce_scatter", seq=4)),
-])
+@pytest.mark.parametrize(
+    "spec, expected",
+    [
+        ("rank=2,op=allreduce,seq=3,action=hang", dict(action="hang", rank=2, op="allreduce", seq=3)),
+        ("rank=1,action=crash,at=allgather#2", dict(action="crash", rank=1, op="allgather", seq=2)),
+        ("rank=3,action=delay,seconds=2.5", dict(action="delay", rank=3, seconds=2.5)),
+        ("rank=1,action=slow,factor=1.8", dict(action="slow", rank=1, factor=1.8)),
+        ("link=0-1,action=degrade,factor=0.25", dict(action="degrade", link=(0, 1), factor=0.25)),
+        ("rank=0,action=drop", dict(action="drop", rank=0)),
+        (" rank = 0 , action = DROP , comm = world/split(1) ", dict(action="drop", rank=0, comm="world/split(1)")),
+        ("rank=0,action=hang,at=reducescatter#4", dict(op="reduce_scatter", seq=4)),
+    ],
+)
 def test_valid_specs(spec, expected):
     fault = parse_fault(spec)
     for key, value in expected.items():
@@ -32,28 +35,40 @@ def test_valid_specs(spec, expected):
 
 
 # (spec, fields of the error): the key at fault, its value as written, and the check it failed
-@pytest.mark.parametrize("spec, facts", [
-    ("", {"rule": "nonempty"}),
-    ("rank=1", {"field": "action", "rule": "required"}),
-    ("rank=1,action=explode", {"field": "action", "value": "explode", "rule": "choices"}),
-    ("rank=1,action=hang,colour=red", {"field": "colour", "rule": "unknown"}),
-    ("rank=1,rank=2,action=hang", {"field": "rank", "rule": "unique"}),
-    ("rank=1,action", {"value": "action", "rule": "format", "expected": "key=value"}),
-    ("rank=x,action=hang", {"field": "rank", "value": "x", "rule": "type", "expected": "int"}),
-    ("rank=-1,action=hang", {"field": "rank", "value": "-1", "rule": "range", "expected": ">= 0"}),
-    ("action=hang", {"field": "rank", "rule": "required", "action": "hang"}),
-    ("rank=1,action=delay", {"field": "seconds", "rule": "required", "action": "delay"}),
-    ("rank=1,action=delay,seconds=-2", {"field": "seconds", "value": "-2", "rule": "range", "expected": ">= 0"}),
-    ("rank=1,action=slow,factor=0.5", {"field": "factor", "value": "0.5", "rule": "range", "expected": ">= 1", "action": "slow"}),
-    ("link=0-1,action=degrade,factor=2", {"field": "factor", "value": "2", "rule": "range", "expected": "(0, 1]", "action": "degrade"}),
-    ("link=0-0,action=degrade,factor=0.5", {"field": "link", "value": "0-0", "rule": "format"}),
-    ("link=a-b,action=degrade,factor=0.5", {"field": "link", "value": "a-b", "rule": "format"}),
-    ("rank=1,action=slow,factor=2,op=allreduce", {"field": "op", "rule": "unknown", "action": "slow"}),
-    ("rank=1,action=hang,op=alltoallw", {"field": "op", "value": "alltoallw", "rule": "choices"}),
-    ("rank=1,action=hang,at=allgather", {"field": "at", "value": "allgather", "rule": "format", "expected": "OP#SEQ"}),
-    ("rank=1,action=hang,at=allgather#2,seq=3", {"field": "at", "rule": "exclusive"}),
-    ("rank=1,action=slow,factor=nan", {"field": "factor", "value": "nan", "rule": "range", "expected": "> 0"}),
-])
+@pytest.mark.parametrize(
+    "spec, facts",
+    [
+        ("", {"rule": "nonempty"}),
+        ("rank=1", {"field": "action", "rule": "required"}),
+        ("rank=1,action=explode", {"field": "action", "value": "explode", "rule": "choices"}),
+        ("rank=1,action=hang,colour=red", {"field": "colour", "rule": "unknown"}),
+        ("rank=1,rank=2,action=hang", {"field": "rank", "rule": "unique"}),
+        ("rank=1,action", {"value": "action", "rule": "format", "expected": "key=value"}),
+        ("rank=x,action=hang", {"field": "rank", "value": "x", "rule": "type", "expected": "int"}),
+        ("rank=-1,action=hang", {"field": "rank", "value": "-1", "rule": "range", "expected": ">= 0"}),
+        ("action=hang", {"field": "rank", "rule": "required", "action": "hang"}),
+        ("rank=1,action=delay", {"field": "seconds", "rule": "required", "action": "delay"}),
+        ("rank=1,action=delay,seconds=-2", {"field": "seconds", "value": "-2", "rule": "range", "expected": ">= 0"}),
+        (
+            "rank=1,action=slow,factor=0.5",
+            {"field": "factor", "value": "0.5", "rule": "range", "expected": ">= 1", "action": "slow"},
+        ),
+        (
+            "link=0-1,action=degrade,factor=2",
+            {"field": "factor", "value": "2", "rule": "range", "expected": "(0, 1]", "action": "degrade"},
+        ),
+        ("link=0-0,action=degrade,factor=0.5", {"field": "link", "value": "0-0", "rule": "format"}),
+        ("link=a-b,action=degrade,factor=0.5", {"field": "link", "value": "a-b", "rule": "format"}),
+        ("rank=1,action=slow,factor=2,op=allreduce", {"field": "op", "rule": "unknown", "action": "slow"}),
+        ("rank=1,action=hang,op=alltoallw", {"field": "op", "value": "alltoallw", "rule": "choices"}),
+        (
+            "rank=1,action=hang,at=allgather",
+            {"field": "at", "value": "allgather", "rule": "format", "expected": "OP#SEQ"},
+        ),
+        ("rank=1,action=hang,at=allgather#2,seq=3", {"field": "at", "rule": "exclusive"}),
+        ("rank=1,action=slow,factor=nan", {"field": "factor", "value": "nan", "rule": "range", "expected": "> 0"}),
+    ],
+)
 def test_malformed_specs_name_the_exact_problem(spec, facts):
     with pytest.raises(HcclParamError) as info:
         parse_fault(spec)
@@ -101,8 +116,9 @@ def _dropped(folder: str) -> dict:
 
 @pytest.mark.timeout(60)
 def test_dropped_message_times_out_the_peer_and_writes_nothing(tmp_path):
-    results = run_ranks(_dropped, 2, str(tmp_path), env={"HCCL_PY_FAULTS": "rank=0,action=drop", "HCCL_EXEC_TIMEOUT": "1"},
-                        timeout=50)
+    results = run_ranks(
+        _dropped, 2, str(tmp_path), env={"HCCL_PY_FAULTS": "rank=0,action=drop", "HCCL_EXEC_TIMEOUT": "1"}, timeout=50
+    )
     assert results[1] == {"class": "HcclTimeoutError", "ranks": [0], "untouched": True}
 
 
@@ -146,7 +162,9 @@ def _timed_allreduce() -> float:
 def test_degraded_link_slows_the_modeled_collective():
     healthy = run_ranks(_timed_allreduce, 4, timeout=60)
     degraded = run_ranks(_timed_allreduce, 4, env={"HCCL_PY_FAULTS": "link=0-1,action=degrade,factor=0.25"}, timeout=60)
-    assert degraded == run_ranks(_timed_allreduce, 4, env={"HCCL_PY_FAULTS": "link=0-1,action=degrade,factor=0.25"}, timeout=60)
+    assert degraded == run_ranks(
+        _timed_allreduce, 4, env={"HCCL_PY_FAULTS": "link=0-1,action=degrade,factor=0.25"}, timeout=60
+    )
     assert min(degraded) > 1.5 * max(healthy)
 
 
@@ -198,8 +216,13 @@ def _delayed_behind_async(pause_s: float, mode: str) -> dict:
         else:
             comm.all_gather(y)
     t = comm.device.time
-    return {"clock": comm.clock, "compute": t.compute_s, "wait": t.wait_s, "comm": t.comm_s,
-            "start": [r.modeled_start for r in comm._rc.recorder.records if r.op == op]}
+    return {
+        "clock": comm.clock,
+        "compute": t.compute_s,
+        "wait": t.wait_s,
+        "comm": t.comm_s,
+        "start": [r.modeled_start for r in comm._rc.recorder.records if r.op == op],
+    }
 
 
 @pytest.mark.timeout(90)

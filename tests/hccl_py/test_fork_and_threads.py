@@ -78,8 +78,14 @@ def _two_threads(go: str) -> dict:
         try:
             comm.all_reduce(np.ones(8, np.float32))
         except hccl_py.HcclParamError as err:
-            refused.append({"code": int(err.code), "rule": err.rule, "holder_op": err.holder_op,
-                            "holder_thread": err.holder_thread == thread.ident})
+            refused.append(
+                {
+                    "code": int(err.code),
+                    "rule": err.rule,
+                    "holder_op": err.holder_op,
+                    "holder_thread": err.holder_thread == thread.ident,
+                }
+            )
         open(go, "w").close()
         thread.join()
     else:

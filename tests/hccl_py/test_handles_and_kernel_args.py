@@ -15,8 +15,8 @@ import pytest
 import hccl_py
 from hccl_py import HcclInternalError, HcclParamError, HcclSyscallError
 from hccl_py.device import Device
-from topology import Topology
 from tests.mp import run_ranks, wait_for_file
+from topology import Topology
 
 CHILD_BOUND_S = 20  # a forked child that would wait forever is killed by SIGALRM after this
 
@@ -50,7 +50,12 @@ def _wait_in_forked_child(go: str) -> dict:
             work.wait()
             found = {"raised": None}
         except hccl_py.HcclError as err:
-            found = {"raised": type(err).__name__, "state": err.state, "owner_pid": err.owner_pid, "message": err.message}
+            found = {
+                "raised": type(err).__name__,
+                "state": err.state,
+                "owner_pid": err.owner_pid,
+                "message": err.message,
+            }
         except BaseException as err:  # noqa: BLE001  (anything else is the bug this test catches)
             found = {"raised": type(err).__name__}
         os.write(write, repr(found).encode())
@@ -91,8 +96,18 @@ def test_wait_in_a_forked_child_of_a_plain_process_raises_too(comm):
     assert work.wait() is not None  # still fine in the process that issued it
 
 
-@pytest.mark.parametrize("timeout, rule", [("1", "type"), (b"1", "type"), (True, "type"), ([1], "type"),
-                                           (float("nan"), "range"), (-1, "range"), (-0.5, "range")])
+@pytest.mark.parametrize(
+    "timeout, rule",
+    [
+        ("1", "type"),
+        (b"1", "type"),
+        (True, "type"),
+        ([1], "type"),
+        (float("nan"), "range"),
+        (-1, "range"),
+        (-0.5, "range"),
+    ],
+)
 def test_wait_refuses_a_timeout_that_is_not_seconds(comm, timeout, rule):
     work = comm.all_reduce(np.ones(4, np.float32), async_op=True)
     with pytest.raises(HcclParamError) as info:
@@ -145,43 +160,77 @@ def _a(*shape, dtype=F):
 
 # (case, call, fields the error must carry)
 BAD_KERNELS = [
-    ("matmul inner axes", lambda d: d.matmul(_a(2, 3), _a(4, 5)),
-     {"arg": "a, b", "rule": "shape", "value": [[2, 3], [4, 5]]}),
+    (
+        "matmul inner axes",
+        lambda d: d.matmul(_a(2, 3), _a(4, 5)),
+        {"arg": "a, b", "rule": "shape", "value": [[2, 3], [4, 5]]},
+    ),
     ("matmul vector", lambda d: d.matmul(_a(2, 3), _a(4)), {"rule": "shape", "value": [[2, 3], [4]]}),
-    ("matmul batch axes", lambda d: d.matmul(_a(2, 2, 3), _a(3, 3, 4)), {"rule": "shape", "value": [[2, 2, 3], [3, 3, 4]]}),
+    (
+        "matmul batch axes",
+        lambda d: d.matmul(_a(2, 2, 3), _a(3, 3, 4)),
+        {"rule": "shape", "value": [[2, 2, 3], [3, 3, 4]]},
+    ),
     ("matmul scalar", lambda d: d.matmul(_a(), _a(3)), {"arg": "a", "rule": "shape"}),
     ("matmul lists", lambda d: d.matmul([[1.0, 2.0]], [[3.0], [4.0]]), {"arg": "a", "rule": "type", "value": "list"}),
-    ("matmul list b", lambda d: d.matmul(_a(1, 2), [[3.0], [4.0]]), {"arg": "b", "rule": "type", "expected": "numpy.ndarray"}),
+    (
+        "matmul list b",
+        lambda d: d.matmul(_a(1, 2), [[3.0], [4.0]]),
+        {"arg": "b", "rule": "type", "expected": "numpy.ndarray"},
+    ),
     ("matmul strings", lambda d: d.matmul(np.array([["a"]]), np.array([["b"]])), {"arg": "a", "rule": "dtype"}),
     ("linear inner axes", lambda d: d.linear(_a(2, 3), _a(4, 5)), {"arg": "x, w", "rule": "shape"}),
-    ("linear bias shape", lambda d: d.linear(_a(2, 3), _a(3, 4), _a(5)), {"arg": "b", "rule": "shape", "value": [5],
-                                                                          "expected": [2, 4]}),
+    (
+        "linear bias shape",
+        lambda d: d.linear(_a(2, 3), _a(3, 4), _a(5)),
+        {"arg": "b", "rule": "shape", "value": [5], "expected": [2, 4]},
+    ),
     ("linear bias grows", lambda d: d.linear(_a(2, 3), _a(3, 4), _a(3, 2, 4)), {"arg": "b", "rule": "shape"}),
-    ("linear bias dtype", lambda d: d.linear(_a(2, 3, dtype=np.int32), _a(3, 4, dtype=np.int32), _a(4)),
-     {"arg": "b", "rule": "dtype", "expected": "int32"}),
+    (
+        "linear bias dtype",
+        lambda d: d.linear(_a(2, 3, dtype=np.int32), _a(3, 4, dtype=np.int32), _a(4)),
+        {"arg": "b", "rule": "dtype", "expected": "int32"},
+    ),
     ("linear list", lambda d: d.linear(_a(2, 3), _a(3, 4), [0.0] * 4), {"arg": "b", "rule": "type"}),
     ("softmax axis", lambda d: d.softmax(_a(2, 3), axis=2), {"arg": "axis", "rule": "range", "value": 2}),
     ("softmax ints", lambda d: d.softmax(_a(2, 3, dtype=np.int64)), {"arg": "x", "rule": "dtype"}),
     ("softmax scale", lambda d: d.softmax(_a(2, 3), scale="2"), {"arg": "scale", "rule": "type"}),
-    ("layer_norm gamma", lambda d: d.layer_norm(_a(2, 3), _a(4), _a(3)), {"arg": "gamma", "rule": "shape", "value": [4]}),
+    (
+        "layer_norm gamma",
+        lambda d: d.layer_norm(_a(2, 3), _a(4), _a(3)),
+        {"arg": "gamma", "rule": "shape", "value": [4]},
+    ),
     ("layer_norm beta", lambda d: d.layer_norm(_a(2, 3), _a(3), _a(2, 2, 3)), {"arg": "beta", "rule": "shape"}),
     ("layer_norm eps", lambda d: d.layer_norm(_a(2, 3), _a(3), _a(3), eps=-1.0), {"arg": "eps", "rule": "range"}),
     ("layer_norm list", lambda d: d.layer_norm([[1.0, 2.0]], _a(2), _a(2)), {"arg": "x", "rule": "type"}),
     ("gelu list", lambda d: d.gelu([1.0, 2.0]), {"arg": "x", "rule": "type"}),
     ("gelu ints", lambda d: d.gelu(_a(3, dtype=np.int32)), {"arg": "x", "rule": "dtype"}),
-    ("embedding id past the table", lambda d: d.embedding(_a(5, 4), np.array([1, 5])),
-     {"arg": "ids", "rule": "range", "value": 5, "expected": "0..4"}),
-    ("embedding negative id", lambda d: d.embedding(_a(5, 4), np.array([1, -1])), {"arg": "ids", "rule": "range", "value": -1}),
+    (
+        "embedding id past the table",
+        lambda d: d.embedding(_a(5, 4), np.array([1, 5])),
+        {"arg": "ids", "rule": "range", "value": 5, "expected": "0..4"},
+    ),
+    (
+        "embedding negative id",
+        lambda d: d.embedding(_a(5, 4), np.array([1, -1])),
+        {"arg": "ids", "rule": "range", "value": -1},
+    ),
     ("embedding float ids", lambda d: d.embedding(_a(5, 4), np.array([1.0])), {"arg": "ids", "rule": "dtype"}),
     ("embedding 1-D table", lambda d: d.embedding(_a(5), np.array([1])), {"arg": "table", "rule": "shape"}),
-    ("embedding short positions", lambda d: d.embedding(_a(5, 4), np.array([[1, 2, 3]]), _a(2, 4)),
-     {"arg": "positions", "rule": "shape", "value": [2, 4], "expected": [3, 4]}),
+    (
+        "embedding short positions",
+        lambda d: d.embedding(_a(5, 4), np.array([[1, 2, 3]]), _a(2, 4)),
+        {"arg": "positions", "rule": "shape", "value": [2, 4], "expected": [3, 4]},
+    ),
     ("embedding list ids", lambda d: d.embedding(_a(5, 4), [1, 2]), {"arg": "ids", "rule": "type"}),
     ("mean axis", lambda d: d.mean(_a(2, 3), 2), {"arg": "axis", "rule": "range"}),
     ("mean scalar", lambda d: d.mean(_a(), 0), {"arg": "axis", "rule": "range"}),
     ("mean list", lambda d: d.mean([1.0, 2.0], 0), {"arg": "x", "rule": "type"}),
-    ("elementwise shapes", lambda d: d.elementwise(np.add, _a(3), _a(4)),
-     {"arg": "arrays[0], arrays[1]", "rule": "shape", "value": [[3], [4]]}),
+    (
+        "elementwise shapes",
+        lambda d: d.elementwise(np.add, _a(3), _a(4)),
+        {"arg": "arrays[0], arrays[1]", "rule": "shape", "value": [[3], [4]]},
+    ),
     ("elementwise list", lambda d: d.elementwise(np.add, [1.0], _a(1)), {"arg": "arrays[0]", "rule": "type"}),
     ("elementwise fn", lambda d: d.elementwise("add", _a(1)), {"arg": "fn", "rule": "type"}),
     ("elementwise nothing", lambda d: d.elementwise(np.negative), {"arg": "arrays", "rule": "required"}),

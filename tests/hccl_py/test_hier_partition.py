@@ -13,9 +13,21 @@ from hccl_py.algorithms.hierarchical import schedule_for
 from hccl_py.cost_model import CostModel, transfer_s
 from hccl_py.errors import HcclParamError
 from hccl_py.parallel.workload import DpInferWorkload
-from hccl_py.planning.partition import (CollectiveWorkload, auto, bell, canonical, equal_partition_count,
-                               equal_partitions, evaluate, heuristic_candidates, manual, optimize, pair_bandwidth,
-                               parse_workload, set_partitions)
+from hccl_py.planning.partition import (
+    CollectiveWorkload,
+    auto,
+    bell,
+    canonical,
+    equal_partition_count,
+    equal_partitions,
+    evaluate,
+    heuristic_candidates,
+    manual,
+    optimize,
+    pair_bandwidth,
+    parse_workload,
+    set_partitions,
+)
 from hccl_py.simulator import simulate
 from topology import Topology, TopologyError
 
@@ -50,8 +62,9 @@ def test_dp_infer_is_compute_then_a_hierarchical_allgather_of_the_outputs():
     assert w.count() == 8 * 128 * 256  # per-token hidden states of the card's share
     assert DpInferWorkload(batch_per_card=8, output="logits").count() == 8 * 10
     part = ((1, 2), (0, 3))
-    gather = simulate("allgather", schedule_for("allgather", part), topo, w.count(), itemsize=2,
-                      start_clocks=[compute] * 4)
+    gather = simulate(
+        "allgather", schedule_for("allgather", part), topo, w.count(), itemsize=2, start_clocks=[compute] * 4
+    )
     assert w.time_s(topo, part, CostModel(topo)) == max(gather.end_clocks) > compute
     assert w.one_card_s(topo) == 4 * compute  # one card, the same batches back to back
     assert "dp-infer" in w.describe(topo) and "hidden states" in w.describe(topo)
@@ -99,7 +112,9 @@ def test_large_clusters_use_the_link_graph_heuristic():
     assert named["auto"] == canonical(auto(topo))
     assert {"matching level 1", "kernighan-lin level 1", "louvain"} <= set(named)
     assert named["louvain"] == ((0, 1, 2, 3, 4, 5, 6, 7), (8, 9, 10, 11, 12, 13, 14, 15))  # communities = servers
-    assert all(a // 8 == b // 8 for g in named["matching level 1"] for a, b in combinations(g, 2))  # pairs stay in a server
+    assert all(
+        a // 8 == b // 8 for g in named["matching level 1"] for a, b in combinations(g, 2)
+    )  # pairs stay in a server
     w = CollectiveWorkload("allreduce", 16 << 20)
     best = optimize(topo, w)
     assert best.method == "heuristic" and "winner" in best.detail
@@ -120,4 +135,9 @@ def test_workload_and_partition_errors():
     assert manual("1,2;0,3", 4) == ((1, 2), (0, 3))
     with pytest.raises(TopologyError) as info:
         manual("0,1;1,2,3", 4)
-    assert (info.value.field, info.value.value, info.value.rule, info.value.holder) == ("groups[1]", 1, "unique", "groups[0]")
+    assert (info.value.field, info.value.value, info.value.rule, info.value.holder) == (
+        "groups[1]",
+        1,
+        "unique",
+        "groups[0]",
+    )

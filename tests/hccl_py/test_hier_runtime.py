@@ -15,8 +15,12 @@ from topology import Topology
 
 PARTITION = ((1, 2), (0, 3))
 CALLS = [  # (collective, algo, count, root)
-    ("allreduce", "hier", 1000, 0), ("allgather", "hier:ring/hd", 37, 0), ("broadcast", "hier", 999, 2),
-    ("reduce", "hier:mesh/tree", 64, 3), ("reduce_scatter", "hier", 5, 0), ("allreduce", "auto", 4096, 0),
+    ("allreduce", "hier", 1000, 0),
+    ("allgather", "hier:ring/hd", 37, 0),
+    ("broadcast", "hier", 999, 2),
+    ("reduce", "hier:mesh/tree", 64, 3),
+    ("reduce_scatter", "hier", 5, 0),
+    ("allreduce", "auto", 4096, 0),
 ]
 
 
@@ -65,8 +69,12 @@ def test_hier_on_a_manual_partition_matches_numpy_and_the_simulator():
     topo = Topology.preset("mixed-4p")
     model = CostModel(topo)
     for i, (collective, algo, count, root) in enumerate(CALLS):
-        xs = [np.random.default_rng(r).integers(-1000, 1000, count * (4 if collective == "reduce_scatter" else 1))
-              .astype(np.int64) for r in range(4)]
+        xs = [
+            np.random.default_rng(r)
+            .integers(-1000, 1000, count * (4 if collective == "reduce_scatter" else 1))
+            .astype(np.int64)
+            for r in range(4)
+        ]
         inputs[i] = xs
         got = [np.array(per_rank[r]["results"][i]) for r in range(4)]
         if collective == "allreduce":
@@ -78,7 +86,7 @@ def test_hier_on_a_manual_partition_matches_numpy_and_the_simulator():
         elif collective == "reduce":
             want = [np.maximum.reduce(xs) if r == root else xs[r] for r in range(4)]
         else:
-            want = [sum(xs)[r * count:(r + 1) * count] for r in range(4)]
+            want = [sum(xs)[r * count : (r + 1) * count] for r in range(4)]
         for r in range(4):
             assert np.array_equal(got[r], want[r]), (collective, algo, r)
         # algo="auto" with HCCL_ALGO's two levels set for allreduce: the two-level algorithm
@@ -87,7 +95,15 @@ def test_hier_on_a_manual_partition_matches_numpy_and_the_simulator():
         inner, outer = resolved.split(":")[1].split("/")
         starts = [per_rank[r]["clocks"][i][0] for r in range(4)]
         ends = [per_rank[r]["clocks"][i][1] for r in range(4)]
-        result = simulate(collective, schedule_for(collective, PARTITION, inner, outer), topo, count, itemsize=8,
-                          root=root, start_clocks=starts, cost_model=model)
+        result = simulate(
+            collective,
+            schedule_for(collective, PARTITION, inner, outer),
+            topo,
+            count,
+            itemsize=8,
+            root=root,
+            start_clocks=starts,
+            cost_model=model,
+        )
         assert list(result.end_clocks) == ends, (collective, algo)  # emulator == simulator, to the last bit
     assert all(r["disagree"] == {"arg": "groups", "rule": "agree", "ranks": [2]} for r in per_rank)  # rank 2 differs

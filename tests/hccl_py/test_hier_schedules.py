@@ -17,10 +17,19 @@ from hccl_py.simulator import simulate
 from topology import Topology
 
 PARTITIONS = [
-    [[0, 1], [2, 3]], [[1, 2], [0, 3]], [[3, 0, 2], [1]], [[0], [1], [2], [3]], [[0, 1, 2, 3]],
-    [[0, 1, 2], [3, 4]], [[4, 1], [0, 2, 3]], [[0, 3], [1, 4], [2]],
-    [[0, 1, 2], [3, 4, 5]], [[0, 2, 4], [1, 3, 5]],
-    [[0, 1, 2, 3], [4, 5, 6, 7]], [[0, 4], [1, 5], [2, 6], [3, 7]], [[5, 2, 7], [0], [6, 1, 3, 4]],
+    [[0, 1], [2, 3]],
+    [[1, 2], [0, 3]],
+    [[3, 0, 2], [1]],
+    [[0], [1], [2], [3]],
+    [[0, 1, 2, 3]],
+    [[0, 1, 2], [3, 4]],
+    [[4, 1], [0, 2, 3]],
+    [[0, 3], [1, 4], [2]],
+    [[0, 1, 2], [3, 4, 5]],
+    [[0, 2, 4], [1, 3, 5]],
+    [[0, 1, 2, 3], [4, 5, 6, 7]],
+    [[0, 4], [1, 5], [2, 6], [3, 7]],
+    [[5, 2, 7], [0], [6, 1, 3, 4]],
 ]
 LEVELS = [("ring", "ring"), ("hd", "mesh"), ("tree", "hd"), ("mesh", "tree")]
 COUNTS = [1, 2, 5, 13, 24]
@@ -39,7 +48,7 @@ def _reference(collective, inputs, op, root):
     if collective == "reduce":
         return [total if r == root else inputs[r] for r in range(size)]
     block = len(total) // size
-    return [total[r * block:(r + 1) * block] for r in range(size)]
+    return [total[r * block : (r + 1) * block] for r in range(size)]
 
 
 def _inputs(collective, size, count, dtype, seed):
@@ -65,8 +74,9 @@ def test_hierarchical_equals_the_flat_result_exactly_for_integers(collective, pa
                     assert np.array_equal(got, want), (collective, partition, inner, outer, count, root, r)
 
 
-@pytest.mark.parametrize("partition", [[[0, 1], [2, 3, 4]], [[0, 2, 4], [1, 3, 5]], [[6, 1, 3], [0, 2], [4, 5, 7]]],
-                         ids=format_partition)
+@pytest.mark.parametrize(
+    "partition", [[[0, 1], [2, 3, 4]], [[0, 2, 4], [1, 3, 5]], [[6, 1, 3], [0, 2], [4, 5, 7]]], ids=format_partition
+)
 @pytest.mark.parametrize("collective", ["allreduce", "reduce", "reduce_scatter"])
 def test_float_results_match_and_are_identical_on_every_rank(collective, partition):
     size = sum(map(len, partition))
@@ -91,7 +101,12 @@ def test_factory_is_cached_and_checks_its_arguments():
     assert get_schedule("allreduce", fn) is fn  # the registry passes schedule functions through
     with pytest.raises(HcclParamError) as info:
         schedule_for("allreduce", [[0, 1], [1, 2]])
-    assert (info.value.arg, info.value.field, info.value.value, info.value.rule) == ("partition", "groups[1]", 1, "unique")
+    assert (info.value.arg, info.value.field, info.value.value, info.value.rule) == (
+        "partition",
+        "groups[1]",
+        1,
+        "unique",
+    )
     with pytest.raises(HcclParamError) as info:
         fn(0, 5, 10, 0)
     assert (info.value.arg, info.value.value, info.value.rule, info.value.expected) == ("size", 5, "const", 4)
@@ -141,8 +156,10 @@ def test_the_slow_level_carries_the_least_data():
 def test_mixed_4p_fast_pair_beats_hccl_auto_grouping():
     # the effect of issue 7: with ACS the PCIe pairs share the switch uplink; the {1,2} HCCS pair does not
     topo = Topology.preset("mixed-4p")
-    t = {name: simulate("allreduce", schedule_for("allreduce", p), topo, 16 << 20).time_s
-         for name, p in (("auto", [[0, 1], [2, 3]]), ("fast", [[1, 2], [0, 3]]))}
+    t = {
+        name: simulate("allreduce", schedule_for("allreduce", p), topo, 16 << 20).time_s
+        for name, p in (("auto", [[0, 1], [2, 3]]), ("fast", [[1, 2], [0, 3]]))
+    }
     assert t["fast"] < 0.8 * t["auto"]
 
 
@@ -214,7 +231,9 @@ def test_whole_buffer_allreduce_equals_numpy_and_is_bit_identical(partition):
         for count in (0, 1, 5, 37):
             inputs = _inputs("allreduce", size, count, np.int64, count)
             for op in ("sum", "max"):
-                for got, want in zip(play("allreduce", fn, size, inputs, op=op), _reference("allreduce", inputs, op, 0)):
+                for got, want in zip(
+                    play("allreduce", fn, size, inputs, op=op), _reference("allreduce", inputs, op, 0)
+                ):
                     assert np.array_equal(got, want), (partition, inner, outer, count, op)
         outs = play("allreduce", fn, size, _inputs("allreduce", size, 29, np.float32, 5), op="sum")
         assert all(o.tobytes() == outs[0].tobytes() for o in outs)

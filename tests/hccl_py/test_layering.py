@@ -1,7 +1,7 @@
 """The runtime's layers (README, "Layout"): every module of hccl_py imports only from its own
 layer or those below it (``LAYERS``, bottom up), with no import loop, imports inside functions
 included; an import inside a function is kept only for its cost (a heavy or optional library,
-or an internal one marked ``# lazy: <why>``). hccl_py never imports launch or benchmarks;
+or an internal one marked ``# lazy: <why>`` on its line or the one above). hccl_py never imports launch or benchmarks;
 schedules (algorithms/) never import a transport, the executor or the communicator; transports
 never import algorithms; torch is imported only by the adapter that needs it."""
 
@@ -54,8 +54,16 @@ def test_the_runtime_never_imports_the_launcher_or_the_benchmarks(path):
 
 @pytest.mark.parametrize("path", _modules(PACKAGE / "algorithms"), ids=lambda p: p.name)
 def test_schedules_do_no_io(path):
-    forbidden = ("hccl_py.transport", "hccl_py.executor", "hccl_py.communicator", "hccl_py.runtime", "hccl_py.store",
-                 "socket", "zmq", "mpi4py")
+    forbidden = (
+        "hccl_py.transport",
+        "hccl_py.executor",
+        "hccl_py.communicator",
+        "hccl_py.runtime",
+        "hccl_py.store",
+        "socket",
+        "zmq",
+        "mpi4py",
+    )
     for module, _ in _imports(path):
         assert not module.startswith(forbidden), f"{path.name} imports {module}"
 
@@ -63,30 +71,40 @@ def test_schedules_do_no_io(path):
 @pytest.mark.parametrize("path", _modules(PACKAGE / "transport"), ids=lambda p: p.name)
 def test_transports_know_nothing_of_algorithms(path):
     for module, _ in _imports(path):
-        assert not module.startswith(("hccl_py.algorithms", "hccl_py.executor", "hccl_py.communicator")), \
+        assert not module.startswith(("hccl_py.algorithms", "hccl_py.executor", "hccl_py.communicator")), (
             f"{path.name} imports {module}"
+        )
 
 
 @pytest.mark.parametrize("path", _modules(PACKAGE), ids=lambda p: str(p.relative_to(ROOT)))
 def test_torch_only_inside_the_adapter_and_never_at_module_level(path):
     for module, top in _imports(path):
         if module.split(".")[0] == "torch":
-            assert "torch" in path.parts[len(PACKAGE.parts):-1] or path.stem == "torch", f"{path.name} imports torch"
+            assert "torch" in path.parts[len(PACKAGE.parts) : -1] or path.stem == "torch", f"{path.name} imports torch"
             in_adapter = path.parts[len(PACKAGE.parts)] == "torch"  # hccl_py/torch/ and its torch_npu (standin/)
             assert not top or in_adapter, f"{path.name} imports torch at module level"
 
 
 def test_importing_hccl_py_imports_no_launcher_no_zmq_no_torch():
-    code = ("import sys, hccl_py; loaded = {m.split('.')[0] for m in sys.modules}; "
-            "bad = {'launch', 'benchmarks', 'zmq', 'torch', 'mpi4py', 'matplotlib'} & loaded; assert not bad, bad")
+    code = (
+        "import sys, hccl_py; loaded = {m.split('.')[0] for m in sys.modules}; "
+        "bad = {'launch', 'benchmarks', 'zmq', 'torch', 'mpi4py', 'matplotlib'} & loaded; assert not bad, bad"
+    )
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=60)
 
 
 # hccl_py's layers, bottom up (README's Layout mirrors it): a module imports from its own layer and
 # those below. A name is a module or a package (then every module in it, unless listed itself).
 LAYERS = (
-    ("hccl_py.errors", "hccl_py.dtypes", "hccl_py.collectives", "hccl_py.env", "hccl_py.tracefile", "hccl_py.work",
-     "hccl_py.rundir"),
+    (
+        "hccl_py.errors",
+        "hccl_py.dtypes",
+        "hccl_py.collectives",
+        "hccl_py.env",
+        "hccl_py.tracefile",
+        "hccl_py.work",
+        "hccl_py.rundir",
+    ),
     ("hccl_py.algorithms",),  # the schedules: pure data
     ("hccl_py.cost_model", "hccl_py.faults"),
     ("hccl_py.simulator", "hccl_py.device", "hccl_py.records"),
@@ -104,6 +122,7 @@ LAYERS = (
     ("hccl_py.planning",),
     ("hccl_py.torch",),  # the torch adapter, on the public communicator
 )
+
 
 def _module_name(path: Path) -> str:
     name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
@@ -142,7 +161,7 @@ def _edges():
                 continue
             for target in _targets(module, names):
                 if target != name:
-                    yield name, target, top, lines[line - 1]
+                    yield name, target, top, "\n".join(lines[line - 2 : line])  # the import and the line above it
 
 
 def test_every_module_is_in_a_layer():
@@ -151,16 +170,22 @@ def test_every_module_is_in_a_layer():
 
 
 def test_no_import_runs_up_the_layers():
-    up = [f"{a} (layer {_layer(a)}) imports {b} (layer {_layer(b)})" for a, b, _, _ in _edges() if _layer(b) > _layer(a)
-          and not (a.startswith(b + ".") and b == "hccl_py.torch")]  # a package's modules may import from its __init__
+    up = [
+        f"{a} (layer {_layer(a)}) imports {b} (layer {_layer(b)})"
+        for a, b, _, _ in _edges()
+        if _layer(b) > _layer(a) and not (a.startswith(b + ".") and b == "hccl_py.torch")
+    ]  # a package's modules may import from its __init__
     assert not up, "\n".join(up)
 
 
 def test_imports_inside_functions_are_kept_for_cost_and_marked():
     # Inside a function only for cost (zmq, ml_dtypes, matplotlib behind it), marked why; never to
     # dodge a loop. The torch adapter (its own package, imported only with torch) is exempt.
-    unmarked = [f"{a} imports {b} inside a function: {text.strip()}" for a, b, top, text in _edges()
-                if not top and "# lazy:" not in text and not a.startswith("hccl_py.torch")]
+    unmarked = [
+        f"{a} imports {b} inside a function: {text.strip()}"
+        for a, b, top, text in _edges()
+        if not top and "# lazy:" not in text and not a.startswith("hccl_py.torch")
+    ]
     assert not unmarked, "\n".join(unmarked)
 
 

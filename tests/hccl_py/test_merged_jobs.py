@@ -46,12 +46,23 @@ SUMS = {"A": 3.0, "B": 30.0}
 
 
 def _env(job: str, rank: int, port: int) -> dict[str, str]:
-    base = {k: v for k, v in os.environ.items()
-            if not k.startswith(("HCCL_", "PMI_", "OMPI_", "SLURM_", "TORCHELASTIC_"))
-            and k not in ("RANK", "WORLD_SIZE", "RANK_ID", "RANK_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")}
-    return {**base, "HCCL_PY_RUN_DIR": os.environ["HCCL_PY_RUN_DIR"], "RANK": str(rank), "WORLD_SIZE": "2",
-            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "HCCL_CONNECT_TIMEOUT": "30",
-            "JOB_BASE": str(BASES[job]), "PYTHONPATH": str(ROOT)}
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("HCCL_", "PMI_", "OMPI_", "SLURM_", "TORCHELASTIC_"))
+        and k not in ("RANK", "WORLD_SIZE", "RANK_ID", "RANK_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+    }
+    return {
+        **base,
+        "HCCL_PY_RUN_DIR": os.environ["HCCL_PY_RUN_DIR"],
+        "RANK": str(rank),
+        "WORLD_SIZE": "2",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+        "HCCL_CONNECT_TIMEOUT": "30",
+        "JOB_BASE": str(BASES[job]),
+        "PYTHONPATH": str(ROOT),
+    }
 
 
 class Jobs:
@@ -59,10 +70,18 @@ class Jobs:
 
     def __init__(self, port: int):
         self.port = port
-        self.procs = {(job, rank): subprocess.Popen([sys.executable, "-c", RANK_SCRIPT], env=_env(job, rank, port),
-                                                    text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                                    stderr=subprocess.PIPE)
-                      for job in "AB" for rank in range(2)}
+        self.procs = {
+            (job, rank): subprocess.Popen(
+                [sys.executable, "-c", RANK_SCRIPT],
+                env=_env(job, rank, port),
+                text=True,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+            for job in "AB"
+            for rank in range(2)
+        }
 
     def pid(self, job: str, rank: int) -> int:
         return self.procs[(job, rank)].pid
@@ -107,8 +126,10 @@ def _claimed_by(port: int, rank: int) -> int | None:
 
 def _describe(outcomes: dict, jobs: Jobs) -> str:
     """Every process's outcome, for a failing assertion's message."""
-    return "\n".join(f"job {job} rank {rank} pid {jobs.pid(job, rank)}: exit {code}, {line}, stderr: {err[-600:]!r}"
-                     for (job, rank), (code, line, err) in outcomes.items())
+    return "\n".join(
+        f"job {job} rank {rank} pid {jobs.pid(job, rank)}: exit {code}, {line}, stderr: {err[-600:]!r}"
+        for (job, rank), (code, line, err) in outcomes.items()
+    )
 
 
 def _assert_safe(outcomes: dict) -> None:
@@ -183,4 +204,6 @@ def test_processes_started_for_the_port_that_end_without_joining_are_no_rivals()
         finally:
             jobs.close()
         assert {k: (code, line) for k, (code, line, _) in outcomes.items()} == {
-            ("A", 0): (0, {"sum": 3.0}), ("A", 1): (0, {"sum": 3.0})}
+            ("A", 0): (0, {"sum": 3.0}),
+            ("A", 1): (0, {"sum": 3.0}),
+        }

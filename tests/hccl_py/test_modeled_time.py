@@ -12,11 +12,12 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from hccl_py.algorithms.registry import algos_for
-COLLECTIVES = ("allreduce", "allgather", "broadcast", "reduce", "reduce_scatter", "alltoall", "scatter", "gather")
 from hccl_py.cost_model import CostModel
 from hccl_py.simulator import simulate
 from tests.mp import run_ranks
 from topology import Topology
+
+COLLECTIVES = ("allreduce", "allgather", "broadcast", "reduce", "reduce_scatter", "alltoall", "scatter", "gather")
 
 PRESET = "ascend910-8p"  # two HCCS islands joined over PCIe: links differ, shares matter
 COUNTS = (1, 37, 100_000)
@@ -95,16 +96,32 @@ def _clocked_v_and_batch_calls(size: int) -> list:
         start = comm.clock
         if call == "v":
             row, column = skewed[r], [m[r] for m in skewed]
-            got = comm.all_to_all_v(np.arange(sum(row), dtype=np.float32) + 1e5 * r, row, None,
-                                    np.zeros(sum(column), np.float32), column, None)
-            want = np.concatenate([np.arange(sum(skewed[i][:r]), sum(skewed[i][:r + 1]), dtype=np.float32) + 1e5 * i
-                                   for i in range(size)])
+            got = comm.all_to_all_v(
+                np.arange(sum(row), dtype=np.float32) + 1e5 * r,
+                row,
+                None,
+                np.zeros(sum(column), np.float32),
+                column,
+                None,
+            )
+            want = np.concatenate(
+                [
+                    np.arange(sum(skewed[i][:r]), sum(skewed[i][: r + 1]), dtype=np.float32) + 1e5 * i
+                    for i in range(size)
+                ]
+            )
             assert np.array_equal(got, want)
         elif call == "vc":
-            comm.all_to_all_vc(np.ones(sum(sparse[r]), np.float32), sparse, np.zeros(sum(m[r] for m in sparse), np.float32))
+            comm.all_to_all_vc(
+                np.ones(sum(sparse[r]), np.float32), sparse, np.zeros(sum(m[r] for m in sparse), np.float32)
+            )
         else:
-            comm.batch_send_recv([("recv", np.zeros(3000, np.float32), (r - 1) % size),
-                                  ("send", np.ones(3000, np.float32), (r + 1) % size)])
+            comm.batch_send_recv(
+                [
+                    ("recv", np.zeros(3000, np.float32), (r - 1) % size),
+                    ("send", np.ones(3000, np.float32), (r + 1) % size),
+                ]
+            )
         records = comm._rc.recorder.records
         out.append((start, comm.clock, [records[-2].algo, records[-1].algo]))
     return out
@@ -119,8 +136,8 @@ def test_all_to_all_v_vc_and_batch_send_recv_equal_the_simulator(preset, size):
     all_to_all_v, the two-level pipeline for all_to_all_vc)."""
     from hccl_py.algo_select import alltoallv_auto, auto, hier_levels, partition_of
     from hccl_py.algorithms.alltoallv import VSchedule
-    from hccl_py.simulator import simulate_batch
     from hccl_py.planning.calls import simulate_alltoallv
+    from hccl_py.simulator import simulate_batch
 
     per_rank = run_ranks(_clocked_v_and_batch_calls, size, size, env={"HCCL_PY_TOPOLOGY": preset}, timeout=100)
     topo = Topology.preset(preset, n=size)
@@ -134,34 +151,57 @@ def test_all_to_all_v_vc_and_batch_send_recv_equal_the_simulator(preset, size):
     assert gather_algo == auto(model, "allgather", 1 + 2 * size, 8, ranks, dtype="int64")
     assert v_algo == alltoallv_auto(topo, ranks, exchange=True).algo
     if preset == "2x4p-roce":
-        assert v_algo == "hier:mesh/continuous@groups" and alltoallv_auto(topo, ranks).algo == "hier:mesh/pipeline@groups"
+        assert (
+            v_algo == "hier:mesh/continuous@groups" and alltoallv_auto(topo, ranks).algo == "hier:mesh/pipeline@groups"
+        )
     if hier_levels(gather_algo) is not None:  # across servers: HCCL's two-level allgather
         from hccl_py.algo_select import server_partition
         from hccl_py.algorithms.hierarchical import schedule_for
 
-        gather_algo = schedule_for("allgather", partition_of(topo, gather_algo, ranks) or server_partition(topo, ranks),
-                                   *hier_levels(gather_algo))
-    gathered = simulate("allgather", gather_algo, topo, 1 + 2 * size, itemsize=8, dtype="int64",
-                        start_clocks=[c[0] for c in v], cost_model=model)
+        gather_algo = schedule_for(
+            "allgather",
+            partition_of(topo, gather_algo, ranks) or server_partition(topo, ranks),
+            *hier_levels(gather_algo),
+        )
+    gathered = simulate(
+        "allgather",
+        gather_algo,
+        topo,
+        1 + 2 * size,
+        itemsize=8,
+        dtype="int64",
+        start_clocks=[c[0] for c in v],
+        cost_model=model,
+    )
     # the continuous pipeline exchanges counts in its own first step: the gather costs no modeled time
     data_start = [c[0] for c in v] if v_algo == "hier:mesh/continuous@groups" else gathered.end_clocks
     levels = hier_levels(v_algo)  # 8 ranks: the staged one
     staged = None if levels is None else (partition_of(topo, v_algo, ranks), *levels)
-    data = simulate("alltoallv", VSchedule(v_algo, skewed, staged=staged, itemsize=4), topo, 0, itemsize=4,
-                    start_clocks=data_start, cost_model=model)
+    data = simulate(
+        "alltoallv",
+        VSchedule(v_algo, skewed, staged=staged, itemsize=4),
+        topo,
+        0,
+        itemsize=4,
+        start_clocks=data_start,
+        cost_model=model,
+    )
     assert list(data.end_clocks) == [c[1] for c in v]
     for algo in ("pairwise", "mesh"):  # the same through simulate_alltoallv
-        assert simulate_alltoallv(topo, skewed, algos=[algo], start_clocks=gathered.end_clocks, cost_model=model)[algo] == \
-            simulate("alltoallv", VSchedule(algo, skewed), topo, 0, start_clocks=gathered.end_clocks, cost_model=model)
+        assert simulate_alltoallv(topo, skewed, algos=[algo], start_clocks=gathered.end_clocks, cost_model=model)[
+            algo
+        ] == simulate("alltoallv", VSchedule(algo, skewed), topo, 0, start_clocks=gathered.end_clocks, cost_model=model)
     # all_to_all_vc: the data exchange alone
     vc_algo = vc[0][2][-1]
-    assert {c[2][-1] for c in vc} == {vc_algo} == {
-        alltoallv_auto(topo, ranks).algo}
-    result = simulate_alltoallv(topo, sparse, algos=[vc_algo], start_clocks=[c[0] for c in vc], cost_model=model)[vc_algo]
+    assert {c[2][-1] for c in vc} == {vc_algo} == {alltoallv_auto(topo, ranks).algo}
+    result = simulate_alltoallv(topo, sparse, algos=[vc_algo], start_clocks=[c[0] for c in vc], cost_model=model)[
+        vc_algo
+    ]
     assert list(result.end_clocks) == [c[1] for c in vc]
     # batch_send_recv: every rank sends 3000 float32 to rank+1 and receives from rank-1, in one batch
-    ring = simulate_batch(topo, [(r, (r + 1) % size, 3000 * 4) for r in ranks], start_clocks=[c[0] for c in batch],
-                          cost_model=model)
+    ring = simulate_batch(
+        topo, [(r, (r + 1) % size, 3000 * 4) for r in ranks], start_clocks=[c[0] for c in batch], cost_model=model
+    )
     assert list(ring.end_clocks) == [c[1] for c in batch]
 
 
@@ -216,7 +256,13 @@ def test_auto_is_the_argmin_of_the_model():
     topo = Topology.preset("ascend910-8p")
     model = CostModel(topo)
     ranks = tuple(range(8))
-    times = lambda count: {a: simulate("allreduce", a, topo, count, itemsize=4, cost_model=model).time_s for a in algos_for("allreduce")}
+
+    def times(count):
+        return {
+            a: simulate("allreduce", a, topo, count, itemsize=4, cost_model=model).time_s
+            for a in algos_for("allreduce")
+        }
+
     large, small = times(64 << 20 >> 2), times(2)
     assert fastest(model, "allreduce", 64 << 20 >> 2, 4, ranks) == min(large, key=large.get) == "ring"
     assert fastest(model, "allreduce", 2, 4, ranks) == min(small, key=small.get)
@@ -236,8 +282,14 @@ def _stats_and_trace(trace_dir: str) -> dict:
         comm.all_reduce(x, algo="ring")
     comm.all_gather(x)
     stats = comm.stats()
-    out = {"calls": stats.calls, "nbytes": stats.nbytes, "modeled": stats.modeled_s, "wall": stats.wall_s,
-           "allreduce_calls": stats.by_op["allreduce"].calls, "clock": comm.clock}
+    out = {
+        "calls": stats.calls,
+        "nbytes": stats.nbytes,
+        "modeled": stats.modeled_s,
+        "wall": stats.wall_s,
+        "allreduce_calls": stats.by_op["allreduce"].calls,
+        "clock": comm.clock,
+    }
     comm.destroy()
     return out
 
@@ -253,7 +305,12 @@ def test_stats_and_chrome_trace(tmp_path):
     trace = json.loads((tmp_path / "rank_1.trace.json").read_text())
     spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
     assert {e["tid"] for e in spans} == {0, 1}  # modeled and wall timelines
-    assert [e["name"] for e in spans if e["tid"] == 0] == ["allreduce #1", "allreduce #2", "allreduce #3", "allgather #4"]
+    assert [e["name"] for e in spans if e["tid"] == 0] == [
+        "allreduce #1",
+        "allreduce #2",
+        "allreduce #3",
+        "allgather #4",
+    ]
     assert all(e["pid"] == 1 for e in spans)
 
 
@@ -290,8 +347,10 @@ def test_device_memory_and_roofline():
 
 
 @pytest.mark.parametrize("collective", ["allreduce", "allgather", "reduce_scatter"])
-@pytest.mark.parametrize("algo, sizes", [("ring", [2, 3, 5, 8, 16]), ("hd", [2, 4, 8, 16]), ("mesh", [2, 3, 8]),
-                                         ("nhr", [2, 3, 5, 6, 7, 8, 16])])
+@pytest.mark.parametrize(
+    "algo, sizes",
+    [("ring", [2, 3, 5, 8, 16]), ("hd", [2, 4, 8, 16]), ("mesh", [2, 3, 8]), ("nhr", [2, 3, 5, 6, 7, 8, 16])],
+)
 @pytest.mark.parametrize("preset", ["ascend910-8p", "2x8p-roce"])
 def test_all_ranks_at_once_equals_rank_by_rank(collective, algo, sizes, preset):
     from hccl_py.simulator import can_simulate_flows, simulate_flows
@@ -308,20 +367,34 @@ def test_all_ranks_at_once_equals_rank_by_rank(collective, algo, sizes, preset):
             starts = [0.001 * ((r * 7) % 3) for r in range(size)]  # uneven arrival
             for dtype, op in (("float32", "sum"), ("float16", "max")):  # inline and vector-unit reductions
                 generic = simulate(collective, algo, topo, count, itemsize=4, start_clocks=starts, dtype=dtype, op=op)
-                fast = simulate_flows(collective, algo, topo, count, itemsize=4, start_clocks=starts, dtype=dtype, op=op)
+                fast = simulate_flows(
+                    collective, algo, topo, count, itemsize=4, start_clocks=starts, dtype=dtype, op=op
+                )
                 assert fast.end_clocks == generic.end_clocks, (size, count, dtype)
     for size in (2, 4, 8):  # recursive doubling (allreduce only)
         topo = Topology.preset("ascend910-8p", n=size)
         for count in (1, 1000):
             assert can_simulate_flows("allreduce", "rd", size, count)
             generic = simulate("allreduce", "rd", topo, count, dtype="float16", op="max")
-            assert simulate_flows("allreduce", "rd", topo, count, dtype="float16", op="max").end_clocks == generic.end_clocks
+            assert (
+                simulate_flows("allreduce", "rd", topo, count, dtype="float16", op="max").end_clocks
+                == generic.end_clocks
+            )
     assert not can_simulate_flows("allreduce", "hd", 6, 100)  # folds: rank by rank only
     assert not can_simulate_flows("allreduce", "ring", 8, 3)  # empty steps
 
 
-@pytest.mark.parametrize("collective, algo", [("broadcast", "ring"), ("reduce", "ring"), ("scatter", "ring"),
-                                              ("gather", "ring"), ("scatter", "mesh"), ("gather", "mesh")])
+@pytest.mark.parametrize(
+    "collective, algo",
+    [
+        ("broadcast", "ring"),
+        ("reduce", "ring"),
+        ("scatter", "ring"),
+        ("gather", "ring"),
+        ("scatter", "mesh"),
+        ("gather", "mesh"),
+    ],
+)
 def test_rooted_flows_equal_rank_by_rank(collective, algo):
     """The pipelined chains (``StepFlows.senders``) and the mesh scatter / gather against the
     rank-by-rank simulator, bit for bit: exclusive links (the active part costs what it costs in
@@ -340,10 +413,12 @@ def test_rooted_flows_equal_rank_by_rank(collective, algo):
                 assert can_simulate_flows(collective, algo, size, count)
                 starts = [0.001 * ((r * 7) % 3) for r in range(size)]
                 for dtype, op in (("float32", "sum"), ("float16", "max")):
-                    generic = simulate(collective, algo, topo, count, start_clocks=starts, dtype=dtype, op=op,
-                                       cost_model=model)
-                    fast = simulate_flows(collective, algo, topo, count, start_clocks=starts, dtype=dtype, op=op,
-                                          cost_model=model)
+                    generic = simulate(
+                        collective, algo, topo, count, start_clocks=starts, dtype=dtype, op=op, cost_model=model
+                    )
+                    fast = simulate_flows(
+                        collective, algo, topo, count, start_clocks=starts, dtype=dtype, op=op, cost_model=model
+                    )
                     assert fast.end_clocks == generic.end_clocks, (preset, size, count, dtype)
     assert not can_simulate_flows(collective, algo, 8, 0)
 
@@ -366,10 +441,12 @@ def test_hd_broadcast_and_reduce_flows_equal_rank_by_rank(collective):
                 assert can_simulate_flows(collective, "hd", size, count)
                 starts = [0.001 * ((r * 7) % 3) for r in range(size)]
                 for dtype, op in (("float32", "sum"), ("float16", "max")):
-                    generic = simulate(collective, "hd", topo, count, start_clocks=starts, cost_model=model, dtype=dtype,
-                                       op=op)
-                    fast = simulate_flows(collective, "hd", topo, count, start_clocks=starts, cost_model=model,
-                                          dtype=dtype, op=op)
+                    generic = simulate(
+                        collective, "hd", topo, count, start_clocks=starts, cost_model=model, dtype=dtype, op=op
+                    )
+                    fast = simulate_flows(
+                        collective, "hd", topo, count, start_clocks=starts, cost_model=model, dtype=dtype, op=op
+                    )
                     assert fast.end_clocks == generic.end_clocks, (preset, size, count, dtype)
     assert not can_simulate_flows(collective, "hd", 6, 100)  # folds: rank by rank
     assert not can_simulate_flows(collective, "hd", 8, 0)
@@ -394,10 +471,28 @@ def test_flows_serve_any_root_of_the_algorithms_that_number_ranks_from_it():
                     assert algo == "hd" and size & (size - 1)  # hd's flows: power-of-two sizes
                     continue
                 for dtype, op in (("float32", "sum"), ("float16", "max")):
-                    generic = simulate(collective, algo, topo, 1000, root=root, start_clocks=starts, cost_model=model,
-                                       dtype=dtype, op=op)
-                    fast = simulate_flows(collective, algo, topo, 1000, root=root, start_clocks=starts, cost_model=model,
-                                          dtype=dtype, op=op)
+                    generic = simulate(
+                        collective,
+                        algo,
+                        topo,
+                        1000,
+                        root=root,
+                        start_clocks=starts,
+                        cost_model=model,
+                        dtype=dtype,
+                        op=op,
+                    )
+                    fast = simulate_flows(
+                        collective,
+                        algo,
+                        topo,
+                        1000,
+                        root=root,
+                        start_clocks=starts,
+                        cost_model=model,
+                        dtype=dtype,
+                        op=op,
+                    )
                     assert fast.end_clocks == generic.end_clocks, (preset, collective, algo, root, dtype)
 
 
@@ -407,8 +502,15 @@ def test_chain_steps_are_the_pipelines_moments():
     from hccl_py.algorithms.registry import get_schedule
     from hccl_py.algorithms.schedule import message_numbers
 
-    for collective, algo in (("broadcast", "ring"), ("reduce", "ring"), ("scatter", "ring"), ("gather", "ring"),
-                             ("scatter", "mesh"), ("broadcast", "hd"), ("reduce", "hd")):
+    for collective, algo in (
+        ("broadcast", "ring"),
+        ("reduce", "ring"),
+        ("scatter", "ring"),
+        ("gather", "ring"),
+        ("scatter", "mesh"),
+        ("broadcast", "hd"),
+        ("reduce", "hd"),
+    ):
         fn = get_schedule(collective, algo)
         for size, count in ((5, 5), (6, 20), (4, 4096)):
             schedules = [fn(r, size, count, 0) for r in range(size)]
@@ -468,9 +570,22 @@ def test_two_level_flows_equal_rank_by_rank(preset, collective):
     n = topo.num_ranks
     part = server_partition(topo, tuple(range(n)))
     model = CostModel(topo, degraded={(0, n - 1): 0.5})
-    for inner, outer in (("mesh", "ring"), ("mesh", "hd"), ("ring", "hd"), ("hd", "ring"), ("mesh", "nhr"), ("nhr", "ring"),
-                         ("mesh", "pipeline"), ("rd", "rd"), ("rd", "nhr"), ("rd", "ring"), ("reducebcast", "nhr"),
-                         ("reducebcast", "ring"), ("hd", "ring-first"), ("nhr", "nhr-first")):
+    for inner, outer in (
+        ("mesh", "ring"),
+        ("mesh", "hd"),
+        ("ring", "hd"),
+        ("hd", "ring"),
+        ("mesh", "nhr"),
+        ("nhr", "ring"),
+        ("mesh", "pipeline"),
+        ("rd", "rd"),
+        ("rd", "nhr"),
+        ("rd", "ring"),
+        ("reducebcast", "nhr"),
+        ("reducebcast", "ring"),
+        ("hd", "ring-first"),
+        ("nhr", "nhr-first"),
+    ):
         if inner in ("rd", "reducebcast") and collective != "allreduce":
             continue  # whole buffers: allreduce only
         if outer.endswith("-first") and collective != "reduce_scatter":
@@ -479,8 +594,12 @@ def test_two_level_flows_equal_rank_by_rank(preset, collective):
         for count in (n, 1000, 4097):  # 4097: allreduce's staged path (chunks of unequal size)
             assert can_simulate_flows(collective, fn, n, count)
             starts = [0.001 * ((r * 5) % 3) for r in range(n)]
-            generic = simulate(collective, fn, topo, count, itemsize=2, start_clocks=starts, cost_model=model, dtype="float16")
-            fast = simulate_flows(collective, fn, topo, count, itemsize=2, start_clocks=starts, cost_model=model, dtype="float16")
+            generic = simulate(
+                collective, fn, topo, count, itemsize=2, start_clocks=starts, cost_model=model, dtype="float16"
+            )
+            fast = simulate_flows(
+                collective, fn, topo, count, itemsize=2, start_clocks=starts, cost_model=model, dtype="float16"
+            )
             assert fast.end_clocks == generic.end_clocks, (inner, outer, count)
 
 
@@ -503,10 +622,12 @@ def test_two_level_scatter_and_gather_flows_equal_rank_by_rank(preset, collectiv
             for count in (1, 7, 1000):
                 assert can_simulate_flows(collective, fn, n, count)
                 starts = [0.001 * ((r * 5) % 3) for r in range(n)]
-                generic = simulate(collective, fn, topo, count, itemsize=2, start_clocks=starts, cost_model=model,
-                                   dtype="float16")
-                fast = simulate_flows(collective, fn, topo, count, itemsize=2, start_clocks=starts, cost_model=model,
-                                      dtype="float16")
+                generic = simulate(
+                    collective, fn, topo, count, itemsize=2, start_clocks=starts, cost_model=model, dtype="float16"
+                )
+                fast = simulate_flows(
+                    collective, fn, topo, count, itemsize=2, start_clocks=starts, cost_model=model, dtype="float16"
+                )
                 assert fast.end_clocks == generic.end_clocks, (inner, outer, count)
     uneven = schedule_for(collective, [[0, 2], [1, 3, 4, 5, 6, 7]], "mesh", "ring")
     assert not can_simulate_flows(collective, uneven, 8, 10)  # unequal groups: rank by rank
@@ -527,7 +648,9 @@ def test_pairwise_alltoall_flows_equal_rank_by_rank():
         for count in (1, 7, 1000):
             assert can_simulate_flows("alltoall", "pairwise", size, count)
             generic = simulate("alltoall", "pairwise", topo, count, itemsize=2, start_clocks=starts, cost_model=model)
-            fast = simulate_flows("alltoall", "pairwise", topo, count, itemsize=2, start_clocks=starts, cost_model=model)
+            fast = simulate_flows(
+                "alltoall", "pairwise", topo, count, itemsize=2, start_clocks=starts, cost_model=model
+            )
             assert fast.end_clocks == generic.end_clocks, (preset, count)
     assert not can_simulate_flows("alltoall", "pairwise", 8, 0)
 
@@ -545,10 +668,19 @@ def test_staged_alltoall_flows_equal_rank_by_rank(preset):
     n = topo.num_ranks
     model = CostModel(topo, degraded={(0, n - 1): 0.5, (1, n // 2 + 1): 0.25})
     starts = [0.001 * ((r * 5) % 3) for r in range(n)]
-    partitions = {server_partition(topo, tuple(range(n))), partition_of(topo, "hier:mesh/pairwise@groups", tuple(range(n)))}
+    partitions = {
+        server_partition(topo, tuple(range(n))),
+        partition_of(topo, "hier:mesh/pairwise@groups", tuple(range(n))),
+    }
     partitions.add(tuple(reversed(server_partition(topo, tuple(range(n))))))  # groups out of rank order
     for part in partitions:
-        levels = [("mesh", "pairwise"), ("pairwise", "pairwise"), ("mesh", "mesh"), ("pairwise", "mesh"), ("mesh", "pipeline")]
+        levels = [
+            ("mesh", "pairwise"),
+            ("pairwise", "pairwise"),
+            ("mesh", "mesh"),
+            ("pairwise", "mesh"),
+            ("mesh", "pipeline"),
+        ]
         for inner, outer in levels if n <= 16 else levels[::4]:
             fn = schedule_for("alltoall", part, inner, outer)
             for count in (1, 7, 1000):
@@ -568,8 +700,9 @@ def test_staged_alltoall_flows_equal_rank_by_rank(preset):
             staged.MESH_LANES_MAX = old
     single = schedule_for("alltoall", (tuple(range(n)),), "mesh", "pairwise")
     assert not can_simulate_flows("alltoall", single, n, 10)  # one group: rank by rank
-    assert not can_simulate_flows("alltoall", schedule_for("alltoall", server_partition(topo, tuple(range(n))), "mesh",
-                                                           "pairwise"), n, 0)
+    assert not can_simulate_flows(
+        "alltoall", schedule_for("alltoall", server_partition(topo, tuple(range(n))), "mesh", "pairwise"), n, 0
+    )
 
 
 @pytest.mark.parametrize("preset", ["2x4p-roce", "4x2p-roce", "2x4p-roce-910", "4x8p-roce"])
@@ -597,9 +730,12 @@ def test_two_level_broadcast_and_reduce_flows_equal_rank_by_rank(preset, collect
             for count in (*more, n, 40 * g, 1000 * g):
                 assert can_simulate_flows(collective, fn, n, count), (inner, outer, count)
                 for dtype, op in (("float32", "sum"), ("float16", "max")):
-                    generic = simulate(collective, fn, topo, count, start_clocks=starts, cost_model=model, dtype=dtype, op=op)
-                    fast = simulate_flows(collective, fn, topo, count, start_clocks=starts, cost_model=model, dtype=dtype,
-                                          op=op)
+                    generic = simulate(
+                        collective, fn, topo, count, start_clocks=starts, cost_model=model, dtype=dtype, op=op
+                    )
+                    fast = simulate_flows(
+                        collective, fn, topo, count, start_clocks=starts, cost_model=model, dtype=dtype, op=op
+                    )
                     assert fast.end_clocks == generic.end_clocks, (inner, outer, count, dtype)
     assert not can_simulate_flows(collective, schedule_for(collective, part, "mesh", "hd"), n, g - 1)  # an empty chunk
     if collective == "reduce":  # a chain across, chunks of two sizes: rank by rank
@@ -638,17 +774,27 @@ def test_hccl_sim_takes_every_two_level_name_auto_prints(capsys):
     whole-buffer levels); a name the library cannot build is refused with its reason."""
     from hccl_py.planning.cli import main
 
-    for collective, algo in (("allreduce", "hier:mesh/pipeline"), ("allgather", "hier:mesh/pipeline@groups"),
-                             ("reduce_scatter", "hier:hd/ring-first"), ("allreduce", "hier:reducebcast/nhr"),
-                             ("allreduce", "hier:rd/rd"), ("alltoall", "hier:mesh/pipeline@groups"),
-                             ("alltoall", "hier:pairwise/mesh"), ("broadcast", "hier:mesh/hd@server")):
+    for collective, algo in (
+        ("allreduce", "hier:mesh/pipeline"),
+        ("allgather", "hier:mesh/pipeline@groups"),
+        ("reduce_scatter", "hier:hd/ring-first"),
+        ("allreduce", "hier:reducebcast/nhr"),
+        ("allreduce", "hier:rd/rd"),
+        ("alltoall", "hier:mesh/pipeline@groups"),
+        ("alltoall", "hier:pairwise/mesh"),
+        ("broadcast", "hier:mesh/hd@server"),
+    ):
         assert main([collective, "--preset", "2x4p-roce", "--bytes", "64K", "--algo", algo]) == 0, algo
         assert f"algo {algo}" in capsys.readouterr().out
-    assert main(["alltoall", "--preset", "2x4p-roce", "--bytes", "16"]) == 2  # 16 B over 8 ranks: no fp32 element a block
+    assert (
+        main(["alltoall", "--preset", "2x4p-roce", "--bytes", "16"]) == 2
+    )  # 16 B over 8 ranks: no fp32 element a block
     assert "give at least 32 bytes" in capsys.readouterr().err
-    for collective, algo, reason in (("alltoall", "hier:mesh/continuous", "AlltoAllV"),
-                                     ("allgather", "hier:mesh/ring-first", "reduce_scatter"),
-                                     ("allreduce", "hier:bogus/ring", "bogus")):
+    for collective, algo, reason in (
+        ("alltoall", "hier:mesh/continuous", "AlltoAllV"),
+        ("allgather", "hier:mesh/ring-first", "reduce_scatter"),
+        ("allreduce", "hier:bogus/ring", "bogus"),
+    ):
         assert main([collective, "--preset", "2x4p-roce", "--bytes", "64K", "--algo", algo]) == 2
         err = capsys.readouterr().err
         assert f"no algorithm {algo!r}" in err and reason in err
@@ -700,7 +846,24 @@ def test_hccl_sim_sendrecv_and_figures(tmp_path, capsys):
     assert expected == pytest.approx(card.launch_overhead_s + route.latency_s + (1 << 30) / route.bandwidth_Bps)
     figures = tmp_path / "f.json"
     figures.write_text(_json.dumps({"links": {"ROCE200": {"bandwidth_Bps": 1e9}}}))
-    assert main(["sendrecv", "--preset", "2x8p-roce", "--src", "0", "--dst", "8", "--bytes", "1G", "--figures", str(figures)]) == 0
+    assert (
+        main(
+            [
+                "sendrecv",
+                "--preset",
+                "2x8p-roce",
+                "--src",
+                "0",
+                "--dst",
+                "8",
+                "--bytes",
+                "1G",
+                "--figures",
+                str(figures),
+            ]
+        )
+        == 0
+    )
     assert "bandwidth              1.0" in capsys.readouterr().out
     assert main(["sendrecv", "--preset", "2x8p-roce", "--src", "3", "--dst", "3", "--bytes", "1"]) == 2
     assert main(["sendrecv", "--preset", "2x8p-roce", "--src", "0", "--dst", "99", "--bytes", "1"]) == 2
@@ -708,9 +871,9 @@ def test_hccl_sim_sendrecv_and_figures(tmp_path, capsys):
 
 def test_hccl_sim_alltoallv_and_batchsendrecv(tmp_path, capsys):
     from hccl_py.algorithms.alltoallv import skewed_counts
+    from hccl_py.planning.calls import simulate_alltoallv, simulate_call
     from hccl_py.planning.cli import main
     from hccl_py.simulator import simulate_batch
-    from hccl_py.planning.calls import simulate_alltoallv, simulate_call
 
     topo = Topology.preset("2x8p-roce")
     n = topo.num_ranks
@@ -742,7 +905,11 @@ def test_hccl_sim_alltoallv_and_batchsendrecv(tmp_path, capsys):
     counts.write_text(json.dumps([[j + i for j in range(n)] for i in range(n)]))
     assert main(["all_to_all_vc", "--preset", "2x8p-roce", "--counts", str(counts), "--algo", "pairwise"]) == 0
     out = capsys.readouterr().out
-    assert f"counts from {counts}" in out and "pairwise" in out and "mesh" not in out.split("algo", 1)[1].split("all_to_all_v:")[0]
+    assert (
+        f"counts from {counts}" in out
+        and "pairwise" in out
+        and "mesh" not in out.split("algo", 1)[1].split("all_to_all_v:")[0]
+    )
     (row,) = [line.split() for line in out.splitlines() if line.split()[:1] == ["pairwise"]]  # the one algorithm timed
     alone = simulate_alltoallv(topo, [[j + i for j in range(n)] for i in range(n)], algos=["pairwise"])["pairwise"]
     assert float(row[1]) == pytest.approx(alone.time_s * 1e6, abs=1e-3)
@@ -768,8 +935,15 @@ def _v_algos() -> list:
     comm.all_to_all_vc(np.ones(2 * n, np.float32), [[2] * n] * n, np.zeros(2 * n, np.float32))
     algos = [r.algo for r in comm._rc.recorder.records if r.op in ("alltoallv", "all_to_all_v", "all_to_all_vc")]
     # named explicitly, the continuous pipeline's counts exchange costs no modeled time either
-    comm.all_to_all_v(np.ones(sum(counts), np.float32), counts, None, np.zeros(sum(column), np.float32), column, None,
-                      algo="hier:mesh/continuous")
+    comm.all_to_all_v(
+        np.ones(sum(counts), np.float32),
+        counts,
+        None,
+        np.zeros(sum(column), np.float32),
+        column,
+        None,
+        algo="hier:mesh/continuous",
+    )
     gather = comm._rc.recorder.records[-2]
     return algos, gather.op, gather.modeled_end - gather.modeled_start
 
@@ -805,8 +979,9 @@ def test_hccl_deterministic_reaches_the_communicators_auto():
 
     topo = Topology.preset("ascend910b-8p")
     for mode, algo in (("false", "reducebcast"), ("true", "rd")):
-        per_rank = run_ranks(_small_allreduce, 8, env={"HCCL_PY_TOPOLOGY": "ascend910b-8p", "HCCL_DETERMINISTIC": mode},
-                             timeout=100)
+        per_rank = run_ranks(
+            _small_allreduce, 8, env={"HCCL_PY_TOPOLOGY": "ascend910b-8p", "HCCL_DETERMINISTIC": mode}, timeout=100
+        )
         expected = simulate_call("allreduce", topo, 16384, deterministic=mode)
         assert expected.algo == algo
         assert {a for a, _ in per_rank} == {algo}
@@ -862,7 +1037,7 @@ def _two_level_auto_calls(size: int) -> list:
         if collective == "scatter":
             table = np.arange(size * 37, dtype=np.float32) + 1000 * 5
             got = comm.scatter(table if r == 5 else None, root=5, out=np.empty(37, np.float32))
-            assert np.array_equal(got, table[r * 37:(r + 1) * 37])
+            assert np.array_equal(got, table[r * 37 : (r + 1) * 37])
         elif collective == "gather":
             got = comm.gather(np.full(37, r, np.float32), root=2)
             if r == 2:
@@ -888,11 +1063,22 @@ def test_two_level_scatter_gather_and_alltoall_under_auto_equal_the_simulator():
     ranks = tuple(range(size))
     for i, (collective, count, root) in enumerate((("scatter", 37, 5), ("gather", 37, 2), ("alltoall", 37, 0))):
         algo = auto(model, collective, count, 4, ranks, root)
-        assert algo in ("hier:mesh/ring@server", "hier:mesh/pipeline@groups"), (collective, algo)  # two-level, by HCCL's rules
+        assert algo in ("hier:mesh/ring@server", "hier:mesh/pipeline@groups"), (
+            collective,
+            algo,
+        )  # two-level, by HCCL's rules
         result = simulate_call(collective, topo, count, algo=algo, root=root, cost_model=model, world_ranks=ranks)
         starts = [per_rank[r][i][0] for r in ranks]
-        exact = simulate(collective, schedule_fn(topo, collective, algo, ranks), topo, count, itemsize=4, root=root, start_clocks=starts,
-                         cost_model=model)
+        exact = simulate(
+            collective,
+            schedule_fn(topo, collective, algo, ranks),
+            topo,
+            count,
+            itemsize=4,
+            root=root,
+            start_clocks=starts,
+            cost_model=model,
+        )
         assert list(exact.end_clocks) == [per_rank[r][i][1] for r in ranks], collective
         assert result.algo == algo
 
@@ -914,24 +1100,40 @@ def _level1_auto_calls(size: int, counts: tuple) -> list:
             assert np.array_equal(got, base * (size * (size + 1) // 2))
         elif collective == "allgather":
             got = comm.all_gather(np.full(count, r, np.float32))
-            assert np.array_equal(np.asarray(got).reshape(size, count), np.repeat(np.arange(size, dtype=np.float32), count).reshape(size, count))
+            assert np.array_equal(
+                np.asarray(got).reshape(size, count),
+                np.repeat(np.arange(size, dtype=np.float32), count).reshape(size, count),
+            )
         else:
             base = (np.arange(size * count) % 1000).astype(np.float32)
             got = comm.reduce_scatter(base + r)
-            want = (base * size + size * (size - 1) // 2)[r * count:(r + 1) * count]
+            want = (base * size + size * (size - 1) // 2)[r * count : (r + 1) * count]
             assert np.array_equal(got, want)
         out.append((comm._rc.recorder.records[-1].algo, start, comm.clock))
     return out
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("preset, size, algos, counts", [
-    # four servers: NHR across (> 256 KiB per device); a reduce_scatter below 512 KB in all: NHR across first, then inside
-    ("4x2p-roce", 8, ("hier:mesh/nhr@server", "hier:mesh/nhr@server", "hier:nhr/nhr-first@server"), (140_001, 37, 37)),
-    ("5x1p-roce", 5, ("nhr",) * 3, (140_001, 37, 37)),
-    ("2x4p-roce", 8, ("hier:mesh/pipeline@server",) * 3, ((1 << 21) + 3, 8197, 8197)),  # >= 1 MB a slice, >= 32 KB
-    ("2x4p-roce", 8, ("hier:rd/rd@server", "hier:mesh/ring@server", "hier:hd/ring-first@server"), (1001, 37, 37)),  # small count
-])
+@pytest.mark.parametrize(
+    "preset, size, algos, counts",
+    [
+        # four servers: NHR across (> 256 KiB per device); a reduce_scatter below 512 KB in all: NHR across first, then inside
+        (
+            "4x2p-roce",
+            8,
+            ("hier:mesh/nhr@server", "hier:mesh/nhr@server", "hier:nhr/nhr-first@server"),
+            (140_001, 37, 37),
+        ),
+        ("5x1p-roce", 5, ("nhr",) * 3, (140_001, 37, 37)),
+        ("2x4p-roce", 8, ("hier:mesh/pipeline@server",) * 3, ((1 << 21) + 3, 8197, 8197)),  # >= 1 MB a slice, >= 32 KB
+        (
+            "2x4p-roce",
+            8,
+            ("hier:rd/rd@server", "hier:mesh/ring@server", "hier:hd/ring-first@server"),
+            (1001, 37, 37),
+        ),  # small count
+    ],
+)
 def test_hccls_level1_choices_under_auto_move_the_right_data_and_equal_the_simulator(preset, size, algos, counts):
     from hccl_py.algo_select import auto, schedule_fn
 
@@ -943,13 +1145,30 @@ def test_hccls_level1_choices_under_auto_move_the_right_data_and_equal_the_simul
         assert auto(model, collective, count, 4, ranks) == algo
         assert {per_rank[r][i][0] for r in ranks} == {algo}  # what the emulator ran
         starts = [per_rank[r][i][1] for r in ranks]
-        exact = simulate(collective, schedule_fn(topo, collective, algo, ranks), topo, count, itemsize=4,
-                         start_clocks=starts, cost_model=model)
+        exact = simulate(
+            collective,
+            schedule_fn(topo, collective, algo, ranks),
+            topo,
+            count,
+            itemsize=4,
+            start_clocks=starts,
+            cost_model=model,
+        )
         assert list(exact.end_clocks) == [per_rank[r][i][2] for r in ranks], collective
 
 
-_FLOW_PRESETS = ["2x4p-roce", "4x2p-roce", "2x4p-roce-910", "2x8p-roce-910", "3x8p-roce", "34x2p-roce", "mixed-4p",
-                 "pcie-4p", "ascend910-8p", "ascend910b-8p"]
+_FLOW_PRESETS = [
+    "2x4p-roce",
+    "4x2p-roce",
+    "2x4p-roce-910",
+    "2x8p-roce-910",
+    "3x8p-roce",
+    "34x2p-roce",
+    "mixed-4p",
+    "pcie-4p",
+    "ascend910-8p",
+    "ascend910b-8p",
+]
 _FLOW_COLLECTIVES = ["allreduce", "allgather", "reduce_scatter", "broadcast", "reduce", "scatter", "gather", "alltoall"]
 
 
@@ -1000,8 +1219,11 @@ def test_any_call_the_flows_take_equals_rank_by_rank(call):
     try:
         name = auto(model, collective, count, itemsize, ranks, root, dtype, op) if algo == "auto" else algo
         levels = hier_levels(name)
-        fn = name if levels is None else schedule_for(collective, partition_of(topo, name, ranks) or
-                                                      server_partition(topo, ranks), *levels)
+        fn = (
+            name
+            if levels is None
+            else schedule_for(collective, partition_of(topo, name, ranks) or server_partition(topo, ranks), *levels)
+        )
         get_schedule(collective, fn)(0, n, count, root)  # what the library refuses is refused here
     except (HcclError, ValueError):
         event("refused")
@@ -1011,4 +1233,7 @@ def test_any_call_the_flows_take_equals_rank_by_rank(call):
         return
     event("flows")
     kw = dict(itemsize=itemsize, start_clocks=starts, cost_model=model, dtype=dtype, op=op, root=root)
-    assert simulate_flows(collective, fn, topo, count, **kw).end_clocks == simulate(collective, fn, topo, count, **kw).end_clocks
+    assert (
+        simulate_flows(collective, fn, topo, count, **kw).end_clocks
+        == simulate(collective, fn, topo, count, **kw).end_clocks
+    )

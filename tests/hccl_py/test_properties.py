@@ -59,7 +59,9 @@ def _run_cases(cases_to_run) -> int:
             assert_matches(x, inputs[root], None, where)
         elif collective == "reduce":
             comm.reduce(x, root=root, op=op, algo=algo)
-            assert_matches(x, reduce_reference(inputs, op) if rank == root else inputs[rank], op if rank == root else None, where)
+            assert_matches(
+                x, reduce_reference(inputs, op) if rank == root else inputs[rank], op if rank == root else None, where
+            )
         else:
             part = comm.reduce_scatter(x, op=op, algo=algo)
             assert part.shape == (shape[0] // size, *shape[1:])

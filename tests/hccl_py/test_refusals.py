@@ -29,54 +29,167 @@ def _cases(size: int):
         return a
 
     for refuser in range(size):
-        yield "all_reduce read-only", refuser, "writable", lambda c, bad: c.all_reduce(
-            ro(np.ones(5, f32)) if bad else np.ones(5, f32))
-        yield "all_reduce strided", refuser, "contiguous", lambda c, bad: c.all_reduce(
-            np.ones(10, f32)[::2] if bad else np.ones(5, f32))
-        yield "all_reduce out dtype", refuser, None, lambda c, bad: c.all_reduce(
-            np.ones(5, f32), out=np.empty(5, np.float64 if bad else f32))
-        yield "all_reduce bad op", refuser, None, lambda c, bad: c.all_reduce(np.ones(5, f32), op="bogus" if bad else "sum")
-        yield "all_reduce bad algo", refuser, None, lambda c, bad: c.all_reduce(np.ones(5, f32),
-                                                                                algo="bogus" if bad else "auto")
-        yield "all_gather out size", refuser, None, lambda c, bad: c.all_gather(
-            np.ones(3, f32), out=np.empty(c.size * 3 + (1 if bad else 0), f32))
-        yield "reduce_scatter out dtype", refuser, None, lambda c, bad: c.reduce_scatter(
-            np.ones(c.size * 2, f32), out=np.empty(2, np.int32 if bad else f32))
-        yield "all_to_all out read-only", refuser, "writable", lambda c, bad: c.all_to_all(
-            np.ones(c.size * 2, f32), out=ro(np.empty(c.size * 2, f32)) if bad else np.empty(c.size * 2, f32))
-        yield "all_to_all_v recv read-only", refuser, "writable", lambda c, bad: c.all_to_all_v(
-            np.ones(c.size, f32), [1] * c.size, None, ro(np.empty(c.size, f32)) if bad else np.empty(c.size, f32),
-            [1] * c.size, None)
-        yield "all_to_all_vc recv strided", refuser, "contiguous", lambda c, bad: c.all_to_all_vc(
-            np.ones(c.size, f32), [[1] * c.size] * c.size,
-            np.empty(2 * c.size, f32)[::2] if bad else np.empty(c.size, f32))
+        yield (
+            "all_reduce read-only",
+            refuser,
+            "writable",
+            lambda c, bad: c.all_reduce(ro(np.ones(5, f32)) if bad else np.ones(5, f32)),
+        )
+        yield (
+            "all_reduce strided",
+            refuser,
+            "contiguous",
+            lambda c, bad: c.all_reduce(np.ones(10, f32)[::2] if bad else np.ones(5, f32)),
+        )
+        yield (
+            "all_reduce out dtype",
+            refuser,
+            None,
+            lambda c, bad: c.all_reduce(np.ones(5, f32), out=np.empty(5, np.float64 if bad else f32)),
+        )
+        yield (
+            "all_reduce bad op",
+            refuser,
+            None,
+            lambda c, bad: c.all_reduce(np.ones(5, f32), op="bogus" if bad else "sum"),
+        )
+        yield (
+            "all_reduce bad algo",
+            refuser,
+            None,
+            lambda c, bad: c.all_reduce(np.ones(5, f32), algo="bogus" if bad else "auto"),
+        )
+        yield (
+            "all_gather out size",
+            refuser,
+            None,
+            lambda c, bad: c.all_gather(np.ones(3, f32), out=np.empty(c.size * 3 + (1 if bad else 0), f32)),
+        )
+        yield (
+            "reduce_scatter out dtype",
+            refuser,
+            None,
+            lambda c, bad: c.reduce_scatter(np.ones(c.size * 2, f32), out=np.empty(2, np.int32 if bad else f32)),
+        )
+        yield (
+            "all_to_all out read-only",
+            refuser,
+            "writable",
+            lambda c, bad: c.all_to_all(
+                np.ones(c.size * 2, f32), out=ro(np.empty(c.size * 2, f32)) if bad else np.empty(c.size * 2, f32)
+            ),
+        )
+        yield (
+            "all_to_all_v recv read-only",
+            refuser,
+            "writable",
+            lambda c, bad: c.all_to_all_v(
+                np.ones(c.size, f32),
+                [1] * c.size,
+                None,
+                ro(np.empty(c.size, f32)) if bad else np.empty(c.size, f32),
+                [1] * c.size,
+                None,
+            ),
+        )
+        yield (
+            "all_to_all_vc recv strided",
+            refuser,
+            "contiguous",
+            lambda c, bad: c.all_to_all_vc(
+                np.ones(c.size, f32),
+                [[1] * c.size] * c.size,
+                np.empty(2 * c.size, f32)[::2] if bad else np.empty(c.size, f32),
+            ),
+        )
         for root in range(size):
-            yield f"broadcast root {root}", refuser, "writable", lambda c, bad, root=root: c.broadcast(
-                ro(np.ones(4, f32)) if bad else np.ones(4, f32), root=root)
-            yield f"reduce root {root} strided", refuser, None, lambda c, bad, root=root: c.reduce(
-                np.ones(8, f32)[::2] if bad and c.rank == root else np.ones(4, f32),
-                root=root, op="bogus" if bad and c.rank != root else "sum")
-            yield f"gather root {root}", refuser, None, lambda c, bad, root=root: c.gather(
-                np.ones(3, f32), root=root, out=(np.empty(c.size * 3 + (1 if bad else 0), f32) if c.rank == root else None),
-                algo="bogus" if bad and c.rank != root else "auto")
-            yield f"scatter root {root}", refuser, None, lambda c, bad, root=root: c.scatter(
-                np.ones((c.size + (1 if bad and c.rank == root else 0), 2), f32) if c.rank == root else None, root=root,
-                out=None if c.rank == root else (ro(np.empty(2, f32)) if bad else np.empty(2, f32)))
+            yield (
+                f"broadcast root {root}",
+                refuser,
+                "writable",
+                lambda c, bad, root=root: c.broadcast(ro(np.ones(4, f32)) if bad else np.ones(4, f32), root=root),
+            )
+            yield (
+                f"reduce root {root} strided",
+                refuser,
+                None,
+                lambda c, bad, root=root: c.reduce(
+                    np.ones(8, f32)[::2] if bad and c.rank == root else np.ones(4, f32),
+                    root=root,
+                    op="bogus" if bad and c.rank != root else "sum",
+                ),
+            )
+            yield (
+                f"gather root {root}",
+                refuser,
+                None,
+                lambda c, bad, root=root: c.gather(
+                    np.ones(3, f32),
+                    root=root,
+                    out=(np.empty(c.size * 3 + (1 if bad else 0), f32) if c.rank == root else None),
+                    algo="bogus" if bad and c.rank != root else "auto",
+                ),
+            )
+            yield (
+                f"scatter root {root}",
+                refuser,
+                None,
+                lambda c, bad, root=root: c.scatter(
+                    np.ones((c.size + (1 if bad and c.rank == root else 0), 2), f32) if c.rank == root else None,
+                    root=root,
+                    out=None if c.rank == root else (ro(np.empty(2, f32)) if bad else np.empty(2, f32)),
+                ),
+            )
             for algo in algos_for("reduce"):
-                yield f"reduce root {root} {algo} out dtype", refuser, None, lambda c, bad, root=root, algo=algo: c.reduce(
-                    np.ones(4, f32), root=root, algo=algo, op="bogus" if bad and c.rank != root else "sum",
-                    out=np.empty(4, np.float64 if bad else f32) if c.rank == root else None)
+                yield (
+                    f"reduce root {root} {algo} out dtype",
+                    refuser,
+                    None,
+                    lambda c, bad, root=root, algo=algo: c.reduce(
+                        np.ones(4, f32),
+                        root=root,
+                        algo=algo,
+                        op="bogus" if bad and c.rank != root else "sum",
+                        out=np.empty(4, np.float64 if bad else f32) if c.rank == root else None,
+                    ),
+                )
         peer = (refuser + 1) % size
         if size > 1:
-            yield "recv read-only", refuser, "writable", lambda c, bad, a=peer, b=refuser: (
-                c.recv(ro(np.empty(4, f32)) if bad else np.empty(4, f32), a) if c.rank == b else
-                c.send(np.ones(4, f32), b) if c.rank == a else None)
-            yield "send bad dtype", refuser, None, lambda c, bad, a=peer, b=refuser: (
-                c.send(np.ones(4, object if bad else f32), a) if c.rank == b else
-                c.recv(np.empty(4, f32), b) if c.rank == a else None)
-            yield "batch recv read-only", refuser, "writable", lambda c, bad: c.batch_send_recv(
-                [("send", np.full(3, c.rank, f32), (c.rank + 1) % c.size),
-                 ("recv", ro(np.empty(3, f32)) if bad else np.empty(3, f32), (c.rank - 1) % c.size)])
+            yield (
+                "recv read-only",
+                refuser,
+                "writable",
+                lambda c, bad, a=peer, b=refuser: (
+                    c.recv(ro(np.empty(4, f32)) if bad else np.empty(4, f32), a)
+                    if c.rank == b
+                    else c.send(np.ones(4, f32), b)
+                    if c.rank == a
+                    else None
+                ),
+            )
+            yield (
+                "send bad dtype",
+                refuser,
+                None,
+                lambda c, bad, a=peer, b=refuser: (
+                    c.send(np.ones(4, object if bad else f32), a)
+                    if c.rank == b
+                    else c.recv(np.empty(4, f32), b)
+                    if c.rank == a
+                    else None
+                ),
+            )
+            yield (
+                "batch recv read-only",
+                refuser,
+                "writable",
+                lambda c, bad: c.batch_send_recv(
+                    [
+                        ("send", np.full(3, c.rank, f32), (c.rank + 1) % c.size),
+                        ("recv", ro(np.empty(3, f32)) if bad else np.empty(3, f32), (c.rank - 1) % c.size),
+                    ]
+                ),
+            )
 
 
 def _verify(comm, tag: int) -> tuple[int, list[str]]:

@@ -16,16 +16,18 @@ import numpy as np
 import pytest
 
 import launch
-from hccl_py import env
+from hccl_py import env, rundir
 from hccl_py.store import StoreServer
-from hccl_py import rundir
 from tests.mp import job_dirs, run_ranks
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_launchers_job_id_wins_else_torchrun_else_slurm() -> None:
-    assert env.launcher_job_id({"HCCL_PY_JOB_ID": "a1", "TORCHELASTIC_RUN_ID": "r", "SLURM_JOB_ID": "5"}) == ("a1", "HCCL_PY_JOB_ID")
+    assert env.launcher_job_id({"HCCL_PY_JOB_ID": "a1", "TORCHELASTIC_RUN_ID": "r", "SLURM_JOB_ID": "5"}) == (
+        "a1",
+        "HCCL_PY_JOB_ID",
+    )
     assert env.launcher_job_id({"TORCHELASTIC_RUN_ID": "r7"}) == ("torchrun-r7", "TORCHELASTIC_RUN_ID")
     assert env.launcher_job_id({"TORCHELASTIC_RUN_ID": "none"}) is None  # torchrun's default: not an identity
     assert env.launcher_job_id({"SLURM_JOB_ID": "812", "SLURM_STEP_ID": "0"})[0] == "slurm-812.0"
@@ -62,17 +64,34 @@ def _free_port() -> int:
 
 def _by_hand_env(rank: int, size: int, port: int, **extra: str) -> dict[str, str]:
     """A rank started by hand (torchrun style): no launcher variables, this session's run dir."""
-    base = {k: v for k, v in os.environ.items()
-            if not k.startswith(("HCCL_", "PMI_", "OMPI_", "SLURM_", "TORCHELASTIC_"))
-            and k not in ("RANK", "WORLD_SIZE", "RANK_ID", "RANK_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")}
-    return {**base, "HCCL_PY_RUN_DIR": os.environ["HCCL_PY_RUN_DIR"], "RANK": str(rank), "WORLD_SIZE": str(size),
-            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "HCCL_CONNECT_TIMEOUT": "20",
-            "PYTHONPATH": str(ROOT), **extra}
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("HCCL_", "PMI_", "OMPI_", "SLURM_", "TORCHELASTIC_"))
+        and k not in ("RANK", "WORLD_SIZE", "RANK_ID", "RANK_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+    }
+    return {
+        **base,
+        "HCCL_PY_RUN_DIR": os.environ["HCCL_PY_RUN_DIR"],
+        "RANK": str(rank),
+        "WORLD_SIZE": str(size),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+        "HCCL_CONNECT_TIMEOUT": "20",
+        "PYTHONPATH": str(ROOT),
+        **extra,
+    }
 
 
 def _start(script: str, rank: int, size: int, port: int, **extra: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-c", script], env=_by_hand_env(rank, size, port, **extra), text=True,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [sys.executable, "-c", script],
+        env=_by_hand_env(rank, size, port, **extra),
+        text=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
 def _line(proc: subprocess.Popen[str]) -> dict:
@@ -92,9 +111,12 @@ def test_a_second_job_on_the_same_port_is_refused_and_the_first_stays_right() ->
         # The second job, started by hand on the same port: its rank 0 cannot host the store;
         # its rank 1 reaches the first job's store and finds rank 1 taken; a rank that names
         # its own job is refused by the store's job id; one with another secret at the handshake.
-        others = [_start(RANK_SCRIPT, 0, 2, port), _start(RANK_SCRIPT, 1, 2, port),
-                  _start(RANK_SCRIPT, 1, 2, port, HCCL_PY_JOB_ID="second-job"),
-                  _start(RANK_SCRIPT, 1, 2, port, HCCL_PY_JOB_SECRET="not-the-first-jobs")]
+        others = [
+            _start(RANK_SCRIPT, 0, 2, port),
+            _start(RANK_SCRIPT, 1, 2, port),
+            _start(RANK_SCRIPT, 1, 2, port, HCCL_PY_JOB_ID="second-job"),
+            _start(RANK_SCRIPT, 1, 2, port, HCCL_PY_JOB_SECRET="not-the-first-jobs"),
+        ]
         outcomes = [_line(p) for p in others]
         for p in others:
             assert p.wait(timeout=20) == 3
@@ -115,7 +137,6 @@ def test_a_second_job_on_the_same_port_is_refused_and_the_first_stays_right() ->
 
 def _wrong_store(port: int) -> str:
     import hccl_py
-
     from hccl_py import env
 
     os.environ[env.STORE_PORT] = str(port)  # another job's store, which this job's secret opens
@@ -130,11 +151,14 @@ def _wrong_store(port: int) -> str:
 @pytest.mark.usefixtures("no_leaks")
 def test_ranks_refuse_a_store_of_another_job_at_once() -> None:
     with StoreServer(job_id="someone-elses", secret="shared-by-mistake") as other:
-        assert run_ranks(_wrong_store, 2, other.port, env={"HCCL_PY_JOB_SECRET": "shared-by-mistake"},
-                         timeout=40) == ["someone-elses"] * 2
+        assert (
+            run_ranks(_wrong_store, 2, other.port, env={"HCCL_PY_JOB_SECRET": "shared-by-mistake"}, timeout=40)
+            == ["someone-elses"] * 2
+        )
 
 
 # -- destroy, then init again, at different moments (like torch's destroy/init_process_group) ----
+
 
 def _staggered(rounds: int) -> list[float]:
     import hccl_py
@@ -171,9 +195,11 @@ def test_staggered_reinit_by_hand_and_rank_0_sweeps_dead_jobs() -> None:
     past = time.time() - 3600
     os.utime(stale, (past, past))
     port = _free_port()
-    script = ("import json, sys; sys.path.insert(0, %r)\n"
-              "from tests.hccl_py.test_rendezvous import _staggered\n"
-              "print(json.dumps(_staggered(3)), flush=True)\n") % str(ROOT)
+    script = (
+        "import json, sys; sys.path.insert(0, %r)\n"
+        "from tests.hccl_py.test_rendezvous import _staggered\n"
+        "print(json.dumps(_staggered(3)), flush=True)\n"
+    ) % str(ROOT)
     procs = [_start(script, r, 3, port) for r in range(3)]
     try:
         outs = [p.communicate(timeout=60) for p in procs]

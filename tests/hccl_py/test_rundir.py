@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from hccl_py.errors import HcclConnectError, HcclSyscallError
 from hccl_py import rundir
+from hccl_py.errors import HcclConnectError, HcclSyscallError
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -149,7 +149,10 @@ def test_sweep_removes_only_old_dead_jobs(run_dir: str) -> None:
         os.utime(os.path.join(run_dir, job), (past, past))
     removed = rundir.sweep_stale(keep="mine")
     assert removed == [os.path.join(run_dir, "dead-old")] or sorted(removed) == sorted(
-        [os.path.join(run_dir, "dead-old"), empty])
+        [os.path.join(run_dir, "dead-old"), empty]
+    )
     left = set(os.listdir(run_dir))
-    assert {"dead-new", "live-old", "mine", "not-sockets"} <= left and "dead-old" not in left and "empty-old" not in left
+    assert (
+        {"dead-new", "live-old", "mine", "not-sockets"} <= left and "dead-old" not in left and "empty-old" not in left
+    )
     socks["live-old"].close()

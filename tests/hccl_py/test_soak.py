@@ -78,7 +78,12 @@ def _soak(calls: int) -> dict:
         if comm is not None:
             comm.destroy()
     world.destroy()
-    return {"wrong": wrong, "done": done, "peak_rss_mib": peak_rss_mib, "fds_leaked": len(os.listdir("/proc/self/fd")) - fds_before}
+    return {
+        "wrong": wrong,
+        "done": done,
+        "peak_rss_mib": peak_rss_mib,
+        "fds_leaked": len(os.listdir("/proc/self/fd")) - fds_before,
+    }
 
 
 @pytest.mark.timeout(300)

@@ -251,8 +251,8 @@ def test_a_client_with_another_secret_is_refused_at_the_handshake() -> None:
 
 
 def test_the_default_secret_is_hccl_py_job_secret_else_the_user_file(monkeypatch: pytest.MonkeyPatch) -> None:
-    from hccl_py.store import default_secret, user_secret
     from hccl_py import rundir
+    from hccl_py.store import default_secret, user_secret
 
     monkeypatch.delenv("HCCL_PY_JOB_SECRET", raising=False)
     secret = default_secret()
@@ -276,8 +276,8 @@ def _read_file(path: str) -> str:
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to create a second, unprivileged user (nobody)")
 def test_another_user_cannot_read_the_secret_file() -> None:
-    from hccl_py.store import user_secret
     from hccl_py import rundir
+    from hccl_py.store import user_secret
     from tests.mp import run_as_nobody
 
     user_secret()
@@ -285,8 +285,9 @@ def test_another_user_cannot_read_the_secret_file() -> None:
     assert outcome.get("error", "").startswith("PermissionError"), outcome
 
 
-def test_a_full_store_refuses_more_with_a_memory_error(store: tuple[StoreServer, StoreClient],
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_full_store_refuses_more_with_a_memory_error(
+    store: tuple[StoreServer, StoreClient], monkeypatch: pytest.MonkeyPatch
+) -> None:
     import hccl_py.store
 
     _, client = store
@@ -332,7 +333,9 @@ def test_a_frame_announced_huge_is_refused_before_it_is_stored(store: tuple[Stor
     assert client.get("still", timeout_s=1) == b"serving"
 
 
-def test_many_junk_connections_leave_memory_bounded_and_the_store_serving(store: tuple[StoreServer, StoreClient]) -> None:
+def test_many_junk_connections_leave_memory_bounded_and_the_store_serving(
+    store: tuple[StoreServer, StoreClient],
+) -> None:
     """2000 loopback connections that start a handshake and stall, all open at once, then
     closed: the store keeps answering, and its memory stays within a bound (~15 KiB each)."""
     server, client = store

@@ -120,7 +120,9 @@ def test_recv_of_a_different_size_is_refused():
         # The executor's mismatch error has no fields for the two calls yet: the message names both.
         assert "call mismatch" in r["message"] and "count=12" in r["message"] and "count=10" in r["message"], r
     # the receiver found it: its own call is the receive, the sender's the send
-    assert "rank 1 called recv(count=12, dtype=float32, src=0) but rank 0 called send(count=10" in results[1]["message"], results[1]
+    assert (
+        "rank 1 called recv(count=12, dtype=float32, src=0) but rank 0 called send(count=10" in results[1]["message"]
+    ), results[1]
 
 
 def _partitions() -> dict:
@@ -141,7 +143,9 @@ def _partitions() -> dict:
         try:
             comm.create_groups(bad)
         except hccl_py.HcclParamError as err:
-            out.setdefault("errors", []).append({k: getattr(err, k) for k in ("arg", "field", "rule", "value", "holder", "missing_ranks")})
+            out.setdefault("errors", []).append(
+                {k: getattr(err, k) for k in ("arg", "field", "rule", "value", "holder", "missing_ranks")}
+            )
     try:  # ranks disagree: rank 3 passes another partition
         comm.create_groups([[0, 1], [2, 3]] if comm.rank != 3 else [[0, 3], [1, 2]])
     except hccl_py.HcclParamError as err:
@@ -159,7 +163,14 @@ def test_create_groups_from_a_partition_in_one_call():
     none = dict.fromkeys(("arg", "field", "rule", "value", "holder", "missing_ranks"))
     for r in results:
         assert r["errors"] == [
-            {**none, "arg": "groups", "field": "groups[1]", "rule": "unique", "value": 1, "holder": "groups[0]"},  # rank 1 twice
+            {
+                **none,
+                "arg": "groups",
+                "field": "groups[1]",
+                "rule": "unique",
+                "value": 1,
+                "holder": "groups[0]",
+            },  # rank 1 twice
             {**none, "arg": "groups", "field": "groups", "rule": "complete", "missing_ranks": [2, 3]},
             {**none, "arg": "groups", "field": "groups[1]", "rule": "type", "value": "x"},
         ], r["errors"]

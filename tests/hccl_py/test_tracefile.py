@@ -15,8 +15,9 @@ def test_ranks_files_merge_in_rank_order_and_a_torn_file_is_skipped(tmp_path):
     merged = tracefile.merge(tmp_path)
     assert merged == tmp_path / "trace.json"
     doc = json.loads(merged.read_text())
-    assert doc == tracefile.document([{"ph": "X", "pid": 0, "name": "all_reduce #0"},
-                                      {"ph": "X", "pid": 1, "name": "all_reduce #0"}])
+    assert doc == tracefile.document(
+        [{"ph": "X", "pid": 0, "name": "all_reduce #0"}, {"ph": "X", "pid": 1, "name": "all_reduce #0"}]
+    )
     assert doc["displayTimeUnit"] == "ms"
 
 

@@ -30,33 +30,66 @@ def test_world_of_one_when_run_plainly(comm):
 # (case, call, fields the error must carry): each names the rejected argument and the check it failed
 BAD_CALLS = [
     ("not an array", lambda c, x: c.all_reduce([1, 2, 3]), {"arg": "x", "rule": "type", "expected": "numpy.ndarray"}),
-    ("unsupported dtype", lambda c, x: c.all_reduce(np.zeros(3, np.complex64)), {"arg": "x", "dtype": "complex64", "rule": "choices"}),
-    ("unsupported dtype bool", lambda c, x: c.all_gather(np.zeros(3, bool)), {"arg": "x", "dtype": "bool", "rule": "choices"}),
-    ("non-contiguous", lambda c, x: c.all_reduce(np.zeros((4, 4), np.float32)[:, 1]), {"arg": "x", "rule": "contiguous"}),
+    (
+        "unsupported dtype",
+        lambda c, x: c.all_reduce(np.zeros(3, np.complex64)),
+        {"arg": "x", "dtype": "complex64", "rule": "choices"},
+    ),
+    (
+        "unsupported dtype bool",
+        lambda c, x: c.all_gather(np.zeros(3, bool)),
+        {"arg": "x", "dtype": "bool", "rule": "choices"},
+    ),
+    (
+        "non-contiguous",
+        lambda c, x: c.all_reduce(np.zeros((4, 4), np.float32)[:, 1]),
+        {"arg": "x", "rule": "contiguous"},
+    ),
     ("read-only", lambda c, x: c.broadcast(np.frombuffer(b"\0" * 16, np.float32)), {"arg": "x", "rule": "writable"}),
     ("bad op", lambda c, x: c.all_reduce(x, op="avg"), {"arg": "op", "value": "avg", "rule": "choices"}),
-    ("prod on int16", lambda c, x: c.all_reduce(np.ones(3, np.int16), op="prod"),
-     {"arg": "op", "value": "prod", "dtype": "int16", "rule": "dtype"}),
-    ("prod on bfloat16", lambda c, x: c.reduce(np.ones(3, hccl_py.bfloat16), op=ReduceOp.PROD),
-     {"arg": "op", "value": "prod", "dtype": "bfloat16", "rule": "dtype"}),
-    ("root out of range", lambda c, x: c.broadcast(x, root=1), {"arg": "root", "value": 1, "rule": "range", "expected": "0..0"}),
+    (
+        "prod on int16",
+        lambda c, x: c.all_reduce(np.ones(3, np.int16), op="prod"),
+        {"arg": "op", "value": "prod", "dtype": "int16", "rule": "dtype"},
+    ),
+    (
+        "prod on bfloat16",
+        lambda c, x: c.reduce(np.ones(3, hccl_py.bfloat16), op=ReduceOp.PROD),
+        {"arg": "op", "value": "prod", "dtype": "bfloat16", "rule": "dtype"},
+    ),
+    (
+        "root out of range",
+        lambda c, x: c.broadcast(x, root=1),
+        {"arg": "root", "value": 1, "rule": "range", "expected": "0..0"},
+    ),
     ("negative root", lambda c, x: c.reduce(x, root=-1), {"arg": "root", "value": -1, "rule": "range"}),
     ("root not int", lambda c, x: c.reduce(x, root=0.5), {"arg": "root", "value": 0.5, "rule": "range"}),
     ("send to self", lambda c, x: c.send(x, dst=0), {"arg": "dst", "value": 0, "rule": "self"}),
     ("recv from self", lambda c, x: c.recv(x, src=0), {"arg": "src", "value": 0, "rule": "self"}),
     ("peer out of range", lambda c, x: c.send(x, dst=3), {"arg": "dst", "value": 3, "rule": "range"}),
-    ("unknown algo", lambda c, x: c.all_reduce(x, algo="fast"), {"arg": "algo", "value": "fast", "collective": "allreduce"}),
+    (
+        "unknown algo",
+        lambda c, x: c.all_reduce(x, algo="fast"),
+        {"arg": "algo", "value": "fast", "collective": "allreduce"},
+    ),
     ("empty group", lambda c, x: c.create_group([]), {"arg": "ranks", "rule": "nonempty"}),
     ("group rank out of range", lambda c, x: c.create_group([0, 5]), {"arg": "rank", "value": 5, "rule": "range"}),
     ("group duplicate", lambda c, x: c.create_group([0, 0]), {"arg": "ranks", "value": [0, 0], "rule": "unique"}),
     ("split color type", lambda c, x: c.split(color="a"), {"arg": "color", "value": "a", "rule": "type"}),
     ("split negative color", lambda c, x: c.split(color=-2), {"arg": "color", "value": -2, "rule": "range"}),
     ("split color past 63 bits", lambda c, x: c.split(color=2**63), {"arg": "color", "value": 2**63, "rule": "range"}),
-    ("split key past 64 bits", lambda c, x: c.split(color=0, key=-2**63 - 1), {"arg": "key", "rule": "range"}),
+    ("split key past 64 bits", lambda c, x: c.split(color=0, key=-(2**63) - 1), {"arg": "key", "rule": "range"}),
     ("batch of None", lambda c, x: c.batch_send_recv(None), {"arg": "items", "rule": "type"}),
-    ("fractional count", lambda c, x: c.all_to_all_v(x, [1.5], None, np.empty(6, np.float32), [1], None),
-     {"arg": "send_counts", "rule": "type"}),
-    ("fractional matrix", lambda c, x: c.all_to_all_vc(x, [[0.5]], np.empty(6, np.float32)), {"arg": "counts", "rule": "type"}),
+    (
+        "fractional count",
+        lambda c, x: c.all_to_all_v(x, [1.5], None, np.empty(6, np.float32), [1], None),
+        {"arg": "send_counts", "rule": "type"},
+    ),
+    (
+        "fractional matrix",
+        lambda c, x: c.all_to_all_vc(x, [[0.5]], np.empty(6, np.float32)),
+        {"arg": "counts", "rule": "type"},
+    ),
 ]
 
 
@@ -97,7 +130,9 @@ def test_context_manager_destroys(monkeypatch):
         c.barrier()
 
 
-@pytest.mark.parametrize("name, value", [("HCCL_EXEC_TIMEOUT", "abc"), ("HCCL_CONNECT_TIMEOUT", "0"), ("HCCL_CONNECT_TIMEOUT", "-5")])
+@pytest.mark.parametrize(
+    "name, value", [("HCCL_EXEC_TIMEOUT", "abc"), ("HCCL_CONNECT_TIMEOUT", "0"), ("HCCL_CONNECT_TIMEOUT", "-5")]
+)
 def test_bad_timeout_env(monkeypatch, name, value):
     for n in ("RANK_ID", "RANK_SIZE", "RANK", "WORLD_SIZE"):
         monkeypatch.delenv(n, raising=False)
@@ -110,8 +145,13 @@ def test_bad_timeout_env(monkeypatch, name, value):
 def test_error_codes_and_pickling():
     import pickle
 
-    for cls, code in [(hccl_py.HcclParamError, 1), (hccl_py.HcclInternalError, 4), (hccl_py.HcclNotSupportedError, 5),
-                      (hccl_py.HcclTimeoutError, 9), (hccl_py.HcclRemoteError, 21)]:
+    for cls, code in [
+        (hccl_py.HcclParamError, 1),
+        (hccl_py.HcclInternalError, 4),
+        (hccl_py.HcclNotSupportedError, 5),
+        (hccl_py.HcclTimeoutError, 9),
+        (hccl_py.HcclRemoteError, 21),
+    ]:
         err = pickle.loads(pickle.dumps(cls("boom", arg="root", value=5)))
         assert type(err) is cls and err.code == code and err.message == "boom" and isinstance(err, hccl_py.HcclError)
         assert (err.arg, err.value) == ("root", 5)

@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from hccl_py import env
-from hccl_py import rundir
+from hccl_py import env, rundir
 from tests.mp import assert_gone, descendants, job_dirs, read_pids, wait_for_files, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,8 +40,14 @@ def _blocking_job(pid_dir: Path) -> subprocess.Popen:
 
 def _another_launch() -> subprocess.CompletedProcess[str]:
     """A one-rank hccl-launch job that runs to its end."""
-    return subprocess.run(_launcher("-n", "1", str(SCRIPTS / "print_env.py")), env=_env(), cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        _launcher("-n", "1", str(SCRIPTS / "print_env.py")),
+        env=_env(),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def _sockets(folder: str) -> list[str]:
@@ -51,6 +56,7 @@ def _sockets(folder: str) -> list[str]:
 
 def _watchdog_of(launcher: subprocess.Popen) -> int:
     """The pid of the launcher's watchdog (launch/_watchdog.py, a child in a session of its own)."""
+
     def find() -> int | None:
         for pid in descendants(launcher.pid):
             try:

@@ -18,8 +18,14 @@ pytestmark = pytest.mark.usefixtures("no_leaks")
 
 def _launch(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
-    return subprocess.run([sys.executable, "-m", "launch.cli", *args], env=full_env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "launch.cli", *args],
+        env=full_env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @pytest.mark.timeout(90)
@@ -27,8 +33,16 @@ def test_hang_report_names_the_rank_that_never_entered(tmp_path):
     # A long grace: every rank stopped by the launcher has time to dump its flight recorder.
     # Which waiting ranks hit the timeout themselves before being stopped, and how long they
     # waited in wall time, depends on the machine's load: the checks below do not.
-    done = _launch("-n", "4", "--grace", "30", "--log-dir", str(tmp_path), str(EXAMPLES / "hang.py"),
-                   env={"HCCL_EXEC_TIMEOUT": "2"})
+    done = _launch(
+        "-n",
+        "4",
+        "--grace",
+        "30",
+        "--log-dir",
+        str(tmp_path),
+        str(EXAMPLES / "hang.py"),
+        env={"HCCL_EXEC_TIMEOUT": "2"},
+    )
     assert done.returncode == 1
     assert "world: rank 2 never entered allreduce #3 (its last call: allreduce #2, completed)" in done.stderr
     found = json.loads((tmp_path / "diagnosis.json").read_text())
@@ -42,8 +56,16 @@ def test_hang_report_names_the_rank_that_never_entered(tmp_path):
 
 @pytest.mark.timeout(90)
 def test_injected_hang_and_crash_are_diagnosed():
-    hang = _launch("-n", "3", "--grace", "30", "--fault", "rank=1,op=allreduce,seq=1,action=hang",
-                   str(ROOT / "examples" / "allreduce.py"), env={"HCCL_EXEC_TIMEOUT": "1.5"})
+    hang = _launch(
+        "-n",
+        "3",
+        "--grace",
+        "30",
+        "--fault",
+        "rank=1,op=allreduce,seq=1,action=hang",
+        str(ROOT / "examples" / "allreduce.py"),
+        env={"HCCL_EXEC_TIMEOUT": "1.5"},
+    )
     assert hang.returncode == 1
     assert "rank 1: injected hang (rank=1,op=allreduce,seq=1,action=hang) in allreduce #1" in hang.stderr
     crash = _launch("-n", "3", "--fault", "rank=2,action=crash,at=allgather#2", str(ROOT / "examples" / "allreduce.py"))
@@ -77,6 +99,8 @@ def test_connect_timeout_example_names_the_late_rank():
     # Ranks 0 and 1 start one after the other, and their HCCL_CONNECT_TIMEOUT counts from their
     # own init(): it must cover how far apart they start on a loaded machine (10 s does),
     # or rank 0 names rank 1 too. Rank 2 sleeps the timeout + 3 s: it is stopped long before.
-    done = _launch("-n", "3", str(EXAMPLES / "connect_timeout.py"), env={"HCCL_CONNECT_TIMEOUT": "10", "RANK_LATE": "2"})
+    done = _launch(
+        "-n", "3", str(EXAMPLES / "connect_timeout.py"), env={"HCCL_CONNECT_TIMEOUT": "10", "RANK_LATE": "2"}
+    )
     assert done.returncode == 1
     assert "rank(s) [2] of 3 did not join within 10 s (HCCL_CONNECT_TIMEOUT)" in done.stdout

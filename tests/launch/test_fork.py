@@ -22,8 +22,14 @@ pytestmark = [pytest.mark.usefixtures("no_leaks"), pytest.mark.timeout(60)]
 
 def _launch(start: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "launch.cli", "--start", start, *args], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=50)
+    return subprocess.run(
+        [sys.executable, "-m", "launch.cli", "--start", start, *args],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=50,
+    )
 
 
 def _lines(stdout: str, rank: int) -> dict[str, str]:
@@ -82,8 +88,14 @@ def test_a_launcher_with_threads_execs_its_ranks():
         "print(before, after, LaunchConfig(nproc=2, target='x', start='exec').forks(),"
         " LaunchConfig(nproc=2, target='x', python='/usr/bin/python3').forks())\n"
     )
-    done = subprocess.run([sys.executable, "-c", probe], env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT,
-                          capture_output=True, text=True, timeout=30)
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert done.returncode == 0, done.stderr
     # a fork copies one thread: only a single-threaded launcher of this interpreter forks
     assert done.stdout.split() == ["True", "False", "False", "False"]

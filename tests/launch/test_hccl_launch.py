@@ -114,10 +114,23 @@ def test_ranks_reach_the_launchers_store() -> None:
 @pytest.mark.timeout(90)
 def test_failing_rank_stops_the_others_and_is_the_root_cause(tmp_path: Path) -> None:
     # The others never finish on their own (--block): the job ends only if they are stopped.
-    done = _run("-n", "3", "--grace", "30", str(SCRIPTS / "ranks.py"), "--fail-rank", "1", "--code", "3",
-                "--block", "--pid-dir", str(tmp_path), timeout=60)
+    done = _run(
+        "-n",
+        "3",
+        "--grace",
+        "30",
+        str(SCRIPTS / "ranks.py"),
+        "--fail-rank",
+        "1",
+        "--code",
+        "3",
+        "--block",
+        "--pid-dir",
+        str(tmp_path),
+        timeout=60,
+    )
     assert done.returncode == 3, done.stderr
-    report = done.stderr[done.stderr.index("Root Cause (first observed failure)"):]
+    report = done.stderr[done.stderr.index("Root Cause (first observed failure)") :]
     assert re.search(r"rank\s+: 1\n", report)
     assert "exit code 3" in report
     assert "| fatal: rank 1 gives up with code 3" in report
@@ -132,7 +145,7 @@ def test_failing_rank_stops_the_others_and_is_the_root_cause(tmp_path: Path) -> 
 def test_rank_killed_by_a_signal_is_reported_by_name() -> None:
     done = _run("-n", "2", "--grace", "30", str(SCRIPTS / "ranks.py"), "--sigkill-rank", "1", "--block", timeout=60)
     assert done.returncode == 128 + signal.SIGKILL, done.stderr
-    report = done.stderr[done.stderr.index("Root Cause"):]
+    report = done.stderr[done.stderr.index("Root Cause") :]
     assert "signal SIGKILL" in report and "rank 1 about to SIGKILL itself" in report
 
 
@@ -162,7 +175,11 @@ def test_sigint_forwards_and_exits_130(tmp_path: Path) -> None:
     # the machine is (the launcher stops waiting as soon as they have exited).
     launcher = subprocess.Popen(
         _launcher("-n", "3", "--grace", "30", str(SCRIPTS / "ranks.py"), "--block", "--pid-dir", str(tmp_path)),
-        env=_env(), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=_env(),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         pids = _rank_pids(tmp_path, 3)
@@ -181,7 +198,10 @@ def test_sigint_forwards_and_exits_130(tmp_path: Path) -> None:
 def test_ranks_die_when_the_launcher_is_killed(tmp_path: Path) -> None:
     launcher = subprocess.Popen(
         _launcher("-n", "2", str(SCRIPTS / "ranks.py"), "--block", "--pid-dir", str(tmp_path)),
-        env=_env(), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env=_env(),
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     try:
         pids = _rank_pids(tmp_path, 2)
@@ -237,4 +257,3 @@ def test_trace_dir_gets_one_merged_chrome_trace(tmp_path):
     spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
     assert sorted({(e["pid"], e["tid"]) for e in spans}) == [(0, 0), (0, 1), (1, 0), (1, 1)]
     assert "trace of 2 ranks written to" in done.stderr
-

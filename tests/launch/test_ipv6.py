@@ -54,9 +54,14 @@ def test_addresses_of_either_family() -> None:
 def test_hccl_launch_with_master_addr_ipv6(tmp_path: Path) -> None:
     script = tmp_path / "all_reduce.py"
     script.write_text(ALL_REDUCE)
-    done = subprocess.run([sys.executable, "-m", "launch.cli", "-n", "2", "--master-addr", "::1", str(script)],
-                          env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT, capture_output=True, text=True,
-                          timeout=50)
+    done = subprocess.run(
+        [sys.executable, "-m", "launch.cli", "-n", "2", "--master-addr", "::1", str(script)],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=50,
+    )
     assert done.returncode == 0, done.stderr
     assert sorted(line for line in done.stdout.splitlines()) == ["[0] rank 0 sum 3 3", "[1] rank 1 sum 3 3"]
 
@@ -71,10 +76,25 @@ def test_ranks_started_by_hand_with_master_addr_ipv6(tmp_path: Path, transport: 
     script = tmp_path / "all_reduce.py"
     script.write_text(ALL_REDUCE)
     port = free_port("::1")
-    procs = [subprocess.Popen([sys.executable, str(script)], env={
-        **os.environ, "PYTHONPATH": str(ROOT), "RANK": str(r), "WORLD_SIZE": "2", "MASTER_ADDR": "::1",
-        "MASTER_PORT": str(port), "HCCL_PY_TRANSPORT": transport, "HCCL_CONNECT_TIMEOUT": "10"},
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script)],
+            env={
+                **os.environ,
+                "PYTHONPATH": str(ROOT),
+                "RANK": str(r),
+                "WORLD_SIZE": "2",
+                "MASTER_ADDR": "::1",
+                "MASTER_PORT": str(port),
+                "HCCL_PY_TRANSPORT": transport,
+                "HCCL_CONNECT_TIMEOUT": "10",
+            },
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r in range(2)
+    ]
     try:
         results = [p.communicate(timeout=45) for p in procs]
     finally:

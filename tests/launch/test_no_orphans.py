@@ -27,7 +27,10 @@ pytestmark = pytest.mark.usefixtures("no_leaks")
 
 
 def _env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+    }
 
 
 def _launcher(pid_dir: Path, *args: str) -> list[str]:
@@ -50,8 +53,9 @@ def _stop(proc: subprocess.Popen, pids: set[int]) -> None:
 
 @pytest.mark.timeout(90)
 def test_sigkilled_launcher_leaves_nothing(tmp_path: Path) -> None:
-    launcher = subprocess.Popen(_launcher(tmp_path), env=_env(), cwd=ROOT,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    launcher = subprocess.Popen(
+        _launcher(tmp_path), env=_env(), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     pids: set[int] = set()
     try:
         pids = _families(tmp_path, 2)
@@ -65,8 +69,9 @@ def test_sigkilled_launcher_leaves_nothing(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(90)
 def test_sigterm_to_the_launcher_leaves_nothing(tmp_path: Path) -> None:
-    launcher = subprocess.Popen(_launcher(tmp_path), env=_env(), cwd=ROOT,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    launcher = subprocess.Popen(
+        _launcher(tmp_path), env=_env(), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     pids: set[int] = set()
     try:
         pids = _families(tmp_path, 2) | descendants(launcher.pid)
@@ -80,8 +85,9 @@ def test_sigterm_to_the_launcher_leaves_nothing(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(90)
 def test_ranks_that_exit_normally_leave_nothing(tmp_path: Path) -> None:
-    done = subprocess.run(_launcher(tmp_path, "--then", "exit"), env=_env(), cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        _launcher(tmp_path, "--then", "exit"), env=_env(), cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
     pids = _families(tmp_path, 2)
     try:
         assert done.returncode == 0, done.stderr
@@ -117,8 +123,13 @@ launch.spawn(_family_rank, 2, args=(sys.argv[1], "block"))
 
 @pytest.mark.timeout(90)
 def test_sigkilled_spawn_caller_leaves_nothing(tmp_path: Path) -> None:
-    caller = subprocess.Popen([sys.executable, "-c", CALLER, str(tmp_path)], env=_env(), cwd=ROOT,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    caller = subprocess.Popen(
+        [sys.executable, "-c", CALLER, str(tmp_path)],
+        env=_env(),
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     pids: set[int] = set()
     try:
         pids = _families(tmp_path, 2)

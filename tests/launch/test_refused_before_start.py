@@ -18,15 +18,28 @@ PRINT_ENV = Path(__file__).resolve().parent / "scripts" / "print_env.py"
 
 pytestmark = [pytest.mark.usefixtures("no_leaks"), pytest.mark.timeout(60)]
 
-SETTINGS = (env.HCCL_EXEC_TIMEOUT, env.HCCL_CONNECT_TIMEOUT, env.HCCL_PY_FAULTS, env.HCCL_PY_TOPOLOGY,
-            env.RANK_TABLE_FILE, env.HCCL_PY_FIGURES, env.HCCL_PY_TRACE_DIR)
+SETTINGS = (
+    env.HCCL_EXEC_TIMEOUT,
+    env.HCCL_CONNECT_TIMEOUT,
+    env.HCCL_PY_FAULTS,
+    env.HCCL_PY_TOPOLOGY,
+    env.RANK_TABLE_FILE,
+    env.HCCL_PY_FIGURES,
+    env.HCCL_PY_TRACE_DIR,
+)
 
 
 def _launch(*args: str, extra: dict[str, str] | None = None, nproc: int = 2) -> subprocess.CompletedProcess[str]:
     environ = {k: v for k, v in os.environ.items() if k not in SETTINGS}
     environ.update({"PYTHONPATH": str(ROOT), **(extra or {})})
-    return subprocess.run([sys.executable, "-m", "launch.cli", "-n", str(nproc), *args, str(PRINT_ENV)], env=environ,
-                          cwd=ROOT, capture_output=True, text=True, timeout=50)
+    return subprocess.run(
+        [sys.executable, "-m", "launch.cli", "-n", str(nproc), *args, str(PRINT_ENV)],
+        env=environ,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=50,
+    )
 
 
 def _refused(done: subprocess.CompletedProcess[str], *words: str) -> None:
@@ -61,11 +74,14 @@ def test_a_grace_that_is_not_finite_is_refused() -> None:
     _refused(_launch("--grace", "inf"), "grace must be a finite number")
 
 
-@pytest.mark.parametrize("spec, words", [
-    ("rank=1,action=explode", ["unknown action 'explode'"]),
-    ("rank=5,action=crash", ["rank 5 is not in this job"]),
-    ("rank=1;action=hang", ["'rank=1'"]),
-])
+@pytest.mark.parametrize(
+    "spec, words",
+    [
+        ("rank=1,action=explode", ["unknown action 'explode'"]),
+        ("rank=5,action=crash", ["rank 5 is not in this job"]),
+        ("rank=1;action=hang", ["'rank=1'"]),
+    ],
+)
 def test_a_malformed_fault_spec_in_the_environment_is_refused(spec: str, words: list[str]) -> None:
     _refused(_launch(extra={env.HCCL_PY_FAULTS: spec}), "HCCL_PY_FAULTS", *words)
 

@@ -82,7 +82,7 @@ def test_a_long_line_written_byte_by_byte_and_the_tail_of_many_lines() -> None:
     text = bytes(range(97, 123)) * 4000  # 104,000 bytes, no newline, one write per byte
     tail: collections.deque[str] = collections.deque(maxlen=5)
     numbers = [f"{i}\n".encode() for i in range(100)]
-    out = _relay_bytes(*(text[i:i + 1] for i in range(len(text))), b"\n", *numbers, tail=tail)
+    out = _relay_bytes(*(text[i : i + 1] for i in range(len(text))), b"\n", *numbers, tail=tail)
     assert out.value() == b"[0] " + text + b"\n" + b"".join(f"[0] {i}\n".encode() for i in range(100))
     assert list(tail) == ["95", "96", "97", "98", "99"]
 
@@ -128,8 +128,20 @@ def test_launcher_memory_stays_bounded_for_a_long_line_and_relays_it_completely(
     size, ranks = 16 * 1024 * 1024, 2
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     logs = tmp_path / "logs"
-    command = [sys.executable, "-m", "launch.cli", "-n", str(ranks), "--start", start, "--log-dir", str(logs),
-               str(LONG_LINE), str(size), str(tmp_path)]
+    command = [
+        sys.executable,
+        "-m",
+        "launch.cli",
+        "-n",
+        str(ranks),
+        "--start",
+        start,
+        "--log-dir",
+        str(logs),
+        str(LONG_LINE),
+        str(size),
+        str(tmp_path),
+    ]
     launcher = subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     got: dict[int, list[bytes]] = {r: [] for r in range(ranks)}
     ended: set[int] = set()

@@ -15,8 +15,20 @@ from tests.mp import block_forever, is_gone, run_ranks, wait_until
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 
-_NAMES = ("RANK_ID", "RANK_SIZE", "DEVICE_ID", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
-          "MASTER_ADDR", "HCCL_PY_JOB_ID", "HCCL_PY_STORE_HOSTED", "EXTRA", "FROM_CALLER")
+_NAMES = (
+    "RANK_ID",
+    "RANK_SIZE",
+    "DEVICE_ID",
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+    "HCCL_PY_JOB_ID",
+    "HCCL_PY_STORE_HOSTED",
+    "EXTRA",
+    "FROM_CALLER",
+)
 
 
 def _rank() -> int:
@@ -85,7 +97,12 @@ def test_results_come_back_in_rank_order_with_the_launch_environment(monkeypatch
     for r, e in enumerate(envs):
         assert e["RANK_ID"] == e["RANK"] == e["DEVICE_ID"] == e["LOCAL_RANK"] == str(r)
         assert e["RANK_SIZE"] == e["WORLD_SIZE"] == e["LOCAL_WORLD_SIZE"] == "4"
-        assert (e["MASTER_ADDR"], e["HCCL_PY_STORE_HOSTED"], e["EXTRA"], e["FROM_CALLER"]) == ("127.0.0.1", "1", "yes", "now")
+        assert (e["MASTER_ADDR"], e["HCCL_PY_STORE_HOSTED"], e["EXTRA"], e["FROM_CALLER"]) == (
+            "127.0.0.1",
+            "1",
+            "yes",
+            "now",
+        )
 
 
 @pytest.mark.timeout(30)

@@ -65,7 +65,9 @@ def test_validate_ok_and_bad(capsys, tmp_path):
 @pytest.mark.parametrize("version", ["1.0", "1.2"])
 def test_generate_writes_a_valid_table(capsys, tmp_path, version):
     path = tmp_path / "rank_table.json"
-    code, out, _ = run(capsys, "generate", "--preset", "ascend910b-8p", "-n", "6", "-o", str(path), "--version", version)
+    code, out, _ = run(
+        capsys, "generate", "--preset", "ascend910b-8p", "-n", "6", "-o", str(path), "--version", version
+    )
     assert code == 0 and str(path) in out
     table = RankTable.load(path)
     assert table.num_ranks == 6 and table.version == version
@@ -81,14 +83,17 @@ def test_presets_lists_every_preset(capsys):
     assert code == 0 and "mixed-4p" in out and "512x8p-roce" in out and "NxMp-roce" in out
 
 
-@pytest.mark.parametrize("argv, code, fragment", [
-    (["show", "--preset", "bogus"], 1, "unknown preset 'bogus'"),
-    (["show", "--preset", "pcie-4p", "-n", "5"], 1, "has 4 cards"),
-    (["show", "--preset", "pcie-4p", "--rank-table", "x.json"], 2, "not allowed with"),
-    (["generate", "-n", "4"], 2, "--preset"),
-    (["frobnicate"], 2, "invalid choice"),
-    (["generate", "--preset", "pcie-4p", "-o", "/nonexistent-dir/rt.json"], 1, "No such file"),
-])
+@pytest.mark.parametrize(
+    "argv, code, fragment",
+    [
+        (["show", "--preset", "bogus"], 1, "unknown preset 'bogus'"),
+        (["show", "--preset", "pcie-4p", "-n", "5"], 1, "has 4 cards"),
+        (["show", "--preset", "pcie-4p", "--rank-table", "x.json"], 2, "not allowed with"),
+        (["generate", "-n", "4"], 2, "--preset"),
+        (["frobnicate"], 2, "invalid choice"),
+        (["generate", "--preset", "pcie-4p", "-o", "/nonexistent-dir/rt.json"], 1, "No such file"),
+    ],
+)
 def test_errors_are_one_message(capsys, argv, code, fragment):
     got, out, err = run(capsys, *argv)
     assert got == code and fragment in err
@@ -103,16 +108,24 @@ def test_png(capsys, tmp_path):
 
 
 def test_console_script_module_runs_without_traceback(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "topology.cli", "validate", str(tmp_path / "none.json")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "topology.cli", "validate", str(tmp_path / "none.json")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 1 and "Traceback" not in proc.stderr and "not a valid real path" in proc.stderr
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("module, args", [
-    ("hccl_py.planning.cli", ["allreduce", "--preset", "ascend910b-8p", "-b", "8", "-e", "64M", "-f", "2"]),
-    ("topology.cli", ["generate", "--preset", "2x8p-roce"]),
-])
+@pytest.mark.parametrize(
+    "module, args",
+    [
+        ("hccl_py.planning.cli", ["allreduce", "--preset", "ascend910b-8p", "-b", "8", "-e", "64M", "-f", "2"]),
+        ("topology.cli", ["generate", "--preset", "2x8p-roce"]),
+    ],
+)
 def test_a_table_piped_into_head_ends_quietly(module, args):
     """``hccl-sim ... | head -3``: the reader has closed the pipe before the tool writes; the tool
     stops as a Unix tool does (SIGPIPE), without a BrokenPipeError traceback or an error line

@@ -20,8 +20,13 @@ def test_card_table_has_every_required_model_with_positive_figures():
     assert {"ascend310p", "ascend910", "ascend910b"} <= set(CARD_MODELS)
     for name, card in CARD_MODELS.items():
         assert isinstance(card, CardModel) and card.name == name
-        for value in (card.peak_fp16_flops, card.hbm_bytes, card.hbm_bandwidth_Bps, card.vector_bandwidth_Bps,
-                      card.launch_overhead_s):
+        for value in (
+            card.peak_fp16_flops,
+            card.hbm_bytes,
+            card.hbm_bandwidth_Bps,
+            card.vector_bandwidth_Bps,
+            card.launch_overhead_s,
+        ):
             assert math.isfinite(value) and value > 0
         assert isinstance(card.hbm_bytes, int)
 
@@ -39,15 +44,25 @@ def test_figures_are_the_cited_ones():
     assert CARD_MODELS["ascend910"].peak_fp16_flops == 256e12
     assert CARD_MODELS["ascend910b"].hbm_bytes == 64 * 2**30
     assert CARD_MODELS["ascend310p"].peak_fp16_flops == 70e12
-    assert CARD_MODELS["ascend910b"].peak_flops("float16") * CARD_MODELS["ascend910b"].matmul_efficiency == pytest.approx(313.182e12)
+    assert CARD_MODELS["ascend910b"].peak_flops("float16") * CARD_MODELS[
+        "ascend910b"
+    ].matmul_efficiency == pytest.approx(313.182e12)
     assert CARD_MODELS["ascend910b"].launch_overhead_s == 15e-6
     assert CARD_MODELS["ascend910b"].vector_bandwidth_Bps == 10e9  # HCCL's CCE reduce estimate
 
 
 def test_inline_reduction_follows_hccl_per_chip():
     b, a, p = CARD_MODELS["ascend910b"], CARD_MODELS["ascend910"], CARD_MODELS["ascend310p"]
-    assert b.reduces_inline("bfloat16", "max") and b.reduces_inline("float32", "sum") and not b.reduces_inline("float32", "prod")
-    assert a.reduces_inline("float32", "sum") and not a.reduces_inline("float16", "sum") and not a.reduces_inline("float32", "max")
+    assert (
+        b.reduces_inline("bfloat16", "max")
+        and b.reduces_inline("float32", "sum")
+        and not b.reduces_inline("float32", "prod")
+    )
+    assert (
+        a.reduces_inline("float32", "sum")
+        and not a.reduces_inline("float16", "sum")
+        and not a.reduces_inline("float32", "max")
+    )
     assert p.reduces_inline("float16", "sum") and not p.reduces_inline("int8", "sum")
 
 
@@ -71,12 +86,15 @@ def _write(tmp_path, doc):
 
 
 def test_override_changes_only_the_named_figures(tmp_path):
-    links, cards = load_figures(_write(tmp_path, {"links": {"ROCE200": {"bandwidth_Bps": 5e9}},
-                                                  "cards": {"ascend910b": {"hbm_bytes": 2**34}}}))
+    links, cards = load_figures(
+        _write(tmp_path, {"links": {"ROCE200": {"bandwidth_Bps": 5e9}}, "cards": {"ascend910b": {"hbm_bytes": 2**34}}})
+    )
     assert links["ROCE200"] == LinkSpec("ROCE200", 5e9, LINK_KINDS["ROCE200"].latency_s)
     assert cards["ascend910b"].hbm_bytes == 2**34
     assert cards["ascend910b"].peak_fp16_flops == CARD_MODELS["ascend910b"].peak_fp16_flops
-    assert links["HCCS"] == LINK_KINDS["HCCS"] and LINK_KINDS["ROCE200"].bandwidth_Bps == 20 * 2**30  # defaults untouched
+    assert (
+        links["HCCS"] == LINK_KINDS["HCCS"] and LINK_KINDS["ROCE200"].bandwidth_Bps == 20 * 2**30
+    )  # defaults untouched
 
 
 def test_topology_uses_overridden_figures(tmp_path):
@@ -87,13 +105,16 @@ def test_topology_uses_overridden_figures(tmp_path):
         assert topo.link("card0", "card1").bandwidth_Bps == LINK_KINDS["HCCS_910B"].bandwidth_Bps
 
 
-@pytest.mark.parametrize("doc, key", [
-    ({"link": {}}, "link"),
-    ({"links": {"NVLINK": {"bandwidth_Bps": 1e9}}}, "links.NVLINK"),
-    ({"cards": {"ascend999": {}}}, "cards.ascend999"),
-    ({"links": {"HCCS": {"bandwidth": 1e9}}}, "links.HCCS.bandwidth"),
-    ({"cards": {"ascend910": {"name": "x"}}}, "cards.ascend910.name"),
-])
+@pytest.mark.parametrize(
+    "doc, key",
+    [
+        ({"link": {}}, "link"),
+        ({"links": {"NVLINK": {"bandwidth_Bps": 1e9}}}, "links.NVLINK"),
+        ({"cards": {"ascend999": {}}}, "cards.ascend999"),
+        ({"links": {"HCCS": {"bandwidth": 1e9}}}, "links.HCCS.bandwidth"),
+        ({"cards": {"ascend910": {"name": "x"}}}, "cards.ascend910.name"),
+    ],
+)
 def test_unknown_keys_are_named(tmp_path, doc, key):
     with pytest.raises(TopologyError) as info:
         load_figures(_write(tmp_path, doc))
@@ -112,8 +133,10 @@ def test_bad_values_are_rejected(tmp_path, value):
 def test_card_lists_and_fractions_round_trip(tmp_path):
     from topology.figures import figures_to_dict
 
-    doc = {"cards": {"ascend910": {"inline_reduce_dtypes": ["float32", "float16"], "matmul_efficiency": 0.5}},
-           "links": {"HCCS": {"bandwidth_Bps": 2e10}}}
+    doc = {
+        "cards": {"ascend910": {"inline_reduce_dtypes": ["float32", "float16"], "matmul_efficiency": 0.5}},
+        "links": {"HCCS": {"bandwidth_Bps": 2e10}},
+    }
     figures = load_figures(_write(tmp_path, doc))
     assert figures[1]["ascend910"].reduces_inline("float16", "sum") and figures[1]["ascend910"].matmul_efficiency == 0.5
     assert figures_to_dict(figures) == doc
@@ -126,7 +149,12 @@ def test_card_lists_and_fractions_round_trip(tmp_path):
 def test_hbm_bytes_must_be_whole(tmp_path):
     with pytest.raises(TopologyError) as info:
         load_figures(_write(tmp_path, {"cards": {"ascend910": {"hbm_bytes": 1.5}}}))
-    assert (info.value.field, info.value.value, info.value.rule, info.value.expected) == ("cards.ascend910.hbm_bytes", 1.5, "type", "int")
+    assert (info.value.field, info.value.value, info.value.rule, info.value.expected) == (
+        "cards.ascend910.hbm_bytes",
+        1.5,
+        "type",
+        "int",
+    )
 
 
 def test_unreadable_or_invalid_file(tmp_path):

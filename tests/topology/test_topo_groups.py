@@ -10,18 +10,21 @@ from hypothesis import strategies as st
 from topology import PRESETS, Topology, TopologyError, auto_partition, load_partition, validate_partition
 
 
-@pytest.mark.parametrize("name, n, expected", [
-    ("ascend910-8p", None, [[0, 1, 2, 3], [4, 5, 6, 7]]),
-    ("ascend910-8p", 4, [[0, 1, 2, 3]]),
-    ("ascend910-8p", 6, [[0, 1, 2, 3], [4, 5]]),
-    ("ascend910b-8p", None, [list(range(8))]),
-    ("pcie-4p", None, [[0, 1], [2, 3]]),
-    ("pcie-4p", 3, [[0, 1], [2]]),
-    ("mixed-4p", None, [[0, 1], [2, 3]]),  # HCCL misses the fast pair {1, 2}
-    ("2x8p-roce", None, [list(range(8)), list(range(8, 16))]),
-    ("2x8p-roce-910", None, [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11], [12, 13, 14, 15]]),
-    ("2x8p-roce", 12, [list(range(8)), [8, 9, 10, 11]]),
-])
+@pytest.mark.parametrize(
+    "name, n, expected",
+    [
+        ("ascend910-8p", None, [[0, 1, 2, 3], [4, 5, 6, 7]]),
+        ("ascend910-8p", 4, [[0, 1, 2, 3]]),
+        ("ascend910-8p", 6, [[0, 1, 2, 3], [4, 5]]),
+        ("ascend910b-8p", None, [list(range(8))]),
+        ("pcie-4p", None, [[0, 1], [2, 3]]),
+        ("pcie-4p", 3, [[0, 1], [2]]),
+        ("mixed-4p", None, [[0, 1], [2, 3]]),  # HCCL misses the fast pair {1, 2}
+        ("2x8p-roce", None, [list(range(8)), list(range(8, 16))]),
+        ("2x8p-roce-910", None, [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11], [12, 13, 14, 15]]),
+        ("2x8p-roce", 12, [list(range(8)), [8, 9, 10, 11]]),
+    ],
+)
 def test_auto_partition_on_presets(name, n, expected):
     assert auto_partition(Topology.preset(name, n=n)) == expected
 
@@ -61,16 +64,19 @@ def test_manual_partition_parsing(tmp_path):
     assert load_partition(as_text) == [[0, 1], [2, 3]]
 
 
-@pytest.mark.parametrize("text, fieldname, rule, value", [
-    ("0,a;1", "groups[0]", "type", "a"),
-    ("0,1;", "groups[1]", "nonempty", None),
-    ("", "groups", "nonempty", None),
-    ("0,,1", "groups[0]", "type", ""),
-    ("1.5;0", "groups[0]", "type", "1.5"),
-    ("[[0, 1], 2]", "groups", "type", None),
-    ("[[0, 1]", "groups", "json", None),
-    ("[[0, true]]", "groups[0]", "type", True),
-])
+@pytest.mark.parametrize(
+    "text, fieldname, rule, value",
+    [
+        ("0,a;1", "groups[0]", "type", "a"),
+        ("0,1;", "groups[1]", "nonempty", None),
+        ("", "groups", "nonempty", None),
+        ("0,,1", "groups[0]", "type", ""),
+        ("1.5;0", "groups[0]", "type", "1.5"),
+        ("[[0, 1], 2]", "groups", "type", None),
+        ("[[0, 1]", "groups", "json", None),
+        ("[[0, true]]", "groups[0]", "type", True),
+    ],
+)
 def test_manual_partition_syntax_errors(text, fieldname, rule, value):
     with pytest.raises(TopologyError) as info:
         load_partition(text)
@@ -90,22 +96,25 @@ def test_validate_partition_normalizes():
     assert all(type(r) is int for g in validate_partition([np.array([1, 0])], 2) for r in g)
 
 
-@pytest.mark.parametrize("groups, num_ranks, fieldname, facts", [
-    ([[0, 3], [1], [2, 3]], 4, "groups[2]", {"rule": "unique", "value": 3, "holder": "groups[0]"}),
-    ([[0, 0], [1]], 2, "groups[0]", {"rule": "unique", "value": 0, "holder": "groups[0]"}),
-    ([[0, 1], []], 2, "groups[1]", {"rule": "nonempty"}),
-    ([[0, 4], [1, 2, 3]], 4, "groups[0]", {"rule": "range", "value": 4, "expected": "0..3"}),
-    ([[0, -1]], 2, "groups[0]", {"rule": "range", "value": -1, "expected": "0..1"}),
-    ([[0], [2]], 4, "groups", {"rule": "complete", "missing_ranks": [1, 3]}),
-    ([[0]], 2, "groups", {"rule": "complete", "missing_ranks": [1]}),
-    ([], 2, "groups", {"rule": "nonempty"}),
-    ([[0, 1.0]], 2, "groups[0]", {"rule": "type", "value": 1.0, "expected": "int"}),
-    ([[0, "1"]], 2, "groups[0]", {"rule": "type", "value": "1", "expected": "int"}),
-    ([[0, True]], 2, "groups[0]", {"rule": "type", "value": True, "expected": "int"}),
-    ([0, 1], 2, "groups[0]", {"rule": "type", "value": 0, "expected": "list"}),
-    ("0,1", 2, "groups", {"rule": "type", "expected": "list"}),
-    ([[0, 1]], 0, "num_ranks", {"rule": "range", "value": 0, "expected": ">= 1"}),
-])
+@pytest.mark.parametrize(
+    "groups, num_ranks, fieldname, facts",
+    [
+        ([[0, 3], [1], [2, 3]], 4, "groups[2]", {"rule": "unique", "value": 3, "holder": "groups[0]"}),
+        ([[0, 0], [1]], 2, "groups[0]", {"rule": "unique", "value": 0, "holder": "groups[0]"}),
+        ([[0, 1], []], 2, "groups[1]", {"rule": "nonempty"}),
+        ([[0, 4], [1, 2, 3]], 4, "groups[0]", {"rule": "range", "value": 4, "expected": "0..3"}),
+        ([[0, -1]], 2, "groups[0]", {"rule": "range", "value": -1, "expected": "0..1"}),
+        ([[0], [2]], 4, "groups", {"rule": "complete", "missing_ranks": [1, 3]}),
+        ([[0]], 2, "groups", {"rule": "complete", "missing_ranks": [1]}),
+        ([], 2, "groups", {"rule": "nonempty"}),
+        ([[0, 1.0]], 2, "groups[0]", {"rule": "type", "value": 1.0, "expected": "int"}),
+        ([[0, "1"]], 2, "groups[0]", {"rule": "type", "value": "1", "expected": "int"}),
+        ([[0, True]], 2, "groups[0]", {"rule": "type", "value": True, "expected": "int"}),
+        ([0, 1], 2, "groups[0]", {"rule": "type", "value": 0, "expected": "list"}),
+        ("0,1", 2, "groups", {"rule": "type", "expected": "list"}),
+        ([[0, 1]], 0, "num_ranks", {"rule": "range", "value": 0, "expected": ">= 1"}),
+    ],
+)
 def test_validate_partition_errors(groups, num_ranks, fieldname, facts):
     with pytest.raises(TopologyError) as info:
         validate_partition(groups, num_ranks)
@@ -117,12 +126,15 @@ def test_validate_partition_without_num_ranks_takes_the_ranks_listed():
     assert validate_partition(((1, 2), [np.int64(0), 3])) == [[1, 2], [0, 3]]
 
 
-@pytest.mark.parametrize("groups, facts", [
-    ([[0, 1], [3]], {"field": "groups[1]", "value": 3, "rule": "range", "expected": "0..2"}),
-    ([[0, -1]], {"field": "groups[0]", "value": -1, "rule": "range"}),
-    ([[0, 1], [1]], {"field": "groups[1]", "rule": "unique"}),
-    ([], {"field": "groups", "rule": "nonempty"}),
-])
+@pytest.mark.parametrize(
+    "groups, facts",
+    [
+        ([[0, 1], [3]], {"field": "groups[1]", "value": 3, "rule": "range", "expected": "0..2"}),
+        ([[0, -1]], {"field": "groups[0]", "value": -1, "rule": "range"}),
+        ([[0, 1], [1]], {"field": "groups[1]", "rule": "unique"}),
+        ([], {"field": "groups", "rule": "nonempty"}),
+    ],
+)
 def test_validate_partition_without_num_ranks_errors(groups, facts):
     with pytest.raises(TopologyError) as info:
         validate_partition(groups)

@@ -62,8 +62,12 @@ def test_mixed_4p_has_one_fast_pair_1_2_and_no_island():
     assert [topo.island_of(r) for r in range(4)] == [None] * 4
     assert kinds(topo, 1, 2) == ["HCCS"]
     for a, b in [(0, 1), (2, 3), (0, 2), (0, 3), (1, 3)]:  # ACS: up to the root complex and back down
-        assert topo.route(a, b).hops == ((f"card{a}", "s0.pcie0"), ("s0.pcie0", "s0.rc0"), ("s0.rc0", "s0.pcie0"),
-                                         ("s0.pcie0", f"card{b}")), (a, b)
+        assert topo.route(a, b).hops == (
+            (f"card{a}", "s0.pcie0"),
+            ("s0.pcie0", "s0.rc0"),
+            ("s0.rc0", "s0.pcie0"),
+            ("s0.pcie0", f"card{b}"),
+        ), (a, b)
         assert kinds(topo, a, b) == ["PCIE"] * 4
     fast, slow = topo.route(1, 2), topo.route(0, 1)
     assert fast.latency_s < slow.latency_s
@@ -72,7 +76,12 @@ def test_mixed_4p_has_one_fast_pair_1_2_and_no_island():
 def test_2x8p_roce_goes_card_nic_leaf_nic_card():
     topo = Topology.preset("2x8p-roce")
     assert topo.num_servers == 2 and topo.server_of(8) == 1 and topo.device_of(11) == 3
-    assert topo.route(3, 12).hops == (("card3", "s0.nic3"), ("s0.nic3", "leaf0"), ("leaf0", "s1.nic4"), ("s1.nic4", "card12"))
+    assert topo.route(3, 12).hops == (
+        ("card3", "s0.nic3"),
+        ("s0.nic3", "leaf0"),
+        ("leaf0", "s1.nic4"),
+        ("s1.nic4", "card12"),
+    )
     assert kinds(topo, 3, 12) == ["ROCE200"] * 4
     assert topo.route(3, 12).bandwidth_Bps == topo.link_kinds["ROCE200"].bandwidth_Bps
     assert kinds(topo, 8, 9) == ["HCCS_910B"]
@@ -111,7 +120,12 @@ def test_route_to_self_is_empty_and_routes_are_cached():
 
 def test_bad_ranks_and_links():
     topo = Topology.preset("pcie-4p")
-    for call in (lambda: topo.route(0, 4), lambda: topo.card(-1), lambda: topo.server_of(True), lambda: topo.island_of(9)):
+    for call in (
+        lambda: topo.route(0, 4),
+        lambda: topo.card(-1),
+        lambda: topo.server_of(True),
+        lambda: topo.island_of(9),
+    ):
         with pytest.raises(TopologyError) as info:
             call()
         assert info.value.field == "rank"
@@ -124,15 +138,21 @@ def _shortest_paths_agree(topo):
     """Routes between servers are the latency-shortest paths of the whole graph; routes inside a
     server are the shortest paths of that server's own cards and PCIe roots (HCCL keeps
     intra-server traffic on HCCS/PCIe unless HCCL_INTRA_ROCE_ENABLE is set)."""
+
     def latency(u, v, data):
         return data["spec"].latency_s
 
-    inside = [topo.graph.subgraph(n for n, d in topo.graph.nodes(data=True)
-                                  if d.get("server") == s and d["type"] in ("card", "pcie"))
-              for s in range(topo.num_servers)]
+    inside = [
+        topo.graph.subgraph(
+            n for n, d in topo.graph.nodes(data=True) if d.get("server") == s and d["type"] in ("card", "pcie")
+        )
+        for s in range(topo.num_servers)
+    ]
     for a in range(topo.num_ranks):
         dist, paths = nx.single_source_dijkstra(topo.graph, topo.card_node(a), weight=latency)
-        local_dist, local_paths = nx.single_source_dijkstra(inside[topo.server_of(a)], topo.card_node(a), weight=latency)
+        local_dist, local_paths = nx.single_source_dijkstra(
+            inside[topo.server_of(a)], topo.card_node(a), weight=latency
+        )
         dist.update(local_dist)
         paths.update(local_paths)
         for b in range(topo.num_ranks):
@@ -145,10 +165,19 @@ def _shortest_paths_agree(topo):
             assert route.bandwidth_Bps == min(topo.link(u, v).bandwidth_Bps for u, v in route.hops)
 
 
-@pytest.mark.parametrize("name, n", [
-    ("ascend910-8p", None), ("ascend910-8p", 6), ("ascend910b-8p", None), ("pcie-4p", None),  # not mixed-4p: ACS
-    ("2x8p-roce", None), ("2x8p-roce-910", None), ("3x4p-roce-910", 10), ("34x2p-roce", None),
-])
+@pytest.mark.parametrize(
+    "name, n",
+    [
+        ("ascend910-8p", None),
+        ("ascend910-8p", 6),
+        ("ascend910b-8p", None),
+        ("pcie-4p", None),  # not mixed-4p: ACS
+        ("2x8p-roce", None),
+        ("2x8p-roce-910", None),
+        ("3x4p-roce-910", 10),
+        ("34x2p-roce", None),
+    ],
+)
 def test_structural_routes_are_latency_shortest_paths(name, n):
     _shortest_paths_agree(Topology.preset(name, n=n))
 
@@ -191,8 +220,9 @@ def test_route_ids_are_the_routes_as_arrays(topo):
     # one id per directed link, whichever call numbered it (shared links are counted by id)
     again, _ = topo.route_ids(dst, src)
     named: dict = {}
-    for ids_of, (a, b) in [(hops[:, f], p) for f, p in enumerate(zip(src.tolist(), dst.tolist()))] + \
-                          [(again[:, f], p) for f, p in enumerate(zip(dst.tolist(), src.tolist()))]:
+    for ids_of, (a, b) in [(hops[:, f], p) for f, p in enumerate(zip(src.tolist(), dst.tolist()))] + [
+        (again[:, f], p) for f, p in enumerate(zip(dst.tolist(), src.tolist()))
+    ]:
         for hop, i in zip(topo.route(a, b).hops, [int(i) for i in ids_of if i]):
             assert named.setdefault(i, hop) == hop
     assert len(named) == len(set(named.values()))
@@ -247,7 +277,9 @@ def test_unknown_or_impossible_presets(name):
 
 def test_default_preset():
     assert [default_preset(n) for n in (1, 4, 8)] == ["ascend910-8p"] * 3
-    assert default_preset(9) == "2x8p-roce" and default_preset(16) == "2x8p-roce" and default_preset(4096) == "512x8p-roce"
+    assert (
+        default_preset(9) == "2x8p-roce" and default_preset(16) == "2x8p-roce" and default_preset(4096) == "512x8p-roce"
+    )
     for bad in (0, -3, 1.5):
         with pytest.raises(TopologyError):
             default_preset(bad)
@@ -288,8 +320,14 @@ def test_from_rank_table_uses_the_table_and_the_wiring():
 
 
 def test_from_rank_table_keeps_device_ids_and_rank_order():
-    doc = {"version": "1.0", "server_count": "1", "status": "completed", "server_list": [
-        {"server_id": "s", "device": [{"device_id": "5", "rank_id": "1"}, {"device_id": "4", "rank_id": "0"}]}]}
+    doc = {
+        "version": "1.0",
+        "server_count": "1",
+        "status": "completed",
+        "server_list": [
+            {"server_id": "s", "device": [{"device_id": "5", "rank_id": "1"}, {"device_id": "4", "rank_id": "0"}]}
+        ],
+    }
     topo = Topology.from_rank_table(RankTable.from_dict(doc))
     assert [topo.device_of(r) for r in range(2)] == [4, 5]
     assert topo.island_of(0) == topo.island_of(1) == 0 and kinds(topo, 0, 1) == ["HCCS"]

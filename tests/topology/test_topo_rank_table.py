@@ -22,7 +22,9 @@ def table_doc(servers=2, per=2, version="1.0"):
             devices.append(dev)
         doc["server_list"].append({"server_id": f"10.0.0.{s + 1}", "host_ip": f"10.0.0.{s + 1}", "device": devices})
     if version == "1.2":
-        doc["super_pod_list"] = [{"super_pod_id": "0", "server_list": [{"server_id": f"10.0.0.{s + 1}"} for s in range(servers)]}]
+        doc["super_pod_list"] = [
+            {"super_pod_id": "0", "server_list": [{"server_id": f"10.0.0.{s + 1}"} for s in range(servers)]}
+        ]
     return doc
 
 
@@ -35,6 +37,7 @@ def rejected(doc):
 
 
 # ------------------------------------------------------------------ good tables
+
 
 @pytest.mark.parametrize("version", ["1.0", "1.2"])
 def test_round_trip(version, tmp_path):
@@ -93,11 +96,17 @@ def test_ipv6_addresses_are_valid():
 
 # ------------------------------------------------------------------ every validation error
 
+
 def test_duplicate_rank_id():
     doc = table_doc()
     doc["server_list"][1]["device"][0]["rank_id"] = "1"
     err = rejected(doc)
-    assert (err.field, err.value, err.rule, err.holder) == ("server_list[1].device[0].rank_id", "1", "unique", "server_list[0].device[1]")
+    assert (err.field, err.value, err.rule, err.holder) == (
+        "server_list[1].device[0].rank_id",
+        "1",
+        "unique",
+        "server_list[0].device[1]",
+    )
     assert err.error_id == "EI0014"
 
 
@@ -139,14 +148,17 @@ def test_server_count_mismatch():
     assert (err.field, err.value, err.rule, err.expected) == ("server_count", "3", "const", "2")
 
 
-@pytest.mark.parametrize("path, value, fieldname", [
-    (("server_count",), 2, "server_count"),
-    (("server_list", 0, "device", 1, "rank_id"), 1, "server_list[0].device[1].rank_id"),
-    (("server_list", 1, "device", 0, "device_id"), 0, "server_list[1].device[0].device_id"),
-    (("server_list", 0, "server_id"), 10, "server_list[0].server_id"),
-    (("server_list", 0, "host_ip"), None, "server_list[0].host_ip"),
-    (("version",), 1.0, "version"),
-])
+@pytest.mark.parametrize(
+    "path, value, fieldname",
+    [
+        (("server_count",), 2, "server_count"),
+        (("server_list", 0, "device", 1, "rank_id"), 1, "server_list[0].device[1].rank_id"),
+        (("server_list", 1, "device", 0, "device_id"), 0, "server_list[1].device[0].device_id"),
+        (("server_list", 0, "server_id"), 10, "server_list[0].server_id"),
+        (("server_list", 0, "host_ip"), None, "server_list[0].host_ip"),
+        (("version",), 1.0, "version"),
+    ],
+)
 def test_values_must_be_strings(path, value, fieldname):
     doc = table_doc()
     target = doc
@@ -161,7 +173,12 @@ def test_numbers_must_be_digits():
     doc = table_doc()
     doc["server_list"][0]["device"][0]["rank_id"] = "-1"
     err = rejected(doc)
-    assert (err.field, err.value, err.rule, err.expected) == ("server_list[0].device[0].rank_id", "-1", "format", "decimal")
+    assert (err.field, err.value, err.rule, err.expected) == (
+        "server_list[0].device[0].rank_id",
+        "-1",
+        "format",
+        "decimal",
+    )
 
 
 def test_unknown_version():
@@ -182,14 +199,23 @@ def test_device_id_out_of_range():
     doc = table_doc()
     doc["server_list"][0]["device"][1]["device_id"] = "16"
     err = rejected(doc)
-    assert (err.field, err.value, err.rule, err.expected) == ("server_list[0].device[1].device_id", "16", "range", "0..15")
+    assert (err.field, err.value, err.rule, err.expected) == (
+        "server_list[0].device[1].device_id",
+        "16",
+        "range",
+        "0..15",
+    )
 
 
 def test_duplicate_device_id_in_a_server():
     doc = table_doc()
     doc["server_list"][1]["device"][1]["device_id"] = "0"
     err = rejected(doc)
-    assert (err.field, err.rule, err.holder) == ("server_list[1].device[1].device_id", "unique", "server_list[1].device[0]")
+    assert (err.field, err.rule, err.holder) == (
+        "server_list[1].device[1].device_id",
+        "unique",
+        "server_list[1].device[0]",
+    )
 
 
 def test_same_device_id_on_two_servers_is_fine():
@@ -271,14 +297,14 @@ def test_unreadable_file_is_not_a_valid_real_path(tmp_path):
 
 
 def test_not_json():
-    for text in ("{", "", "{\"version\": \"1.0\",}", b"\xff\xfe", 42):
+    for text in ("{", "", '{"version": "1.0",}', b"\xff\xfe", 42):
         with pytest.raises(TopologyError) as info:
             RankTable.loads(text)  # type: ignore[arg-type]
         assert (info.value.field, info.value.rule, info.value.error_id) == (None, "json", "EI0004")
 
 
 def test_duplicate_json_keys():
-    text = json.dumps(table_doc())[:-1] + ", \"status\": \"completed\"}"
+    text = json.dumps(table_doc())[:-1] + ', "status": "completed"}'
     with pytest.raises(TopologyError) as info:
         RankTable.loads(text)
     assert (info.value.field, info.value.rule) == ("status", "unique")
@@ -316,8 +342,11 @@ def test_duplicate_super_device_id_in_a_super_pod():
     doc = table_doc(version="1.2")
     doc["server_list"][1]["device"][0]["super_device_id"] = "1000"
     err = rejected(doc)
-    assert (err.field, err.rule, err.holder) == ("server_list[1].device[0].super_device_id", "unique",
-                                                 "server_list[0].device[0].super_device_id")
+    assert (err.field, err.rule, err.holder) == (
+        "server_list[1].device[0].super_device_id",
+        "unique",
+        "server_list[0].device[0].super_device_id",
+    )
 
 
 def test_server_in_no_super_pod():
@@ -338,8 +367,11 @@ def test_server_in_two_super_pods():
     doc = table_doc(version="1.2")
     doc["super_pod_list"].append({"super_pod_id": "1", "server_list": [{"server_id": "10.0.0.1"}]})
     err = rejected(doc)
-    assert (err.field, err.rule, err.holder) == ("super_pod_list[1].server_list[0].server_id", "unique",
-                                                 "super_pod_list[0].server_list[0].server_id")
+    assert (err.field, err.rule, err.holder) == (
+        "super_pod_list[1].server_list[0].server_id",
+        "unique",
+        "super_pod_list[0].server_list[0].server_id",
+    )
 
 
 def test_duplicate_super_pod_id():
@@ -359,13 +391,39 @@ def test_generate_rejects_unknown_version():
 # ------------------------------------------------------------------ fuzz: only TopologyError, never another exception
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8)
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False)
+    | st.text(max_size=8)
     | st.sampled_from(["0", "1", "15", "16", "1.0", "1.2", "completed", "10.0.0.1", "", "-1", "9" * 12]),
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(
-        st.sampled_from(["version", "status", "server_count", "server_list", "super_pod_list", "server_id", "host_ip",
-                         "device", "device_id", "device_ip", "rank_id", "super_device_id", "super_pod_id", "x"]),
-        children, max_size=5),
-    max_leaves=25)
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.dictionaries(
+            st.sampled_from(
+                [
+                    "version",
+                    "status",
+                    "server_count",
+                    "server_list",
+                    "super_pod_list",
+                    "server_id",
+                    "host_ip",
+                    "device",
+                    "device_id",
+                    "device_ip",
+                    "rank_id",
+                    "super_device_id",
+                    "super_pod_id",
+                    "x",
+                ]
+            ),
+            children,
+            max_size=5,
+        )
+    ),
+    max_leaves=25,
+)
 
 
 def _parse_or_topology_error(doc):

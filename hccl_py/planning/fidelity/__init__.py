@@ -94,12 +94,21 @@ def predict(row: dict, figures: FiguresArg = None) -> tuple[float, str]:
     size = spec["size_bytes"]
     if row["kind"] == "p2p":
         seconds = simulate_p2p(topo, spec["src"], spec["dst"], size).time_s
-        return (size / seconds / 1e9 if metric == "bandwidth_GBps" else seconds * 1e6), f"send {spec['src']}->{spec['dst']}"
+        return (
+            size / seconds / 1e9 if metric == "bandwidth_GBps" else seconds * 1e6
+        ), f"send {spec['src']}->{spec['dst']}"
     itemsize = ITEMSIZE[spec["dtype"]]
     c = lookup(row["collective"])
     count = c.test_elements(size, itemsize, topo.num_ranks)
-    call = simulate_call(c.name, topo, count, algo=spec.get("algo", "auto"), itemsize=itemsize, dtype=spec["dtype"],
-                         cost_model=CostModel(topo))
+    call = simulate_call(
+        c.name,
+        topo,
+        count,
+        algo=spec.get("algo", "auto"),
+        itemsize=itemsize,
+        dtype=spec["dtype"],
+        cost_model=CostModel(topo),
+    )
     seconds = call.time_s
     value = size / seconds / 1e9 if metric == "algbw_GBps" else seconds * 1e6
     return value, call.algo
@@ -133,18 +142,29 @@ def format_checks(checks: list[Check]) -> str:
             what = f"{what} {format_size(row['model']['size_bytes'])} ({c.algo})"
         unit = _UNITS[c.metric]
         status = ("ok" if c.ok else "DRIFT") if c.held else "not held"
-        lines.append((row["id"], _short(row["hardware"]), what, f"{c.measured:.4g} {unit}", f"{c.model:.4g} {unit}",
-                      f"{c.ratio:.3f}", c.target, status))
+        lines.append(
+            (
+                row["id"],
+                _short(row["hardware"]),
+                what,
+                f"{c.measured:.4g} {unit}",
+                f"{c.model:.4g} {unit}",
+                f"{c.ratio:.3f}",
+                c.target,
+                status,
+            )
+        )
     widths = [max(len(str(x[i])) for x in [head, *lines]) for i in range(len(head))]
     out = ["  ".join(str(x).ljust(w) for x, w in zip(line, widths)).rstrip() for line in [head, *lines]]
     held = [c for c in checks if c.held]
     out.append("")
-    out.append(f"# {len(checks)} rows, {len(held)} held: {sum(c.ok for c in held)} within their target, "
-               f"{sum(not c.ok for c in held)} drifted; rows not held say why in measurements.json and docs/fidelity.md")
+    out.append(
+        f"# {len(checks)} rows, {len(held)} held: {sum(c.ok for c in held)} within their target, "
+        f"{sum(not c.ok for c in held)} drifted; rows not held say why in measurements.json and docs/fidelity.md"
+    )
     return "\n".join(out)
 
 
 def _short(text: str) -> str:
     text = text.split(",")[0].split("(")[0].strip()
     return text if len(text) <= 34 else text[:33] + "…"
-

@@ -20,10 +20,14 @@ def test_docs_algorithms_md_is_up_to_date():
     want = doc.render()
     have = PAGE.read_text() if PAGE.exists() else ""
     if have != want:
-        changed = next((i + 1 for i, (a, b) in enumerate(zip(have.splitlines(), want.splitlines())) if a != b),
-                       min(len(have.splitlines()), len(want.splitlines())) + 1)
-        pytest.fail(f"docs/algorithms.md is out of date with the schedule docstrings (first difference at line {changed}). "
-                    f"Regenerate it from the repository root:\n    {doc.COMMAND}\nand commit the result.")
+        changed = next(
+            (i + 1 for i, (a, b) in enumerate(zip(have.splitlines(), want.splitlines())) if a != b),
+            min(len(have.splitlines()), len(want.splitlines())) + 1,
+        )
+        pytest.fail(
+            f"docs/algorithms.md is out of date with the schedule docstrings (first difference at line {changed}). "
+            f"Regenerate it from the repository root:\n    {doc.COMMAND}\nand commit the result."
+        )
 
 
 @pytest.mark.parametrize("name", [f"{c}_{a}" for c, algos in ALGORITHMS.items() for a in algos])

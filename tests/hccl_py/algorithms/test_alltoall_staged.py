@@ -15,12 +15,12 @@ from hccl_py.algorithms.playback import check, play
 from hccl_py.errors import HcclParamError
 
 PARTITIONS = [
-    ((0, 1, 2, 3), (4, 5, 6, 7)),      # two servers / a 910's two islands
-    ((0, 1), (2, 3), (4, 5)),          # three groups
-    ((0, 2), (1, 3)),                  # groups not in rank order
-    ((3, 1), (0, 2)),                  # ... nor members
-    ((0,), (1,), (2,)),                # groups of one: the flat outer algorithm
-    ((0, 1, 2),),                      # one group: the flat inner algorithm
+    ((0, 1, 2, 3), (4, 5, 6, 7)),  # two servers / a 910's two islands
+    ((0, 1), (2, 3), (4, 5)),  # three groups
+    ((0, 2), (1, 3)),  # groups not in rank order
+    ((3, 1), (0, 2)),  # ... nor members
+    ((0,), (1,), (2,)),  # groups of one: the flat outer algorithm
+    ((0, 1, 2),),  # one group: the flat inner algorithm
 ]
 LEVELS = [*itertools.product(alltoall_staged.LEVEL_ALGOS, repeat=2), ("mesh", alltoall_staged.PIPELINE)]
 
@@ -34,7 +34,7 @@ def test_equal_blocks(partition, inner, outer):
         xs = [np.arange(size * count, dtype=np.int64) + 1000 * r for r in range(size)]
         outs = play("alltoall", fn, size, xs)
         for r in range(size):
-            want = np.concatenate([xs[i][r * count:(r + 1) * count] for i in range(size)])
+            want = np.concatenate([xs[i][r * count : (r + 1) * count] for i in range(size)])
             assert np.array_equal(outs[r], want), (partition, inner, outer, count, r)
 
 
@@ -49,7 +49,7 @@ def test_counts_per_pair(partition, inner, outer):
         xs = [np.arange(sum(counts[r]), dtype=np.int64) + 1000 * r for r in range(size)]
         outs = play("alltoallv", VSchedule(name, counts, staged=(partition, inner, outer)), size, xs)
         for r in range(size):
-            parts = [xs[i][sum(counts[i][:r]):sum(counts[i][:r]) + counts[i][r]] for i in range(size)]
+            parts = [xs[i][sum(counts[i][:r]) : sum(counts[i][:r]) + counts[i][r]] for i in range(size)]
             assert np.array_equal(outs[r], np.concatenate(parts)), (partition, counts, r)
 
 
@@ -58,11 +58,13 @@ def test_the_owners_layout_changes_neither_steps_nor_equality():
     counts = as_matrix([[1, 2, 0, 3], [3, 1, 1, 0], [0, 2, 2, 1], [2, 0, 1, 1]])
     staged = (partition, "mesh", "pairwise")
     packed = VSchedule("hier:mesh/pairwise", counts, staged=staged)
-    scattered = VSchedule("hier:mesh/pairwise", counts, owner=2, send_displs=[20, 0, 10, 5],
-                          recv_displs=[30, 8, 0, 16], staged=staged)
+    scattered = VSchedule(
+        "hier:mesh/pairwise", counts, owner=2, send_displs=[20, 0, 10, 5], recv_displs=[30, 8, 0, 16], staged=staged
+    )
     check("alltoallv", scattered, 4, 0)  # bounds, matching, hazards with the owner's layout
-    assert [len(s.copies) + len(s.sends) + len(s.recvs) for s in scattered(2, 4).steps] == \
-        [len(s.copies) + len(s.sends) + len(s.recvs) for s in packed(2, 4).steps]
+    assert [len(s.copies) + len(s.sends) + len(s.recvs) for s in scattered(2, 4).steps] == [
+        len(s.copies) + len(s.sends) + len(s.recvs) for s in packed(2, 4).steps
+    ]
     assert scattered == packed and hash(scattered) == hash(packed)  # one cost entry
     assert packed != VSchedule("hier:mesh/pairwise", counts, staged=(((0, 2), (1, 3)), "mesh", "pairwise"))
 

@@ -14,27 +14,36 @@ from hccl_py.algorithms.playback import check, play
 from hccl_py.errors import HcclParamError
 
 PARTITIONS = [
-    ((0, 1), (2, 3)),                  # two servers: ping-pong blocks
+    ((0, 1), (2, 3)),  # two servers: ping-pong blocks
     ((0, 1, 2, 3), (4, 5, 6, 7)),
-    ((0, 1), (2, 3), (4, 5)),          # three servers
+    ((0, 1), (2, 3), (4, 5)),  # three servers
     ((0, 1, 2), (3, 4, 5), (6, 7, 8), (9, 10, 11)),
-    ((0, 2), (1, 3)),                  # groups not in rank order
-    ((3, 1), (0, 2)),                  # ... nor members
+    ((0, 2), (1, 3)),  # groups not in rank order
+    ((3, 1), (0, 2)),  # ... nor members
 ]
 
 
 def reference(xs, counts):
     size = len(counts)
-    return [np.concatenate([xs[i][sum(counts[i][:r]):sum(counts[i][:r]) + counts[i][r]] for i in range(size)])
-            for r in range(size)]
+    return [
+        np.concatenate([xs[i][sum(counts[i][:r]) : sum(counts[i][:r]) + counts[i][r]] for i in range(size)])
+        for r in range(size)
+    ]
 
 
 def test_the_state_machine_runs_three_stages_one_step_apart():
     # 4 servers, 2 loops: alltoallv_continuous_pipeline.cc RunAsync, one RDMA step at a time
     steps = iterations(3, 2)
     assert [(s["copy"], s["inter"], s["intra"]) for s in steps] == [
-        ((0, 1), None, None), ((0, 2), (0, 1), None), ((0, 3), (0, 2), (0, 1)), ((1, 1), (0, 3), (0, 2)),
-        ((1, 2), (1, 1), (0, 3)), ((1, 3), (1, 2), (1, 1)), (None, (1, 3), (1, 2)), (None, None, (1, 3))]
+        ((0, 1), None, None),
+        ((0, 2), (0, 1), None),
+        ((0, 3), (0, 2), (0, 1)),
+        ((1, 1), (0, 3), (0, 2)),
+        ((1, 2), (1, 1), (0, 3)),
+        ((1, 3), (1, 2), (1, 1)),
+        (None, (1, 3), (1, 2)),
+        (None, None, (1, 3)),
+    ]
     assert [s["l0_write"] for s in steps] == [None, 0, None, None, 1, None, None, None]
     assert [s["l0_copy"] for s in steps] == [None, None, 0, None, None, 1, None, None]
     assert [s["self_copy"] for s in steps] == [False, True] + [False] * 6
@@ -44,8 +53,8 @@ def test_the_state_machine_runs_three_stages_one_step_apart():
 
 def test_blocks_follow_the_split_buffer_rule():
     # 16 ranks on 2 servers: 32 blocks of (200 MB - 16*16*8) / 32 rounded down to 16 KB
-    assert block_elements(16, 2, 1) == (200 * 2 ** 20 - 2048) // 32 // 16384 * 16384
-    assert block_elements(16, 4, 2) == (200 * 2 ** 20 - 2048) // 16 // 16384 * 16384 // 2
+    assert block_elements(16, 2, 1) == (200 * 2**20 - 2048) // 32 // 16384 * 16384
+    assert block_elements(16, 4, 2) == (200 * 2**20 - 2048) // 16 // 16384 * 16384 // 2
     tiny = 8 * 4 * 4 + 128 * 8  # too small for 16 KB blocks: 128 B
     assert block_elements(4, 2, 4, tiny) == 32
 
@@ -72,8 +81,10 @@ def test_loops_of_a_small_buffer_match_numpy(partition):
     blocks = size * (2 if servers == 2 else 1)
     buffer = 8 * size * size + 128 * blocks  # blocks of 128 bytes: 16 int64 elements
     rng = np.random.default_rng(7)
-    for counts in (as_matrix(rng.integers(0, 60, (size, size))),
-                   as_matrix([[50 if (i, j) == (1, 0) else 3 for j in range(size)] for i in range(size)])):
+    for counts in (
+        as_matrix(rng.integers(0, 60, (size, size))),
+        as_matrix([[50 if (i, j) == (1, 0) else 3 for j in range(size)] for i in range(size)]),
+    ):
         fn = _SmallBuffer(counts, partition, buffer)
         check("alltoallv", fn, size, 0)
         xs = [np.arange(sum(counts[r]), dtype=np.int64) + 1000 * r for r in range(size)]
@@ -92,9 +103,15 @@ class _SmallBuffer:
         from hccl_py.algorithms._common import packed_displacements
 
         counts = self.counts
-        return alltoallv_continuous.schedule_v(rank, counts, packed_displacements(counts[rank]),
-                                               packed_displacements([row[rank] for row in counts]), self.partition, 8,
-                                               self.buffer)
+        return alltoallv_continuous.schedule_v(
+            rank,
+            counts,
+            packed_displacements(counts[rank]),
+            packed_displacements([row[rank] for row in counts]),
+            self.partition,
+            8,
+            self.buffer,
+        )
 
     def buffer_counts(self, rank):
         return sum(self.counts[rank]), sum(row[rank] for row in self.counts)
@@ -115,7 +132,9 @@ def test_every_step_with_sdma_work_follows_a_handshake_with_the_whole_server():
 
 def test_it_needs_servers_of_two_or_more_and_an_element_size():
     with pytest.raises(HcclParamError):
-        VSchedule("hier:mesh/continuous", ((1, 1), (1, 1)), staged=(((0,), (1,)), "mesh", "continuous"), itemsize=4)(0, 2)
+        VSchedule("hier:mesh/continuous", ((1, 1), (1, 1)), staged=(((0,), (1,)), "mesh", "continuous"), itemsize=4)(
+            0, 2
+        )
     with pytest.raises(ValueError):
         VSchedule("hier:mesh/continuous", ((1,) * 4,) * 4, staged=(((0, 1), (2, 3)), "mesh", "continuous"))
 

@@ -31,8 +31,16 @@ def test_flat_allreduce_is_bit_identical(algo, size):
                 assert _identical(outs), (algo, size, dtype, op, count)
 
 
-@pytest.mark.parametrize("partition", [[[0, 1], [2, 3]], [[0, 1, 2], [3, 4, 5]], [[0, 3], [1, 2], [4, 5, 6, 7]],
-                                       [[0, 1, 2, 3], [4, 5, 6, 7]], [[0], [1, 2]]])
+@pytest.mark.parametrize(
+    "partition",
+    [
+        [[0, 1], [2, 3]],
+        [[0, 1, 2], [3, 4, 5]],
+        [[0, 3], [1, 2], [4, 5, 6, 7]],
+        [[0, 1, 2, 3], [4, 5, 6, 7]],
+        [[0], [1, 2]],
+    ],
+)
 def test_hierarchical_allreduce_is_bit_identical(partition):
     size = sum(len(g) for g in partition)
     for inner in algos_for("reduce_scatter"):
@@ -40,5 +48,7 @@ def test_hierarchical_allreduce_is_bit_identical(partition):
             fn = schedule_for("allreduce", partition, inner, outer)
             for op in ("sum", "max"):
                 for count in (1, 7, 64):
-                    outs = play("allreduce", fn, size, [_special(r, count, np.dtype(np.float32)) for r in range(size)], op=op)
+                    outs = play(
+                        "allreduce", fn, size, [_special(r, count, np.dtype(np.float32)) for r in range(size)], op=op
+                    )
                     assert _identical(outs), (partition, inner, outer, op, count)

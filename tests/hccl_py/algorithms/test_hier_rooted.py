@@ -14,12 +14,12 @@ from hccl_py.algorithms.playback import play
 from hccl_py.errors import HcclParamError
 
 PARTITIONS = [
-    ((0, 1, 2, 3), (4, 5, 6, 7)),      # two servers, ranks numbered server by server: in place
+    ((0, 1, 2, 3), (4, 5, 6, 7)),  # two servers, ranks numbered server by server: in place
     ((0, 1), (2, 3), (4, 5)),
-    ((0, 2), (1, 3)),                  # groups not runs of ranks: the root stages through TMP
+    ((0, 2), (1, 3)),  # groups not runs of ranks: the root stages through TMP
     ((3, 1), (0, 2)),
-    ((0,), (1,), (2,)),                # groups of one: the outer level alone
-    ((0, 1, 2),),                      # one group: the inner level alone
+    ((0,), (1,), (2,)),  # groups of one: the outer level alone
+    ((0, 1, 2),),  # one group: the inner level alone
 ]
 LEVELS = list(itertools.product(("ring", "tree", "mesh"), repeat=2))
 
@@ -34,7 +34,7 @@ def test_scatter_and_gather(partition, inner, outer):
             xs = [np.arange(size * count, dtype=np.int32) + 100 * r for r in range(size)]
             outs = play("scatter", scatter, size, xs, root=root)
             for r in range(size):
-                assert np.array_equal(outs[r], xs[root][r * count:(r + 1) * count]), (partition, count, root, r)
+                assert np.array_equal(outs[r], xs[root][r * count : (r + 1) * count]), (partition, count, root, r)
             ys = [np.arange(count, dtype=np.int32) + 100 * r for r in range(size)]
             outs = play("gather", gather, size, ys, root=root)
             assert np.array_equal(outs[root], np.concatenate(ys)), (partition, count, root)

@@ -21,7 +21,7 @@ def test_alltoall(algo, size):
         xs = [np.arange(size * count, dtype=np.int64) + 1000 * r for r in range(size)]
         outs = play("alltoall", algo, size, xs)
         for r in range(size):
-            want = np.concatenate([xs[i][r * count:(r + 1) * count] for i in range(size)]).astype(np.int64)
+            want = np.concatenate([xs[i][r * count : (r + 1) * count] for i in range(size)]).astype(np.int64)
             assert np.array_equal(outs[r], want), (algo, size, count, r)
 
 
@@ -34,7 +34,7 @@ def test_alltoall_with_counts_per_pair(algo, size):
         xs = [np.arange(sum(counts[r]), dtype=np.int64) + 1000 * r for r in range(size)]
         outs = play("alltoallv", VSchedule(algo, counts), size, xs)
         for r in range(size):
-            parts = [xs[i][sum(counts[i][:r]):sum(counts[i][:r]) + counts[i][r]] for i in range(size)]
+            parts = [xs[i][sum(counts[i][:r]) : sum(counts[i][:r]) + counts[i][r]] for i in range(size)]
             assert np.array_equal(outs[r], np.concatenate(parts)), (algo, size, counts, r)
 
 
@@ -55,7 +55,7 @@ def test_scatter(algo, size):
             xs = [np.arange(size * count, dtype=np.int32) + 100 * r for r in range(size)]
             outs = play("scatter", algo, size, xs, root=root)
             for r in range(size):
-                assert np.array_equal(outs[r], xs[root][r * count:(r + 1) * count]), (algo, size, count, root, r)
+                assert np.array_equal(outs[r], xs[root][r * count : (r + 1) * count]), (algo, size, count, root, r)
 
 
 @pytest.mark.parametrize("algo", algos_for("gather"))
@@ -142,6 +142,10 @@ def test_tree_allreduce_is_hccls_nhr_one_shot():
                     want[d].append(("send", d + pair))
                     want[d + pair].append(("recv", d))
         for r in range(n):
-            got = [(kind, t.peer) for st in tree(r, n, 16).steps
-                   for kind, ts in (("recv", st.recvs), ("send", st.sends)) for t in ts]
+            got = [
+                (kind, t.peer)
+                for st in tree(r, n, 16).steps
+                for kind, ts in (("recv", st.recvs), ("send", st.sends))
+                for t in ts
+            ]
             assert got == want[r], (n, r)

@@ -19,7 +19,13 @@ from hccl_py.dtypes import UFUNCS, ReduceOp
 from hccl_py.errors import HcclNotSupportedError
 
 SIZES = [*range(1, 10), 13, 16]
-COLLECTIVES = ("allreduce", "allgather", "broadcast", "reduce", "reduce_scatter")  # tests/.../test_new_schedules.py: the rest
+COLLECTIVES = (
+    "allreduce",
+    "allgather",
+    "broadcast",
+    "reduce",
+    "reduce_scatter",
+)  # tests/.../test_new_schedules.py: the rest
 PAIRS = [(c, a) for c in COLLECTIVES for a in ALGORITHMS[c]]
 ROOTED = {"broadcast", "reduce"}
 REDUCING = {"allreduce", "reduce", "reduce_scatter"}
@@ -241,12 +247,22 @@ BROKEN = {
         "allreduce",
         per_rank(*(sched(Step(recvs=(recv((r - 1) % 3),)), Step(sends=(send((r + 1) % 3),))) for r in range(3))),
     ),
-    "overwrites": ("allreduce", per_rank(*(sched(Step(sends=(send(1 - r, off=1),), recvs=(recv(1 - r),))) for r in range(2)))),
+    "overwrites": (
+        "allreduce",
+        per_rank(*(sched(Step(sends=(send(1 - r, off=1),), recvs=(recv(1 - r),))) for r in range(2))),
+    ),
     # IN and OUT are one array in place: receiving into OUT what is sent from IN is a hazard too
-    "overwrites IN[0:2]": ("allreduce", per_rank(*(sched(Step(sends=(send(1 - r, IN),), recvs=(recv(1 - r),))) for r in range(2)))),
+    "overwrites IN[0:2]": (
+        "allreduce",
+        per_rank(*(sched(Step(sends=(send(1 - r, IN),), recvs=(recv(1 - r),))) for r in range(2))),
+    ),
     "overlap but differ": (
         "allreduce",
-        per_rank(sched(Step(recvs=(recv(1, off=0), recv(2, off=1)))), sched(Step(sends=(send(0),))), sched(Step(sends=(send(0),)))),
+        per_rank(
+            sched(Step(recvs=(recv(1, off=0), recv(2, off=1)))),
+            sched(Step(sends=(send(0),))),
+            sched(Step(sends=(send(0),))),
+        ),
     ),
     "arrival order": (
         "allreduce",
@@ -256,17 +272,36 @@ BROKEN = {
             sched(Step(sends=(send(0),))),
         ),
     ),
-    "out of bounds": ("allreduce", per_rank(sched(Step(sends=(send(1, off=3),))), sched(Step(recvs=(recv(0, off=3),))))),
-    "TMP has 1 elements": ("allreduce", per_rank(sched(Step(sends=(send(1, TMP),)), tmp=1), sched(Step(recvs=(recv(0),))))),
+    "out of bounds": (
+        "allreduce",
+        per_rank(sched(Step(sends=(send(1, off=3),))), sched(Step(recvs=(recv(0, off=3),)))),
+    ),
+    "TMP has 1 elements": (
+        "allreduce",
+        per_rank(sched(Step(sends=(send(1, TMP),)), tmp=1), sched(Step(recvs=(recv(0),)))),
+    ),
     "writes IN": ("allgather", per_rank(sched(Step(copies=(Copy(Region(OUT, 0, 2), Region(IN, 0, 2)),))), sched())),
-    "non-root rank of reduce": ("reduce", per_rank(sched(Step(recvs=(recv(1),))), sched(Step(sends=(send(0),), recvs=(recv(0, off=2),))))),
+    "non-root rank of reduce": (
+        "reduce",
+        per_rank(sched(Step(recvs=(recv(1),))), sched(Step(sends=(send(0),), recvs=(recv(0, off=2),)))),
+    ),
     "root's buffer": ("broadcast", per_rank(sched(Step(recvs=(recv(1),))), sched(Step(sends=(send(0),))))),
     "peer 0": ("allreduce", per_rank(sched(Step(sends=(send(0),))), sched())),
     # local reductions (one-shot's fold): the operand and the destination must not half-overlap
     "overlaps destination OUT[1:3] but differs": (
-        "allreduce", per_rank(sched(Step(copies=(Copy(Region(TMP, 0, 2), Region(OUT, 1, 2), reduce_with=Region(OUT, 0, 2)),)), tmp=2), sched())),
+        "allreduce",
+        per_rank(
+            sched(Step(copies=(Copy(Region(TMP, 0, 2), Region(OUT, 1, 2), reduce_with=Region(OUT, 0, 2)),)), tmp=2),
+            sched(),
+        ),
+    ),
     "differ in count": (
-        "allreduce", per_rank(sched(Step(copies=(Copy(Region(TMP, 0, 2), Region(OUT, 0, 2), reduce_with=Region(OUT, 0, 1)),)), tmp=2), sched())),
+        "allreduce",
+        per_rank(
+            sched(Step(copies=(Copy(Region(TMP, 0, 2), Region(OUT, 0, 2), reduce_with=Region(OUT, 0, 1)),)), tmp=2),
+            sched(),
+        ),
+    ),
     "not a Schedule": ("allreduce", per_rank(sched(), [])),
 }
 
@@ -342,5 +377,8 @@ def test_ring_allreduce_with_fewer_elements_than_ranks_builds_only_the_steps_tha
     for size in (2, 3, 5, 8, 17):
         for count in range(1, size + 2):
             for rank in range(size):
-                assert allreduce_ring.schedule.__wrapped__(rank, size, count) == whole_trip(rank, size, count), \
-                    (size, count, rank)
+                assert allreduce_ring.schedule.__wrapped__(rank, size, count) == whole_trip(rank, size, count), (
+                    size,
+                    count,
+                    rank,
+                )

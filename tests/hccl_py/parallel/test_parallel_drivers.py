@@ -91,15 +91,25 @@ def _pipeline(figures_hbm_limited: bool):
     x = big.sample_inputs(4)
     y = PipelineParallel(comm, big, microbatches=2).forward(x)
     err_big = float(np.abs(y - _reference(big, x)).max()) if comm.rank == 0 else 0.0
-    return (err_balanced, err_explicit, err_big, whole_fits, comm.device.capacity_bytes, comm.device.peak_bytes,
-            balanced.bounds, explicit.bounds)
+    return (
+        err_balanced,
+        err_explicit,
+        err_big,
+        whole_fits,
+        comm.device.capacity_bytes,
+        comm.device.peak_bytes,
+        balanced.bounds,
+        explicit.bounds,
+    )
 
 
 @pytest.mark.timeout(60)
 def test_pipeline_equals_one_card_and_fits_where_one_card_cannot(tmp_path):
     figures = tmp_path / "figures.json"
     figures.write_text(json.dumps({"cards": {"ascend910": {"hbm_bytes": 16 << 20}}}))
-    results = run_ranks(_pipeline, 4, True, env={"HCCL_PY_FIGURES": str(figures), "HCCL_PY_TOPOLOGY": "ascend910-8p"}, timeout=50)
+    results = run_ranks(
+        _pipeline, 4, True, env={"HCCL_PY_FIGURES": str(figures), "HCCL_PY_TOPOLOGY": "ascend910-8p"}, timeout=50
+    )
     for err_balanced, err_explicit, err_big, whole_fits, capacity, peak, bounds, explicit in results:
         assert err_balanced <= 1e-5 and err_explicit <= 1e-5 and err_big <= 1e-4
         assert not whole_fits and capacity == 16 << 20 and peak <= capacity

@@ -44,12 +44,12 @@ def ref_gelu(x):
 
 
 def ref_encoder_layer(x, P, prefix, heads):
-    p = {k[len(prefix) + 1:]: v.astype(np.float64) for k, v in P.items() if k.startswith(prefix + ".")}
+    p = {k[len(prefix) + 1 :]: v.astype(np.float64) for k, v in P.items() if k.startswith(prefix + ".")}
     batch, seq, d = x.shape
     dh = d // heads
     h = ref_layer_norm(x, p["ln1.gamma"], p["ln1.beta"])
     qkv = h @ p["attn.qkv.weight"] + p["attn.qkv.bias"]
-    q, k, v = qkv[..., :d], qkv[..., d:2 * d], qkv[..., 2 * d:]
+    q, k, v = qkv[..., :d], qkv[..., d : 2 * d], qkv[..., 2 * d :]
     context = np.zeros((batch, seq, d))
     for b in range(batch):
         for j in range(heads):
@@ -149,12 +149,16 @@ def test_weights_are_deterministic_per_tensor_and_round_trip_through_npz(tmp_pat
     a, b = TransformerEncoder(SMALL, seed=5).weights(), TransformerEncoder(SMALL, seed=5).weights()
     assert all(np.array_equal(a[k], b[k]) for k in a)
     deeper = TransformerEncoder(dataclasses.replace(SMALL, layers=3), seed=5).weights()
-    assert np.array_equal(deeper["layers.1.mlp.fc1.weight"], a["layers.1.mlp.fc1.weight"])  # keyed by name, not position
+    assert np.array_equal(
+        deeper["layers.1.mlp.fc1.weight"], a["layers.1.mlp.fc1.weight"]
+    )  # keyed by name, not position
     path = tmp_path / "w.npz"
     TransformerEncoder(SMALL, seed=5).save_npz(path)
     loaded = TransformerEncoder(SMALL, weights=path)
     x = loaded.sample_inputs(2)
-    np.testing.assert_array_equal(loaded.load(Device(CARD)).forward(x), TransformerEncoder(SMALL, seed=5).load(Device(CARD)).forward(x))
+    np.testing.assert_array_equal(
+        loaded.load(Device(CARD)).forward(x), TransformerEncoder(SMALL, seed=5).load(Device(CARD)).forward(x)
+    )
 
 
 def test_bad_npz_names_the_key(tmp_path):

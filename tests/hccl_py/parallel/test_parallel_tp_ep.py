@@ -15,8 +15,18 @@ from tests.mp import run_ranks
 pytestmark = pytest.mark.usefixtures("no_leaks")
 
 TINY_TF = dict(layers=2, d_model=32, heads=4, seq_len=8, vocab=50, classes=5)
-TINY_MOE = dict(layers=2, d_model=32, heads=2, seq_len=8, vocab=50, classes=5, experts=4, top_k=2, expert_hidden=32,
-                shared_hidden=32)
+TINY_MOE = dict(
+    layers=2,
+    d_model=32,
+    heads=2,
+    seq_len=8,
+    vocab=50,
+    classes=5,
+    experts=4,
+    top_k=2,
+    expert_hidden=32,
+    shared_hidden=32,
+)
 
 
 def _reference(model, x):
@@ -30,8 +40,16 @@ def _reference(model, x):
 def _exact():
     """Every variant's max error against one card (and EP's routing against one card's)."""
     import hccl_py
-    from hccl_py.parallel import (DataParallel, ExpertParallel, MoEConfig, MoETransformer, TensorParallel, TransformerConfig,
-                                  TransformerEncoder, tp_dp_groups)
+    from hccl_py.parallel import (
+        DataParallel,
+        ExpertParallel,
+        MoEConfig,
+        MoETransformer,
+        TensorParallel,
+        TransformerConfig,
+        TransformerEncoder,
+        tp_dp_groups,
+    )
 
     comm = hccl_py.init()
     errors = {}
@@ -39,7 +57,9 @@ def _exact():
     x = tf.sample_inputs(7)
     ref, _ = _reference(tf, x)
     for overlap in (False, True):
-        errors[f"tp overlap={overlap}"] = float(np.abs(TensorParallel(comm, tf, overlap=overlap).forward(x) - ref).max())
+        errors[f"tp overlap={overlap}"] = float(
+            np.abs(TensorParallel(comm, tf, overlap=overlap).forward(x) - ref).max()
+        )
     if comm.size == 4:
         tp_comm, dp_comm = tp_dp_groups(comm, 2)
         y = DataParallel(dp_comm, TensorParallel(tp_comm, tf, overlap=True)).forward(x)
@@ -68,8 +88,18 @@ def test_tp_and_ep_equal_one_card(ranks):
 
 
 # -- routing skew and capacity ------------------------------------------------------------------------
-LOADED = dict(layers=2, d_model=32, heads=2, seq_len=32, vocab=50, classes=5, experts=8, top_k=2, expert_hidden=4096,
-              shared_hidden=0)  # big experts: their compute (not kernel launches) sets the pace
+LOADED = dict(
+    layers=2,
+    d_model=32,
+    heads=2,
+    seq_len=32,
+    vocab=50,
+    classes=5,
+    experts=8,
+    top_k=2,
+    expert_hidden=4096,
+    shared_hidden=0,
+)  # big experts: their compute (not kernel launches) sets the pace
 
 
 def _skew(skew: float, cf):
@@ -97,7 +127,9 @@ def test_router_skew_loads_the_popular_experts_card_and_the_others_wait():
     skewed = run_ranks(_skew, 4, 1.2, None, timeout=80)
     for results in (even, skewed):
         for runs, *_ in results:
-            assert runs[0] == pytest.approx(runs[1], rel=1e-9, abs=1e-15)  # the same modeled time (deltas of later clocks)
+            assert runs[0] == pytest.approx(
+                runs[1], rel=1e-9, abs=1e-15
+            )  # the same modeled time (deltas of later clocks)
     run, prior = skewed[0][1], skewed[0][3]
     owner = run.owner
     cards = run.per_card(run.processed)
@@ -143,7 +175,14 @@ def test_kept_table_keeps_the_first_tokens_in_global_order():
 # -- overlap -----------------------------------------------------------------------------------------------
 def _overlap():
     import hccl_py
-    from hccl_py.parallel import ExpertParallel, MoEConfig, MoETransformer, TensorParallel, TransformerConfig, TransformerEncoder
+    from hccl_py.parallel import (
+        ExpertParallel,
+        MoEConfig,
+        MoETransformer,
+        TensorParallel,
+        TransformerConfig,
+        TransformerEncoder,
+    )
 
     comm = hccl_py.init()
     times = {}
@@ -164,8 +203,22 @@ def _overlap():
         timed(name, TensorParallel(comm, tf, overlap=overlap, chunks=chunks), x)
     # Expert parallel, modeled only too (dry routing follows the skew's prior, token by token, so
     # the three runs route alike), at a width where kernels are bandwidth-bound, not launch-bound.
-    moe = MoETransformer(MoEConfig(layers=2, d_model=1024, heads=8, seq_len=64, vocab=50, classes=5, experts=8, top_k=2,
-                                   expert_hidden=1024, shared_hidden=1024, router_skew=0.5), seed=0)
+    moe = MoETransformer(
+        MoEConfig(
+            layers=2,
+            d_model=1024,
+            heads=8,
+            seq_len=64,
+            vocab=50,
+            classes=5,
+            experts=8,
+            top_k=2,
+            expert_hidden=1024,
+            shared_hidden=1024,
+            router_skew=0.5,
+        ),
+        seed=0,
+    )
     x = moe.sample_inputs(64)
     routed = {}
     for name, overlap, chunks in (("ep", False, 1), ("ep chunked", False, 2), ("ep overlap", True, 2)):

@@ -9,8 +9,23 @@ import pytest
 from hccl_py.planning.cli import main
 from hccl_py.planning.fidelity import TABLE, load_table, validate
 
-REQUIRED = ("id", "kind", "source_url", "source_title", "hardware", "cann_version", "tool", "collective", "cards", "servers",
-            "size_bytes", "measured", "bandwidth_definition", "quote", "model")
+REQUIRED = (
+    "id",
+    "kind",
+    "source_url",
+    "source_title",
+    "hardware",
+    "cann_version",
+    "tool",
+    "collective",
+    "cards",
+    "servers",
+    "size_bytes",
+    "measured",
+    "bandwidth_definition",
+    "quote",
+    "model",
+)
 
 
 def test_every_row_is_a_sourced_measurement_and_says_how_it_is_held():

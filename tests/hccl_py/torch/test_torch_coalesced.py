@@ -24,7 +24,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tests.mp import run_ranks
+from tests.mp import run_ranks  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 

@@ -25,16 +25,24 @@ def _mpiexec() -> str | None:
 
 MPIEXEC = _mpiexec()
 pytestmark = [
-    pytest.mark.skipif(importlib.util.find_spec("mpi4py") is None,
-                       reason="mpi4py is not installed (pip install -e '.[mpi]'; `make test` installs it)"),
-    pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec next to this Python or on PATH (the mpich wheel brings one)"),
+    pytest.mark.skipif(
+        importlib.util.find_spec("mpi4py") is None,
+        reason="mpi4py is not installed (pip install -e '.[mpi]'; `make test` installs it)",
+    ),
+    pytest.mark.skipif(
+        MPIEXEC is None, reason="no mpiexec next to this Python or on PATH (the mpich wheel brings one)"
+    ),
     pytest.mark.usefixtures("no_leaks"),
 ]
 
 
 def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("HCCL_", "PMI_", "OMPI_", "SLURM_")) and k not in ("RANK", "WORLD_SIZE", "RANK_ID", "RANK_SIZE")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("HCCL_", "PMI_", "OMPI_", "SLURM_"))
+        and k not in ("RANK", "WORLD_SIZE", "RANK_ID", "RANK_SIZE")
+    }
     env.update(extra)
     return env
 
@@ -46,13 +54,23 @@ def _results(out: Path, n: int) -> list[dict]:
 @pytest.mark.timeout(90)
 def test_mpiexec_gives_the_results_and_clocks_of_hccl_launch(tmp_path: Path) -> None:
     n = 3
-    mpi = subprocess.run([MPIEXEC, "-n", str(n), sys.executable, str(JOB), "--out", str(tmp_path / "mpi")],
-                         env=_env(), capture_output=True, text=True, timeout=60)
+    mpi = subprocess.run(
+        [MPIEXEC, "-n", str(n), sys.executable, str(JOB), "--out", str(tmp_path / "mpi")],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert mpi.returncode == 0, mpi.stdout + mpi.stderr
     assert "hccl-py: transport mpi (MPICH" in mpi.stderr and f"{n} ranks, 1 host)" in mpi.stderr, mpi.stderr
     assert mpi.stderr.count("hccl-py: transport") == 1  # once per job, by rank 0
-    shm = subprocess.run([sys.executable, "-m", "launch.cli", "-n", str(n), str(JOB), "--out", str(tmp_path / "shm")],
-                         env=_env(), capture_output=True, text=True, timeout=60)
+    shm = subprocess.run(
+        [sys.executable, "-m", "launch.cli", "-n", str(n), str(JOB), "--out", str(tmp_path / "shm")],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert shm.returncode == 0, shm.stdout + shm.stderr
     assert "[0] hccl-py: transport shm (3 ranks, 1 host)" in shm.stderr
     by_mpi, by_shm = _results(tmp_path / "mpi", n), _results(tmp_path / "shm", n)
@@ -94,8 +112,13 @@ def _reports(out: Path, n: int) -> list[dict]:
 
 @pytest.mark.timeout(60)
 def test_exec_timeout_fires_under_mpi(tmp_path: Path) -> None:
-    done = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-c", TIMEOUT_PROGRAM, "skip", str(tmp_path)],
-                          env=_env(HCCL_EXEC_TIMEOUT="1"), capture_output=True, text=True, timeout=40)
+    done = subprocess.run(
+        [MPIEXEC, "-n", "2", sys.executable, "-c", TIMEOUT_PROGRAM, "skip", str(tmp_path)],
+        env=_env(HCCL_EXEC_TIMEOUT="1"),
+        capture_output=True,
+        text=True,
+        timeout=40,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     rank0, rank1 = _reports(tmp_path, 2)
     assert rank1 == {"class": None}
@@ -104,18 +127,33 @@ def test_exec_timeout_fires_under_mpi(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(60)
 def test_mismatched_calls_fail_on_every_rank_under_mpi(tmp_path: Path) -> None:
-    done = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-c", TIMEOUT_PROGRAM, "mismatch", str(tmp_path)],
-                          env=_env(HCCL_EXEC_TIMEOUT="20"), capture_output=True, text=True, timeout=40)
+    done = subprocess.run(
+        [MPIEXEC, "-n", "2", sys.executable, "-c", TIMEOUT_PROGRAM, "mismatch", str(tmp_path)],
+        env=_env(HCCL_EXEC_TIMEOUT="20"),
+        capture_output=True,
+        text=True,
+        timeout=40,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     for report in _reports(tmp_path, 2):
-        assert (report["class"], report["code"], report["op"], report["seq"]) == ("HcclParamError", 1, "allreduce", 1), report
+        assert (report["class"], report["code"], report["op"], report["seq"]) == (
+            "HcclParamError",
+            1,
+            "allreduce",
+            1,
+        ), report
 
 
 @pytest.mark.timeout(60)
 def test_shm_override_under_mpiexec_meets_through_mpi(tmp_path: Path) -> None:
     """HCCL_PY_TRANSPORT=shm under mpiexec: rank 0 hosts the store, its port travels over MPI."""
-    done = subprocess.run([MPIEXEC, "-n", "2", sys.executable, str(JOB), "--out", str(tmp_path)],
-                          env=_env(HCCL_PY_TRANSPORT="shm"), capture_output=True, text=True, timeout=40)
+    done = subprocess.run(
+        [MPIEXEC, "-n", "2", sys.executable, str(JOB), "--out", str(tmp_path)],
+        env=_env(HCCL_PY_TRANSPORT="shm"),
+        capture_output=True,
+        text=True,
+        timeout=40,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "hccl-py: transport shm (2 ranks, 1 host)" in done.stderr
     assert len(_results(tmp_path, 2)) == 2
@@ -143,8 +181,13 @@ os.replace(done + ".tmp", done)
 
 @pytest.mark.timeout(60)
 def test_connect_timeout_holds_under_mpi(tmp_path: Path) -> None:
-    done = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-c", NO_INIT_PROGRAM, str(tmp_path)],
-                          env=_env(HCCL_CONNECT_TIMEOUT="1"), capture_output=True, text=True, timeout=40)
+    done = subprocess.run(
+        [MPIEXEC, "-n", "2", sys.executable, "-c", NO_INIT_PROGRAM, str(tmp_path)],
+        env=_env(HCCL_CONNECT_TIMEOUT="1"),
+        capture_output=True,
+        text=True,
+        timeout=40,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     outcome = (tmp_path / "rank_0.txt").read_text()
     assert outcome.startswith("HcclTimeoutError 9: "), outcome

@@ -8,7 +8,6 @@ while its peers read what it sent.
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 
@@ -50,12 +49,17 @@ def _paths(collective: str, algo: str, count: int, in_place_gather: bool = False
 
 @pytest.mark.timeout(60)
 @pytest.mark.usefixtures("no_leaks")
-@pytest.mark.parametrize("algo, count, path", [
-    ("ring", MID, "slot"),  # one block to one peer per step
-    ("mesh", MID, "shared"),  # one block to both peers: staged once, read by both
-    ("ring", LARGE, "direct"), ("mesh", LARGE, "direct"),
-    ("ring", SMALL, None), ("mesh", SMALL, None),  # inline: no slot, no ack
-])
+@pytest.mark.parametrize(
+    "algo, count, path",
+    [
+        ("ring", MID, "slot"),  # one block to one peer per step
+        ("mesh", MID, "shared"),  # one block to both peers: staged once, read by both
+        ("ring", LARGE, "direct"),
+        ("mesh", LARGE, "direct"),
+        ("ring", SMALL, None),
+        ("mesh", SMALL, None),  # inline: no slot, no ack
+    ],
+)
 def test_slices_take_the_path_their_size_calls_for(algo, count, path):
     results = run_ranks(_paths, 3, "allgather", algo, count, timeout=50)
     for used, ok in results:

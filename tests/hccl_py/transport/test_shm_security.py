@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 import launch
+from hccl_py import rundir
 from hccl_py.dtypes import DTYPE_CODES
 from hccl_py.errors import HcclRemoteError
-from hccl_py import rundir
 from hccl_py.transport.base import KIND_ACK, KIND_FIN, KIND_HELLO, KIND_INLINE, KIND_SLOT, SliceHeader
 from hccl_py.transport.shm import ShmTransport, socket_name
 from tests.mp import run_as_nobody, run_ranks
@@ -28,7 +28,9 @@ from tests.mp import run_as_nobody, run_ranks
 F32 = DTYPE_CODES[np.dtype(np.float32)]
 
 
-def _header(kind: int, src: int, *, dtype: int = F32, count: int = 4, offset: int = 0, nelem: int = 4, slot: int = -1) -> bytes:
+def _header(
+    kind: int, src: int, *, dtype: int = F32, count: int = 4, offset: int = 0, nelem: int = 4, slot: int = -1
+) -> bytes:
     return SliceHeader(kind, src, 1, 1, 0, 1, 0, dtype, 0, count, 0, count, offset, nelem, slot, 0.0, 0.0).pack()
 
 
@@ -93,7 +95,9 @@ def test_a_malformed_datagram_is_an_error_naming_its_sender(pair, case: str) -> 
     err = info.value
     assert err.code == 21 and err.peer == sender and err.nbytes == len(datagram)
     # The transport goes on: a well-formed message still arrives intact.
-    rank1.try_send(0, SliceHeader(0, 1, 1, 1, 0, 1, 0, F32, 0, 4, 0, 4, 0, 4, -1, 0.0, 0.0), np.arange(4, dtype=np.float32))
+    rank1.try_send(
+        0, SliceHeader(0, 1, 1, 1, 0, 1, 0, F32, 0, 4, 0, 4, 0, 4, -1, 0.0, 0.0), np.arange(4, dtype=np.float32)
+    )
     got = []
     for _ in range(50):
         got += rank0.progress(0.05)
@@ -103,6 +107,7 @@ def test_a_malformed_datagram_is_an_error_naming_its_sender(pair, case: str) -> 
 
 
 # -- a real job under attack --------------------------------------------------------------------
+
 
 def _steady_job(flag: str) -> dict:
     """Allreduce integers until ``flag`` exists (and at least 200 times); count wrong results."""

@@ -71,14 +71,29 @@ def test_srun_ranks_without_mpi_meet_through_the_store() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    base = {k: v for k, v in os.environ.items()
-            if not k.startswith(("HCCL_", "PMI_", "OMPI_", "SLURM_")) and k not in ("RANK", "WORLD_SIZE", "RANK_ID", "RANK_SIZE")}
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("HCCL_", "PMI_", "OMPI_", "SLURM_"))
+        and k not in ("RANK", "WORLD_SIZE", "RANK_ID", "RANK_SIZE")
+    }
     procs = []
     for r in range(4):
-        env = {**base, "SLURM_PROCID": str(r), "SLURM_NTASKS": "4", "SLURM_LOCALID": str(r % 2), "SLURM_STEP_ID": "0",
-               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "HCCL_PY_HOST_ID": f"node{r // 2}"}
-        procs.append(subprocess.Popen([sys.executable, "-c", SRUN_RANK], env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True))
+        env = {
+            **base,
+            "SLURM_PROCID": str(r),
+            "SLURM_NTASKS": "4",
+            "SLURM_LOCALID": str(r % 2),
+            "SLURM_STEP_ID": "0",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "HCCL_PY_HOST_ID": f"node{r // 2}",
+        }
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", SRUN_RANK], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+        )
     outs = [p.communicate(timeout=40) for p in procs]
     assert all(p.returncode == 0 for p in procs), outs
     assert [o for o, _ in outs] == [f"rank {r} of 4: [10.0, 10.0, 10.0]\n" for r in range(4)]
@@ -91,7 +106,6 @@ def test_a_stranger_that_names_a_rank_is_not_accepted() -> None:
     # the store, which takes the job secret) is taken for a rank. The stranger connects first and
     # names rank 0; rank 1 must ignore it and pair with the real rank 0.
     import socket
-    import struct
     import threading
     import time
 
@@ -104,7 +118,9 @@ def test_a_stranger_that_names_a_rank_is_not_accepted() -> None:
     try:
         host, _, port = ranks[1].endpoint.partition("/")[0].rpartition(":")
         stranger = socket.create_connection((host, int(port)))
-        forged = LENGTH.pack(TOKEN_BYTES) + SliceHeader.control(KIND_HELLO, 0, nelem=TOKEN_BYTES).pack() + bytes(TOKEN_BYTES)
+        forged = (
+            LENGTH.pack(TOKEN_BYTES) + SliceHeader.control(KIND_HELLO, 0, nelem=TOKEN_BYTES).pack() + bytes(TOKEN_BYTES)
+        )
         stranger.sendall(forged)
         deadline = time.monotonic() + 20
         accepting = threading.Thread(target=ranks[1].connect, args=({0: ranks[0].endpoint}, deadline))

@@ -9,12 +9,32 @@ import pytest
 
 import hccl_py
 from hccl_py import HcclNotSupportedError, HcclParamError
-from hccl_py.transport.choice import (describe_hosts, host_identity, mpi_launch, plan_store_transport,
-                                      requested_transport, use_mpi)
+from hccl_py.transport.choice import (
+    describe_hosts,
+    host_identity,
+    mpi_launch,
+    plan_store_transport,
+    requested_transport,
+    use_mpi,
+)
 
-LAUNCH_VARS = ("RANK", "WORLD_SIZE", "RANK_ID", "RANK_SIZE", "PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_RANK",
-               "OMPI_COMM_WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_STEP_ID", "SLURM_STEPID",
-               "MASTER_ADDR", "MASTER_PORT", "HCCL_PY_TRANSPORT")
+LAUNCH_VARS = (
+    "RANK",
+    "WORLD_SIZE",
+    "RANK_ID",
+    "RANK_SIZE",
+    "PMI_RANK",
+    "PMI_SIZE",
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+    "SLURM_PROCID",
+    "SLURM_NTASKS",
+    "SLURM_STEP_ID",
+    "SLURM_STEPID",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "HCCL_PY_TRANSPORT",
+)
 
 
 @pytest.fixture
@@ -65,7 +85,12 @@ def test_store_plan_by_host():
     assert (forced.kind, forced.local, forced.remote) == ("tcp", (1,), (0, 2))
     with pytest.raises(HcclNotSupportedError) as info:
         plan_store_transport(0, hosts, "shm")
-    assert (info.value.variable, info.value.value, info.value.rank, info.value.ranks) == ("HCCL_PY_TRANSPORT", "shm", 0, [2, 3, 4])
+    assert (info.value.variable, info.value.value, info.value.rank, info.value.ranks) == (
+        "HCCL_PY_TRANSPORT",
+        "shm",
+        0,
+        [2, 3, 4],
+    )
     assert describe_hosts(["n0", "n0", "n1"], hosts[:2] + ["b"]) == "2 hosts: n0 ranks 0-1, n1 rank 2"
     assert describe_hosts(["x", "x"], ["a", "a"]) == "1 host"
 
@@ -87,7 +112,9 @@ def test_mpi_requested_without_mpi4py_says_why(clean_env):
     assert "pip install 'hccl-py[mpi]'" in err.value.message  # the message's point: what to install
     clean_env.delenv("HCCL_PY_TRANSPORT")  # automatic: no mpi4py and no store address either
     # Raised by runtime.py, which has no fields yet: the hint (install mpi4py, or set MASTER_PORT) is the point.
-    with pytest.raises(HcclNotSupportedError, match=r"started by mpiexec \(MPICH/Hydra\).*mpi4py is not installed.*MASTER_PORT"):
+    with pytest.raises(
+        HcclNotSupportedError, match=r"started by mpiexec \(MPICH/Hydra\).*mpi4py is not installed.*MASTER_PORT"
+    ):
         hccl_py.init()
 
 

@@ -36,14 +36,21 @@ def workload() -> dict:
     def done(name: str, got: np.ndarray, want: np.ndarray, exact: bool) -> None:
         ok = np.array_equal(got, want) if exact else np.allclose(got.astype(np.float64), want, rtol=1e-4, atol=1e-4)
         if not ok:
-            raise AssertionError(f"rank {r}: {name} differs from numpy (max diff {np.max(np.abs(got.astype(np.float64) - want))})")
+            raise AssertionError(
+                f"rank {r}: {name} differs from numpy (max diff {np.max(np.abs(got.astype(np.float64) - want))})"
+            )
         digest.update(np.ascontiguousarray(got).tobytes())
         clocks.append(comm.clock)
 
     for algo in ("ring", "hd", "mesh", "tree", "rd"):
         x = _input(f"ar-{algo}", r, 1000, np.float32)
         comm.all_reduce(x, algo=algo)
-        done(f"allreduce {algo}", x, sum(_input(f"ar-{algo}", i, 1000, np.float32).astype(np.float64) for i in ranks), False)
+        done(
+            f"allreduce {algo}",
+            x,
+            sum(_input(f"ar-{algo}", i, 1000, np.float32).astype(np.float64) for i in ranks),
+            False,
+        )
     x = _input("max", r, 70_000, np.int32)  # > 16 KiB: slots / credits
     comm.all_reduce(x, op="max", algo="ring")
     done("allreduce max", x, np.max([_input("max", i, 70_000, np.int32) for i in ranks], axis=0), True)
@@ -56,14 +63,24 @@ def workload() -> dict:
     comm.broadcast(x, root=n - 1, algo="tree")
     done("broadcast", x, _input("bc", n - 1, 30_000, np.float32), True)
     part = comm.reduce_scatter(_input("rs", r, 2000 * n, np.float32), op="max")
-    done("reduce_scatter", part, np.max([_input("rs", i, 2000 * n, np.float32) for i in ranks], axis=0)[r * 2000:(r + 1) * 2000], True)
+    done(
+        "reduce_scatter",
+        part,
+        np.max([_input("rs", i, 2000 * n, np.float32) for i in ranks], axis=0)[r * 2000 : (r + 1) * 2000],
+        True,
+    )
     x = _input("red", r, 3000, np.int64)
     comm.reduce(x, root=1, op="sum")
     if r == 1:
         done("reduce", x, sum(_input("red", i, 3000, np.int64) for i in ranks), True)
     x = _input("bf", r, 512, np.float32).astype(hccl_py.bfloat16)
     comm.all_reduce(x, op="max")
-    done("allreduce bf16", x.astype(np.float32), np.max([_input("bf", i, 512, np.float32).astype(hccl_py.bfloat16).astype(np.float32) for i in ranks], axis=0), True)
+    done(
+        "allreduce bf16",
+        x.astype(np.float32),
+        np.max([_input("bf", i, 512, np.float32).astype(hccl_py.bfloat16).astype(np.float32) for i in ranks], axis=0),
+        True,
+    )
     # point to point around the ring: even ranks send first, odd ranks receive first
     out, got = _input("p2p", r, 50_000, np.float32), np.empty(50_000, np.float32)
     nxt, prv = (r + 1) % n, (r - 1) % n
