@@ -261,3 +261,45 @@ def test_a_refusal_on_one_rank_fails_the_call_on_every_rank_and_the_next_calls_p
         for rank, (_, _, got, tries) in enumerate(case):
             if got == "ok":
                 assert rank != refuser
+
+
+# -- mismatches no receive would take: every rank learns, no rank returns a value of the mixed call --
+def _mismatched(case: str, algo: str) -> list:
+    import hccl_py
+    from hccl_py import HcclError
+
+    comm = hccl_py.init()
+    x = np.full(4, comm.rank + 1.0, np.float32)
+    seen = []
+    try:
+        if case == "reduce vs all_reduce":  # ranks 0 and 2 reduce to 1, rank 1 all-reduces (same count, dtype, op)
+            if comm.rank == 1:
+                comm.all_reduce(x, algo=algo)
+            else:
+                comm.reduce(x, root=1, algo=algo)
+        elif case == "reduce roots":  # rank 0 reduces to 1, the others to 0
+            comm.reduce(x, root=1 if comm.rank == 0 else 0, algo=algo)
+        else:  # gather roots
+            comm.gather(x, root=1 if comm.rank == 0 else 0, algo=algo)
+        seen.append(("returned", x.tolist()))
+    except HcclError as err:
+        seen.append(("raised", "call mismatch" in str(err)))
+    for follow in (comm.barrier, comm.destroy):
+        try:
+            follow()
+            seen.append(("returned", None))
+        except HcclError as err:
+            seen.append(("raised", "call mismatch" in str(err)))
+    return seen
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("case", ["reduce vs all_reduce", "reduce roots", "gather roots"])
+@pytest.mark.parametrize("algo", ["auto", "ring"])
+def test_a_mismatch_that_no_receive_takes_is_found_and_every_rank_learns(case, algo):
+    results = run_ranks(_mismatched, 3, case, algo, env={"HCCL_EXEC_TIMEOUT": "20"}, timeout=100)
+    for rank, seen in enumerate(results):
+        raised = [mismatch for what, mismatch in seen if what == "raised"]
+        assert raised and raised[0], (rank, seen)  # the first error a rank sees names the mismatch
+        if seen[0][0] == "returned":  # it returned from the mixed call: only a rank that sent, its buffer untouched
+            assert seen[0][1] == [rank + 1.0] * 4, (rank, seen)
