@@ -248,6 +248,8 @@ class Communicator:
     def _unreported(self, what: str) -> HcclError | None:
         """A failure peers reported that no call of this rank has raised yet (a mismatch or a
         refusal of a call it had finished as a sender): destroy raises it, after releasing."""
+        if self._engine.idle():
+            self._engine.take_arrivals()  # a peer's notice may be waiting in the transport
         notice = self._engine.pending_notice(self._id)
         if notice is not None:
             seq, src, body = notice
@@ -255,6 +257,12 @@ class Communicator:
             return error_from_notice(f"{what}: an earlier call failed on a peer", reporter, body, self._fields(what))
         if self._engine.refused(self._id):
             return self._late_refusal(what)
+        if self._engine.idle() and self._seq:
+            # A stray of another call (a rank that only sent in its last calls learns here).
+            sig = CallSignature(OpKind.BARRIER, 0, 0, 0, 0, 0)
+            return self._engine.stray_at_close(
+                CallContext(self._id, self.name, self._seq, sig, self._world_ranks, self._rank, self._timeout_s), what
+            )
         return None
 
     def _drain_queued(self) -> None:

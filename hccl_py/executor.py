@@ -1224,6 +1224,38 @@ class Engine:
             if finished or key[1] < seq or inc.sig != ctx.sig:
                 self._mismatch(ctx, inc)
 
+    def take_arrivals(self) -> None:
+        """Take in what the transport holds now (notices, slices), without waiting. On the
+        thread that drives the transport, with no call outstanding."""
+        if self.transport is None:
+            return
+        try:
+            self._dispatch(self.transport.progress(0.0))
+        except HcclRemoteError:
+            pass  # a peer already gone: the next call names it
+
+    def stray_at_close(self, ctx: CallContext, what: str) -> HcclError | None:
+        """At a communicator's destroy (``ctx``: its last call's number, no signature): take in
+        what has arrived, then the call mismatch a stray slice of one of its collectives shows
+        (see ``check_strays``), told to every member; None when there is none. On the thread
+        that drives the transport, with no call outstanding."""
+        if self.transport is None:
+            return None
+        for key, box in self._mailbox.items():
+            if key[0] == ctx.comm_id and not key[1] & P2P_SEQ_BIT and key[1] <= ctx.seq and box:
+                inc = box[0]
+                theirs = describe_call(inc.sig, ctx.comm_rank_of(inc.src))
+                error = HcclParamError(
+                    f"{what}: call mismatch: rank {ctx.peer_label(inc.src)} called {theirs} as its call #{inc.seq}, "
+                    f"which sent this rank a message none of this rank's calls took (its call #{inc.seq} was another). "
+                    "Every rank of a communicator must make the same calls in the same order",
+                    rule="same_call",
+                    **{**ctx.fields(peer=ctx.comm_rank_of(inc.src)), "op": "destroy"},
+                )
+                self.notify(ctx, error)
+                return error
+        return None
+
     def _mismatch(self, ctx: CallContext, inc: Incoming) -> None:
         mine = describe_call(ctx.sig, ctx.comm_rank)
         theirs = describe_call(inc.sig, ctx.comm_rank_of(inc.src))
