@@ -30,12 +30,16 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
+import importlib.abc
+import importlib.machinery
 import os
 import sys
 import types
 
 import torch
 import torch.distributed as dist
+import torch.overrides
+import torch.utils._device
 
 from .. import env, runtime
 from ..cost_model import cube_flops
@@ -107,13 +111,34 @@ def _index(device) -> int:
     raise TypeError(f"Invalid device, expected int, str or torch.device, got {type(device).__name__}")
 
 
+def _get_device_index(device, optional: bool = False, allow_cpu: bool = False) -> int:
+    """torch's device-module hook (``torch.npu._utils._get_device_index``, which ``torch.load``'s
+    ``map_location`` and DataParallel-style helpers call): the card index of an int, "npu[:N]" or
+    an npu torch.device; with ``optional``, an index-less device or None is the current card."""
+    if isinstance(device, str):
+        device = torch.device(device)
+    if isinstance(device, torch.device) and device.type != "npu" and not (allow_cpu and device.type == "cpu"):
+        raise ValueError(f"Expected an npu device, but got: {device}")
+    if device is None or (isinstance(device, torch.device) and device.type == "npu" and device.index is None):
+        if not optional:
+            raise ValueError(f"Expected a torch.device with a specified index or an integer, but got: {device}")
+        return current_device()
+    return torch._utils._get_device_index(device, optional, allow_cpu)
+
+
+# What torch looks up on a device module as ``torch.<device>._utils``.
+_utils = types.SimpleNamespace(_get_device_index=_get_device_index)
+
+
 def set_device(device) -> None:
     """Make card ``device`` (int, "npu:N" or torch.device) this thread's current card."""
+    _lazy_init()
     _ext().set_device(_index(device))
 
 
 def current_device() -> int:
     """This thread's current card (0 until :func:`set_device`)."""
+    _lazy_init()
     return _ext().current_device()
 
 
@@ -127,17 +152,29 @@ def is_available() -> bool:
     return _device_impl.installed() is not None and device_count() > 0
 
 
+# Whether the process has used the cards yet, as torch.cuda's and torch_npu's lazy initialisation
+# says: False until the first npu tensor (torch calls _lazy_init), set_device, current_device,
+# synchronize, a stream or an event. torch reads it: DeviceMesh sets the card from LOCAL_RANK only
+# on a device not yet initialised (FSDP2 and tensor-parallel scripts that never call set_device).
+_initialized = False
+
+
 def is_initialized() -> bool:
-    """True: the cards are ready once the device is installed."""
-    return _device_impl.installed() is not None
+    """Whether this process has used the cards yet (see :func:`_lazy_init`)."""
+    return _initialized and _device_impl.installed() is not None
 
 
 def init() -> None:
-    """Nothing more to do (the device was initialised when installed)."""
+    """Initialise the cards now (as ``torch.cuda.init``)."""
+    _lazy_init()
 
 
 def _lazy_init() -> None:
-    """torch's device modules' lazy initialisation hook: nothing to do."""
+    """torch's lazy initialisation hook (called before the first npu tensor is made): marks the
+    cards initialised; the device itself was set up when installed."""
+    global _initialized
+    _ext()
+    _initialized = True
 
 
 def _is_in_bad_fork() -> bool:
@@ -148,6 +185,7 @@ def _is_in_bad_fork() -> bool:
 def synchronize(device=None) -> None:
     """Wait for every asynchronous collective not waited for yet: the card's streams joined (and
     the torch ops run so far charged to the card)."""
+    _lazy_init()
     charge_kernels()
     _join_all()
 
@@ -222,6 +260,71 @@ def get_rng_state_all() -> list[torch.Tensor]:
 def set_rng_state_all(states: list[torch.Tensor]) -> None:
     """Restore the generator's state (the first of ``states``: the cards share one generator)."""
     set_rng_state(states[0])
+
+
+# DTensor's random ops (``init.normal_`` on a fully_shard parameter, ``distribute_tensor`` of
+# ``torch.rand``): on a CUDA-like mesh torch's OffsetBasedRNGTracker gives each shard its own
+# stretch of a counter-based (Philox) generator by moving the generator's 16-byte (seed, offset)
+# state. The npu's generator is the CPU's (mt19937: no offset to move), so on an npu mesh DTensor
+# runs random ops as on a CPU mesh, each rank drawing its local shard from the generator; its
+# ``random.manual_seed(seed, mesh)`` seeds that generator, as it does on a CUDA-like mesh.
+_DTENSOR_RANDOM = "torch.distributed.tensor._random"
+
+
+def _dtensor_random_as_on_cpu(module: types.ModuleType) -> None:
+    """Make DTensor's random module treat an npu mesh as it treats a CPU mesh (see above)."""
+    if getattr(module.is_rng_supported_mesh, "__hccl_py__", False):
+        return
+    supported, seed = module.is_rng_supported_mesh, module.manual_seed
+
+    @functools.wraps(supported)
+    def is_rng_supported_mesh(device_mesh) -> bool:
+        if device_mesh.device_type == "npu":
+            return False  # no warning: the local draws are this device's documented behaviour
+        return supported(device_mesh)
+
+    @functools.wraps(seed)
+    def manual_seed(seed_value: int, device_mesh) -> None:
+        if device_mesh.device_type != "npu":
+            return seed(seed_value, device_mesh)
+        if device_mesh.get_coordinate() is None:
+            raise RuntimeError("manual_seed requires the current rank to be a part of the device mesh")
+        torch.manual_seed(seed_value)
+
+    is_rng_supported_mesh.__hccl_py__ = True
+    module.is_rng_supported_mesh, module.manual_seed = is_rng_supported_mesh, manual_seed
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs ``patch(module)`` once, right after the module ``name`` is first imported (so modules
+    that import names from it see the patched ones), without importing it ahead of need."""
+
+    def __init__(self, name: str, patch):
+        self.name, self.patch = name, patch
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None:
+            return spec
+        run, patch = spec.loader.exec_module, self.patch
+
+        def exec_module(module):
+            run(module)
+            patch(module)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def _patch_when_imported(name: str, patch) -> None:
+    """``patch(module)`` now if ``name`` is imported, else right after its first import."""
+    if name in sys.modules:
+        patch(sys.modules[name])
+    elif not any(isinstance(f, _AfterImport) and f.name == name for f in sys.meta_path):
+        sys.meta_path.insert(0, _AfterImport(name, patch))
 
 
 # -- memory: the card's HBM pool ------------------------------------------------------------------------
@@ -302,6 +405,7 @@ class Stream(torch.Stream):
     """A stream of the card: calls issued on it run in order (work finishes when its call returns)."""
 
     def __new__(cls, device=None, priority: int = 0, **kwargs):
+        _lazy_init()
         return super().__new__(cls, device=torch.device("npu", _index(device)), priority=priority)
 
 
@@ -362,6 +466,7 @@ def install() -> types.ModuleType:
     the "hccl" backend registered for npu tensors."""
     _device_impl.install()
     dist.is_hccl_available = lambda: True
+    _patch_when_imported(_DTENSOR_RANDOM, _dtensor_random_as_on_cpu)
     if _under_hccl_launch() and not getattr(dist.init_process_group, "__hccl_py_refused__", False):
         dist.init_process_group = _refuse_nested_ranks(dist.init_process_group)
     return sys.modules[__name__]
@@ -456,6 +561,17 @@ def _cuda(self, device=None, non_blocking: bool = False, **kwargs):
 _patched = False
 
 
+def _freeze_torch_tables() -> None:
+    """Build, before the factories are wrapped, torch's cached tables of its own functions: torch
+    fills them on first use and compares by identity against the functions a mode sees (always
+    the originals). Built after the wrapping, ``with torch.device("meta"):`` would no longer see
+    ``torch.empty`` as a factory, and FSDP2's deferred init would build on the CPU."""
+    torch.utils._device._device_constructors()
+    torch.overrides.get_ignored_functions()
+    torch.overrides.get_default_nowrap_functions()
+    torch.overrides._get_tensor_methods()
+
+
 def transfer_to_npu() -> None:
     """What ``from torch_npu.contrib import transfer_to_npu`` does here (see the module doc)."""
     global _patched
@@ -463,6 +579,7 @@ def transfer_to_npu() -> None:
     if _patched:
         return
     _patched = True
+    _freeze_torch_tables()
     torch.cuda = sys.modules[__name__]
     for name in _FACTORIES:
         if hasattr(torch, name):

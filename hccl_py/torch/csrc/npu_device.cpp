@@ -17,6 +17,9 @@
 #include <ATen/core/GeneratorForPrivateuseone.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <ATen/native/Resize.h>
+#include <ATen/native/transformers/attention.h>
+#include <ATen/SDPBackend.h>
+#include <ATen/ops/_fused_sdp_choice_cpu_dispatch.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 
@@ -392,6 +395,19 @@ at::Tensor npu_copy_from_and_resize(const at::Tensor& self, const at::Tensor& ds
   return npu_copy_from(self, dst, false);
 }
 
+// Whether `param.data = other` may keep `param` and swap its contents (torch asks before
+// Module.to / .npu() and when FSDP moves a parameter). torch's own answer knows only its built-in
+// dense devices, so a CPU parameter moved to npu became a new Parameter object, and an optimizer
+// built before `model.to(rank)` (as most training scripts do) updated the old CPU tensors while
+// the model trained on untouched npu ones. Dense CPU and npu tensors are compatible, as CPU and
+// CUDA ones are (torch's TensorImpl comment points backends here).
+bool npu_has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  auto dense = [](const at::Tensor& t) {
+    return t.layout() == c10::kStrided && !t.is_quantized() && (t.device().is_cpu() || is_npu(t));
+  };
+  return self.unsafeGetTensorImpl()->has_compatible_shallow_copy_type(from.key_set()) || (dense(self) && dense(from));
+}
+
 void npu_record_stream(at::Tensor&, c10::Stream) {}  // nothing to keep: blocks are freed when their tensor is
 
 int64_t tensor_bytes(const c10::IValue& value) {
@@ -413,6 +429,19 @@ int matmul_operand(const std::string& name) {
       {"aten::addbmm_", 1}, {"aten::addmv", 1}, {"aten::addmv_", 1}, {"aten::_addmm_activation", 1}};
   auto found = first.find(name);
   return found == first.end() ? -1 : found->second;
+}
+
+// Attention's fused kernel (the CPU's, which npu attention runs): its matmuls as `passes` products
+// of L x E by E x S per batch and head, the query and key at `query`, `query` + 1. Forward: Q.K^T
+// and P.V; backward: Q.K^T again, then dP, dV, dQ and dK. Returns the pass count, or 0.
+int64_t attention_passes(const std::string& name, int* query) {
+  static const std::unordered_map<std::string, std::pair<int, int64_t>> ops = {
+      {"aten::_scaled_dot_product_flash_attention_for_cpu", {0, 2}},
+      {"aten::_scaled_dot_product_flash_attention_for_cpu_backward", {1, 5}}};
+  auto found = ops.find(name);
+  if (found == ops.end()) return 0;
+  *query = found->second.first;
+  return found->second.second;
 }
 
 // Every other op: torch's CPU kernel on zero-copy CPU aliases, results handed back as npu tensors.
@@ -481,6 +510,15 @@ void npu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       matmul_dims = {"", a.dim() >= 2 ? a.size(-2) : 1, b.dim() >= 2 ? b.size(-1) : 1, a.dim() >= 1 ? a.size(-1) : 1,
                      a.dim() >= 3 ? a.size(0) : 1, 0, ""};
     }
+    int query = 0;
+    int64_t passes = attention_passes(schema.name(), &query);
+    if (passes > 0 && (*stack)[begin + query].isTensor() && (*stack)[begin + query + 1].isTensor()) {
+      const at::Tensor& q = (*stack)[begin + query].toTensor();
+      const at::Tensor& k = (*stack)[begin + query + 1].toTensor();
+      if (q.dim() >= 2 && k.dim() >= 2 && q.size(-2) * q.size(-1) > 0) {
+        matmul_dims = {"", q.size(-2), k.size(-2), q.size(-1), q.numel() / (q.size(-2) * q.size(-1)) * passes, 0, ""};
+      }
+    }
   }
   op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
 
@@ -542,6 +580,58 @@ void npu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
 }
 
+// Attention. scaled_dot_product_attention picks its kernel through a dispatch stub, not the
+// dispatcher, and a device without a stub gets the math decomposition (other numbers than the
+// CPU's). npu takes the CPU's choice (it reads only shapes, dtypes and the sdpa_kernel flags), and
+// runs the CPU's fused flash kernel where the CPU would. That kernel is served to torch as the
+// efficient-attention op, because DTensor shards that op (by heads or by batch) and has no rule
+// for the CPU's own op, so tensor-parallel attention runs on npu (it does not on CPU/gloo). The
+// numbers are the CPU kernel's; torch's contract for the op (its meta kernel) is kept: the
+// logsumexp's last dim rounded up to 32 (0 when not asked for), 0-dim philox seed and offset.
+int64_t npu_fused_sdp_choice(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
+                             const std::optional<at::Tensor>& attn_mask, double dropout_p, bool is_causal,
+                             std::optional<double> scale, bool enable_gqa) {
+  int64_t choice = at::cpu::_fused_sdp_choice(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa);
+  bool plain = !attn_mask.has_value() && dropout_p == 0.0 && query.dim() == 4 && key.dim() == 4 &&
+               value.dim() == 4 && query.size(1) == key.size(1) && key.size(1) == value.size(1);
+  if (choice == static_cast<int64_t>(at::SDPBackend::flash_attention) && plain)
+    return static_cast<int64_t>(at::SDPBackend::efficient_attention);
+  return choice;
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> npu_efficient_attention(
+    const at::Tensor& query, const at::Tensor& key, const at::Tensor& value, const std::optional<at::Tensor>& attn_bias,
+    bool compute_log_sumexp, double dropout_p, bool is_causal, std::optional<double> scale) {
+  TORCH_CHECK(!attn_bias.has_value() && dropout_p == 0.0, "hccl-py's npu attention kernel takes no mask and no dropout "
+              "(scaled_dot_product_attention sends those to another kernel)");
+  // On npu tensors this op goes to the fallback: the CPU's kernel on the same bytes.
+  auto [out, lse] = at::_scaled_dot_product_flash_attention_for_cpu(query, key, value, dropout_p, is_causal, attn_bias,
+                                                                     scale);
+  int64_t length = query.size(2);
+  at::Tensor logsumexp = at::zeros({query.size(0), query.size(1), compute_log_sumexp ? round_up(length, 32) : 0},
+                                   query.options().dtype(at::kFloat));
+  if (compute_log_sumexp) logsumexp.narrow(2, 0, length).copy_(lse);
+  auto scalar = query.options().dtype(at::kLong);
+  return {out, logsumexp, at::zeros({}, scalar), at::zeros({}, scalar)};  // philox seed and offset: no dropout here
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> npu_efficient_attention_backward(
+    const at::Tensor& grad_out, const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
+    const at::Tensor& attn_bias, const at::Tensor& out, const at::Tensor& logsumexp, const at::Tensor& /*seed*/,
+    const at::Tensor& /*offset*/, double dropout_p, std::array<bool, 4>, bool is_causal, std::optional<double> scale) {
+  TORCH_CHECK(!attn_bias.defined() && dropout_p == 0.0, "hccl-py's npu attention kernel takes no mask and no dropout");
+  at::Tensor lse = logsumexp.narrow(2, 0, query.size(2)).contiguous();
+  auto [grad_q, grad_k, grad_v] = at::_scaled_dot_product_flash_attention_for_cpu_backward(
+      grad_out, query, key, value, out, lse, dropout_p, is_causal, std::nullopt, scale);
+  return {grad_q, grad_k, grad_v, at::Tensor()};
+}
+}  // namespace hccl_npu
+
+namespace at::native {
+REGISTER_PRIVATEUSE1_DISPATCH(_fused_sdp_choice_stub, &hccl_npu::npu_fused_sdp_choice)
+}  // namespace at::native
+
+namespace hccl_npu {
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("empty.memory_format", &npu_empty);
   m.impl("empty_strided", &npu_empty_strided);
@@ -556,6 +646,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_copy_from", &npu_copy_from);
   m.impl("_copy_from_and_resize", &npu_copy_from_and_resize);
   m.impl("record_stream", &npu_record_stream);
+  m.impl("_has_compatible_shallow_copy_type", &npu_has_compatible_shallow_copy_type);
+  m.impl("_scaled_dot_product_efficient_attention", &npu_efficient_attention);
+  m.impl("_scaled_dot_product_efficient_attention_backward", &npu_efficient_attention_backward);
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
@@ -673,9 +766,38 @@ double premul_factor(const c10d::ReduceOp& op) {
 
 bool g_hooks_registered = false;
 
+// Ops the CPU runs with a kernel of its own but a device without one runs as a composite (a
+// CompositeExplicitAutograd or CompositeImplicitAutograd decomposition: native_layer_norm,
+// native_group_norm, addr, silu_backward, ...) are sent to the fallback, so the npu runs the CPU's
+// kernel and gets the CPU's numbers (a decomposition rounds differently). Found by asking the
+// dispatcher, so ops a later torch adds are covered too.
+std::unique_ptr<torch::Library> g_cpu_kernels;
+
+int route_composites_to_cpu_kernels() {
+  g_cpu_kernels = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1,
+                                                   __FILE__, __LINE__);
+  auto& dispatcher = c10::Dispatcher::singleton();
+  int routed = 0;
+  for (const c10::OperatorName& name : dispatcher.getAllOpNames()) {
+    if (name.name.rfind("aten::", 0) != 0) continue;
+    auto op = dispatcher.findOp(name);
+    if (!op || !op->hasKernelForDispatchKey(c10::DispatchKey::CPU) ||
+        op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1))
+      continue;
+    if (!op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) &&
+        !op->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd))
+      continue;
+    std::string qualified = name.name.substr(6) + (name.overload_name.empty() ? "" : "." + name.overload_name);
+    g_cpu_kernels->impl(qualified.c_str(), torch::CppFunction::makeFromBoxedFunction<&npu_fallback>());
+    ++routed;
+  }
+  return routed;
+}
+
 void register_hooks() {
   if (g_hooks_registered) return;
   at::RegisterPrivateUse1HooksInterface(new NpuHooks());
+  route_composites_to_cpu_kernels();
   g_hooks_registered = true;
 }
 

@@ -6,10 +6,26 @@ never imports it): ``npu`` becomes a torch device backed by hccl-py's simulated 
 is ``hccl_py.torch.npu``, and the "hccl" backend serves npu tensors. What it covers: docs/torch.md.
 """
 
+import os
 import sys
 
-from hccl_py.torch import npu
-from hccl_py.torch.formats import get_npu_format, npu_format_cast, npu_format_cast_
+# `import torch_npu` before `import torch` (as Ascend's migration guide puts it, at a script's top):
+# torch's autoload would import this module again, half-initialised, and fail to find _autoload.
+# So torch is imported with autoload off, as torch's own out-of-tree example does, and the switch
+# restored for the processes this one starts.
+if "torch" not in sys.modules:
+    _AUTOLOAD = os.environ.get("TORCH_DEVICE_BACKEND_AUTOLOAD")
+    os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
+    try:
+        import torch  # noqa: F401
+    finally:
+        if _AUTOLOAD is None:
+            del os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"]
+        else:
+            os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = _AUTOLOAD
+
+from hccl_py.torch import npu  # noqa: E402
+from hccl_py.torch.formats import get_npu_format, npu_format_cast, npu_format_cast_  # noqa: E402
 
 npu.install()
 sys.modules[__name__ + ".npu"] = npu

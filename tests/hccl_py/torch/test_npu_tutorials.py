@@ -1,0 +1,40 @@
+"""pytorch/examples' DDP, FSDP2 and tensor-parallel tutorials on the npu device (issue 26): what they
+do that the device got wrong, in ``scripts/npu_tutorial_patterns.py``, against the same script on
+the CPU and gloo. The tutorials themselves, run unchanged: docs/torch.md, "Run unchanged"."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tests.hccl_py.torch.test_npu_device import SCRIPTS, _env, _hccl_npu, _torchrun  # noqa: E402
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.usefixtures("no_leaks")
+def test_the_tutorials_patterns_train_on_npu_as_on_the_cpu(tmp_path):
+    """Migrated by Ascend's two lines put before torch; no set_device (the card from LOCAL_RANK);
+    FSDP2 built on meta and initialised by DTensor random ops; LayerNorm and causal attention (the
+    CPU's kernels); an optimizer made before ``model.to(rank)``; ``torch.load(map_location="cuda:N")``;
+    attention with its heads sharded by tensor parallelism."""
+    script = str(SCRIPTS / "npu_tutorial_patterns.py")
+    gloo = subprocess.run(
+        [*_torchrun(2), script, str(tmp_path / "cpu")],
+        env=_env(),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert gloo.returncode == 0, gloo.stderr[-3000:]
+    npu = _hccl_npu("--devices", "2", *_torchrun(2), script, str(tmp_path / "npu"), cwd=tmp_path, timeout=120)
+    assert npu.returncode == 0, npu.stderr[-3000:]
+    for rank in range(2):
+        cpu, got = (json.loads((tmp_path / f"{kind}.{rank}.json").read_text()) for kind in ("cpu", "npu"))
+        # the CPU's kernels on the same bytes: bit for bit
+        assert got["fsdp2"] == cpu["fsdp2"] and got["ddp"] == cpu["ddp"], (rank, got, cpu)
+        torch.testing.assert_close(got["tp"], got["tp_reference"], rtol=1e-6, atol=1e-7)  # one process on the CPU
