@@ -18,6 +18,8 @@ demo: $(BIN)/.installed
 	$(BIN)/hccl-launch -n 4 examples/infer.py
 
 test: $(BIN)/.installed
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest
 
 clean:

@@ -20,14 +20,22 @@ from ..errors import HcclNotSupportedError
 try:  # the adapter's one optional dependency: say how to get it rather than a bare ModuleNotFoundError
     import torch  # noqa: F401
 except ImportError:
-    raise HcclNotSupportedError("hccl_py.torch needs torch: pip install 'hccl-py[torch]' (the CPU build of "
-                                "torch 2.13.0)", module="torch") from None
+    raise HcclNotSupportedError(
+        "hccl_py.torch needs torch: pip install 'hccl-py[torch]' (the CPU build of torch 2.13.0)", module="torch"
+    ) from None
 
 from .backend import communicator, foreign_registration, monitored_barrier, register  # noqa: E402
 from .process_group import HcclProcessGroup  # noqa: E402
 from .work import HcclWork, synchronize  # noqa: E402
 
-__all__ = ["HcclProcessGroup", "HcclWork", "communicator", "foreign_registration", "monitored_barrier", "register",
-           "synchronize"]
+__all__ = [
+    "HcclProcessGroup",
+    "HcclWork",
+    "communicator",
+    "foreign_registration",
+    "monitored_barrier",
+    "register",
+    "synchronize",
+]
 
 register()

@@ -64,7 +64,10 @@ def register() -> None:
             f"torch.distributed backend 'hccl' is already registered by {holder}; hccl-py does not replace it. On an "
             "Ascend machine with torch_npu, the real HCCL serves 'hccl'. To emulate instead, run without torch_npu "
             "(TORCH_DEVICE_BACKEND_AUTOLOAD=0 keeps `import torch` from loading it, and hccl-launch --npu puts a "
-            "stand-in first on the path)", holder=holder, rule="unique")
+            "stand-in first on the path)",
+            holder=holder,
+            rule="unique",
+        )
     if NAME.upper() in dist.Backend._plugins:
         return  # ours already (a reload)
     dist.Backend.register_backend(NAME, _create, extended_api=True, devices=["cpu"])
@@ -144,8 +147,9 @@ def _monitor(world: Communicator, ranks: list[int], key: tuple, default_s: float
         if timeout_s == default_s:
             return None
         if timeout_s not in made:
-            made[timeout_s] = member_comm(world, ranks, (*key, "monitored", timeout_s), f"torch:{key[-1]}:monitored",
-                                          timeout_s)
+            made[timeout_s] = member_comm(
+                world, ranks, (*key, "monitored", timeout_s), f"torch:{key[-1]}:monitored", timeout_s
+            )
         return made[timeout_s]
 
     return comm_for
@@ -172,13 +176,19 @@ def _default_group(opts) -> HcclProcessGroup:
     if (world.rank, world.size) != (rank, size):
         raise HcclNotSupportedError(
             f"init_process_group: torch says rank {rank} of {size}, but this process joined hccl-py as rank {world.rank} "
-            f"of {world.size} (hccl_py.init() earlier); start both from the same launcher environment", rank=world.rank,
-            value=[rank, size], expected=[world.rank, world.size])
+            f"of {world.size} (hccl_py.init() earlier); start both from the same launcher environment",
+            rank=world.rank,
+            value=[rank, size],
+            expected=[world.rank, world.size],
+        )
     _share_cores()
     _epoch += 1
     key = ("world", _epoch, opts.group_id)
-    group = HcclProcessGroup(world, monitor=_monitor(world, list(range(size)), key, world._timeout_s),
-                             on_shutdown=world.destroy if owns else None)
+    group = HcclProcessGroup(
+        world,
+        monitor=_monitor(world, list(range(size)), key, world._timeout_s),
+        on_shutdown=world.destroy if owns else None,
+    )
     return group
 
 
@@ -189,7 +199,8 @@ def _subgroup(opts) -> HcclProcessGroup:
         raise HcclNotSupportedError(
             f"new_group(backend='hccl'): the default group is {dist.get_backend()!r} and this process has no hccl-py world "
             "of the same ranks; make the default group with init_process_group('hccl') (or call hccl_py.init() first)",
-            rule="required")
+            rule="required",
+        )
     timeout_s = _exec_timeout_s(opts.timeout)
     key = ("group", _epoch, opts.group_id)
     comm = member_comm(world, ranks, key, f"torch:{opts.group_id}{ranks}", timeout_s)

@@ -48,15 +48,20 @@ def check_torch(version: str | None = None) -> None:
         raise HcclNotSupportedError(
             f"hccl-py's npu device supports torch {SUPPORTED_TORCH}.x (torch's device registration interfaces are "
             f"private and change between releases); this is torch {version}: pip install 'torch=={SUPPORTED_TORCH}.0'",
-            module="torch", value=version, expected=f"{SUPPORTED_TORCH}.x")
+            module="torch",
+            value=version,
+            expected=f"{SUPPORTED_TORCH}.x",
+        )
 
 
 def cache_dir() -> Path:
     """Where the compiled extension is kept: one folder per source digest and torch version."""
     root = os.environ.get(env.HCCL_PY_CACHE) or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "hccl-py")
-    digest = hashlib.blake2b(SOURCE.read_bytes() + torch.__version__.encode() + sys.version.encode(),
-                             digest_size=8).hexdigest()
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "hccl-py"
+    )
+    digest = hashlib.blake2b(
+        SOURCE.read_bytes() + torch.__version__.encode() + sys.version.encode(), digest_size=8
+    ).hexdigest()
     return Path(root) / f"npu-{digest}"
 
 
@@ -75,12 +80,19 @@ def build():
         with contextlib.suppress(FileNotFoundError):
             (where / "lock").unlink()  # torch's own baton, left by a build that was killed: we hold the real lock
         try:
-            return cpp_extension.load(name="hccl_py_npu", sources=[str(SOURCE)], build_directory=str(where),
-                                      extra_cflags=["-O1"], verbose=False)
+            return cpp_extension.load(
+                name="hccl_py_npu",
+                sources=[str(SOURCE)],
+                build_directory=str(where),
+                extra_cflags=["-O1"],
+                verbose=False,
+            )
         except (RuntimeError, OSError) as err:
             raise HcclNotSupportedError(
                 f"could not build hccl-py's npu device (a C++ compiler, Python's headers and ninja are needed; "
-                f"pip install 'hccl-py[torch]' brings ninja): {err}", module="hccl_py.torch.device") from err
+                f"pip install 'hccl-py[torch]' brings ninja): {err}",
+                module="hccl_py.torch.device",
+            ) from err
 
 
 def parse_alloc_conf(text: str | None) -> dict[str, float | bool]:
@@ -93,9 +105,14 @@ def parse_alloc_conf(text: str | None) -> dict[str, float | bool]:
         key, _, value = item.partition(":")
         key, value = key.strip(), value.strip()
         if key not in ALLOC_CONF_KEYS:
-            raise HcclParamError(f"{env.PYTORCH_NPU_ALLOC_CONF}: unrecognized key {key!r}; hccl-py's npu device "
-                                 f"honours {', '.join(ALLOC_CONF_KEYS)}", arg=env.PYTORCH_NPU_ALLOC_CONF, value=key,
-                                 rule="choices", choices=list(ALLOC_CONF_KEYS))
+            raise HcclParamError(
+                f"{env.PYTORCH_NPU_ALLOC_CONF}: unrecognized key {key!r}; hccl-py's npu device "
+                f"honours {', '.join(ALLOC_CONF_KEYS)}",
+                arg=env.PYTORCH_NPU_ALLOC_CONF,
+                value=key,
+                rule="choices",
+                choices=list(ALLOC_CONF_KEYS),
+            )
         try:
             if key == "expandable_segments":
                 if value not in ("True", "False"):
@@ -110,9 +127,14 @@ def parse_alloc_conf(text: str | None) -> dict[str, float | bool]:
                 if not 0.0 < conf[key] < 1.0:
                     raise ValueError(value)
         except ValueError:
-            raise HcclParamError(f"{env.PYTORCH_NPU_ALLOC_CONF}: bad value {value!r} for {key} (expandable_segments: "
-                                 "True or False; max_split_size_mb: MB above 20; garbage_collection_threshold: between "
-                                 "0 and 1)", arg=key, value=value, rule="value") from None
+            raise HcclParamError(
+                f"{env.PYTORCH_NPU_ALLOC_CONF}: bad value {value!r} for {key} (expandable_segments: "
+                "True or False; max_split_size_mb: MB above 20; garbage_collection_threshold: between "
+                "0 and 1)",
+                arg=key,
+                value=value,
+                rule="value",
+            ) from None
     return conf
 
 
@@ -124,8 +146,14 @@ def device_count_from_env(environ=None) -> int:
         text = (environ.get(name) or "").strip()
         if text:
             if not text.isdigit() or not 1 <= int(text) <= 64:
-                raise HcclParamError(f"{name}={text!r}: expected a count of NPUs from 1 to 64", arg=name, value=text,
-                                     rule="range", min=1, max=64)
+                raise HcclParamError(
+                    f"{name}={text!r}: expected a count of NPUs from 1 to 64",
+                    arg=name,
+                    value=text,
+                    rule="range",
+                    min=1,
+                    max=64,
+                )
             return int(text)
     return 1
 
@@ -135,8 +163,10 @@ def cards(count: int) -> list:
     reads them, else the default preset): its HBM is the pool's capacity."""
     from ..context import load_topology
 
-    job = read_job({k: v for k, v in os.environ.items() if k not in (env.RANK, env.WORLD_SIZE)} | {
-        env.RANK: "0", env.WORLD_SIZE: os.environ.get(env.WORLD_SIZE) or str(count)})
+    job = read_job(
+        {k: v for k, v in os.environ.items() if k not in (env.RANK, env.WORLD_SIZE)}
+        | {env.RANK: "0", env.WORLD_SIZE: os.environ.get(env.WORLD_SIZE) or str(count)}
+    )
     topology = load_topology(job.size, preset=job.topology, rank_table=job.rank_table, figures=job.figures)
     return [topology.card(i % job.size) for i in range(count)]
 
@@ -163,9 +193,12 @@ def install(devices: int | None = None):
     check_torch()
     holder = getattr(torch, "npu", None)
     if holder is not None and not getattr(holder, "__hccl_py__", False):
-        raise HcclNotSupportedError(f"torch.npu is already provided by {getattr(holder, '__name__', holder)} (the real "
-                                    "torch_npu?); hccl-py's npu device does not replace it", holder=str(holder),
-                                    rule="unique")
+        raise HcclNotSupportedError(
+            f"torch.npu is already provided by {getattr(holder, '__name__', holder)} (the real "
+            "torch_npu?); hccl-py's npu device does not replace it",
+            holder=str(holder),
+            rule="unique",
+        )
     conf = parse_alloc_conf(os.environ.get(env.PYTORCH_NPU_ALLOC_CONF))
     count = devices if devices is not None else device_count_from_env()
     if torch._C._get_privateuse1_backend_name() != "npu":
@@ -179,8 +212,9 @@ def install(devices: int | None = None):
     from . import backend, npu
 
     torch._register_device_module("npu", npu)
-    torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_packed_sequence=True,
-                                                         for_storage=True)
+    torch.utils.generate_methods_for_privateuse1_backend(
+        for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
+    )
     ext.set_clock(npu.modeled_clock)
     ext.set_flush(npu.charge_kernels)
     ext.set_recording(True)

@@ -22,8 +22,20 @@ from ..errors import HcclParamError
 from . import device as _device
 
 # ACL's format numbers (CANN's aclFormat), the ones torch_npu programs pass.
-ACL_FORMAT = {"NCHW": 0, "NHWC": 1, "ND": 2, "NC1HWC0": 3, "FRACTAL_Z": 4, "NC1HWC0_C04": 12, "HWCN": 16,
-              "NDHWC": 27, "FRACTAL_NZ": 29, "NCDHW": 30, "NDC1HWC0": 32, "FRACTAL_Z_3D": 33}
+ACL_FORMAT = {
+    "NCHW": 0,
+    "NHWC": 1,
+    "ND": 2,
+    "NC1HWC0": 3,
+    "FRACTAL_Z": 4,
+    "NC1HWC0_C04": 12,
+    "HWCN": 16,
+    "NDHWC": 27,
+    "FRACTAL_NZ": 29,
+    "NCDHW": 30,
+    "NDC1HWC0": 32,
+    "FRACTAL_Z_3D": 33,
+}
 _KNOWN = frozenset(ACL_FORMAT.values())
 BASE_FORMATS = frozenset({ACL_FORMAT[k] for k in ("NCHW", "NHWC", "ND", "NCDHW", "NDHWC")})  # torch's own layouts
 
@@ -46,9 +58,14 @@ def is_internal(t: torch.Tensor) -> bool:
 
 def _checked(acl_format: int) -> int:
     if isinstance(acl_format, bool) or not isinstance(acl_format, int) or acl_format not in _KNOWN:
-        raise HcclParamError(f"npu_format_cast: unknown ACL format {acl_format!r}; one of "
-                             f"{', '.join(f'{k}={v}' for k, v in ACL_FORMAT.items())}", arg="acl_format",
-                             value=repr(acl_format), rule="choices", choices=sorted(_KNOWN))
+        raise HcclParamError(
+            f"npu_format_cast: unknown ACL format {acl_format!r}; one of "
+            f"{', '.join(f'{k}={v}' for k, v in ACL_FORMAT.items())}",
+            arg="acl_format",
+            value=repr(acl_format),
+            rule="choices",
+            choices=sorted(_KNOWN),
+        )
     return acl_format
 
 
@@ -73,5 +90,10 @@ def npu_format_cast_(t: torch.Tensor, acl_format: int) -> torch.Tensor:
 def _npu(t, what: str) -> None:
     if not isinstance(t, torch.Tensor) or t.device.type != "npu":
         where = t.device if isinstance(t, torch.Tensor) else type(t).__name__
-        raise HcclParamError(f"{what}: expected an npu tensor, got {where} (formats are the npu's storage layouts)",
-                             arg="self", value=str(where), rule="device", expected="npu")
+        raise HcclParamError(
+            f"{what}: expected an npu tensor, got {where} (formats are the npu's storage layouts)",
+            arg="self",
+            value=str(where),
+            rule="device",
+            expected="npu",
+        )

@@ -56,8 +56,10 @@ _REAL_CUDA = torch.cuda
 def _ext():
     ext = _device_impl.installed()
     if ext is None:
-        raise RuntimeError("hccl-py's npu device is not installed in this process: import torch_npu under hccl-npu, or "
-                           "call hccl_py.torch.device.install()")
+        raise RuntimeError(
+            "hccl-py's npu device is not installed in this process: import torch_npu under hccl-npu, or "
+            "call hccl_py.torch.device.install()"
+        )
     return ext
 
 
@@ -67,8 +69,18 @@ def _card():
 
 
 # torch's scalar type names (c10::toString) as numpy's, which the cost model takes.
-_NUMPY_NAMES = {"Float": "float32", "Half": "float16", "BFloat16": "bfloat16", "Double": "float64", "Char": "int8",
-                "Byte": "uint8", "Short": "int16", "Int": "int32", "Long": "int64", "Bool": "bool"}
+_NUMPY_NAMES = {
+    "Float": "float32",
+    "Half": "float16",
+    "BFloat16": "bfloat16",
+    "Double": "float64",
+    "Char": "int8",
+    "Byte": "uint8",
+    "Short": "int16",
+    "Int": "int32",
+    "Long": "int64",
+    "Bool": "bool",
+}
 
 
 def charge_kernels() -> None:
@@ -206,8 +218,13 @@ def get_device_properties(device=None):
     """``name``, ``total_memory`` (the card's HBM bytes), ``cube_core_num``, ``vector_core_num``."""
     index = _index(device)
     stats = memory_stats(index)
-    return types.SimpleNamespace(name=get_device_name(index), total_memory=stats["limit_bytes"], cube_core_num=0,
-                                 vector_core_num=0, L2_cache_size=0)
+    return types.SimpleNamespace(
+        name=get_device_name(index),
+        total_memory=stats["limit_bytes"],
+        cube_core_num=0,
+        vector_core_num=0,
+        L2_cache_size=0,
+    )
 
 
 # torch_npu.npu.config: ``allow_internal_format`` lets ops keep internal formats (FRACTAL_NZ, ...);
@@ -397,8 +414,12 @@ class Event(metaclass=_EventType):
     """
 
     def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
-        return torch.Event(device=torch.device("npu", current_device()), enable_timing=enable_timing, blocking=blocking,
-                           interprocess=interprocess)
+        return torch.Event(
+            device=torch.device("npu", current_device()),
+            enable_timing=enable_timing,
+            blocking=blocking,
+            interprocess=interprocess,
+        )
 
 
 class Stream(torch.Stream):
@@ -491,18 +512,51 @@ def _refuse_nested_ranks(fn):
             "init_process_group in a process a rank of hccl-launch --npu spawned: hccl-launch already started one "
             "process per card, and a script that starts its own ranks (mp.spawn over torch.npu.device_count()) "
             "would start N x N. Run it as one host with N cards instead: hccl-npu --devices N python SCRIPT",
-            rule="launcher", expected="hccl-npu")
+            rule="launcher",
+            expected="hccl-npu",
+        )
 
     refuse.__hccl_py_refused__ = True
     return refuse
 
 
 # -- transfer_to_npu ----------------------------------------------------------------------------------------
-_FACTORIES = ("tensor", "as_tensor", "zeros", "ones", "empty", "full", "rand", "randn", "randint", "arange", "linspace",
-              "logspace", "eye", "zeros_like", "ones_like", "empty_like", "full_like", "rand_like", "randn_like",
-              "randint_like", "randperm", "range", "normal", "empty_strided", "scalar_tensor", "tril_indices",
-              "triu_indices", "frombuffer", "load", "hann_window", "hamming_window", "bartlett_window",
-              "blackman_window", "kaiser_window")
+_FACTORIES = (
+    "tensor",
+    "as_tensor",
+    "zeros",
+    "ones",
+    "empty",
+    "full",
+    "rand",
+    "randn",
+    "randint",
+    "arange",
+    "linspace",
+    "logspace",
+    "eye",
+    "zeros_like",
+    "ones_like",
+    "empty_like",
+    "full_like",
+    "rand_like",
+    "randn_like",
+    "randint_like",
+    "randperm",
+    "range",
+    "normal",
+    "empty_strided",
+    "scalar_tensor",
+    "tril_indices",
+    "triu_indices",
+    "frombuffer",
+    "load",
+    "hann_window",
+    "hamming_window",
+    "bartlett_window",
+    "blackman_window",
+    "kaiser_window",
+)
 _TENSOR_METHODS = ("to", "new_empty", "new_empty_strided", "new_full", "new_ones", "new_tensor", "new_zeros")
 _DEVICE_KWARGS = ("device", "device_type", "map_location", "device_id")
 
@@ -514,7 +568,7 @@ def _is_cuda(value) -> bool:
 
 
 def _as_npu(value):
-    """"cuda[:N]" / torch.device("cuda", N) as the same npu device."""
+    """ "cuda[:N]" / torch.device("cuda", N) as the same npu device."""
     text = str(value).replace("cuda", "npu", 1)
     return torch.device(text) if isinstance(value, torch.device) else text
 

@@ -54,13 +54,22 @@ _ReduceOpT = dist.ReduceOp
 _NAMES = {int(kind): name for name, kind in _RedOp.__members__.items()}
 _PREMUL_SUM = int(_RedOp.PREMUL_SUM)
 _HASH_IS_CODE = all(hash(kind) == int(kind) for kind in _RedOp.__members__.values()) and all(
-    hash(_ReduceOpT(kind)) == int(kind) for name, kind in _RedOp.__members__.items() if name != "PREMUL_SUM")
-_OPS = {int(_RedOp.SUM): (ReduceOp.SUM, False), int(_RedOp.PRODUCT): (ReduceOp.PROD, False),
-        int(_RedOp.MIN): (ReduceOp.MIN, False), int(_RedOp.MAX): (ReduceOp.MAX, False),
-        int(_RedOp.AVG): (ReduceOp.SUM, True)}  # AVG: SUM, then divided by the group size
+    hash(_ReduceOpT(kind)) == int(kind) for name, kind in _RedOp.__members__.items() if name != "PREMUL_SUM"
+)
+_OPS = {
+    int(_RedOp.SUM): (ReduceOp.SUM, False),
+    int(_RedOp.PRODUCT): (ReduceOp.PROD, False),
+    int(_RedOp.MIN): (ReduceOp.MIN, False),
+    int(_RedOp.MAX): (ReduceOp.MAX, False),
+    int(_RedOp.AVG): (ReduceOp.SUM, True),
+}  # AVG: SUM, then divided by the group size
 # bool travels as uint8: "sum" and "max" are a logical or, "product" and "min" a logical and.
-_BOOL_OPS = {int(_RedOp.SUM): (ReduceOp.MAX, False), int(_RedOp.MAX): (ReduceOp.MAX, False),
-             int(_RedOp.PRODUCT): (ReduceOp.MIN, False), int(_RedOp.MIN): (ReduceOp.MIN, False)}
+_BOOL_OPS = {
+    int(_RedOp.SUM): (ReduceOp.MAX, False),
+    int(_RedOp.MAX): (ReduceOp.MAX, False),
+    int(_RedOp.PRODUCT): (ReduceOp.MIN, False),
+    int(_RedOp.MIN): (ReduceOp.MIN, False),
+}
 _F32 = torch.float32
 _FAST_OP_TYPE = _ReduceOpT if _HASH_IS_CODE else None  # opts.reduceOp read by hash on the short path
 _NO_TIMEOUT = timedelta(0)
@@ -91,9 +100,14 @@ def _op(red_op, dtype: torch.dtype, what: str) -> tuple[ReduceOp, bool | float]:
     found = (_BOOL_OPS if dtype is torch.bool else _OPS).get(code)
     if found is None:
         name = f"ReduceOp.{_NAMES[code]}" if code in _NAMES else repr(red_op)
-        raise HcclNotSupportedError(f"{what}: {name} is not supported by hccl-py (SUM, PRODUCT, MIN, MAX"
-                                    f"{' on bool' if dtype is torch.bool else ', AVG'}; PREMUL_SUM on floating "
-                                    "types with the npu device)", arg="op", value=name, rule="choices")
+        raise HcclNotSupportedError(
+            f"{what}: {name} is not supported by hccl-py (SUM, PRODUCT, MIN, MAX"
+            f"{' on bool' if dtype is torch.bool else ', AVG'}; PREMUL_SUM on floating "
+            "types with the npu device)",
+            arg="op",
+            value=name,
+            rule="choices",
+        )
     return found
 
 
@@ -109,8 +123,13 @@ def _divide(t: torch.Tensor, n: int) -> None:
 def _single(tensors: list, what: str) -> torch.Tensor:
     """The one tensor of torch's list argument (one device per process); HcclParamError else."""
     if len(tensors) != 1:
-        raise HcclParamError(f"{what}: takes one tensor per call (one device per process), got {len(tensors)}",
-                             arg="tensors", value=len(tensors), rule="length", expected=1)
+        raise HcclParamError(
+            f"{what}: takes one tensor per call (one device per process), got {len(tensors)}",
+            arg="tensors",
+            value=len(tensors),
+            rule="length",
+            expected=1,
+        )
     return tensors[0]
 
 
@@ -119,14 +138,24 @@ def _splits(splits, numel0: int, n: int, rows: int, what: str, side: str) -> lis
     the elements of a row; equal blocks when none are given."""
     if not splits:
         if rows % n:
-            raise HcclParamError(f"{what}: {side} has {rows} rows along dim 0, not divisible by the group size {n}; "
-                                 f"give {side}_split_sizes", arg=f"{side}_split_sizes", value=rows, rule="divisible",
-                                 expected=n)
+            raise HcclParamError(
+                f"{what}: {side} has {rows} rows along dim 0, not divisible by the group size {n}; "
+                f"give {side}_split_sizes",
+                arg=f"{side}_split_sizes",
+                value=rows,
+                rule="divisible",
+                expected=n,
+            )
         return [rows // n * numel0] * n
     splits = [int(s) for s in splits]
     if len(splits) != n or sum(splits) != rows:
-        raise HcclParamError(f"{what}: {side}_split_sizes {splits} must give {n} sizes summing to dim 0 ({rows})",
-                             arg=f"{side}_split_sizes", value=splits, rule="sum", expected=rows)
+        raise HcclParamError(
+            f"{what}: {side}_split_sizes {splits} must give {n} sizes summing to dim 0 ({rows})",
+            arg=f"{side}_split_sizes",
+            value=splits,
+            rule="sum",
+            expected=rows,
+        )
     return [s * numel0 for s in splits]
 
 
@@ -134,19 +163,34 @@ def _one_dtype(tensors: list, what: str, arg: str) -> None:
     """A coalesced call's list holds one dtype (as torch's Python API and gloo ask)."""
     dtypes = [str(t.dtype) for t in tensors]
     if len(set(dtypes)) > 1:
-        raise HcclParamError(f"{what}: {arg} holds tensors of several dtypes {dtypes}; give them one dtype", arg=arg,
-                             value=dtypes, expected=dtypes[0], rule="dtype")
+        raise HcclParamError(
+            f"{what}: {arg} holds tensors of several dtypes {dtypes}; give them one dtype",
+            arg=arg,
+            value=dtypes,
+            expected=dtypes[0],
+            rule="dtype",
+        )
 
 
 def _pair(t: torch.Tensor, like: torch.Tensor, numel: int, what: str, name: str, like_name: str) -> None:
     """A tensor of a coalesced call matches the one it pairs with: ``like``'s dtype, ``numel`` elements."""
     arg = name.split("[")[0]
     if t.dtype != like.dtype:
-        raise HcclParamError(f"{what}: {name} is {t.dtype}; {like_name} is {like.dtype}", arg=arg, value=str(t.dtype),
-                             expected=str(like.dtype), rule="dtype")
+        raise HcclParamError(
+            f"{what}: {name} is {t.dtype}; {like_name} is {like.dtype}",
+            arg=arg,
+            value=str(t.dtype),
+            expected=str(like.dtype),
+            rule="dtype",
+        )
     if t.numel() != numel:
-        raise HcclParamError(f"{what}: {name} has {t.numel()} elements; expected {numel} ({like_name} has "
-                             f"{like.numel()})", arg=arg, value=t.numel(), expected=numel, rule="size")
+        raise HcclParamError(
+            f"{what}: {name} has {t.numel()} elements; expected {numel} ({like_name} has {like.numel()})",
+            arg=arg,
+            value=t.numel(),
+            expected=numel,
+            rule="size",
+        )
 
 
 def _pairs(sized: list, like: list, numel, what: str, names: tuple[str, str]) -> list:
@@ -154,8 +198,13 @@ def _pairs(sized: list, like: list, numel, what: str, names: tuple[str, str]) ->
     checked: one per ``like``, ``numel(like[i])`` elements of ``like[i]``'s dtype. ``names``: the
     two arguments as torch names them."""
     if len(sized) != len(like):
-        raise HcclParamError(f"{what}: {len(sized)} {names[0]} for {len(like)} {names[1]}; give one each", arg=names[0],
-                             value=len(sized), expected=len(like), rule="length")
+        raise HcclParamError(
+            f"{what}: {len(sized)} {names[0]} for {len(like)} {names[1]}; give one each",
+            arg=names[0],
+            value=len(sized),
+            expected=len(like),
+            rule="length",
+        )
     for i, (t, x) in enumerate(zip(sized, like)):
         _pair(t, x, numel(x), what, f"{names[0]}[{i}]", f"{names[1]}[{i}]")
     return list(zip(sized, like))
@@ -180,8 +229,12 @@ class SelfRecvWork(dist.Work):
     def wait(self, timeout: timedelta | None = None) -> bool:
         limit = timeout.total_seconds() if timeout is not None else self._timeout_s
         if not self._done.wait(limit):
-            raise backend_error(HcclTimeoutError(f"{self._what}: this rank never sent to itself within {limit} s",
-                                                 op="recv", peer=-1, rule="timeout"), self._what)
+            raise backend_error(
+                HcclTimeoutError(
+                    f"{self._what}: this rank never sent to itself within {limit} s", op="recv", peer=-1, rule="timeout"
+                ),
+                self._what,
+            )
         return True
 
     def is_completed(self) -> bool:
@@ -238,9 +291,14 @@ class SelfLoop:
     @staticmethod
     def _match(into: torch.Tensor, data: torch.Tensor, what: str) -> None:
         if into.numel() != data.numel() or into.dtype != data.dtype:
-            raise HcclParamError(f"{what}: this rank sent itself {data.numel()} x {data.dtype} but receives "
-                                 f"{into.numel()} x {into.dtype}", arg="tensor", rule="match",
-                                 value=[into.numel(), str(into.dtype)], expected=[data.numel(), str(data.dtype)])
+            raise HcclParamError(
+                f"{what}: this rank sent itself {data.numel()} x {data.dtype} but receives "
+                f"{into.numel()} x {into.dtype}",
+                arg="tensor",
+                rule="match",
+                value=[into.numel(), str(into.dtype)],
+                expected=[data.numel(), str(data.dtype)],
+            )
 
 
 class HcclProcessGroup(dist.ProcessGroup):
@@ -264,7 +322,7 @@ class HcclProcessGroup(dist.ProcessGroup):
 
     # -- identity (what torch's C++ side asks) -----------------------------------------------
     def getBackendName(self) -> str:
-        """"hccl": what ``pg.name()`` and ``dist.get_backend()`` report."""
+        """ "hccl": what ``pg.name()`` and ``dist.get_backend()`` report."""
         return "hccl"
 
     def setGroupName(self, name: str) -> None:
@@ -444,7 +502,9 @@ class HcclProcessGroup(dist.ProcessGroup):
 
     def reduce(self, tensors, opts=None):
         opts = opts if opts is not None else dist.ReduceOptions()
-        return self._call("reduce", opts.asyncOp, self._reduce, self._one(tensors, "reduce"), opts.rootRank, opts.reduceOp)
+        return self._call(
+            "reduce", opts.asyncOp, self._reduce, self._one(tensors, "reduce"), opts.rootRank, opts.reduceOp
+        )
 
     def _reduce(self, what, t, root, red_op):
         staged, op, post = self._reduced(t, red_op, what, keep=self.comm.rank == root)
@@ -452,8 +512,13 @@ class HcclProcessGroup(dist.ProcessGroup):
 
     def allgather(self, output_tensors, input_tensors, opts=None):
         opts = opts if opts is not None else dist.AllgatherOptions()
-        return self._call("all_gather", opts.asyncOp, self._allgather, self._one(output_tensors, "all_gather"),
-                          self._one(input_tensors, "all_gather"))
+        return self._call(
+            "all_gather",
+            opts.asyncOp,
+            self._allgather,
+            self._one(output_tensors, "all_gather"),
+            self._one(input_tensors, "all_gather"),
+        )
 
     def _allgather(self, what, outs, t, arg="tensor_list"):
         same_device(outs, t, what, "all_gather")
@@ -479,21 +544,31 @@ class HcclProcessGroup(dist.ProcessGroup):
         for o in outs:
             check(o, what)
             if o.dtype != t.dtype:
-                raise HcclParamError(f"{what}: tensor_list holds {o.dtype}; the input is {t.dtype}", arg="tensor_list",
-                                     value=str(o.dtype), expected=str(t.dtype), rule="dtype")
+                raise HcclParamError(
+                    f"{what}: tensor_list holds {o.dtype}; the input is {t.dtype}",
+                    arg="tensor_list",
+                    value=str(o.dtype),
+                    expected=str(t.dtype),
+                    rule="dtype",
+                )
         mine = outs[self.comm.rank].numel()
         if mine != t.numel():
-            raise HcclParamError(f"{what}: tensor_list[{self.comm.rank}] (this rank's) holds {mine} elements; the input "
-                                 f"has {t.numel()}", arg="tensor_list", value=mine, expected=t.numel(), rule="size")
+            raise HcclParamError(
+                f"{what}: tensor_list[{self.comm.rank}] (this rank's) holds {mine} elements; the input has {t.numel()}",
+                arg="tensor_list",
+                value=mine,
+                expected=t.numel(),
+                rule="size",
+            )
         width = max(o.numel() for o in outs)
         padded = torch.zeros(width, dtype=t.dtype, device=t.device)
-        padded[:t.numel()] = t.detach().reshape(-1)
+        padded[: t.numel()] = t.detach().reshape(-1)
         buffer = torch.empty((self.comm.size, width), dtype=t.dtype, device=t.device)
 
         def post():
             with torch.no_grad():
                 for o, row in zip(outs, buffer):
-                    o.copy_(row[:o.numel()].view(o.shape))
+                    o.copy_(row[: o.numel()].view(o.shape))
 
         return lambda a: self.comm.all_gather(as_array(padded), out=as_array(buffer), async_op=a), post, outs
 
@@ -507,14 +582,23 @@ class HcclProcessGroup(dist.ProcessGroup):
             n, k = self.comm.size, len(input_list)
             _one_dtype(input_list, what, "input_tensor_list")
             if len(output_lists) != n:
-                raise HcclParamError(f"{what}: output_tensor_lists has {len(output_lists)} lists; expected one per "
-                                     f"rank ({n}), each with one tensor per input", arg="output_tensor_lists",
-                                     value=len(output_lists), rule="length", expected=n)
+                raise HcclParamError(
+                    f"{what}: output_tensor_lists has {len(output_lists)} lists; expected one per "
+                    f"rank ({n}), each with one tensor per input",
+                    arg="output_tensor_lists",
+                    value=len(output_lists),
+                    rule="length",
+                    expected=n,
+                )
             for r, outs in enumerate(output_lists):
                 if len(outs) != k:
-                    raise HcclParamError(f"{what}: output_tensor_lists[{r}] has {len(outs)} tensors; expected one per "
-                                         f"input ({k})", arg="output_tensor_lists", value=len(outs), rule="length",
-                                         expected=k)
+                    raise HcclParamError(
+                        f"{what}: output_tensor_lists[{r}] has {len(outs)} tensors; expected one per input ({k})",
+                        arg="output_tensor_lists",
+                        value=len(outs),
+                        rule="length",
+                        expected=k,
+                    )
                 for i, (o, t) in enumerate(zip(outs, input_list)):
                     _pair(o, t, t.numel(), what, f"output_tensor_lists[{r}][{i}]", f"input_tensor_list[{i}]")
             return [([outs[i] for outs in output_lists], t, "output_tensor_lists") for i, t in enumerate(input_list)]
@@ -538,16 +622,22 @@ class HcclProcessGroup(dist.ProcessGroup):
         ``inputs[i]``: one all_gather per pair (pairs may differ in dtype; torch's coalescing manager
         sends its all_gather_into_tensor calls here)."""
         what = "all_gather_into_tensor_coalesced"
-        return self._coalesced(what, opts, self._all_gather_single,
-                               lambda: _pairs(outputs, inputs, lambda x: x.numel() * self.comm.size, what,
-                                              ("outputs", "inputs")),
-                               list(outputs), len(inputs))
+        return self._coalesced(
+            what,
+            opts,
+            self._all_gather_single,
+            lambda: _pairs(outputs, inputs, lambda x: x.numel() * self.comm.size, what, ("outputs", "inputs")),
+            list(outputs),
+            len(inputs),
+        )
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced
 
     def gather(self, output_tensors, input_tensors, opts=None):
         opts = opts if opts is not None else dist.GatherOptions()
-        return self._call("gather", opts.asyncOp, self._gather, output_tensors, self._one(input_tensors, "gather"), opts.rootRank)
+        return self._call(
+            "gather", opts.asyncOp, self._gather, output_tensors, self._one(input_tensors, "gather"), opts.rootRank
+        )
 
     def _gather(self, what, output_tensors, t, root):
         x = contiguous_array(t, what)
@@ -566,8 +656,9 @@ class HcclProcessGroup(dist.ProcessGroup):
 
     def scatter(self, output_tensors, input_tensors, opts=None):
         opts = opts if opts is not None else dist.ScatterOptions()
-        return self._call("scatter", opts.asyncOp, self._scatter, self._one(output_tensors, "scatter"), input_tensors,
-                          opts.rootRank)
+        return self._call(
+            "scatter", opts.asyncOp, self._scatter, self._one(output_tensors, "scatter"), input_tensors, opts.rootRank
+        )
 
     def _scatter(self, what, t, input_tensors, root):
         staged = Staged(t, what)
@@ -580,13 +671,23 @@ class HcclProcessGroup(dist.ProcessGroup):
 
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
         opts = opts if opts is not None else dist.ReduceScatterOptions()
-        return self._call("reduce_scatter", opts.asyncOp, self._reduce_scatter, self._one(output_tensors, "reduce_scatter"),
-                          self._one(input_tensors, "reduce_scatter"), opts.reduceOp)
+        return self._call(
+            "reduce_scatter",
+            opts.asyncOp,
+            self._reduce_scatter,
+            self._one(output_tensors, "reduce_scatter"),
+            self._one(input_tensors, "reduce_scatter"),
+            opts.reduceOp,
+        )
 
     def _reduce_scatter(self, what, t, ins, red_op):
         same_device(ins, t, what, "reduce_scatter")
-        if t.device.type == "npu" and len(ins) == self.comm.size and ins[self.comm.rank].numel() == t.numel() \
-                and any(i.numel() != t.numel() for i in ins):
+        if (
+            t.device.type == "npu"
+            and len(ins) == self.comm.size
+            and ins[self.comm.rank].numel() == t.numel()
+            and any(i.numel() != t.numel() for i in ins)
+        ):
             return self._reduce_scatter_uneven(what, t, ins, red_op)
         if strict() and ins and (len(ins) != self.comm.size or any(i.numel() != t.numel() for i in ins)):
             return self._reduce_scatter_lifted(what, t, ins, red_op)
@@ -602,19 +703,24 @@ class HcclProcessGroup(dist.ProcessGroup):
         for i in ins:
             check(i, what)
             if i.dtype != t.dtype:
-                raise HcclParamError(f"{what}: input_list holds {i.dtype}; the output is {t.dtype}", arg="input_list",
-                                     value=str(i.dtype), expected=str(t.dtype), rule="dtype")
+                raise HcclParamError(
+                    f"{what}: input_list holds {i.dtype}; the output is {t.dtype}",
+                    arg="input_list",
+                    value=str(i.dtype),
+                    expected=str(t.dtype),
+                    rule="dtype",
+                )
         width = max(i.numel() for i in ins)
         padded = torch.zeros((self.comm.size, width), dtype=t.dtype, device=t.device)
         for row, i in zip(padded, ins):
-            row[:i.numel()] = i.detach().reshape(-1)
+            row[: i.numel()] = i.detach().reshape(-1)
         block = torch.empty(width, dtype=t.dtype, device=t.device)
         staged, op, post = self._reduced(block, red_op, what)
 
         def finish():
             post()
             with torch.no_grad():
-                t.copy_(block[:t.numel()].view(t.shape))
+                t.copy_(block[: t.numel()].view(t.shape))
 
         return lambda a: self.comm.reduce_scatter(as_array(padded), op, out=staged.array, async_op=a), finish, [t]
 
@@ -625,12 +731,17 @@ class HcclProcessGroup(dist.ProcessGroup):
         for i in ins:
             check(i, what)
             if i.dtype != t.dtype:
-                raise HcclParamError(f"{what}: input_list holds {i.dtype}; the output is {t.dtype}", arg="input_list",
-                                     value=str(i.dtype), expected=str(t.dtype), rule="dtype")
+                raise HcclParamError(
+                    f"{what}: input_list holds {i.dtype}; the output is {t.dtype}",
+                    arg="input_list",
+                    value=str(i.dtype),
+                    expected=str(t.dtype),
+                    rule="dtype",
+                )
         flat = torch.cat([i.detach().reshape(-1) for i in ins])
         total = t.numel() * self.comm.size
         lifted = torch.zeros(total, dtype=t.dtype, device=t.device)
-        lifted[:min(total, flat.numel())] = flat[:total]
+        lifted[: min(total, flat.numel())] = flat[:total]
         return self._reduce_scatter_into(what, t, as_array(lifted), red_op)
 
     def _reduce_scatter_into(self, what, output, y, red_op):
@@ -639,7 +750,9 @@ class HcclProcessGroup(dist.ProcessGroup):
 
     def reduce_scatter_single(self, output, input, opts=None):
         opts = opts if opts is not None else dist.ReduceScatterOptions()
-        return self._call("reduce_scatter_tensor", opts.asyncOp, self._reduce_scatter_single, output, input, opts.reduceOp)
+        return self._call(
+            "reduce_scatter_tensor", opts.asyncOp, self._reduce_scatter_single, output, input, opts.reduceOp
+        )
 
     def _reduce_scatter_single(self, what, output, input, red_op):
         self._check_numel(input, output.numel() * self.comm.size, what, "input")
@@ -665,25 +778,49 @@ class HcclProcessGroup(dist.ProcessGroup):
 
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         opts = opts if opts is not None else dist.AllToAllOptions()
-        return self._call("all_to_all_single", opts.asyncOp, self._all_to_all_single, output, input, output_split_sizes,
-                          input_split_sizes)
+        return self._call(
+            "all_to_all_single",
+            opts.asyncOp,
+            self._all_to_all_single,
+            output,
+            input,
+            output_split_sizes,
+            input_split_sizes,
+        )
 
     def _all_to_all_single(self, what, output, input, output_split_sizes, input_split_sizes):
         n = self.comm.size
         staged = Staged(output, what)
         x = contiguous_array(input, what)
         if output.dtype != input.dtype:
-            raise HcclParamError(f"{what}: output is {output.dtype}, input {input.dtype}", arg="output",
-                                 value=str(output.dtype), expected=str(input.dtype))
-        if (not output_split_sizes and not input_split_sizes and output.shape == input.shape and input.dim()
-                and input.shape[0] % n == 0):
-            return (lambda a: self.comm.all_to_all(x.reshape(n, -1), out=staged.array.reshape(n, -1), async_op=a),
-                    staged.copy_back, [output])
+            raise HcclParamError(
+                f"{what}: output is {output.dtype}, input {input.dtype}",
+                arg="output",
+                value=str(output.dtype),
+                expected=str(input.dtype),
+            )
+        if (
+            not output_split_sizes
+            and not input_split_sizes
+            and output.shape == input.shape
+            and input.dim()
+            and input.shape[0] % n == 0
+        ):
+            return (
+                lambda a: self.comm.all_to_all(x.reshape(n, -1), out=staged.array.reshape(n, -1), async_op=a),
+                staged.copy_back,
+                [output],
+            )
         rows_in, rows_out = (input.shape[0] if input.dim() else 1), (output.shape[0] if output.dim() else 1)
         send = _splits(input_split_sizes, input.numel() // max(rows_in, 1), n, rows_in, what, "input")
         recv = _splits(output_split_sizes, output.numel() // max(rows_out, 1), n, rows_out, what, "output")
-        return (lambda a: self.comm.all_to_all_v(x.reshape(-1), send, None, staged.array.reshape(-1), recv, None, async_op=a),
-                staged.copy_back, [output])
+        return (
+            lambda a: self.comm.all_to_all_v(
+                x.reshape(-1), send, None, staged.array.reshape(-1), recv, None, async_op=a
+            ),
+            staged.copy_back,
+            [output],
+        )
 
     alltoall_base = all_to_all_single
 
@@ -694,17 +831,24 @@ class HcclProcessGroup(dist.ProcessGroup):
     def _alltoall(self, what, output_tensors, input_tensors):
         n = self.comm.size
         if len(output_tensors) != n or len(input_tensors) != n:
-            raise HcclParamError(f"{what}: takes {n} output and {n} input tensors (one per rank), got "
-                                 f"{len(output_tensors)} and {len(input_tensors)}", arg="tensor lists", rule="length",
-                                 expected=n)
+            raise HcclParamError(
+                f"{what}: takes {n} output and {n} input tensors (one per rank), got "
+                f"{len(output_tensors)} and {len(input_tensors)}",
+                arg="tensor lists",
+                rule="length",
+                expected=n,
+            )
         for t in (*output_tensors, *input_tensors):
             check(t, what)
         dtypes = {t.dtype for t in (*output_tensors, *input_tensors)}
         if len(dtypes) > 1:
-            raise HcclParamError(f"{what}: tensors of several dtypes {sorted(map(str, dtypes))}", arg="tensors", rule="dtype")
+            raise HcclParamError(
+                f"{what}: tensors of several dtypes {sorted(map(str, dtypes))}", arg="tensors", rule="dtype"
+            )
         send = as_array(torch.cat([t.detach().reshape(-1) for t in input_tensors]))
-        buffer = torch.empty(sum(t.numel() for t in output_tensors), dtype=output_tensors[0].dtype,
-                             device=output_tensors[0].device)
+        buffer = torch.empty(
+            sum(t.numel() for t in output_tensors), dtype=output_tensors[0].dtype, device=output_tensors[0].device
+        )
         send_counts = [t.numel() for t in input_tensors]
         recv_counts = [t.numel() for t in output_tensors]
 
@@ -713,8 +857,11 @@ class HcclProcessGroup(dist.ProcessGroup):
                 for o, part in zip(output_tensors, buffer.split(recv_counts)):
                     o.copy_(part.view(o.shape))
 
-        return (lambda a: self.comm.all_to_all_v(send, send_counts, None, as_array(buffer), recv_counts, None, async_op=a),
-                post, output_tensors)
+        return (
+            lambda a: self.comm.all_to_all_v(send, send_counts, None, as_array(buffer), recv_counts, None, async_op=a),
+            post,
+            output_tensors,
+        )
 
     # -- point to point: always asynchronous (torch's send and isend both call this) ----------------------
     def send(self, tensors, dstRank, tag=0):
@@ -741,19 +888,30 @@ class HcclProcessGroup(dist.ProcessGroup):
         except HcclError as err:
             raise self._refused(err, what, recv_from=srcRank) from err
         try:
-            return HcclWork(what, [self.comm.recv(staged.array, srcRank, async_op=True)], list(tensors), staged.copy_back)
+            return HcclWork(
+                what, [self.comm.recv(staged.array, srcRank, async_op=True)], list(tensors), staged.copy_back
+            )
         except HcclError as err:
             raise backend_error(err, what) from err
 
     def recv_anysource(self, tensors, tag=0):
-        raise backend_error(HcclNotSupportedError("recv without a source rank is not supported: HCCL's receives name "
-                                                  "their peer; pass src", rule="required", arg="src"), "recv")
+        raise backend_error(
+            HcclNotSupportedError(
+                "recv without a source rank is not supported: HCCL's receives name their peer; pass src",
+                rule="required",
+                arg="src",
+            ),
+            "recv",
+        )
 
     # -- barriers --------------------------------------------------------------------------------
     def barrier(self, opts=None):
         """All ranks of the group entered; ``dist.barrier(timeout=)`` bounds the wait here."""
         opts = opts if opts is not None else dist.BarrierOptions()
-        issue = (lambda what: (lambda a: self.comm.barrier(async_op=a), None, []))
+
+        def issue(what):
+            return lambda a: self.comm.barrier(async_op=a), None, []
+
         if opts.timeout < _NO_TIMEOUT:  # not given (torch's kUnsetTimeout): the group's HCCL_EXEC_TIMEOUT applies
             return self._call("barrier", opts.asyncOp, issue)
         work = self._call("barrier", True, issue)
@@ -769,7 +927,9 @@ class HcclProcessGroup(dist.ProcessGroup):
         implied). torch's ``dist.monitored_barrier`` refuses backends other than gloo before it
         reaches a group, so call this method (``group.monitored_barrier(...)``) or
         ``hccl_py.torch.monitored_barrier``."""
-        comm = (self._monitor(timeout.total_seconds()) if timeout is not None and self._monitor is not None else None) or self.comm
+        comm = (
+            self._monitor(timeout.total_seconds()) if timeout is not None and self._monitor is not None else None
+        ) or self.comm
         try:
             comm.barrier(monitored=True)
         except HcclError as err:
@@ -781,14 +941,23 @@ class HcclProcessGroup(dist.ProcessGroup):
         written with ``copy_`` from a block of ``like``'s shape, so that block must broadcast into
         it as it is (inputs travel flattened, any shape)."""
         if len(tensors) != self.comm.size:
-            raise HcclParamError(f"{what}: {arg} has {len(tensors)} tensors; the group has {self.comm.size} ranks", arg=arg,
-                                 value=len(tensors), rule="length", expected=self.comm.size)
+            raise HcclParamError(
+                f"{what}: {arg} has {len(tensors)} tensors; the group has {self.comm.size} ranks",
+                arg=arg,
+                value=len(tensors),
+                rule="length",
+                expected=self.comm.size,
+            )
         for t in tensors:
             check(t, what)
             if t.dtype != like.dtype or t.numel() != like.numel():
-                raise HcclParamError(f"{what}: {arg} holds a {t.dtype} tensor of {t.numel()} elements; expected "
-                                     f"{like.dtype} of {like.numel()}", arg=arg, value=[str(t.dtype), t.numel()],
-                                     expected=[str(like.dtype), like.numel()])
+                raise HcclParamError(
+                    f"{what}: {arg} holds a {t.dtype} tensor of {t.numel()} elements; expected "
+                    f"{like.dtype} of {like.numel()}",
+                    arg=arg,
+                    value=[str(t.dtype), t.numel()],
+                    expected=[str(like.dtype), like.numel()],
+                )
             if not outputs:
                 continue
             try:
@@ -796,12 +965,18 @@ class HcclProcessGroup(dist.ProcessGroup):
             except RuntimeError:
                 fits = False
             if not fits:
-                raise HcclParamError(f"{what}: {arg} holds a tensor of shape {tuple(t.shape)}, which a block of the "
-                                     f"input's shape {tuple(like.shape)} does not fill; give it that shape", arg=arg,
-                                     value=list(t.shape), expected=list(like.shape), rule="shape")
+                raise HcclParamError(
+                    f"{what}: {arg} holds a tensor of shape {tuple(t.shape)}, which a block of the "
+                    f"input's shape {tuple(like.shape)} does not fill; give it that shape",
+                    arg=arg,
+                    value=list(t.shape),
+                    expected=list(like.shape),
+                    rule="shape",
+                )
 
     @staticmethod
     def _check_numel(t: torch.Tensor, numel: int, what: str, arg: str) -> None:
         if t.numel() != numel:
-            raise HcclParamError(f"{what}: {arg} has {t.numel()} elements; expected {numel}", arg=arg, value=t.numel(),
-                                 expected=numel)
+            raise HcclParamError(
+                f"{what}: {arg} has {t.numel()} elements; expected {numel}", arg=arg, value=t.numel(), expected=numel
+            )

@@ -25,8 +25,9 @@ from . import device as _device
 from . import formats
 
 # Element types that map one-to-one: t.numpy() shares the tensor's memory.
-_PLAIN = frozenset({torch.float32, torch.float16, torch.float64, torch.int8, torch.int16, torch.int32, torch.int64,
-                    torch.uint8})
+_PLAIN = frozenset(
+    {torch.float32, torch.float16, torch.float64, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8}
+)
 # Element types seen through another of the same width: (torch view type, numpy view type or None).
 _VIEWED = {torch.bfloat16: (torch.int16, _BF16), torch.bool: (torch.uint8, None)}
 SUPPORTED = ", ".join(sorted(str(d).removeprefix("torch.") for d in (*_PLAIN, *_VIEWED)))
@@ -43,8 +44,12 @@ def _refusal(text: str, code: str | None, what: str, **fields) -> AscendRefusal:
     """An AscendRefusal whose torch text is torch_npu's: ``text``, then its ``[ERROR]`` line with
     ``code`` (ERRxxxxx) when torch_npu adds one."""
     err = AscendRefusal(f"{what}: {text}", **fields)
-    err.torch_text = text if code is None else f"{text}\n[ERROR] {time.strftime('%Y-%m-%d-%H:%M:%S')} " \
+    err.torch_text = (
+        text
+        if code is None
+        else f"{text}\n[ERROR] {time.strftime('%Y-%m-%d-%H:%M:%S')} "
         f"(PID:{os.getpid()}, Device:{_current_card()}, RankID:{os.environ.get(env.RANK, '0')}) {code}"
+    )
     return err
 
 
@@ -63,27 +68,60 @@ def check(t: torch.Tensor, what: str) -> None:
     """HcclParamError unless ``t`` is a CPU or npu tensor of an element type hccl-py carries (under
     hccl-npu: a contiguous npu tensor, as Ascend's HCCL backend asks)."""
     if not isinstance(t, torch.Tensor):
-        raise HcclParamError(f"{what}: expected a torch.Tensor, got {type(t).__name__}", arg="tensor", rule="type",
-                             expected="torch.Tensor")
+        raise HcclParamError(
+            f"{what}: expected a torch.Tensor, got {type(t).__name__}",
+            arg="tensor",
+            rule="type",
+            expected="torch.Tensor",
+        )
     if t.device.type not in ("cpu", "npu"):
-        raise HcclParamError(f"{what}: hccl-py's torch backend takes CPU and npu tensors, got one on {t.device}",
-                             arg="tensor", value=str(t.device), rule="device", expected="npu")
+        raise HcclParamError(
+            f"{what}: hccl-py's torch backend takes CPU and npu tensors, got one on {t.device}",
+            arg="tensor",
+            value=str(t.device),
+            rule="device",
+            expected="npu",
+        )
     if strict() and t.device.type != "npu":  # torch_npu's ProcessGroupHCCL serves npu tensors only
-        raise _refusal(f"No backend type associated with device type {t.device.type}", None, what, arg="tensor",
-                            value=str(t.device), rule="device", expected="npu")
+        raise _refusal(
+            f"No backend type associated with device type {t.device.type}",
+            None,
+            what,
+            arg="tensor",
+            value=str(t.device),
+            rule="device",
+            expected="npu",
+        )
     if strict() and not t.is_contiguous():
-        raise _refusal("Tensors must be contiguous", "ERR02002 DIST invalid type", what, arg="tensor",
-                            rule="contiguous")
+        raise _refusal(
+            "Tensors must be contiguous", "ERR02002 DIST invalid type", what, arg="tensor", rule="contiguous"
+        )
     if t.device.type == "npu" and t.storage_offset() != 0 and formats.is_internal(t):
-        raise _refusal("For a tensor of internal format, it's storage_offset must be 0",
-                            "ERR02007 DIST feature not supported", what, arg="tensor", value=t.storage_offset(),
-                            rule="offset", expected=0)
+        raise _refusal(
+            "For a tensor of internal format, it's storage_offset must be 0",
+            "ERR02007 DIST feature not supported",
+            what,
+            arg="tensor",
+            value=t.storage_offset(),
+            rule="offset",
+            expected=0,
+        )
     if t.layout is not torch.strided:
-        raise HcclParamError(f"{what}: {t.layout} tensors are not supported (HCCL's collectives move dense buffers); "
-                             "pass t.to_dense()", arg="tensor", value=str(t.layout), rule="layout", expected="torch.strided")
+        raise HcclParamError(
+            f"{what}: {t.layout} tensors are not supported (HCCL's collectives move dense buffers); pass t.to_dense()",
+            arg="tensor",
+            value=str(t.layout),
+            rule="layout",
+            expected="torch.strided",
+        )
     if t.dtype not in _PLAIN and t.dtype not in _VIEWED:
-        raise HcclParamError(f"{what}: dtype {t.dtype} is not supported by hccl-py; use one of {SUPPORTED}", arg="tensor",
-                             dtype=str(t.dtype), rule="choices", choices=SUPPORTED.split(", "))
+        raise HcclParamError(
+            f"{what}: dtype {t.dtype} is not supported by hccl-py; use one of {SUPPORTED}",
+            arg="tensor",
+            dtype=str(t.dtype),
+            rule="choices",
+            choices=SUPPORTED.split(", "),
+        )
 
 
 def same_device(tensors: list, like: torch.Tensor, what: str, op: str) -> None:
@@ -91,8 +129,14 @@ def same_device(tensors: list, like: torch.Tensor, what: str, op: str) -> None:
     communicator serves one card)."""
     devices = {str(t.device) for t in tensors if isinstance(t, torch.Tensor)} | {str(like.device)}
     if len(devices) > 1 and any(d.startswith("npu") for d in devices):
-        raise _refusal(f"Corresponding input/output tensors to {op} must all reside on the same device",
-                       "ERR02001 DIST invalid parameter", what, arg="tensor", value=sorted(devices), rule="device")
+        raise _refusal(
+            f"Corresponding input/output tensors to {op} must all reside on the same device",
+            "ERR02001 DIST invalid parameter",
+            what,
+            arg="tensor",
+            value=sorted(devices),
+            rule="device",
+        )
 
 
 def as_array(t: torch.Tensor) -> np.ndarray:

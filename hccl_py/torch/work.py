@@ -36,8 +36,11 @@ def backend_error(err: HcclError, what: str) -> RuntimeError:
     """torch's DistBackendError for an HcclError in ``what`` (HCCL's message, class and code); for
     a tensor Ascend's backend refuses, the plain RuntimeError torch_npu raises, with its text."""
     torch_text = getattr(err, "torch_text", None)
-    error = RuntimeError(torch_text) if torch_text is not None else \
-        dist.DistBackendError(f"hccl-py {what}: {type(err).__name__}: {err}")
+    error = (
+        RuntimeError(torch_text)
+        if torch_text is not None
+        else dist.DistBackendError(f"hccl-py {what}: {type(err).__name__}: {err}")
+    )
     error.__cause__ = err
     return error
 
@@ -98,7 +101,9 @@ class HcclWork(dist.Work):
                     raise backend_error(err, self._what) from err
                 break  # the call failed: its error is ours once the rest are done
         if not self._finished.wait(seconds):
-            raise dist.DistBackendError(f"hccl-py {self._what}: not done within wait(timeout={timeout}); the call goes on")
+            raise dist.DistBackendError(
+                f"hccl-py {self._what}: not done within wait(timeout={timeout}); the call goes on"
+            )
         _in_flight.discard(self)
         if self._error is not None:
             raise self._error

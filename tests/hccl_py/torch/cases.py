@@ -35,7 +35,16 @@ def _torch():
 # dtypes hccl-py carries, with a sum that stays exact for WORLD ranks
 def _dtypes():
     torch, _ = _torch()
-    return [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8, torch.int32, torch.int64]
+    return [
+        torch.float32,
+        torch.float64,
+        torch.float16,
+        torch.bfloat16,
+        torch.int8,
+        torch.uint8,
+        torch.int32,
+        torch.int64,
+    ]
 
 
 def _close(got, expected, what=""):
@@ -49,8 +58,12 @@ def all_reduce_every_op_and_dtype(rank, world):
     torch, dist = _torch()
     R = dist.ReduceOp
     for dtype in _dtypes():
-        for op, master, worker, expected in ((R.SUM, 2, 10, 2 + 10 * (world - 1)), (R.PRODUCT, 2, 1, 2),
-                                             (R.MIN, 1, 5, 1), (R.MAX, 7, 3, 7)):
+        for op, master, worker, expected in (
+            (R.SUM, 2, 10, 2 + 10 * (world - 1)),
+            (R.PRODUCT, 2, 1, 2),
+            (R.MIN, 1, 5, 1),
+            (R.MAX, 7, 3, 7),
+        ):
             if op == R.PRODUCT and dtype is torch.bfloat16:
                 continue  # HCCL's prod takes no bfloat16 (checked in the error case below)
             for src in range(world):
@@ -182,8 +195,12 @@ def reduce_every_root_and_op(rank, world):
     torch, dist = _torch()
     R = dist.ReduceOp
     for dst in range(world):
-        for op, expected in ((R.SUM, sum(range(1, world + 1))), (R.MAX, world), (R.MIN, 1),
-                             (R.PRODUCT, 24 if world == 4 else None)):
+        for op, expected in (
+            (R.SUM, sum(range(1, world + 1))),
+            (R.MAX, world),
+            (R.MIN, 1),
+            (R.PRODUCT, 24 if world == 4 else None),
+        ):
             if expected is None:
                 continue
             t = torch.full((6,), rank + 1, dtype=torch.int64)
@@ -212,8 +229,8 @@ def all_gather_list_and_tensor(rank, world):
     work.wait()
     _close(stacked, torch.arange(world, dtype=torch.int32).unsqueeze(1).expand(-1, 5))
     inplace = torch.zeros(world * 4)  # the input is this rank's block of the output
-    inplace[rank * 4:(rank + 1) * 4] = rank + 0.5
-    dist.all_gather_into_tensor(inplace, inplace[rank * 4:(rank + 1) * 4])
+    inplace[rank * 4 : (rank + 1) * 4] = rank + 0.5
+    dist.all_gather_into_tensor(inplace, inplace[rank * 4 : (rank + 1) * 4])
     _close(inplace, torch.arange(world, dtype=torch.float32).repeat_interleave(4) + 0.5)
 
 
@@ -286,8 +303,9 @@ def all_to_all_single_unequal_split(rank, world):
     _close(out, expected)
     zero_in = [0 if i == rank else 1 for i in range(world)]  # zero-sized blocks too
     got = torch.empty(world - 1, dtype=torch.int64)
-    dist.all_to_all_single(got, torch.full((world - 1,), rank, dtype=torch.int64),
-                           [0 if i == rank else 1 for i in range(world)], zero_in)
+    dist.all_to_all_single(
+        got, torch.full((world - 1,), rank, dtype=torch.int64), [0 if i == rank else 1 for i in range(world)], zero_in
+    )
     _close(got, torch.tensor([r for r in range(world) if r != rank], dtype=torch.int64))
 
 
@@ -333,9 +351,12 @@ def batch_isend_irecv_both_directions(rank, world):
     torch, dist = _torch()
     right, left = (rank + 1) % world, (rank - 1) % world
     from_left, from_right = torch.empty(3), torch.empty(3)
-    ops = [dist.P2POp(dist.isend, torch.full((3,), rank + 0.25), right),  # sends first on every rank
-           dist.P2POp(dist.isend, torch.full((3,), rank + 0.75), left),
-           dist.P2POp(dist.irecv, from_left, left), dist.P2POp(dist.irecv, from_right, right)]
+    ops = [
+        dist.P2POp(dist.isend, torch.full((3,), rank + 0.25), right),  # sends first on every rank
+        dist.P2POp(dist.isend, torch.full((3,), rank + 0.75), left),
+        dist.P2POp(dist.irecv, from_left, left),
+        dist.P2POp(dist.irecv, from_right, right),
+    ]
     for work in dist.batch_isend_irecv(ops):
         work.wait()
     _close(from_left, torch.full((3,), left + 0.25))
@@ -413,6 +434,7 @@ def new_group_and_new_subgroups(rank, world):
 @case
 def modeled_clock_matches_hccl_py(rank, world):
     import numpy as np
+
     import hccl_py.torch
 
     torch, dist = _torch()

@@ -28,9 +28,24 @@ SCRIPTS = Path(__file__).resolve().parent / "scripts"
 
 
 def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in (
-        "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "HCCL_PY_STORE_PORT",
-        "HCCL_PY_NPU_DEVICES", "HCCL_PY_NPU_STRICT", "TORCH_DEVICE_BACKEND_AUTOLOAD", "TORCHELASTIC_USE_AGENT_STORE")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k
+        not in (
+            "RANK",
+            "WORLD_SIZE",
+            "LOCAL_RANK",
+            "LOCAL_WORLD_SIZE",
+            "MASTER_ADDR",
+            "MASTER_PORT",
+            "HCCL_PY_STORE_PORT",
+            "HCCL_PY_NPU_DEVICES",
+            "HCCL_PY_NPU_STRICT",
+            "TORCH_DEVICE_BACKEND_AUTOLOAD",
+            "TORCHELASTIC_USE_AGENT_STORE",
+        )
+    }
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env["OMP_NUM_THREADS"] = "1"  # the same arithmetic order on both backends
     env["GLOO_SOCKET_IFNAME"] = "lo"
@@ -39,13 +54,26 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def _hccl_npu(*args: str, timeout: float = 150, cwd: Path = ROOT, **extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "launch.npu", *args], env=_env(**extra), cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "launch.npu", *args],
+        env=_env(**extra),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def _torchrun(n: int) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(n), "--master-port",
-            str(free_port())]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        str(n),
+        "--master-port",
+        str(free_port()),
+    ]
 
 
 # -- the device in one process ----------------------------------------------------------------------------
@@ -143,10 +171,13 @@ def test_the_npu_device_in_one_process(tmp_path):
 @pytest.mark.timeout(150)
 @pytest.mark.usefixtures("no_leaks")
 def test_an_hccl_style_sample_spawns_its_ranks_over_the_cards():
-    done = _hccl_npu("--devices", "3", sys.executable, str(SCRIPTS / "npu_spawn_allreduce.py"), str(free_port()),
-                     timeout=140)
+    done = _hccl_npu(
+        "--devices", "3", sys.executable, str(SCRIPTS / "npu_spawn_allreduce.py"), str(free_port()), timeout=140
+    )
     assert done.returncode == 0, done.stderr[-3000:]
-    lines = sorted(re.findall(r"\[Rank \d\] Output: tensor\(\[[^]]*\], device='npu:\d'\)", done.stdout))  # ranks interleave
+    lines = sorted(
+        re.findall(r"\[Rank \d\] Output: tensor\(\[[^]]*\], device='npu:\d'\)", done.stdout)
+    )  # ranks interleave
     assert "Available NPU count: 3" in done.stdout
     assert lines == [f"[Rank {r}] Output: tensor([0., 3., 6.], device='npu:{r}')" for r in range(3)], lines
 
@@ -155,8 +186,14 @@ def test_an_hccl_style_sample_spawns_its_ranks_over_the_cards():
 @pytest.mark.usefixtures("no_leaks")
 def test_ddp_on_npu_under_torchrun_matches_the_cpu_on_gloo(tmp_path):
     script = str(SCRIPTS / "npu_ddp.py")
-    gloo = subprocess.run([*_torchrun(2), script, str(tmp_path / "gloo.pt")], env=_env(), cwd=tmp_path,
-                          capture_output=True, text=True, timeout=90)
+    gloo = subprocess.run(
+        [*_torchrun(2), script, str(tmp_path / "gloo.pt")],
+        env=_env(),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
     assert gloo.returncode == 0, gloo.stderr[-3000:]
     npu = _hccl_npu("--devices", "2", *_torchrun(2), script, str(tmp_path / "npu.pt"), cwd=tmp_path, timeout=100)
     if npu.returncode != 0 and "terminate called without an active exception" in npu.stderr:
@@ -217,8 +254,9 @@ def test_the_entry_point_lives_only_on_the_hccl_npu_path():
 def test_alloc_conf_keys_are_honoured_or_refused_by_name():
     from hccl_py.torch import device
 
-    assert device.parse_alloc_conf("max_split_size_mb:128, expandable_segments:True,garbage_collection_threshold:0.6") \
-        == {"max_split_size_mb": 128.0, "expandable_segments": True, "garbage_collection_threshold": 0.6}
+    assert device.parse_alloc_conf(
+        "max_split_size_mb:128, expandable_segments:True,garbage_collection_threshold:0.6"
+    ) == {"max_split_size_mb": 128.0, "expandable_segments": True, "garbage_collection_threshold": 0.6}
     assert device.parse_alloc_conf("") == {}
     with pytest.raises(HcclParamError, match="unrecognized key 'roundup_power2_divisions'") as err:
         device.parse_alloc_conf("roundup_power2_divisions:4")
@@ -256,9 +294,23 @@ def test_torch_npu_testing_helpers_run_an_ascend_style_unittest_file():
 @pytest.mark.timeout(120)
 @pytest.mark.usefixtures("no_leaks")
 def test_a_script_that_spawns_its_ranks_is_refused_under_hccl_launch():
-    done = subprocess.run([sys.executable, "-m", "launch.cli", "--npu", "-n", "2",
-                           str(SCRIPTS / "npu_spawns_its_ranks.py"), str(free_port())], env=_env(), cwd=ROOT,
-                          capture_output=True, text=True, timeout=110)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "launch.cli",
+            "--npu",
+            "-n",
+            "2",
+            str(SCRIPTS / "npu_spawns_its_ranks.py"),
+            str(free_port()),
+        ],
+        env=_env(),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=110,
+    )
     assert done.returncode != 0
     assert "hccl-npu --devices N python SCRIPT" in done.stdout + done.stderr, done.stderr[-3000:]
     assert "EADDRINUSE" not in done.stdout + done.stderr and "Address already in use" not in done.stderr
@@ -297,8 +349,15 @@ def _reference_losses(world: int) -> dict[str, list[list[float]]]:
 @pytest.mark.timeout(200)
 @pytest.mark.usefixtures("no_leaks")
 def test_fsdp2_and_tensor_parallel_on_npu_train_as_one_process_does(tmp_path):
-    done = _hccl_npu("--devices", "2", *_torchrun(2), str(SCRIPTS / "npu_fsdp_tp.py"), str(tmp_path / "losses"),
-                     cwd=tmp_path, timeout=150)
+    done = _hccl_npu(
+        "--devices",
+        "2",
+        *_torchrun(2),
+        str(SCRIPTS / "npu_fsdp_tp.py"),
+        str(tmp_path / "losses"),
+        cwd=tmp_path,
+        timeout=150,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     got = [json.loads((tmp_path / f"losses.{r}.json").read_text()) for r in range(2)]
     expected = _reference_losses(2)

@@ -208,7 +208,8 @@ def _hccl_only() -> dict:
     found["all_gather_coalesced lists"] = _refused(lambda: dist.all_gather_coalesced(lists[1:], ins), dist)
     lists[-1][1] = torch.full((3,), -1, dtype=torch.int64)
     found["all_gather_coalesced dtype"] = _refused(  # the group's method: torch's API refuses mixed lists itself
-        lambda: pg.allgather_coalesced(lists, ins).wait(), dist)
+        lambda: pg.allgather_coalesced(lists, ins).wait(), dist
+    )
     lists[-1][1] = torch.full((4,), -1.0)
     found["all_gather_coalesced size"] = _refused(lambda: dist.all_gather_coalesced(lists, ins), dist)
     lists[-1][1] = torch.full((3,), -1.0)
@@ -226,12 +227,14 @@ def _hccl_only() -> dict:
 
     found["all_gather_into_tensor in the manager"] = _refused(manager, dist)
     found["allgather_into_tensor_coalesced lists"] = _refused(
-        lambda: pg.allgather_into_tensor_coalesced(outs[:1], ins).wait(), dist)
+        lambda: pg.allgather_into_tensor_coalesced(outs[:1], ins).wait(), dist
+    )
     assert torch.equal(outs[0], torch.full((world * 2,), -1.0)), outs[0]
     rs_ins = [torch.ones(world * 2), torch.ones(world * 3, dtype=torch.float64)]
     rs_outs = [torch.full((2,), -1.0), torch.full((3,), -1.0)]
     found["reduce_scatter_tensor_coalesced dtype"] = _refused(
-        lambda: pg.reduce_scatter_tensor_coalesced(rs_outs, rs_ins, dist.ReduceScatterOptions()).wait(), dist)
+        lambda: pg.reduce_scatter_tensor_coalesced(rs_outs, rs_ins, dist.ReduceScatterOptions()).wait(), dist
+    )
     assert torch.equal(rs_outs[0], torch.full((2,), -1.0)), rs_outs[0]
 
     # and the next calls pair up as before
@@ -247,19 +250,39 @@ def test_hccl_serves_pairs_of_several_dtypes_and_refuses_wrong_inputs_everywhere
     results = run_ranks(_hccl_only, world, env=ENV, timeout=90)
     assert all(found == results[0] for found in results)  # every rank refused the same way
     assert results[0] == {
-        "all_reduce_coalesced dtypes": {"arg": "tensors", "rule": "dtype", "value": ["torch.float32", "torch.int64"],
-                                        "expected": "torch.float32"},
-        "all_gather_coalesced lists": {"arg": "output_tensor_lists", "rule": "length", "value": world - 1,
-                                       "expected": world},
-        "all_gather_coalesced dtype": {"arg": "output_tensor_lists", "rule": "dtype", "value": "torch.int64",
-                                       "expected": "torch.float32"},
+        "all_reduce_coalesced dtypes": {
+            "arg": "tensors",
+            "rule": "dtype",
+            "value": ["torch.float32", "torch.int64"],
+            "expected": "torch.float32",
+        },
+        "all_gather_coalesced lists": {
+            "arg": "output_tensor_lists",
+            "rule": "length",
+            "value": world - 1,
+            "expected": world,
+        },
+        "all_gather_coalesced dtype": {
+            "arg": "output_tensor_lists",
+            "rule": "dtype",
+            "value": "torch.int64",
+            "expected": "torch.float32",
+        },
         "all_gather_coalesced size": {"arg": "output_tensor_lists", "rule": "size", "value": 4, "expected": 3},
         "all_gather_coalesced per input": {"arg": "output_tensor_lists", "rule": "length", "value": 3, "expected": 2},
-        "all_gather_into_tensor in the manager": {"arg": "outputs", "rule": "size", "value": world * 3 - 1,
-                                                  "expected": world * 3},
+        "all_gather_into_tensor in the manager": {
+            "arg": "outputs",
+            "rule": "size",
+            "value": world * 3 - 1,
+            "expected": world * 3,
+        },
         "allgather_into_tensor_coalesced lists": {"arg": "outputs", "rule": "length", "value": 1, "expected": 2},
-        "reduce_scatter_tensor_coalesced dtype": {"arg": "inputs", "rule": "dtype", "value": "torch.float64",
-                                                  "expected": "torch.float32"},
+        "reduce_scatter_tensor_coalesced dtype": {
+            "arg": "inputs",
+            "rule": "dtype",
+            "value": "torch.float64",
+            "expected": "torch.float32",
+        },
     }
 
 

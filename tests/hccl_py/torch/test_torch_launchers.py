@@ -42,9 +42,14 @@ def test_env_rendezvous_by_hand_meets_through_torchs_store():
 
 @pytest.mark.timeout(90)
 def test_plain_hccl_py_init_under_torchrun():
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-                           str(SCRIPTS / "plain_init.py")], env=_env(), cwd=ROOT, capture_output=True, text=True,
-                          timeout=80)
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", str(SCRIPTS / "plain_init.py")],
+        env=_env(),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=80,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "rank 0/2 sum 3" in done.stdout and "rank 1/2 sum 3" in done.stdout
     # torch's store client, not the adapter: a plain program registers no "hccl" backend
@@ -53,9 +58,25 @@ def test_plain_hccl_py_init_under_torchrun():
 
 @pytest.mark.timeout(90)
 def test_an_injected_crash_in_a_torch_program_is_diagnosed(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "launch.cli", "-n", "2", "--log-dir", str(tmp_path),
-                           "--fault", "rank=1,op=allreduce,seq=2,action=crash", str(SCRIPTS / "allreduce_steps.py")],
-                          env=_env(), cwd=ROOT, capture_output=True, text=True, timeout=80)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "launch.cli",
+            "-n",
+            "2",
+            "--log-dir",
+            str(tmp_path),
+            "--fault",
+            "rank=1,op=allreduce,seq=2,action=crash",
+            str(SCRIPTS / "allreduce_steps.py"),
+        ],
+        env=_env(),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=80,
+    )
     assert done.returncode == 1, done.stderr[-3000:]
     report = done.stderr
     assert "Root Cause (first observed failure)" in report and "rank       : 1" in report

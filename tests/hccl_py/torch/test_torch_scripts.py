@@ -67,8 +67,9 @@ def test_script_on_hccl_matches_gloo(tmp_path, script):
         else:
             assert got == expected, (script, key)
     if script == "tp_mlp":  # and the sharded block is the whole block
-        torch.testing.assert_close(torch.stack([hccl["y"], hccl["y_sp"], hccl["y_async"]]), hccl["reference"],
-                                   rtol=1e-4, atol=1e-3)
+        torch.testing.assert_close(
+            torch.stack([hccl["y"], hccl["y_sp"], hccl["y_async"]]), hccl["reference"], rtol=1e-4, atol=1e-3
+        )
     if script == "moe_dispatch":
         torch.testing.assert_close(hccl["out"][0], hccl["reference0"], rtol=1e-5, atol=1e-6)
 
@@ -88,16 +89,41 @@ def test_torch_infer_under_hccl_launch():
 
 @pytest.mark.timeout(150)
 def test_torch_infer_under_torchrun():
-    done = _run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "4", "examples/torch_infer.py",
-                 "--steps", "2"], timeout=120)
+    done = _run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            "4",
+            "examples/torch_infer.py",
+            "--steps",
+            "2",
+        ],
+        timeout=120,
+    )
     _check_infer(done.stdout, 4)
 
 
 @pytest.mark.timeout(120)
 def test_ascend_style_benchmark_through_the_npu_standin(tmp_path):
     out = tmp_path / "rows.json"
-    done = _launch("--npu", "-n", "2", "--topology", "ascend910b-8p", "examples/npu_collective_bench.py", "--op",
-                   "all_gather", "--sizes", "4K,1M", "--iters", "2", "--json", str(out))
+    done = _launch(
+        "--npu",
+        "-n",
+        "2",
+        "--topology",
+        "ascend910b-8p",
+        "examples/npu_collective_bench.py",
+        "--op",
+        "all_gather",
+        "--sizes",
+        "4K,1M",
+        "--iters",
+        "2",
+        "--json",
+        str(out),
+    )
     assert "(Ascend910B3)" in done.stdout  # get_device_name(): the modeled card
     rows = json.loads(out.read_text())["rows"]
     assert [r["bytes"] for r in rows] == [4096, 1 << 20]

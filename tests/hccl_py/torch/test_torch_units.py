@@ -4,7 +4,6 @@ torch_npu's place on the path."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import threading
@@ -21,9 +20,9 @@ import hccl_py.torch  # noqa: E402
 from hccl_py import HcclConnectError, HcclNotSupportedError, HcclParamError, HcclTimeoutError, init  # noqa: E402
 from hccl_py.dtypes import bfloat16  # noqa: E402
 from hccl_py.torch import backend  # noqa: E402
-from hccl_py.transport.torch import C10dStore  # noqa: E402
 from hccl_py.torch.tensors import Staged, as_array, check  # noqa: E402
 from hccl_py.torch.work import HcclWork  # noqa: E402
+from hccl_py.transport.torch import C10dStore  # noqa: E402
 from hccl_py.work import Work  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -39,9 +38,14 @@ def test_import_registers_hccl_for_cpu():
     backend.register()  # again: a no-op
 
 
-@pytest.mark.parametrize("module, devices, holder", [("torch_npu.distributed", ["npu"], "torch_npu"),
-                                                     ("habana_frameworks.torch.distributed", ["hpu"], "habana"),
-                                                     ("someone.else", ["cpu"], "someone.else")])
+@pytest.mark.parametrize(
+    "module, devices, holder",
+    [
+        ("torch_npu.distributed", ["npu"], "torch_npu"),
+        ("habana_frameworks.torch.distributed", ["hpu"], "habana"),
+        ("someone.else", ["cpu"], "someone.else"),
+    ],
+)
 def test_a_foreign_hccl_is_never_shadowed(monkeypatch, module, devices, holder):
     def creator(*args):  # pragma: no cover - never called
         raise AssertionError
@@ -61,8 +65,21 @@ def test_importing_hccl_py_does_not_import_torch():
 
 
 # -- tensors -------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64, torch.bfloat16, torch.int8, torch.int16,
-                                   torch.int32, torch.int64, torch.uint8, torch.bool])
+@pytest.mark.parametrize(
+    "dtype",
+    [
+        torch.float32,
+        torch.float16,
+        torch.float64,
+        torch.bfloat16,
+        torch.int8,
+        torch.int16,
+        torch.int32,
+        torch.int64,
+        torch.uint8,
+        torch.bool,
+    ],
+)
 def test_contiguous_tensors_are_seen_without_a_copy(dtype):
     t = torch.zeros(6, dtype=dtype)[1:5]  # a storage offset too
     a = as_array(t)
@@ -92,9 +109,15 @@ def test_strided_tensors_are_staged_and_copied_back():
     assert Staged(plain, "test").buffer is plain
 
 
-@pytest.mark.parametrize("t, rule", [(torch.zeros(2, dtype=torch.complex64), "choices"),
-                                     (torch.zeros(2, dtype=torch.uint16), "choices"),
-                                     (torch.zeros(2, device="meta"), "device"), ("x", "type")])
+@pytest.mark.parametrize(
+    "t, rule",
+    [
+        (torch.zeros(2, dtype=torch.complex64), "choices"),
+        (torch.zeros(2, dtype=torch.uint16), "choices"),
+        (torch.zeros(2, device="meta"), "device"),
+        ("x", "type"),
+    ],
+)
 def test_what_hccl_py_cannot_carry_is_refused(t, rule):
     with pytest.raises(HcclParamError) as info:
         check(t, "all_reduce")
@@ -209,8 +232,16 @@ def test_one_rank_group(one_rank):
 
 def test_every_form_of_reduce_op(one_rank):
     R = dist.ReduceOp
-    forms = [(R.SUM, 3.0), (R.RedOpType.SUM, 3.0), (R(R.RedOpType.SUM), 3.0), (R.MAX, 3.0), (R(R.RedOpType.MIN), 3.0),
-             (R.PRODUCT, 3.0), (R.AVG, 3.0), (R(R.RedOpType.AVG), 3.0)]
+    forms = [
+        (R.SUM, 3.0),
+        (R.RedOpType.SUM, 3.0),
+        (R(R.RedOpType.SUM), 3.0),
+        (R.MAX, 3.0),
+        (R(R.RedOpType.MIN), 3.0),
+        (R.PRODUCT, 3.0),
+        (R.AVG, 3.0),
+        (R(R.RedOpType.AVG), 3.0),
+    ]
     for red_op, expected in forms:  # a one-rank group: every op leaves the value, AVG divides by 1
         for t in (torch.full((4,), 3.0), torch.full((4,), 3.0, dtype=torch.float64), torch.full((8,), 3.0)[::2]):
             dist.all_reduce(t, op=red_op)  # float32 contiguous (the short path), float64, strided
@@ -218,7 +249,13 @@ def test_every_form_of_reduce_op(one_rank):
     opts = dist.AllreduceOptions()
     opts.reduceOp = R.MAX  # what torch hands the group: a ReduceOp instance
     assert dist.group.WORLD.allreduce([torch.ones(2)], opts).wait()
-    for red_op in (R.BAND, R.BOR, R.BXOR, dist._make_nccl_premul_sum(2.0), dist._make_nccl_premul_sum(torch.tensor(2.0))):
+    for red_op in (
+        R.BAND,
+        R.BOR,
+        R.BXOR,
+        dist._make_nccl_premul_sum(2.0),
+        dist._make_nccl_premul_sum(torch.tensor(2.0)),
+    ):
         for t in (torch.ones(2), torch.ones(2, dtype=torch.int32)):
             with pytest.raises(dist.DistBackendError, match="not supported") as info:
                 dist.all_reduce(t, op=red_op)
@@ -263,9 +300,11 @@ def test_the_standin_is_not_importable_without_npu():
 
 
 def test_the_adapter_without_torch_says_what_to_install():
-    code = ("import sys; sys.modules['torch'] = None\n"
-            "import hccl_py\n"
-            "try:\n    import hccl_py.torch\nexcept hccl_py.HcclNotSupportedError as err:\n"
-            "    print(err.code, err.module)\n")
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "import hccl_py\n"
+        "try:\n    import hccl_py.torch\nexcept hccl_py.HcclNotSupportedError as err:\n"
+        "    print(err.code, err.module)\n"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.stdout.split() == ["5", "torch"], done.stderr

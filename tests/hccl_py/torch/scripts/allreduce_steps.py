@@ -1,6 +1,6 @@
 """A few all_reduce steps on the "hccl" backend; prints each rank's sums and modeled clock.
 
-    python allreduce_steps.py [STEPS]     # under hccl-launch, torchrun, or RANK/WORLD_SIZE/MASTER_* by hand
+python allreduce_steps.py [STEPS]     # under hccl-launch, torchrun, or RANK/WORLD_SIZE/MASTER_* by hand
 """
 
 import sys

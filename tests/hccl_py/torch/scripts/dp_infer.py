@@ -17,6 +17,7 @@ import torch.distributed as dist
 
 try:
     import torch_npu  # noqa: F401
+
     BACKEND, DEVICE = "hccl", f"npu:{os.environ.get('LOCAL_RANK', '0')}"  # as on Ascend: each rank its card
 except ImportError:
     BACKEND, DEVICE = "gloo", "cpu"
@@ -28,7 +29,11 @@ def main(out_path: str) -> None:
     dist.init_process_group(BACKEND)
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(100 + rank)  # every rank starts with other weights: the broadcast must fix them
-    model = torch.nn.Sequential(torch.nn.Linear(FEATURES, 64), torch.nn.GELU(), torch.nn.Linear(64, CLASSES)).eval().to(DEVICE)
+    model = (
+        torch.nn.Sequential(torch.nn.Linear(FEATURES, 64), torch.nn.GELU(), torch.nn.Linear(64, CLASSES))
+        .eval()
+        .to(DEVICE)
+    )
     for p in model.parameters():
         dist.broadcast(p.data, src=0)
 
@@ -54,8 +59,16 @@ def main(out_path: str) -> None:
     dist.all_gather_object(infos, {"rank": rank, "rows": shard.shape[0], "backend": dist.get_backend()})
 
     if rank == 0:
-        torch.save({"logits": all_logits.cpu(), "preds": torch.cat(gathered).cpu(), "histogram": histogram.cpu(),
-                    "rows": [i["rows"] for i in infos], "backends": sorted({i["backend"] for i in infos})}, out_path)
+        torch.save(
+            {
+                "logits": all_logits.cpu(),
+                "preds": torch.cat(gathered).cpu(),
+                "histogram": histogram.cpu(),
+                "rows": [i["rows"] for i in infos],
+                "backends": sorted({i["backend"] for i in infos}),
+            },
+            out_path,
+        )
     dist.destroy_process_group()
 
 

@@ -16,6 +16,7 @@ import torch.distributed as dist
 
 try:
     import torch_npu  # noqa: F401
+
     BACKEND, DEVICE = "hccl", f"npu:{os.environ.get('LOCAL_RANK', '0')}"  # as on Ascend: each rank its card
 except ImportError:
     BACKEND, DEVICE = "gloo", "cpu"
@@ -28,7 +29,7 @@ def main(out_path: str) -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
     router = torch.randn(HIDDEN, world).to(DEVICE)
-    experts = (torch.randn(world, HIDDEN, HIDDEN) / HIDDEN ** 0.5).to(DEVICE)
+    experts = (torch.randn(world, HIDDEN, HIDDEN) / HIDDEN**0.5).to(DEVICE)
     torch.manual_seed(1 + rank)
     tokens = torch.randn(TOKENS, HIDDEN).to(DEVICE)
 
@@ -40,12 +41,14 @@ def main(out_path: str) -> None:
     dist.all_to_all_single(recv_counts, send_counts)
 
     received = torch.empty(int(recv_counts.sum()), HIDDEN, device=DEVICE)
-    dist.all_to_all_single(received, send, output_split_sizes=recv_counts.tolist(),
-                           input_split_sizes=send_counts.tolist())
+    dist.all_to_all_single(
+        received, send, output_split_sizes=recv_counts.tolist(), input_split_sizes=send_counts.tolist()
+    )
     processed = torch.tanh(received @ experts[rank])
     returned = torch.empty_like(send)
-    dist.all_to_all_single(returned, processed, output_split_sizes=send_counts.tolist(),
-                           input_split_sizes=recv_counts.tolist())
+    dist.all_to_all_single(
+        returned, processed, output_split_sizes=send_counts.tolist(), input_split_sizes=recv_counts.tolist()
+    )
     out = torch.empty_like(returned)
     out[order] = returned
 
@@ -55,8 +58,10 @@ def main(out_path: str) -> None:
     dist.all_gather(counts, send_counts)
     if rank == 0:
         reference = torch.tanh(torch.einsum("th,thk->tk", tokens, experts[choice]))
-        torch.save({"out": torch.stack(everyone).cpu(), "counts": torch.stack(counts).cpu(), "reference0": reference.cpu()},
-                   out_path)
+        torch.save(
+            {"out": torch.stack(everyone).cpu(), "counts": torch.stack(counts).cpu(), "reference0": reference.cpu()},
+            out_path,
+        )
     dist.destroy_process_group()
 
 

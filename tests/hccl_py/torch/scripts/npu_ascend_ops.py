@@ -26,15 +26,21 @@ def block(r, n, scale=1.0):
 
 # a batch with a send and a receive to the rank itself, in the order that posts the receive first
 a, b, c = torch.full((4,), float(me), device="npu"), torch.empty(4, device="npu"), torch.empty(4, device="npu")
-ops = [dist.P2POp(dist.irecv, b, me), dist.P2POp(dist.isend, a, me), dist.P2POp(dist.isend, a, (me + 1) % world),
-       dist.P2POp(dist.irecv, c, (me - 1) % world)]
+ops = [
+    dist.P2POp(dist.irecv, b, me),
+    dist.P2POp(dist.isend, a, me),
+    dist.P2POp(dist.isend, a, (me + 1) % world),
+    dist.P2POp(dist.irecv, c, (me - 1) % world),
+]
 for work in dist.batch_isend_irecv(ops):
     work.wait()
 assert b.cpu().tolist() == [float(me)] * 4 and c.cpu().tolist() == [float((me - 1) % world)] * 4, (b, c)
 
 # what Ascend refuses, refused with torch_npu's own text as a plain RuntimeError, before data moves
-for bad, text in ((torch.ones(4, 4, device="npu").t(), "Tensors must be contiguous"),
-                  (torch.ones(2), "No backend type associated with device type cpu")):
+for bad, text in (
+    (torch.ones(4, 4, device="npu").t(), "Tensors must be contiguous"),
+    (torch.ones(2), "No backend type associated with device type cpu"),
+):
     try:
         dist.all_reduce(bad)
         raise SystemExit(f"not refused: {text}")
@@ -57,12 +63,14 @@ assert torch.equal(out.cpu(), expected), (out, expected)
 # the lifted reduce_scatter: 3 inputs of 5 elements, outputs of 4: flattened, cut or padded
 flat = torch.cat([block(me, 5) for _ in range(3)])
 lifted = torch.zeros(4 * world)
-lifted[:min(15, 4 * world)] = flat[:4 * world]
+lifted[: min(15, 4 * world)] = flat[: 4 * world]
 out = torch.empty(4, device="npu")
 dist.reduce_scatter(out, [block(me, 5).npu() for _ in range(3)])
-total = sum(torch.cat([torch.cat([block(q, 5) for _ in range(3)]), torch.zeros(max(0, 4 * world - 15))])[:4 * world]
-            for q in range(world))
-assert torch.equal(out.cpu(), total[4 * me:4 * me + 4]), (out, total)
+total = sum(
+    torch.cat([torch.cat([block(q, 5) for _ in range(3)]), torch.zeros(max(0, 4 * world - 15))])[: 4 * world]
+    for q in range(world)
+)
+assert torch.equal(out.cpu(), total[4 * me : 4 * me + 4]), (out, total)
 
 # premul sum: the sum of factor * x
 t = block(me, 6).npu()
@@ -72,8 +80,9 @@ assert torch.allclose(t.cpu(), 0.5 * sum(block(q, 6) for q in range(world))), t
 # torch_npu.distributed's uneven tensor forms (rows split 1, 2, ...)
 rows = [r + 1 for r in range(world)]
 gathered = torch.empty(sum(rows), 2, device="npu")
-torch_npu.distributed.all_gather_into_tensor_uneven(gathered, torch.full((rows[me], 2), float(me), device="npu"),
-                                                    output_split_sizes=rows)
+torch_npu.distributed.all_gather_into_tensor_uneven(
+    gathered, torch.full((rows[me], 2), float(me), device="npu"), output_split_sizes=rows
+)
 assert torch.equal(gathered.cpu(), torch.cat([torch.full((n, 2), float(r)) for r, n in enumerate(rows)]))
 mine = torch.empty(rows[me], 2, device="npu")
 torch_npu.distributed.reduce_scatter_tensor_uneven(mine, torch.ones(sum(rows), 2, device="npu"), input_split_sizes=rows)

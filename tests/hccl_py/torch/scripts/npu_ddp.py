@@ -14,6 +14,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 try:
     import torch_npu  # noqa: F401
+
     ON_NPU = True
 except ImportError:
     ON_NPU = False
@@ -46,8 +47,7 @@ def main(out_path: str) -> None:
     dist.all_reduce(total)
     if dist.get_rank() == 0:
         weights = {k: v.cpu() for k, v in ddp.module.state_dict().items()}
-        torch.save({"losses": total.cpu(), "weights": weights,
-                    "device": str(next(ddp.parameters()).device)}, out_path)
+        torch.save({"losses": total.cpu(), "weights": weights, "device": str(next(ddp.parameters()).device)}, out_path)
     dist.destroy_process_group()
 
 

@@ -1,6 +1,6 @@
 """A unittest file in the shape of Ascend's own, on torch_npu.testing's helpers.
 
-    hccl-npu --devices 2 python npu_testing_helpers.py -v
+hccl-npu --devices 2 python npu_testing_helpers.py -v
 """
 
 import numpy as np

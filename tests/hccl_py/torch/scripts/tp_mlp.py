@@ -17,6 +17,7 @@ import torch.distributed as dist
 
 try:
     import torch_npu  # noqa: F401
+
     BACKEND, DEVICE = "hccl", f"npu:{os.environ.get('LOCAL_RANK', '0')}"  # as on Ascend: each rank its card
 except ImportError:
     BACKEND, DEVICE = "gloo", "cpu"
@@ -51,8 +52,16 @@ def main(out_path: str) -> None:
     work.wait()
 
     if rank == 0:
-        torch.save({"y": y.cpu(), "y_sp": y_sp.cpu(), "y_async": y_async.cpu(), "h_next": h_next.cpu(),
-                    "reference": torch.stack([torch.relu(x @ w1) @ w2 for x in xs]).cpu()}, out_path)
+        torch.save(
+            {
+                "y": y.cpu(),
+                "y_sp": y_sp.cpu(),
+                "y_async": y_async.cpu(),
+                "h_next": h_next.cpu(),
+                "reference": torch.stack([torch.relu(x @ w1) @ w2 for x in xs]).cpu(),
+            },
+            out_path,
+        )
     dist.destroy_process_group()
 
 

@@ -24,8 +24,9 @@ def _splits(rows: int, world: int, sizes) -> list[int]:
     return sizes
 
 
-def reduce_scatter_tensor_uneven(output, input, input_split_sizes=None, op=_dist.ReduceOp.SUM, group=None,
-                                 async_op=False):
+def reduce_scatter_tensor_uneven(
+    output, input, input_split_sizes=None, op=_dist.ReduceOp.SUM, group=None, async_op=False
+):
     """Reduce ``input`` over the group and keep this rank's block of rows in ``output``
     (``input_split_sizes[r]`` rows for rank r)."""
     world, rank = _dist.get_world_size(group), _dist.get_rank(group)
@@ -34,7 +35,7 @@ def reduce_scatter_tensor_uneven(output, input, input_split_sizes=None, op=_dist
     _dist.all_reduce(full, op, group)
     start = sum(splits[:rank])
     with torch.no_grad():
-        output.copy_(full[start:start + splits[rank]].view(output.shape))
+        output.copy_(full[start : start + splits[rank]].view(output.shape))
     return _DONE if async_op else None
 
 

@@ -125,8 +125,11 @@ class TestCase(unittest.TestCase):
         relative = diff / (torch.maximum(a64.abs(), b64.abs()) + 1e-12)
         budget = a.numel() * tolerance
         misses = int(((diff > tolerance) & (relative > tolerance)).sum())
-        self.assertTrue(misses <= budget, message or f"{misses} elements differ beyond {tolerance} "
-                        f"(max abs {diff.max().item() if a.numel() else 0.0})")
+        self.assertTrue(
+            misses <= budget,
+            message
+            or f"{misses} elements differ beyond {tolerance} (max abs {diff.max().item() if a.numel() else 0.0})",
+        )
 
     def assertNotEqual(self, x, y, prec=None, message=""):  # noqa: N802
         """Not equal within ``prec`` (see :meth:`assertEqual`)."""
