@@ -57,6 +57,15 @@ Sources cited below (quotes are in docs/fidelity.md and hccl_py/planning/fidelit
 [A300IDUO] Atlas 300I Duo (two Ascend 310P chips): 280 TOPS INT8, 96 GB LPDDR4X, 408 GB/s,
          PCIe 4.0 x16, as reported from Gamers Nexus / ComputerBase teardown coverage,
          e.g. https://avalanchenoticias.com.br/servidores-clusters-supercomputadores-computadores-industriais-e-multiprocessadores/o-acelerador-huawei-atlas-300i-duo-e-equipado-com-um-par-de-chips-ascend-310-ai
+[AAS]    ascend-ai-coding/awesome-ascend-skills (commit 62a4ecb), skills/training/hccl-test/
+         references/testing-scenarios.md (PR #23, issue #19): HCCL Test allreduce, fp32, 8 KB - 1 GB, on
+         2 servers x 8 Ascend 910B3, "mpirun -f hostfile -n 16 ./bin/all_reduce_test -p 8 -b 8K -e 1G";
+         1 GB in 41234.5 us, 8 KB in 89.5 us (the rows of hccl_py/planning/fidelity/measurements.json).
+[HIXL]   hicann/hixl benchmarks/A2_benchmark_performance.md (commit f337d49): one-sided RDMA WRITE
+         between two A2 servers, one NPU pair, 22.5-22.6 GB/s from 512 KB blocks up (8M: 22.633).
+[MSMODELING] Ascend/msmodeling tensor_cast/device.py (commit 84fec85), a vendor performance model,
+         not a measurement: A2 between servers 25 GB/s and 1.5 us with comm_efficiency 0.7, inside a
+         server 196 GB/s and 0.5 us (0.7), comm_op_cost_s = 10 us a collective.
 [PRACT]  A practitioner report on CANN's architecture this project started from (not public;
          what is used of it is quoted here whole, and figures resting on it are estimates): "a well-tiled FP16 matmul on a 910B reaches about 70-80% of
          the theoretical peak"; "the Cube unit works on 16x16x16 blocks".
@@ -170,6 +179,26 @@ _RDMA_TRANSFER_S = 3 * 7.0e-6
 # through the spine add 2 x this, i.e. about one more switch pair's forwarding and queueing).
 _ROCE_HOP_S = _RDMA_TRANSFER_S / 4
 
+# The cross-server model of 910B (A2) clusters: three terms FITTED to the one public multi-server
+# sweep, HCCL Test allreduce on 2 servers x 8 Ascend 910B3 [AAS] (docs/fidelity.md, "The
+# cross-server terms"), each a physical quantity held inside a public bound:
+# - achievable bandwidth of one 200 GbE RoCE port, per direction: 23.5 GB/s. Bounds: at most the
+#   line rate, 200 Gb/s = 25 GB/s [AC-910B]; at least HCCL's own level-1 figure 25 x 0.8 GiB/s =
+#   21.5 GB/s [HCOMM-CAP] less 20% (a vendor model, [MSMODELING], takes 25 GB/s x efficiency 0.7 =
+#   17.5 GB/s). HIXL's one-sided RDMA writes between two A2 servers saturate at 22.5-22.6 GB/s [HIXL].
+# - cross-server cost of one step (ready notify, RDMA write, done notify, and the stream
+#   synchronisation around them): 60 us, the fit's upper bound: HCCL's own per-step figure for
+#   level 1, "float delay = LATENCY; // 静态时延 60 us" (coll_alg_operator.cc); lower bound one RDMA
+#   operation, "RDMA的固定开销按照7us计算(实测7us)" [HCOMM-TASK] ([MSMODELING]: 1.5 us + 10 us a call).
+# - ports' worth of bandwidth a server's level-1 traffic moves through at once on two servers:
+#   1.21 (LEVEL1_PORTS below); bound 1..8: one port per NPU, 8 per server [DEPLOYER]. HCCL's
+#   level-1 runs every plane at once (each NPU's own port), so 8 would be HCCL's code on a
+#   non-blocking fabric; the sweep moves about one port's worth (docs/fidelity.md says why).
+# A fourth term, the chunking of a payload larger than HCCL_BUFFSIZE, is HCCL's, not fitted: its
+# 200 MB CCL buffer (hccl_py.algorithms.alltoallv_continuous.CCL_BUFFER_BYTES); the sweep's pipeline slices (at most 64 MiB) fit one loop.
+ROCE200_PORT_Bps = 23.5e9
+ROCE200_STEP_S = 60e-6
+
 # Vector-unit (TBE/CCE) reduction of a received buffer when the engine cannot reduce inline:
 # HCCL's estimate, "统一按照10GB计算, CCE reduce的固定开销按照0.6us计算" [HCOMM-TASK].
 _VECTOR_REDUCE_Bps = 10e9
@@ -211,14 +240,29 @@ LINK_KINDS: dict[str, LinkSpec] = {
     # 12.5 GB(刨去协议头, 取12GB)") [HCOMM-TASK]. Latency: the RDMA transfer's fixed cost per hop.
     "ROCE100": LinkSpec("ROCE100", 12e9, _ROCE_HOP_S),
     # RoCE v2 over 200 GbE, one port per NPU on Atlas 800T A2 ([AC-910B]: 8 x 200G, "Speed:
-    # 200000Mb/s"; [DEPLOYER]: 8 NPU ports per node; [POPOMEN]): HCCL's own BANDWIDTH_RDMA_910B =
-    # 25 x 0.8 = 20 GiB/s [HCOMM-CAP]. Latency as ROCE100.
-    "ROCE200": LinkSpec("ROCE200", 25.0 * 0.8 * _HCCL_GB, _ROCE_HOP_S),
+    # 200000Mb/s"; [DEPLOYER]: 8 NPU ports per node; [POPOMEN]). FITTED, within bounds (above):
+    # 23.5 GB/s a port and 60 us a cross-server step, spread over the route's 4 hops as ROCE100's.
+    # (Before the fit: HCCL's own BANDWIDTH_RDMA_910B = 20 GiB/s [HCOMM-CAP] and 3 x 7 us.)
+    "ROCE200": LinkSpec("ROCE200", ROCE200_PORT_Bps, ROCE200_STEP_S / 4),
     # The host path: through the CPU complex, i.e. peer-to-peer forwarding between CPU sockets or
     # staging in host DRAM. Estimate, no public figure: staging crosses PCIe twice and host memory
     # once, so about half a PCIe gen4 x16 direction, ~12 GB/s; software forwarding ~5 us.
     "HOST": LinkSpec("HOST", 12e9, 5.0e-6),
 }
+
+# How many RoCE ports' worth of bandwidth a server's level-1 (cross-server) traffic moves through
+# at once, by (port kind, server count); where a cluster is not listed, every NPU's own port
+# (HCCL's level-1 planes: each NPU talks to the same-index NPUs of the other servers, all planes
+# at once). FITTED (see LEVEL1_FIT below and docs/fidelity.md): to the one public multi-server
+# sweep, 2 servers x 8 Ascend 910B3 [AAS]; bound 1..8 (8 NPU ports per server [DEPLOYER]).
+LEVEL1_PORTS: dict[tuple[str, int], float] = {("ROCE200", 2): 1.21}
+
+
+def level1_ports(nic_kind: str, servers: int) -> float | None:
+    """Ports' worth of bandwidth a server of ``servers`` with NPU ports of ``nic_kind`` drives across
+    servers at once (:data:`LEVEL1_PORTS`), or ``None``: one port per NPU, each its own."""
+    return LEVEL1_PORTS.get((nic_kind, servers))
+
 
 CARD_MODELS: dict[str, CardModel] = {
     # Ascend 310P (Atlas 300I Pro/Duo inference cards), per chip.

@@ -2,7 +2,9 @@
 
 Node ids: ``card{rank}``, ``s{server}.pcie{k}`` (CPU socket / PCIe root k; with ACS the PCIe
 switch under it, whose uplink goes to ``s{server}.rc{k}``, the CPU root complex), ``s{server}.nic{d}``
-(RoCE port of device d, or ``nic0``: the host NIC), ``leaf{j}``, ``spine``. Every edge carries
+(RoCE port of device d, or ``nic0``: the host NIC), ``s{server}.fabric`` (where a server's ports
+reach the leaf through fewer ports' worth of bandwidth than its NPUs, ``figures.LEVEL1_PORTS``: one
+edge of that bandwidth the ports share), ``leaf{j}``, ``spine``. Every edge carries
 ``spec``: a :class:`~topology.figures.LinkSpec` (bandwidth per direction, so a route's hops are
 directed ``(u, v)`` pairs and A->B never competes with B->A).
 
@@ -26,7 +28,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from .errors import TopologyError
-from .figures import CardModel, FiguresArg, LinkSpec, resolve_figures
+from .figures import CardModel, FiguresArg, LinkSpec, level1_ports, resolve_figures
 from .presets import SERVERS_PER_LEAF, TEMPLATES, ServerTemplate, card_count_check, parse_preset
 from .rank_table import RankTable
 
@@ -242,13 +244,26 @@ class Topology:
             if multi:
                 leaf = f"leaf{s // SERVERS_PER_LEAF}"
                 if t.nic == "card":
+                    # the server's ports at once (topology/figures.py LEVEL1_PORTS): where fewer than
+                    # its cards, the ports reach the leaf through one edge of that many ports' bandwidth
+                    ports = level1_ports(t.nic_kind, len(servers))
+                    fabric = None
+                    if ports is not None and ports < len(by_device):
+                        fabric = f"s{s}.fabric"
+                        nodes.append((fabric, {"type": "fabric", "server": s}))
+                        spec = LinkSpec(t.nic_kind, ports * nic_spec.bandwidth_Bps, 0.0)
+                        self._add_edge(fabric, leaf, spec, edges)
                     for d, rank in by_device.items():
                         nic = f"s{s}.nic{d}"
                         nodes.append((nic, {"type": "nic", "server": s}))
                         self._add_edge(f"card{rank}", nic, nic_spec, edges)
-                        self._add_edge(nic, leaf, nic_spec, edges)
                         leaf_ports[leaf] += 1
-                        self._up[rank] = ((f"card{rank}", nic), (nic, leaf))
+                        if fabric is None:
+                            self._add_edge(nic, leaf, nic_spec, edges)
+                            self._up[rank] = ((f"card{rank}", nic), (nic, leaf))
+                        else:
+                            self._add_edge(nic, fabric, nic_spec, edges)
+                            self._up[rank] = ((f"card{rank}", nic), (nic, fabric), (fabric, leaf))
                 else:
                     nic = f"s{s}.nic0"
                     nodes.append((nic, {"type": "nic", "server": s}))

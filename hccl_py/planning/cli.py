@@ -47,7 +47,7 @@ from ..dtypes import DTYPE_SPELLINGS, ITEMSIZE_BY_NAME, SHORT_DTYPE_NAMES
 from ..errors import HcclError
 from ..simulator import simulate_batch, simulate_p2p, without_cyclic_gc
 from .calls import alltoallv_algos, prepare_alltoallv, simulate_call
-from .fidelity import format_checks, validate
+from .fidelity import format_checks, situation, sureness, validate
 
 P2P = ("sendrecv", "send", "p2p")
 BATCH = ("batchsendrecv", "batch_send_recv")
@@ -255,6 +255,7 @@ def _one(args, topology: Topology, wall_start: float) -> int:
     print(f"  modeled time  {call.time_s * 1e6:14.3f} us")
     print(f"  algbw         {algbw / 1e9:14.3f} GB/s")
     print(f"  busbw         {busbw / 1e9:14.3f} GB/s")
+    print(f"  how sure      {sureness(situation(topology, collective), args.bytes, args.figures)}")
     print(f"  simulated {call.how} in {wall_s:.2f} s wall, peak memory {peak_mib:.0f} MiB")
     return 0
 
@@ -270,6 +271,7 @@ def _sweep(args, topology: Topology, sizes: list[int]) -> int:
     )
     print(f"the minbytes is {sizes[0]}, maxbytes is {sizes[-1]}, iters is 1, warmup_iters is 0")
     print(HCCL_TEST_HEADER)
+    where = situation(topology, collective)
     for size in sizes:
         count = spec.test_elements(size, itemsize, n)
         if count == 0:
@@ -288,7 +290,8 @@ def _sweep(args, topology: Topology, sizes: list[int]) -> int:
             deterministic=_deterministic(args),
         )
         algbw = size / call.time_s / 1e9
-        print(f"{size:<18}| {call.time_s * 1e6:>14.2f} | {algbw:>20.5f} | NULL   # {call.algo}")
+        sure = sureness(where, size, args.figures, short=True)
+        print(f"{size:<18}| {call.time_s * 1e6:>14.2f} | {algbw:>20.5f} | NULL   # {call.algo}; {sure}")
     return 0
 
 
@@ -307,9 +310,11 @@ def _p2p(args, topology: Topology, wall_start: float, sizes: list[int] | None) -
         )
         print(f"the minbytes is {sizes[0]}, maxbytes is {sizes[-1]}, iters is 1, warmup_iters is 0")
         print(HCCL_TEST_HEADER)
+        where = situation(topology, "p2p", args.src, args.dst)
         for size in sizes:
             t = simulate_p2p(topology, args.src, args.dst, size, cost_model=model).time_s
-            print(f"{size:<18}| {t * 1e6:>14.2f} | {size / t / 1e9:>20.5f} | NULL")
+            sure = sureness(where, size, args.figures, short=True)
+            print(f"{size:<18}| {t * 1e6:>14.2f} | {size / t / 1e9:>20.5f} | NULL   # {sure}")
         return 0
     t = simulate_p2p(topology, args.src, args.dst, args.bytes, cost_model=model).time_s
     print(
@@ -318,6 +323,7 @@ def _p2p(args, topology: Topology, wall_start: float, sizes: list[int] | None) -
     )
     print(f"  modeled time  {t * 1e6:14.3f} us")
     print(f"  bandwidth     {args.bytes / t / 1e9:14.3f} GB/s")
+    print(f"  how sure      {sureness(situation(topology, 'p2p', args.src, args.dst), args.bytes, args.figures)}")
     print(f"  simulated in {time.perf_counter() - wall_start:.2f} s wall")
     return 0
 
@@ -408,6 +414,7 @@ def _alltoallv(args, topology: Topology, wall_start: float) -> int:
         "sends its counts inside its server in the first step); all_to_all_vc: the data exchange alone"
     )
     print("  algbw = average bytes per rank / all_to_all_v time; busbw = algbw * (n-1)/n")
+    print(f"  how sure: {sureness(situation(topology, 'alltoallv'), max(total // n, 1), args.figures)}")
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"  simulated rank by rank in {time.perf_counter() - wall_start:.2f} s wall, peak memory {peak_mib:.0f} MiB")
     return 0
@@ -427,9 +434,11 @@ def _batch(args, topology: Topology, wall_start: float, sizes: list[int] | None)
         print(f"# hccl-sim: {what}; modeled, nothing checked")
         print(f"the minbytes is {sizes[0]}, maxbytes is {sizes[-1]}, iters is 1, warmup_iters is 0")
         print(HCCL_TEST_HEADER)
+        where = situation(topology, "batch_send_recv")
         for size in sizes:
             t = ring(size).time_s
-            print(f"{size:<18}| {t * 1e6:>14.2f} | {size / t / 1e9:>20.5f} | NULL")
+            sure = sureness(where, size, args.figures, short=True)
+            print(f"{size:<18}| {t * 1e6:>14.2f} | {size / t / 1e9:>20.5f} | NULL   # {sure}")
         return 0
     result = ring(args.bytes)
     t = result.time_s
@@ -439,6 +448,7 @@ def _batch(args, topology: Topology, wall_start: float, sizes: list[int] | None)
     print(f"  modeled time  {t * 1e6:14.3f} us")
     print(f"  bandwidth     {args.bytes / t / 1e9:14.3f} GB/s per rank")
     print(f"  last to finish: rank {last}, receiving from rank {(last - 1) % n} over {kinds}")
+    print(f"  how sure      {sureness(situation(topology, 'batch_send_recv'), args.bytes, args.figures)}")
     print(f"  simulated in {time.perf_counter() - wall_start:.2f} s wall")
     return 0
 

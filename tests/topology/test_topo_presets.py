@@ -1,12 +1,14 @@
 """Preset wiring, routes (structural == latency-shortest), and the 4096-rank scale."""
 
 import re
+from collections import Counter
 from itertools import combinations
 
 import networkx as nx
 import pytest
 
 from topology import PRESETS, RankTable, Topology, TopologyError, default_preset
+from topology.figures import LEVEL1_PORTS
 
 
 def kinds(topo, a, b):
@@ -73,17 +75,36 @@ def test_mixed_4p_has_one_fast_pair_1_2_and_no_island():
     assert fast.latency_s < slow.latency_s
 
 
-def test_2x8p_roce_goes_card_nic_leaf_nic_card():
+def test_2x8p_roce_goes_card_nic_fabric_leaf_fabric_nic_card():
     topo = Topology.preset("2x8p-roce")
     assert topo.num_servers == 2 and topo.server_of(8) == 1 and topo.device_of(11) == 3
+    # two servers: the ports share the fitted ports' worth of bandwidth (figures.LEVEL1_PORTS)
     assert topo.route(3, 12).hops == (
+        ("card3", "s0.nic3"),
+        ("s0.nic3", "s0.fabric"),
+        ("s0.fabric", "leaf0"),
+        ("leaf0", "s1.fabric"),
+        ("s1.fabric", "s1.nic4"),
+        ("s1.nic4", "card12"),
+    )
+    assert kinds(topo, 3, 12) == ["ROCE200"] * 6
+    port = topo.link_kinds["ROCE200"]
+    assert topo.route(3, 12).bandwidth_Bps == port.bandwidth_Bps  # one flow: its port's bandwidth
+    assert topo.route(3, 12).latency_s == pytest.approx(4 * port.latency_s)  # one cross-server step
+    fabric = topo.link("s0.fabric", "leaf0").bandwidth_Bps
+    assert fabric == pytest.approx(LEVEL1_PORTS[("ROCE200", 2)] * port.bandwidth_Bps)
+    # eight flows of one step, one per NPU, share it: each gets 1/8 of the fabric, not a port each
+    load = Counter(hop for r in range(8) for hop in topo.route(r, r + 8).hops)
+    share = min(topo.link(*hop).bandwidth_Bps / load[hop] for hop in topo.route(0, 8).hops)
+    assert share == pytest.approx(fabric / 8)
+    # more servers: every NPU its own port, as before the fit
+    four = Topology.preset("4x8p-roce")
+    assert four.route(3, 12).hops == (
         ("card3", "s0.nic3"),
         ("s0.nic3", "leaf0"),
         ("leaf0", "s1.nic4"),
         ("s1.nic4", "card12"),
     )
-    assert kinds(topo, 3, 12) == ["ROCE200"] * 4
-    assert topo.route(3, 12).bandwidth_Bps == topo.link_kinds["ROCE200"].bandwidth_Bps
     assert kinds(topo, 8, 9) == ["HCCS_910B"]
     assert "spine" not in topo.graph
 

@@ -10,6 +10,10 @@ either says why in ``not_held`` (and docs/fidelity.md says more)::
     checks = validate()                      # one Check per row, model beside measurement
     print(format_checks(checks))
     assert all(c.ok for c in checks if c.held)
+
+A modeled answer says how sure it is (:func:`nearest`, :func:`sureness`): the nearest held row of
+the same collective, card, link class, server count and rank count, its size within 4x, and the
+model's error there; or that no row is that near and the figure is extrapolated.
 """
 
 from __future__ import annotations
@@ -20,11 +24,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from topology import Topology
+from topology import figures as fig
 from topology.figures import CARD_MODELS, FiguresArg, resolve_figures
 from topology.units import format_size
 
+from ...algorithms.alltoallv_continuous import CCL_BUFFER_BYTES
 from ...collectives import collective as lookup
 from ...cost_model import CostModel, cube_flops, kernel_s
+from ...errors import HcclError
 from ...simulator import simulate_p2p
 from ..calls import simulate_call
 
@@ -158,6 +165,8 @@ def format_checks(checks: list[Check]) -> str:
     out = ["  ".join(str(x).ljust(w) for x, w in zip(line, widths)).rstrip() for line in [head, *lines]]
     held = [c for c in checks if c.held]
     out.append("")
+    out.append("# cross-server terms of 910B clusters, fitted to the 2 x 8 x 910B3 sweep (topology/figures.py):")
+    out.extend(f"#   {line}" for line in cross_server_terms())
     out.append(
         f"# {len(checks)} rows, {len(held)} held: {sum(c.ok for c in held)} within their target, "
         f"{sum(not c.ok for c in held)} drifted; rows not held say why in measurements.json and docs/fidelity.md"
@@ -168,3 +177,147 @@ def format_checks(checks: list[Check]) -> str:
 def _short(text: str) -> str:
     text = text.split(",")[0].split("(")[0].strip()
     return text if len(text) <= 34 else text[:33] + "…"
+
+
+def cross_server_terms() -> list[str]:
+    """The cross-server model's terms, one line each: value, bound and source (``hccl-sim validate``
+    prints them; docs/fidelity.md explains them)."""
+    ports = fig.LEVEL1_PORTS[("ROCE200", 2)]
+    return [
+        f"port bandwidth     {fig.ROCE200_PORT_Bps / 1e9:.1f} GB/s per RoCE port and direction (fitted; bound 17.5-25: "
+        "msmodeling's 25 x 0.7 to 200 GbE's line rate; HCCL 21.5, HIXL single flow 22.5-22.6)",
+        f"cross-server step  {fig.ROCE200_STEP_S * 1e6:.0f} us per step across servers (fitted, at its bound; "
+        "bound 7-60: HCCL's measured RDMA op to HCCL's level-1 LATENCY)",
+        f"ports at once      {ports:g} ports' worth per server on two servers (fitted; bound 1-8: one per NPU; "
+        "HCCL's level 1 drives all 8 planes, so the sweep's fabric gave about one port)",
+        f"CCL buffer         {CCL_BUFFER_BYTES // 2**20} MB a loop (HCCL_BUFFSIZE's default, not fitted: the "
+        "sweep's pipeline slices, at most 64 MiB, fit one loop)",
+    ]
+
+
+# ---------------------------------------------------------------- how sure an answer is
+
+NEAR_FACTOR = 4.0  # a measurement counts as near when its size is within this factor
+
+
+@dataclass(frozen=True)
+class Situation:
+    """What a modeled answer is about, in the terms a measurement is matched on: the collective
+    (``p2p`` for a send), the card model, the link class (the link kinds the call crosses, inside
+    a server and across), and the servers and ranks it spans."""
+
+    collective: str
+    card: str
+    links: str
+    servers: int
+    ranks: int
+
+    def describe(self) -> str:
+        return f"{self.collective} on {self.ranks} x {self.card} in {self.servers} server(s) over {self.links}"
+
+
+def situation(topology: Topology, collective: str, src: int | None = None, dst: int | None = None) -> Situation:
+    """The :class:`Situation` of a collective over all of ``topology`` or, with ``src`` and ``dst``,
+    of a send between two ranks."""
+    if src is not None and dst is not None:
+        kinds = {topology.link(u, v).kind for u, v in topology.route(src, dst).hops}
+        servers = len({topology.server_of(src), topology.server_of(dst)})
+        return Situation("p2p", topology.card(src).name, "+".join(sorted(kinds)), servers, 2)
+    kinds: set[str] = set()
+    first = topology.server_ranks(0)
+    for r in first[1:]:
+        kinds.update(topology.link(u, v).kind for u, v in topology.route(first[0], r).hops)
+    if topology.num_servers > 1:
+        other = topology.server_ranks(1)[0]
+        kinds.update(topology.link(u, v).kind for u, v in topology.route(first[0], other).hops)
+    try:
+        name = lookup(collective).name
+    except (KeyError, ValueError, HcclError):  # a batch of sends and the like: matched by its own name
+        name = collective
+    return Situation(name, topology.card(0).name, "+".join(sorted(kinds)), topology.num_servers, topology.num_ranks)
+
+
+_ROW_SITUATIONS: dict[str, Situation] = {}
+
+
+def _row_situation(row: dict) -> Situation | None:
+    if row["kind"] == "matmul":
+        return None
+    found = _ROW_SITUATIONS.get(row["id"])
+    if found is None:
+        spec = row["model"]
+        topo = Topology.preset(spec["preset"], n=spec.get("n"))
+        if row["kind"] == "p2p":
+            found = situation(topo, "p2p", spec["src"], spec["dst"])
+        else:
+            found = situation(topo, row["collective"])
+        _ROW_SITUATIONS[row["id"]] = found
+    return found
+
+
+@dataclass(frozen=True)
+class Nearest:
+    """The nearest held measurement to an answer: the row checked against the model (``check``) and
+    how far its size is (``distance``: the larger size over the smaller, 1.0 = the same size)."""
+
+    check: Check
+    distance: float
+
+    @property
+    def time_error(self) -> float:
+        """The model's error there as modeled time / measured time - 1 (bandwidth rows inverted)."""
+        ratio = self.check.ratio
+        return ratio - 1 if self.check.metric == "time_us" else 1 / ratio - 1
+
+
+def nearest(
+    where: Situation,
+    size_bytes: int,
+    figures: FiguresArg = None,
+    table: str | os.PathLike | None = None,
+) -> Nearest | None:
+    """The held row of ``table`` of the same collective, card, link class, servers and ranks as
+    ``where`` whose size is nearest ``size_bytes`` and within :data:`NEAR_FACTOR`, checked against
+    the model with ``figures``; None when there is none (the answer is extrapolated)."""
+    best: tuple[float, dict] | None = None
+    for row in load_table(table):
+        if row.get("tolerance") is None and row.get("factor") is None:
+            continue
+        if _row_situation(row) != where:
+            continue
+        size = row["model"]["size_bytes"]
+        if size <= 0 or size_bytes <= 0:
+            continue
+        distance = max(size, size_bytes) / min(size, size_bytes)
+        if distance <= NEAR_FACTOR and (best is None or distance < best[0]):
+            best = (distance, row)
+    if best is None:
+        return None
+    row = best[1]
+    metric = row["model"]["metric"]
+    model, algo = predict(row, figures)
+    return Nearest(Check(row, metric, float(row["measured"][metric]), model, algo), best[0])
+
+
+def sureness(where: Situation, size_bytes: int, figures: FiguresArg = None, *, short: bool = False) -> str:
+    """How sure a modeled answer of ``size_bytes`` in ``where`` is, in words: the nearest held
+    measurement, its distance and the model's error there, or that the figure is extrapolated.
+    ``short``: one clause for a sweep's line."""
+    near = nearest(where, size_bytes, figures)
+    if near is None:
+        if short:
+            return f"extrapolated: no held measurement within {NEAR_FACTOR:g}x"
+        return (
+            f"no held public measurement of {where.describe()} within {NEAR_FACTOR:g}x of "
+            f"{format_size(size_bytes)}: the figure is extrapolated"
+        )
+    c = near.check
+    size = format_size(c.row["model"]["size_bytes"])
+    if short:
+        return f"nearest {c.row['id']} ({size}, {near.distance:.2g}x away): model {near.time_error:+.1%}"
+    unit = _UNITS[c.metric]
+    return (
+        f"nearest held measurement: {c.row['id']} ({size}, {near.distance:.2g}x the size away; "
+        f"{_short(c.row['hardware'])}); the model there: {c.model:.4g} {unit} against {c.measured:.4g} {unit} "
+        f"measured ({c.ratio:.3f}x, held {c.target}; modeled time {near.time_error:+.1%})"
+    )
