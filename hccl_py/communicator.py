@@ -18,7 +18,7 @@ import numpy as np
 
 from topology import Topology, TopologyError, auto_partition, load_partition, validate_partition
 
-from . import algo_select
+from . import algo_names, algo_select
 from .algorithms import hierarchical, p2p
 from .algorithms._common import packed_displacements
 from .algorithms.alltoallv import VSchedule, as_matrix
@@ -515,7 +515,7 @@ class Communicator:
         itemsize = dtype.itemsize
         op = redop.name.lower() if redop is not None else "sum"
         if fn is None:
-            name = algo_select.resolve(
+            name = algo_names.resolve(
                 collective,
                 algo,
                 lambda level1=None: algo_select.auto(
@@ -532,11 +532,11 @@ class Communicator:
                 ),
                 self._algo_env,
             )
-            levels = algo_select.hier_levels(name)
+            levels = algo_names.hier_levels(name)
             if levels is None:
                 fn = get_schedule(collective, name)
             else:  # auto's two-level algorithms run on HCCL's partition (@server, @groups)
-                groups = algo_select.partition_of(self._rc.topology, name, self._world_ranks)
+                groups = algo_names.partition_of(self._rc.topology, name, self._world_ranks)
                 if groups is None:
                     groups = self.partition
                 fn = hierarchical.schedule_for(collective, groups, *levels)
@@ -867,7 +867,7 @@ class Communicator:
         charged = True
         if problem is None:
             try:
-                charged = not algo_select.is_continuous(self._v_name(algo, exchange=True))
+                charged = not algo_names.is_continuous(self._v_name(algo, exchange=True))
             except HcclError as err:
                 problem = err
         mine = np.full(1 + 2 * self.size, -1, np.int64)
@@ -1089,7 +1089,7 @@ class Communicator:
         return name
 
     def _resolve_v(self, algo: str, exchange: bool) -> str:
-        name = algo_select.resolve(
+        name = algo_names.resolve(
             "alltoallv",
             algo,
             lambda level1=None: (
@@ -1097,11 +1097,11 @@ class Communicator:
             ),
             self._algo_env,
         )
-        if exchange and algo.strip().lower() == "auto" and algo_select.hier_levels(name) == ("mesh", "pipeline"):
+        if exchange and algo.strip().lower() == "auto" and algo_names.hier_levels(name) == ("mesh", "pipeline"):
             # HCCL_ALGO's level-1 pipeline: AlltoAllV tries the continuous pipeline first (alltoall_operator.cc
             # L287, L738), as auto does
             continuous = algo_select.alltoallv_auto(self._rc.topology, self._world_ranks, exchange=True).algo
-            name = continuous if continuous == algo_select.A2A_CONTINUOUS else name
+            name = continuous if continuous == algo_names.A2A_CONTINUOUS else name
         return name
 
     def _v_call(self, matrix, displs_out, displs_in, algo: str, dtype: np.dtype, *, exchange: bool = False) -> Call:
@@ -1111,11 +1111,11 @@ class Communicator:
         call = self._calls.get(key)
         if call is None:
             name = self._v_name(algo, exchange=exchange)
-            levels = algo_select.hier_levels(name)
+            levels = algo_names.hier_levels(name)
             staged = (
                 None
                 if levels is None
-                else (algo_select.partition_of(self._rc.topology, name, self._world_ranks) or self.partition, *levels)
+                else (algo_names.partition_of(self._rc.topology, name, self._world_ranks) or self.partition, *levels)
             )
             fn = VSchedule(
                 name,

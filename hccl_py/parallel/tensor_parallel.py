@@ -41,7 +41,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .. import algo_select
+from .. import algo_argmin
 from ..communicator import Communicator
 from ..cost_model import CostModel
 from ..device import Device
@@ -275,7 +275,7 @@ class TensorParallel(OverlapDriver):
                 cost = self._cost_model = getattr(self, "_cost_model", None) or CostModel(self.comm.topology)
                 ranks = tuple(self.comm.world_ranks)
                 itemsize = self.model.dtype.itemsize
-                algo = algo_select.fastest(cost, "allreduce", count, itemsize, ranks)
+                algo = algo_argmin.fastest(cost, "allreduce", count, itemsize, ranks)
                 reduce_s = (
                     2
                     * cfg.layers

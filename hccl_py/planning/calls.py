@@ -12,11 +12,13 @@ from typing import Sequence
 
 from topology import Topology
 
-from ..algo_select import auto, hier_levels, partition_of, server_partition, staged_alltoall
+from ..algo_names import hier_levels, partition_of, server_partition
+from ..algo_select import auto
 from ..algorithms.alltoallv import VSchedule, as_matrix
 from ..algorithms.hierarchical import schedule_for
 from ..algorithms.registry import algos_for
 from ..cost_model import CostModel
+from ..hccl_rules import staged_alltoall
 from ..simulator import PreparedCall, SimResult, can_simulate_flows, prepare, simulate, simulate_flows
 
 

@@ -36,7 +36,8 @@ from topology.cli import quiet_on_closed_pipe
 from topology.units import parse_size
 
 from .. import env
-from ..algo_select import alltoallv_auto, explain_auto, hier_levels, is_continuous
+from ..algo_names import hier_levels, is_continuous
+from ..algo_select import alltoallv_auto, explain_auto
 from ..algorithms.alltoallv import as_matrix, skewed_counts
 from ..algorithms.hierarchical import TWO_LEVEL, schedule_for
 from ..algorithms.registry import algos_for

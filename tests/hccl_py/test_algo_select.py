@@ -2,7 +2,7 @@
 
 import pytest
 
-from hccl_py.algo_select import parse_hccl_algo, resolve
+from hccl_py.algo_names import parse_hccl_algo, resolve
 from hccl_py.errors import HcclNotSupportedError, HcclParamError
 
 
@@ -88,9 +88,11 @@ def test_unknown_algo_argument():
 
 # ---------------------------------------------------------------------------------- HCCL's own rules
 
-from hccl_py.algo_select import CallShape, auto, call_shape, explain_auto, fastest, hccl_choice  # noqa: E402
+from hccl_py.algo_argmin import fastest  # noqa: E402
+from hccl_py.algo_select import auto, explain_auto  # noqa: E402
 from hccl_py.algorithms.registry import algos_for  # noqa: E402
 from hccl_py.cost_model import CostModel  # noqa: E402
+from hccl_py.hccl_rules import CallShape, call_shape, hccl_choice  # noqa: E402
 from hccl_py.simulator import simulate  # noqa: E402
 from topology import Topology  # noqa: E402
 
@@ -368,7 +370,7 @@ def test_alltoallv_auto_follows_the_alltoall_rule():
     )
     assert alltoallv_auto(*two, "nhr", exchange=True).algo == "hier:mesh/pairwise@groups"
     assert alltoallv_auto(Topology.preset("ascend910b-8p"), tuple(range(8)), exchange=True).algo == "mesh"
-    from hccl_py.algo_select import alltoall_rule
+    from hccl_py.hccl_rules import alltoall_rule
 
     exact = alltoall_rule(
         CallShape("alltoall", 1 * MB, "ascend910b", 2, 8, "mesh")
@@ -382,7 +384,7 @@ def test_alltoallv_auto_follows_the_alltoall_rule():
 
 
 def test_the_staged_alltoall_is_hccls_on_its_groups_and_refuses_uneven_ones():
-    from hccl_py.algo_select import partition_of
+    from hccl_py.algo_names import partition_of
     from hccl_py.algorithms import alltoall_staged
 
     topo = Topology.preset("2x8p-roce-910")

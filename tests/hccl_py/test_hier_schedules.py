@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hccl_py import algo_select
+from hccl_py import algo_names
 from hccl_py.algorithms.hierarchical import HIER_COLLECTIVES, format_partition, schedule_for
 from hccl_py.algorithms.playback import play
 from hccl_py.algorithms.registry import ALL_ALGOS, SCHEDULES, algos_for, get_schedule
@@ -167,16 +167,16 @@ def test_algo_names_resolve_to_hier_levels():
     assert "hier" in ALL_ALGOS and not any(a == "hier" for _, a in SCHEDULES)
     assert "hier" not in algos_for("allreduce")  # auto and the flat sweeps are unchanged
     auto = lambda: "ring"  # noqa: E731
-    assert algo_select.resolve("allreduce", "hier", auto, {}) == "hier:ring/ring"
-    assert algo_select.resolve("allgather", "HIER:fullmesh/H-D_R", auto, {}) == "hier:mesh/hd"
-    assert algo_select.resolve("allreduce", "auto", auto, {"*": "hier:ring/hd"}) == "hier:ring/hd"
-    assert algo_select.parse_hccl_algo("level0:ring;level1:H-D_R") == {"*": "hier:ring/hd"}
-    assert algo_select.parse_hccl_algo("level0:NA;level1:ring") == {"*": "level1:ring"}  # level 1 alone: auto's level 0
-    assert algo_select.parse_hccl_algo("allreduce=level0:fullmesh;level1:ring") == {"allreduce": "hier:mesh/ring"}
+    assert algo_names.resolve("allreduce", "hier", auto, {}) == "hier:ring/ring"
+    assert algo_names.resolve("allgather", "HIER:fullmesh/H-D_R", auto, {}) == "hier:mesh/hd"
+    assert algo_names.resolve("allreduce", "auto", auto, {"*": "hier:ring/hd"}) == "hier:ring/hd"
+    assert algo_names.parse_hccl_algo("level0:ring;level1:H-D_R") == {"*": "hier:ring/hd"}
+    assert algo_names.parse_hccl_algo("level0:NA;level1:ring") == {"*": "level1:ring"}  # level 1 alone: auto's level 0
+    assert algo_names.parse_hccl_algo("allreduce=level0:fullmesh;level1:ring") == {"allreduce": "hier:mesh/ring"}
     with pytest.raises(HcclNotSupportedError):
-        algo_select.resolve("allgather", "hier:ring/rd", auto, {})
+        algo_names.resolve("allgather", "hier:ring/rd", auto, {})
     with pytest.raises(HcclNotSupportedError):
-        algo_select.resolve("barrier", "hier", auto, {})
+        algo_names.resolve("barrier", "hier", auto, {})
 
 
 # ------------------------------------------------------------------------------- HCCL's pipeline
@@ -265,6 +265,6 @@ def test_reduce_scatter_across_first_equals_numpy(partition):
         schedule_for("allgather", [[0, 1], [2, 3]], "mesh", "ring-first")
     with pytest.raises(HcclParamError):
         schedule_for("reduce_scatter", [[0, 1, 2], [3]], "hd", "ring-first")
-    assert algo_select.resolve("reduce_scatter", "hier:hd/ring-first", None, {}) == "hier:hd/ring-first"
+    assert algo_names.resolve("reduce_scatter", "hier:hd/ring-first", None, {}) == "hier:hd/ring-first"
     with pytest.raises(HcclNotSupportedError):
-        algo_select.resolve("allreduce", "hier:hd/ring-first", None, {})
+        algo_names.resolve("allreduce", "hier:hd/ring-first", None, {})

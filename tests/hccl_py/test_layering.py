@@ -106,9 +106,11 @@ LAYERS = (
         "hccl_py.rundir",
     ),
     ("hccl_py.algorithms",),  # the schedules: pure data
+    ("hccl_py.algo_names",),  # what an algorithm's name means: HCCL_ALGO's grammar, levels, schedule
     ("hccl_py.cost_model", "hccl_py.faults"),
     ("hccl_py.simulator", "hccl_py.device", "hccl_py.records"),
-    ("hccl_py.algo_select",),
+    ("hccl_py.hccl_rules", "hccl_py.algo_argmin"),  # HCCL's own selection; the model's argmin
+    ("hccl_py.algo_select",),  # auto: the two above
     ("hccl_py.store", "hccl_py.transport"),  # transports and the rendezvous store
     ("hccl_py.job",),  # the job's configuration, assembled from env and the grammars above
     ("hccl_py.transport.connect", "hccl_py.transport.membership"),  # meeting: the job, the store, the transports

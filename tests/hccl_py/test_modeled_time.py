@@ -134,7 +134,8 @@ def test_all_to_all_v_vc_and_batch_send_recv_equal_the_simulator(preset, size):
     batch_send_recv ring exchange end at the simulator's clocks to the last bit; auto runs the
     algorithm HCCL's all-to-all rule names (across 910B servers: the continuous pipeline for
     all_to_all_v, the two-level pipeline for all_to_all_vc)."""
-    from hccl_py.algo_select import alltoallv_auto, auto, hier_levels, partition_of
+    from hccl_py.algo_names import hier_levels, partition_of
+    from hccl_py.algo_select import alltoallv_auto, auto
     from hccl_py.algorithms.alltoallv import VSchedule
     from hccl_py.planning.calls import simulate_alltoallv
     from hccl_py.simulator import simulate_batch
@@ -155,7 +156,7 @@ def test_all_to_all_v_vc_and_batch_send_recv_equal_the_simulator(preset, size):
             v_algo == "hier:mesh/continuous@groups" and alltoallv_auto(topo, ranks).algo == "hier:mesh/pipeline@groups"
         )
     if hier_levels(gather_algo) is not None:  # across servers: HCCL's two-level allgather
-        from hccl_py.algo_select import server_partition
+        from hccl_py.algo_names import server_partition
         from hccl_py.algorithms.hierarchical import schedule_for
 
         gather_algo = schedule_for(
@@ -251,7 +252,7 @@ def test_mesh_allgather_follows_hccl_closed_form(p):
 
 
 def test_auto_is_the_argmin_of_the_model():
-    from hccl_py.algo_select import fastest
+    from hccl_py.algo_argmin import fastest
 
     topo = Topology.preset("ascend910-8p")
     model = CostModel(topo)
@@ -562,7 +563,7 @@ def test_the_simulator_pauses_the_cyclic_collector_and_restores_it():
 @pytest.mark.parametrize("preset", ["2x4p-roce", "4x2p-roce", "2x4p-roce-910"])
 @pytest.mark.parametrize("collective", ["allreduce", "allgather", "reduce_scatter"])
 def test_two_level_flows_equal_rank_by_rank(preset, collective):
-    from hccl_py.algo_select import server_partition
+    from hccl_py.algo_names import server_partition
     from hccl_py.algorithms.hierarchical import schedule_for
     from hccl_py.simulator import can_simulate_flows, simulate_flows
 
@@ -608,7 +609,7 @@ def test_two_level_flows_equal_rank_by_rank(preset, collective):
 def test_two_level_scatter_and_gather_flows_equal_rank_by_rank(preset, collective):
     """HCCL's two-level scatter (and its mirrored gather): the root plane's outer algorithm and
     every server's inner one as flows, against rank by rank, with a degraded link."""
-    from hccl_py.algo_select import server_partition
+    from hccl_py.algo_names import server_partition
     from hccl_py.algorithms.hierarchical import schedule_for
     from hccl_py.simulator import can_simulate_flows, simulate_flows
 
@@ -660,7 +661,7 @@ def test_staged_alltoall_flows_equal_rank_by_rank(preset):
     """HCCL's staged all-to-all (each level mesh or pairwise) and its pipelined one, all ranks at
     once, against rank by rank: servers and 910 islands as groups, a leaf-spine cluster, groups
     not in rank order, a degraded link, uneven start clocks."""
-    from hccl_py.algo_select import partition_of, server_partition
+    from hccl_py.algo_names import partition_of, server_partition
     from hccl_py.algorithms.hierarchical import schedule_for
     from hccl_py.simulator import can_simulate_flows, simulate_flows
 
@@ -711,7 +712,7 @@ def test_two_level_broadcast_and_reduce_flows_equal_rank_by_rank(preset, collect
     """HCCL's two-level broadcast (scatter in the root's server, broadcast across, allgather) and
     reduce (reduce-scatter, reduce across, gather to the root) with root 0, all ranks at once,
     against rank by rank: inline and vector-unit reductions, a degraded link, uneven starts."""
-    from hccl_py.algo_select import server_partition
+    from hccl_py.algo_names import server_partition
     from hccl_py.algorithms.hierarchical import schedule_for
     from hccl_py.simulator import can_simulate_flows, simulate_flows
 
@@ -1006,7 +1007,8 @@ def _auto_calls() -> list:
 
 @pytest.mark.timeout(120)
 def test_auto_runs_hccls_two_level_choice_in_the_emulator_as_in_the_simulator():
-    from hccl_py.algo_select import auto, hier_levels, server_partition
+    from hccl_py.algo_names import hier_levels, server_partition
+    from hccl_py.algo_select import auto
     from hccl_py.algorithms.hierarchical import schedule_for
 
     preset, size = "2x2p-roce", 4
@@ -1053,7 +1055,8 @@ def _two_level_auto_calls(size: int) -> list:
 
 @pytest.mark.timeout(120)
 def test_two_level_scatter_gather_and_alltoall_under_auto_equal_the_simulator():
-    from hccl_py.algo_select import auto, schedule_fn
+    from hccl_py.algo_names import schedule_fn
+    from hccl_py.algo_select import auto
     from hccl_py.planning.calls import simulate_call
 
     preset, size = "2x4p-roce", 8
@@ -1135,7 +1138,8 @@ def _level1_auto_calls(size: int, counts: tuple) -> list:
     ],
 )
 def test_hccls_level1_choices_under_auto_move_the_right_data_and_equal_the_simulator(preset, size, algos, counts):
-    from hccl_py.algo_select import auto, schedule_fn
+    from hccl_py.algo_names import schedule_fn
+    from hccl_py.algo_select import auto
 
     per_rank = run_ranks(_level1_auto_calls, size, size, counts, env={"HCCL_PY_TOPOLOGY": preset}, timeout=100)
     topo = Topology.preset(preset)
@@ -1206,7 +1210,8 @@ def test_any_call_the_flows_take_equals_rank_by_rank(call):
     """Wherever ``can_simulate_flows`` says yes (what ``simulate_call`` then runs at scale), the
     flows' clocks equal the rank-by-rank walk's to the last bit, on any of the drawn calls
     (4,000 examples, 925 of them as flows, all equal when written; 300 here)."""
-    from hccl_py.algo_select import auto, hier_levels, partition_of, server_partition
+    from hccl_py.algo_names import hier_levels, partition_of, server_partition
+    from hccl_py.algo_select import auto
     from hccl_py.algorithms.hierarchical import schedule_for
     from hccl_py.algorithms.registry import get_schedule
     from hccl_py.errors import HcclError
