@@ -191,7 +191,7 @@ _ROCE_HOP_S = _RDMA_TRANSFER_S / 4
 #   level 1, "float delay = LATENCY; // 静态时延 60 us" (coll_alg_operator.cc); lower bound one RDMA
 #   operation, "RDMA的固定开销按照7us计算(实测7us)" [HCOMM-TASK] ([MSMODELING]: 1.5 us + 10 us a call).
 # - ports' worth of bandwidth a server's level-1 traffic moves through at once on two servers:
-#   1.21 (LEVEL1_PORTS below); bound 1..8: one port per NPU, 8 per server [DEPLOYER]. HCCL's
+#   1.21 (LEVEL1_PORTS below, at every server count); bound 1..8: one port per NPU, 8 per server [DEPLOYER]. HCCL's
 #   level-1 runs every plane at once (each NPU's own port), so 8 would be HCCL's code on a
 #   non-blocking fabric; the sweep moves about one port's worth (docs/fidelity.md says why).
 # A fourth term, the chunking of a payload larger than HCCL_BUFFSIZE, is HCCL's, not fitted: its
@@ -250,18 +250,18 @@ LINK_KINDS: dict[str, LinkSpec] = {
     "HOST": LinkSpec("HOST", 12e9, 5.0e-6),
 }
 
-# How many RoCE ports' worth of bandwidth a server's level-1 (cross-server) traffic moves through
-# at once, by (port kind, server count); where a cluster is not listed, every NPU's own port
-# (HCCL's level-1 planes: each NPU talks to the same-index NPUs of the other servers, all planes
-# at once). FITTED (see LEVEL1_FIT below and docs/fidelity.md): to the one public multi-server
-# sweep, 2 servers x 8 Ascend 910B3 [AAS]; bound 1..8 (8 NPU ports per server [DEPLOYER]).
-LEVEL1_PORTS: dict[tuple[str, int], float] = {("ROCE200", 2): 1.21}
-
-
-def level1_ports(nic_kind: str, servers: int) -> float | None:
-    """Ports' worth of bandwidth a server of ``servers`` with NPU ports of ``nic_kind`` drives across
-    servers at once (:data:`LEVEL1_PORTS`), or ``None``: one port per NPU, each its own."""
-    return LEVEL1_PORTS.get((nic_kind, servers))
+# A server's uplink: how many RoCE ports' worth of bandwidth a server's cross-server traffic moves
+# through at once. HCCL's level 1 runs every plane at once (each NPU talks to the same-index NPUs
+# of the other servers through its own port), so a non-blocking fabric gives 8 ports a server
+# [DEPLOYER]; the one public multi-server sweep, 2 servers x 8 Ascend 910B3 [AAS], moves about one
+# port's worth. FITTED to it (docs/fidelity.md, "The cross-server terms"); bound 1..8. A property
+# of the cluster's network, not of HCCL: it holds at every server count, and a cluster with a
+# non-blocking fabric says so in its figures file ({"links": {"ROCE200_UPLINK": {"bandwidth_Bps":
+# 188e9}}}: 8 x 23.5 GB/s).
+LEVEL1_PORTS = 1.21
+# the uplink's link kind per NPU port kind; a port kind not listed reaches the leaf directly
+SERVER_UPLINK = {"ROCE200": "ROCE200_UPLINK"}
+LINK_KINDS["ROCE200_UPLINK"] = LinkSpec("ROCE200_UPLINK", LEVEL1_PORTS * ROCE200_PORT_Bps, 0.0)
 
 
 CARD_MODELS: dict[str, CardModel] = {

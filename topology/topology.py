@@ -2,9 +2,8 @@
 
 Node ids: ``card{rank}``, ``s{server}.pcie{k}`` (CPU socket / PCIe root k; with ACS the PCIe
 switch under it, whose uplink goes to ``s{server}.rc{k}``, the CPU root complex), ``s{server}.nic{d}``
-(RoCE port of device d, or ``nic0``: the host NIC), ``s{server}.fabric`` (where a server's ports
-reach the leaf through fewer ports' worth of bandwidth than its NPUs, ``figures.LEVEL1_PORTS``: one
-edge of that bandwidth the ports share), ``leaf{j}``, ``spine``. Every edge carries
+(RoCE port of device d, or ``nic0``: the host NIC), ``s{server}.fabric`` (the server's uplink,
+where its NPUs' ports share the ports' worth of bandwidth its network gives, ``figures.SERVER_UPLINK``), ``leaf{j}``, ``spine``. Every edge carries
 ``spec``: a :class:`~topology.figures.LinkSpec` (bandwidth per direction, so a route's hops are
 directed ``(u, v)`` pairs and A->B never competes with B->A).
 
@@ -28,7 +27,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from .errors import TopologyError
-from .figures import CardModel, FiguresArg, LinkSpec, level1_ports, resolve_figures
+from .figures import SERVER_UPLINK, CardModel, FiguresArg, LinkSpec, resolve_figures
 from .presets import SERVERS_PER_LEAF, TEMPLATES, ServerTemplate, card_count_check, parse_preset
 from .rank_table import RankTable
 
@@ -244,15 +243,14 @@ class Topology:
             if multi:
                 leaf = f"leaf{s // SERVERS_PER_LEAF}"
                 if t.nic == "card":
-                    # the server's ports at once (topology/figures.py LEVEL1_PORTS): where fewer than
-                    # its cards, the ports reach the leaf through one edge of that many ports' bandwidth
-                    ports = level1_ports(t.nic_kind, len(servers))
+                    # the server's uplink (topology/figures.py SERVER_UPLINK): its ports reach the
+                    # leaf through one edge of the ports' worth of bandwidth its network gives
+                    uplink = SERVER_UPLINK.get(t.nic_kind)
                     fabric = None
-                    if ports is not None and ports < len(by_device):
+                    if uplink in links:
                         fabric = f"s{s}.fabric"
                         nodes.append((fabric, {"type": "fabric", "server": s}))
-                        spec = LinkSpec(t.nic_kind, ports * nic_spec.bandwidth_Bps, 0.0)
-                        self._add_edge(fabric, leaf, spec, edges)
+                        self._add_edge(fabric, leaf, links[uplink], edges)
                     for d, rank in by_device.items():
                         nic = f"s{s}.nic{d}"
                         nodes.append((nic, {"type": "nic", "server": s}))

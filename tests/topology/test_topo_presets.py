@@ -8,7 +8,7 @@ import networkx as nx
 import pytest
 
 from topology import PRESETS, RankTable, Topology, TopologyError, default_preset
-from topology.figures import LEVEL1_PORTS
+from topology.figures import CARD_MODELS, LEVEL1_PORTS, LINK_KINDS, LinkSpec
 
 
 def kinds(topo, a, b):
@@ -78,7 +78,7 @@ def test_mixed_4p_has_one_fast_pair_1_2_and_no_island():
 def test_2x8p_roce_goes_card_nic_fabric_leaf_fabric_nic_card():
     topo = Topology.preset("2x8p-roce")
     assert topo.num_servers == 2 and topo.server_of(8) == 1 and topo.device_of(11) == 3
-    # two servers: the ports share the fitted ports' worth of bandwidth (figures.LEVEL1_PORTS)
+    # the server's ports share the fitted ports' worth of bandwidth (figures.LEVEL1_PORTS)
     assert topo.route(3, 12).hops == (
         ("card3", "s0.nic3"),
         ("s0.nic3", "s0.fabric"),
@@ -87,24 +87,36 @@ def test_2x8p_roce_goes_card_nic_fabric_leaf_fabric_nic_card():
         ("s1.fabric", "s1.nic4"),
         ("s1.nic4", "card12"),
     )
-    assert kinds(topo, 3, 12) == ["ROCE200"] * 6
+    assert kinds(topo, 3, 12) == ["ROCE200", "ROCE200", "ROCE200_UPLINK", "ROCE200_UPLINK", "ROCE200", "ROCE200"]
     port = topo.link_kinds["ROCE200"]
     assert topo.route(3, 12).bandwidth_Bps == port.bandwidth_Bps  # one flow: its port's bandwidth
     assert topo.route(3, 12).latency_s == pytest.approx(4 * port.latency_s)  # one cross-server step
     fabric = topo.link("s0.fabric", "leaf0").bandwidth_Bps
-    assert fabric == pytest.approx(LEVEL1_PORTS[("ROCE200", 2)] * port.bandwidth_Bps)
+    assert fabric == pytest.approx(LEVEL1_PORTS * port.bandwidth_Bps)
     # eight flows of one step, one per NPU, share it: each gets 1/8 of the fabric, not a port each
     load = Counter(hop for r in range(8) for hop in topo.route(r, r + 8).hops)
     share = min(topo.link(*hop).bandwidth_Bps / load[hop] for hop in topo.route(0, 8).hops)
     assert share == pytest.approx(fabric / 8)
-    # more servers: every NPU its own port, as before the fit
+    # the uplink is the cluster's network, not a server count: four servers go through it too
     four = Topology.preset("4x8p-roce")
     assert four.route(3, 12).hops == (
         ("card3", "s0.nic3"),
-        ("s0.nic3", "leaf0"),
-        ("leaf0", "s1.nic4"),
+        ("s0.nic3", "s0.fabric"),
+        ("s0.fabric", "leaf0"),
+        ("leaf0", "s1.fabric"),
+        ("s1.fabric", "s1.nic4"),
         ("s1.nic4", "card12"),
     )
+    # a figures file with a non-blocking fabric (8 ports' worth) gives every NPU its own port's share
+    full = Topology.preset(
+        "2x8p-roce",
+        figures=(
+            {**LINK_KINDS, "ROCE200_UPLINK": LinkSpec("ROCE200_UPLINK", 8 * port.bandwidth_Bps, 0.0)},
+            CARD_MODELS,
+        ),
+    )
+    share = min(full.link(*hop).bandwidth_Bps / load[hop] for hop in full.route(0, 8).hops)
+    assert share == pytest.approx(port.bandwidth_Bps)
     assert kinds(topo, 8, 9) == ["HCCS_910B"]
     assert "spine" not in topo.graph
 
@@ -127,7 +139,7 @@ def test_many_servers_get_leaves_and_a_spine():
     assert sum(1 for _, t in topo.graph.nodes(data="type") if t == "leaf") == 2
     assert "spine" not in {n for u, v in topo.route(0, 255).hops for n in (u, v)}  # servers 0 and 31 share leaf0
     route = topo.route(0, 511)
-    assert route.hops[2:4] == (("leaf0", "spine"), ("spine", "leaf1"))
+    assert route.hops[3:5] == (("leaf0", "spine"), ("spine", "leaf1"))  # after the card, its port, its uplink
     # the trunk carries the whole leaf's downlink bandwidth: never the bottleneck of one flow
     assert topo.link("leaf0", "spine").bandwidth_Bps == 256 * topo.link_kinds["ROCE200"].bandwidth_Bps
     assert route.bandwidth_Bps == topo.link_kinds["ROCE200"].bandwidth_Bps
@@ -316,7 +328,7 @@ def test_512x8p_roce_builds_and_routes_ring_and_hd_partners():
         topo.route(r, (r - 1) % n)
         for k in range(12):  # halving-doubling partners
             topo.route(r, r ^ (1 << k))
-    assert len(topo.route(0, 4095).hops) == 6
+    assert len(topo.route(0, 4095).hops) == 8  # card, port, uplink, leaf, spine and back
     assert topo.route(7, 8).hops[0] == ("card7", "s0.nic7")
 
 

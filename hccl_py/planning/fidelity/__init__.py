@@ -182,14 +182,14 @@ def _short(text: str) -> str:
 def cross_server_terms() -> list[str]:
     """The cross-server model's terms, one line each: value, bound and source (``hccl-sim validate``
     prints them; docs/fidelity.md explains them)."""
-    ports = fig.LEVEL1_PORTS[("ROCE200", 2)]
+    ports = fig.LEVEL1_PORTS
     return [
         f"port bandwidth     {fig.ROCE200_PORT_Bps / 1e9:.1f} GB/s per RoCE port and direction (fitted; bound 17.5-25: "
         "msmodeling's 25 x 0.7 to 200 GbE's line rate; HCCL 21.5, HIXL single flow 22.5-22.6)",
         f"cross-server step  {fig.ROCE200_STEP_S * 1e6:.0f} us per step across servers (fitted, at its bound; "
         "bound 7-60: HCCL's measured RDMA op to HCCL's level-1 LATENCY)",
-        f"ports at once      {ports:g} ports' worth per server on two servers (fitted; bound 1-8: one per NPU; "
-        "HCCL's level 1 drives all 8 planes, so the sweep's fabric gave about one port)",
+        f"server uplink      {ports:g} ports' worth per server, any server count (fitted; bound 1-8: one per NPU; "
+        "HCCL's level 1 drives all 8 planes, the sweep's network gave about one port's worth)",
         f"CCL buffer         {CCL_BUFFER_BYTES // 2**20} MB a loop (HCCL_BUFFSIZE's default, not fitted: the "
         "sweep's pipeline slices, at most 64 MiB, fit one loop)",
     ]
@@ -213,6 +213,7 @@ class Situation:
     ranks: int
 
     def describe(self) -> str:
+        """One line naming the situation, e.g. ``allreduce on 16 x ascend910b in 2 server(s) over hccs, roce``."""
         return f"{self.collective} on {self.ranks} x {self.card} in {self.servers} server(s) over {self.links}"
 
 

@@ -44,9 +44,13 @@ def test_figures_behind_generated_logs_are_recovered_within_one_percent(tmp_path
 
 
 def test_two_link_kinds_of_a_multi_server_run(tmp_path, capsys):
-    known = {"links": {"HCCS_910B": {"bandwidth_Bps": 16e9}, "ROCE200": {"bandwidth_Bps": 11e9}}}
+    # a non-blocking fabric (8 ports' worth a server): the ports, not the servers' uplinks, bound
+    uplink = {"ROCE200_UPLINK": {"bandwidth_Bps": 188e9}}
+    known = {"links": {"HCCS_910B": {"bandwidth_Bps": 16e9}, "ROCE200": {"bandwidth_Bps": 11e9}, **uplink}}
     figures = tmp_path / "known.json"
     figures.write_text(json.dumps(known))
+    fabric = tmp_path / "fabric.json"
+    fabric.write_text(json.dumps({"links": uplink}))
     sweep = ["--figures", str(figures), "-b", "1M", "-e", "1G", "-f", "4"]
     # one server alone tells HCCS; both servers then tell RoCE (in one two-level run alone the two
     # trade off: allgather's time is allreduce's halved, whatever the split)
@@ -58,6 +62,8 @@ def test_two_link_kinds_of_a_multi_server_run(tmp_path, capsys):
             [
                 "--preset",
                 "2x4p-roce",
+                "--figures",
+                str(fabric),
                 f"{one}:allreduce:4",
                 f"{two}:allreduce",
                 "-o",
