@@ -194,6 +194,15 @@ class HcclRemoteError(HcclError):
     code = HcclResult.E_REMOTE
 
 
+# CANN's error ids (Ascend's "HCCL Errors" reference, e.g. CANN 8.1.RC1 maintenance guide,
+# atlaserrorcode_15_0240: EI0002 Communication Operation Timeout, EI0005 Inconsistent Collective
+# Communication Arguments Between Ranks, EI0006 Get Socket Timeout; a rank table's EI0004 is
+# topology/rank_table.py's), in ``error_id`` and in the message, where Ascend's log tooling looks.
+CANN_TIMEOUT = "EI0002"
+CANN_INCONSISTENT = "EI0005"
+CANN_CONNECT_TIMEOUT = "EI0006"
+
+
 _BY_CODE = {
     cls.code: cls
     for cls in (

@@ -30,7 +30,16 @@ from .collectives import OpKind, of_kind
 from .cost_model import StepCost, step_end
 from .device import Device
 from .dtypes import NAME_BY_CODE, ReduceOp
-from .errors import HcclError, HcclParamError, HcclRemoteError, HcclTimeoutError, from_wire, to_wire
+from .errors import (
+    CANN_INCONSISTENT,
+    CANN_TIMEOUT,
+    HcclError,
+    HcclParamError,
+    HcclRemoteError,
+    HcclTimeoutError,
+    from_wire,
+    to_wire,
+)
 from .transport.base import KIND_INLINE, KIND_NOTICE, CallSignature, Incoming, Transport, new_header
 from .transport.common import process_exit_code
 
@@ -1182,8 +1191,8 @@ class Engine:
             f"{ctx.what}: timed out after {ctx.timeout_s:g} s (HCCL_EXEC_TIMEOUT) in step {index + 1} of {nsteps}. "
             f"Waiting peer rank(s): {labels}. Check that those ranks reached this call "
             f"(a rank that skipped it, or hangs or crashed before it, causes this); this communicator is now aborted "
-            f"(CANN: EI0002 Communication_Error_Timeout)",
-            **ctx.fields(step=index + 1, ranks=[ctx.comm_rank_of(p) for p in peers], error_id="EI0002"),
+            f"(CANN: {CANN_TIMEOUT} Communication_Error_Timeout)",
+            **ctx.fields(step=index + 1, ranks=[ctx.comm_rank_of(p) for p in peers], error_id=CANN_TIMEOUT),
         )
 
     def _peer_died(self, ctx, dead: list[int]) -> HcclRemoteError:
@@ -1200,8 +1209,8 @@ class Engine:
         fields = {"exit_code": code} if code is not None else {}
         error = HcclRemoteError(
             f"{ctx.what}: peer rank {ctx.peer_label(dead[0])} {how} while rank {ctx.comm_rank} waited for it; "
-            f"{then} (CANN: EI0002 Communication_Error_Timeout, what Ascend reports when a peer is gone)",
-            **ctx.fields(peer=ctx.comm_rank_of(dead[0]), error_id="EI0002", **fields),
+            f"{then} (CANN: {CANN_TIMEOUT} Communication_Error_Timeout, what Ascend reports when a peer is gone)",
+            **ctx.fields(peer=ctx.comm_rank_of(dead[0]), error_id=CANN_TIMEOUT, **fields),
         )
         # Tell every other member at once: a rank blocked on someone else (a ring neighbour that
         # waits for the dead rank) would otherwise learn only when that one gives up, one
@@ -1248,9 +1257,10 @@ class Engine:
                 error = HcclParamError(
                     f"{what}: call mismatch: rank {ctx.peer_label(inc.src)} called {theirs} as its call #{inc.seq}, "
                     f"which sent this rank a message none of this rank's calls took (its call #{inc.seq} was another). "
-                    "Every rank of a communicator must make the same calls in the same order",
+                    f"Every rank of a communicator must make the same calls in the same order {_INCONSISTENT}",
                     rule="same_call",
                     **{**ctx.fields(peer=ctx.comm_rank_of(inc.src)), "op": "destroy"},
+                    error_id=CANN_INCONSISTENT,
                 )
                 self.notify(ctx, error)
                 return error
@@ -1275,9 +1285,11 @@ class Engine:
                 "The counts matrix must be the same on every rank"
                 if matrices
                 else "Every rank of a communicator must make the same calls in the same order"
-            ),
+            )
+            + f" {_INCONSISTENT}",
             rule="counts_matrix" if matrices else "same_call",
             **ctx.fields(peer=ctx.comm_rank_of(inc.src)),
+            error_id=CANN_INCONSISTENT,
         )
         self.notify(ctx, error)
         raise error
@@ -1290,6 +1302,9 @@ class Engine:
         return error_from_notice(
             ctx.what, ctx.world_ranks.index(src) if src in ctx.world_ranks else src, body, ctx.fields()
         )
+
+
+_INCONSISTENT = f"(CANN: {CANN_INCONSISTENT}, the operator's parameters are inconsistent between ranks)"
 
 
 def error_from_refusal(what: str, refuser: int, body: bytes, here: dict, *, late: bool = False) -> HcclError:

@@ -34,6 +34,7 @@ import time
 
 from .. import env, rundir
 from ..errors import (
+    CANN_CONNECT_TIMEOUT,
     HcclConnectError,
     HcclError,
     HcclNotSupportedError,
@@ -293,9 +294,11 @@ def _join(
         missing = [r for r, ok in enumerate(present) if not ok]
         raise HcclTimeoutError(
             f"init: rank {rank}: rank(s) {missing} of {size} did not join within {connect_timeout_s:g} s "
-            f"(HCCL_CONNECT_TIMEOUT); check that they started and reach the store at {rdv.where}",
+            f"(HCCL_CONNECT_TIMEOUT; CANN: {CANN_CONNECT_TIMEOUT} Get Socket Timeout); check that they started and "
+            f"reach the store at {rdv.where}",
             rank=rank,
             ranks=missing,
+            error_id=CANN_CONNECT_TIMEOUT,
         ) from None
     conflict = f"{rdv.prefix}/conflict"
     if check_conflict and client.check([conflict])[0]:

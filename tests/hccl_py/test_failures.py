@@ -93,6 +93,7 @@ def _mismatch(kind: str) -> dict:
             "rank": err.rank,
             "comm": err.comm,
             "message": err.message,
+            "error_id": err.error_id,
         }
     return {"class": None}
 
@@ -109,6 +110,7 @@ def test_mismatched_call_raises_param_error_naming_both_calls(kind):
         # The executor's mismatch error has no fields for the two calls yet: the message naming
         # both calls (and the part that differs) is what this checks.
         assert "call mismatch" in r["message"] and fragment in r["message"], (rank, r)
+        assert r["error_id"] == "EI0005" and "CANN: EI0005" in r["message"], (rank, r)  # what Ascend's tooling greps
 
 
 def _bad_reduce_scatter() -> dict:

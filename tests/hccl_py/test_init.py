@@ -21,7 +21,13 @@ def _late_rank(late: int, size: int) -> dict:
     try:
         hccl_py.init()
     except hccl_py.HcclTimeoutError as err:
-        return {"class": type(err).__name__, "code": int(err.code), "rank": err.rank, "ranks": err.ranks}
+        return {
+            "class": type(err).__name__,
+            "code": int(err.code),
+            "rank": err.rank,
+            "ranks": err.ranks,
+            "error_id": err.error_id,
+        }
     return {"error": None}
 
 
@@ -30,7 +36,7 @@ def test_rank_that_never_joins_fails_init_on_the_others_naming_it():
     results = run_ranks(_late_rank, 3, 2, 3, env={"HCCL_CONNECT_TIMEOUT": "3"}, timeout=40)
     assert results[2] == {"late": True}
     for rank, r in enumerate(results[:2]):
-        assert r == {"class": "HcclTimeoutError", "code": 9, "rank": rank, "ranks": [2]}
+        assert r == {"class": "HcclTimeoutError", "code": 9, "rank": rank, "ranks": [2], "error_id": "EI0006"}
 
 
 def _open_fds() -> int:

@@ -103,4 +103,4 @@ def test_connect_timeout_example_names_the_late_rank():
         "-n", "3", str(EXAMPLES / "connect_timeout.py"), env={"HCCL_CONNECT_TIMEOUT": "10", "RANK_LATE": "2"}
     )
     assert done.returncode == 1
-    assert "rank(s) [2] of 3 did not join within 10 s (HCCL_CONNECT_TIMEOUT)" in done.stdout
+    assert "rank(s) [2] of 3 did not join within 10 s (HCCL_CONNECT_TIMEOUT; CANN: EI0006" in done.stdout
