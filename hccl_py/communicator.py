@@ -7,10 +7,8 @@ a buffer. Names follow HCCL's operators in Python style (``HcclAllReduce`` -> ``
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import os
-import threading
 import time
 from typing import Sequence
 
@@ -29,9 +27,9 @@ from .collectives import collective as collective_named
 from .context import RankContext
 from .device import Device
 from .dtypes import DTYPE_CODES, UFUNCS, ReduceOp, check_op_dtype, dtype_code
-from .errors import HcclError, HcclInternalError, HcclMemoryError, HcclParamError, HcclTimeoutError
+from .errors import HcclError, HcclInternalError, HcclParamError, HcclTimeoutError
 from .executor import P2P_SEQ_BIT, RECV_SIDE_BIT, CallContext, error_from_notice, error_from_refusal, quiet_floats
-from .issuing import Call, Issuer, Part
+from .issuing import Call, Issuer, Part, entry
 from .records import CallRecord, CommStats
 from .transport.base import CallSignature
 from .work import Work
@@ -78,52 +76,6 @@ def _op_of(what: str) -> str:
         return collective_named(name).name
     except HcclParamError:
         return name
-
-
-def _entry(scope: str):
-    """The one entry of every call a program makes on a communicator (collectives, point to
-    point, batches, sub-communicators). It alone takes the thread guard and names its holder;
-    and a call this rank refuses before it was issued (bad input, checked before any byte
-    moves) is refused on every rank: the refusal spends the call's number and tells the ranks
-    that take part (``Communicator._refuse``). ``scope`` says which ranks those are:
-    ``collective`` (every member), ``alltoallv`` (the same, two numbers: counts and data),
-    ``send``/``recv`` (the peer), ``batch`` (each item's peer)."""
-
-    def wrap(method):
-        name = method.__name__.lstrip("_")
-
-        @functools.wraps(method)
-        def call(self: "Communicator", *args, **kwargs):
-            held = self._issuer.hold(name, self._seq + 1)
-            if held is None:  # a call made inside another (split's agreement, all_to_all_v's counts)
-                return method(self, *args, **kwargs)
-            if not held:
-                raise self._collision(name, threading.get_ident())
-            issued = self._issued
-            try:
-                return method(self, *args, **kwargs)
-            except HcclError as err:
-                if self._issued == issued and (
-                    isinstance(err, (HcclParamError, HcclMemoryError)) or err.fields.get("late")
-                ):
-                    self._refuse(scope, args, kwargs, err)
-                raise
-            except MemoryError:  # numpy could not allocate the call's copy or output (e.g. of a zero-stride view)
-                err = HcclMemoryError(
-                    f"{name} on '{self.name}': this host cannot allocate the call's buffers (numpy "
-                    "MemoryError); pass smaller buffers, or an out= array",
-                    **self._fields(name),
-                    rule="host_memory",
-                )
-                if self._issued == issued:
-                    self._refuse(scope, args, kwargs, err)
-                raise err from None
-            finally:
-                self._issuer.release()
-
-        return call
-
-    return wrap
 
 
 def _comm_id(*parts: object) -> int:
@@ -285,13 +237,15 @@ class Communicator:
                 **self._fields(what),
                 state=self._closed_reason.split()[1],
             )
-        notice = self._engine.pending_notice(self._id)
+        engine = self._engine
+        if not engine.unsettled(self._id):  # the common case: one check per call
+            return
+        notice = engine.pending_notice(self._id)
         if notice is not None:
             self.abort("a peer reported a failed call")
             seq, src, body = notice
             reporter = self._world_ranks.index(src) if src in self._world_ranks else src
             raise error_from_notice(f"{what}: an earlier call failed on a peer", reporter, body, self._fields(what))
-        engine = self._engine
         if engine.refused(self._id) and engine.idle():
             late = self._late_refusal(what)
             if late is not None:
@@ -355,6 +309,7 @@ class Communicator:
             key = (P2P_SEQ_BIT | number | (RECV_SIDE_BIT if kind == "recv" else 0), self._world_ranks[peer])
             engine.refuse(self._id, key, [self._world_ranks[peer]], err, secondary=secondary)
 
+    @entry(None)
     def refuse(self, error: HcclError, *, send_to: int | None = None, recv_from: int | None = None) -> None:
         """Refuse this rank's next call on every rank that takes part, with ``error``: for an
         adapter that checks arguments of its own before it calls the communicator (torch's
@@ -367,19 +322,12 @@ class Communicator:
                 comm.refuse(err)
                 raise
         """
-        held = self._issuer.hold("refuse", self._seq + 1)
-        if held is False:
-            raise self._collision("refuse", threading.get_ident())
-        try:
-            if send_to is not None:
-                self._refuse("send", (None, send_to), {}, error)
-            elif recv_from is not None:
-                self._refuse("recv", (None, recv_from), {}, error)
-            else:
-                self._refuse("collective", (), {}, error)
-        finally:
-            if held:
-                self._issuer.release()
+        if send_to is not None:
+            self._refuse("send", (None, send_to), {}, error)
+        elif recv_from is not None:
+            self._refuse("recv", (None, recv_from), {}, error)
+        else:
+            self._refuse("collective", (), {}, error)
 
     def _collision(self, name: str, me: int) -> HcclParamError:
         """A second thread called while this rank's communicators are in use: the ranks cannot agree
@@ -636,7 +584,7 @@ class Communicator:
         rc.dump(f"{type(err).__name__} in {ctx.what}")
 
     # -- collectives -----------------------------------------------------------------------------------
-    @_entry("collective")
+    @entry("collective")
     def all_reduce(
         self,
         x: np.ndarray,
@@ -662,7 +610,7 @@ class Communicator:
             OpKind.ALLREDUCE, "allreduce", algo, (flat, flat), flat.size, x.dtype, target, redop, async_op=async_op
         )
 
-    @_entry("collective")
+    @entry("collective")
     def _all_reduce_flat(self, flat: np.ndarray, redop: ReduceOp, what: str) -> None:
         """Blocking, in-place ``all_reduce(flat, redop)`` without :meth:`all_reduce`'s argument
         checks, for an adapter that made the buffer and the op itself: ``flat`` a 1-D, C-contiguous,
@@ -671,7 +619,7 @@ class Communicator:
         self._check_usable(what)
         self._collective(OpKind.ALLREDUCE, "allreduce", "auto", (flat, flat), flat.size, flat.dtype, flat, redop)
 
-    @_entry("collective")
+    @entry("collective")
     def all_gather(self, x: np.ndarray, *, out: np.ndarray | None = None, algo: str = "auto", async_op: bool = False):
         """Gather every rank's ``x`` into an array of shape ``(size, *x.shape)`` (``HcclAllGather``).
 
@@ -700,7 +648,7 @@ class Communicator:
             async_op=async_op,
         )
 
-    @_entry("collective")
+    @entry("collective")
     def broadcast(
         self, x: np.ndarray, root: int = 0, *, out: np.ndarray | None = None, algo: str = "auto", async_op: bool = False
     ):
@@ -716,7 +664,7 @@ class Communicator:
             OpKind.BROADCAST, "broadcast", algo, (flat, flat), flat.size, x.dtype, target, root=root, async_op=async_op
         )
 
-    @_entry("collective")
+    @entry("collective")
     def reduce(
         self,
         x: np.ndarray,
@@ -747,7 +695,7 @@ class Communicator:
             OpKind.REDUCE, "reduce", algo, (flat, flat), flat.size, x.dtype, result, redop, root, async_op=async_op
         )
 
-    @_entry("collective")
+    @entry("collective")
     def reduce_scatter(
         self,
         y: np.ndarray,
@@ -793,7 +741,7 @@ class Communicator:
             async_op=async_op,
         )
 
-    @_entry("collective")
+    @entry("collective")
     def all_to_all(self, x: np.ndarray, *, out: np.ndarray | None = None, algo: str = "auto", async_op: bool = False):
         """Exchange blocks with every rank (``HcclAlltoAll``): ``x``'s first axis splits into
         ``size`` equal blocks, block j goes to rank j; the result's block i came from rank i.
@@ -829,7 +777,7 @@ class Communicator:
             async_op=async_op,
         )
 
-    @_entry("alltoallv")
+    @entry("alltoallv")
     def all_to_all_v(
         self,
         send: np.ndarray,
@@ -938,7 +886,7 @@ class Communicator:
             )
         return as_matrix(sent)
 
-    @_entry("collective")
+    @entry("collective")
     def all_to_all_vc(self, send: np.ndarray, counts, recv: np.ndarray, *, algo: str = "auto", async_op: bool = False):
         """All-to-all with a counts matrix every rank knows (``HcclAlltoAllVC``): ``counts[i][j]``
         elements from rank i to rank j, the same matrix on every rank (a rank with another
@@ -1134,7 +1082,7 @@ class Communicator:
             )
         return call
 
-    @_entry("collective")
+    @entry("collective")
     def scatter(
         self,
         x: np.ndarray | None,
@@ -1191,7 +1139,7 @@ class Communicator:
             async_op=async_op,
         )
 
-    @_entry("collective")
+    @entry("collective")
     def gather(
         self, x: np.ndarray, root: int = 0, *, out: np.ndarray | None = None, algo: str = "auto", async_op: bool = False
     ):
@@ -1240,7 +1188,7 @@ class Communicator:
             np.copyto(out.reshape(-1), _apart_from(np.ascontiguousarray(x).reshape(-1), out.reshape(-1)))
         return out
 
-    @_entry("collective")
+    @entry("collective")
     def barrier(self, *, monitored: bool = False, async_op: bool = False):
         """Return once every rank of the communicator has entered the barrier (``HcclBarrier``).
 
@@ -1269,7 +1217,7 @@ class Communicator:
         return self._launch(call, (_NO_DATA, _NO_DATA), _BYTE, None, async_op)
 
     # -- point to point ---------------------------------------------------------------------------------
-    @_entry("send")
+    @entry("send")
     def send(self, x: np.ndarray, dst: int, *, async_op: bool = False):
         """Send ``x`` to rank ``dst``, which posts a matching :meth:`recv` (``HcclSend``).
 
@@ -1287,7 +1235,7 @@ class Communicator:
             self._p2p_call("send", flat.size, x.dtype, dst), (flat, flat), x.dtype, None, async_op, seq, ("send", dst)
         )
 
-    @_entry("recv")
+    @entry("recv")
     def recv(self, x: np.ndarray, src: int, *, async_op: bool = False):
         """Receive into ``x`` from rank ``src``'s matching :meth:`send`, in place; returns ``x``."""
         what = f"recv on '{self.name}'"
@@ -1299,7 +1247,7 @@ class Communicator:
             self._p2p_call("recv", flat.size, x.dtype, src), (flat, flat), x.dtype, x, async_op, seq, ("recv", src)
         )
 
-    @_entry("batch")
+    @entry("batch")
     def batch_send_recv(self, items, *, async_op: bool = False):
         """Several sends and receives as one call (``HcclBatchSendRecv``): ``items`` are
         ``("send", array, peer)`` and ``("recv", array, peer)``; they progress together, so no
@@ -1402,7 +1350,7 @@ class Communicator:
         return counters[peer]
 
     # -- sub-communicators ---------------------------------------------------------------------------------
-    @_entry("collective")
+    @entry("collective")
     def split(self, color: int | None, key: int = 0) -> "Communicator | None":
         """Partition by ``color`` (``MPI_Comm_split``); ranks ordered by ``key`` then rank.
 
@@ -1449,7 +1397,7 @@ class Communicator:
         ranks = [r for _, r in members]
         return self._child(ranks, _comm_id(self._id, seq, "split", int(color)), f"{self.name}/split({color})")
 
-    @_entry("collective")
+    @entry("collective")
     def create_group(self, ranks: Sequence[int]) -> "Communicator | None":
         """A communicator of ``ranks`` (ranks of this communicator, in that order).
 
@@ -1484,7 +1432,7 @@ class Communicator:
             return None
         return self._child(ranks, _comm_id(self._id, seq, "group", tuple(ranks)), f"{self.name}/group{ranks}")
 
-    @_entry("collective")
+    @entry("collective")
     def create_groups(self, groups: "str | Sequence[Sequence[int]]" = "auto") -> "Communicator":
         """Partition this communicator into groups in one call; returns this rank's group.
 
@@ -1526,7 +1474,7 @@ class Communicator:
             self._partition = tuple(tuple(g) for g in self._partition_of("auto", f"partition of '{self.name}'"))
         return self._partition
 
-    @_entry("collective")
+    @entry("collective")
     def set_partition(self, groups: "str | Sequence[Sequence[int]]" = "auto") -> None:
         """Set the groups of this communicator's hierarchical collectives (``algo="hier"``):
         ``"auto"``, a list of rank lists, ``"0,2;1,3"`` or a file. Every rank calls it with the

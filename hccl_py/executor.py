@@ -698,7 +698,8 @@ class Engine:
         # (their slices that still arrive are dropped); notices another thread asked to send.
         self._refused: dict[int, dict[tuple[int, int], tuple[int, bytes, bool]]] = {}
         self._failed: dict[int, set[tuple[int, int]]] = {}
-        self._outbox: list[tuple[int, tuple[int, int] | None, int, tuple[int, ...], bytes]] = []
+        # notices and refusals another thread queued for the thread that drives the transport
+        self.outbox: list[tuple[int, tuple[int, int] | None, int, tuple[int, ...], bytes]] = []
         self.drop_next_message = False  # fault injection: the next message this rank sends is lost
         self._plans: dict[tuple, tuple[Schedule, list[StepPlan]]] = {}
         # A transport that can stage one block once for several receivers (shm), else None.
@@ -722,6 +723,11 @@ class Engine:
         self._wake = getattr(transport, "wake", None)  # interrupts the transport's wait (shm), else None
 
     # -- notices: a peer telling a communicator that a call failed -------------------------------
+    def unsettled(self, comm_id: int) -> bool:
+        """Whether a peer's notice or refusal is held for communicator ``comm_id`` (then see
+        ``pending_notice`` and ``refused``)."""
+        return comm_id in self._notices or comm_id in self._refused
+
     def pending_notice(self, comm_id: int) -> tuple[int, int, bytes] | None:
         """The first notice a peer sent communicator ``comm_id`` (seq, sender's world rank, the error in
         wire form), or None."""
@@ -834,7 +840,7 @@ class Engine:
         wire_seq = key[0] | REFUSAL_BIT | (SECONDARY_BIT if secondary else 0)
         body = to_wire(error)
         with self._cv:
-            self._outbox.append((comm_id, key, wire_seq, tuple(peers), body))
+            self.outbox.append((comm_id, key, wire_seq, tuple(peers), body))
         self.defer(self.flush_outbox)
 
     def abort_everywhere(self, comm_id: int, peers: Sequence[int], error: HcclError) -> None:
@@ -846,11 +852,11 @@ class Engine:
         if self.transport is None:
             return
         with self._cv:  # sent when the thread that holds the communicators lets go (it may drive the transport now)
-            self._outbox.append((comm_id, None, 0, tuple(peers), body))
+            self.outbox.append((comm_id, None, 0, tuple(peers), body))
 
     def flush_later(self) -> None:
         """Send what ``refuse``/``abort_everywhere`` queued, on the thread that drives the transport."""
-        if self._outbox:
+        if self.outbox:
             self.defer(self.flush_outbox)
 
     def idle(self) -> bool:
@@ -866,7 +872,7 @@ class Engine:
     def flush_outbox(self) -> None:
         """Send the refusals queued by ``refuse``; on the thread that drives the transport."""
         with self._cv:
-            queued, self._outbox = self._outbox, []
+            queued, self.outbox = self.outbox, []
         if not queued:
             return
         for comm_id, key, wire_seq, peers, body in queued:

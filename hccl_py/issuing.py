@@ -14,15 +14,16 @@ Every form writes the flight record, applies injected faults, joins the call's s
 starts after the calls before it there, and not before the compute that issued it), makes the
 :class:`~hccl_py.work.Work` and, when the call fails, hands the failure back to the communicator
 (``on_failure``: abort, tell peers, dump) without knowing what a communicator is. The thread
-guard is the issuer's too (:meth:`Issuer.hold`), taken by the communicator's one entry before
-any argument is checked, so a refused thread touches no state.
+guard is the issuer's too: :func:`entry`, the one entry of every call a communicator's program
+makes, takes it before any argument is checked, so a refused thread touches no state.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import threading
+import functools
 import time
+from threading import get_ident
 from typing import Callable, NamedTuple
 
 import numpy as np
@@ -30,7 +31,7 @@ import numpy as np
 from .algorithms.schedule import Schedule
 from .context import RankContext
 from .device import Stream
-from .errors import HcclError, HcclInternalError
+from .errors import HcclError, HcclInternalError, HcclMemoryError, HcclParamError
 from .executor import P2P_SEQ_BIT, BatchRun, CallContext, Engine
 from .records import CallRecord
 from .work import Work
@@ -87,31 +88,10 @@ class Issuer:
         # per peer and direction, batches on another.
         self._streams: dict[object, Stream] = {}
 
-    # -- the thread guard -------------------------------------------------------------------------
-    def hold(self, op: str, seq: int) -> bool | None:
-        """Take this rank's communicators for the calling thread: True when taken (``release``
-        it), None when this thread holds them already (a call made inside another), False when
-        another thread does (``holder()`` names its call)."""
-        engine = self._engine
-        me = threading.get_ident()
-        if engine.holder == me:
-            return None
-        if not engine.busy.acquire(False):
-            return False
-        engine.holder = me
-        engine.busy_with = (op, seq, self._name, me)
-        return True
-
+    # -- the thread guard (taken by entry) -------------------------------------------------------
     def holder(self) -> tuple:
         """(op, seq, communicator, thread id) of the call that holds this rank's communicators."""
         return self._engine.busy_with or ("?", 0, "?", 0)
-
-    def release(self) -> None:
-        """Let go of the communicators; send what another thread asked to send meanwhile."""
-        engine = self._engine
-        engine.holder = None
-        engine.busy.release()
-        engine.flush_later()
 
     # -- issuing --------------------------------------------------------------------------------------
     def stream(self, queue) -> Stream:
@@ -343,3 +323,62 @@ class Issuer:
             raise HcclInternalError(
                 f"{ctx.what}: the communicator {reason}; create a new one", **ctx.fields(state=reason.split()[1])
             )
+
+
+def entry(scope: str | None):
+    """The one entry of every call a program makes on a communicator (collectives, point to
+    point, batches, sub-communicators, ``refuse``). It alone takes the thread guard and names its
+    holder; and a call this rank refuses before it was issued (bad input, checked before any byte
+    moves) is refused on every rank: the refusal spends the call's number and tells the ranks
+    that take part (the communicator's ``_refuse``). ``scope`` says which ranks those are:
+    ``collective`` (every member), ``alltoallv`` (the same, two numbers: counts and data),
+    ``send``/``recv`` (the peer), ``batch`` (each item's peer); ``None``: nothing to refuse.
+
+    The decorated class hands the rest back through its ``_issuer``, ``_seq`` (its last call's
+    number), ``_issued`` (counts calls issued), ``_refuse(scope, args, kwargs, err)``,
+    ``_collision(name, thread)`` (the error of a second thread) and ``_fields(name)``. The guard
+    is written out here, not called, as it runs on every call (``benchmarks/call_overhead.py``)."""
+
+    def wrap(method):
+        name = method.__name__.lstrip("_")
+
+        @functools.wraps(method)
+        def call(comm, *args, **kwargs):
+            engine = comm._issuer._engine
+            me = get_ident()
+            if engine.holder == me:  # a call made inside another (split's agreement, all_to_all_v's counts)
+                return method(comm, *args, **kwargs)
+            if not engine.busy.acquire(False):
+                raise comm._collision(name, me)
+            engine.holder = me
+            engine.busy_with = (name, comm._seq + 1, comm.name, me)
+            issued = comm._issued
+            try:
+                return method(comm, *args, **kwargs)
+            except HcclError as err:
+                if (
+                    scope is not None
+                    and comm._issued == issued
+                    and (isinstance(err, (HcclParamError, HcclMemoryError)) or err.fields.get("late"))
+                ):
+                    comm._refuse(scope, args, kwargs, err)
+                raise
+            except MemoryError:  # numpy could not allocate the call's copy or output (e.g. of a zero-stride view)
+                err = HcclMemoryError(
+                    f"{name} on '{comm.name}': this host cannot allocate the call's buffers (numpy "
+                    "MemoryError); pass smaller buffers, or an out= array",
+                    **comm._fields(name),
+                    rule="host_memory",
+                )
+                if scope is not None and comm._issued == issued:
+                    comm._refuse(scope, args, kwargs, err)
+                raise err from None
+            finally:
+                engine.holder = None
+                engine.busy.release()
+                if engine.outbox:  # what another thread asked to send meanwhile (refuse, abort)
+                    engine.flush_later()
+
+        return call
+
+    return wrap
