@@ -30,7 +30,9 @@ from ..communicator import Communicator
 from ..errors import HcclError, HcclNotSupportedError
 from ..job import JobConfig, read_job
 from ..transport.torch import C10dStore
+from . import device
 from .process_group import HcclProcessGroup
+from .tensors import strict
 from .work import backend_error
 
 NAME = "hccl"
@@ -78,8 +80,6 @@ def serve_npu() -> None:
     ``init_process_group()`` names no backend (done when the npu device is installed). Under
     hccl-npu it serves npu tensors only, as Ascend's: torch itself then refuses a CPU tensor, and
     object collectives stage through the current npu."""
-    from .tensors import strict
-
     register()
     capability = dist.Backend.backend_capability.setdefault(NAME, [])
     if "npu" not in capability:
@@ -87,6 +87,9 @@ def serve_npu() -> None:
     if strict() and "cpu" in capability:
         capability.remove("cpu")
     dist.Backend.default_device_backend_map["npu"] = NAME
+
+
+device.on_install(lambda ext: serve_npu())
 
 
 def _exec_timeout_s(timeout: timedelta | None) -> float | None:

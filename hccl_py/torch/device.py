@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 
 from .. import env
+from ..context import load_topology
 from ..errors import HcclNotSupportedError, HcclParamError
 from ..job import read_job
 
@@ -161,8 +162,6 @@ def device_count_from_env(environ=None) -> int:
 def cards(count: int) -> list:
     """Each card's model on the modeled cluster (HCCL_PY_TOPOLOGY / RANK_TABLE_FILE as the runtime
     reads them, else the default preset): its HBM is the pool's capacity."""
-    from ..context import load_topology
-
     job = read_job(
         {k: v for k, v in os.environ.items() if k not in (env.RANK, env.WORLD_SIZE)}
         | {env.RANK: "0", env.WORLD_SIZE: os.environ.get(env.WORLD_SIZE) or str(count)}
@@ -185,8 +184,10 @@ def installed():
 
 def install(devices: int | None = None):
     """Make ``npu`` a torch device backed by hccl-py's simulated cards (idempotent): the rename,
-    the extension, ``torch.npu`` (``hccl_py.torch.npu``), ``.npu()``/``.is_npu`` and the "hccl"
-    backend for npu tensors. ``devices``: the count (default :func:`device_count_from_env`)."""
+    the extension, ``.npu()``/``.is_npu``, then what registered :func:`on_install`: ``torch.npu``
+    (``hccl_py.torch.npu``) and the "hccl" backend for npu tensors (both register on import, and
+    any import of ``hccl_py.torch`` imports them). ``devices``: the count (default
+    :func:`device_count_from_env`)."""
     global _C
     if _C is not None:
         return _C
@@ -209,20 +210,27 @@ def install(devices: int | None = None):
     split = int(conf.get("max_split_size_mb", 0) * 2**20)
     for index, card in enumerate(cards(count)):
         ext.set_pool(index, card.hbm_bytes, split, bool(conf.get("expandable_segments", False)))
-    from . import backend, npu
-
-    torch._register_device_module("npu", npu)
     torch.utils.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
     )
-    ext.set_clock(npu.modeled_clock)
-    ext.set_flush(npu.charge_kernels)
-    ext.set_recording(True)
     atexit.register(_detach, ext)
     torch.version.cann = CANN_VERSION
     _C = ext
-    backend.serve_npu()
+    for hook in _hooks:  # torch.npu (npu.py), then the "hccl" backend for npu tensors (backend.py)
+        hook(ext)
+    ext.set_recording(True)
     return ext
+
+
+_hooks: list = []
+
+
+def on_install(hook) -> None:
+    """Call ``hook(ext)`` once the device is installed (now, if it is): how the modules above this
+    one (``torch.npu``, the backend) join the install without this module importing them."""
+    _hooks.append(hook)
+    if _C is not None:
+        hook(_C)
 
 
 if __name__ == "__main__":  # `python -m hccl_py.torch.device`: build ahead (make install does)

@@ -482,6 +482,16 @@ def __getattr__(name: str):
 
 
 # -- install: torch_npu's import ------------------------------------------------------------------------
+def _as_torch_npu(ext) -> None:
+    """``torch.npu`` is this module, the card's clock and kernel charging the extension's."""
+    torch._register_device_module("npu", sys.modules[__name__])
+    ext.set_clock(modeled_clock)
+    ext.set_flush(charge_kernels)
+
+
+_device_impl.on_install(_as_torch_npu)
+
+
 def install() -> types.ModuleType:
     """What ``import torch_npu`` does here: the npu device installed, ``torch.npu`` this module,
     the "hccl" backend registered for npu tensors."""

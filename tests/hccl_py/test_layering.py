@@ -173,26 +173,24 @@ def test_every_module_is_in_a_layer():
 
 def test_no_import_runs_up_the_layers():
     up = [
-        f"{a} (layer {_layer(a)}) imports {b} (layer {_layer(b)})"
-        for a, b, _, _ in _edges()
-        if _layer(b) > _layer(a) and not (a.startswith(b + ".") and b == "hccl_py.torch")
-    ]  # a package's modules may import from its __init__
+        f"{a} (layer {_layer(a)}) imports {b} (layer {_layer(b)})" for a, b, _, _ in _edges() if _layer(b) > _layer(a)
+    ]
     assert not up, "\n".join(up)
 
 
 def test_imports_inside_functions_are_kept_for_cost_and_marked():
     # Inside a function only for cost (zmq, ml_dtypes, matplotlib behind it), marked why; never to
-    # dodge a loop. The torch adapter (its own package, imported only with torch) is exempt.
+    # dodge a loop.
     unmarked = [
         f"{a} imports {b} inside a function: {text.strip()}"
         for a, b, top, text in _edges()
-        if not top and "# lazy:" not in text and not a.startswith("hccl_py.torch")
+        if not top and "# lazy:" not in text
     ]
     assert not unmarked, "\n".join(unmarked)
 
 
 def test_no_import_loop():
     nx = pytest.importorskip("networkx")
-    graph = nx.DiGraph((a, b) for a, b, _, _ in _edges() if not a.startswith("hccl_py.torch"))
+    graph = nx.DiGraph((a, b) for a, b, _, _ in _edges())
     loops = list(nx.simple_cycles(graph))
     assert not loops, loops
