@@ -10,7 +10,10 @@
 //   events whose stamps are the card's *modeled* clock (a Python callable set from Python).
 // - Kernels: factories, views, copies and set_ natively; every other op through one boxed
 //   fallback that runs torch's CPU kernel on zero-copy CPU aliases of the npu tensors (the bytes
-//   are host memory already) and hands the results back as npu tensors without a copy.
+//   are host memory already) and hands the results back as npu tensors without a copy; an op
+//   given tensors of two cards is refused, as torch refuses one given two CUDA devices.
+//   Convolutions, which torch sends a private-use device as convolution_overrideable, run the
+//   CPU's convolution the same way.
 #include <torch/extension.h>
 
 #include <ATen/EmptyTensor.h>
@@ -22,8 +25,10 @@
 #include <ATen/ops/_fused_sdp_choice_cpu_dispatch.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/csrc/distributed/c10d/reducer_timer.hpp>
 
 #include <array>
+#include <cmath>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -341,7 +346,20 @@ void grow_storage(const c10::Storage& storage, size_t nbytes) {
   impl->set_nbytes(nbytes);
 }
 
-void NpuHooks::resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const { grow_storage(storage, newsize); }
+// Storage.resize_ (Python's untyped_storage().resize_(n), as FSDP frees a parameter with resize_(0)):
+// as CUDA's, a block of exactly `newsize` bytes (contents kept up to the smaller size), and the old
+// block goes back to the pool, so a storage shrunk or freed this way is booked as freed.
+void NpuHooks::resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const {
+  c10::StorageImpl* impl = storage.unsafeGetStorageImpl();
+  TORCH_CHECK(impl->resizable(), "Trying to resize storage that is not resizable");
+  if (newsize == impl->nbytes() && (newsize == 0 || impl->data() != nullptr)) return;
+  c10::DeviceGuard guard(storage.device());
+  at::DataPtr fresh = g_allocator.allocate(newsize);
+  size_t kept = std::min(newsize, impl->nbytes());
+  if (kept > 0 && impl->data() != nullptr) std::memcpy(fresh.get(), impl->data(), kept);
+  impl->set_data_ptr_noswap(std::move(fresh));
+  impl->set_nbytes(newsize);
+}
 
 const at::Tensor& npu_resize_(const at::Tensor& self, at::IntArrayRef size, std::optional<at::MemoryFormat> format) {
   if (self.sizes() == size && (!format.has_value() || *format == at::MemoryFormat::Preserve)) return self;  // as CPU's
@@ -444,6 +462,45 @@ int64_t attention_passes(const std::string& name, int* query) {
   return found->second.second;
 }
 
+// The card an op runs on: every npu tensor it is given must be on one card, as torch asks of CUDA
+// tensors (with torch's message), since a card reads only its own HBM. CPU tensors are let through
+// (the CPU kernels here take them). Copies between cards (copy_, .to("npu:1")) do not come here.
+struct OneCard {
+  const char* method;
+  std::optional<c10::Device> common;
+  void check(const char* arg, const at::Tensor& t) {
+    if (!is_npu(t)) return;
+    if (!common) {
+      common = t.device();
+      return;
+    }
+    TORCH_CHECK(t.device() == *common, "Expected all tensors to be on the same device, but got ", arg, " is on ",
+                t.device(), ", different from other tensors on ", *common, " (when checking argument in method ",
+                method, ")");
+  }
+};
+
+// Ops whose tensors may sit on several cards, as on CUDA: the _foreach_ family takes lists that
+// torch groups by device only on its fast path.
+bool spans_cards(const std::string& name) {
+  return name.rfind("aten::_foreach_", 0) == 0 || name.rfind("aten::_amp_foreach_", 0) == 0;
+}
+
+// Log a kernel for the card's modeled compute clock (charged from Python when the log fills or
+// the clock is read).
+void record_kernel(Kernel kernel) {
+  size_t logged;
+  {
+    std::lock_guard<std::mutex> lock(g_kernels_mu);
+    g_kernels.push_back(std::move(kernel));
+    logged = g_kernels.size();
+  }
+  if (logged >= kKernelLogFlush && g_flush != nullptr && python_usable()) {
+    py::gil_scoped_acquire gil;
+    if (g_flush != nullptr) g_flush->operator()();
+  }
+}
+
 // Every other op: torch's CPU kernel on zero-copy CPU aliases, results handed back as npu tensors.
 void npu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
@@ -454,8 +511,11 @@ void npu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   struct Written { at::Tensor npu, cpu; };
   std::vector<Written> written;
   SharedStorages shared;
-  auto alias = [&](const at::Tensor& t, bool write) -> at::Tensor {
+  OneCard card{schema.name().c_str(), std::nullopt};
+  const bool any_card = spans_cards(schema.name());
+  auto alias = [&](const at::Tensor& t, bool write, const char* arg) -> at::Tensor {
     if (!is_npu(t)) return t;
+    if (!any_card) card.check(arg, t);
     TORCH_CHECK(!t.is_conj() && !t.is_neg(), op.schema().name(), " on a lazily conjugated or negated npu tensor is not "
                 "supported by hccl-py's npu device: call .resolve_conj() / .resolve_neg() on it first");
     if (!device) device = t.device().index();
@@ -468,18 +528,20 @@ void npu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     auto& value = (*stack)[begin + i];
     const auto* info = schema.arguments()[i].alias_info();
     const bool write = info != nullptr && info->isWrite();
+    const char* arg = schema.arguments()[i].name().c_str();
     if (value.isTensor()) {
-      value = alias(value.toTensor(), write);
+      value = alias(value.toTensor(), write, arg);
     } else if (value.isTensorList()) {
       auto list = value.toTensorList();
       c10::List<at::Tensor> out;
       out.reserve(list.size());
-      for (const at::Tensor& t : list) out.push_back(alias(t, write));
+      for (const at::Tensor& t : list) out.push_back(alias(t, write, arg));
       value = out;
     } else if (value.isOptionalTensorList()) {
       auto list = value.toOptionalTensorList();
       c10::List<std::optional<at::Tensor>> out;
-      for (const std::optional<at::Tensor>& t : list) out.push_back(t.has_value() ? std::optional<at::Tensor>(alias(*t, write)) : t);
+      for (const std::optional<at::Tensor>& t : list)
+        out.push_back(t.has_value() ? std::optional<at::Tensor>(alias(*t, write, arg)) : t);
       value = out;
     } else if (value.isDevice() && value.toDevice().type() == kNpu) {
       if (!device) device = index_of(value.toDevice());
@@ -553,18 +615,8 @@ void npu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       if (value.isTensor() && npu_tensor_of.count(value.toTensor().unsafeGetTensorImpl())) continue;
       out_bytes += tensor_bytes(value);
     }
-    Kernel kernel{schema.name(), matmul_dims.m, matmul_dims.n, matmul_dims.k, matmul_dims.batch, in_bytes + out_bytes,
-                  dtype};
-    size_t logged;
-    {
-      std::lock_guard<std::mutex> lock(g_kernels_mu);
-      g_kernels.push_back(std::move(kernel));
-      logged = g_kernels.size();
-    }
-    if (logged >= kKernelLogFlush && g_flush != nullptr && python_usable()) {
-      py::gil_scoped_acquire gil;
-      if (g_flush != nullptr) g_flush->operator()();
-    }
+    record_kernel({schema.name(), matmul_dims.m, matmul_dims.n, matmul_dims.k, matmul_dims.batch, in_bytes + out_bytes,
+                   dtype});
   }
   for (size_t i = 0; i < num_returns; ++i) {
     auto& value = (*stack)[rbegin + i];
@@ -625,7 +677,108 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> npu_efficient_attenti
       grad_out, query, key, value, out, lse, dropout_p, is_causal, std::nullopt, scale);
   return {grad_q, grad_k, grad_v, at::Tensor()};
 }
+
+// Convolutions. torch sends a private-use device's convolutions to convolution_overrideable and
+// convolution_backward_overrideable (no CPU kernel of those names exists, so the fallback cannot
+// serve them): the CPU's convolution runs on zero-copy CPU aliases of the npu tensors, so the
+// numbers are the CPU's, and the results come back as npu tensors without a copy. The card's
+// compute is charged as the matmul family's: a convolution is its implicit GEMM (im2col) on the
+// cube, per group m = N x output positions, n = out_channels / groups, k = in_channels / groups x
+// kernel size (2 x output elements x in_channels / groups x kernel size FLOPs before the cube's
+// tiles round it up); a transposed convolution the same GEMM with input and output exchanged. Its
+// backward charges that GEMM once for the input's gradient and once for the weight's (the bias's
+// is a sum: bytes only).
+at::Tensor npu_result(const at::Tensor& cpu, c10::DeviceIndex device) {
+  if (!cpu.defined()) return cpu;
+  return with_storage(npu_storage_of(cpu.storage(), device), kNpuKeys, cpu);
+}
+
+Kernel conv_kernel(const char* name, const at::Tensor& input, const at::Tensor& weight, const at::Tensor& output,
+                   bool transposed, int64_t groups, int64_t passes, int64_t nbytes) {
+  Kernel kernel{name, 0, 0, 0, 1, nbytes, c10::toString(input.scalar_type())};
+  const at::Tensor& rows = transposed ? input : output;  // the GEMM's m runs over these positions
+  if (passes == 0 || groups <= 0 || rows.dim() < 2 || rows.numel() == 0 || weight.numel() == 0) return kernel;
+  int64_t per_filter = weight.numel() / weight.size(0);  // (in or out) channels / groups x kernel size
+  int64_t kernel_size = per_filter / weight.size(1);
+  kernel.m = rows.numel() / rows.size(1);
+  kernel.n = transposed ? per_filter : weight.size(0) / groups;
+  kernel.k = transposed ? weight.size(0) / groups : weight.size(1) * kernel_size;
+  kernel.batch = groups * passes;
+  return kernel;
+}
+
+int64_t bytes_of(const at::Tensor& t) { return t.defined() ? t.numel() * t.element_size() : 0; }
+
+at::Tensor npu_convolution(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                           at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, bool transposed,
+                           at::IntArrayRef output_padding, int64_t groups) {
+  const bool has_bias = bias.has_value() && bias->defined();
+  OneCard card{"aten::convolution_overrideable", std::nullopt};
+  card.check("input", input);
+  card.check("weight", weight);
+  if (has_bias) card.check("bias", *bias);
+  TORCH_CHECK(is_npu(input) && is_npu(weight) && (!has_bias || is_npu(*bias)),
+              "Expected all tensors to be on the same device: a convolution on npu takes its input, weight and bias "
+              "on the card (got ", input.device(), ", ", weight.device(), has_bias ? ", " : "",
+              has_bias ? c10::str(bias->device()) : std::string(), ")");
+  c10::DeviceGuard guard(input.device());
+  SharedStorages shared;
+  std::optional<at::Tensor> cpu_bias;
+  if (has_bias) cpu_bias = as_cpu(*bias, &shared);
+  at::Tensor out = at::convolution(as_cpu(input, &shared), as_cpu(weight, &shared), cpu_bias, stride, padding, dilation,
+                                   transposed, output_padding, groups);
+  if (g_recording.load(std::memory_order_relaxed)) {
+    int64_t nbytes = bytes_of(input) + bytes_of(weight) + (has_bias ? bytes_of(*bias) : 0) + bytes_of(out);
+    record_kernel(conv_kernel("aten::convolution_overrideable", input, weight, out, transposed, groups, 1, nbytes));
+  }
+  return npu_result(out, input.device().index());
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> npu_convolution_backward(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight, at::IntArrayRef stride,
+    at::IntArrayRef padding, at::IntArrayRef dilation, bool transposed, at::IntArrayRef output_padding, int64_t groups,
+    std::array<bool, 3> output_mask) {
+  OneCard card{"aten::convolution_backward_overrideable", std::nullopt};
+  card.check("grad_output", grad_output);
+  card.check("input", input);
+  card.check("weight", weight);
+  TORCH_CHECK(is_npu(grad_output) && is_npu(input) && is_npu(weight),
+              "Expected all tensors to be on the same device: a convolution's backward on npu takes its tensors on "
+              "the card (got ", grad_output.device(), ", ", input.device(), ", ", weight.device(), ")");
+  c10::DeviceGuard guard(input.device());
+  SharedStorages shared;
+  std::vector<int64_t> bias_sizes{grad_output.size(1)};
+  auto [grad_input, grad_weight, grad_bias] =
+      at::convolution_backward(as_cpu(grad_output, &shared), as_cpu(input, &shared), as_cpu(weight, &shared),
+                               bias_sizes, stride, padding, dilation, transposed, output_padding, groups, output_mask);
+  if (g_recording.load(std::memory_order_relaxed)) {
+    int64_t nbytes = bytes_of(grad_output) + bytes_of(input) + bytes_of(weight) + bytes_of(grad_input) +
+                     bytes_of(grad_weight) + bytes_of(grad_bias);
+    int64_t passes = int64_t(output_mask[0]) + int64_t(output_mask[1]);
+    record_kernel(conv_kernel("aten::convolution_backward_overrideable", input, weight, grad_output, transposed, groups,
+                              passes, nbytes));
+  }
+  auto device = input.device().index();
+  return {npu_result(grad_input, device), npu_result(grad_weight, device), npu_result(grad_bias, device)};
+}
+
+// DDP's timing statistics (forward, backward compute and communication times in its logging data)
+// ask torch's timer registry for a timer of the parameters' device; npu's stamps the card's modeled
+// clock, as its events do, so the statistics are modeled nanoseconds.
+struct NpuTimer final : c10d::Timer {
+  explicit NpuTimer(c10::Device) {}
+  void record(Event event) override { getTimeRef(event) = int64_t(std::llround(modeled_clock() * 1e9)); }
+  std::optional<int64_t> measureDifference(Event start, Event end) override {
+    auto from = getTimestamp(start), to = getTimestamp(end);
+    if (!from || !to || *to < *from) return std::nullopt;
+    return *to - *from;
+  }
+};
 }  // namespace hccl_npu
+
+namespace c10d {
+C10_REGISTER_TYPED_CLASS(TimerRegistry, c10::kPrivateUse1, hccl_npu::NpuTimer);
+}  // namespace c10d
 
 namespace at::native {
 REGISTER_PRIVATEUSE1_DISPATCH(_fused_sdp_choice_stub, &hccl_npu::npu_fused_sdp_choice)
@@ -649,6 +802,22 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_has_compatible_shallow_copy_type", &npu_has_compatible_shallow_copy_type);
   m.impl("_scaled_dot_product_efficient_attention", &npu_efficient_attention);
   m.impl("_scaled_dot_product_efficient_attention_backward", &npu_efficient_attention_backward);
+  m.impl("convolution_overrideable", &npu_convolution);
+  m.impl("convolution_backward_overrideable", &npu_convolution_backward);
+}
+
+// A lazily conjugated or negated npu tensor copied anywhere (t.conj().cpu(), and every op on one,
+// which torch's conjugate fallback materialises with a copy): torch's fallbacks for these views
+// would materialise _copy_from's source with a clone, which copies through _copy_from again, without
+// end (a stack overflow). npu_copy_from resolves the view itself, so these keys pass it through.
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {

@@ -1,0 +1,179 @@
+"""Gaps of the npu device found by review (issue 26), each held here by a script run under
+``hccl-npu --devices 2`` in a child process (installing the device renames torch's private-use
+backend for good): ops mixing cards are refused as torch refuses them for CUDA, convolutions run
+the CPU's kernels and charge the card's cube, ``Storage.resize_`` gives blocks back to the pool,
+a lazily conjugated view copies back to the CPU, and DDP's timing statistics have an npu timer.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+pytest.importorskip("torch")
+
+from tests.hccl_py.torch.test_npu_device import _hccl_npu  # noqa: E402
+
+
+def _run(tmp_path, body: str):
+    script = tmp_path / "probe.py"
+    script.write_text("import torch, torch_npu\n" + body + '\nprint("OK")\n')
+    done = _hccl_npu("--devices", "2", sys.executable, str(script), timeout=110)
+    assert done.returncode == 0 and done.stdout.strip().endswith("OK"), done.stdout[-2000:] + done.stderr[-3000:]
+    return done
+
+
+_MIXED_CARDS = r"""
+a, b = torch.ones(2, 2, device="npu:0"), torch.ones(2, 2, device="npu:1")
+mixed = {
+    "add": lambda: a + b,
+    "mm": lambda: a @ b,
+    "matmul": lambda: torch.matmul(a, b),
+    "addmm": lambda: torch.addmm(a, a, b),
+    "cat": lambda: torch.cat([a, b]),
+    "where": lambda: torch.where(a > 0, a, b),
+    "out= on the other card": lambda: torch.mm(a, a, out=torch.empty(2, 2, device="npu:1")),
+    "a 0-dim tensor of the other card": lambda: a * torch.tensor(2.0, device="npu:1"),
+}
+for name, op in mixed.items():
+    try:
+        op()
+    except RuntimeError as err:
+        assert "Expected all tensors to be on the same device" in str(err), (name, str(err))
+        assert "npu:0" in str(err) and "npu:1" in str(err), (name, str(err))
+    else:
+        raise SystemExit(f"{name}: ops mixing npu:0 and npu:1 were computed")
+# copies between cards stay allowed, as between CUDA devices, and so do CPU scalars
+c = a.to("npu:1")
+assert c.device == torch.device("npu:1") and torch.equal(c.cpu(), a.cpu())
+d = torch.zeros(2, 2, device="npu:1"); d.copy_(a); assert torch.equal(d.cpu(), a.cpu())
+assert (a * torch.tensor(3.0)).device == torch.device("npu:0")
+assert torch.equal((b @ c).cpu(), torch.full((2, 2), 2.0))
+"""
+
+
+@pytest.mark.timeout(120)
+def test_ops_mixing_cards_are_refused_as_for_cuda_and_copies_between_cards_stay(tmp_path):
+    _run(tmp_path, _MIXED_CARDS)
+
+
+_CONVOLUTIONS = r"""
+import torch.distributed as dist
+import hccl_py.torch
+from hccl_py.cost_model import cube_flops
+torch.manual_seed(0)
+cases = [
+    (torch.nn.Conv1d(4, 6, 3, padding=1), (2, 4, 9)),
+    (torch.nn.Conv2d(4, 6, 3, stride=2, padding=1), (2, 4, 7, 5)),
+    (torch.nn.Conv2d(4, 6, (3, 2), groups=2, bias=False), (1, 4, 6, 6)),
+    (torch.nn.ConvTranspose2d(4, 6, 3, stride=2), (2, 4, 3, 3)),
+    (torch.nn.Conv3d(2, 3, 2), (1, 2, 3, 4, 3)),
+]
+for conv, shape in cases:
+    x = torch.randn(shape, requires_grad=True)
+    y = conv(x); y.square().sum().backward()
+    conv_npu = type(conv)(conv.in_channels, conv.out_channels, conv.kernel_size, stride=conv.stride,
+                          padding=conv.padding, groups=conv.groups, bias=conv.bias is not None).to("npu:1")
+    conv_npu.load_state_dict(conv.state_dict())
+    x_npu = x.detach().to("npu:1").requires_grad_()
+    y_npu = conv_npu(x_npu); y_npu.square().sum().backward()
+    assert y_npu.device == torch.device("npu:1") and x_npu.grad.device == torch.device("npu:1"), conv
+    assert torch.equal(y_npu.cpu(), y), conv  # the CPU's kernel on the same bytes: the CPU's numbers
+    assert torch.equal(x_npu.grad.cpu(), x.grad), conv
+    assert torch.equal(conv_npu.weight.grad.cpu(), conv.weight.grad), conv
+    if conv.bias is not None:
+        assert torch.equal(conv_npu.bias.grad.cpu(), conv.bias.grad), conv
+
+# the card's compute: charged as the implicit GEMM on the cube, as the matmul family is
+torch.npu.set_device(0)
+dist.init_process_group(store=dist.HashStore(), rank=0, world_size=1)
+card = hccl_py.torch.communicator().device
+conv = torch.nn.Conv2d(8, 32, 3, padding=1, groups=2).to("npu")
+x = torch.randn(2, 8, 10, 10, device="npu")
+start, end = torch.npu.Event(enable_timing=True), torch.npu.Event(enable_timing=True)
+torch.npu.synchronize()
+start.record(); y = conv(x); end.record()
+flops = cube_flops(2 * 10 * 10, 32 // 2, 8 // 2 * 9, 2)  # m = N x positions, n = Cout/groups, k = Cin/groups x kernel
+nbytes = (x.numel() + conv.weight.numel() + conv.bias.numel() + y.numel()) * 4
+expected = card.kernel_time_s(flops, nbytes, "float32") * 1e3
+assert card.kernel_time_s(0, nbytes, "float32") < expected  # the FLOPs count, not only the bytes
+assert abs(start.elapsed_time(end) - expected) < 1e-9, (start.elapsed_time(end), expected)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.timeout(120)
+def test_convolutions_run_the_cpus_kernels_and_charge_the_cube(tmp_path):
+    _run(tmp_path, _CONVOLUTIONS)
+
+
+_STORAGE_RESIZE = r"""
+torch.npu.set_device(1)
+t = torch.arange(1 << 20, dtype=torch.float32, device="npu")
+before = torch.npu.memory_allocated()
+storage = t.untyped_storage()
+storage.resize_(1024)  # a smaller block: contents kept up to the new size
+assert torch.npu.memory_allocated() == before - (4 << 20) + 1024, (before, torch.npu.memory_allocated())
+assert torch.equal(torch.empty(0, device="npu").set_(storage).cpu()[:256], torch.arange(256, dtype=torch.float32))
+storage.resize_(0)  # as FSDP frees a parameter
+assert torch.npu.memory_allocated() == before - (4 << 20), (before, torch.npu.memory_allocated())
+assert t.untyped_storage().nbytes() == 0
+storage.resize_(4 << 20)  # as FSDP brings it back before the all-gather
+assert torch.npu.memory_allocated() == before and t.untyped_storage().device == torch.device("npu:1")
+t.fill_(2.0); assert t.sum().item() == 2.0 * (1 << 20)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_storage_resize_gives_the_block_back_to_the_pool(tmp_path):
+    _run(tmp_path, _STORAGE_RESIZE)
+
+
+_CONJUGATE = r"""
+z_cpu = torch.tensor([1 + 2j, 3 - 1j, -2 + 0.5j])
+z = z_cpu.to("npu:1")
+c = z.conj()
+assert c.is_conj()
+assert torch.equal(c.cpu(), z_cpu.conj().resolve_conj())  # copied back resolved, no crash
+assert torch.equal(z.conj().imag.cpu(), z_cpu.conj().imag.resolve_neg())  # a lazily negated view too
+assert torch.equal((c * 2).cpu(), z_cpu.conj() * 2)  # ops on one run on it resolved
+assert torch.equal(c.resolve_conj().cpu(), z_cpu.conj().resolve_conj())
+assert torch.equal(c.to("npu:0").cpu(), z_cpu.conj().resolve_conj())
+w = torch.zeros(3, dtype=torch.complex64, device="npu:1"); w.copy_(z_cpu.conj())  # a conjugated CPU source
+assert torch.equal(w.cpu(), z_cpu.conj().resolve_conj())
+try:
+    c.copy_(z)  # into a conjugated view: refused by name, not miscomputed
+    raise SystemExit("a copy into a conjugated npu view was not refused")
+except RuntimeError as err:
+    assert "conjugated" in str(err), str(err)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_lazily_conjugated_view_copies_back_to_the_cpu(tmp_path):
+    _run(tmp_path, _CONJUGATE)
+
+
+_DDP_TIMER = r"""
+import warnings
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+dist.init_process_group("hccl", store=dist.HashStore(), rank=0, world_size=1)
+torch.npu.set_device(0)
+model = DDP(torch.nn.Linear(64, 64).to("npu:0"), device_ids=[0])
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    for _ in range(3):
+        model(torch.randn(32, 64, device="npu:0")).sum().backward()
+stats = model._get_ddp_logging_data()
+assert not [w for w in caught if "Time stats" in str(w.message)], [str(w.message) for w in caught]
+assert stats.get("avg_backward_compute_time", 0) > 0 and stats.get("avg_forward_compute_time", 0) > 0, stats
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.timeout(120)
+def test_ddp_times_its_steps_on_the_cards_modeled_clock(tmp_path):
+    done = _run(tmp_path, _DDP_TIMER)
+    assert "Time stats are currently only collected" not in done.stderr, done.stderr[-3000:]
