@@ -186,14 +186,19 @@ def test_an_hccl_style_sample_spawns_its_ranks_over_the_cards():
 @pytest.mark.usefixtures("no_leaks")
 def test_ddp_on_npu_under_torchrun_matches_the_cpu_on_gloo(tmp_path):
     script = str(SCRIPTS / "npu_ddp.py")
-    gloo = subprocess.run(
-        [*_torchrun(2), script, str(tmp_path / "gloo.pt")],
-        env=_env(),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=90,
-    )
+    for attempt in range(2):
+        gloo = subprocess.run(
+            [*_torchrun(2), script, str(tmp_path / "gloo.pt")],
+            env=_env(),
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
+        # The reference is torch's own gloo on the CPU, which on a loaded machine has aborted at
+        # exit with the same C++ message (seen once, under 4 test workers): run it again, once.
+        if gloo.returncode == 0 or "terminate called without an active exception" not in gloo.stderr:
+            break
     assert gloo.returncode == 0, gloo.stderr[-3000:]
     npu = _hccl_npu("--devices", "2", *_torchrun(2), script, str(tmp_path / "npu.pt"), cwd=tmp_path, timeout=100)
     if npu.returncode != 0 and "terminate called without an active exception" in npu.stderr:
