@@ -52,6 +52,10 @@ POLL_WITHOUT_WAKE_S = (
     0.002  # the progress thread's longest wait on a transport it cannot wake (a new call waits that long)
 )
 NOTICE_FLUSH_S = 1.0  # how long a failing rank tries to deliver its notice to peers with full queues
+# How long a rank about to close its transport keeps delivering what it still holds for live
+# peers (a notice behind a busy peer's full queue): a rank that exits first must not take the
+# cause of a failure with it. Waited only when something is held.
+LINGER_S = 5.0
 P2P_SEQ_BIT = 1 << 62  # point-to-point messages count in their own sequence space
 # A refusal (a call one rank rejected before any byte moved) travels as a notice whose seq carries
 # these bits beside the call's own number: the communicator stays usable (see ``Engine.refuse``).
@@ -886,6 +890,21 @@ class Engine:
                 self._dispatch(self.transport.progress(0.01))
         except HcclRemoteError:
             pass
+
+    def linger(self) -> None:
+        """Before the transport closes: deliver what is still queued for live peers (at most
+        LINGER_S), so a peer that waits learns this rank's notice rather than only that it left."""
+        if self.transport is None:
+            return
+        transport = self.transport
+        give_up = time.monotonic() + LINGER_S
+        while time.monotonic() < give_up and any(transport.peer_alive(p) for p in transport.backlog()):
+            try:
+                if transport.flush():
+                    return
+                transport.progress(0.01)  # (what arrives now has no call left to take it)
+            except HcclRemoteError:
+                pass  # a gone peer's datagrams are dropped; the others' still go
 
     def abandon(self, comm_id: int) -> None:
         """Forget an aborted or destroyed communicator: free the slots of its queued slices now,

@@ -137,6 +137,7 @@ def _finisher(rc: RankContext, transport: Transport | None, trace_dir: str | Non
             )
         finally:
             if transport is not None:
+                rc.engine.linger()
                 transport.close()
 
     atexit.register(finish)

@@ -458,6 +458,7 @@ class ShmTransport:
                 except HcclRemoteError:
                     pass
         blocked = False
+        gone = None
         for peer, outbox in self._outbox.items():
             sock = self._out_socks[peer]
             while outbox:
@@ -466,13 +467,17 @@ class ShmTransport:
                 except BlockingIOError:
                     blocked = self._queued = True
                     break
-                except OSError as err:
-                    raise HcclRemoteError(
+                except OSError as err:  # the peer is gone: drop what it will never read, serve the others
+                    outbox.clear()
+                    gone = gone or HcclRemoteError(
                         f"rank {self.world_of[peer]} is gone (its socket refused a message from rank "
                         f"{self.world_of[self.world_rank]}: {err.strerror})",
                         peer=self.world_of[peer],
-                    ) from None
+                    )
+                    break
                 outbox.popleft()
+        if gone is not None:
+            raise gone
         return blocked
 
     def progress(self, timeout_s: float) -> list[Incoming]:
