@@ -275,7 +275,7 @@ class Communicator:
         return found
 
     def _refuse(self, scope: str, args: tuple, kwargs: dict, err: HcclError) -> None:
-        """This rank refused a call before issuing it (``_entry``): spend the call's number and
+        """This rank refused a call before issuing it (``issuing.entry``): spend the call's number and
         tell the ranks that take part, so theirs fails too and every rank's next call pairs with
         the others' next call. Nothing to tell when the communicator is closed, or a peer named
         by the call is no rank of it (no peer can be waiting)."""
