@@ -164,9 +164,12 @@ def bitwise_cases(size: int) -> Iterator[Case]:
                     yield Case(f"bitwise/{algo}/{dtype}/{op.name}/n{n}", _bitwise(algo, dtype, op, n))
 
 
-def large_cases(size: int, count: int) -> Iterator[Case]:
+LARGE_KINDS = ((np.dtype(np.float32), ReduceOp.SUM), (np.dtype(np.int64), ReduceOp.MAX))
+
+
+def large_cases(size: int, count: int, kinds=LARGE_KINDS) -> Iterator[Case]:
     """One count above HCCL_BUFFSIZE (the test sets it to 1 MB): messages go in many slices."""
-    for dtype, op in ((np.dtype(np.float32), ReduceOp.SUM), (np.dtype(np.int64), ReduceOp.MAX)):
+    for dtype, op in kinds:
         for algo in algos("allreduce"):
             yield Case(f"large/allreduce/{algo}/{dtype}", _allreduce(algo, dtype, op, count))
         for algo in algos("reduce_scatter"):
