@@ -66,6 +66,14 @@ Sources cited below (quotes are in docs/fidelity.md and hccl_py/planning/fidelit
 [MSMODELING] Ascend/msmodeling tensor_cast/device.py (commit 84fec85), a vendor performance model,
          not a measurement: A2 between servers 25 GB/s and 1.5 us with comm_efficiency 0.7, inside a
          server 196 GB/s and 0.5 us (0.7), comm_op_cost_s = 10 us a collective.
+[CANN-MEM] CANN 8.0 application development API reference, aclrtMalloc / aclrtMallocAlign32
+         (https://www.hiascend.com/document/detail/en/canncommercial/800/apiref/appdevgapi/aclcppdevg_03_0095.html):
+         "This API does not perform implicit device synchronization or stream synchronization";
+         "Performance deterioration will be caused by too frequent calls to aclrtMalloc and aclrtFree".
+[CUMALLOC] University of Virginia CUDA notes, "Memory Allocation Overhead"
+         (https://www.cs.virginia.edu/~mwb7w/cuda_support/memory_management_overhead.html): cudaMalloc
+         costs "a relatively constant overhead of about 50 microseconds up to 512 KB. Above 512 KB,
+         the overhead increases significantly" (an older NVIDIA GPU; no Ascend measurement is public).
 [PRACT]  A practitioner report on CANN's architecture this project started from (not public;
          what is used of it is quoted here whole, and figures resting on it are estimates): "a well-tiled FP16 matmul on a 910B reaches about 70-80% of
          the theoretical peak"; "the Cube unit works on 16x16x16 blocks".
@@ -109,6 +117,9 @@ class CardModel:
     reaches (``matmul_efficiency``), HBM capacity (bytes) and bandwidth (bytes/s), and the fixed
     cost of launching one op on the card (``launch_overhead_s``: a compute kernel or a collective).
 
+    Memory: ``segment_alloc_s``, what the runtime takes to reserve one more segment of HBM for a
+    memory pool (aclrtMalloc, as torch_npu's caching allocator calls it when the pool grows).
+
     Reduction in collectives: a received buffer is reduced *inline* by the transfer engine (no
     extra time) when its dtype is in ``inline_reduce_dtypes`` and the op in ``inline_reduce_ops``;
     otherwise by a vector-unit kernel costing ``reduce_launch_s`` + bytes / ``vector_bandwidth_Bps``.
@@ -130,6 +141,7 @@ class CardModel:
     reduce_launch_s: float = 0.0
     inline_reduce_dtypes: tuple[str, ...] = ()
     inline_reduce_ops: tuple[str, ...] = ()
+    segment_alloc_s: float = 0.0
 
     def peak_flops(self, dtype: str | None = None) -> float:
         """Nominal peak of ``dtype`` (numpy name: float16, bfloat16, float32, int8, ...); ``None``
@@ -214,6 +226,13 @@ _VECTOR_REDUCE_LAUNCH_S = 0.6e-6
 # figure (estimate: same runtime; no public measurement).
 _LAUNCH_S = 15e-6
 
+# One segment reserved for a memory pool (aclrtMallocAlign32, what torch_npu's caching allocator
+# calls when the pool grows: 2 MiB segments for small blocks, 20 MiB from 1 MiB). Estimate: no
+# public Ascend measurement; CANN says only that frequent aclrtMalloc / aclrtFree calls degrade
+# performance [CANN-MEM]. cudaMalloc was measured at about 50 us a call from 4 KB to 512 KB and
+# more above [CUMALLOC]: 50 us, a floor for the segments' sizes. All three cards (same runtime).
+_SEGMENT_ALLOC_S = 50e-6
+
 _910B_INLINE_DTYPES = ("float32", "float16", "int8", "int16", "int32", "bfloat16")  # [HCOMM-CAP]
 _SUM_MAX_MIN = ("sum", "max", "min")  # [HCOMM-CAP] IsRedOpSupport, 910B / 910_93
 
@@ -289,6 +308,7 @@ CARD_MODELS: dict[str, CardModel] = {
         inline_reduce_dtypes=("float32", "int16", "float16"),  # [HCOMM-CAP], DEV_TYPE_310P3
         inline_reduce_ops=("sum",),
         launch_overhead_s=_LAUNCH_S,
+        segment_alloc_s=_SEGMENT_ALLOC_S,
     ),
     # Ascend 910 (Atlas 300T / Atlas 800 model 9000).
     "ascend910": CardModel(
@@ -312,6 +332,7 @@ CARD_MODELS: dict[str, CardModel] = {
         inline_reduce_dtypes=("float32",),  # [HCOMM-CAP], DEV_TYPE_910: fp32 sum only
         inline_reduce_ops=("sum",),
         launch_overhead_s=_LAUNCH_S,
+        segment_alloc_s=_SEGMENT_ALLOC_S,
     ),
     # Ascend 910B (Atlas 800T A2).
     "ascend910b": CardModel(
@@ -335,6 +356,7 @@ CARD_MODELS: dict[str, CardModel] = {
         inline_reduce_dtypes=_910B_INLINE_DTYPES,
         inline_reduce_ops=_SUM_MAX_MIN,
         launch_overhead_s=_LAUNCH_S,
+        segment_alloc_s=_SEGMENT_ALLOC_S,
     ),
 }
 

@@ -377,6 +377,22 @@ class Topology:
             found = self._routes[(a, b)] = self._make_route(a, b)
         return found
 
+    def host_route(self, rank: int) -> Route:
+        """The route from ``rank``'s card to its host's memory, which a copy between host memory
+        and the card's HBM crosses (aclrtMemcpy host-to-device or device-to-host; the same links
+        the other way): the card's PCIe link to its root and, under a PCIe switch with ACS, the
+        switch's uplink to the CPU root complex.
+
+        >>> [h for h in Topology.preset("ascend910b-8p").host_route(3).hops]    # doctest: +SKIP
+        [('card3', 's0.pcie0')]
+        """
+        card, root = self.card_node(rank), self._root[self._check(rank)]
+        hops = [(card, root)]
+        if self.template.acs:
+            hops.append((root, root.replace(".pcie", ".rc")))
+        specs = [self.link(u, v) for u, v in hops]
+        return Route(tuple(hops), sum(s.latency_s for s in specs), min(s.bandwidth_Bps for s in specs))
+
     def _make_route(self, a: int, b: int) -> Route:
         if a == b:
             return Route((), 0.0, math.inf)

@@ -30,6 +30,7 @@ def test_card_table_has_every_required_model_with_positive_figures():
             card.hbm_bandwidth_Bps,
             card.vector_bandwidth_Bps,
             card.launch_overhead_s,
+            card.segment_alloc_s,
         ):
             assert math.isfinite(value) and value > 0
         assert isinstance(card.hbm_bytes, int)
@@ -56,6 +57,7 @@ def test_figures_are_the_cited_ones():
         "ascend910b"
     ].matmul_efficiency == pytest.approx(313.182e12)
     assert CARD_MODELS["ascend910b"].launch_overhead_s == 15e-6
+    assert CARD_MODELS["ascend910b"].segment_alloc_s == 50e-6  # estimate: cudaMalloc's ~50 us (CUMALLOC)
     assert CARD_MODELS["ascend910b"].vector_bandwidth_Bps == 10e9  # HCCL's CCE reduce estimate
 
 

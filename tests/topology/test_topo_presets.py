@@ -151,6 +151,23 @@ def test_route_to_self_is_empty_and_routes_are_cached():
     assert topo.route(0, 6) is topo.route(0, 6)
 
 
+def test_host_route_is_the_cards_pcie_link_and_the_acs_uplink():
+    pcie = LINK_KINDS["PCIE"]
+    for name, rank, root in (
+        ("ascend910b-8p", 5, "s0.pcie0"),
+        ("ascend910-8p", 5, "s0.pcie1"),
+        ("2x8p-roce", 9, "s1.pcie0"),
+    ):
+        route = Topology.preset(name).host_route(rank)
+        assert route.hops == ((f"card{rank}", root),), name
+        assert (route.latency_s, route.bandwidth_Bps) == (pcie.latency_s, pcie.bandwidth_Bps), name
+    route = Topology.preset("mixed-4p").host_route(2)  # behind a switch with ACS: its uplink to the root complex too
+    assert route.hops == (("card2", "s0.pcie0"), ("s0.pcie0", "s0.rc0"))
+    assert route.latency_s == pytest.approx(2 * pcie.latency_s) and route.bandwidth_Bps == pcie.bandwidth_Bps
+    with pytest.raises(TopologyError):
+        Topology.preset("pcie-4p").host_route(4)
+
+
 def test_bad_ranks_and_links():
     topo = Topology.preset("pcie-4p")
     for call in (
