@@ -17,6 +17,11 @@ Device compute (:func:`kernel_s`) is a roofline: ``launch + max(flops / (peak[dt
 efficiency), bytes / HBM bandwidth)``; matmul FLOPs count the cube's 16x16x16 tiles
 (:func:`cube_flops`), so shapes that do not fill a tile pay for the whole tile.
 
+A copy between host memory and a card (:func:`host_copy_s`) crosses the card's host route
+(``Topology.host_route``: its PCIe link), ``latency + n / bandwidth``. A memory pool that grows
+(the npu device's) first synchronises the card (the compute stream waits for the asynchronous
+calls issued so far), then pays ``CardModel.segment_alloc_s`` for the segment.
+
 Step k of a collective is the k-th step of every rank's schedule. The clock arithmetic of one
 step lives in :func:`step_end`, used verbatim by the executor and by the simulator, so the two
 agree to the last bit.
@@ -30,7 +35,7 @@ from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 
-from topology import CardModel, Topology
+from topology import CardModel, Route, Topology
 
 from .algorithms.schedule import Schedule
 
@@ -133,6 +138,12 @@ def kernel_s(card: CardModel, flops: float, nbytes: float, slow_factor: float = 
     straggler card, fault injection). ``dtype`` is a numpy type name; ``None`` is FP16."""
     rate = card.peak_flops(dtype) * card.matmul_efficiency
     return slow_factor * (max(flops / rate, nbytes / card.hbm_bandwidth_Bps) + card.launch_overhead_s)
+
+
+def host_copy_s(route: Route, nbytes: int) -> float:
+    """Seconds of one copy of ``nbytes`` between host memory and a card over ``route`` (the card's
+    ``Topology.host_route``): its latency plus the bytes at its bandwidth, either direction."""
+    return route.latency_s + nbytes / route.bandwidth_Bps
 
 
 CUBE_TILE = 16  # the DaVinci cube multiplies 16x16x16 blocks (the practitioner report; Hot Chips 31)

@@ -44,7 +44,8 @@ def aligned(nbytes: int) -> int:
 
 @dataclass
 class DeviceTime:
-    """Modeled seconds by kind, for reports: busy computing, moving data, waiting for peers, and
+    """Modeled seconds by kind, for reports: busy computing (kernels, and the runtime's own work on
+    the compute stream), moving data (collectives, copies to and from the host), waiting for peers, and
     how long the compute stream stood still at ``wait()`` for an asynchronous call (the part of
     that call's communication that compute did not hide)."""
 
@@ -216,6 +217,22 @@ class Device:
             self.kernels.append((name, self.clock, seconds))
         self.clock += seconds
         self.time.compute_s += seconds
+        return seconds
+
+    def occupy(self, seconds: float, name: str, *, moving: bool = False) -> float:
+        """Advance the compute stream's clock by ``seconds`` of work that is not a kernel: a copy
+        between host memory and the card (``moving``: counted as moving data, ``time.comm_s``),
+        or the runtime's own work on the stream, such as reserving a memory segment
+        (``time.compute_s``). Traced as a span named ``name``, as kernels are; returns ``seconds``."""
+        _check_text("occupy", "name", name)
+        _check_amount("occupy", "seconds", seconds)
+        if self.kernels is not None:
+            self.kernels.append((name, self.clock, seconds))
+        self.clock += seconds
+        if moving:
+            self.time.comm_s += seconds
+        else:
+            self.time.compute_s += seconds
         return seconds
 
     def _exec(
