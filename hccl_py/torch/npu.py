@@ -34,6 +34,7 @@ import importlib.abc
 import importlib.machinery
 import os
 import sys
+import threading
 import types
 
 import torch
@@ -42,7 +43,7 @@ import torch.overrides
 import torch.utils._device
 
 from .. import env, runtime
-from ..cost_model import cube_flops
+from ..cost_model import cube_flops, host_copy_s
 from ..errors import HcclNotSupportedError
 from . import device as _device_impl
 from .work import synchronize as _join_all
@@ -83,21 +84,50 @@ _NUMPY_NAMES = {
 }
 
 
+# What the device logs besides kernels (csrc/npu_device.cpp, EntryKind).
+_KERNEL, _SEGMENT, _HOST_TO_DEVICE, _DEVICE_TO_HOST = 0, 1, 2, 3
+_COPY_NAMES = {_HOST_TO_DEVICE: "aclrtMemcpy H2D", _DEVICE_TO_HOST: "aclrtMemcpy D2H"}
+_PROGRESS_THREAD = "hccl-py-progress"  # hccl_py.executor's: it completes the calls a synchronisation waits for
+
+
 def charge_kernels() -> None:
-    """Charge the torch ops run on npu tensors since the last call to this process's card, in
-    modeled time, as hccl-py's own device ops are (``Device.run``, ``cost_model.kernel_s``): the
-    matmul family by FLOPs in whole cube tiles at the dtype's peak, every op by the bytes its
-    tensors move through HBM, plus the launch. Runs before every collective, event and
-    synchronize; ops run before hccl-py joined a job have no card to charge and are dropped."""
+    """Charge what ran on npu tensors since the last call to this process's card, in order, in
+    modeled time. Torch ops as hccl-py's own device ops are (``Device.run``,
+    ``cost_model.kernel_s``): the matmul family by FLOPs in whole cube tiles at the dtype's peak,
+    every op by the bytes its tensors move through HBM, plus the launch. A copy between host
+    memory and a card (``.to("npu")``, ``.cpu()``, ``copy_``; ``non_blocking`` or not: it runs on
+    the card's stream either way) by the card's host route, its PCIe link
+    (``cost_model.host_copy_s``). The pool's growth by a device synchronisation (the compute
+    stream waits for every asynchronous call issued so far), then ``segment_alloc_s`` for the
+    segment. Runs before every collective, event and synchronize; what ran before hccl-py joined
+    a job has no card to charge and is dropped."""
     ext = _device_impl.installed()
     if ext is None:
         return
     kernels = ext.drain_kernels()
-    card = _card()
-    if card is None:
+    comm = runtime.current()
+    if comm is None:
         return
-    for name, m, n, k, batch, nbytes, dtype in kernels:
-        card.run(cube_flops(m, n, k, batch) if m else 0.0, nbytes, _NUMPY_NAMES.get(dtype), name.removeprefix("aten::"))
+    card = comm.device
+    for name, m, n, k, batch, nbytes, dtype, kind in kernels:
+        if kind == _KERNEL:
+            flops = cube_flops(m, n, k, batch) if m else 0.0
+            card.run(flops, nbytes, _NUMPY_NAMES.get(dtype), name.removeprefix("aten::"))
+        elif kind == _SEGMENT:
+            _synchronize_device()
+            card.occupy(card.model.segment_alloc_s, name)
+        else:
+            card.occupy(host_copy_s(comm.topology.host_route(card.rank), nbytes), _COPY_NAMES[kind], moving=True)
+
+
+def _synchronize_device() -> None:
+    """The card synchronised, as the runtime does when the pool grows or gives segments back: the
+    compute stream waits (modeled) for every asynchronous call issued so far. A failed call
+    raises where its Work is waited for, not here. Not on the progress thread, which completes
+    those calls (an npu op it runs as a call ends cannot wait for that call)."""
+    if threading.current_thread().name == _PROGRESS_THREAD:
+        return
+    _join_all(raise_errors=False)
 
 
 def modeled_clock() -> float:
@@ -381,8 +411,13 @@ def mem_get_info(device=None) -> tuple[int, int]:
 
 
 def empty_cache() -> None:
-    """Give the pool's unused segments back (reserved shrinks to the segments in use)."""
+    """Give the pool's unused segments back (reserved shrinks to the segments in use). As torch_npu's
+    caching allocator, it synchronises the card first (the compute stream waits for every
+    asynchronous call issued so far, modeled)."""
     ext = _ext()
+    charge_kernels()
+    if _card() is not None:
+        _synchronize_device()
     for index in range(ext.device_count()):
         ext.empty_cache(index)
 

@@ -167,8 +167,13 @@ class DoneWork(dist.Work):
 DONE = DoneWork()
 
 
-def synchronize() -> None:
+def synchronize(raise_errors: bool = True) -> None:
     """Wait for every asynchronous call not waited for yet (what ``torch.npu.synchronize()``
-    means for the card: its streams joined)."""
+    means for the card: its streams joined). ``raise_errors=False``: a failed call is left for
+    its own ``wait()`` to raise (a synchronisation the runtime makes by itself, as a memory pool's)."""
     for work in list(_in_flight):
-        work.wait()
+        try:
+            work.wait()
+        except Exception:
+            if raise_errors:
+                raise

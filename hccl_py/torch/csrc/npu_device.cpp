@@ -6,6 +6,8 @@
 //   simulated card's HBM (a limit set from Python), with CANN-like pool bookkeeping (reserved grows
 //   in whole segments; reserving is bookkeeping, host memory backs live tensors only). Past the
 //   card's HBM, or past what the host has free, torch's OutOfMemoryError, never an OOM kill.
+// - Modeled time: kernels, the pool's growth and copies between host memory and a card are logged
+//   in order; Python charges them to the card (hccl_py/torch/npu.py, charge_kernels).
 // - Device guard: N devices (set from Python), a current device and current stream per thread,
 //   events whose stamps are the card's *modeled* clock (a Python callable set from Python).
 // - Kernels: factories, views, copies and set_ natively; every other op through one boxed
@@ -65,13 +67,17 @@ std::array<Pool, kMaxDevices> g_pool;
 py::object* g_clock = nullptr;  // () -> modeled seconds of this process's card (events' stamps)
 py::object* g_flush = nullptr;  // () -> None: charges the recorded kernels to the card (when the log fills)
 
-// Kernels run on npu tensors, for the card's modeled compute clock: the cost formula lives in
+// What ran on npu tensors, in order, for the card's modeled clock: the cost formulas live in
 // Python (hccl_py/cost_model.py, as for hccl-py's own device ops); this only records what ran.
+// Besides kernels: the pool's growth (a new segment) and copies between host memory and a card.
+enum EntryKind : int { kKernelRun = 0, kSegmentAlloc = 1, kHostToDevice = 2, kDeviceToHost = 3 };
+
 struct Kernel {
   std::string name;
   int64_t m, n, k, batch;  // the matmul family's dimensions (m = 0: not a matmul)
-  int64_t nbytes;          // bytes its tensors move through HBM
+  int64_t nbytes;          // bytes its tensors move through HBM (a segment's size; a copy's bytes)
   std::string dtype;
+  int kind = kKernelRun;
 };
 std::mutex g_kernels_mu;
 std::vector<Kernel> g_kernels;
@@ -108,22 +114,33 @@ int64_t host_available() {
                    ". requested_bytes=", requested, " free_bytes=", free, " reserved_bytes=", pool.reserved);
 }
 
-// Book `nbytes` on `device`'s pool; raises OutOfMemoryError past the card's HBM.
+// Book `nbytes` on `device`'s pool; raises OutOfMemoryError past the card's HBM. A pool that grows
+// (a new segment) is logged for the card's modeled clock: a device synchronisation, then the
+// segment's allocation (charged from Python; not flushed from here, inside an allocation).
 void book(c10::DeviceIndex device, int64_t nbytes) {
   Pool& pool = g_pool[device];
-  std::lock_guard<std::mutex> lock(pool.mu);
-  int64_t rounded = round_up(nbytes, kAlign);
-  if (pool.allocated + rounded > pool.limit) out_of_memory(device, nbytes, pool, "");
-  pool.allocated += rounded;
-  pool.allocs++;
-  pool.peak_allocated = std::max(pool.peak_allocated, pool.allocated);
-  if (pool.allocated > pool.reserved) {  // the pool grows: a new segment (a synchronisation on the card)
-    int64_t need = pool.allocated - pool.reserved;
-    int64_t segment = pool.expandable ? round_up(need, kSmallSegment)
-                      : (rounded < kLargeBlock ? round_up(need, kSmallSegment) : round_up(need, kLargeSegment));
-    pool.reserved = std::min(pool.reserved + segment, std::max(pool.limit, pool.allocated));
-    pool.grows++;
-    pool.peak_reserved = std::max(pool.peak_reserved, pool.reserved);
+  int64_t grown = 0;
+  {
+    std::lock_guard<std::mutex> lock(pool.mu);
+    int64_t rounded = round_up(nbytes, kAlign);
+    if (pool.allocated + rounded > pool.limit) out_of_memory(device, nbytes, pool, "");
+    pool.allocated += rounded;
+    pool.allocs++;
+    pool.peak_allocated = std::max(pool.peak_allocated, pool.allocated);
+    if (pool.allocated > pool.reserved) {  // the pool grows: a new segment (a synchronisation on the card)
+      int64_t need = pool.allocated - pool.reserved;
+      int64_t segment = pool.expandable ? round_up(need, kSmallSegment)
+                        : (rounded < kLargeBlock ? round_up(need, kSmallSegment) : round_up(need, kLargeSegment));
+      int64_t before = pool.reserved;
+      pool.reserved = std::min(pool.reserved + segment, std::max(pool.limit, pool.allocated));
+      pool.grows++;
+      pool.peak_reserved = std::max(pool.peak_reserved, pool.reserved);
+      grown = pool.reserved - before;
+    }
+  }
+  if (grown > 0 && g_recording.load(std::memory_order_relaxed)) {
+    std::lock_guard<std::mutex> lock(g_kernels_mu);
+    g_kernels.push_back({"aclrtMalloc", 0, 0, 0, 1, grown, "", kSegmentAlloc});
   }
 }
 
@@ -395,7 +412,19 @@ at::Tensor& npu_set_empty(at::Tensor& self) {
   return npu_set_storage(self, empty, 0, {0}, {});
 }
 
+void record_kernel(Kernel kernel);
+
+// A copy: the bytes move through the CPU aliases (the card's HBM is host memory here). A copy
+// between host memory and a card (.to("npu"), .cpu(), copy_ either way, non_blocking or not) is
+// logged for the card's modeled clock, which charges it the card's host route (its PCIe link).
 at::Tensor npu_copy_from(const at::Tensor& self, const at::Tensor& dst, bool) {
+  if (is_npu(self) != is_npu(dst) && g_recording.load(std::memory_order_relaxed)) {
+    const at::Tensor& card_side = is_npu(dst) ? dst : self;  // the bytes that land in or leave HBM
+    int64_t nbytes = card_side.numel() * card_side.element_size();
+    if (nbytes > 0)
+      record_kernel({"aclrtMemcpy", 0, 0, 0, 1, nbytes, c10::toString(card_side.scalar_type()),
+                     is_npu(dst) ? kHostToDevice : kDeviceToHost});
+  }
   SharedStorages shared;
   at::Tensor src_view = is_npu(self) ? as_cpu(self, &shared) : self;
   at::Tensor dst_view = is_npu(dst) ? as_cpu(dst, &shared) : dst;
@@ -608,16 +637,16 @@ void npu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   };
   const auto num_returns = schema.returns().size();
   const auto rbegin = stack->size() - num_returns;
+  int64_t out_bytes = 0;  // results the kernel made (those that are its arguments were counted as read)
   if (recording) {
-    int64_t out_bytes = 0;  // results the kernel made (those that are its arguments were counted as read)
     for (size_t i = 0; i < num_returns; ++i) {
       const auto& value = (*stack)[rbegin + i];
       if (value.isTensor() && npu_tensor_of.count(value.toTensor().unsafeGetTensorImpl())) continue;
       out_bytes += tensor_bytes(value);
     }
-    record_kernel({schema.name(), matmul_dims.m, matmul_dims.n, matmul_dims.k, matmul_dims.batch, in_bytes + out_bytes,
-                   dtype});
   }
+  // The results are booked on the card first (a pool that grows for them does so before the
+  // kernel runs, as a real allocator's would), then the kernel is logged.
   for (size_t i = 0; i < num_returns; ++i) {
     auto& value = (*stack)[rbegin + i];
     if (value.isTensor()) {
@@ -630,6 +659,9 @@ void npu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       value = out;
     }
   }
+  if (recording)
+    record_kernel({schema.name(), matmul_dims.m, matmul_dims.n, matmul_dims.k, matmul_dims.batch, in_bytes + out_bytes,
+                   dtype});
 }
 
 // Attention. scaled_dot_product_attention picks its kernel through a dispatch stub, not the
@@ -727,11 +759,12 @@ at::Tensor npu_convolution(const at::Tensor& input, const at::Tensor& weight, co
   if (has_bias) cpu_bias = as_cpu(*bias, &shared);
   at::Tensor out = at::convolution(as_cpu(input, &shared), as_cpu(weight, &shared), cpu_bias, stride, padding, dilation,
                                    transposed, output_padding, groups);
+  at::Tensor result = npu_result(out, input.device().index());  // booked before the kernel is logged
   if (g_recording.load(std::memory_order_relaxed)) {
     int64_t nbytes = bytes_of(input) + bytes_of(weight) + (has_bias ? bytes_of(*bias) : 0) + bytes_of(out);
     record_kernel(conv_kernel("aten::convolution_overrideable", input, weight, out, transposed, groups, 1, nbytes));
   }
-  return npu_result(out, input.device().index());
+  return result;
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> npu_convolution_backward(
@@ -751,6 +784,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> npu_convolution_backward(
   auto [grad_input, grad_weight, grad_bias] =
       at::convolution_backward(as_cpu(grad_output, &shared), as_cpu(input, &shared), as_cpu(weight, &shared),
                                bias_sizes, stride, padding, dilation, transposed, output_padding, groups, output_mask);
+  auto device = input.device().index();  // the results are booked before the kernel is logged
+  std::tuple<at::Tensor, at::Tensor, at::Tensor> results{npu_result(grad_input, device), npu_result(grad_weight, device),
+                                                         npu_result(grad_bias, device)};
   if (g_recording.load(std::memory_order_relaxed)) {
     int64_t nbytes = bytes_of(grad_output) + bytes_of(input) + bytes_of(weight) + bytes_of(grad_input) +
                      bytes_of(grad_weight) + bytes_of(grad_bias);
@@ -758,8 +794,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> npu_convolution_backward(
     record_kernel(conv_kernel("aten::convolution_backward_overrideable", input, weight, grad_output, transposed, groups,
                               passes, nbytes));
   }
-  auto device = input.device().index();
-  return {npu_result(grad_input, device), npu_result(grad_weight, device), npu_result(grad_bias, device)};
+  return results;
 }
 
 // DDP's timing statistics (forward, backward compute and communication times in its logging data)
@@ -887,7 +922,8 @@ py::list drain_kernels() {
     taken.swap(g_kernels);
   }
   py::list out;
-  for (const Kernel& k : taken) out.append(py::make_tuple(k.name, k.m, k.n, k.k, k.batch, k.nbytes, k.dtype));
+  for (const Kernel& k : taken)
+    out.append(py::make_tuple(k.name, k.m, k.n, k.k, k.batch, k.nbytes, k.dtype, k.kind));
   return out;
 }
 
@@ -985,7 +1021,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_clock", &hccl_npu::set_clock);
   m.def("set_flush", &hccl_npu::set_flush);
   m.def("set_recording", [](bool on) { hccl_npu::g_recording = on; });
-  m.def("drain_kernels", &hccl_npu::drain_kernels, "the kernels run on npu tensors since the last drain");
+  m.def("drain_kernels", &hccl_npu::drain_kernels,
+        "what ran on npu tensors since the last drain: (name, m, n, k, batch, nbytes, dtype, kind) each, kind 0 a "
+        "kernel, 1 the pool's growth (nbytes: the segment), 2 a host-to-npu copy, 3 an npu-to-host copy");
   m.def("premul_factor", &hccl_npu::premul_factor);
   m.def("set_format", &hccl_npu::set_format);
   m.def("get_format", &hccl_npu::get_format);

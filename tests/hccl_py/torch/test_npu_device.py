@@ -153,6 +153,53 @@ assert abs(start.elapsed_time(end) - expected) < 1e-9, (start.elapsed_time(end),
 start.record(); c.relu_(); d = c.sum(); end.record()
 expected = (card.kernel_time_s(0, 64 * 32 * 4, "float32") + card.kernel_time_s(0, 64 * 32 * 4 + 4, "float32")) * 1e3
 assert abs(start.elapsed_time(end) - expected) < 1e-9, (start.elapsed_time(end), expected)
+
+# the pool's growth: a device synchronisation (the compute stream waits for the asynchronous calls
+# issued so far), then the segment's allocation; a block the pool already holds costs nothing
+def segments():
+    return torch.npu.memory_stats()["segment.all.allocated"]
+def timed(fn):
+    start.record(); fn(); end.record()
+    return start.elapsed_time(end)
+alloc_ms = card.model.segment_alloc_s * 1e3
+src, dst = torch.ones(1 << 20, device="npu"), torch.empty(1 << 20, device="npu")
+torch.npu.synchronize()
+comm_ms = timed(lambda: dist.all_gather_single(dst, src, async_op=True).wait())  # the call alone, joined
+grown = segments()
+pool = []
+assert abs(timed(lambda: pool.append(torch.empty(16 << 20, device="npu"))) - alloc_ms) < 1e-9
+assert segments() == grown + 1
+pool.clear()
+assert timed(lambda: pool.append(torch.empty(16 << 20, device="npu"))) == 0.0 and segments() == grown + 1
+works = []
+def grow_beside_a_call():
+    works.append(dist.all_gather_single(dst, src, async_op=True))
+    pool.append(torch.empty(40 << 20, device="npu"))
+assert comm_ms > 0 and abs(timed(grow_beside_a_call) - (comm_ms + alloc_ms)) < 1e-9, (comm_ms, alloc_ms)
+assert segments() == grown + 2
+works.pop().wait()
+pool.clear(); reserved = torch.npu.memory_reserved()
+def empty_beside_a_call():  # empty_cache synchronises the card too
+    works.append(dist.all_gather_single(dst, src, async_op=True))
+    torch.npu.empty_cache()
+assert abs(timed(empty_beside_a_call) - comm_ms) < 1e-9 and torch.npu.memory_reserved() < reserved
+works.pop().wait()
+
+# copies between host memory and the card cross the card's PCIe link: latency + bytes / bandwidth
+from hccl_py.cost_model import host_copy_s
+topology = hccl_py.torch.communicator().topology
+route = topology.host_route(card.rank)
+assert [topology.link(*hop).kind for hop in route.hops] == ["PCIE"]
+copy_ms = host_copy_s(route, 64 << 20) * 1e3
+assert abs(copy_ms - (route.latency_s + (64 << 20) / route.bandwidth_Bps) * 1e3) < 1e-12
+host = torch.ones(16 << 20)  # 64 MiB
+pool.append(torch.empty(16 << 20, device="npu")); pool.clear(); grown = segments()  # the pool holds the block
+on_card, back = [], []
+assert abs(timed(lambda: on_card.append(host.to("npu"))) - copy_ms) < 1e-9
+assert abs(timed(lambda: back.append(on_card[0].cpu())) - copy_ms) < 1e-9 and torch.equal(back[0], host)
+assert abs(timed(lambda: on_card[0].copy_(host, non_blocking=True)) - copy_ms) < 1e-9
+assert abs(timed(lambda: back[0].copy_(on_card[0], non_blocking=True)) - copy_ms) < 1e-9
+assert segments() == grown
 assert torch.npu.get_device_name() == "Ascend910B3" and card.model.name == "ascend910b"  # hccl-npu: a 910B server
 dist.destroy_process_group()
 print("OK")
