@@ -11,7 +11,7 @@ from .schedule import TMP, Buf, Region, Schedule, Step, StepFlows, chunk_bounds
 Bounds = Sequence[tuple[int, int]]  # (offset, count) per chunk, contiguous and in order
 
 
-def finish(steps: Iterable[Step], *, aligned: bool = False) -> Schedule:
+def finish(steps: Iterable[Step], *, aligned: bool = False, whole_rounds: bool = False) -> Schedule:
     """The schedule of ``steps`` with zero-count copies, sends and receives left out, then empty
     steps; ``tmp_count`` is the end of the highest TMP region used.
 
@@ -23,6 +23,10 @@ def finish(steps: Iterable[Step], *, aligned: bool = False) -> Schedule:
     rank is the algorithm's step k (a chain's rank idles until the data reaches it). The cost
     model shares links among the k-th steps of all ranks, and the cluster-scale simulator's flows
     need a message's two ends in the same step.
+
+    ``whole_rounds`` (with ``aligned``): keep the trailing empty steps too, when anything moves at
+    all, so that every rank has every round (the tree allreduce): a phase after it in a two-level
+    composite then starts at the same step on every rank.
     """
     kept = []
     for step in steps:
@@ -38,7 +42,10 @@ def finish(steps: Iterable[Step], *, aligned: bool = False) -> Schedule:
             )
         if step.copies or step.sends or step.recvs or aligned:
             kept.append(step)
-    while aligned and kept and not (kept[-1].copies or kept[-1].sends or kept[-1].recvs):
+    moves = any(step.copies or step.sends or step.recvs for step in kept)
+    while (
+        aligned and kept and not (whole_rounds and moves) and not (kept[-1].copies or kept[-1].sends or kept[-1].recvs)
+    ):
         kept.pop()
     regions = [
         region

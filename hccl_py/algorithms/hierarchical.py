@@ -325,10 +325,10 @@ class _Compose:
         for _ in range(steps):
             self.step()
 
-    def done(self, *, aligned: bool = False) -> Schedule:
+    def done(self, *, aligned: bool = False, whole_rounds: bool = False) -> Schedule:
         if self.pending:
             self.step()
-        return finish(self.steps, aligned=aligned)
+        return finish(self.steps, aligned=aligned, whole_rounds=whole_rounds)
 
 
 def _sub(fns, level: str, collective: str, rank: int, size: int, count: int, root: int = 0) -> Schedule:
@@ -400,7 +400,7 @@ def _allreduce(plan: _Plan, fns, rank: int, count: int, root: int) -> Schedule:
         c.run(_sub(fns, "inner", "reduce_scatter", t, g, q), group, Region(OUT, 0, count), held, me=t)
         c.run(_sub(fns, "outer", "allreduce", i, k, q), plan.holders(t), held, held, me=i)
         c.run(_sub(fns, "inner", "allgather", t, g, q), group, held, Region(OUT, 0, count), me=t)
-        return c.done()
+        return c.done(aligned=True)  # an aligned outer algorithm (tree) keeps its idle rounds
     b = ch.bundle(i)
     stage, held = Region(TMP, 0, g * b), Region(TMP, g * b, b)
     c = _Compose(persistent=(g + 1) * b)
@@ -413,7 +413,7 @@ def _allreduce(plan: _Plan, fns, rank: int, count: int, root: int) -> Schedule:
             c.run(_sub(fns, "outer", "allreduce", i, k, n), plan.holders(j), mine, mine, me=i)
     c.run(_sub(fns, "inner", "allgather", t, g, b), group, held, stage, me=t)
     ch.stage_out(c, i)
-    return c.done()
+    return c.done(aligned=True)
 
 
 FIRST = "-first"  # an outer level named "<algo>-first" runs before the inner one (reduce_scatter)
@@ -461,7 +461,7 @@ def _allreduce_whole(plan: _Plan, fns, rank: int, count: int, root: int) -> Sche
     c = _Compose()
     c.run(_sub(fns, "inner", "allreduce", t, len(plan.groups[i]), count), plan.groups[i], whole, whole, me=t)
     c.run(_sub(fns, "outer", "allreduce", i, plan.k, count), plan.holders(t), whole, whole, me=i)
-    return c.done()
+    return c.done(aligned=True, whole_rounds=True)  # an outer tree's last idle rounds too: every rank ends alike
 
 
 def _broadcast(plan: _Plan, fns, rank: int, count: int, root: int) -> Schedule:

@@ -424,6 +424,43 @@ def test_rooted_flows_equal_rank_by_rank(collective, algo):
     assert not can_simulate_flows(collective, algo, 8, 0)
 
 
+def test_tree_allreduce_flows_equal_rank_by_rank():
+    """The binomial-tree allreduce (HCCL's one-shot NHR across servers at up to 256 KiB a card),
+    flat at every size from 2 to 9 and 16 (its rounds: a rank idles through the ones it has no
+    part in) and as the outer level of the two-level allreduce on 2, 3, 4 and 34 servers, chunked
+    and whole-buffer, against rank by rank to the last bit, with uneven starts and a degraded link."""
+    from hccl_py.algo_names import server_partition
+    from hccl_py.algorithms.hierarchical import schedule_for
+    from hccl_py.simulator import can_simulate_flows, simulate_flows
+
+    for preset in ("ascend910-8p", "2x8p-roce", "mixed-4p"):
+        full = Topology.preset(preset)
+        for size in (2, 3, 4, 5, 6, 7, 8, 9, 16):
+            if size > full.num_ranks:
+                continue
+            topo = Topology.preset(preset, n=size) if size < full.num_ranks else full
+            model = CostModel(topo, degraded={(0, 1): 0.5})
+            for count in (1, 1000):
+                assert can_simulate_flows("allreduce", "tree", size, count)
+                starts = [0.001 * ((r * 7) % 3) for r in range(size)]
+                kw = dict(start_clocks=starts, cost_model=model, dtype="float16", op="max")
+                generic = simulate("allreduce", "tree", topo, count, **kw)
+                assert simulate_flows("allreduce", "tree", topo, count, **kw).end_clocks == generic.end_clocks
+    for preset in ("2x4p-roce", "3x8p-roce", "4x2p-roce", "34x2p-roce"):
+        topo = Topology.preset(preset)
+        n = topo.num_ranks
+        model = CostModel(topo, degraded={(0, n - 1): 0.5})
+        for inner in ("mesh", "ring", "rd", "reducebcast"):  # chunked (mesh, ring) and whole-buffer
+            fn = schedule_for("allreduce", server_partition(topo, tuple(range(n))), inner, "tree")
+            for count in (n, 4097):
+                assert can_simulate_flows("allreduce", fn, n, count), (preset, inner, count)
+                kw = dict(itemsize=2, start_clocks=[0.001 * ((r * 5) % 3) for r in range(n)], cost_model=model)
+                generic = simulate("allreduce", fn, topo, count, dtype="float16", **kw)
+                fast = simulate_flows("allreduce", fn, topo, count, dtype="float16", **kw)
+                assert fast.end_clocks == generic.end_clocks, (preset, inner, count)
+    assert not can_simulate_flows("allreduce", "tree", 8, 0)
+
+
 @pytest.mark.parametrize("collective", ["broadcast", "reduce"])
 def test_hd_broadcast_and_reduce_flows_equal_rank_by_rank(collective):
     """``hd`` broadcast (binomial scatter, doubling) and reduce (halving, binomial gather), all
