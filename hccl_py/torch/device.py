@@ -36,7 +36,7 @@ from ..job import read_job
 
 SUPPORTED_TORCH = "2.13"  # the private registration interfaces change between releases
 SOURCE = Path(__file__).resolve().parent / "csrc" / "npu_device.cpp"
-CANN_VERSION = "8.0.RC3 (hccl-py simulated)"  # what torch.version.cann reports here
+CANN_VERSION = "9.2.0 (hccl-py simulated)"  # torch.version.cann: the CANN of hicann/hccl (its version.cmake)
 ALLOC_CONF_KEYS = ("max_split_size_mb", "garbage_collection_threshold", "expandable_segments")
 
 _C = None  # the loaded extension, once installed
