@@ -12,6 +12,7 @@ ranks never entered the call the others were waiting in, and who waited for whom
 from __future__ import annotations
 
 import json
+import math
 from collections import defaultdict
 from pathlib import Path
 
@@ -28,6 +29,20 @@ def load_dumps(flight_dir: Path) -> dict[int, dict]:
         except (OSError, ValueError, KeyError):
             continue
     return dumps
+
+
+def failure_order(dumps: dict[int, dict], ranks: list[int]) -> list[int]:
+    """``ranks``, failed since the launcher last looked, in the order they failed by their flight
+    records' dump times (seconds since the job started, one clock for the job). A busy machine can
+    keep the launcher off the CPU while a rank dies and the peers that learn of it exit too; the
+    order it finds them in is then only rank order. A rank with no record (killed before it could
+    write one) comes first: the others' errors are what report a peer's death."""
+
+    def dumped_at(rank: int) -> float:
+        doc = dumps.get(rank)
+        return -math.inf if doc is None else float(doc.get("dumped_at_s", math.inf))
+
+    return sorted(ranks, key=dumped_at)
 
 
 def _rank_list(ranks: list[int]) -> str:

@@ -43,7 +43,7 @@ from hccl_py.store import StoreClient, StoreServer, store_address, user_secret
 from . import fork
 from ._watchdog import Watchdog, start_time, supported
 from .config import LaunchConfig
-from .diagnosis import diagnose, format_diagnosis, load_dumps
+from .diagnosis import diagnose, failure_order, format_diagnosis, load_dumps
 from .proc import (
     free_port,
     new_job_id,
@@ -370,13 +370,13 @@ class Supervisor:
         return 128 + signum
 
     def _reap_exited(self) -> _Rank | None:
-        """Record ranks that exited since the last look; the first failing one, if any."""
-        first_failure = None
-        for rank in self._ranks:
-            newly_exited = rank.returncode is None and self._exited(rank)
-            if newly_exited and rank.returncode != 0 and first_failure is None:
-                first_failure = rank
-        return first_failure
+        """Record ranks that exited since the last look; the first failing one, if any (of
+        several found at one look, the one whose flight record says it failed first)."""
+        failed = [rank for rank in self._ranks if rank.returncode is None and self._exited(rank) and rank.returncode]
+        if len(failed) > 1:
+            order = failure_order(load_dumps(self._flight_dir), [r.rank for r in failed])
+            return next(r for r in failed if r.rank == order[0])
+        return failed[0] if failed else None
 
     def _exited(self, rank: _Rank) -> bool:
         """Whether the rank has exited (its status recorded the first time this sees it)."""

@@ -74,6 +74,44 @@ def test_injected_hang_and_crash_are_diagnosed():
     assert "rank 2: injected crash (rank=2,action=crash,at=allgather#2) entering allgather #2" in crash.stderr
 
 
+_FOUND_TOGETHER = """
+import os, signal, time
+import numpy as np
+import hccl_py
+
+comm = hccl_py.init()
+pids = [int(p) for p in comm.all_gather(np.array([os.getpid()], np.int64)).ravel()]
+launcher = os.getppid()
+if comm.rank == 2:
+    os.kill(launcher, signal.SIGSTOP)  # the launcher is off the CPU from here (a busy machine)
+try:
+    comm.all_gather(np.zeros(1, np.int64))  # rank 2 crashes entering it; rank 0 fails on its death
+except hccl_py.HcclError:
+    if comm.rank == 0:
+        raise
+    def dead(pid):  # exited: a zombie until the launcher reaps it
+        try:
+            return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] in "ZX"
+        except FileNotFoundError:
+            return True
+    while not (dead(pids[0]) and dead(pids[2])):
+        time.sleep(0.01)
+    os.kill(launcher, signal.SIGCONT)  # it now finds ranks 0 and 2 gone at one look
+"""
+
+
+@pytest.mark.timeout(90)
+def test_the_root_cause_is_the_rank_that_failed_first_when_the_launcher_finds_several_at_once(tmp_path):
+    """Rank 2 crashes, rank 0 fails on its death, and the launcher, stopped meanwhile, finds both
+    exited at one look: the report blames rank 2, by the ranks' flight records, not rank order."""
+    script = tmp_path / "found_together.py"
+    script.write_text(_FOUND_TOGETHER)
+    done = _launch("-n", "3", "--fault", "rank=2,action=crash,at=allgather#2", str(script))
+    assert done.returncode == 1, done.stderr
+    assert "rank       : 2" in done.stderr, done.stderr
+    assert "rank 0    pid" in done.stderr and "failed on its own too" in done.stderr
+
+
 @pytest.mark.timeout(60)
 def test_malformed_fault_is_rejected_before_any_rank_starts():
     done = _launch("-n", "2", "--fault", "rank=5,action=drop", str(ROOT / "examples" / "allreduce.py"))
