@@ -108,7 +108,11 @@ def no_leaks() -> Iterator[None]:
     deadline = time.monotonic() + LEAK_GRACE_S
     while True:
         kids = child_pids() - kids_before
-        shm = shm_entries() - shm_before
+        # Python's multiprocessing semaphores (sem.mp-*) are left out: any Python program's
+        # multiprocessing makes them (torch's mp.spawn, another test worker's pool), an exited
+        # program's stay until its resource tracker unlinks them, and nothing tells whose they are.
+        # hccl-py's own segments and torch's tensors (torch_*) are checked.
+        shm = {name for name in shm_entries() - shm_before if not name.startswith("sem.mp-")}
         if shm:
             shm -= _in_use_elsewhere(shm, {os.getpid(), *child_pids(include_helpers=True)})
         dirs = job_dirs() - dirs_before
