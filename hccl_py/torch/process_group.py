@@ -43,7 +43,7 @@ from ..errors import HcclError, HcclNotSupportedError, HcclParamError, HcclTimeo
 from . import device as _device
 from .npu import charge_kernels
 from .tensors import Staged, as_array, check, contiguous_array, same_device, strict
-from .work import DONE, HcclWork, backend_error
+from .work import DONE, HcclWork, backend_error, group_end, group_start
 
 _RedOp = dist.ReduceOp.RedOpType
 _ReduceOpT = dist.ReduceOp
@@ -319,6 +319,7 @@ class HcclProcessGroup(dist.ProcessGroup):
         # torch ops on npu tensors are charged to the card before each call (the npu device's)
         self._charge = charge_kernels if _device.installed() is not None else None
         self._loop = SelfLoop(comm)  # sends to and receives from this rank itself (batch_isend_irecv allows them)
+        self._coalescing = False  # between _start_coalescing and _end_coalescing
 
     # -- identity (what torch's C++ side asks) -----------------------------------------------
     def getBackendName(self) -> str:
@@ -366,6 +367,50 @@ class HcclProcessGroup(dist.ProcessGroup):
 
     def abort(self) -> None:
         self.comm.abort("torch aborted the process group")
+
+    # -- groups: HCCL's group start/end, torch's coalescing ---------------------------------------------------
+    def _group_start(self) -> None:
+        """torch_npu's ``backend._group_start()`` (HcclGroupStart): the asynchronous calls this thread
+        issues until ``_group_end()`` complete together (``work.group_start``)."""
+        group_start()
+
+    def _group_end(self) -> None:
+        """torch_npu's ``backend._group_end()`` (HcclGroupEnd): closes the group ``_group_start`` opened."""
+        try:
+            group_end()
+        except HcclError as err:
+            raise backend_error(err, "_group_end") from err
+
+    def _start_coalescing(self, device) -> None:
+        """torch's ``_coalescing_manager(group, device)`` begins: its calls form one group (as
+        torch_npu's and NCCL's backends open one)."""
+        if self._coalescing:
+            raise backend_error(
+                HcclParamError(
+                    "_start_coalescing: this group is already coalescing; end it first",
+                    arg="device",
+                    rule="not coalescing",
+                    value=str(device),
+                ),
+                "_start_coalescing",
+            )
+        self._coalescing = True
+        group_start()
+
+    def _end_coalescing(self, device) -> dist.Work:
+        """torch's coalescing manager ends: the Work of every asynchronous call made in it."""
+        if not self._coalescing:
+            raise backend_error(
+                HcclParamError(
+                    "_end_coalescing without _start_coalescing", arg="device", rule="coalescing", value=str(device)
+                ),
+                "_end_coalescing",
+            )
+        self._coalescing = False
+        try:
+            return group_end()
+        except HcclError as err:
+            raise backend_error(err, "_end_coalescing") from err
 
     # -- the one issue path --------------------------------------------------------------------
     def _call(self, what: str, async_op: bool, prep, *args):

@@ -14,22 +14,36 @@ As torch documents them (``async_op=True``):
 
 What an operation does after the data moved (copy a staged tensor back, divide for AVG, copy
 the gathered rows into the caller's list) runs when the call ends, before the future completes.
+
+Groups (HCCL's ``HcclGroupStart``/``HcclGroupEnd``, which torch_npu's backend exposes as
+``_group_start()``/``_group_end()`` and torch's coalescing manager opens with a device): the
+asynchronous calls a thread issues between a start and its end are one group, whatever their
+communicator, and complete together, as one launch does on the card: ``wait()`` on any of them
+waits for the whole group (and joins the modeled streams at its end), ``is_completed()`` is True
+once every call of the group is done. Each call still raises only its own error. The calls are
+issued as they are made, in the order every rank makes them; groups nest, the outermost end
+closing them all.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 import weakref
 from datetime import timedelta
 
+import torch
 import torch.distributed as dist
 from torch.futures import Future
 
-from ..errors import HcclError
+from ..errors import HcclError, HcclParamError
 
 # Asynchronous calls not waited for yet, for torch.npu.synchronize() (the stand-in waits on them).
 _in_flight: weakref.WeakSet = weakref.WeakSet()
 _EMPTY: list = []
+# This thread's open groups, innermost last, each the HcclWorks issued in it (HCCL's group calls
+# are per thread, as NCCL's).
+_groups = threading.local()
 
 
 def backend_error(err: HcclError, what: str) -> RuntimeError:
@@ -60,7 +74,11 @@ class HcclWork(dist.Work):
         self._finished = threading.Event()
         self._pending = len(works)
         self._lock = threading.Lock()
+        self._group: list | None = None  # the works this one completes with (work.group_end)
         _in_flight.add(self)
+        stack = getattr(_groups, "stack", None)
+        if stack:
+            stack[-1].append(self)
         if not works:
             self._complete()
         for work in works:
@@ -93,24 +111,32 @@ class HcclWork(dist.Work):
     # -- torch's Work interface ------------------------------------------------------------------------
     def wait(self, timeout: timedelta | None = None) -> bool:
         seconds = None if timeout is None or timeout <= timedelta(0) else timeout.total_seconds()
-        for work in self._works:
-            try:
-                work.wait(seconds)  # joins the card's streams (modeled time)
-            except HcclError as err:
-                if not work.is_completed():  # wait(timeout) ran out; the call goes on
-                    raise backend_error(err, self._what) from err
-                break  # the call failed: its error is ours once the rest are done
-        if not self._finished.wait(seconds):
-            raise dist.DistBackendError(
-                f"hccl-py {self._what}: not done within wait(timeout={timeout}); the call goes on"
-            )
+        deadline = None if seconds is None else time.monotonic() + seconds
+        for member in self._group or (self,):
+            member._settle(deadline, timeout)
         _in_flight.discard(self)
         if self._error is not None:
             raise self._error
         return True
 
+    def _settle(self, deadline: float | None, timeout: timedelta | None) -> None:
+        """Wait until this call is done (its own error kept for its own ``wait()``), by ``deadline``."""
+        for work in self._works:
+            try:
+                work.wait(_left(deadline))  # joins the card's streams (modeled time)
+            except HcclError as err:
+                if not work.is_completed():  # wait(timeout) ran out; the call goes on
+                    raise backend_error(err, self._what) from err
+                break  # the call failed: its error is its own once the rest are done
+        if not self._finished.wait(_left(deadline)):
+            raise dist.DistBackendError(
+                f"hccl-py {self._what}: not done within wait(timeout={timeout}); the call goes on"
+            )
+
     def is_completed(self) -> bool:
-        return self._finished.is_set()
+        if self._group is None:
+            return self._finished.is_set()
+        return all(member._finished.is_set() for member in self._group)
 
     def is_success(self) -> bool:
         return self._finished.is_set() and self._error is None
@@ -130,6 +156,72 @@ class HcclWork(dist.Work):
     def __repr__(self) -> str:
         state = "failed" if self._error is not None else ("done" if self._finished.is_set() else "running")
         return f"<HcclWork {self._what}: {state}>"
+
+
+def _left(deadline: float | None) -> float | None:
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+
+class GroupWork(dist.Work):
+    """The Work of a closed group (what ``_end_coalescing`` returns): done when all its calls are;
+    ``wait()`` raises the first failed call's error."""
+
+    def __init__(self, works: list):
+        super().__init__()
+        self._works = works
+
+    def wait(self, timeout: timedelta | None = None) -> bool:
+        for work in self._works:
+            work.wait(timeout)
+        return True
+
+    def is_completed(self) -> bool:
+        return all(work.is_completed() for work in self._works)
+
+    def is_success(self) -> bool:
+        return all(work.is_success() for work in self._works)
+
+    def exception(self):
+        return next((work.exception() for work in self._works if work.exception() is not None), None)
+
+    def result(self) -> list:
+        return [t for work in self._works for t in work.result()]
+
+    def synchronize(self) -> None:
+        self.wait()
+
+    def get_future(self) -> Future:
+        futures = [work.get_future() for work in self._works]
+        return torch.futures.collect_all(futures).then(lambda done: [t for f in done.value() for t in f.value()])
+
+    def __repr__(self) -> str:
+        return f"<GroupWork of {len(self._works)} calls>"
+
+
+def group_start() -> None:
+    """Open a group on this thread (HcclGroupStart): see the module's docstring."""
+    stack = getattr(_groups, "stack", None)
+    if stack is None:
+        stack = _groups.stack = []
+    stack.append([])
+
+
+def group_end() -> dist.Work:
+    """Close this thread's innermost group (HcclGroupEnd); its calls then complete together (an
+    inner group's join the outer one). Returns the group's Work (the finished Work if it issued
+    no asynchronous call)."""
+    stack = getattr(_groups, "stack", None)
+    if not stack:
+        raise HcclParamError(
+            "group end without a group start on this thread", arg="group", rule="group_start first", value="end"
+        )
+    works = stack.pop()
+    if stack:
+        stack[-1].extend(works)
+    else:
+        for work in works:
+            work._group = works
+    return GroupWork(works) if works else DONE
 
 
 class DoneWork(dist.Work):

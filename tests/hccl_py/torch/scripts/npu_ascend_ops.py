@@ -2,7 +2,8 @@
 checked against a value every rank can compute: a batch with a send and a receive to the rank
 itself, uneven all_gather and reduce_scatter, the 'lifted' reduce_scatter, premul sum,
 torch_npu.distributed's uneven tensor forms; and the refusals with torch_npu's messages (a
-non-contiguous tensor, a CPU tensor, an internal-format view at an offset).
+non-contiguous tensor, a CPU tensor, an internal-format view at an offset); HCCL's group
+(the backend's _group_start/_group_end) and torch's coalescing manager given the device.
 
     hccl-npu --devices 2 torchrun --nproc-per-node 2 npu_ascend_ops.py
 """
@@ -97,5 +98,31 @@ except RuntimeError as err:
     assert type(err) is RuntimeError and "storage_offset must be 0" in str(err) and "ERR02007" in str(err), err
 dist.all_reduce(nz)  # at offset 0 it is served (the format is metadata here)
 assert torch.equal(nz.cpu(), torch.full((4, 4), float(world)))
+
+# HCCL's group (torch_npu's backend._group_start/_group_end): its calls complete together, so
+# waiting for the first waited for the second, issued after it
+backend = dist.distributed_c10d._get_default_group()._get_backend(torch.device("npu"))
+x, y = torch.full((1 << 18,), me + 1.0, device="npu"), torch.full((8,), me + 1.0, device="npu")
+backend._group_start()
+work_x, work_y = dist.all_reduce(x, async_op=True), dist.all_reduce(y, async_op=True)
+backend._group_end()
+work_x.wait()
+assert work_x.is_completed() and work_y.is_completed(), (work_x, work_y)
+total = world * (world + 1) / 2
+assert torch.equal(x.cpu(), torch.full((1 << 18,), total)) and torch.equal(y.cpu(), torch.full((8,), total)), (x, y)
+try:
+    backend._group_end()
+    raise SystemExit("a group end without a start was not refused")
+except RuntimeError as err:
+    assert "group end without a group start" in str(err), err
+
+# torch's coalescing manager given the device (as Ascend's test_coalesced_manager): one Work for its calls
+ts = [torch.full((3,), me + 10.0 * i, device="npu") for i in range(3)]
+with dist._coalescing_manager(device=torch.device("npu", rank), async_ops=True) as cm:
+    for t in ts:
+        dist.all_reduce(t)
+cm.wait()
+expected = [world * (world - 1) / 2 + world * 10.0 * i for i in range(3)]
+assert [t.cpu().tolist() for t in ts] == [[e] * 3 for e in expected], (ts, expected)
 dist.destroy_process_group()
 print(f"OK {me}", flush=True)
