@@ -3,11 +3,15 @@
 hccl-npu --devices 2 python npu_testing_helpers.py -v
 """
 
+import os
+import tempfile
+
 import numpy as np
 import torch
+import torch.distributed as dist
 import torch_npu
-from torch_npu.testing.common_distributed import skipIfUnsupportMultiNPU
-from torch_npu.testing.common_utils import SupportedDevices, create_common_tensor
+from torch_npu.testing.common_distributed import skipIfUnsupportMultiNPU, with_comms
+from torch_npu.testing.common_utils import SkipIfNotGteCANNVersion, SupportedDevices, create_common_tensor
 from torch_npu.testing.testcase import TestCase, run_tests
 
 
@@ -36,6 +40,47 @@ class HelpersTest(TestCase):
     @skipIfUnsupportMultiNPU(65)
     def test_too_many_cards_skips(self):
         raise AssertionError("ran without 65 cards")
+
+    @SkipIfNotGteCANNVersion("9.0.0")
+    def test_cann_versions(self):
+        from torch_npu.utils import _is_gte_cann_version, _version_key, get_cann_version
+
+        self.assertEqual(get_cann_version(), torch.version.cann.split()[0])
+        self.assertTrue(_is_gte_cann_version("8.0.RC3") and not _is_gte_cann_version("9.3.0"))
+        order = ["8.0.T5", "8.0.RC1", "8.0.RC3", "8.0.0", "8.1.RC1.alpha002", "8.1.RC1", "8.5.0", "9.0.0", "10.0.0"]
+        self.assertEqual(sorted(order, key=_version_key), order)
+        with self.assertRaises(ValueError):
+            _version_key("9.x")
+
+    @SkipIfNotGteCANNVersion("99.0.0")
+    def test_a_later_cann_skips(self):
+        raise AssertionError("ran on a CANN before 99.0.0")
+
+
+class WithCommsTest(TestCase):
+    """with_comms on a one-rank case: the default group is "hccl" on card ``rank``, then destroyed."""
+
+    rank, world_size = 0, 1
+
+    def setUp(self):
+        super().setUp()
+        self.file_name = os.path.join(tempfile.mkdtemp(), "store")
+        self.destroyed = False
+
+    def destroy_pg(self):
+        dist.destroy_process_group()
+        self.destroyed = True
+
+    @with_comms
+    def test_runs_inside_an_hccl_group(self):
+        self.assertEqual(dist.get_backend(), "hccl")
+        self.assertEqual(torch.npu.current_device(), 0)
+        t = torch.ones(3, device="npu")
+        dist.all_reduce(t)
+        self.assertEqual(t.cpu().tolist(), [1.0, 1.0, 1.0])
+
+    def tearDown(self):
+        self.assertTrue(self.destroyed and not dist.is_initialized())
 
 
 @SupportedDevices(["Ascend910B"])

@@ -1,7 +1,9 @@
-"""``create_common_tensor`` and ``SupportedDevices`` as Ascend's tests use them."""
+"""``create_common_tensor``, ``SupportedDevices`` and ``SkipIfNotGteCANNVersion`` as Ascend's tests
+use them."""
 
 from __future__ import annotations
 
+import functools
 import os
 import unittest
 
@@ -49,3 +51,25 @@ def SupportedDevices(devices: list[str]):  # noqa: N802  (Ascend's name)
         return target
 
     return decorate
+
+
+class SkipIfNotGteCANNVersion:  # noqa: N801  (Ascend's name)
+    """Test decorator: skip unless this host's CANN ``module`` is ``base_version`` or later (the
+    simulated CANN reports ``torch.version.cann``'s version)."""
+
+    def __init__(self, base_version: str, module: str = "CANN"):
+        self.base_version, self.module = base_version, module
+
+    def __call__(self, fn):
+        from torch_npu.utils import _is_gte_cann_version, get_cann_version
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            if not _is_gte_cann_version(self.base_version, module=self.module):
+                current = get_cann_version(module=self.module)
+                raise unittest.SkipTest(
+                    f"Only run on {self.base_version} or greater, current cann version is {current}."
+                )
+            return fn(*args, **kwargs)
+
+        return wrapper
