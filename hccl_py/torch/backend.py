@@ -20,9 +20,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+import warnings
 from datetime import timedelta
 
+import torch
 import torch.distributed as dist
+from torch._C._distributed_c10d import _create_work_from_future
 from torch.distributed.constants import default_pg_timeout
 
 from .. import env, runtime
@@ -87,6 +90,39 @@ def serve_npu() -> None:
     if strict() and "cpu" in capability:
         capability.remove("cpu")
     dist.Backend.default_device_backend_map["npu"] = NAME
+    _route_npu_kernels()
+
+
+_npu_kernels: list = []  # the torch.library holding the npu kernels below, once registered
+
+
+def _route_npu_kernels() -> None:
+    """torch's C++ reaches a group's ``all_gather_single`` (``_allgather_base``, which the functional
+    collectives' ``all_gather_into_tensor_out`` calls) only through its dispatcher, whose npu kernel
+    asks the group for a C++ backend of the device. A "hccl" group is a Python group with no C++
+    backend, so for npu tensors this kernel hands the call to the group's own method (any other
+    group keeps torch's way: its backend for the device). torch's C++ waits on the Work it returns
+    through the call's future, as on the Works of the other collectives it reaches in Python."""
+    if _npu_kernels:
+        return
+
+    def allgather_base(output, input, process_group, async_op=True, timeout=-1):
+        group = dist.ProcessGroup.unbox(process_group)
+        opts = dist.distributed_c10d.AllgatherOptions()
+        opts.asyncOp = async_op
+        if timeout >= 0:
+            opts.timeout = timedelta(milliseconds=timeout)
+        if isinstance(group, HcclProcessGroup):
+            work = group.all_gather_single(output, input, opts)
+        else:
+            work = group._get_backend(output.device)._allgather_base(output, input, opts)
+        return output, _create_work_from_future(work.get_future()).boxed()
+
+    lib = torch.library.Library("c10d", "IMPL")
+    with warnings.catch_warnings():  # torch warns that a kernel it registered is replaced: the point here
+        warnings.simplefilter("ignore")
+        lib.impl("_allgather_base_", allgather_base, "PrivateUse1")
+    _npu_kernels.append(lib)
 
 
 device.on_install(lambda ext: serve_npu())

@@ -124,5 +124,14 @@ with dist._coalescing_manager(device=torch.device("npu", rank), async_ops=True) 
 cm.wait()
 expected = [world * (world - 1) / 2 + world * 10.0 * i for i in range(3)]
 assert [t.cpu().tolist() for t in ts] == [[e] * 3 for e in expected], (ts, expected)
+
+# the functional collectives' out variant of all_gather (torch's C++ reaches the group through its
+# dispatcher), large enough to be in flight when wait_tensor waits
+out = torch.empty(2 * world, 4096, device="npu")
+out = torch.ops._c10d_functional.all_gather_into_tensor_out(
+    torch.full((2, 4096), float(me), device="npu"), world, dist.group.WORLD.group_name, out=out
+)
+out = torch.ops._c10d_functional.wait_tensor(out)
+assert out[:, 0].cpu().tolist() == [float(r) for r in range(world) for _ in range(2)], out
 dist.destroy_process_group()
 print(f"OK {me}", flush=True)
