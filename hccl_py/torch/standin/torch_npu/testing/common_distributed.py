@@ -11,6 +11,7 @@ import torch
 import torch.distributed as dist
 
 TestSkip = namedtuple("TestSkip", "exit_code, message")
+TestSkip.__doc__ = "Why a test process skipped: the exit code it reports and the message."
 # The exit codes a test process reports a skip with (75: not enough cards), as torch's TEST_SKIPS.
 TEST_SKIPS = {
     "multi-npu": TestSkip(75, "Multi-NPU condition not satisfied"),
