@@ -32,6 +32,8 @@ TARGET_PEAK_BYTES = 4 * 10**9
 
 @dataclass
 class Case:
+    """One ``hccl-sim`` command: what it ran, how long, how much memory, how it ended."""
+
     collective: str
     size_bytes: int
     wall_s: float
@@ -42,6 +44,7 @@ class Case:
 
     @property
     def within_target(self) -> bool:
+        """Ran, in under ``TARGET_WALL_S`` and ``TARGET_PEAK_BYTES``."""
         return self.status == "ok" and self.wall_s < TARGET_WALL_S and self.peak_bytes < TARGET_PEAK_BYTES
 
 
@@ -82,6 +85,7 @@ def run_case(preset: str, collective: str, size_bytes: int, timeout_s: float, al
 
 
 def sizes(min_bytes: int, max_bytes: int, factor: int) -> list[int]:
+    """HCCL Test's sweep: ``min_bytes``, times ``factor`` while at most ``max_bytes``."""
     out, size = [], min_bytes
     while size <= max_bytes:
         out.append(size)
@@ -90,6 +94,7 @@ def sizes(min_bytes: int, max_bytes: int, factor: int) -> list[int]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the sweep and print the table; 0 when every case ran within target, else 1."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.sim_scale", description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", default="8192x8p-roce")
     parser.add_argument("--collective", default=",".join(COLLECTIVES), help="comma-separated")
