@@ -462,6 +462,11 @@ class Stream(torch.Stream):
 
     def __new__(cls, device=None, priority: int = 0, **kwargs):
         _lazy_init()
+        # As torch.cuda.Stream (and torch_npu's): made inside ``with device(d)``, where a negative
+        # index changes nothing and what is not an index, a name or a device (a float) means the
+        # current card: the stream is on the current card.
+        if isinstance(device, float) or (isinstance(device, int) and device < 0):
+            device = None
         return super().__new__(cls, device=torch.device("npu", _index(device)), priority=priority)
 
 

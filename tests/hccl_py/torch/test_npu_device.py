@@ -113,6 +113,8 @@ assert torch.zeros(2).cuda().device.type == "npu" and torch.ones(1).to("cuda:2")
 
 # memory: the card's HBM pool, 512-byte blocks, torch's OutOfMemoryError past it
 torch.npu.set_device(2); torch.npu.reset_peak_memory_stats()
+# streams: a negative index or a float means the current card (torch.cuda.Stream's rule, Ascend's test_with_device)
+assert [torch.npu.Stream(d).device_index for d in (-1, -258, -0.2, 1, "npu:0")] == [2, 2, 2, 1, 0]
 before = torch.npu.memory_allocated()
 z = torch.empty(1000, dtype=torch.uint8, device="npu")
 assert torch.npu.memory_allocated() - before == 1024, torch.npu.memory_allocated() - before
