@@ -80,10 +80,16 @@ def build():
         fcntl.flock(lock, fcntl.LOCK_EX)
         with contextlib.suppress(FileNotFoundError):
             (where / "lock").unlink()  # torch's own baton, left by a build that was killed: we hold the real lock
+        # Built from a copy in the cache folder, never from this checkout's path: torch's build file
+        # names its sources, so two checkouts of the same source (a clone beside a working tree)
+        # compiling from their own paths would each rebuild the other's extension, a minute or more.
+        source = where / SOURCE.name
+        if not source.exists() or source.read_bytes() != SOURCE.read_bytes():
+            shutil.copyfile(SOURCE, source)
         try:
             return cpp_extension.load(
                 name="hccl_py_npu",
-                sources=[str(SOURCE)],
+                sources=[str(source)],
                 build_directory=str(where),
                 extra_cflags=["-O1"],
                 verbose=False,

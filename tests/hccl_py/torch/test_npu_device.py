@@ -152,6 +152,20 @@ torch.npu.synchronize()
 start.record(); c = a @ b; end.record()
 expected = card.kernel_time_s(cube_flops(64, 32, 128), (64 * 128 + 128 * 32 + 64 * 32) * 4, "float32") * 1e3
 assert abs(start.elapsed_time(end) - expected) < 1e-9, (start.elapsed_time(end), expected)
+# a compute benchmark written in torch, measured as limulidae's bench_flops.py measures (events
+# around torch.mm(A, B, out=C), the fastest timed run, 2mnk flops) lands on the fidelity table's rows
+from hccl_py.planning.fidelity import load_table, predict
+rows = {row["id"]: row for row in load_table()}
+for n, row_id in ((1024, "tptd-910b2-fp32-1024"), (2048, "tptd-910b2-fp32-2048")):
+    A, B, C = torch.randn(n, n, device="npu"), torch.randn(n, n, device="npu"), torch.empty(n, n, device="npu")
+    runs = []
+    for _ in range(3):  # one warm-up, two timed
+        start.record(); torch.mm(A, B, out=C); end.record(); torch.npu.synchronize(); runs.append(start.elapsed_time(end))
+    tflops = 2 * n**3 / (min(runs[1:]) / 1e3) / 1e12
+    row = rows[row_id]
+    assert row["model"]["card"] == card.model.name and abs(tflops / predict(row)[0] - 1) < 1e-9, (tflops, row)
+    assert abs(tflops / row["measured"]["tflops"] - 1) <= row["tolerance"], (tflops, row)
+del A, B, C
 start.record(); c.relu_(); d = c.sum(); end.record()
 expected = (card.kernel_time_s(0, 64 * 32 * 4, "float32") + card.kernel_time_s(0, 64 * 32 * 4 + 4, "float32")) * 1e3
 assert abs(start.elapsed_time(end) - expected) < 1e-9, (start.elapsed_time(end), expected)
@@ -318,6 +332,26 @@ def test_alloc_conf_keys_are_honoured_or_refused_by_name():
     for bad in ("expandable_segments:yes", "max_split_size_mb:10", "garbage_collection_threshold:1.5"):
         with pytest.raises(HcclParamError, match="bad value"):
             device.parse_alloc_conf(bad)
+
+
+def test_checkouts_of_one_source_share_one_build(tmp_path, monkeypatch):
+    """The extension compiles from a copy of its source in the cache folder, so a clone beside a
+    working tree (same source) loads the same build instead of rebuilding it from its own path."""
+    from torch.utils import cpp_extension
+
+    from hccl_py.torch import device
+
+    monkeypatch.setenv("HCCL_PY_CACHE", str(tmp_path / "cache"))
+    built = []
+    monkeypatch.setattr(cpp_extension, "load", lambda **kw: built.append(kw["sources"]) or "loaded")
+    clone = tmp_path / "clone" / "npu_device.cpp"
+    clone.parent.mkdir()
+    clone.write_bytes(device.SOURCE.read_bytes())
+    assert device.build() == "loaded"
+    monkeypatch.setattr(device, "SOURCE", clone)
+    assert device.build() == "loaded"
+    assert built[0] == built[1] == [str(device.cache_dir() / "npu_device.cpp")]
+    assert (device.cache_dir() / "npu_device.cpp").read_bytes() == clone.read_bytes()
 
 
 def test_another_torch_is_refused_naming_the_supported_one():
