@@ -204,6 +204,7 @@ class Communicator:
             self._engine.take_arrivals()  # a peer's notice may be waiting in the transport
         notice = self._engine.pending_notice(self._id)
         if notice is not None:
+            self._engine.pass_on_notice(self._id, self._world_ranks)
             seq, src, body = notice
             reporter = self._world_ranks.index(src) if src in self._world_ranks else src
             return error_from_notice(f"{what}: an earlier call failed on a peer", reporter, body, self._fields(what))
@@ -242,6 +243,7 @@ class Communicator:
             return
         notice = engine.pending_notice(self._id)
         if notice is not None:
+            engine.pass_on_notice(self._id, self._world_ranks)
             self.abort("a peer reported a failed call")
             seq, src, body = notice
             reporter = self._world_ranks.index(src) if src in self._world_ranks else src

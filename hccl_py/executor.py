@@ -696,6 +696,7 @@ class Engine:
         self.world_rank = transport.world_rank if transport is not None else 0
         self._mailbox: dict[tuple[int, int, int, int], deque[Incoming]] = {}
         self._notices: dict[int, list[tuple[int, int, bytes]]] = {}  # comm -> [(seq, world rank, errors.to_wire)]
+        self._passed_on: set[int] = set()  # comms whose first notice this rank sent on (pass_on_notice)
         self._abandoned: set[int] = set()
         # Refusals (see ``refuse``): comm -> {call key: (refusing world rank, error in wire form,
         # secondary)} for calls a peer refused; comm -> keys of calls that failed here on a refusal
@@ -741,6 +742,25 @@ class Engine:
     def clear_notices(self, comm_id: int) -> None:
         """Forget the notices held for communicator ``comm_id``."""
         self._notices.pop(comm_id, None)
+        self._passed_on.discard(comm_id)
+
+    def pass_on_notice(self, comm_id: int, world_ranks: Sequence[int]) -> None:
+        """Send the first notice held for ``comm_id`` on to the other members (not its sender),
+        once; called as this rank fails on it. The sender may be off the CPU with the notice still
+        queued for a member whose queue is full, while this rank fails and exits: that member
+        would then find this rank gone and blame its exit. Passed on, the notice leaves before
+        this rank does (``linger``)."""
+        notes = self._notices.get(comm_id)
+        if not notes or comm_id in self._passed_on or self.transport is None:
+            return
+        self._passed_on.add(comm_id)
+        seq, src, body = notes[0]
+        for world_peer in world_ranks:
+            if world_peer not in (src, self.transport.world_rank):
+                try:
+                    self.transport.notify(world_peer, comm_id, seq, body)
+                except HcclRemoteError:
+                    pass  # a gone peer cannot take it; the others have theirs
 
     def notify(self, ctx: CallContext, error: HcclError) -> None:
         """Tell every other member of the communicator that this call failed, and why."""
@@ -1323,6 +1343,7 @@ class Engine:
         raise self._notice_error(ctx)
 
     def _notice_error(self, ctx: CallContext) -> HcclError:
+        self.pass_on_notice(ctx.comm_id, ctx.world_ranks)
         seq, src, body = self._notices[ctx.comm_id][0]
         return error_from_notice(
             ctx.what, ctx.world_ranks.index(src) if src in ctx.world_ranks else src, body, ctx.fields()
