@@ -56,12 +56,15 @@ def check_torch(version: str | None = None) -> None:
 
 
 def cache_dir() -> Path:
-    """Where the compiled extension is kept: one folder per source digest and torch version."""
+    """Where the compiled extension is kept: one folder per source, torch version and torch install."""
     root = os.environ.get(env.HCCL_PY_CACHE) or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "hccl-py"
     )
+    # The torch install is part of the key: torch's build names its headers' paths, so two venvs
+    # sharing one folder would rebuild each other's extension at every load.
     digest = hashlib.blake2b(
-        SOURCE.read_bytes() + torch.__version__.encode() + sys.version.encode(), digest_size=8
+        SOURCE.read_bytes() + torch.__version__.encode() + sys.version.encode() + torch.__file__.encode(),
+        digest_size=8,
     ).hexdigest()
     return Path(root) / f"npu-{digest}"
 
