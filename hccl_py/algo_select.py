@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import weakref
 
-from .algo_argmin import fastest
 from .algo_names import A2A_CONTINUOUS, A2A_PIPELINE, STAGED
 from .algorithms.alltoallv_continuous import fits as fits_ccl_buffer
 from .algorithms.hierarchical import (
@@ -103,6 +102,8 @@ def explain_auto(
     if len(world_ranks) > 1 and collective in FLAT_RULES:
         return flat_choice(cost_model.topology, collective, count, itemsize, world_ranks, level1)
     if len(world_ranks) == 1 or collective not in HIER_COLLECTIVES:
+        from .algo_argmin import fastest  # lazy: it loads the simulator, which a rule's answer never needs
+
         best = fastest(cost_model, collective, count, itemsize, world_ranks, root)
         return Choice(best, "no HCCL rule: the least modeled time (estimate)", True)
     return hccl_choice(
