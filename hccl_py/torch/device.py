@@ -186,6 +186,36 @@ def _detach(ext) -> None:
     ext.set_clock(None)
 
 
+_drain_leaves: list = []  # the drain's leaf tensors: Python owns them until the interpreter ends
+
+
+def _drain_autograd_workers(ext) -> None:
+    """At exit, before the interpreter finalises: one tiny backward on every card that held a
+    tensor, run through autograd's engine directly. Why: each card's autograd worker thread drops
+    its last reference to a graph task just after it wakes the thread that called ``backward()``;
+    torch 2.13 stashes a ``contextvars`` context in every graph task, and a worker that frees it
+    while the interpreter finalises asks for the GIL then and is ended by CPython, which aborts the
+    process ("terminate called without an active exception") when ``backward()`` was the
+    program's last statement. A worker takes tasks in order, so once this backward is done the
+    program's graph tasks are freed; this one is called with no context stashed, returns no
+    tensors and its tensors are kept alive here, so freeing it late needs no Python."""
+    try:
+        engine = torch.autograd.Variable._execution_engine
+        for index in range(ext.device_count()):
+            stats = ext.memory_stats(index)
+            if not (stats["allocation.all.allocated"] or stats["reserved_bytes.all.current"]):
+                continue  # its worker never ran a task of this program
+            leaf = torch.zeros((), device=torch.device("npu", index), requires_grad=True)
+            out = leaf * 1.0
+            grad = torch.ones_like(out)
+            # Every tensor the graph task holds stays referenced from Python: a tensor whose Python
+            # object died first is owned back by torch's C++ side, and freeing it takes the GIL.
+            _drain_leaves.extend((leaf, out, grad))
+            engine.run_backward((out,), (grad,), False, False, (), False, True)  # no result list kept
+    except Exception:  # noqa: BLE001 - at exit, a failed drain must not mask the program's own outcome
+        pass
+
+
 def installed():
     """The loaded extension, or None before :func:`install`."""
     return _C
@@ -223,6 +253,7 @@ def install(devices: int | None = None):
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
     )
     atexit.register(_detach, ext)
+    atexit.register(_drain_autograd_workers, ext)  # runs before _detach (atexit is last in, first out)
     torch.version.cann = CANN_VERSION
     _C = ext
     for hook in _hooks:  # torch.npu (npu.py), then the "hccl" backend for npu tensors (backend.py)

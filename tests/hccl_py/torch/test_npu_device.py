@@ -76,6 +76,24 @@ def _torchrun(n: int) -> list[str]:
     ]
 
 
+def _on_cpu(script: str, *args, cwd: Path, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+    """The reference run: ``script`` under torchrun with 2 ranks on the CPU and torch's gloo."""
+    for _attempt in range(2):
+        done = subprocess.run(
+            [*_torchrun(2), script, *map(str, args)],
+            env=_env(),
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        # torch's own gloo on the CPU has aborted at exit with this C++ message on a loaded machine
+        # (seen once, under 4 test workers; no npu involved): run it again, once.
+        if done.returncode == 0 or "terminate called without an active exception" not in done.stderr:
+            break
+    return done
+
+
 # -- the device in one process ----------------------------------------------------------------------------
 _PROBE = r"""
 import os, torch, torch.distributed as dist
@@ -249,19 +267,7 @@ def test_an_hccl_style_sample_spawns_its_ranks_over_the_cards():
 @pytest.mark.usefixtures("no_leaks")
 def test_ddp_on_npu_under_torchrun_matches_the_cpu_on_gloo(tmp_path):
     script = str(SCRIPTS / "npu_ddp.py")
-    for attempt in range(2):
-        gloo = subprocess.run(
-            [*_torchrun(2), script, str(tmp_path / "gloo.pt")],
-            env=_env(),
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=90,
-        )
-        # The reference is torch's own gloo on the CPU, which on a loaded machine has aborted at
-        # exit with the same C++ message (seen once, under 4 test workers): run it again, once.
-        if gloo.returncode == 0 or "terminate called without an active exception" not in gloo.stderr:
-            break
+    gloo = _on_cpu(script, tmp_path / "gloo.pt", cwd=tmp_path)
     assert gloo.returncode == 0, gloo.stderr[-3000:]
     npu = _hccl_npu("--devices", "2", *_torchrun(2), script, str(tmp_path / "npu.pt"), cwd=tmp_path, timeout=100)
     if npu.returncode != 0 and "terminate called without an active exception" in npu.stderr:

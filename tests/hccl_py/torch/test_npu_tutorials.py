@@ -5,13 +5,12 @@ the CPU and gloo. The tutorials themselves, run unchanged: docs/torch.md, "Run u
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from tests.hccl_py.torch.test_npu_device import SCRIPTS, _env, _hccl_npu, _torchrun  # noqa: E402
+from tests.hccl_py.torch.test_npu_device import SCRIPTS, _hccl_npu, _on_cpu, _torchrun  # noqa: E402
 
 
 @pytest.mark.timeout(150)
@@ -22,14 +21,7 @@ def test_the_tutorials_patterns_train_on_npu_as_on_the_cpu(tmp_path):
     CPU's kernels); an optimizer made before ``model.to(rank)``; ``torch.load(map_location="cuda:N")``;
     attention with its heads sharded by tensor parallelism."""
     script = str(SCRIPTS / "npu_tutorial_patterns.py")
-    gloo = subprocess.run(
-        [*_torchrun(2), script, str(tmp_path / "cpu")],
-        env=_env(),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    gloo = _on_cpu(script, tmp_path / "cpu", cwd=tmp_path, timeout=60)
     assert gloo.returncode == 0, gloo.stderr[-3000:]
     npu = _hccl_npu("--devices", "2", *_torchrun(2), script, str(tmp_path / "npu"), cwd=tmp_path, timeout=120)
     assert npu.returncode == 0, npu.stderr[-3000:]
