@@ -1,11 +1,14 @@
 """The cost model: the single home of every modeled-time formula (as NCCL's ``tuning.cc``).
 
-A message of ``n`` bytes over a route takes ``latency(route) + n / share``, where ``share`` is the
-smallest, over the route's directed links, of the link's bandwidth divided by the number of
-flows of the *same step* crossing that link in that direction (links are full duplex); the
-route's latency is the fixed cost of one transfer (DMA or RDMA task and its notify handshakes,
-``topology/figures.py``). Every rank can compute the whole step from the schedule, so the share
-never depends on OS scheduling.
+A message of ``n`` bytes over a route takes ``fixed(route) + n / share`` (:func:`transfer_s`),
+where ``share`` is the smallest, over the route's directed links, of the link's bandwidth divided
+by the number of flows of the *same step* crossing that link in that direction (links are full
+duplex). The fixed cost of a point-to-point transfer (a send, a batch's item) is the route's
+latency, one DMA or RDMA task and its notify handshakes (``topology/figures.py``); a transfer
+inside a collective step pays the route's step latency, that plus what each step of HCCL's
+collective algorithms waits on besides (``LinkSpec.step_sync_s``: between 910B servers the
+notify records and stream synchronisation around every step). Every rank can compute the whole
+step from the schedule, so the share never depends on OS scheduling.
 
 A received buffer is reduced *inline* by the transfer engine when the card supports the dtype and
 op (HCCL's SDMA reduce: no extra time), else by a vector kernel, ``reduce_launch + n / vector
@@ -123,13 +126,18 @@ def flow_shares(
     return shares
 
 
-def transfer_s(topology: Topology, src: int, dst: int, nbytes: int, load: Counter, factor: float = 1.0) -> float:
+def transfer_s(
+    topology: Topology, src: int, dst: int, nbytes: int, load: Counter, factor: float = 1.0, *, collective: bool
+) -> float:
     """Seconds for ``nbytes`` from world rank ``src`` to ``dst`` when ``load`` counts the flows of
-    the same step on each directed link; ``factor`` < 1 is a degraded route (fault injection)."""
+    the same step on each directed link; ``factor`` < 1 is a degraded route (fault injection).
+    ``collective``: a transfer of a collective step, whose fixed cost is the route's
+    ``step_latency_s``; else a point-to-point transfer, the route's ``latency_s``."""
     route = topology.route(src, dst)
+    fixed = route.step_latency_s if collective else route.latency_s
     if nbytes == 0:
-        return route.latency_s
-    return route.latency_s + nbytes / route_share(topology, route, load, factor)
+        return fixed
+    return fixed + nbytes / route_share(topology, route, load, factor)
 
 
 def kernel_s(card: CardModel, flops: float, nbytes: float, slow_factor: float = 1.0, dtype: str | None = None) -> float:
@@ -243,7 +251,7 @@ class CostModel:
             send_times: dict[int, list[float]] = {}
             for r, src, dst, nbytes in flows:
                 send_times.setdefault(r, []).append(
-                    transfer_s(topo, src, dst, nbytes, load, self.degraded.get((src, dst), 1.0))
+                    transfer_s(topo, src, dst, nbytes, load, self.degraded.get((src, dst), 1.0), collective=True)
                 )
             for r, schedule in enumerate(schedules):
                 if k >= len(schedule.steps):
@@ -259,15 +267,16 @@ class CostModel:
         return tuple(tuple(steps) for steps in per_rank)
 
     def p2p_costs(self, src: int, dst: int, nbytes: int, *, sender: bool) -> tuple[StepCost]:
-        """The one step of a send (``sender``) or of its matching receive: a lone flow; each side
-        pays its card's op launch first."""
+        """The one step of a send (``sender``) or of its matching receive: a lone point-to-point
+        flow (the route's ``latency_s``, no collective step's synchronisation); each side pays its
+        card's op launch first."""
         key = ("send" if sender else "recv", src, dst, nbytes)
         cost = self._cache.get(key)
         if cost is None:
             if sender:
                 route = self.topology.route(src, dst)
                 factor = self.degraded.get((src, dst), 1.0)
-                send = transfer_s(self.topology, src, dst, nbytes, Counter(route.hops), factor)
+                send = transfer_s(self.topology, src, dst, nbytes, Counter(route.hops), factor, collective=False)
                 cost = (StepCost(self.topology.card(src).launch_overhead_s, (send,), ()),)
             else:
                 cost = (StepCost(self.topology.card(dst).launch_overhead_s, (), (0.0,)),)

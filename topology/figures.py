@@ -4,7 +4,10 @@ Every number carries, in the comment next to it, a public source that states it,
 *estimate* and the reasoning. Bandwidths are **per direction** in bytes/s and are what transfers
 *achieve*, not the line rate (links are full duplex: a flow A->B does not slow a flow B->A);
 latencies are per hop in seconds, and a route's latency (the sum over its hops) is the fixed cost
-of one transfer over it: the DMA or RDMA task plus the notify handshakes HCCL posts around it. A
+of one transfer over it: the DMA or RDMA task plus the notify handshakes HCCL posts around it,
+what a point-to-point transfer pays. Where a collective step pays more than that (between 910B
+servers: the notify records and stream synchronisation of HCCL's collective steps), the link
+kind's ``step_sync_s`` per hop adds it to every transfer of a collective step. A
 user overrides any figure from a JSON file with :func:`load_figures` (``hccl-calibrate`` writes
 such files from hccl_test logs). ``docs/fidelity.md`` holds the figures against public
 measurements (``hccl-sim validate``).
@@ -63,6 +66,11 @@ Sources cited below (quotes are in docs/fidelity.md and hccl_py/planning/fidelit
          1 GB in 41234.5 us, 8 KB in 89.5 us (the rows of hccl_py/planning/fidelity/measurements.json).
 [HIXL]   hicann/hixl benchmarks/A2_benchmark_performance.md (commit f337d49): one-sided RDMA WRITE
          between two A2 servers, one NPU pair, 22.5-22.6 GB/s from 512 KB blocks up (8M: 22.633).
+[HIXL-COMM] hicann/hixl benchmarks/performance.md (commit 4fc88fa; the fidelity table's rows cite the
+         same table at 9ed283b), A2, 双机数据, "ROCE（通信域）":
+         HIXL's one-sided writes through an HCCL communicator, 128 MiB in blocks, D2rD: 16K 0.718,
+         32K 1.404, 64K 2.847, 128K 5.502, 256K 11.203 GB/s, i.e. 22.8, 23.3, 23.0, 23.8, 23.4 us a
+         block: a fixed cost of about 23 us a write, the data (0.7-11 us at 23.5 GB/s) hidden in it.
 [MSMODELING] Ascend/msmodeling tensor_cast/device.py (commit 84fec85), a vendor performance model,
          not a measurement: A2 between servers 25 GB/s and 1.5 us with comm_efficiency 0.7, inside a
          server 196 GB/s and 0.5 us (0.7), comm_op_cost_s = 10 us a collective.
@@ -97,7 +105,10 @@ GiB = 1 << 30
 @dataclass(frozen=True, slots=True)
 class LinkSpec:
     """One physical link kind: ``bandwidth_Bps`` achieved per direction (bytes/s), ``latency_s``
-    per hop (a route's hops add up to the fixed cost of one transfer).
+    per hop (a route's hops add up to the fixed cost of one transfer, what a point-to-point
+    transfer pays) and ``step_sync_s`` per hop (what a transfer inside a collective step pays on
+    top of that: the notify records and stream synchronisation of HCCL's collective steps between
+    servers; 0 where a step pays no more than a transfer).
 
     >>> LINK_KINDS["PCIE"].bandwidth_Bps
     24926000000.0
@@ -106,6 +117,12 @@ class LinkSpec:
     kind: str
     bandwidth_Bps: float
     latency_s: float
+    step_sync_s: float = 0.0
+
+    @property
+    def step_latency_s(self) -> float:
+        """What a transfer inside a collective step pays per hop: ``latency_s + step_sync_s``."""
+        return self.latency_s + self.step_sync_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,25 +208,36 @@ _RDMA_TRANSFER_S = 3 * 7.0e-6
 # through the spine add 2 x this, i.e. about one more switch pair's forwarding and queueing).
 _ROCE_HOP_S = _RDMA_TRANSFER_S / 4
 
-# The cross-server model of 910B (A2) clusters: three terms FITTED to the one public multi-server
-# sweep, HCCL Test allreduce on 2 servers x 8 Ascend 910B3 [AAS] (docs/fidelity.md, "The
-# cross-server terms"), each a physical quantity held inside a public bound:
+# The cross-server model of 910B (A2) clusters: four terms FITTED, each a physical quantity held
+# inside a public bound (docs/fidelity.md, "The cross-server terms"): three to the one public
+# multi-server sweep, HCCL Test allreduce on 2 servers x 8 Ascend 910B3 [AAS], and the RDMA
+# operation's cost to HIXL's writes through an HCCL communicator between two A2 servers [HIXL-COMM]:
 # - achievable bandwidth of one 200 GbE RoCE port, per direction: 23.5 GB/s. Bounds: at most the
 #   line rate, 200 Gb/s = 25 GB/s [AC-910B]; at least HCCL's own level-1 figure 25 x 0.8 GiB/s =
 #   21.5 GB/s [HCOMM-CAP] less 20% (a vendor model, [MSMODELING], takes 25 GB/s x efficiency 0.7 =
 #   17.5 GB/s). HIXL's one-sided RDMA writes between two A2 servers saturate at 22.5-22.6 GB/s [HIXL].
-# - cross-server cost of one step (ready notify, RDMA write, done notify, and the stream
-#   synchronisation around them): 60 us, the fit's upper bound: HCCL's own per-step figure for
-#   level 1, "float delay = LATENCY; // 静态时延 60 us" (coll_alg_operator.cc); lower bound one RDMA
-#   operation, "RDMA的固定开销按照7us计算(实测7us)" [HCOMM-TASK] ([MSMODELING]: 1.5 us + 10 us a call).
+# - cost of one RDMA operation between servers, what a point-to-point write pays (HIXL's one-sided
+#   write through a communicator, hccl-py's send): 7 us. Fitted to [HIXL-COMM]'s 16 KiB blocks,
+#   22.8 us each = the op launch (15 us, estimate, below) + 0.7 us of data at 23.5 GB/s + 7.1 us;
+#   HCCL's task estimator measured the same, "RDMA的固定开销按照7us计算(实测7us)" [HCOMM-TASK].
+#   Bound 1.5..22.8 us: [MSMODELING]'s latency between A2 servers (a vendor model, not a
+#   measurement) to the whole 16 KiB block through the communicator, launch and data included.
+# - what a collective step's transfer between servers pays on top of that RDMA operation: the
+#   receiver's ready notify and the done notify (each an RDMA write to the other server) and the
+#   synchronisation of the main and sub streams around them: 53 us. Fitted to the sweep, which
+#   needs a cross-server step (this + the RDMA operation) of 55-60 us; at its upper bound.
+#   Bound 14..53 us: two notify records as RDMA operations, 2 x 7 us [HCOMM-TASK], to HCCL's own
+#   level-1 per-step figure for the whole step, "float delay = LATENCY; // 静态时延 60 us"
+#   (coll_alg_operator.cc), less the RDMA operation ([MSMODELING]: 10 us a collective).
 # - ports' worth of bandwidth a server's level-1 traffic moves through at once on two servers:
 #   1.21 (LEVEL1_PORTS below, at every server count); bound 1..8: one port per NPU, 8 per server [DEPLOYER]. HCCL's
 #   level-1 runs every plane at once (each NPU's own port), so 8 would be HCCL's code on a
 #   non-blocking fabric; the sweep moves about one port's worth (docs/fidelity.md says why).
-# A fourth term, the chunking of a payload larger than HCCL_BUFFSIZE, is HCCL's, not fitted: its
-# 200 MB CCL buffer (hccl_py.algorithms.alltoallv_continuous.CCL_BUFFER_BYTES); the sweep's pipeline slices (at most 64 MiB) fit one loop.
+# Not fitted: the chunking of a payload larger than HCCL_BUFFSIZE, HCCL's own 200 MB CCL buffer
+# (hccl_py.algorithms.alltoallv_continuous.CCL_BUFFER_BYTES); the sweep's pipeline slices (at most 64 MiB) fit one loop.
 ROCE200_PORT_Bps = 23.5e9
-ROCE200_STEP_S = 60e-6
+ROCE200_RDMA_OP_S = 7e-6
+ROCE200_STEP_SYNC_S = 53e-6
 
 # Vector-unit (TBE/CCE) reduction of a received buffer when the engine cannot reduce inline:
 # HCCL's estimate, "统一按照10GB计算, CCE reduce的固定开销按照0.6us计算" [HCOMM-TASK].
@@ -260,9 +288,10 @@ LINK_KINDS: dict[str, LinkSpec] = {
     "ROCE100": LinkSpec("ROCE100", 12e9, _ROCE_HOP_S),
     # RoCE v2 over 200 GbE, one port per NPU on Atlas 800T A2 ([AC-910B]: 8 x 200G, "Speed:
     # 200000Mb/s"; [DEPLOYER]: 8 NPU ports per node; [POPOMEN]). FITTED, within bounds (above):
-    # 23.5 GB/s a port and 60 us a cross-server step, spread over the route's 4 hops as ROCE100's.
-    # (Before the fit: HCCL's own BANDWIDTH_RDMA_910B = 20 GiB/s [HCOMM-CAP] and 3 x 7 us.)
-    "ROCE200": LinkSpec("ROCE200", ROCE200_PORT_Bps, ROCE200_STEP_S / 4),
+    # 23.5 GB/s a port, 7 us an RDMA operation (every transfer) and 53 us more in a collective step,
+    # each spread over the route's 4 hops as ROCE100's. (Before the fit: HCCL's own
+    # BANDWIDTH_RDMA_910B = 20 GiB/s [HCOMM-CAP] and 3 x 7 us.)
+    "ROCE200": LinkSpec("ROCE200", ROCE200_PORT_Bps, ROCE200_RDMA_OP_S / 4, ROCE200_STEP_SYNC_S / 4),
     # The host path: through the CPU complex, i.e. peer-to-peer forwarding between CPU sockets or
     # staging in host DRAM. Estimate, no public figure: staging crosses PCIe twice and host memory
     # once, so about half a PCIe gen4 x16 direction, ~12 GB/s; software forwarding ~5 us.
@@ -363,7 +392,8 @@ CARD_MODELS: dict[str, CardModel] = {
 Figures = tuple[dict[str, LinkSpec], dict[str, CardModel]]
 FiguresArg = Union[Figures, str, os.PathLike, None]
 
-_LINK_FIELDS = ("bandwidth_Bps", "latency_s")
+_LINK_FIELDS = ("bandwidth_Bps", "latency_s", "step_sync_s")
+_ZERO_ALLOWED_FIELDS = ("step_sync_s",)  # a collective step may pay no more than a transfer
 _CARD_FIELDS = tuple(f.name for f in dataclasses.fields(CardModel) if f.name != "name")
 _NAME_LIST_FIELDS = ("inline_reduce_dtypes", "inline_reduce_ops")
 _FRACTION_FIELDS = ("matmul_efficiency",)
@@ -463,7 +493,9 @@ def figures_from_dict(doc: Any) -> Figures:
                 if field in _NAME_LIST_FIELDS:
                     changes[field] = _names(number, key)
                 else:
-                    changes[field] = _positive(number, key, integral=(field == "hbm_bytes"))
+                    changes[field] = _positive(
+                        number, key, integral=(field == "hbm_bytes"), zero=(field in _ZERO_ALLOWED_FIELDS)
+                    )
                     if field in _FRACTION_FIELDS and changes[field] > 1:
                         raise TopologyError(
                             f"Value [{number!r}] for figure {key} is invalid. Expected value: a fraction in (0, 1].",
@@ -492,10 +524,18 @@ def resolve_figures(figures: FiguresArg) -> Figures:
     )
 
 
-def _positive(value: Any, key: str, *, integral: bool) -> float | int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+def _positive(value: Any, key: str, *, integral: bool, zero: bool = False) -> float | int:
+    """``value`` as a positive finite number (``zero``: or 0), else TopologyError naming ``key``."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value < 0
+        or (value == 0 and not zero)
+    ):
+        what = "a finite number, 0 or more" if zero else "a positive finite number"
         raise TopologyError(
-            f"Value [{value!r}] for figure {key} is invalid. Expected value: a positive finite number.",
+            f"Value [{value!r}] for figure {key} is invalid. Expected value: {what}.",
             key,
             value=value,
             rule="positive",

@@ -20,6 +20,7 @@ O(hops) and cached, so the cluster-scale simulator can ask for the routes of 409
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import operator
 from collections import Counter
@@ -37,16 +38,20 @@ Hop = tuple[str, str]
 @dataclass(frozen=True, slots=True)
 class Route:
     """A path between two cards: directed ``hops`` in order, total ``latency_s`` (sum of the
-    hops' latencies) and ``bandwidth_Bps`` (the smallest hop bandwidth). The route from a card to
-    itself has no hops, latency 0 and infinite bandwidth.
+    hops' latencies: the fixed cost of one point-to-point transfer), ``bandwidth_Bps`` (the
+    smallest hop bandwidth) and ``step_latency_s``, the fixed cost of one transfer inside a
+    collective step (each hop's latency plus its ``LinkSpec.step_sync_s``, summed hop by hop;
+    equal to ``latency_s`` where no link adds a step's synchronisation). The route from a card to
+    itself has no hops, latencies 0 and infinite bandwidth.
 
     >>> Topology.preset("ascend910-8p").route(0, 1)                 # doctest: +SKIP
-    Route(hops=(('card0', 'card1'),), latency_s=2.6e-06, bandwidth_Bps=10737418240.0)
+    Route(hops=(('card0', 'card1'),), latency_s=2.6e-06, bandwidth_Bps=10737418240.0, step_latency_s=2.6e-06)
     """
 
     hops: tuple[Hop, ...]
     latency_s: float
     bandwidth_Bps: float
+    step_latency_s: float
 
 
 class Topology:
@@ -279,7 +284,7 @@ class Topology:
             if len(leaf_ports) > 1:
                 nodes.append(("spine", {"type": "spine"}))
                 for leaf, ports in leaf_ports.items():
-                    trunk = LinkSpec(nic_spec.kind, nic_spec.bandwidth_Bps * ports, nic_spec.latency_s)
+                    trunk = dataclasses.replace(nic_spec, bandwidth_Bps=nic_spec.bandwidth_Bps * ports)
                     self._add_edge(leaf, "spine", trunk, edges)
         if len(seen_ranks) != self.num_ranks:
             raise TopologyError(
@@ -391,11 +396,16 @@ class Topology:
         if self.template.acs:
             hops.append((root, root.replace(".pcie", ".rc")))
         specs = [self.link(u, v) for u, v in hops]
-        return Route(tuple(hops), sum(s.latency_s for s in specs), min(s.bandwidth_Bps for s in specs))
+        return Route(
+            tuple(hops),
+            sum(s.latency_s for s in specs),
+            min(s.bandwidth_Bps for s in specs),
+            sum(s.step_latency_s for s in specs),
+        )
 
     def _make_route(self, a: int, b: int) -> Route:
         if a == b:
-            return Route((), 0.0, math.inf)
+            return Route((), 0.0, math.inf, 0.0)
         ca, cb = f"card{a}", f"card{b}"
         if self._server[a] == self._server[b]:
             if cb in self._spec[ca]:
@@ -413,20 +423,22 @@ class Topology:
             leaf_a, leaf_b = up[-1][1], down[-1][1]
             middle = () if leaf_a == leaf_b else ((leaf_a, "spine"), ("spine", leaf_b))
             hops = up + middle + tuple((v, u) for u, v in reversed(down))
-        latency = 0.0
+        latency = step_latency = 0.0
         bandwidth = math.inf
         for u, v in hops:
             spec = self._spec[u][v]
             latency += spec.latency_s
+            step_latency += spec.step_latency_s
             if spec.bandwidth_Bps < bandwidth:
                 bandwidth = spec.bandwidth_Bps
-        return Route(hops, latency, bandwidth)
+        return Route(hops, latency, bandwidth, step_latency)
 
     def route_ids(self, src, dst) -> tuple:
         """The routes ``src[f] -> dst[f]`` (integer arrays) as arrays: ``(hops, latency)``, where
         ``hops[k, f]`` is the id of route f's k-th directed link (0 pads routes of fewer links) and
-        ``latency[f]`` its ``latency_s``. Ids index :meth:`hop_bandwidths`. The same hops in the
-        same order as :meth:`route`, and the same latency to the last bit (summed hop by hop);
+        ``latency[f]`` its ``step_latency_s`` (the simulator's flows are collective steps). Ids
+        index :meth:`hop_bandwidths`. The same hops in the same order as :meth:`route`, and the
+        same latency to the last bit (summed hop by hop);
         routes between servers are built with numpy, so the cluster-scale simulator can route
         65,536 flows a step.
 
@@ -494,16 +506,17 @@ class Topology:
             for r in range(self.num_ranks)
         ]
         lines += _table(rows, right=(0, 1, 2, 4))
-        kinds: dict[tuple[str, float, float], int] = Counter(
-            (spec.kind, spec.bandwidth_Bps, spec.latency_s) for _, _, spec in self.graph.edges(data="spec")
+        kinds: dict[tuple[str, float, float, float], int] = Counter(
+            (spec.kind, spec.bandwidth_Bps, spec.latency_s, spec.step_sync_s)
+            for _, _, spec in self.graph.edges(data="spec")
         )
-        lines += ["", "link kinds (bandwidth per direction):"]
-        rows = [("kind", "links", "GB/s", "latency us")]
+        lines += ["", "link kinds (bandwidth per direction; a collective step adds its step sync per hop):"]
+        rows = [("kind", "links", "GB/s", "latency us", "step sync us")]
         rows += [
-            (kind, str(count), f"{bw / 1e9:.1f}", f"{lat * 1e6:.2f}")
-            for (kind, bw, lat), count in sorted(kinds.items())
+            (kind, str(count), f"{bw / 1e9:.1f}", f"{lat * 1e6:.2f}", f"{sync * 1e6:.2f}")
+            for (kind, bw, lat, sync), count in sorted(kinds.items())
         ]
-        lines += _table(rows, right=(1, 2, 3))
+        lines += _table(rows, right=(1, 2, 3, 4))
         count = self.graph.number_of_edges()
         if count <= max_links:
             lines += ["", "links:"]
@@ -547,7 +560,7 @@ class _RouteArrays:
         self._spec, self._route = topology._spec, topology.route
         self._ids: dict[Hop, int] = {}
         self._bandwidth: list[float] = [math.inf]  # id 0: padding
-        self._latency: list[float] = [0.0]
+        self._latency: list[float] = [0.0]  # per link id: its ``LinkSpec.step_latency_s``
         self._cache: tuple = (0, None, None)
         self.table = None  # server 0's routes by device pair, where servers are wired alike
         self.server = np.array(topology._server, dtype=np.int64)
@@ -565,7 +578,7 @@ class _RouteArrays:
             self.up[: len(hops), rank] = [self.hop_id(h) for h in hops]
             self.down[: len(hops), rank] = [self.hop_id((v, u)) for u, v in reversed(hops)]
             for u, v in hops:  # summed hop by hop from 0.0, as ``Topology._make_route`` sums
-                up_latency[rank] += self._spec[u][v].latency_s
+                up_latency[rank] += self._spec[u][v].step_latency_s
             leaf[rank] = leaves.setdefault(hops[-1][1], len(leaves))
         self.up_latency = np.array(up_latency)
         self.down_latency = np.array(self._latency)[self.down]  # per hop down, every rank's
@@ -592,13 +605,13 @@ class _RouteArrays:
         self.table_latency = np.zeros((size, size))
         for (da, db), route in routes.items():
             self.table[da, db, : len(route.hops)] = [local.setdefault(h, len(local) + 1) for h in route.hops]
-            self.table_latency[da, db] = route.latency_s
+            self.table_latency[da, db] = route.step_latency_s
         self.links = len(local)
         self.base = len(self._bandwidth)
         specs = [self._spec[u][v] for u, v in local]
         self._tiled = (
             np.tile([s.bandwidth_Bps for s in specs], servers),
-            np.tile([s.latency_s for s in specs], servers),
+            np.tile([s.step_latency_s for s in specs], servers),
         )
 
     def route_ids(self, src, dst) -> tuple:
@@ -632,7 +645,7 @@ class _RouteArrays:
         hops = np.zeros((max((len(r.hops) for r in routes), default=0), len(routes)), dtype=np.int64)
         for f, route in enumerate(routes):
             hops[: len(route.hops), f] = [self.hop_id(h) for h in route.hops]
-        return hops, np.array([r.latency_s for r in routes])
+        return hops, np.array([r.step_latency_s for r in routes])
 
     def across(self, a, b) -> tuple:
         """``route_ids`` of flows a[f] -> b[f], every one between two servers."""
@@ -667,7 +680,7 @@ class _RouteArrays:
             spec = self._spec[hop[0]][hop[1]]
             found = self._ids[hop] = len(self._bandwidth)
             self._bandwidth.append(spec.bandwidth_Bps)
-            self._latency.append(spec.latency_s)
+            self._latency.append(spec.step_latency_s)
         return found
 
     def _numbered(self):

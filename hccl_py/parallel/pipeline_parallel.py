@@ -139,7 +139,7 @@ class PipelineParallel:
         nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
         topo = self.comm.topology
         src, dst = self.comm.world_ranks[stage], self.comm.world_ranks[stage + 1]
-        return transfer_s(topo, src, dst, nbytes, Counter(topo.route(src, dst).hops))
+        return transfer_s(topo, src, dst, nbytes, Counter(topo.route(src, dst).hops), collective=False)
 
     def _sizes(self, n: int, splits: Sequence[int] | None) -> list[int]:
         sizes = even_split(n, min(self.microbatches, n)) if splits is None else [int(s) for s in splits]

@@ -14,8 +14,8 @@ nccl-tests' (``size count type redop root time algbw busbw #wrong ...``, the out
 both define data_size the same way (the buffer of allreduce, the gathered output of allgather).
 
 The fit: the figures named by ``--fit`` (default: bandwidth and latency of every link kind the
-runs cross, and the card's launch cost) are varied in log space by Levenberg-Marquardt to minimise
-the squared relative error of every row's modeled time (the same simulation as ``hccl-sim``,
+runs cross, its collective step's synchronisation where it has one, and the card's launch cost)
+are varied in log space by Levenberg-Marquardt to minimise the squared relative error of every row's modeled time (the same simulation as ``hccl-sim``,
 HCCL's algorithm choice included), with a faint pull towards the table's values so that figures
 the logs cannot tell apart stay where they were. Every row is printed with its fitted prediction
 and residual; the figures that changed are written as a figures JSON (``topology.load_figures``).
@@ -236,9 +236,11 @@ Param = tuple[str, str, str]  # ("links" | "cards", name, field)
 
 
 def default_params(topologies: list[Topology]) -> list[Param]:
-    """Bandwidth and latency of every link kind a card-to-card route of the runs crosses, and each
-    card model's launch cost."""
-    kinds: dict[str, None] = {}
+    """Bandwidth and latency of every link kind a card-to-card route of the runs crosses (and its
+    ``step_sync_s`` where it has one: collective logs time the latency and the step's
+    synchronisation together, so both move, each pulled towards the table), and each card
+    model's launch cost."""
+    kinds: dict[str, bool] = {}
     cards: dict[str, None] = {}
     for topo in topologies:
         n = topo.num_ranks
@@ -250,11 +252,14 @@ def default_params(topologies: list[Topology]) -> list[Param]:
         for a, b in pairs:
             if a != b:
                 for u, v in topo.route(a, b).hops:
-                    kinds.setdefault(topo.link(u, v).kind)
+                    spec = topo.link(u, v)
+                    kinds.setdefault(spec.kind, spec.step_sync_s > 0)
         cards.setdefault(topo.card(0).name)
     params: list[Param] = []
-    for kind in kinds:
+    for kind, synced in kinds.items():
         params += [("links", kind, "bandwidth_Bps"), ("links", kind, "latency_s")]
+        if synced:
+            params.append(("links", kind, "step_sync_s"))
     params += [("cards", card, "launch_overhead_s") for card in cards]
     return params
 
@@ -471,7 +476,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="FIGURES",
         help="comma-separated figures to fit, e.g. links.HCCS_910B.bandwidth_Bps,cards.ascend910b.launch_overhead_s "
-        "(default: bandwidth and latency of every link kind the runs cross, and the launch cost)",
+        "(default: bandwidth, latency and any step sync of every link kind the runs cross, and the launch cost)",
     )
     parser.add_argument("-o", "--output", metavar="FILE", default=None, help="write the fitted figures JSON here")
     return parser

@@ -48,9 +48,13 @@ def test_ranks_sharing_the_acs_uplink_split_its_bandwidth():
     pcie = topo.link_kinds["PCIE"].bandwidth_Bps
     nbytes = 1 << 20
     both = Counter(topo.route(0, 1).hops) + Counter(topo.route(2, 3).hops)
-    assert transfer_s(topo, 0, 1, nbytes, both) == pytest.approx(topo.route(0, 1).latency_s + nbytes / (pcie / 2))
+    assert transfer_s(topo, 0, 1, nbytes, both, collective=True) == pytest.approx(
+        topo.route(0, 1).step_latency_s + nbytes / (pcie / 2)
+    )
     with_hccs = Counter(topo.route(0, 3).hops) + Counter(topo.route(1, 2).hops)
-    assert transfer_s(topo, 0, 3, nbytes, with_hccs) == pytest.approx(topo.route(0, 3).latency_s + nbytes / pcie)
+    assert transfer_s(topo, 0, 3, nbytes, with_hccs, collective=True) == pytest.approx(
+        topo.route(0, 3).step_latency_s + nbytes / pcie
+    )
     bw = pair_bandwidth(topo)
     assert bw[1, 2] == topo.link_kinds["HCCS"].bandwidth_Bps and bw[0, 1] < bw[1, 2] / 2
 

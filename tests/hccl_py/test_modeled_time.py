@@ -214,7 +214,7 @@ def _uniform_parameters(topo: Topology, op: str) -> tuple[float, float, float, f
     inline = card.reduces_inline("float32", op)
     gamma = 0.0 if inline else 1.0 / card.vector_bandwidth_Bps
     gamma0 = 0.0 if inline else card.reduce_launch_s
-    return card.launch_overhead_s, route.latency_s, 1.0 / route.bandwidth_Bps, gamma, gamma0
+    return card.launch_overhead_s, route.step_latency_s, 1.0 / route.bandwidth_Bps, gamma, gamma0
 
 
 @pytest.mark.parametrize("op", ["sum", "prod"])  # the 910B reduces sum inline, prod on the vector unit

@@ -44,7 +44,13 @@ def test_figures_are_the_cited_ones():
     assert LINK_KINDS["ROCE100"].bandwidth_Bps == 12e9  # HCCL's measured single-stream RDMA
     # the fitted cross-server terms stay inside their public bounds (docs/fidelity.md)
     assert 25e9 * 0.7 <= LINK_KINDS["ROCE200"].bandwidth_Bps <= 25e9  # msmodeling x 0.7 .. 200 GbE line rate
-    assert 7e-6 <= 4 * LINK_KINDS["ROCE200"].latency_s <= 60e-6  # one RDMA op .. HCCL's level-1 LATENCY
+    roce = LINK_KINDS["ROCE200"]
+    # an RDMA operation (what a send pays): msmodeling's model latency .. HIXL's whole 16 KB block
+    assert 1.5e-6 <= 4 * roce.latency_s <= 22.8e-6
+    # a collective step's notifies and stream sync: two notifies at HCCL's 7 us .. 60 us less the RDMA operation
+    assert 14e-6 <= 4 * roce.step_sync_s <= 60e-6 - 4 * roce.latency_s + 1e-12
+    assert 4 * roce.step_latency_s == pytest.approx(60e-6)  # a cross-server step: HCCL's level-1 LATENCY
+    assert all(spec.step_sync_s == 0 for name, spec in LINK_KINDS.items() if name != "ROCE200")
     assert 1 <= LEVEL1_PORTS <= 8  # one port .. one per NPU
     assert LINK_KINDS["ROCE200_UPLINK"].bandwidth_Bps == LEVEL1_PORTS * LINK_KINDS["ROCE200"].bandwidth_Bps
     assert LINK_KINDS["PCIE"].bandwidth_Bps == 24.926e9  # FlagPerf ascend-dmi d2h
@@ -99,7 +105,9 @@ def test_override_changes_only_the_named_figures(tmp_path):
     links, cards = load_figures(
         _write(tmp_path, {"links": {"ROCE200": {"bandwidth_Bps": 5e9}}, "cards": {"ascend910b": {"hbm_bytes": 2**34}}})
     )
-    assert links["ROCE200"] == LinkSpec("ROCE200", 5e9, LINK_KINDS["ROCE200"].latency_s)
+    assert links["ROCE200"] == LinkSpec(
+        "ROCE200", 5e9, LINK_KINDS["ROCE200"].latency_s, LINK_KINDS["ROCE200"].step_sync_s
+    )
     assert cards["ascend910b"].hbm_bytes == 2**34
     assert cards["ascend910b"].peak_fp16_flops == CARD_MODELS["ascend910b"].peak_fp16_flops
     assert links["HCCS"] == LINK_KINDS["HCCS"] and LINK_KINDS["ROCE200"].bandwidth_Bps == 23.5e9  # defaults untouched
@@ -136,6 +144,23 @@ def test_bad_values_are_rejected(tmp_path, value):
         load_figures(_write(tmp_path, {"links": {"PCIE": {"latency_s": value}}}))
     assert (info.value.field, info.value.rule) == ("links.PCIE.latency_s", "positive")
     assert info.value.value == value and type(info.value.value) is type(value)
+    if value != 0:  # a step's synchronisation may be 0 (no more than a transfer), nothing less
+        with pytest.raises(TopologyError) as info:
+            load_figures(_write(tmp_path, {"links": {"ROCE200": {"step_sync_s": value}}}))
+        assert (info.value.field, info.value.rule) == ("links.ROCE200.step_sync_s", "positive")
+
+
+def test_a_collective_step_pays_the_step_sync_a_send_does_not(tmp_path):
+    """Between 910B servers a send pays one RDMA operation; a collective step's transfer pays the
+    notifies and stream synchronisation on top (LinkSpec.step_sync_s), a figures file may drop them."""
+    topo = Topology.preset("2x8p-roce")
+    route, roce = topo.route(0, 8), LINK_KINDS["ROCE200"]
+    assert route.latency_s == pytest.approx(4 * roce.latency_s)
+    assert route.step_latency_s == pytest.approx(4 * (roce.latency_s + roce.step_sync_s))
+    inside = topo.route(0, 1)
+    assert inside.step_latency_s == inside.latency_s  # inside a server a step pays what a transfer pays
+    links, _ = load_figures(_write(tmp_path, {"links": {"ROCE200": {"step_sync_s": 0}}}))
+    assert Topology.preset("2x8p-roce", figures=(links, CARD_MODELS)).route(0, 8).step_latency_s == route.latency_s
 
 
 def test_card_lists_and_fractions_round_trip(tmp_path):

@@ -90,7 +90,8 @@ def test_2x8p_roce_goes_card_nic_fabric_leaf_fabric_nic_card():
     assert kinds(topo, 3, 12) == ["ROCE200", "ROCE200", "ROCE200_UPLINK", "ROCE200_UPLINK", "ROCE200", "ROCE200"]
     port = topo.link_kinds["ROCE200"]
     assert topo.route(3, 12).bandwidth_Bps == port.bandwidth_Bps  # one flow: its port's bandwidth
-    assert topo.route(3, 12).latency_s == pytest.approx(4 * port.latency_s)  # one cross-server step
+    assert topo.route(3, 12).latency_s == pytest.approx(4 * port.latency_s)  # one RDMA operation (a send)
+    assert topo.route(3, 12).step_latency_s == pytest.approx(4 * port.step_latency_s)  # one cross-server step
     fabric = topo.link("s0.fabric", "leaf0").bandwidth_Bps
     assert fabric == pytest.approx(LEVEL1_PORTS * port.bandwidth_Bps)
     # eight flows of one step, one per NPU, share it: each gets 1/8 of the fabric, not a port each
@@ -249,8 +250,8 @@ def _route_topologies():
 
 @pytest.mark.parametrize("topo", list(_route_topologies()), ids=lambda t: t.name)
 def test_route_ids_are_the_routes_as_arrays(topo):
-    """``route_ids``, the simulator's numpy routes, give every pair the hops and latency of
-    ``route``, bit for bit, whatever order the pairs come in."""
+    """``route_ids``, the simulator's numpy routes, give every pair the hops and step latency (a
+    collective step's) of ``route``, bit for bit, whatever order the pairs come in."""
     import numpy as np
 
     n = topo.num_ranks
@@ -264,7 +265,7 @@ def test_route_ids_are_the_routes_as_arrays(topo):
     for f, (a, b) in enumerate(zip(src.tolist(), dst.tolist())):
         route = topo.route(a, b)
         ids = [int(i) for i in hops[:, f] if i]
-        assert len(ids) == len(route.hops) and latency[f] == route.latency_s, (topo.name, a, b)
+        assert len(ids) == len(route.hops) and latency[f] == route.step_latency_s, (topo.name, a, b)
         assert [bandwidth[i] for i in ids] == [topo.link(u, v).bandwidth_Bps for u, v in route.hops]
         assert len(set(ids)) == len(ids)
     # one id per directed link, whichever call numbered it (shared links are counted by id)

@@ -165,7 +165,10 @@ def format_checks(checks: list[Check]) -> str:
     out = ["  ".join(str(x).ljust(w) for x, w in zip(line, widths)).rstrip() for line in [head, *lines]]
     held = [c for c in checks if c.held]
     out.append("")
-    out.append("# cross-server terms of 910B clusters, fitted to the 2 x 8 x 910B3 sweep (topology/figures.py):")
+    out.append(
+        "# cross-server terms of 910B clusters, fitted to the 2 x 8 x 910B3 sweep and HIXL's 16 KB writes "
+        "through a communicator (topology/figures.py):"
+    )
     out.extend(f"#   {line}" for line in cross_server_terms())
     out.append(
         f"# {len(checks)} rows, {len(held)} held: {sum(c.ok for c in held)} within their target, "
@@ -186,8 +189,14 @@ def cross_server_terms() -> list[str]:
     return [
         f"port bandwidth     {fig.ROCE200_PORT_Bps / 1e9:.1f} GB/s per RoCE port and direction (fitted; bound 17.5-25: "
         "msmodeling's 25 x 0.7 to 200 GbE's line rate; HCCL 21.5, HIXL single flow 22.5-22.6)",
-        f"cross-server step  {fig.ROCE200_STEP_S * 1e6:.0f} us per step across servers (fitted, at its bound; "
-        "bound 7-60: HCCL's measured RDMA op to HCCL's level-1 LATENCY)",
+        f"RDMA operation     {fig.ROCE200_RDMA_OP_S * 1e6:.0f} us per transfer across servers, what a send pays "
+        "(fitted to HIXL's 16 KB writes; bound 1.5-22.8: msmodeling's model latency to HIXL's whole 16 KB block; "
+        "HCCL measured 7)",
+        f"step sync          {fig.ROCE200_STEP_SYNC_S * 1e6:.0f} us more per collective step across servers: "
+        "ready and done notifies, stream sync (fitted, at its bound; bound 14-"
+        f"{(60e-6 - fig.ROCE200_RDMA_OP_S) * 1e6:.0f}: two notifies at HCCL's 7 us RDMA op to HCCL's level-1 LATENCY "
+        f"of 60 us a step less the RDMA operation); a step: "
+        f"{(fig.ROCE200_RDMA_OP_S + fig.ROCE200_STEP_SYNC_S) * 1e6:.0f} us",
         f"server uplink      {ports:g} ports' worth per server, any server count (fitted; bound 1-8: one per NPU; "
         "HCCL's level 1 drives all 8 planes, the sweep's network gave about one port's worth)",
         f"CCL buffer         {CCL_BUFFER_BYTES // 2**20} MB a loop (HCCL_BUFFSIZE's default, not fitted: the "

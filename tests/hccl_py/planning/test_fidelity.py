@@ -109,9 +109,14 @@ def test_validate_holds_the_two_server_sweep_and_prints_the_fitted_terms(capsys)
         else:
             assert 0.5 <= c.ratio <= 2, c.row["id"]
     assert abs(by_id["hixl-a2-2srv-rdma-write-8m"].ratio - 1) <= 0.20  # HIXL's single-flow RDMA row
+    # HIXL's 16 KB writes through a communicator: a send pays one RDMA operation, no step's sync
+    sixteen = by_id["hixl-a2-2srv-comm-16k"]
+    assert sixteen.held and sixteen.ok and 0.5 <= sixteen.ratio <= 2
     assert main(["validate"]) == 0
     out = capsys.readouterr().out
-    assert "23.5 GB/s per RoCE port" in out and "60 us per step" in out and "1.21 ports' worth" in out
+    assert "23.5 GB/s per RoCE port" in out and "1.21 ports' worth" in out
+    assert "7 us per transfer across servers" in out and "53 us more per collective step" in out
+    assert "a step: 60 us" in out
 
 
 def test_nearest_finds_the_held_row_of_the_same_situation_within_4x():
@@ -138,6 +143,7 @@ def test_nearest_finds_the_held_row_of_the_same_situation_within_4x():
     assert nearest(situation(Topology.preset("2x8p-roce"), "p2p", 0, 1), 8 << 20) is None  # inside a server
     # rows not held are never the answer: the 2 MB HIXL row is not held, the 8 MB one is 4x away
     assert nearest(send, 2 << 20).check.row["id"] == "hixl-a2-2srv-rdma-write-8m"
+    assert nearest(send, 32 << 10).check.row["id"] == "hixl-a2-2srv-comm-16k"  # small sends: the 16 KB row
 
 
 def test_every_hccl_sim_result_says_how_sure_it_is(capsys):
