@@ -189,12 +189,18 @@ def _check_outputs(args: argparse.Namespace) -> str | None:
 def _emit(results, args: argparse.Namespace) -> int:
     """Print one report per world size (and the scaling table for several); write --json/--plot."""
     from .report import format_report, format_scaling, scaling_to_json, to_json
+    from .targets import check_targets, format_targets, targets_to_json
 
     print("\n#\n".join(format_report(r) for r in results), flush=True)
     if len(results) > 1:
         print("#\n" + format_scaling(results), flush=True)
+    verdicts = check_targets(results) if args.vs else []
+    if verdicts:
+        print("#\n" + format_targets(verdicts), flush=True)
     if args.json:
         doc = to_json(results[0]) if len(results) == 1 else scaling_to_json(results)
+        if verdicts:
+            doc["targets"] = targets_to_json(verdicts)
         Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
         print(f"# wrote {args.json}")
     if args.plot:
