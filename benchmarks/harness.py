@@ -186,6 +186,9 @@ def count_wrong(result: np.ndarray, expected: np.ndarray) -> int:
 _POISON = 0xA5  # bytes written into output buffers before an iteration: never a valid result
 
 
+FIRST_CALLS = 20  # the warm-up calls whose times are kept (the first one apart): issue 29's "first 20 calls"
+
+
 def _measure(comm: RankComm, cfg: BenchConfig, coll: Collective, point: SizePoint) -> dict[str, Any]:
     dtype = cfg.dt.np
     case = Case(comm.rank, comm.size, point.count, dtype, cfg.op, cfg.root)
@@ -203,6 +206,7 @@ def _measure(comm: RankComm, cfg: BenchConfig, coll: Collective, point: SizePoin
     check = cfg.check and expected is not None
     wrong = 0
     elapsed = 0.0
+    warm_s: list[float] = []  # each warm-up call's time: the first calls, plans and buffers made
     extra_sums = {c.key: 0.0 for c in comm.extra_columns if c.derive is None}
 
     def chunk(k: int, timed: bool) -> None:
@@ -215,13 +219,18 @@ def _measure(comm: RankComm, cfg: BenchConfig, coll: Collective, point: SizePoin
         todo = calls[:k]
         comm.barrier()
         token = comm.extra_start() if timed else None
-        t0 = time.perf_counter()
-        outs = [call() for call in todo]
-        t1 = time.perf_counter()
         if timed:
-            elapsed += t1 - t0
+            t0 = time.perf_counter()
+            outs = [call() for call in todo]
+            elapsed += time.perf_counter() - t0
             for key, value in comm.extra_stop(token).items():
                 extra_sums[key] = extra_sums.get(key, 0.0) + value
+        else:
+            outs = []
+            for call in todo:
+                t0 = time.perf_counter()
+                outs.append(call())
+                warm_s.append(time.perf_counter() - t0)
         if check:
             assert expected is not None
             for out, b in zip(outs, bufs):
@@ -238,6 +247,11 @@ def _measure(comm: RankComm, cfg: BenchConfig, coll: Collective, point: SizePoin
         key: comm.allreduce_scalar(value / cfg.iters, reducers.get(key, "max"))
         for key, value in sorted(extra_sums.items())
     }
+    if warm_s:  # the slowest rank's first call, and its mean over the next warm-up calls (up to FIRST_CALLS)
+        extra["first_call_us"] = comm.allreduce_scalar(warm_s[0], "max") * 1e6
+        following = warm_s[1:FIRST_CALLS]
+        if following:
+            extra["first_calls_us"] = comm.allreduce_scalar(sum(following) / len(following), "max") * 1e6
     return {
         "size": point.nbytes,
         "count": point.elements,

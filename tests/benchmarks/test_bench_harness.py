@@ -115,7 +115,10 @@ def test_time_is_max_over_ranks_and_median_over_repeats():
 def test_extra_columns_hook():
     cfg = _cfg(collective="allreduce", minbytes=1024, maxbytes=1024, stepfactor=1, iters=4)
     rows = run_threads(3, lambda comm: run_sweep(comm, cfg), comm_class=ExtraComm)
-    assert rows[0][0]["extra"] == {"fake_us": 4.0}  # per iteration, max over ranks (rank 2: 2 + 2)
+    extra = rows[0][0]["extra"]
+    assert extra["fake_us"] == 4.0  # per iteration, max over ranks (rank 2: 2 + 2)
+    # the warm-up calls timed one by one: the first, and the mean of the next (every implementation)
+    assert set(extra) == {"fake_us", "first_call_us"} and extra["first_call_us"] > 0  # -w 1: no next ones
     (row,) = aggregate([rows[0]], get("allreduce").bus_factor(3), ExtraComm.extra_columns)
     assert row.extra["fake_busbw"] == pytest.approx(1024 / 4e-6 / 1e9 * 4 / 3)
     impl = ImplResult(

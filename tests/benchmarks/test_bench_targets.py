@@ -62,3 +62,21 @@ def test_only_allreduce_has_targets():
     result = _result(2, {8: 15.0}, {8: 10.0})
     other = BenchResult(BenchConfig(collective="allgather", nranks=2, peers=("mpi",)), result.impls)
     assert check_targets([other]) == [] and format_targets([]) == ""
+
+
+@pytest.mark.parametrize("warmup", [5, 20])
+def test_the_first_calls_are_held_against_the_median_when_twenty_were_timed(warmup):
+    hccl = ImplResult(
+        "hccl", "hccl", rows=[Row(8, 2, 600.0, 0, (600.0,), 1.0, {"first_calls_us": 1440.0, "first_call_us": 25e3})]
+    )
+    cfg = BenchConfig(nranks=8, minbytes=8, maxbytes=8, stepfactor=1, warmup=warmup, peers=("mpi",))
+    got = _by_what(check_targets([BenchResult(cfg, {"hccl": hccl, "mpi": _impl("mpi", {8: 150.0})})]))
+    calls = got["n=8, 8 B: calls 2-20 at most 1.5x the median"]
+    first = got["n=8, 8 B: the first call at most 20 ms"]
+    assert (first.ratio, first.met) == (25.0, False)  # the first call's time needs no -w 20
+    text = format_targets(list(got.values()))
+    if warmup < 20:
+        assert calls.met is None and "the first calls need -w 20" in text
+    else:
+        assert (calls.ratio, calls.met) == (2.4, False) and "2.40x" in text
+    assert "25.00ms" in text
