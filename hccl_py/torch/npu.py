@@ -35,6 +35,7 @@ import importlib.machinery
 import os
 import sys
 import threading
+import time
 import types
 
 import torch
@@ -540,7 +541,39 @@ def install() -> types.ModuleType:
     _patch_when_imported(_DTENSOR_RANDOM, _dtensor_random_as_on_cpu)
     if _under_hccl_launch() and not getattr(dist.init_process_group, "__hccl_py_refused__", False):
         dist.init_process_group = _refuse_nested_ranks(dist.init_process_group)
+    if not _shutdown_registered:
+        import multiprocessing.util
+
+        # A multiprocessing finalizer, not atexit: a spawned child runs these when its target
+        # returns, and this one must run before the one (priority 0) that removes the sharer's socket.
+        multiprocessing.util.Finalize(None, _npu_shutdown, exitpriority=1)
+        _shutdown_registered.append(True)
     return sys.modules[__name__]
+
+
+_shutdown_registered: list = []
+SHARED_FETCH_WAIT_S = 5.0  # the longest an exiting process waits for its shared tensors to be fetched
+
+
+def _npu_shutdown() -> None:
+    """At exit, as torch_npu's exit handler (``_npu_shutdown``) on an Ascend server: a process does
+    not end while another may still fetch a tensor it put on a ``multiprocessing`` queue. Why: a CPU
+    tensor on a queue is passed as a file descriptor that the receiver fetches from the sender's
+    ``multiprocessing.resource_sharer``; a sender that already exited refuses it ("Connection reset
+    by peer"). On an Ascend server the exit handler (synchronise the cards, release the HCCL
+    communicators, finalise ACL) keeps the sender alive long enough, and Ascend's own tests rely on
+    it (test_send_recv.py's ``*_with_format``); here the process waits, at most
+    ``SHARED_FETCH_WAIT_S``, until every descriptor it shares has been fetched."""
+    deadline = time.monotonic() + SHARED_FETCH_WAIT_S
+    # A queue's feeder thread pickles what was put (sharing its descriptors) after put() returned;
+    # the queues are closed by now (priority 10), so each feeder ends once it has written everything.
+    for thread in threading.enumerate():
+        if thread.name == "QueueFeederThread" and thread is not threading.current_thread():
+            thread.join(max(0.0, deadline - time.monotonic()))
+    sharer = sys.modules.get("multiprocessing.resource_sharer")
+    pending = getattr(getattr(sharer, "_resource_sharer", None), "_cache", None)
+    while pending and time.monotonic() < deadline:
+        time.sleep(0.005)
 
 
 def _under_hccl_launch() -> bool:

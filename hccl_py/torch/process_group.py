@@ -42,7 +42,7 @@ from ..dtypes import ReduceOp
 from ..errors import HcclError, HcclNotSupportedError, HcclParamError, HcclTimeoutError
 from . import device as _device
 from .npu import charge_kernels
-from .tensors import Staged, as_array, check, contiguous_array, same_device, strict
+from .tensors import Staged, as_array, check, contiguous_array, refusal, same_device, strict
 from .work import DONE, HcclWork, backend_error, group_end, group_start
 
 _RedOp = dist.ReduceOp.RedOpType
@@ -135,12 +135,15 @@ def _single(tensors: list, what: str) -> torch.Tensor:
 
 def _splits(splits, numel0: int, n: int, rows: int, what: str, side: str) -> list[int]:
     """Element counts per rank of an all_to_all_single side: split sizes (rows along dim 0) times
-    the elements of a row; equal blocks when none are given."""
+    the elements of a row; equal blocks when none are given. Refused with torch's own text (c10d's
+    ``checkSplitSizes``, what gloo, NCCL and Ascend's backend say) and hccl-py's fields."""
     if not splits:
         if rows % n:
-            raise HcclParamError(
-                f"{what}: {side} has {rows} rows along dim 0, not divisible by the group size {n}; "
-                f"give {side}_split_sizes",
+            raise refusal(
+                "Tensor's dim 0 does not divide equally across group size",
+                None,
+                what,
+                f"{side} has {rows} rows along dim 0 and the group {n} ranks; give {side}_split_sizes",
                 arg=f"{side}_split_sizes",
                 value=rows,
                 rule="divisible",
@@ -148,9 +151,23 @@ def _splits(splits, numel0: int, n: int, rows: int, what: str, side: str) -> lis
             )
         return [rows // n * numel0] * n
     splits = [int(s) for s in splits]
-    if len(splits) != n or sum(splits) != rows:
-        raise HcclParamError(
-            f"{what}: {side}_split_sizes {splits} must give {n} sizes summing to dim 0 ({rows})",
+    if len(splits) != n:
+        raise refusal(
+            "Number of tensor splits not equal to group size",
+            None,
+            what,
+            f"{side}_split_sizes {splits}: {len(splits)} sizes for {n} ranks",
+            arg=f"{side}_split_sizes",
+            value=splits,
+            rule="count",
+            expected=n,
+        )
+    if sum(splits) != rows:
+        raise refusal(
+            "Split sizes doesn't match total dim 0 size",
+            None,
+            what,
+            f"{side}_split_sizes {splits} sum to {sum(splits)}; {side} has {rows} rows along dim 0",
             arg=f"{side}_split_sizes",
             value=splits,
             rule="sum",

@@ -40,10 +40,10 @@ class AscendRefusal(HcclParamError):
     torch_text: str | None = None
 
 
-def _refusal(text: str, code: str | None, what: str, **fields) -> AscendRefusal:
+def refusal(text: str, code: str | None, what: str, detail: str = "", **fields) -> AscendRefusal:
     """An AscendRefusal whose torch text is torch_npu's: ``text``, then its ``[ERROR]`` line with
-    ``code`` (ERRxxxxx) when torch_npu adds one."""
-    err = AscendRefusal(f"{what}: {text}", **fields)
+    ``code`` (ERRxxxxx) when torch_npu adds one; ``detail`` (the values) only in hccl-py's message."""
+    err = AscendRefusal(f"{what}: {text}" + (f" ({detail})" if detail else ""), **fields)
     err.torch_text = (
         text
         if code is None
@@ -83,7 +83,7 @@ def check(t: torch.Tensor, what: str) -> None:
             expected="npu",
         )
     if strict() and t.device.type != "npu":  # torch_npu's ProcessGroupHCCL serves npu tensors only
-        raise _refusal(
+        raise refusal(
             f"No backend type associated with device type {t.device.type}",
             None,
             what,
@@ -93,11 +93,9 @@ def check(t: torch.Tensor, what: str) -> None:
             expected="npu",
         )
     if strict() and not t.is_contiguous():
-        raise _refusal(
-            "Tensors must be contiguous", "ERR02002 DIST invalid type", what, arg="tensor", rule="contiguous"
-        )
+        raise refusal("Tensors must be contiguous", "ERR02002 DIST invalid type", what, arg="tensor", rule="contiguous")
     if t.device.type == "npu" and t.storage_offset() != 0 and formats.is_internal(t):
-        raise _refusal(
+        raise refusal(
             "For a tensor of internal format, it's storage_offset must be 0",
             "ERR02007 DIST feature not supported",
             what,
@@ -129,7 +127,7 @@ def same_device(tensors: list, like: torch.Tensor, what: str, op: str) -> None:
     communicator serves one card)."""
     devices = {str(t.device) for t in tensors if isinstance(t, torch.Tensor)} | {str(like.device)}
     if len(devices) > 1 and any(d.startswith("npu") for d in devices):
-        raise _refusal(
+        raise refusal(
             f"Corresponding input/output tensors to {op} must all reside on the same device",
             "ERR02001 DIST invalid parameter",
             what,

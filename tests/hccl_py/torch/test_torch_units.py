@@ -308,3 +308,20 @@ def test_the_adapter_without_torch_says_what_to_install():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.stdout.split() == ["5", "torch"], done.stderr
+
+
+def test_all_to_all_single_split_sizes_are_refused_with_torchs_text(one_rank):
+    """c10d's checkSplitSizes text (gloo, NCCL and Ascend's backend say the same; Ascend's
+    test_all_to_all_single.py compares it), the values in hccl-py's error behind it."""
+    out, inp = torch.empty(4), torch.arange(4.0)
+    cases = [
+        (dict(input_split_sizes=[3]), "Split sizes doesn't match total dim 0 size", "sum to 3; input has 4 rows"),
+        (dict(output_split_sizes=[2, 2]), "Number of tensor splits not equal to group size", "2 sizes for 1 ranks"),
+    ]
+    for kwargs, torch_text, detail in cases:
+        with pytest.raises(RuntimeError) as info:
+            dist.all_to_all_single(out, inp, **kwargs)
+        assert str(info.value) == torch_text
+        assert isinstance(info.value.__cause__, HcclParamError) and detail in str(info.value.__cause__)
+    dist.all_to_all_single(out, inp, input_split_sizes=[4], output_split_sizes=[4])  # usable afterwards
+    assert out.tolist() == [0.0, 1.0, 2.0, 3.0]

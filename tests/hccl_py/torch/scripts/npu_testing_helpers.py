@@ -83,6 +83,34 @@ class WithCommsTest(TestCase):
         self.assertTrue(self.destroyed and not dist.is_initialized())
 
 
+def _put_and_return(rank, queue, put):
+    queue.put((rank, torch.full((3,), float(rank), device=f"npu:{rank}").cpu()))
+    put.set()
+
+
+class ResultsOnAQueueTest(TestCase):
+    """Ascend's tests (test_send_recv.py's harness): spawned ranks put CPU tensors on a queue and
+    return at once; the parent fetches them after the ranks began to exit."""
+
+    def test_the_parent_fetches_what_exiting_ranks_put(self):
+        import torch.multiprocessing as mp
+
+        ctx = mp.get_context("spawn")
+        queue = ctx.Queue()
+        events = [ctx.Event() for _ in range(2)]
+        ranks = [ctx.Process(target=_put_and_return, args=(rank, queue, events[rank])) for rank in range(2)]
+        for p in ranks:
+            p.start()
+        for p, put in zip(ranks, events):
+            self.assertTrue(put.wait(120))
+            p.join(1)  # a rank that put a tensor stays until it is fetched (torch_npu's exit handler)
+        got = dict(queue.get(timeout=60) for _ in ranks)
+        self.assertEqual({rank: t.tolist() for rank, t in got.items()}, {0: [0.0] * 3, 1: [1.0] * 3})
+        for p in ranks:
+            p.join(60)
+            self.assertEqual(p.exitcode, 0)
+
+
 @SupportedDevices(["Ascend910B"])
 class On910BTest(TestCase):
     def test_runs_on_the_modeled_910b(self):
