@@ -35,6 +35,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -194,6 +195,49 @@ REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &g_allocator);  // storages mad
 
 bool is_npu(const at::Tensor& t) { return t.defined() && t.device().type() == kNpu; }
 
+// Pinned host memory (CANN's aclrtMallocHost): host memory the device knows as pinned, so torch's
+// is_pinned() / pin_memory("npu") hold and DDP's reducer, which asserts that its staging tensor for
+// unused parameters is pinned on a non-CPU device, runs. Interior pointers (views) count too.
+std::mutex g_pinned_mu;
+std::map<uintptr_t, size_t> g_pinned;  // start -> bytes
+
+void free_pinned(void* data) {
+  {
+    std::lock_guard<std::mutex> lock(g_pinned_mu);
+    g_pinned.erase(reinterpret_cast<uintptr_t>(data));
+  }
+  free(data);
+}
+
+bool is_pinned_ptr(const void* ptr) {
+  const auto address = reinterpret_cast<uintptr_t>(ptr);
+  std::lock_guard<std::mutex> lock(g_pinned_mu);
+  auto after = g_pinned.upper_bound(address);
+  if (after == g_pinned.begin()) return false;
+  --after;
+  return address < after->first + after->second;
+}
+
+struct PinnedAllocator final : at::Allocator {
+  at::DataPtr allocate(size_t nbytes) override {
+    const size_t bytes = std::max<size_t>(nbytes, 1);  // an empty pinned tensor is pinned too
+    void* data = nullptr;
+    if (posix_memalign(&data, kAlign, round_up(bytes, kAlign)) != 0) {
+      TORCH_CHECK_WITH(OutOfMemoryError, false, "NPU out of memory. Tried to allocate ", nbytes,
+                       " bytes of pinned host memory; the host refused it");
+    }
+    {
+      std::lock_guard<std::mutex> lock(g_pinned_mu);
+      g_pinned[reinterpret_cast<uintptr_t>(data)] = bytes;
+    }
+    return {data, data, &free_pinned, c10::Device(c10::DeviceType::CPU)};
+  }
+  at::DeleterFnPtr raw_deleter() const override { return &free_pinned; }
+  void copy_data(void* dest, const void* src, std::size_t count) const final { default_copy_data(dest, src, count); }
+};
+PinnedAllocator g_pinned_allocator;
+
+
 // A CPU storage over an npu storage's bytes (keeps the npu storage alive).
 void drop_npu_ref(void* ctx) { delete static_cast<c10::Storage*>(ctx); }
 
@@ -328,8 +372,8 @@ struct NpuHooks final : at::PrivateUse1HooksInterface {
   }
   at::Generator getNewGenerator(c10::DeviceIndex) const override { return at::detail::createCPUGenerator(); }
   at::Device getDeviceFromPtr(void*) const override { return c10::Device(kNpu, t_device); }
-  bool isPinnedPtr(const void*) const override { return false; }
-  at::Allocator* getPinnedMemoryAllocator() const override { return at::getCPUAllocator(); }
+  bool isPinnedPtr(const void* ptr) const override { return is_pinned_ptr(ptr); }
+  at::Allocator* getPinnedMemoryAllocator() const override { return &g_pinned_allocator; }
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override;
 };
 

@@ -217,6 +217,20 @@ assert abs(timed(lambda: on_card[0].copy_(host, non_blocking=True)) - copy_ms) <
 assert abs(timed(lambda: back[0].copy_(on_card[0], non_blocking=True)) - copy_ms) < 1e-9
 assert segments() == grown
 assert torch.npu.get_device_name() == "Ascend910B3" and card.model.name == "ascend910b"  # hccl-npu: a 910B server
+
+# pinned host memory (aclrtMallocHost): is_pinned() holds, views too (DDP's reducer asserts it)
+pinned = torch.arange(4.0).pin_memory()
+assert pinned.is_pinned() and pinned[1:].is_pinned() and not torch.ones(2).is_pinned()
+assert torch.empty(0, pin_memory=True).is_pinned()
+assert pinned.to("npu:1", non_blocking=True).cpu().tolist() == [0.0, 1.0, 2.0, 3.0]
+
+# at exit, one backward on each card used frees autograd's worker threads' last graph tasks (a
+# program whose last statement was backward() aborted at exit under load, about 1 run in 8)
+from hccl_py.torch import device as npu_device
+npu_device._drain_autograd_workers(npu_device.installed())
+drained = npu_device._drain_leaves[0::3]
+assert sorted(leaf.device.index for leaf in drained) == [0, 1, 2], drained
+assert all(leaf.grad.item() == 1.0 for leaf in drained), [leaf.grad for leaf in drained]
 dist.destroy_process_group()
 print("OK")
 """
