@@ -79,6 +79,8 @@ def _profile_table(profile_dir: str, nranks: int, calls: int, top: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Launch the loop on ``-n`` ranks and print the per-rank table (and the profile), e.g.
+    ``main(["-n", "8", "--bytes", "8"])``; the exit status of the job."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.rank_cpu", description=__doc__.splitlines()[0])
     parser.add_argument("-n", "--nranks", type=int, default=8)
     parser.add_argument("--bytes", default="8", help="allreduce size (float32), e.g. 8, 32K, 1M")
