@@ -6,7 +6,6 @@ x = np.full(1000, comm.rank, np.float32)
 comm.all_reduce(x)
 """
 
-from .communicator import Communicator
 from .dtypes import ReduceOp
 from .errors import (
     HcclConnectError,
@@ -22,7 +21,6 @@ from .errors import (
 )
 from .faults import Fault, parse_fault
 from .records import dump_flight_recorder
-from .runtime import init
 
 __all__ = [
     "Communicator",
@@ -46,9 +44,21 @@ __all__ = [
 __version__ = "0.1.0"
 
 
+# Loaded on first use: the runtime (communicator, executor, algorithms, topology) is most of
+# what importing hccl_py cost, and a process that only catches hccl-py's errors or reads a flight
+# record needs none of it. (hccl-launch imports it once before it forks the ranks: launch/fork.py.)
+_LAZY = {"Communicator": "communicator", "init": "runtime"}
+
+
 def __getattr__(name: str):
     if name == "bfloat16":  # ml_dtypes' bfloat16, loaded on first use (importing it takes most of a second)
         from . import dtypes  # lazy: ml_dtypes, loaded on first use of bfloat16
 
         return dtypes.bfloat16
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value  # once: later lookups find it without this hook
+        return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -53,7 +53,15 @@ __all__ = ["WARM_MODULES", "ForkedProcess", "Waiting", "fork_waiting", "warm_up"
 
 # What every rank imports: loaded once by the launcher (and by launch.spawn's forkserver), found
 # loaded by every rank forked from it.
-WARM_MODULES = ("numpy", "zmq", "hccl_py", "hccl_py.store", "hccl_py.transport.connect", "hccl_py.transport.shm")
+WARM_MODULES = (
+    "numpy",
+    "zmq",
+    "hccl_py",
+    "hccl_py.runtime",
+    "hccl_py.store",
+    "hccl_py.transport.connect",
+    "hccl_py.transport.shm",
+)
 
 
 def warm_up() -> None:

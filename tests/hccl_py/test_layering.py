@@ -90,7 +90,11 @@ def test_importing_hccl_py_imports_no_launcher_no_zmq_no_torch():
         "import sys, hccl_py; loaded = {m.split('.')[0] for m in sys.modules}; "
         "bad = {'launch', 'benchmarks', 'zmq', 'torch', 'mpi4py', 'matplotlib'} & loaded; assert not bad, bad; "
         # the cluster-scale simulator loads only when auto has no HCCL rule (algo_argmin), or for hccl-sim
-        "assert not {'hccl_py.simulator', 'hccl_py.algo_argmin'} & set(sys.modules)"
+        "assert not {'hccl_py.simulator', 'hccl_py.algo_argmin'} & set(sys.modules); "
+        # the runtime loads on first use of hccl_py.init or hccl_py.Communicator, not on import
+        "assert 'hccl_py.communicator' not in sys.modules; "
+        "assert hccl_py.init.__module__ == 'hccl_py.runtime' and hccl_py.Communicator.__name__ == 'Communicator'; "
+        "assert 'hccl_py.communicator' in sys.modules and 'init' in vars(hccl_py)"
     )
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=60)
 
