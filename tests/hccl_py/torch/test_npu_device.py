@@ -76,6 +76,11 @@ def _torchrun(n: int) -> list[str]:
     ]
 
 
+def _torchrun_on_two_cards(script: str, *args, cwd: Path, timeout: float) -> subprocess.CompletedProcess[str]:
+    """``hccl-npu --devices 2 torchrun --nproc-per-node 2 script args...``"""
+    return _hccl_npu("--devices", "2", *_torchrun(2), script, *map(str, args), cwd=cwd, timeout=timeout)
+
+
 # -- the device in one process ----------------------------------------------------------------------------
 _PROBE = r"""
 import os, torch, torch.distributed as dist
@@ -282,15 +287,7 @@ def _ddp_reference(world: int) -> dict:
 @pytest.mark.timeout(200)
 @pytest.mark.usefixtures("no_leaks")
 def test_ddp_on_npu_under_torchrun_trains_as_one_process_on_the_cpu(tmp_path):
-    npu = _hccl_npu(
-        "--devices",
-        "2",
-        *_torchrun(2),
-        str(SCRIPTS / "npu_ddp.py"),
-        str(tmp_path / "npu.pt"),
-        cwd=tmp_path,
-        timeout=100,
-    )
+    npu = _torchrun_on_two_cards(str(SCRIPTS / "npu_ddp.py"), tmp_path / "npu.pt", cwd=tmp_path, timeout=100)
     assert npu.returncode == 0, npu.stderr[-3000:]
     expected, got = _ddp_reference(2), torch.load(tmp_path / "npu.pt")
     assert got["device"] == "npu:0"
@@ -388,7 +385,7 @@ def test_another_torch_is_refused_naming_the_supported_one():
 @pytest.mark.timeout(120)
 @pytest.mark.usefixtures("no_leaks")
 def test_torch_npus_rules_and_extensions_of_the_collectives(tmp_path):
-    done = _hccl_npu("--devices", "2", *_torchrun(2), str(SCRIPTS / "npu_ascend_ops.py"), cwd=tmp_path, timeout=110)
+    done = _torchrun_on_two_cards(str(SCRIPTS / "npu_ascend_ops.py"), cwd=tmp_path, timeout=110)
     assert done.returncode == 0, done.stderr[-3000:]
     assert sorted(re.findall(r"OK \d", done.stdout)) == ["OK 0", "OK 1"], done.stdout
 
@@ -461,15 +458,7 @@ def _reference_losses(world: int) -> dict[str, list[list[float]]]:
 @pytest.mark.timeout(200)
 @pytest.mark.usefixtures("no_leaks")
 def test_fsdp2_and_tensor_parallel_on_npu_train_as_one_process_does(tmp_path):
-    done = _hccl_npu(
-        "--devices",
-        "2",
-        *_torchrun(2),
-        str(SCRIPTS / "npu_fsdp_tp.py"),
-        str(tmp_path / "losses"),
-        cwd=tmp_path,
-        timeout=150,
-    )
+    done = _torchrun_on_two_cards(str(SCRIPTS / "npu_fsdp_tp.py"), tmp_path / "losses", cwd=tmp_path, timeout=150)
     assert done.returncode == 0, done.stderr[-3000:]
     got = [json.loads((tmp_path / f"losses.{r}.json").read_text()) for r in range(2)]
     expected = _reference_losses(2)

@@ -12,7 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tests.hccl_py.torch.test_npu_device import SCRIPTS, _env, _hccl_npu, _torchrun  # noqa: E402
+from tests.hccl_py.torch.test_npu_device import SCRIPTS, _env, _torchrun, _torchrun_on_two_cards  # noqa: E402
 
 
 def _on_cpu(script: str, *args, cwd: Path, timeout: float = 90) -> subprocess.CompletedProcess[str]:
@@ -43,7 +43,7 @@ def test_the_tutorials_patterns_train_on_npu_as_on_the_cpu(tmp_path):
     script = str(SCRIPTS / "npu_tutorial_patterns.py")
     gloo = _on_cpu(script, tmp_path / "cpu", cwd=tmp_path, timeout=60)
     assert gloo.returncode == 0, gloo.stderr[-3000:]
-    npu = _hccl_npu("--devices", "2", *_torchrun(2), script, str(tmp_path / "npu"), cwd=tmp_path, timeout=120)
+    npu = _torchrun_on_two_cards(script, tmp_path / "npu", cwd=tmp_path, timeout=120)
     assert npu.returncode == 0, npu.stderr[-3000:]
     for rank in range(2):
         cpu, got = (json.loads((tmp_path / f"{kind}.{rank}.json").read_text()) for kind in ("cpu", "npu"))
