@@ -44,6 +44,8 @@ from .transport.base import KIND_INLINE, KIND_NOTICE, CallSignature, Incoming, T
 from .transport.common import process_exit_code
 
 _UNSTAMPED = (0.0, 0.0)
+# The thread that drives a process's transport and ends its asynchronous calls (callbacks run on it).
+PROGRESS_THREAD_NAME = "hccl-py-progress"
 # The executor writes kind KIND_INLINE and slot -1: a transport that sends a slice another way repacks.
 _make_header = new_header
 _NONE: list = []  # an empty list never appended to: "nothing pending" without allocating
@@ -1089,7 +1091,7 @@ class Engine:
             if len(queue) == 1:
                 self._ready.append(queue[0])
             if self._thread is None:
-                self._thread = threading.Thread(target=self._progress_loop, name="hccl-py-progress", daemon=True)
+                self._thread = threading.Thread(target=self._progress_loop, name=PROGRESS_THREAD_NAME, daemon=True)
                 self._thread.start()
             self._cv.notify_all()
         if self._driving and self._wake is not None:

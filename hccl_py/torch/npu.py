@@ -46,6 +46,7 @@ import torch.utils._device
 from .. import env, runtime
 from ..cost_model import cube_flops, host_copy_s
 from ..errors import HcclNotSupportedError
+from ..executor import PROGRESS_THREAD_NAME
 from . import device as _device_impl
 from .work import synchronize as _join_all
 
@@ -88,7 +89,6 @@ _NUMPY_NAMES = {
 # What the device logs besides kernels (csrc/npu_device.cpp, EntryKind).
 _KERNEL, _SEGMENT, _HOST_TO_DEVICE, _DEVICE_TO_HOST = 0, 1, 2, 3
 _COPY_NAMES = {_HOST_TO_DEVICE: "aclrtMemcpy H2D", _DEVICE_TO_HOST: "aclrtMemcpy D2H"}
-_PROGRESS_THREAD = "hccl-py-progress"  # hccl_py.executor's: it completes the calls a synchronisation waits for
 
 
 def charge_kernels() -> None:
@@ -126,7 +126,7 @@ def _synchronize_device() -> None:
     compute stream waits (modeled) for every asynchronous call issued so far. A failed call
     raises where its Work is waited for, not here. Not on the progress thread, which completes
     those calls (an npu op it runs as a call ends cannot wait for that call)."""
-    if threading.current_thread().name == _PROGRESS_THREAD:
+    if threading.current_thread().name == PROGRESS_THREAD_NAME:
         return
     _join_all(raise_errors=False)
 

@@ -8,8 +8,14 @@ As torch documents them (``async_op=True``):
   on). On the modeled clock, ``wait()`` is where the card's compute stream joins the
   communication stream, as ``work.wait()`` makes the current stream wait on a real device.
 - ``get_future()`` is a ``torch.futures.Future`` completed when the call ends (with the output
-  tensors, or the DistBackendError), whether or not anyone waits: ``then`` callbacks run on
-  hccl-py's progress thread. It does not join the modeled streams; ``wait()`` does.
+  tensors, or the DistBackendError), whether or not anyone waits. It does not join the modeled
+  streams; ``wait()`` does. ``then(callback)`` runs the callback in the thread that calls
+  ``then``, in program order, once the call has ended (``then`` waits for it): NCCL completes a
+  work's future when the work is enqueued, so there a callback runs at once in the caller and may
+  itself issue collectives and wait for them (DDP's ZeRO hook, ``hook_with_zero_step_interleaved``,
+  does); run on the thread that completes calls, such a callback would wait for itself, and
+  issued from another thread, its collectives would reach the ranks in different orders. A
+  callback added on hccl-py's progress thread (a callback's own ``then``) runs when the call ends.
 - ``is_completed()``, ``is_success()``, ``exception()``, ``result()`` as torch's Work.
 
 What an operation does after the data moved (copy a staged tensor back, divide for AVG, copy
@@ -37,6 +43,7 @@ import torch.distributed as dist
 from torch.futures import Future
 
 from ..errors import HcclError, HcclParamError
+from ..executor import PROGRESS_THREAD_NAME
 
 # Asynchronous calls not waited for yet, for torch.npu.synchronize() (the stand-in waits on them).
 _in_flight: weakref.WeakSet = weakref.WeakSet()
@@ -69,9 +76,9 @@ class HcclWork(dist.Work):
         self._works = works
         self._result = result
         self._post = post
-        self._future = Future()
         self._error: BaseException | None = None
         self._finished = threading.Event()
+        self._future = InOrderFuture(self._finished)
         self._pending = len(works)
         self._lock = threading.Lock()
         self._group: list | None = None  # the works this one completes with (work.group_end)
@@ -156,6 +163,26 @@ class HcclWork(dist.Work):
     def __repr__(self) -> str:
         state = "failed" if self._error is not None else ("done" if self._finished.is_set() else "running")
         return f"<HcclWork {self._what}: {state}>"
+
+
+class InOrderFuture(Future):
+    """The future of an asynchronous call whose ``then`` callbacks run in program order, in the
+    thread that adds them, once the call has ended (see the module's docstring). ``finished`` is
+    set when the call has ended and the future holds its result or error.
+
+    Example: ``dist.all_reduce(t, async_op=True).get_future().then(lambda f: f.value()[0] / 2)``
+    returns a future already done, its callback run in this thread."""
+
+    def __init__(self, finished: threading.Event):
+        super().__init__()
+        self._finished = finished
+
+    def then(self, callback):
+        """torch's ``Future.then``, its callback run now, in this thread, after the call ended
+        (the call's own HCCL timeout bounds the wait); on the progress thread, when the call ends."""
+        if threading.current_thread().name != PROGRESS_THREAD_NAME:
+            self._finished.wait()
+        return super().then(callback)
 
 
 def _left(deadline: float | None) -> float | None:

@@ -168,6 +168,34 @@ def all_reduce_async_and_future(rank, world):
 
 
 @case
+def future_then_issues_collectives(rank, world):
+    """A then callback that issues collectives and waits for them (DDP's ZeRO hook
+    hook_with_zero_step_interleaved does): it runs in the caller, in program order, so the
+    collective issued after then() comes after the callback's on every rank."""
+    import threading
+
+    torch, dist = _torch()
+    threads = []
+
+    def step(fut):
+        threads.append(threading.current_thread())
+        b = torch.full((2,), float(rank + 1))
+        dist.broadcast(b, src=world - 1)
+        inner = torch.full((3,), float(rank))
+        dist.all_reduce(inner, op=dist.ReduceOp.MAX, async_op=True).wait()
+        return fut.value()[0] * b[0] + inner.sum()
+
+    t = torch.full((4,), float(rank))
+    chained = dist.all_reduce(t, async_op=True).get_future().then(step)
+    after = torch.full((5,), float(rank))
+    dist.all_reduce(after)
+    total = float(sum(range(world)))
+    _close(chained.wait(), torch.full((4,), total * world + 3 * (world - 1)))
+    _close(after, torch.full((5,), total))
+    assert threads == [threading.current_thread()], threads
+
+
+@case
 def all_reduce_coalesced(rank, world):
     torch, dist = _torch()
     ts = [torch.full((3,), float(rank)), torch.full((2, 2), float(rank))[:, :1]]  # one of them strided

@@ -19,6 +19,7 @@ import torch.distributed as dist  # noqa: E402
 import hccl_py.torch  # noqa: E402
 from hccl_py import HcclConnectError, HcclNotSupportedError, HcclParamError, HcclTimeoutError, init  # noqa: E402
 from hccl_py.dtypes import bfloat16  # noqa: E402
+from hccl_py.executor import PROGRESS_THREAD_NAME  # noqa: E402
 from hccl_py.torch import backend  # noqa: E402
 from hccl_py.torch.tensors import Staged, as_array, check  # noqa: E402
 from hccl_py.torch.work import HcclWork  # noqa: E402
@@ -169,17 +170,38 @@ def _card():
     return Device(CARD_MODELS["ascend910b"])
 
 
-def test_work_completes_its_future_after_post():
+def test_work_completes_its_future_after_post_and_then_runs_in_the_caller():
     inner = Work("allreduce #1", None, _card())
     t = torch.zeros(2)
-    seen = []
+    seen, threads = [], []
     work = HcclWork("all_reduce", [inner], [t], post=lambda: t.add_(1))
-    chained = work.get_future().then(lambda f: seen.append(f.value()[0].tolist()) or "chained")
     assert not work.is_completed() and work.exception() is None
     threading.Timer(0.05, lambda: inner._finish(None, 1e-6)).start()  # the progress thread ends it later
-    assert work.wait() is True
-    assert work.is_completed() and work.is_success() and work.result() == [t]
-    assert t.tolist() == [1.0, 1.0] and chained.wait() == "chained" and seen == [[1.0, 1.0]]
+    chained = work.get_future().then(
+        lambda f: threads.append(threading.current_thread()) or seen.append(f.value()[0].tolist()) or "chained"
+    )
+    # then() waited for the call and ran the callback here, after post, as NCCL's runs in the caller
+    assert chained.done() and threads == [threading.current_thread()] and seen == [[1.0, 1.0]]
+    assert work.is_completed() and work.wait() is True
+    assert work.is_success() and work.result() == [t]
+    assert t.tolist() == [1.0, 1.0] and chained.wait() == "chained"
+
+
+def test_then_on_the_progress_thread_runs_when_the_call_ends():
+    """A then() on the thread that ends calls cannot wait for them: its callback runs as the call ends."""
+    inner = Work("allreduce #3", None, _card())
+    work = HcclWork("all_reduce", [inner], [])
+    threads, chained = [], []
+
+    def on_progress_thread():
+        chained.append(work.get_future().then(lambda f: threads.append(threading.current_thread()) or "chained"))
+
+    progress = threading.Thread(target=on_progress_thread, name=PROGRESS_THREAD_NAME)
+    progress.start()
+    progress.join(30)
+    assert not progress.is_alive() and not chained[0].done() and threads == []
+    inner._finish(None, 0.0)  # ends the call on this thread: the callback runs here
+    assert chained[0].wait() == "chained" and threads == [threading.current_thread()]
 
 
 def test_a_failed_call_raises_dist_backend_error_everywhere():
