@@ -1,8 +1,10 @@
-"""Where a rank's CPU goes when more ranks than cores share the machine (issue 29's profile).
+"""Where a rank's CPU and memory go when more ranks than cores share the machine (issue 29's profile).
 
 Launches ``hccl-launch -n N`` of an allreduce loop (this module, run as the rank program) and
 prints per rank the wall time and the CPU time (user, system) per call, from ``os.times()``
-around the timed calls, so the sum over ranks can be set against the cores. ``--profile`` runs
+around the timed calls, so the sum over ranks can be set against the cores, and the rank's
+unique memory after the loop (USS: the private pages of ``/proc/self/smaps_rollup``, what ending
+the rank would give back) beside the program's own buffer. ``--profile`` runs
 the loop under cProfile on every rank and prints the functions by own time summed over the ranks,
 per call per rank (cProfile's own cost inflates every figure about 2-3x; the order is what it
 shows), and the Python calls per collective::
@@ -24,6 +26,19 @@ from pathlib import Path
 from topology.units import format_size, parse_size
 
 _WARMUP = 100
+_USS_FIELDS = ("Private_Clean:", "Private_Dirty:")
+
+
+def uss_bytes() -> int:
+    """This process's unique set size in bytes: the pages no other process maps (private, clean
+    or dirty, from ``/proc/self/smaps_rollup``); a forked rank's pages still shared with its
+    launcher are not counted."""
+    total = 0
+    with open("/proc/self/smaps_rollup") as f:
+        for line in f:
+            if line.startswith(_USS_FIELDS):
+                total += int(line.split()[1]) * 1024
+    return total
 
 
 def _rank(calls: int, nbytes: int, profile_dir: str | None) -> None:
@@ -54,7 +69,7 @@ def _rank(calls: int, nbytes: int, profile_dir: str | None) -> None:
     user_us = (cpu_end.user - cpu_start.user) * per_call
     system_us = (cpu_end.system - cpu_start.system) * per_call
     print(
-        f"RANK {comm.rank} {(wall_end - wall_start) * per_call:.1f} {user_us:.1f} {system_us:.1f}",
+        f"RANK {comm.rank} {(wall_end - wall_start) * per_call:.1f} {user_us:.1f} {system_us:.1f} {uss_bytes()}",
         flush=True,
     )
     comm.barrier()
@@ -103,22 +118,29 @@ def main(argv: list[str] | None = None) -> int:
             sys.stderr.write(done.stdout[-3000:] + done.stderr[-3000:])
             return done.returncode
         rows = sorted(
-            (int(f[0]), float(f[1]), float(f[2]), float(f[3]))
+            (int(f[0]), float(f[1]), float(f[2]), float(f[3]), int(f[4]))
             for f in (line.split("RANK ", 1)[1].split() for line in done.stdout.splitlines() if "RANK " in line)
         )
+        buffer_bytes = max(nbytes // 4, 1) * 4  # the rank program's one float32 array
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
         print(
             f"# allreduce {format_size(nbytes)} float32, {args.nranks} ranks on {cores} cores, {args.calls} calls"
             f"{' under cProfile' if args.profile else ''}; per call, us"
         )
-        print(f"# {'rank':>4}  {'wall':>8}  {'user':>7}  {'system':>7}")
-        for rank, wall, user, system in rows:
-            print(f"  {rank:>4}  {wall:8.1f}  {user:7.1f}  {system:7.1f}")
-        total = sum(user + system for _, _, user, system in rows)
-        wall = max(w for _, w, _, _ in rows)
+        print(f"# {'rank':>4}  {'wall':>8}  {'user':>7}  {'system':>7}  {'USS MiB':>8}  {'above buffer':>12}")
+        for rank, wall, user, system, uss in rows:
+            above = (uss - buffer_bytes) / 2**20
+            print(f"  {rank:>4}  {wall:8.1f}  {user:7.1f}  {system:7.1f}  {uss / 2**20:8.1f}  {above:12.1f}")
+        total = sum(row[2] + row[3] for row in rows)
+        wall = max(row[1] for row in rows)
         print(
             f"# CPU summed over ranks {total:.0f} us a call = {total / wall:.2f} cores busy over the "
             f"{wall:.0f} us wall (of {cores})"
+        )
+        worst = max(row[4] for row in rows)
+        print(
+            f"# USS per rank at most {worst / 2**20:.1f} MiB: {(worst - buffer_bytes) / 2**20:.1f} MiB above the "
+            f"program's own buffer of {format_size(buffer_bytes)}"
         )
         if args.profile:
             print(_profile_table(folder, args.nranks, args.calls, args.top))
