@@ -841,6 +841,69 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> npu_convolution_backward(
   return results;
 }
 
+// Fused recurrent cells. torch's nn.LSTM and nn.GRU run their cells as _thnn_fused_lstm_cell and
+// _thnn_fused_gru_cell on a private-use device, as on CUDA, and only CUDA has kernels of these (torch_npu
+// has its own on Ascend), so an LSTM on npu failed ("Could not run 'aten::_thnn_fused_lstm_cell' with
+// arguments from the 'CPU' backend"). Here each cell is its arithmetic in torch ops on the card, which
+// the fallback runs (the CPU's numbers) and charges. The workspace kept for the backward holds what it
+// reads: the LSTM's activated gates (input, forget, cell, output); the GRU's reset, update and new
+// gates, the hidden state and the hidden part of the new gate.
+at::Tensor with_bias(at::Tensor gates, const std::optional<at::Tensor>& bias) {
+  return bias.has_value() && bias->defined() ? gates + *bias : gates;
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> npu_fused_lstm_cell(
+    const at::Tensor& input_gates, const at::Tensor& hidden_gates, const at::Tensor& cx,
+    const std::optional<at::Tensor>& input_bias, const std::optional<at::Tensor>& hidden_bias) {
+  auto gates = with_bias(with_bias(input_gates + hidden_gates, input_bias), hidden_bias).chunk(4, 1);
+  at::Tensor in = gates[0].sigmoid(), forget = gates[1].sigmoid(), cell = gates[2].tanh(), out = gates[3].sigmoid();
+  at::Tensor cy = forget * cx + in * cell;
+  at::Tensor hy = out * cy.tanh();
+  return {hy, cy, at::cat({in, forget, cell, out}, 1)};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> npu_fused_lstm_cell_backward(
+    const std::optional<at::Tensor>& grad_hy, const std::optional<at::Tensor>& grad_cy, const at::Tensor& cx,
+    const at::Tensor& cy, const at::Tensor& workspace, bool has_bias) {
+  auto gates = workspace.chunk(4, 1);
+  const at::Tensor &in = gates[0], &forget = gates[1], &cell = gates[2], &out = gates[3];
+  at::Tensor tanh_cy = cy.tanh();
+  const bool has_grad_hy = grad_hy.has_value() && grad_hy->defined();
+  at::Tensor d_hy = has_grad_hy ? *grad_hy : at::zeros_like(cy);
+  at::Tensor d_cy = d_hy * out * (1 - tanh_cy * tanh_cy);  // through hy = out * tanh(cy)
+  if (grad_cy.has_value() && grad_cy->defined()) d_cy = d_cy + *grad_cy;
+  at::Tensor grad_gates = at::cat({d_cy * cell * in * (1 - in), d_cy * cx * forget * (1 - forget),
+                                   d_cy * in * (1 - cell * cell), d_hy * tanh_cy * out * (1 - out)},
+                                  1);
+  at::Tensor grad_bias = has_bias ? grad_gates.sum(0) : at::Tensor();
+  return {grad_gates, d_cy * forget, grad_bias};
+}
+
+std::tuple<at::Tensor, at::Tensor> npu_fused_gru_cell(const at::Tensor& input_gates, const at::Tensor& hidden_gates,
+                                                      const at::Tensor& hx, const std::optional<at::Tensor>& input_bias,
+                                                      const std::optional<at::Tensor>& hidden_bias) {
+  auto in = with_bias(input_gates, input_bias).chunk(3, 1);
+  auto hidden = with_bias(hidden_gates, hidden_bias).chunk(3, 1);
+  at::Tensor reset = (in[0] + hidden[0]).sigmoid(), update = (in[1] + hidden[1]).sigmoid();
+  at::Tensor fresh = (in[2] + reset * hidden[2]).tanh();
+  at::Tensor hy = fresh + update * (hx - fresh);  // (1 - update) * fresh + update * hx
+  return {hy, at::cat({reset, update, fresh, hx, hidden[2]}, 1)};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> npu_fused_gru_cell_backward(
+    const at::Tensor& grad_hy, const at::Tensor& workspace, bool has_bias) {
+  auto saved = workspace.chunk(5, 1);
+  const at::Tensor &reset = saved[0], &update = saved[1], &fresh = saved[2], &hx = saved[3], &hidden_new = saved[4];
+  at::Tensor d_fresh = grad_hy * (1 - update) * (1 - fresh * fresh);  // before the tanh
+  at::Tensor d_update = grad_hy * (hx - fresh) * update * (1 - update);
+  at::Tensor d_reset = d_fresh * hidden_new * reset * (1 - reset);
+  at::Tensor grad_input_gates = at::cat({d_reset, d_update, d_fresh}, 1);
+  at::Tensor grad_hidden_gates = at::cat({d_reset, d_update, d_fresh * reset}, 1);
+  at::Tensor grad_input_bias = has_bias ? grad_input_gates.sum(0) : at::Tensor();
+  at::Tensor grad_hidden_bias = has_bias ? grad_hidden_gates.sum(0) : at::Tensor();
+  return {grad_input_gates, grad_hidden_gates, grad_hy * update, grad_input_bias, grad_hidden_bias};
+}
+
 // DDP's timing statistics (forward, backward compute and communication times in its logging data)
 // ask torch's timer registry for a timer of the parameters' device; npu's stamps the card's modeled
 // clock, as its events do, so the statistics are modeled nanoseconds.
@@ -883,6 +946,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_scaled_dot_product_efficient_attention_backward", &npu_efficient_attention_backward);
   m.impl("convolution_overrideable", &npu_convolution);
   m.impl("convolution_backward_overrideable", &npu_convolution_backward);
+  m.impl("_thnn_fused_lstm_cell", &npu_fused_lstm_cell);
+  m.impl("_thnn_fused_lstm_cell_backward_impl", &npu_fused_lstm_cell_backward);
+  m.impl("_thnn_fused_gru_cell", &npu_fused_gru_cell);
+  m.impl("_thnn_fused_gru_cell_backward", &npu_fused_gru_cell_backward);
 }
 
 // A lazily conjugated or negated npu tensor copied anywhere (t.conj().cpu(), and every op on one,

@@ -179,3 +179,36 @@ dist.destroy_process_group()
 def test_ddp_times_its_steps_on_the_cards_modeled_clock(tmp_path):
     done = _run(tmp_path, _DDP_TIMER)  # its backward passes aborted at exit 1 run in ~6 before the drain
     assert "Time stats are currently only collected" not in done.stderr, done.stderr[-3000:]
+
+
+_RECURRENT = r"""
+import copy
+torch.manual_seed(0)
+for cls in (torch.nn.LSTM, torch.nn.GRU):
+    for bias in (True, False):
+        cpu = cls(5, 7, 2, batch_first=True, bidirectional=True, bias=bias)
+        npu = copy.deepcopy(cpu).to("npu:1")
+        x = torch.randn(3, 4, 5)
+        out, state = cpu(x)
+        out_npu, state_npu = npu(x.to("npu:1"))
+        assert out_npu.device == torch.device("npu:1"), out_npu.device
+        assert torch.allclose(out_npu.cpu(), out, atol=1e-6), (cls, bias)
+        final = state if cls is torch.nn.GRU else state[1]  # the cell state's gradient path too
+        final_npu = state_npu if cls is torch.nn.GRU else state_npu[1]
+        (out.square().sum() + final.sum()).backward()
+        (out_npu.square().sum() + final_npu.sum()).backward()
+        for (name, p), q in zip(cpu.named_parameters(), npu.parameters()):
+            assert torch.allclose(q.grad.cpu(), p.grad, atol=1e-5), (cls, bias, name)
+        cell = (torch.nn.LSTMCell if cls is torch.nn.LSTM else torch.nn.GRUCell)(5, 7)
+        h = cell(x[:, 0])
+        h_npu = copy.deepcopy(cell).to("npu:1")(x[:, 0].to("npu:1"))
+        h, h_npu = (h[0], h_npu[0]) if isinstance(h, tuple) else (h, h_npu)
+        assert torch.allclose(h_npu.cpu(), h, atol=1e-6), cell
+"""
+
+
+@pytest.mark.timeout(120)
+def test_lstm_and_gru_run_on_npu_with_the_cpus_numbers(tmp_path):
+    """nn.LSTM and nn.GRU call torch's fused cells on a private-use device, which only CUDA had:
+    forward values and every parameter's gradient are the CPU's."""
+    _run(tmp_path, _RECURRENT)
