@@ -47,6 +47,7 @@ from .. import env, runtime
 from ..cost_model import cube_flops, host_copy_s
 from ..errors import HcclNotSupportedError
 from ..executor import PROGRESS_THREAD_NAME
+from . import amp  # noqa: F401  (torch.npu.amp, torch_npu.npu.amp)
 from . import device as _device_impl
 from .work import synchronize as _join_all
 
@@ -266,6 +267,12 @@ config = types.SimpleNamespace(allow_internal_format=False)
 def is_bf16_supported() -> bool:
     """True: hccl-py carries bfloat16 (as Ascend 910B does)."""
     return True
+
+
+def get_amp_supported_dtype() -> list[torch.dtype]:
+    """The lower precisions ``torch.autocast("npu")`` (and ``torch.npu.amp.autocast``) takes:
+    float16, and bfloat16 where :func:`is_bf16_supported`."""
+    return [torch.float16, torch.bfloat16] if is_bf16_supported() else [torch.float16]
 
 
 # -- random numbers: npu kernels are the CPU's, and so is their generator -----------------------------

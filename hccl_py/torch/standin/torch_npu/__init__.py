@@ -29,6 +29,11 @@ from hccl_py.torch.formats import get_npu_format, npu_format_cast, npu_format_ca
 
 npu.install()
 sys.modules[__name__ + ".npu"] = npu
+# torch_npu.npu.amp (torch.npu.amp): torch_npu.npu is hccl_py.torch.npu, a module, so its
+# subpackage is named here for imports such as `from torch_npu.npu.amp.autocast_mode import autocast`.
+sys.modules[__name__ + ".npu.amp"] = npu.amp
+sys.modules[__name__ + ".npu.amp.autocast_mode"] = npu.amp.autocast_mode
+sys.modules[__name__ + ".npu.amp.grad_scaler"] = npu.amp.grad_scaler
 
 from . import distributed  # noqa: E402  (as torch_npu: torch_npu.distributed without its own import)
 
