@@ -48,6 +48,7 @@ from ..cost_model import cube_flops, host_copy_s
 from ..errors import HcclNotSupportedError
 from ..executor import PROGRESS_THREAD_NAME
 from . import amp  # noqa: F401  (torch.npu.amp, torch_npu.npu.amp)
+from . import data_parallel as _data_parallel
 from . import device as _device_impl
 from .work import synchronize as _join_all
 
@@ -544,6 +545,7 @@ def install() -> types.ModuleType:
     """What ``import torch_npu`` does here: the npu device installed, ``torch.npu`` this module,
     the "hccl" backend registered for npu tensors."""
     _device_impl.install()
+    _data_parallel.install()
     dist.is_hccl_available = lambda: True
     _patch_when_imported(_DTENSOR_RANDOM, _dtensor_random_as_on_cpu)
     if _under_hccl_launch() and not getattr(dist.init_process_group, "__hccl_py_refused__", False):
