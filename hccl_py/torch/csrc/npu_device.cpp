@@ -19,6 +19,7 @@
 #include <torch/extension.h>
 
 #include <ATen/EmptyTensor.h>
+#include <ATen/OpMathType.h>
 #include <ATen/autocast_mode.h>
 #include <ATen/core/GeneratorForPrivateuseone.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
@@ -905,6 +906,106 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> npu_fused
   return {grad_input_gates, grad_hidden_gates, grad_hy * update, grad_input_bias, grad_hidden_bias};
 }
 
+// SyncBatchNorm's kernels. nn.SyncBatchNorm computes its statistics per card, all-gathers them over its
+// group and normalises with the combined ones, through six ops that only CUDA has kernels for (torch_npu
+// has its own on Ascend): on npu it failed with "Could not run 'aten::batch_norm_stats' with arguments
+// from the 'CPU' backend". Here each is its arithmetic in torch ops on the card (the fallback runs and
+// charges them), over every dim but the channels (dim 1). Statistics are kept in the input's
+// accumulation type (float32 for float16 and bfloat16 inputs), as torch's CUDA kernels keep them.
+std::vector<int64_t> non_channel_dims(const at::Tensor& t) {
+  std::vector<int64_t> dims;
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (d != 1) dims.push_back(d);
+  return dims;
+}
+
+at::Tensor per_channel(const at::Tensor& v, const at::Tensor& like) {  // [C] -> [1, C, 1, ...]
+  std::vector<int64_t> shape(like.dim(), 1);
+  shape[1] = v.numel();
+  return v.reshape(shape);
+}
+
+at::ScalarType stats_type(const at::Tensor& input) { return at::toOpMathType(input.scalar_type()); }
+
+std::tuple<at::Tensor, at::Tensor> npu_batch_norm_stats(const at::Tensor& input, double eps) {
+  TORCH_CHECK(input.dim() >= 2, "batch_norm_stats: expected an input of at least 2 dims (N, C, ...), got ", input.dim());
+  at::Tensor x = input.to(stats_type(input));
+  auto dims = non_channel_dims(x);
+  at::Tensor mean = x.mean(dims);
+  at::Tensor var = (x - per_channel(mean, x)).square().mean(dims);  // biased, as batch norm's
+  return {mean, (var + eps).rsqrt()};
+}
+
+std::tuple<at::Tensor, at::Tensor> npu_batch_norm_gather_stats_with_counts(
+    const at::Tensor& input, const at::Tensor& mean, const at::Tensor& invstd,
+    const std::optional<at::Tensor>& running_mean, const std::optional<at::Tensor>& running_var, double momentum,
+    double eps, const at::Tensor& counts) {
+  // The ranks' (mean, biased variance, count) combined: the count-weighted mean, and the variance
+  // about it, sum of n_i (var_i + (mean_i - mean)^2) over the total count.
+  at::Tensor n = counts.to(mean.scalar_type()).reshape({-1, 1});
+  at::Tensor total = n.sum();
+  at::Tensor var_each = invstd.square().reciprocal() - eps;
+  at::Tensor global_mean = (n * mean).sum(0) / total;
+  at::Tensor global_var = (n * (var_each + (mean - global_mean).square())).sum(0) / total;
+  if (running_mean.has_value() && running_mean->defined()) {
+    at::NoGradGuard no_grad;
+    running_mean->mul_(1 - momentum).add_(global_mean.to(running_mean->scalar_type()), momentum);
+  }
+  if (running_var.has_value() && running_var->defined()) {  // the running variance is the unbiased one
+    at::NoGradGuard no_grad;
+    at::Tensor unbiased = global_var * total / (total - 1);
+    running_var->mul_(1 - momentum).add_(unbiased.to(running_var->scalar_type()), momentum);
+  }
+  return {global_mean, (global_var + eps).rsqrt()};
+}
+
+std::tuple<at::Tensor, at::Tensor> npu_batch_norm_gather_stats(
+    const at::Tensor& input, const at::Tensor& mean, const at::Tensor& invstd,
+    const std::optional<at::Tensor>& running_mean, const std::optional<at::Tensor>& running_var, double momentum,
+    double eps, int64_t count) {
+  at::Tensor counts = at::full({mean.size(0)}, double(count), mean.options());
+  return npu_batch_norm_gather_stats_with_counts(input, mean, invstd, running_mean, running_var, momentum, eps, counts);
+}
+
+at::Tensor npu_batch_norm_elemt(const at::Tensor& input, const std::optional<at::Tensor>& weight,
+                                const std::optional<at::Tensor>& bias, const at::Tensor& mean, const at::Tensor& invstd,
+                                double /*eps: in invstd already*/) {
+  at::Tensor scale = invstd;
+  if (weight.has_value() && weight->defined()) scale = scale * weight->to(invstd.scalar_type());
+  at::Tensor out = (input.to(mean.scalar_type()) - per_channel(mean, input)) * per_channel(scale, input);
+  if (bias.has_value() && bias->defined()) out = out + per_channel(bias->to(mean.scalar_type()), input);
+  return out.to(input.scalar_type());
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> npu_batch_norm_backward_reduce(
+    const at::Tensor& grad_out, const at::Tensor& input, const at::Tensor& mean, const at::Tensor& invstd,
+    const std::optional<at::Tensor>& weight, bool input_g, bool weight_g, bool bias_g) {
+  auto dims = non_channel_dims(input);
+  at::Tensor dy = grad_out.to(mean.scalar_type());
+  at::Tensor sum_dy = dy.sum(dims);
+  at::Tensor sum_dy_xmu = (dy * (input.to(mean.scalar_type()) - per_channel(mean, input))).sum(dims);
+  const bool has_weight = weight.has_value() && weight->defined();
+  at::ScalarType param_type = has_weight ? weight->scalar_type() : mean.scalar_type();
+  at::Tensor grad_weight = weight_g ? (sum_dy_xmu * invstd).to(param_type) : at::Tensor();
+  at::Tensor grad_bias = bias_g ? sum_dy.to(param_type) : at::Tensor();
+  if (!input_g) return {at::Tensor(), at::Tensor(), grad_weight, grad_bias};
+  return {sum_dy, sum_dy_xmu, grad_weight, grad_bias};
+}
+
+at::Tensor npu_batch_norm_backward_elemt(const at::Tensor& grad_out, const at::Tensor& input, const at::Tensor& mean,
+                                         const at::Tensor& invstd, const std::optional<at::Tensor>& weight,
+                                         const at::Tensor& sum_dy, const at::Tensor& sum_dy_xmu,
+                                         const at::Tensor& count) {
+  at::Tensor total = count.to(mean.scalar_type()).sum();  // the group's elements per channel
+  at::Tensor mean_dy = sum_dy / total, mean_dy_xmu = sum_dy_xmu / total;
+  at::Tensor scale = invstd;
+  if (weight.has_value() && weight->defined()) scale = scale * weight->to(invstd.scalar_type());
+  at::Tensor xmu = input.to(mean.scalar_type()) - per_channel(mean, input);
+  at::Tensor grad = grad_out.to(mean.scalar_type()) - per_channel(mean_dy, input) -
+                    xmu * per_channel(invstd.square() * mean_dy_xmu, input);
+  return (grad * per_channel(scale, input)).to(input.scalar_type());
+}
+
 // DDP's timing statistics (forward, backward compute and communication times in its logging data)
 // ask torch's timer registry for a timer of the parameters' device; npu's stamps the card's modeled
 // clock, as its events do, so the statistics are modeled nanoseconds.
@@ -951,6 +1052,12 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_thnn_fused_lstm_cell_backward_impl", &npu_fused_lstm_cell_backward);
   m.impl("_thnn_fused_gru_cell", &npu_fused_gru_cell);
   m.impl("_thnn_fused_gru_cell_backward", &npu_fused_gru_cell_backward);
+  m.impl("batch_norm_stats", &npu_batch_norm_stats);
+  m.impl("batch_norm_gather_stats", &npu_batch_norm_gather_stats);
+  m.impl("batch_norm_gather_stats_with_counts", &npu_batch_norm_gather_stats_with_counts);
+  m.impl("batch_norm_elemt", &npu_batch_norm_elemt);
+  m.impl("batch_norm_backward_reduce", &npu_batch_norm_backward_reduce);
+  m.impl("batch_norm_backward_elemt", &npu_batch_norm_backward_elemt);
 }
 
 // A lazily conjugated or negated npu tensor copied anywhere (t.conj().cpu(), and every op on one,

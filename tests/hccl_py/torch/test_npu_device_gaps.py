@@ -212,3 +212,55 @@ def test_lstm_and_gru_run_on_npu_with_the_cpus_numbers(tmp_path):
     """nn.LSTM and nn.GRU call torch's fused cells on a private-use device, which only CUDA had:
     forward values and every parameter's gradient are the CPU's."""
     _run(tmp_path, _RECURRENT)
+
+
+_SYNC_BATCH_NORM = r"""
+import os, tempfile
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.modules._functions import SyncBatchNorm
+
+torch.manual_seed(0)
+dist.init_process_group("hccl", world_size=1, rank=0, init_method="file://" + tempfile.mktemp())
+torch.npu.set_device(1)
+x = torch.randn(6, 3, 4, 5, dtype=torch.float64)
+w, b = torch.rand(3, dtype=torch.float64) + 0.5, torch.randn(3, dtype=torch.float64)
+# SyncBatchNorm's own autograd function on a one-rank group: output, gradients and running statistics
+# are batch norm's on the CPU
+xs, ws, bs = (t.to("npu").requires_grad_() for t in (x, w, b))
+rm, rv = torch.zeros(3, dtype=torch.float64, device="npu"), torch.ones(3, dtype=torch.float64, device="npu")
+y = SyncBatchNorm.apply(xs, ws, bs, rm, rv, 1e-5, 0.1, dist.group.WORLD, 1)
+xc, wc, bc = (t.clone().requires_grad_() for t in (x, w, b))
+rmc, rvc = torch.zeros(3, dtype=torch.float64), torch.ones(3, dtype=torch.float64)
+yc = F.batch_norm(xc, rmc, rvc, wc, bc, training=True, momentum=0.1, eps=1e-5)
+assert y.device == torch.device("npu:1") and torch.allclose(y.cpu(), yc)
+g = torch.randn_like(x)
+y.backward(g.to("npu")); yc.backward(g)
+for name, mine, ref in (("input", xs, xc), ("weight", ws, wc), ("bias", bs, bc)):
+    assert torch.allclose(mine.grad.cpu(), ref.grad), name
+assert torch.allclose(rm.cpu(), rmc) and torch.allclose(rv.cpu(), rvc)
+
+# across ranks: the statistics of two unequal shares, gathered with their counts, are the whole batch's
+a, c = x[:2].to("npu"), x[2:].to("npu")
+(ma, ia), (mc, ic) = torch.batch_norm_stats(a, 1e-5), torch.batch_norm_stats(c, 1e-5)
+counts = torch.tensor([2 * 20.0, 4 * 20.0], dtype=torch.float64, device="npu")
+rm, rv = torch.zeros(3, dtype=torch.float64, device="npu"), torch.ones(3, dtype=torch.float64, device="npu")
+mean, invstd = torch.batch_norm_gather_stats_with_counts(a, torch.stack([ma, mc]), torch.stack([ia, ic]), rm, rv,
+                                                         0.1, 1e-5, counts)
+var = x.var(dim=(0, 2, 3), unbiased=False)
+assert torch.allclose(mean.cpu(), x.mean(dim=(0, 2, 3))) and torch.allclose(invstd.cpu(), (var + 1e-5).rsqrt())
+assert torch.allclose(rv.cpu(), 0.9 + 0.1 * x.var(dim=(0, 2, 3), unbiased=True))
+half = torch.randn(4, 3, 5, device="npu").half()
+m16, i16 = torch.batch_norm_stats(half, 1e-5)
+assert m16.dtype == torch.float32 and torch.allclose(m16.cpu(), half.cpu().float().mean(dim=(0, 2)), atol=1e-6)
+assert torch.batch_norm_elemt(half, None, None, m16, i16, 1e-5).dtype == torch.float16
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.timeout(120)
+def test_sync_batch_norm_runs_on_npu_as_batch_norm_on_the_cpu(tmp_path):
+    """nn.SyncBatchNorm's six kernels (batch_norm_stats, ..._gather_stats[_with_counts], ..._elemt,
+    ..._backward_reduce, ..._backward_elemt), which only CUDA had: on a one-rank group batch norm's
+    results and gradients; shares of a batch combine to the whole batch's statistics."""
+    _run(tmp_path, _SYNC_BATCH_NORM)
