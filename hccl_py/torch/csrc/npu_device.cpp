@@ -1052,6 +1052,14 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_thnn_fused_lstm_cell_backward_impl", &npu_fused_lstm_cell_backward);
   m.impl("_thnn_fused_gru_cell", &npu_fused_gru_cell);
   m.impl("_thnn_fused_gru_cell_backward", &npu_fused_gru_cell_backward);
+  // mse_loss and smooth_l1_loss: a device without its own kernel gets torch's default functional
+  // (CompositeExplicitAutogradNonFunctional), which makes the reduced 0-dim result and calls the
+  // out= form, whose meta builds an elementwise iterator over that result first: the CPU's out=
+  // kernel then warns "An output with one or more elements was resized since it had shape []" on
+  // every call (it does on the CPU too when given such an out=). The CPU's functional kernel
+  // through the fallback computes the same without the warning, as CUDA's own kernel does.
+  m.impl("mse_loss", torch::CppFunction::makeFromBoxedFunction<&npu_fallback>());
+  m.impl("smooth_l1_loss", torch::CppFunction::makeFromBoxedFunction<&npu_fallback>());
   m.impl("batch_norm_stats", &npu_batch_norm_stats);
   m.impl("batch_norm_gather_stats", &npu_batch_norm_gather_stats);
   m.impl("batch_norm_gather_stats_with_counts", &npu_batch_norm_gather_stats_with_counts);

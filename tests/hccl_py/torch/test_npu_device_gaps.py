@@ -264,3 +264,29 @@ def test_sync_batch_norm_runs_on_npu_as_batch_norm_on_the_cpu(tmp_path):
     ..._backward_reduce, ..._backward_elemt), which only CUDA had: on a one-rank group batch norm's
     results and gradients; shares of a batch combine to the whole batch's statistics."""
     _run(tmp_path, _SYNC_BATCH_NORM)
+
+
+_LOSSES_WITHOUT_WARNINGS = r"""
+import warnings
+import torch.nn.functional as F
+warnings.simplefilter("error")  # a warning fails the script
+torch.manual_seed(0)
+x, y = torch.randn(4, 3), torch.randn(4, 3)
+for loss in (F.mse_loss, F.smooth_l1_loss):
+    for reduction in ("mean", "sum", "none"):
+        a = x.to("npu:1").requires_grad_()
+        out = loss(a, y.to("npu:1"), reduction=reduction)
+        ref_in = x.clone().requires_grad_()
+        ref = loss(ref_in, y, reduction=reduction)
+        assert out.device == torch.device("npu:1") and out.shape == ref.shape and torch.equal(out.cpu(), ref.detach())
+        out.sum().backward(); ref.sum().backward()
+        assert torch.equal(a.grad.cpu(), ref_in.grad), (loss, reduction)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_reduced_losses_run_without_torchs_resize_warning(tmp_path):
+    """mse_loss and smooth_l1_loss with a reduction warned "An output with one or more elements was
+    resized since it had shape []" on every npu call (torch's out= form under its default functional);
+    now the CPU's functional kernel runs: the CPU's values and gradients, no warning."""
+    _run(tmp_path, _LOSSES_WITHOUT_WARNINGS)
