@@ -91,7 +91,7 @@ def broadcast_coalesced(tensors, devices, buffer_size: int = 10485760) -> list[l
     return outputs
 
 
-def _chunks_with_streams(devices, streams):
+def _streams_for(devices, streams):
     if streams is not None:
         streams = list(streams)
         if len(streams) != len(devices):
@@ -106,7 +106,7 @@ def scatter(tensor: torch.Tensor, devices, chunk_sizes=None, dim: int = 0, strea
     chunk i on card ``devices[i]`` (a view when already there), copied on ``streams[i]`` if
     given."""
     devices = _check_indices(devices)
-    streams = _chunks_with_streams(devices, streams)
+    streams = _streams_for(devices, streams)
     if chunk_sizes is not None:
         chunk_sizes = [int(s) for s in chunk_sizes]
         if len(chunk_sizes) != len(devices):
@@ -133,7 +133,7 @@ def scatter_out(tensor: torch.Tensor, out, dim: int = 0, streams=None) -> list[t
     """``tensor`` cut along ``dim`` into the npu tensors ``out`` (their sizes along ``dim`` are the
     chunks', their other sizes ``tensor``'s), copied on ``streams[i]`` if given; returns ``out``."""
     out = list(out)
-    streams = _chunks_with_streams(out, streams)
+    streams = _streams_for(out, streams)
     dim = dim + tensor.dim() if dim < 0 else dim
     for i, dst in enumerate(out):
         if not _is_npu(dst):
