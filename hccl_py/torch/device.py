@@ -105,6 +105,53 @@ def build():
             ) from err
 
 
+_DISPATCH_KEY = "PrivateUse1"  # what torch's generated wrapper names carry for the npu device
+
+
+def device_checked_ops(yaml_path: str | os.PathLike | None = None) -> dict[str, str]:
+    """The aten ops whose kernels torch generates with a device check, from the
+    ``native_functions.yaml`` torch ships (its ``torchgen``): every function not marked
+    ``device_check: NoCheck``, by ``aten::name[.overload]``, with the name torch's generated
+    wrapper gives it in the message (``wrapper_PrivateUse1_mm``; unstructured kernels carry their
+    overload: ``wrapper_PrivateUse1__index_select``). Read line by line (about 10 ms)::
+
+        device_checked_ops()["aten::mm"]      # 'wrapper_PrivateUse1_mm'
+        "aten::add.Tensor" in device_checked_ops()   # False: TensorIterator checks by itself
+    """
+    if yaml_path is None:
+        import torchgen
+
+        yaml_path = Path(torchgen.__file__).parent / "packaged" / "ATen" / "native" / "native_functions.yaml"
+    checked: dict[str, str] = {}
+    entry: list | None = None  # [schema, unchecked, structured]
+
+    def close() -> None:
+        if entry is None or entry[1]:
+            return
+        schema, _, structured = entry
+        full, _, rest = schema.partition("(")
+        name, _, overload = full.partition(".")
+        # torchgen's native name: an out= function (a keyword-only argument it writes) gets "_out"
+        arguments = rest.rsplit(") ->", 1)[0]
+        writes_keyword_only = "*" in arguments and "!)" in arguments.split("*", 1)[1]
+        native = name + ("_out" if writes_keyword_only else "") + (f"_{overload}" if overload else "")
+        prefix = f"wrapper_{_DISPATCH_KEY}_" if structured else f"wrapper_{_DISPATCH_KEY}_{overload}_"
+        checked[f"aten::{full}"] = prefix + native
+
+    with open(yaml_path, encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("- func:"):
+                close()
+                entry = [line[len("- func:") :].strip(), False, False]
+            elif entry is not None and line.startswith("  "):
+                if line.startswith("  device_check: NoCheck"):
+                    entry[1] = True
+                elif line.startswith(("  structured: True", "  structured_delegate:")):
+                    entry[2] = True
+    close()
+    return checked
+
+
 def parse_alloc_conf(text: str | None) -> dict[str, float | bool]:
     """``PYTORCH_NPU_ALLOC_CONF`` ("key:value,key:value"): the keys this device honours; any other
     is refused by name (torch_npu refuses unknown keys too)."""
@@ -246,6 +293,7 @@ def install(devices: int | None = None):
     ext = build()
     ext.register_hooks()
     ext.set_device_count(count)
+    ext.set_device_checks(device_checked_ops())
     split = int(conf.get("max_split_size_mb", 0) * 2**20)
     for index, card in enumerate(cards(count)):
         ext.set_pool(index, card.hbm_bytes, split, bool(conf.get("expandable_segments", False)))

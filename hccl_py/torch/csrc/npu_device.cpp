@@ -22,6 +22,7 @@
 #include <ATen/OpMathType.h>
 #include <ATen/autocast_mode.h>
 #include <ATen/core/GeneratorForPrivateuseone.h>
+#include <ATen/core/op_registration/adaption.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <ATen/native/Resize.h>
 #include <ATen/native/transformers/attention.h>
@@ -561,6 +562,45 @@ bool spans_cards(const std::string& name) {
   return name.rfind("aten::_foreach_", 0) == 0 || name.rfind("aten::_amp_foreach_", 0) == 0;
 }
 
+// The ops whose kernels torch generates with a device check (native_functions.yaml without
+// `device_check: NoCheck`), by "aten::name[.overload]", each with its wrapper's name for the
+// message; set from Python (device.device_checked_ops) when the device is installed. On CUDA, and on
+// Ascend, such an op refuses any two tensors on different devices, a CPU tensor beside a card's
+// included (mm(npu, cpu) fails on the card): the same check runs here before the CPU kernel, which
+// would take them, so a program that mixes them fails here as it will on the cluster.
+std::unordered_map<std::string, std::string> g_device_checked;
+
+void set_device_checks(std::unordered_map<std::string, std::string> ops) { g_device_checked = std::move(ops); }
+
+// torch's generated check: the out= arguments, then the positional ones (not the keyword-only),
+// every defined tensor on one device, with torch's own message naming the first that is not.
+void check_common_device(const c10::FunctionSchema& schema, const torch::jit::Stack& stack, size_t begin) {
+  if (g_device_checked.empty()) return;
+  const std::string key =
+      schema.overload_name().empty() ? schema.name() : schema.name() + "." + schema.overload_name();
+  auto found = g_device_checked.find(key);
+  if (found == g_device_checked.end()) return;
+  const char* method = found->second.c_str();
+  std::optional<c10::Device> common;
+  const auto& args = schema.arguments();
+  for (int pass = 0; pass < 2; ++pass) {
+    for (size_t i = 0; i < args.size(); ++i) {
+      const bool out = args[i].is_out();
+      if (pass == 0 ? !out : (out || args[i].kwarg_only())) continue;
+      const auto& value = stack[begin + i];
+      const char* name = args[i].name().c_str();
+      if (value.isTensor()) {
+        c10::impl::check_and_update_common_device(common, value.toTensor(), method, name);
+      } else if (value.isTensorList()) {
+        for (const at::Tensor& t : value.toTensorList()) c10::impl::check_and_update_common_device(common, t, method, name);
+      } else if (value.isOptionalTensorList()) {
+        for (const std::optional<at::Tensor>& t : value.toOptionalTensorList())
+          if (t.has_value()) c10::impl::check_and_update_common_device(common, *t, method, name);
+      }
+    }
+  }
+}
+
 // Log a kernel for the card's modeled compute clock (charged from Python when the log fills or
 // the clock is read).
 void record_kernel(Kernel kernel) {
@@ -586,6 +626,7 @@ void npu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   struct Written { at::Tensor npu, cpu; };
   std::vector<Written> written;
   SharedStorages shared;
+  check_common_device(schema, *stack, begin);
   OneCard card{schema.name().c_str(), std::nullopt};
   const bool any_card = spans_cards(schema.name());
   auto alias = [&](const at::Tensor& t, bool write, const char* arg) -> at::Tensor {
@@ -1282,6 +1323,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_clock", &hccl_npu::set_clock);
   m.def("set_flush", &hccl_npu::set_flush);
   m.def("set_recording", [](bool on) { hccl_npu::g_recording = on; });
+  m.def("set_device_checks", &hccl_npu::set_device_checks,
+        "the ops that refuse tensors on two devices: {'aten::mm': wrapper name for the message, ...}");
   m.def("drain_kernels", &hccl_npu::drain_kernels,
         "what ran on npu tensors since the last drain: (name, m, n, k, batch, nbytes, dtype, kind) each, kind 0 a "
         "kernel, 1 the pool's growth (nbytes: the segment), 2 a host-to-npu copy, 3 an npu-to-host copy");

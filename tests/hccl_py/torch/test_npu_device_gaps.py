@@ -1,8 +1,9 @@
 """Gaps of the npu device found by review (issue 26), each held here by a script run under
 ``hccl-npu --devices 2`` in a child process (installing the device renames torch's private-use
-backend for good): ops mixing cards are refused as torch refuses them for CUDA, convolutions run
-the CPU's kernels and charge the card's cube, ``Storage.resize_`` gives blocks back to the pool,
-a lazily conjugated view copies back to the CPU, and DDP's timing statistics have an npu timer.
+backend for good): ops mixing cards, or a card and the CPU, are refused as torch refuses them for
+CUDA, convolutions run the CPU's kernels and charge the card's cube, ``Storage.resize_`` gives
+blocks back to the pool, a lazily conjugated view copies back to the CPU, and DDP's timing
+statistics have an npu timer.
 """
 
 from __future__ import annotations
@@ -52,6 +53,29 @@ assert c.device == torch.device("npu:1") and torch.equal(c.cpu(), a.cpu())
 d = torch.zeros(2, 2, device="npu:1"); d.copy_(a); assert torch.equal(d.cpu(), a.cpu())
 assert (a * torch.tensor(3.0)).device == torch.device("npu:0")
 assert torch.equal((b @ c).cpu(), torch.full((2, 2), 2.0))
+# a CPU tensor beside a card's, where torch's generated kernels check devices (native_functions.yaml
+# without device_check: NoCheck), is refused as on CUDA and Ascend, with torch's message
+cpu = torch.ones(2, 2)
+with_cpu = {
+    "mm": (lambda: torch.mm(a, cpu), "mat2", "wrapper_PrivateUse1_mm"),
+    "addmm": (lambda: torch.addmm(cpu, a, a), "self", "wrapper_PrivateUse1_addmm"),
+    "cat": (lambda: torch.cat([a, cpu]), "tensors", "wrapper_PrivateUse1_cat"),
+    "index_select": (lambda: torch.index_select(a, 0, torch.tensor([1])), "index", "wrapper_PrivateUse1__index_select"),
+    "out= on the CPU": (lambda: torch.mm(a, a, out=torch.empty(2, 2)), "self", "wrapper_PrivateUse1_mm_out_out"),
+}
+for name, (op, arg, method) in with_cpu.items():
+    try:
+        op()
+    except RuntimeError as err:
+        text = str(err)
+        assert "Expected all tensors to be on the same device" in text and "cpu" in text, (name, text)
+        assert f"got {arg} is on" in text and method in text, (name, text)
+    else:
+        raise SystemExit(f"{name}: an op mixing npu:0 and the CPU was computed (CUDA and Ascend refuse it)")
+# what torch lets a CUDA program mix stays: CPU indices, copies, CPU scalars
+assert torch.equal(a[torch.tensor([1])].cpu(), torch.ones(1, 2))
+e = torch.zeros(2, 2, device="npu:0"); e.copy_(cpu); assert torch.equal(e.cpu(), cpu)
+assert torch.equal(torch.mm(a, cpu.to("npu:0")).cpu(), torch.full((2, 2), 2.0))
 """
 
 
