@@ -354,6 +354,32 @@ def test_alloc_conf_keys_are_honoured_or_refused_by_name():
             device.parse_alloc_conf(bad)
 
 
+def test_device_checked_ops_are_torchs_own(tmp_path):
+    """The ops that refuse tensors on two devices: native_functions.yaml's functions without
+    device_check: NoCheck, named as torch's generated wrappers are (structured ones without their
+    overload, out= functions with "_out")."""
+    from hccl_py.torch import device
+
+    yaml = tmp_path / "native_functions.yaml"
+    yaml.write_text(
+        "- func: mm(Tensor self, Tensor mat2) -> Tensor\n  structured_delegate: mm.out\n  variants: function\n\n"
+        "- func: mm.out(Tensor self, Tensor mat2, *, Tensor(a!) out) -> Tensor(a!)\n  structured: True\n\n"
+        "- func: add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor\n"
+        "  device_check: NoCheck   # TensorIterator\n  structured_delegate: add.out\n\n"
+        "- func: index_select(Tensor self, int dim, Tensor index) -> Tensor\n  dispatch:\n    CPU: index_select_cpu_\n"
+    )
+    assert device.device_checked_ops(yaml) == {
+        "aten::mm": "wrapper_PrivateUse1_mm",
+        "aten::mm.out": "wrapper_PrivateUse1_mm_out_out",
+        "aten::index_select": "wrapper_PrivateUse1__index_select",
+    }
+    installed = device.device_checked_ops()  # the installed torch's yaml
+    assert installed["aten::mm"] == "wrapper_PrivateUse1_mm" and installed["aten::cat"] == "wrapper_PrivateUse1_cat"
+    assert (
+        "aten::add.Tensor" not in installed and "aten::copy_" not in installed and "aten::index.Tensor" not in installed
+    )
+
+
 def test_checkouts_of_one_source_share_one_build(tmp_path, monkeypatch):
     """The extension compiles from a copy of its source in the cache folder, so a clone beside a
     working tree (same source) loads the same build instead of rebuilding it from its own path."""
