@@ -421,7 +421,8 @@ def test_torch_npu_testing_helpers_run_an_ascend_style_unittest_file():
     done = _hccl_npu("--devices", "2", sys.executable, str(SCRIPTS / "npu_testing_helpers.py"), "-v", timeout=80)
     assert done.returncode == 0, done.stderr[-3000:]
     report = done.stderr
-    assert "Ran 10 tests" in report and "OK (skipped=3)" in report, report
+    assert "Ran 11 tests" in report and "OK (skipped=3)" in report, report
+    assert "test_path_manager (__main__.HelpersTest.test_path_manager) ... ok" in report, report
     assert "Multi-NPU 65 condition not satisfied" in report and "current device is Ascend910B." in report, report
     assert "Only run on 99.0.0 or greater, current cann version is 9.2.0." in report, report
 

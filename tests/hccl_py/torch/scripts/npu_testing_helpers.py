@@ -52,6 +52,38 @@ class HelpersTest(TestCase):
         with self.assertRaises(ValueError):
             _version_key("9.x")
 
+    def test_path_manager(self):
+        import warnings
+
+        from torch_npu.utils._path_manager import PathManager
+
+        root = tempfile.mkdtemp()
+        folder, file = os.path.join(root, "out", "deep"), os.path.join(root, "barrier")
+        with self.assertRaisesRegex(RuntimeError, "does not exist"):
+            PathManager.check_directory_path_readable(file)
+        PathManager.make_dir_safety(folder)
+        self.assertEqual(os.stat(folder).st_mode & 0o777, 0o750)
+        PathManager.create_file_safety(file)
+        self.assertEqual(os.stat(file).st_mode & 0o777, 0o640)
+        PathManager.check_directory_path_readable(file)
+        PathManager.check_directory_path_writeable(folder)
+        with self.assertRaisesRegex(RuntimeError, "is a directory path"):
+            PathManager.check_input_file_path(folder)
+        with self.assertRaisesRegex(RuntimeError, "is a file path"):
+            PathManager.check_input_directory_path(file)
+        link = os.path.join(root, "link")
+        os.symlink(file, link)
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            PathManager.check_directory_path_readable(link)
+            PathManager.check_input_file_path(os.path.join(root, "a;b"))
+        self.assertTrue(len(seen) == 2, [str(w.message) for w in seen])
+        self.assertTrue(PathManager.check_path_is_readable(file) and PathManager.check_path_is_writeable(folder))
+        PathManager.remove_file_safety(file)
+        PathManager.remove_path_safety(os.path.join(root, "out"))
+        PathManager.remove_file_safety(file)  # gone already: nothing to do
+        self.assertFalse(os.path.exists(file) or os.path.exists(folder))
+
     @SkipIfNotGteCANNVersion("99.0.0")
     def test_a_later_cann_skips(self):
         raise AssertionError("ran on a CANN before 99.0.0")
