@@ -91,14 +91,26 @@ def broadcast_coalesced(tensors, devices, buffer_size: int = 10485760) -> list[l
     return outputs
 
 
-def _streams_for(devices, streams):
-    if streams is not None:
-        streams = list(streams)
-        if len(streams) != len(devices):
+def _streams_for(devices, streams) -> list:
+    """One stream or None per card of ``devices`` (a shorter list leaves the rest on the cards'
+    current streams, as torch's); a stream on another card than its index's is refused."""
+    streams = list(streams) if streams is not None else []
+    for i, stream in enumerate(streams[: len(devices)]):
+        if stream is not None and stream.device_index != devices[i]:
             raise RuntimeError(
-                f"Expected streams ({len(streams)}) and devices ({len(devices)}) to be of the same length"
+                f"Expected the device associated with the stream at index {i} (was {stream.device_index}) to match "
+                f"the device supplied at that index (expected {devices[i]})"
             )
-    return streams
+    return streams + [None] * (len(devices) - len(streams))
+
+
+def _wrap_dim(dim: int, ndim: int) -> int:
+    """``dim`` of a tensor of ``ndim`` dims counted from 0 (a negative one from the end), as torch's
+    ``maybe_wrap_dim``: IndexError when there is no such dim."""
+    span = max(ndim, 1)  # a 0-dim tensor has dim 0 (or -1), as torch wraps scalars
+    if not -span <= dim < span:
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-span}, {span - 1}], but got {dim})")
+    return dim % span
 
 
 def scatter(tensor: torch.Tensor, devices, chunk_sizes=None, dim: int = 0, streams=None) -> list[torch.Tensor]:
@@ -106,7 +118,10 @@ def scatter(tensor: torch.Tensor, devices, chunk_sizes=None, dim: int = 0, strea
     chunk i on card ``devices[i]`` (a view when already there), copied on ``streams[i]`` if
     given."""
     devices = _check_indices(devices)
+    if not devices:
+        raise RuntimeError("Expected at least one device to scatter to")
     streams = _streams_for(devices, streams)
+    dim = _wrap_dim(dim, tensor.dim())
     if chunk_sizes is not None:
         chunk_sizes = [int(s) for s in chunk_sizes]
         if len(chunk_sizes) != len(devices):
@@ -123,8 +138,7 @@ def scatter(tensor: torch.Tensor, devices, chunk_sizes=None, dim: int = 0, strea
         if chunk.device == target:
             out.append(chunk)
             continue
-        stream = streams[i] if streams is not None else None
-        with torch.npu.device(devices[i]), torch.npu.stream(stream):
+        with torch.npu.device(devices[i]), torch.npu.stream(streams[i]):
             out.append(chunk.to(target, non_blocking=True))
     return out
 
@@ -133,8 +147,9 @@ def scatter_out(tensor: torch.Tensor, out, dim: int = 0, streams=None) -> list[t
     """``tensor`` cut along ``dim`` into the npu tensors ``out`` (their sizes along ``dim`` are the
     chunks', their other sizes ``tensor``'s), copied on ``streams[i]`` if given; returns ``out``."""
     out = list(out)
-    streams = _streams_for(out, streams)
-    dim = dim + tensor.dim() if dim < 0 else dim
+    if not out:
+        raise RuntimeError("Expected at least one output tensor to scatter to")
+    dim = _wrap_dim(dim, tensor.dim())
     for i, dst in enumerate(out):
         if not _is_npu(dst):
             raise RuntimeError(
@@ -148,6 +163,7 @@ def scatter_out(tensor: torch.Tensor, out, dim: int = 0, streams=None) -> list[t
                 f"Output tensor at index {i} has shape {list(dst.shape)}, but expected {expected} "
                 f"(the source's sizes but along dim {dim})"
             )
+    streams = _streams_for([dst.get_device() for dst in out], streams)
     total = sum(dst.shape[dim] for dst in out)
     if total != tensor.shape[dim]:
         raise RuntimeError(
@@ -157,8 +173,7 @@ def scatter_out(tensor: torch.Tensor, out, dim: int = 0, streams=None) -> list[t
     for i, dst in enumerate(out):
         chunk = tensor.narrow(dim, offset, dst.shape[dim])
         offset += dst.shape[dim]
-        stream = streams[i] if streams is not None else None
-        with torch.npu.device(dst.get_device()), torch.npu.stream(stream):
+        with torch.npu.device(dst.get_device()), torch.npu.stream(streams[i]):
             dst.copy_(chunk, non_blocking=True)
     return out
 
@@ -168,11 +183,7 @@ def _gather_shape(tensors, dim: int) -> tuple[list[int], int]:
     if not tensors:
         raise RuntimeError("Expected at least one tensor to gather from")
     first = tensors[0]
-    dim = dim + first.dim() if dim < 0 else dim
-    if not 0 <= dim < max(first.dim(), 1):
-        raise IndexError(
-            f"Dimension out of range (expected to be in range of [{-first.dim()}, {first.dim() - 1}], but got {dim})"
-        )
+    dim = _wrap_dim(dim, first.dim())
     size = list(first.shape)
     total = 0
     for i, t in enumerate(tensors):

@@ -27,6 +27,7 @@
 #include <ATen/native/Resize.h>
 #include <ATen/native/transformers/attention.h>
 #include <ATen/SDPBackend.h>
+#include <ATen/TensorUtils.h>
 #include <ATen/ops/_fused_sdp_choice_cpu_dispatch.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/distributed/c10d/Types.hpp>
@@ -574,13 +575,16 @@ void set_device_checks(std::unordered_map<std::string, std::string> ops) { g_dev
 
 // torch's generated check: the out= arguments, then the positional ones (not the keyword-only),
 // every defined tensor on one device, with torch's own message naming the first that is not.
+const char* checked_method(const std::string& op) {  // nullptr: the op checks no devices
+  auto found = g_device_checked.find(op);
+  return found == g_device_checked.end() ? nullptr : found->second.c_str();
+}
+
 void check_common_device(const c10::FunctionSchema& schema, const torch::jit::Stack& stack, size_t begin) {
   if (g_device_checked.empty()) return;
-  const std::string key =
-      schema.overload_name().empty() ? schema.name() : schema.name() + "." + schema.overload_name();
-  auto found = g_device_checked.find(key);
-  if (found == g_device_checked.end()) return;
-  const char* method = found->second.c_str();
+  const char* method =
+      checked_method(schema.overload_name().empty() ? schema.name() : schema.name() + "." + schema.overload_name());
+  if (method == nullptr) return;
   std::optional<c10::Device> common;
   const auto& args = schema.arguments();
   for (int pass = 0; pass < 2; ++pass) {
@@ -600,6 +604,17 @@ void check_common_device(const c10::FunctionSchema& schema, const torch::jit::St
     }
   }
 }
+
+// The same check for an op this file registers a kernel of directly (the fallback never sees it):
+// its tensor arguments in the schema's order, undefined ones (an absent optional) skipped.
+void check_devices(const char* op, std::initializer_list<std::pair<const char*, at::Tensor>> tensors) {
+  const char* method = checked_method(op);
+  if (method == nullptr) return;
+  std::optional<c10::Device> common;
+  for (const auto& [name, t] : tensors) c10::impl::check_and_update_common_device(common, t, method, name);
+}
+
+at::Tensor or_undefined(const std::optional<at::Tensor>& t) { return t.has_value() ? *t : at::Tensor(); }
 
 // Log a kernel for the card's modeled compute clock (charged from Python when the log fills or
 // the clock is read).
@@ -832,14 +847,7 @@ at::Tensor npu_convolution(const at::Tensor& input, const at::Tensor& weight, co
                            at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, bool transposed,
                            at::IntArrayRef output_padding, int64_t groups) {
   const bool has_bias = bias.has_value() && bias->defined();
-  OneCard card{"aten::convolution_overrideable", std::nullopt};
-  card.check("input", input);
-  card.check("weight", weight);
-  if (has_bias) card.check("bias", *bias);
-  TORCH_CHECK(is_npu(input) && is_npu(weight) && (!has_bias || is_npu(*bias)),
-              "Expected all tensors to be on the same device: a convolution on npu takes its input, weight and bias "
-              "on the card (got ", input.device(), ", ", weight.device(), has_bias ? ", " : "",
-              has_bias ? c10::str(bias->device()) : std::string(), ")");
+  check_devices("aten::convolution_overrideable", {{"input", input}, {"weight", weight}, {"bias", or_undefined(bias)}});
   c10::DeviceGuard guard(input.device());
   SharedStorages shared;
   std::optional<at::Tensor> cpu_bias;
@@ -858,13 +866,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> npu_convolution_backward(
     const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight, at::IntArrayRef stride,
     at::IntArrayRef padding, at::IntArrayRef dilation, bool transposed, at::IntArrayRef output_padding, int64_t groups,
     std::array<bool, 3> output_mask) {
-  OneCard card{"aten::convolution_backward_overrideable", std::nullopt};
-  card.check("grad_output", grad_output);
-  card.check("input", input);
-  card.check("weight", weight);
-  TORCH_CHECK(is_npu(grad_output) && is_npu(input) && is_npu(weight),
-              "Expected all tensors to be on the same device: a convolution's backward on npu takes its tensors on "
-              "the card (got ", grad_output.device(), ", ", input.device(), ", ", weight.device(), ")");
+  check_devices("aten::convolution_backward_overrideable",
+                {{"grad_output", grad_output}, {"input", input}, {"weight", weight}});
   c10::DeviceGuard guard(input.device());
   SharedStorages shared;
   std::vector<int64_t> bias_sizes{grad_output.size(1)};
@@ -895,9 +898,37 @@ at::Tensor with_bias(at::Tensor gates, const std::optional<at::Tensor>& bias) {
   return bias.has_value() && bias->defined() ? gates + *bias : gates;
 }
 
+// What torch's CUDA cells check before they compute (a wrong size would otherwise broadcast): the
+// gates [batch, factor x hidden] twice, the biases [factor x hidden], the state [batch, hidden]; and
+// every tensor on one device.
+void check_cell(const char* op, const at::Tensor& input_gates, const at::Tensor& hidden_gates, const at::Tensor& state,
+                const char* state_name, const std::optional<at::Tensor>& input_bias,
+                const std::optional<at::Tensor>& hidden_bias, int64_t factor) {
+  check_devices(op, {{"input_gates", input_gates}, {"hidden_gates", hidden_gates}, {state_name, state},
+                     {"input_bias", or_undefined(input_bias)}, {"hidden_bias", or_undefined(hidden_bias)}});
+  at::CheckedFrom c = op;
+  at::TensorArg gates_arg{input_gates, "input_gates", 1}, hidden_arg{hidden_gates, "hidden_gates", 2},
+      state_arg{state, state_name, 3};
+  at::checkDim(c, gates_arg, 2);
+  at::checkSameSize(c, gates_arg, hidden_arg);
+  const int64_t gates_size = input_gates.size(1);
+  TORCH_CHECK(gates_size % factor == 0, op, ": input_gates has ", gates_size, " columns, not a multiple of ", factor);
+  const at::Tensor in_bias = or_undefined(input_bias), hid_bias = or_undefined(hidden_bias);
+  TORCH_CHECK(in_bias.defined() == hid_bias.defined(), op, ": give both biases or neither");
+  if (in_bias.defined()) {
+    at::TensorArg in_bias_arg{in_bias, "input_bias", 4}, hid_bias_arg{hid_bias, "hidden_bias", 5};
+    at::checkDim(c, in_bias_arg, 1);
+    at::checkNumel(c, in_bias_arg, gates_size);
+    at::checkSameSize(c, in_bias_arg, hid_bias_arg);
+  }
+  at::checkDim(c, state_arg, 2);
+  at::checkNumel(c, state_arg, input_gates.size(0) * gates_size / factor);
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> npu_fused_lstm_cell(
     const at::Tensor& input_gates, const at::Tensor& hidden_gates, const at::Tensor& cx,
     const std::optional<at::Tensor>& input_bias, const std::optional<at::Tensor>& hidden_bias) {
+  check_cell("aten::_thnn_fused_lstm_cell", input_gates, hidden_gates, cx, "cx", input_bias, hidden_bias, 4);
   auto gates = with_bias(with_bias(input_gates + hidden_gates, input_bias), hidden_bias).chunk(4, 1);
   at::Tensor in = gates[0].sigmoid(), forget = gates[1].sigmoid(), cell = gates[2].tanh(), out = gates[3].sigmoid();
   at::Tensor cy = forget * cx + in * cell;
@@ -908,6 +939,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> npu_fused_lstm_cell(
 std::tuple<at::Tensor, at::Tensor, at::Tensor> npu_fused_lstm_cell_backward(
     const std::optional<at::Tensor>& grad_hy, const std::optional<at::Tensor>& grad_cy, const at::Tensor& cx,
     const at::Tensor& cy, const at::Tensor& workspace, bool has_bias) {
+  check_devices("aten::_thnn_fused_lstm_cell_backward_impl", {{"grad_hy", or_undefined(grad_hy)},
+                {"grad_cy", or_undefined(grad_cy)}, {"cx", cx}, {"cy", cy}, {"workspace", workspace}});
   auto gates = workspace.chunk(4, 1);
   const at::Tensor &in = gates[0], &forget = gates[1], &cell = gates[2], &out = gates[3];
   at::Tensor tanh_cy = cy.tanh();
@@ -925,6 +958,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> npu_fused_lstm_cell_backward(
 std::tuple<at::Tensor, at::Tensor> npu_fused_gru_cell(const at::Tensor& input_gates, const at::Tensor& hidden_gates,
                                                       const at::Tensor& hx, const std::optional<at::Tensor>& input_bias,
                                                       const std::optional<at::Tensor>& hidden_bias) {
+  check_cell("aten::_thnn_fused_gru_cell", input_gates, hidden_gates, hx, "hx", input_bias, hidden_bias, 3);
   auto in = with_bias(input_gates, input_bias).chunk(3, 1);
   auto hidden = with_bias(hidden_gates, hidden_bias).chunk(3, 1);
   at::Tensor reset = (in[0] + hidden[0]).sigmoid(), update = (in[1] + hidden[1]).sigmoid();
@@ -935,6 +969,7 @@ std::tuple<at::Tensor, at::Tensor> npu_fused_gru_cell(const at::Tensor& input_ga
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> npu_fused_gru_cell_backward(
     const at::Tensor& grad_hy, const at::Tensor& workspace, bool has_bias) {
+  check_devices("aten::_thnn_fused_gru_cell_backward", {{"grad_hy", grad_hy}, {"workspace", workspace}});
   auto saved = workspace.chunk(5, 1);
   const at::Tensor &reset = saved[0], &update = saved[1], &fresh = saved[2], &hx = saved[3], &hidden_new = saved[4];
   at::Tensor d_fresh = grad_hy * (1 - update) * (1 - fresh * fresh);  // before the tanh
@@ -960,7 +995,13 @@ std::vector<int64_t> non_channel_dims(const at::Tensor& t) {
   return dims;
 }
 
+// Every batch-norm op's input is (N, C, ...): checked on entry, as the shapes below assume it.
+void check_nc(const char* op, const at::Tensor& input) {
+  TORCH_CHECK(input.dim() >= 2, op, ": expected an input of at least 2 dims (N, C, ...), got ", input.dim());
+}
+
 at::Tensor per_channel(const at::Tensor& v, const at::Tensor& like) {  // [C] -> [1, C, 1, ...]
+  TORCH_INTERNAL_ASSERT(like.dim() >= 2);
   std::vector<int64_t> shape(like.dim(), 1);
   shape[1] = v.numel();
   return v.reshape(shape);
@@ -969,7 +1010,8 @@ at::Tensor per_channel(const at::Tensor& v, const at::Tensor& like) {  // [C] ->
 at::ScalarType stats_type(const at::Tensor& input) { return at::toOpMathType(input.scalar_type()); }
 
 std::tuple<at::Tensor, at::Tensor> npu_batch_norm_stats(const at::Tensor& input, double eps) {
-  TORCH_CHECK(input.dim() >= 2, "batch_norm_stats: expected an input of at least 2 dims (N, C, ...), got ", input.dim());
+  check_devices("aten::batch_norm_stats", {{"input", input}});
+  check_nc("batch_norm_stats", input);
   at::Tensor x = input.to(stats_type(input));
   auto dims = non_channel_dims(x);
   at::Tensor mean = x.mean(dims);
@@ -981,6 +1023,13 @@ std::tuple<at::Tensor, at::Tensor> npu_batch_norm_gather_stats_with_counts(
     const at::Tensor& input, const at::Tensor& mean, const at::Tensor& invstd,
     const std::optional<at::Tensor>& running_mean, const std::optional<at::Tensor>& running_var, double momentum,
     double eps, const at::Tensor& counts) {
+  check_devices("aten::batch_norm_gather_stats_with_counts",
+                {{"input", input}, {"mean", mean}, {"invstd", invstd}, {"running_mean", or_undefined(running_mean)},
+                 {"running_var", or_undefined(running_var)}, {"counts", counts}});
+  TORCH_CHECK(mean.dim() == 2 && invstd.sizes() == mean.sizes(), "batch_norm_gather_stats_with_counts: expected mean "
+              "and invstd of one shape (ranks, channels), got ", mean.sizes(), " and ", invstd.sizes());
+  TORCH_CHECK(counts.numel() == mean.size(0), "batch_norm_gather_stats_with_counts: ", counts.numel(),
+              " counts for the statistics of ", mean.size(0), " ranks");
   // The ranks' (mean, biased variance, count) combined: the count-weighted mean, and the variance
   // about it, sum of n_i (var_i + (mean_i - mean)^2) over the total count.
   at::Tensor n = counts.to(mean.scalar_type()).reshape({-1, 1});
@@ -1004,6 +1053,9 @@ std::tuple<at::Tensor, at::Tensor> npu_batch_norm_gather_stats(
     const at::Tensor& input, const at::Tensor& mean, const at::Tensor& invstd,
     const std::optional<at::Tensor>& running_mean, const std::optional<at::Tensor>& running_var, double momentum,
     double eps, int64_t count) {
+  check_devices("aten::batch_norm_gather_stats", {{"input", input}, {"mean", mean}, {"invstd", invstd},
+                {"running_mean", or_undefined(running_mean)}, {"running_var", or_undefined(running_var)}});
+  TORCH_CHECK(mean.dim() == 2, "batch_norm_gather_stats: expected mean of shape (ranks, channels), got ", mean.sizes());
   at::Tensor counts = at::full({mean.size(0)}, double(count), mean.options());
   return npu_batch_norm_gather_stats_with_counts(input, mean, invstd, running_mean, running_var, momentum, eps, counts);
 }
@@ -1011,6 +1063,9 @@ std::tuple<at::Tensor, at::Tensor> npu_batch_norm_gather_stats(
 at::Tensor npu_batch_norm_elemt(const at::Tensor& input, const std::optional<at::Tensor>& weight,
                                 const std::optional<at::Tensor>& bias, const at::Tensor& mean, const at::Tensor& invstd,
                                 double /*eps: in invstd already*/) {
+  check_devices("aten::batch_norm_elemt", {{"input", input}, {"weight", or_undefined(weight)},
+                {"bias", or_undefined(bias)}, {"mean", mean}, {"invstd", invstd}});
+  check_nc("batch_norm_elemt", input);
   at::Tensor scale = invstd;
   if (weight.has_value() && weight->defined()) scale = scale * weight->to(invstd.scalar_type());
   at::Tensor out = (input.to(mean.scalar_type()) - per_channel(mean, input)) * per_channel(scale, input);
@@ -1021,6 +1076,9 @@ at::Tensor npu_batch_norm_elemt(const at::Tensor& input, const std::optional<at:
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> npu_batch_norm_backward_reduce(
     const at::Tensor& grad_out, const at::Tensor& input, const at::Tensor& mean, const at::Tensor& invstd,
     const std::optional<at::Tensor>& weight, bool input_g, bool weight_g, bool bias_g) {
+  check_devices("aten::batch_norm_backward_reduce", {{"grad_out", grad_out}, {"input", input}, {"mean", mean},
+                {"invstd", invstd}, {"weight", or_undefined(weight)}});
+  check_nc("batch_norm_backward_reduce", input);
   auto dims = non_channel_dims(input);
   at::Tensor dy = grad_out.to(mean.scalar_type());
   at::Tensor sum_dy = dy.sum(dims);
@@ -1037,6 +1095,10 @@ at::Tensor npu_batch_norm_backward_elemt(const at::Tensor& grad_out, const at::T
                                          const at::Tensor& invstd, const std::optional<at::Tensor>& weight,
                                          const at::Tensor& sum_dy, const at::Tensor& sum_dy_xmu,
                                          const at::Tensor& count) {
+  check_devices("aten::batch_norm_backward_elemt", {{"grad_out", grad_out}, {"input", input}, {"mean", mean},
+                {"invstd", invstd}, {"weight", or_undefined(weight)}, {"sum_dy", sum_dy}, {"sum_dy_xmu", sum_dy_xmu},
+                {"count", count}});
+  check_nc("batch_norm_backward_elemt", input);
   at::Tensor total = count.to(mean.scalar_type()).sum();  // the group's elements per channel
   at::Tensor mean_dy = sum_dy / total, mean_dy_xmu = sum_dy_xmu / total;
   at::Tensor scale = invstd;

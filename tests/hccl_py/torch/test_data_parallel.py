@@ -64,6 +64,26 @@ assert (h0.device.index, h1.device.index) == (0, 1) and torch.equal(h1.cpu(), bi
 dst = [torch.empty(2, 4, device="npu:1"), torch.empty(4, 4, device="npu:0")]
 comm.scatter(big, out=dst)
 assert torch.equal(dst[0].cpu(), big[:2].cpu()) and torch.equal(dst[1].cpu(), big[2:].cpu())
+h0, h1 = comm.scatter(big.cpu(), [0, 1], streams=[torch.npu.Stream(0)])  # fewer streams than cards
+assert torch.equal(h0.cpu(), big[:3].cpu()) and torch.equal(h1.cpu(), big[3:].cpu())
+# refused as torch refuses them, never scattered along another dim or onto another card's stream
+refusals = {
+    "dim -3 of a 2-d tensor": (lambda: comm.scatter(big, [0, 1], dim=-3), IndexError, "Dimension out of range"),
+    "dim 2 of a 2-d tensor": (lambda: comm.scatter(big, out=dst, dim=2), IndexError, "Dimension out of range"),
+    "no output": (lambda: comm.scatter(big, out=[]), RuntimeError, "at least one output tensor"),
+    "a stream of card 1 at index 0": (
+        lambda: comm.scatter(big.cpu(), [0, 1], streams=[torch.npu.Stream(1), None]),
+        RuntimeError,
+        "the stream at index 0 (was 1)",
+    ),
+}
+for name, (call, kind, text) in refusals.items():
+    try:
+        call()
+    except kind as err:
+        assert text in str(err), (name, err)
+    else:
+        raise SystemExit(f"scatter served {name}")
 
 # gather: to a card, to host memory (-1), into out=
 parts = [torch.ones(2, 3, device="npu:0"), torch.zeros(1, 3, device="npu:1")]

@@ -62,6 +62,18 @@ with_cpu = {
     "cat": (lambda: torch.cat([a, cpu]), "tensors", "wrapper_PrivateUse1_cat"),
     "index_select": (lambda: torch.index_select(a, 0, torch.tensor([1])), "index", "wrapper_PrivateUse1__index_select"),
     "out= on the CPU": (lambda: torch.mm(a, a, out=torch.empty(2, 2)), "self", "wrapper_PrivateUse1_mm_out_out"),
+    # kernels the device registers itself check as the fallback does
+    "an LSTM cell's state": (
+        lambda: torch.ops.aten._thnn_fused_lstm_cell(torch.ones(2, 8, device="npu:0"), torch.ones(2, 8, device="npu:0"),
+                                            torch.ones(2, 2)),
+        "cx", "wrapper_PrivateUse1___thnn_fused_lstm_cell"),
+    "a batch norm's weight": (
+        lambda: torch.batch_norm_elemt(torch.ones(2, 2, device="npu:0"), torch.ones(2), None,
+                                       torch.zeros(2, device="npu:0"), torch.ones(2, device="npu:0"), 1e-5),
+        "weight", "wrapper_PrivateUse1__batch_norm_elemt"),
+    "a convolution's weight": (
+        lambda: torch.nn.functional.conv1d(torch.ones(1, 1, 4, device="npu:0"), torch.ones(1, 1, 2)),
+        "weight", "wrapper_PrivateUse1__convolution_overrideable"),
 }
 for name, (op, arg, method) in with_cpu.items():
     try:
@@ -72,6 +84,12 @@ for name, (op, arg, method) in with_cpu.items():
         assert f"got {arg} is on" in text and method in text, (name, text)
     else:
         raise SystemExit(f"{name}: an op mixing npu:0 and the CPU was computed (CUDA and Ascend refuse it)")
+try:
+    a + cpu  # elementwise: TensorIterator refuses it by itself
+except RuntimeError as err:
+    assert "Expected all tensors to be on the same device" in str(err), err
+else:
+    raise SystemExit("npu + cpu was computed")
 # what torch lets a CUDA program mix stays: CPU indices, copies, CPU scalars
 assert torch.equal(a[torch.tensor([1])].cpu(), torch.ones(1, 2))
 e = torch.zeros(2, 2, device="npu:0"); e.copy_(cpu); assert torch.equal(e.cpu(), cpu)
@@ -82,6 +100,43 @@ assert torch.equal(torch.mm(a, cpu.to("npu:0")).cpu(), torch.full((2, 2), 2.0))
 @pytest.mark.timeout(120)
 def test_ops_mixing_cards_are_refused_as_for_cuda_and_copies_between_cards_stay(tmp_path):
     _run(tmp_path, _MIXED_CARDS)
+
+
+_BAD_SHAPES = r"""
+x1 = torch.ones(4, device="npu:0")  # 1-d: no channel dim
+c = torch.zeros(4, device="npu:0")
+refused = {
+    "batch_norm_elemt of a 1-d input": lambda: torch.batch_norm_elemt(x1, None, None, c[:1], c[:1] + 1, 1e-5),
+    "batch_norm_backward_reduce of a 1-d input": lambda: torch.batch_norm_backward_reduce(x1, x1, c[:1], c[:1], None,
+                                                                                           True, True, True),
+    "batch_norm_backward_elemt of a 1-d input": lambda: torch.batch_norm_backward_elemt(
+        x1, x1, c[:1], c[:1], None, c[:1], c[:1], torch.ones(1, dtype=torch.int32, device="npu:0")),
+    "one count for two ranks' statistics": lambda: torch.batch_norm_gather_stats_with_counts(
+        torch.ones(2, 3, device="npu:0"), torch.zeros(2, 3, device="npu:0"), torch.ones(2, 3, device="npu:0"),
+        None, None, 0.1, 1e-5, torch.ones(1, device="npu:0")),
+    "an LSTM state of the wrong size": lambda: torch.ops.aten._thnn_fused_lstm_cell(
+        torch.ones(2, 8, device="npu:0"), torch.ones(2, 8, device="npu:0"), torch.ones(2, 1, device="npu:0")),
+    "LSTM gates of two sizes": lambda: torch.ops.aten._thnn_fused_lstm_cell(
+        torch.ones(2, 8, device="npu:0"), torch.ones(1, 8, device="npu:0"), torch.ones(2, 2, device="npu:0")),
+    "a GRU bias of the wrong size": lambda: torch.ops.aten._thnn_fused_gru_cell(
+        torch.ones(2, 6, device="npu:0"), torch.ones(2, 6, device="npu:0"), torch.ones(2, 2, device="npu:0"),
+        torch.ones(3, device="npu:0"), torch.ones(3, device="npu:0")),
+}
+for name, op in refused.items():
+    try:
+        op()
+    except RuntimeError as err:
+        assert "Expected" in str(err) or "expected" in str(err) or "counts" in str(err), (name, str(err))
+    else:
+        raise SystemExit(f"{name}: computed (broadcast) where torch refuses it")
+"""
+
+
+@pytest.mark.timeout(120)
+def test_batch_norm_and_recurrent_kernels_refuse_shapes_torch_refuses(tmp_path):
+    """The kernels the device registers itself check shapes before they compute, as torch's CUDA
+    kernels do: a 1-d batch-norm input wrote past a buffer, a wrong size broadcast."""
+    _run(tmp_path, _BAD_SHAPES)
 
 
 _CONVOLUTIONS = r"""
