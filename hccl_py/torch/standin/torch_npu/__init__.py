@@ -35,7 +35,8 @@ sys.modules[__name__ + ".npu.amp"] = npu.amp
 sys.modules[__name__ + ".npu.amp.autocast_mode"] = npu.amp.autocast_mode
 sys.modules[__name__ + ".npu.amp.grad_scaler"] = npu.amp.grad_scaler
 
-from . import distributed  # noqa: E402  (as torch_npu: torch_npu.distributed without its own import)
+# as torch_npu: torch_npu._C and torch_npu.distributed without their own import
+from . import _C, distributed  # noqa: E402, F401
 
 __version__ = "2.13.0+hccl.py"  # torch_npu's releases follow torch's (torch_npu 2.13.x for torch 2.13.x)
 __all__ = ["distributed", "get_npu_format", "npu", "npu_format_cast", "npu_format_cast_"]

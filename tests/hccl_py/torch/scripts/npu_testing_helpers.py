@@ -106,6 +106,8 @@ class WithCommsTest(TestCase):
     @with_comms
     def test_runs_inside_an_hccl_group(self):
         self.assertEqual(dist.get_backend(), "hccl")
+        backend = dist.group.WORLD._get_backend(torch.device("npu"))
+        self.assertIsInstance(backend, torch_npu._C._distributed_c10d.ProcessGroupHCCL)
         self.assertEqual(torch.npu.current_device(), 0)
         t = torch.ones(3, device="npu")
         dist.all_reduce(t)
