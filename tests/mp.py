@@ -142,6 +142,53 @@ def run_plain(
     return results
 
 
+STOP_GRACE_S = 5.0  # after SIGTERM, how long a timed-out command's processes get before SIGKILL
+
+
+def run_command(
+    cmd: list[str], *, timeout: float, env: Mapping[str, str] | None = None, cwd=None
+) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run(cmd, capture_output=True, text=True, timeout=...)``, with the command in
+    a session of its own so that a timeout stops every process it started, not only the first
+    (hccl-npu execs its command, whose mp.spawn children or torchrun workers would be orphaned).
+    SIGTERM first: multiprocessing's resource trackers ignore it, outlive their users and unlink
+    their semaphores; SIGKILL for what is left after ``STOP_GRACE_S``. Then ``TimeoutExpired``
+    is raised, as subprocess.run raises it."""
+    proc = subprocess.Popen(
+        cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _stop_session(proc.pid)
+        out, err = proc.communicate()
+        raise subprocess.TimeoutExpired(cmd, timeout, output=out, stderr=err) from None
+    finally:
+        if proc.poll() is None:  # interrupted (KeyboardInterrupt, pytest-timeout): stop it all the same
+            _stop_session(proc.pid)
+            proc.wait()
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def _stop_session(leader: int) -> None:
+    """SIGTERM the process group of ``leader``, then SIGKILL whatever still runs after the grace."""
+    try:
+        os.killpg(leader, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + STOP_GRACE_S
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(leader, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    try:
+        os.killpg(leader, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
 def shm_entries() -> set[str]:
     """Names in /dev/shm now (POSIX shared memory and named semaphores)."""
     try:

@@ -21,7 +21,7 @@ torch = pytest.importorskip("torch")
 
 from hccl_py.errors import HcclNotSupportedError, HcclParamError  # noqa: E402
 from launch import npu as hccl_npu  # noqa: E402
-from tests.mp import free_port  # noqa: E402
+from tests.mp import free_port, run_command  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[3]
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
@@ -54,14 +54,7 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def _hccl_npu(*args: str, timeout: float = 150, cwd: Path = ROOT, **extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "launch.npu", *args],
-        env=_env(**extra),
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return run_command([sys.executable, "-m", "launch.npu", *args], env=_env(**extra), cwd=cwd, timeout=timeout)
 
 
 def _torchrun(n: int) -> list[str]:
@@ -430,7 +423,7 @@ def test_torch_npu_testing_helpers_run_an_ascend_style_unittest_file():
 @pytest.mark.timeout(120)
 @pytest.mark.usefixtures("no_leaks")
 def test_a_script_that_spawns_its_ranks_is_refused_under_hccl_launch():
-    done = subprocess.run(
+    done = run_command(
         [
             sys.executable,
             "-m",
@@ -443,8 +436,6 @@ def test_a_script_that_spawns_its_ranks_is_refused_under_hccl_launch():
         ],
         env=_env(),
         cwd=ROOT,
-        capture_output=True,
-        text=True,
         timeout=110,
     )
     assert done.returncode != 0

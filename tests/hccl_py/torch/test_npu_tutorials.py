@@ -13,19 +13,13 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tests.hccl_py.torch.test_npu_device import SCRIPTS, _env, _torchrun, _torchrun_on_two_cards  # noqa: E402
+from tests.mp import run_command  # noqa: E402
 
 
 def _on_cpu(script: str, *args, cwd: Path, timeout: float = 90) -> subprocess.CompletedProcess[str]:
     """The reference run: ``script`` under torchrun with 2 ranks on the CPU and torch's gloo."""
     for _attempt in range(2):
-        done = subprocess.run(
-            [*_torchrun(2), script, *map(str, args)],
-            env=_env(),
-            cwd=cwd,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
+        done = run_command([*_torchrun(2), script, *map(str, args)], env=_env(), cwd=cwd, timeout=timeout)
         # torch's own gloo on the CPU has aborted at exit with this C++ message on a loaded machine
         # (seen once, under 4 test workers; no npu involved): run it again, once.
         if done.returncode == 0 or "terminate called without an active exception" not in done.stderr:
