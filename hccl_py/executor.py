@@ -80,6 +80,12 @@ def _mark_forked() -> None:
 os.register_at_fork(after_in_child=_mark_forked)
 
 
+def on_progress_thread() -> bool:
+    """Whether the calling thread is this process's progress thread, which ends asynchronous calls
+    and runs their callbacks (such code must not wait for a call to end)."""
+    return threading.current_thread().name == PROGRESS_THREAD_NAME
+
+
 def describe_call(sig: tuple, caller: int | None = None) -> str:
     """``allreduce(count=4, dtype=float32, op=sum, algo=ring)``: a call as an error names it. A
     send and its receive share one signature (``src`` its sender): ``caller`` (the rank that made

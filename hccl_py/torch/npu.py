@@ -46,7 +46,7 @@ import torch.utils._device
 from .. import env, runtime
 from ..cost_model import cube_flops, host_copy_s
 from ..errors import HcclNotSupportedError
-from ..executor import PROGRESS_THREAD_NAME
+from ..executor import on_progress_thread
 from . import amp  # noqa: F401  (torch.npu.amp, torch_npu.npu.amp)
 from . import data_parallel as _data_parallel
 from . import device as _device_impl
@@ -128,7 +128,7 @@ def _synchronize_device() -> None:
     compute stream waits (modeled) for every asynchronous call issued so far. A failed call
     raises where its Work is waited for, not here. Not on the progress thread, which completes
     those calls (an npu op it runs as a call ends cannot wait for that call)."""
-    if threading.current_thread().name == PROGRESS_THREAD_NAME:
+    if on_progress_thread():
         return
     _join_all(raise_errors=False)
 
@@ -550,17 +550,18 @@ def install() -> types.ModuleType:
     _patch_when_imported(_DTENSOR_RANDOM, _dtensor_random_as_on_cpu)
     if _under_hccl_launch() and not getattr(dist.init_process_group, "__hccl_py_refused__", False):
         dist.init_process_group = _refuse_nested_ranks(dist.init_process_group)
+    global _shutdown_registered
     if not _shutdown_registered:
         import multiprocessing.util
 
         # A multiprocessing finalizer, not atexit: a spawned child runs these when its target
         # returns, and this one must run before the one (priority 0) that removes the sharer's socket.
         multiprocessing.util.Finalize(None, _npu_shutdown, exitpriority=1)
-        _shutdown_registered.append(True)
+        _shutdown_registered = True
     return sys.modules[__name__]
 
 
-_shutdown_registered: list = []
+_shutdown_registered = False
 SHARED_FETCH_WAIT_S = 5.0  # the longest an exiting process waits for its shared tensors to be fetched
 
 

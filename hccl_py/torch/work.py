@@ -43,7 +43,7 @@ import torch.distributed as dist
 from torch.futures import Future
 
 from ..errors import HcclError, HcclParamError
-from ..executor import PROGRESS_THREAD_NAME
+from ..executor import on_progress_thread
 
 # Asynchronous calls not waited for yet, for torch.npu.synchronize() (the stand-in waits on them).
 _in_flight: weakref.WeakSet = weakref.WeakSet()
@@ -180,7 +180,7 @@ class InOrderFuture(Future):
     def then(self, callback):
         """torch's ``Future.then``, its callback run now, in this thread, after the call ended
         (the call's own HCCL timeout bounds the wait); on the progress thread, when the call ends."""
-        if threading.current_thread().name != PROGRESS_THREAD_NAME:
+        if not on_progress_thread():
             self._finished.wait()
         return super().then(callback)
 

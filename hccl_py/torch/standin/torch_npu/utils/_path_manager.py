@@ -66,24 +66,20 @@ class PathManager:
     @classmethod
     def make_dir_safety(cls, path: str) -> None:
         """Create the directory ``path`` (and its parents) with mode 0o750 unless it exists."""
-        what = f"Failed to make directory: {path}"
-        if cls._exists_or_link(path, what):
-            return
-        try:
-            os.makedirs(path, mode=cls.DATA_DIR_AUTHORITY, exist_ok=True)
-        except OSError as err:
-            raise RuntimeError(what) from err
+        cls._create(
+            path,
+            lambda: os.makedirs(path, mode=cls.DATA_DIR_AUTHORITY, exist_ok=True),
+            f"Failed to make directory: {path}",
+        )
 
     @classmethod
     def create_file_safety(cls, path: str) -> None:
         """Create the empty file ``path`` with mode 0o640 unless it exists."""
-        what = f"Failed to create file: {path}"
-        if cls._exists_or_link(path, what):
-            return
-        try:
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT, cls.DATA_FILE_AUTHORITY))
-        except OSError as err:
-            raise RuntimeError(what) from err
+        cls._create(
+            path,
+            lambda: os.close(os.open(path, os.O_WRONLY | os.O_CREAT, cls.DATA_FILE_AUTHORITY)),
+            f"Failed to create file: {path}",
+        )
 
     @classmethod
     def check_path_is_readable(cls, path: str) -> bool:
@@ -119,6 +115,15 @@ class PathManager:
         if os.path.islink(path):
             warnings.warn(what)
         return os.path.exists(path)
+
+    @classmethod
+    def _create(cls, path: str, create, what: str) -> None:
+        if cls._exists_or_link(path, what):
+            return
+        try:
+            create()
+        except OSError as err:
+            raise RuntimeError(what) from err
 
     @classmethod
     def _remove(cls, path: str, remove, what: str) -> None:
