@@ -313,13 +313,28 @@ def resolve(collective: str, algo: str, choose_auto: Callable[..., str], env_tab
     )
 
 
-def schedule_fn(topology, collective: str, algo: str, world_ranks: tuple[int, ...]):
-    """The schedule function of a flat name or of ``hier:<inner>/<outer>@server|@groups`` on
-    ``world_ranks`` (what the communicator runs for that name)."""
-    levels = hier_levels(algo)
+def schedule_fn(topology, collective: str, name: str, world_ranks: tuple[int, ...], partition=None):
+    """The schedule function a resolved algorithm ``name`` runs on ``world_ranks``: a flat
+    algorithm's, or a two-level one's on :func:`groups_for` (``partition``: the groups of a plain
+    ``hier:`` name, or a function giving them; default by server). The one place a name becomes
+    a schedule, for the communicator, ``simulate_call`` and the model's argmin alike::
+
+        schedule_fn(topo, "allreduce", "hier:mesh/ring@server", tuple(range(16)))(0, 16, 1024, 0)
+    """
+    levels = hier_levels(name)
     if levels is None:
-        return get_schedule(collective, algo)
-    return schedule_for(collective, partition_of(topology, algo, world_ranks), *levels)
+        return get_schedule(collective, name)
+    return schedule_for(collective, groups_for(topology, name, world_ranks, partition), *levels)
+
+
+def groups_for(topology, name: str, world_ranks, partition=None) -> tuple[tuple[int, ...], ...]:
+    """The groups (ranks 0..n-1 of ``world_ranks``) a two-level ``name`` runs on: by server for
+    ``...@server``, HCCL's mesh groups for ``...@groups``, else ``partition`` (a partition, or a
+    function giving it: the communicator's own), by server when that is None."""
+    groups = partition_of(topology, name, world_ranks)
+    if groups is None:
+        groups = partition() if callable(partition) else partition
+    return groups if groups is not None else server_partition(topology, world_ranks)
 
 
 def topology_partition(topology, world_ranks) -> tuple[tuple[int, ...], ...]:

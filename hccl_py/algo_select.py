@@ -12,9 +12,8 @@ import weakref
 
 from .algo_names import A2A_CONTINUOUS, A2A_PIPELINE, STAGED
 from .algorithms.alltoallv_continuous import fits as fits_ccl_buffer
-from .algorithms.hierarchical import (
-    HIER_COLLECTIVES,
-)
+from .algorithms.hierarchical import HIER_COLLECTIVES
+from .collectives import CallSpec
 from .hccl_rules import FLAT_RULES, Choice, call_shape, flat_choice, hccl_choice
 
 
@@ -56,49 +55,32 @@ _auto_choices: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def auto(
-    cost_model,
-    collective: str,
-    count: int,
-    itemsize: int,
-    world_ranks: tuple[int, ...],
-    root: int = 0,
-    dtype: str | None = None,
-    op: str = "sum",
-    level1: str | None = None,
-    *,
-    deterministic: str = "false",
+    cost_model, spec: CallSpec, world_ranks: tuple[int, ...], level1: str | None = None, *, deterministic: str = "false"
 ) -> str:
-    """``algo="auto"``: the algorithm HCCL's own rules choose for this call (:func:`hccl_choice`,
-    :data:`FLAT_RULES`); where no rule covers the call (a barrier, one rank), the argmin of the
-    model (:func:`fastest`), labelled an estimate. ``level1``: the algorithm HCCL_ALGO names for
-    level 1 alone (HCCL's selection then keeps its level 0 and skips its own level-1 choice);
-    ``deterministic``: HCCL_DETERMINISTIC, which changes HCCL's allreduce and reduce_scatter choices."""
-    key = (collective, count, itemsize, world_ranks, root, dtype, op, level1, deterministic)
+    """``algo="auto"``: the algorithm HCCL's own rules choose for the call ``spec`` on
+    ``world_ranks`` (:func:`hccl_choice`, :data:`FLAT_RULES`); where no rule covers the call (a
+    barrier, one rank), the argmin of the model (:func:`fastest`), labelled an estimate.
+    ``level1``: the algorithm HCCL_ALGO names for level 1 alone (HCCL's selection then keeps its
+    level 0 and skips its own level-1 choice); ``deterministic``: HCCL_DETERMINISTIC, which
+    changes HCCL's allreduce and reduce_scatter choices::
+
+        auto(CostModel(topo), CallSpec.of("allreduce", 1 << 20), tuple(range(8)))     # 'mesh'
+    """
+    key = (spec, world_ranks, level1, deterministic)
     cache = _auto_choices.get(cost_model)
     if cache is None:
         cache = _auto_choices[cost_model] = {}
     found = cache.get(key)
     if found is None:
-        found = cache[key] = explain_auto(
-            cost_model, collective, count, itemsize, world_ranks, root, dtype, op, level1, deterministic=deterministic
-        ).algo
+        found = cache[key] = explain_auto(cost_model, spec, world_ranks, level1, deterministic=deterministic).algo
     return found
 
 
 def explain_auto(
-    cost_model,
-    collective: str,
-    count: int,
-    itemsize: int,
-    world_ranks: tuple[int, ...],
-    root: int = 0,
-    dtype: str | None = None,
-    op: str = "sum",
-    level1: str | None = None,
-    *,
-    deterministic: str = "false",
+    cost_model, spec: CallSpec, world_ranks: tuple[int, ...], level1: str | None = None, *, deterministic: str = "false"
 ) -> Choice:
     """:func:`auto`'s choice with the rule behind it."""
+    collective, count, itemsize, root = spec.collective, spec.count, spec.itemsize, spec.root
     if len(world_ranks) > 1 and collective in FLAT_RULES:
         return flat_choice(cost_model.topology, collective, count, itemsize, world_ranks, level1)
     if len(world_ranks) == 1 or collective not in HIER_COLLECTIVES:
@@ -107,5 +89,8 @@ def explain_auto(
         best = fastest(cost_model, collective, count, itemsize, world_ranks, root)
         return Choice(best, "no HCCL rule: the least modeled time (estimate)", True)
     return hccl_choice(
-        call_shape(cost_model.topology, collective, count, itemsize, world_ranks, dtype, op, deterministic), level1
+        call_shape(
+            cost_model.topology, collective, count, itemsize, world_ranks, spec.dtype_name, spec.op_name, deterministic
+        ),
+        level1,
     )

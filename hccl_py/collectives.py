@@ -18,7 +18,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import NamedTuple
 
+import numpy as np
+
+from .dtypes import ReduceOp, default_dtype, dtype_named
 from .errors import HcclParamError
 
 
@@ -280,3 +284,75 @@ def spellings() -> dict[str, str]:
 def of_kind(kind: int) -> Collective | None:
     """The collective with wire code ``kind``; None for point-to-point (``OpKind.SEND``)."""
     return _BY_KIND.get(kind)
+
+
+class CallSpec(NamedTuple):
+    """One call's request: what a program asks of a communicator, before any algorithm is chosen
+    or any byte moves. The communicator builds one per call, the algorithm choice
+    (``algo_select.auto``), the cost model, the simulator and the plan cache take it, and it is
+    the cache key of the call's prepared plan (so it costs what a tuple costs). ``algo`` is the
+    name asked for (``"auto"``, ``"ring"``, ``"hier:mesh/ring"``); ``op`` is None for an operation
+    that does not reduce; ``modeled`` False for an exchange that costs no modeled time::
+
+        spec = CallSpec.of("allreduce", 1024, dtype="float32", op="max")
+        spec.nbytes, spec.op_name              # (4096, 'max')
+    """
+
+    collective: str
+    kind: OpKind
+    algo: str
+    count: int
+    dtype: np.dtype
+    op: ReduceOp | None = None
+    root: int = 0
+    modeled: bool = True
+
+    @classmethod
+    def of(
+        cls,
+        collective: str,
+        count: int,
+        *,
+        dtype: "np.dtype | str | None" = None,
+        itemsize: int = 4,
+        op: "ReduceOp | str | None" = "sum",
+        root: int = 0,
+        algo: str = "auto",
+    ) -> "CallSpec":
+        """The request for ``collective`` (any spelling) of ``count`` elements of ``dtype`` (None:
+        the usual dtype of ``itemsize``-byte elements, as hccl-sim's ``--bytes`` calls); ``op`` is
+        dropped for an operation that does not reduce."""
+        c = collective_named(collective)
+        return cls(
+            c.name,
+            c.kind,
+            algo,
+            int(count),
+            dtype_named(default_dtype(itemsize) if dtype is None else dtype),
+            ReduceOp.parse(op) if c.reduces and op is not None else None,
+            int(root),
+        )
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element."""
+        return self.dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of ``count`` elements."""
+        return self.count * self.dtype.itemsize
+
+    @property
+    def op_name(self) -> str:
+        """The reduction's lower-case name; ``"sum"`` for an operation that does not reduce (the
+        cost model's default)."""
+        return "sum" if self.op is None else self.op.name.lower()
+
+    @property
+    def dtype_name(self) -> str:
+        """numpy's name of the dtype (``"float32"``)."""
+        return self.dtype.name
+
+
+collective_named = collective  # CallSpec.of's name for it (its own argument is called collective)

@@ -17,12 +17,12 @@ import numpy as np
 from topology import Topology, TopologyError, auto_partition, load_partition, validate_partition
 
 from . import algo_names, algo_select
-from .algorithms import hierarchical, p2p
+from .algorithms import p2p
 from .algorithms._common import packed_displacements
 from .algorithms.alltoallv import VSchedule, as_matrix
 from .algorithms.alltoallv import digest as alltoallv_digest
-from .algorithms.registry import algo_code, get_schedule
-from .collectives import OpKind
+from .algorithms.registry import algo_code
+from .collectives import CallSpec, OpKind
 from .collectives import collective as collective_named
 from .context import RankContext
 from .device import Device
@@ -423,89 +423,44 @@ class Communicator:
         return redop
 
     # -- the call path: one for every operation --------------------------------------------------
-    def _collective(
-        self,
-        kind: OpKind,
-        collective: str,
-        algo: str,
-        bufs,
-        count: int,
-        dtype: np.dtype,
-        result,
-        redop: ReduceOp | None = None,
-        root: int = 0,
-        async_op: bool = False,
-        modeled: bool = True,
-    ):
-        key = (collective, algo, count, root, dtype, redop, modeled)
-        call = self._calls.get(key)
+    def _collective(self, spec: CallSpec, bufs, result, async_op: bool = False):
+        """Issue the call ``spec`` on ``bufs`` (flat IN and OUT), its plan prepared once per spec;
+        returns ``result`` (or the Work)."""
+        call = self._calls.get(spec)
         if call is None:
-            call = self._remember(
-                key, self._prepare(kind, collective, algo, count, dtype, redop, root, modeled=modeled)
-            )
-        return self._launch(call, bufs, dtype, result, async_op)
+            call = self._remember(spec, self._prepare(spec))
+        return self._launch(call, bufs, spec.dtype, result, async_op)
 
-    def _prepare(
-        self,
-        kind: OpKind,
-        collective: str,
-        algo: str,
-        count: int,
-        dtype: np.dtype,
-        redop: ReduceOp | None,
-        root: int,
-        fn=None,
-        sig_count: int | None = None,
-        modeled: bool = True,
-    ) -> Call:
-        """Everything about a call that depends only on its shape: resolved once per shape.
-        ``fn``: a schedule function of the caller's (all-to-all with counts per pair), else the
-        algorithm's; ``sig_count``: the count peers check (default ``count``); ``modeled``: False
-        for an exchange that costs no modeled time (its clock stays)."""
-        itemsize = dtype.itemsize
-        op = redop.name.lower() if redop is not None else "sum"
+    def _prepare(self, spec: CallSpec, fn=None, sig_count: int | None = None) -> Call:
+        """Everything about the call ``spec`` that depends only on it (not on the buffers): its
+        algorithm, schedule, costs and signature, resolved once. ``fn``: a schedule function of
+        the caller's (all-to-all with counts per pair; ``spec.algo`` names it), else the one
+        ``spec.algo`` resolves to; ``sig_count``: the count peers check (default ``spec.count``)."""
+        rc = self._rc
+        collective, count, root, dtype = spec.collective, spec.count, spec.root, spec.dtype
         if fn is None:
             name = algo_names.resolve(
                 collective,
-                algo,
+                spec.algo,
                 lambda level1=None: algo_select.auto(
-                    self._rc.cost_model,
-                    collective,
-                    count,
-                    itemsize,
-                    self._world_ranks,
-                    root,
-                    dtype.name,
-                    op,
-                    level1,
-                    deterministic=self._rc.deterministic,
+                    rc.cost_model, spec, self._world_ranks, level1, deterministic=rc.deterministic
                 ),
                 self._algo_env,
             )
-            levels = algo_names.hier_levels(name)
-            if levels is None:
-                fn = get_schedule(collective, name)
-            else:  # auto's two-level algorithms run on HCCL's partition (@server, @groups)
-                groups = algo_names.partition_of(self._rc.topology, name, self._world_ranks)
-                if groups is None:
-                    groups = self.partition
-                fn = hierarchical.schedule_for(collective, groups, *levels)
+            # auto's two-level algorithms run on HCCL's partition (@server, @groups), a plain hier: on ours
+            fn = algo_names.schedule_fn(rc.topology, collective, name, self._world_ranks, lambda: self.partition)
         else:
-            name = algo
+            name = spec.algo
         sig = CallSignature(
-            kind,
+            spec.kind,
             algo_code(name, getattr(fn, "__qualname__", "") + repr(getattr(fn, "staged", None))),
             dtype_code(dtype, where=collective),
-            int(redop or 0),
+            int(spec.op or 0),
             count if sig_count is None else sig_count,
             root,
         )
         costs = (
-            self._rc.cost_model.call_costs(
-                fn, self.size, count, root, itemsize, self._world_ranks, dtype=dtype.name, op=op
-            )[self._rank]
-            if self._rc.modeled and modeled
-            else None
+            rc.cost_model.call_costs(fn, spec, self._world_ranks)[self._rank] if rc.modeled and spec.modeled else None
         )
         schedule = fn(self._rank, self.size, count, root)
         in_count, out_count = (
@@ -513,8 +468,8 @@ class Communicator:
             if hasattr(fn, "buffer_counts")
             else collective_named(collective).buffer_counts(self.size, count, self._rank, root)
         )
-        nbytes = (in_count or out_count) * itemsize  # the call's input on this rank (what it receives if none)
-        ufunc = UFUNCS.get(redop)
+        nbytes = (in_count or out_count) * dtype.itemsize  # the call's input on this rank (what it receives if none)
+        ufunc = UFUNCS.get(spec.op)
         return Call(
             collective,
             name,
@@ -608,9 +563,8 @@ class Communicator:
         redop = self._op(op, x.dtype, what)
         target = x if out is None else self._into(out, x, what)
         flat = target.reshape(-1)
-        return self._collective(
-            OpKind.ALLREDUCE, "allreduce", algo, (flat, flat), flat.size, x.dtype, target, redop, async_op=async_op
-        )
+        spec = CallSpec("allreduce", OpKind.ALLREDUCE, algo, flat.size, x.dtype, redop)
+        return self._collective(spec, (flat, flat), target, async_op)
 
     @entry("collective")
     def _all_reduce_flat(self, flat: np.ndarray, redop: ReduceOp, what: str) -> None:
@@ -619,7 +573,9 @@ class Communicator:
         writable array of a dtype ``redop`` takes (the torch process group's float32 path).
         ``what`` names the call as all_reduce would ("all_reduce on 'world'")."""
         self._check_usable(what)
-        self._collective(OpKind.ALLREDUCE, "allreduce", "auto", (flat, flat), flat.size, flat.dtype, flat, redop)
+        self._collective(
+            CallSpec("allreduce", OpKind.ALLREDUCE, "auto", flat.size, flat.dtype, redop), (flat, flat), flat
+        )
 
     @entry("collective")
     def all_gather(self, x: np.ndarray, *, out: np.ndarray | None = None, algo: str = "auto", async_op: bool = False):
@@ -639,16 +595,8 @@ class Communicator:
         flat = np.ascontiguousarray(x).reshape(-1)
         result = self._out(out, self.size * flat.size, x.dtype, what)
         flat = _apart_from(flat, result)
-        return self._collective(
-            OpKind.ALLGATHER,
-            "allgather",
-            algo,
-            (flat, result.reshape(-1)),
-            flat.size,
-            x.dtype,
-            result.reshape((self.size, *x.shape)),
-            async_op=async_op,
-        )
+        spec = CallSpec("allgather", OpKind.ALLGATHER, algo, flat.size, x.dtype)
+        return self._collective(spec, (flat, result.reshape(-1)), result.reshape((self.size, *x.shape)), async_op)
 
     @entry("collective")
     def broadcast(
@@ -662,9 +610,8 @@ class Communicator:
         root = self._root(root, what)
         target = x if out is None else self._into(out, x, what, copy=self._rank == root)
         flat = target.reshape(-1)
-        return self._collective(
-            OpKind.BROADCAST, "broadcast", algo, (flat, flat), flat.size, x.dtype, target, root=root, async_op=async_op
-        )
+        spec = CallSpec("broadcast", OpKind.BROADCAST, algo, flat.size, x.dtype, None, root)
+        return self._collective(spec, (flat, flat), target, async_op)
 
     @entry("collective")
     def reduce(
@@ -693,9 +640,8 @@ class Communicator:
             result = self._into(out, x, what, copy=False)
             target = x
         flat = np.ascontiguousarray(target).reshape(-1)
-        return self._collective(
-            OpKind.REDUCE, "reduce", algo, (flat, flat), flat.size, x.dtype, result, redop, root, async_op=async_op
-        )
+        spec = CallSpec("reduce", OpKind.REDUCE, algo, flat.size, x.dtype, redop, root)
+        return self._collective(spec, (flat, flat), result, async_op)
 
     @entry("collective")
     def reduce_scatter(
@@ -731,17 +677,8 @@ class Communicator:
         shape = (y.shape[0] // self.size, *y.shape[1:]) if y.ndim >= 1 and y.shape[0] % self.size == 0 else (count,)
         result = self._out(out, count, y.dtype, what)
         flat = _apart_from(np.ascontiguousarray(y).reshape(-1), result)
-        return self._collective(
-            OpKind.REDUCE_SCATTER,
-            "reduce_scatter",
-            algo,
-            (flat, result.reshape(-1)),
-            count,
-            y.dtype,
-            result.reshape(shape),
-            redop,
-            async_op=async_op,
-        )
+        spec = CallSpec("reduce_scatter", OpKind.REDUCE_SCATTER, algo, count, y.dtype, redop)
+        return self._collective(spec, (flat, result.reshape(-1)), result.reshape(shape), async_op)
 
     @entry("collective")
     def all_to_all(self, x: np.ndarray, *, out: np.ndarray | None = None, algo: str = "auto", async_op: bool = False):
@@ -768,15 +705,9 @@ class Communicator:
         count = x.size // self.size
         result = self._out(out, x.size, x.dtype, what)
         flat = _apart_from(np.ascontiguousarray(x).reshape(-1), result)
+        spec = CallSpec("alltoall", OpKind.ALLTOALL, algo, count, x.dtype)
         return self._collective(
-            OpKind.ALLTOALL,
-            "alltoall",
-            algo,
-            (flat, result.reshape(-1)),
-            count,
-            x.dtype,
-            result.reshape(x.shape) if out is None else result,
-            async_op=async_op,
+            spec, (flat, result.reshape(-1)), result.reshape(x.shape) if out is None else result, async_op
         )
 
     @entry("alltoallv")
@@ -1017,17 +948,8 @@ class Communicator:
         if charged:
             return self.all_gather(mine, async_op=async_op)
         result = np.empty((self.size, mine.size), mine.dtype)
-        return self._collective(
-            OpKind.ALLGATHER,
-            "allgather",
-            "auto",
-            (mine, result.reshape(-1)),
-            mine.size,
-            mine.dtype,
-            result,
-            async_op=async_op,
-            modeled=False,
-        )
+        spec = CallSpec("allgather", OpKind.ALLGATHER, "auto", mine.size, mine.dtype, modeled=False)
+        return self._collective(spec, (mine, result.reshape(-1)), result, async_op)
 
     def _v_name(self, algo: str, *, exchange: bool) -> str:
         """The algorithm an all-to-all-v runs: the caller's, HCCL_ALGO's, or HCCL's all-to-all rule
@@ -1065,7 +987,10 @@ class Communicator:
             staged = (
                 None
                 if levels is None
-                else (algo_names.partition_of(self._rc.topology, name, self._world_ranks) or self.partition, *levels)
+                else (
+                    algo_names.groups_for(self._rc.topology, name, self._world_ranks, lambda: self.partition),
+                    *levels,
+                )
             )
             fn = VSchedule(
                 name,
@@ -1079,7 +1004,7 @@ class Communicator:
             call = self._remember(
                 key,
                 self._prepare(
-                    OpKind.ALLTOALLV, "alltoallv", name, 0, dtype, None, 0, fn=fn, sig_count=alltoallv_digest(matrix)
+                    CallSpec("alltoallv", OpKind.ALLTOALLV, name, 0, np.dtype(dtype)), fn, alltoallv_digest(matrix)
                 ),
             )
         return call
@@ -1129,16 +1054,9 @@ class Communicator:
         result = self._out(out, count, dtype, what)
         if self._rank == root:
             flat = _apart_from(flat, result)
+        spec = CallSpec("scatter", OpKind.SCATTER, algo, count, dtype, None, root)
         return self._collective(
-            OpKind.SCATTER,
-            "scatter",
-            algo,
-            (flat, result.reshape(-1)),
-            count,
-            dtype,
-            result.reshape(shape) if out is None else result,
-            root=root,
-            async_op=async_op,
+            spec, (flat, result.reshape(-1)), result.reshape(shape) if out is None else result, async_op
         )
 
     @entry("collective")
@@ -1163,7 +1081,7 @@ class Communicator:
         else:
             bufs, value = (flat, _NO_DATA.view(x.dtype)), None
         return self._collective(
-            OpKind.GATHER, "gather", algo, bufs, flat.size, x.dtype, value, root=root, async_op=async_op
+            CallSpec("gather", OpKind.GATHER, algo, flat.size, x.dtype, None, root), bufs, value, async_op
         )
 
     def _out(self, out: np.ndarray | None, count: int, dtype: np.dtype, what: str) -> np.ndarray:
@@ -1205,7 +1123,7 @@ class Communicator:
         algo = "monitored" if monitored else "dissemination"
         call = self._calls.get(("barrier", algo))
         if call is None:
-            call = self._prepare(OpKind.BARRIER, "barrier", algo, 0, _BYTE, None, 0)
+            call = self._prepare(CallSpec("barrier", OpKind.BARRIER, algo, 0, _BYTE))
             if monitored:
                 # Rank 0 names the missing ranks and tells the others; they wait a little
                 # longer than rank 0 so that its finding, not their own timeout, reaches them.

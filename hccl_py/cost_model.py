@@ -41,6 +41,7 @@ import numpy as np
 from topology import CardModel, Route, Topology
 
 from .algorithms.schedule import Schedule
+from .collectives import CallSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,14 +184,6 @@ def local_reduce_s(card: CardModel, nbytes: int, dtype: str, op: str) -> float:
     return card.reduce_launch_s + nbytes / card.vector_bandwidth_Bps
 
 
-_DEFAULT_DTYPES = {1: "int8", 2: "float16", 4: "float32", 8: "float64"}
-
-
-def default_dtype(itemsize: int) -> str:
-    """The dtype a call of ``itemsize``-byte elements is modeled with when none is given."""
-    return _DEFAULT_DTYPES.get(itemsize, "float32")
-
-
 class CostModel:
     """Modeled costs of schedules on one topology, cached per call shape."""
 
@@ -204,27 +197,22 @@ class CostModel:
     def call_costs(
         self,
         fn: Callable[..., Schedule],
-        size: int,
-        count: int,
-        root: int,
-        itemsize: int,
+        spec: CallSpec,
         world_ranks: tuple[int, ...],
         *,
-        dtype: str | None = None,
-        op: str = "sum",
         schedules: list[Schedule] | None = None,
     ) -> tuple[tuple[StepCost, ...], ...]:
-        """Every comm rank's ``StepCost`` per step for one call of schedule function ``fn``, with
-        elements of numpy type ``dtype`` (default: by ``itemsize``, ``default_dtype``) reduced by
-        ``op`` (``sum``, ``prod``, ``max``, ``min``). ``schedules``: every rank's schedule of that
-        call, when the caller has built them already (the simulator: built once, not twice)."""
-        dtype = dtype or default_dtype(itemsize)
-        key = (fn, size, count, root, itemsize, world_ranks, dtype, op)
+        """Every comm rank's ``StepCost`` per step for the call ``spec`` run by schedule function
+        ``fn`` on ``world_ranks`` (its elements of ``spec.dtype``, reduced by ``spec.op``).
+        ``schedules``: every rank's schedule of that call, when the caller has built them already
+        (the simulator: built once, not twice)."""
+        size, dtype, op = len(world_ranks), spec.dtype_name, spec.op_name
+        key = (fn, size, spec.count, spec.root, spec.itemsize, world_ranks, dtype, op)
         costs = self._cache.get(key)
         if costs is None:
             if schedules is None:
-                schedules = [fn(r, size, count, root) for r in range(size)]
-            costs = self._cache[key] = self._costs(schedules, itemsize, world_ranks, dtype, op)
+                schedules = [fn(r, size, spec.count, spec.root) for r in range(size)]
+            costs = self._cache[key] = self._costs(schedules, spec.itemsize, world_ranks, dtype, op)
         return costs
 
     def _costs(

@@ -43,6 +43,8 @@ DTYPE_SPELLINGS: dict[str, str] = {
     "double": "float64",
     "int": "int32",
 }
+# The dtype a call of itemsize-byte elements is modeled with when none is given (hccl-sim's --bytes).
+_DEFAULT_DTYPES = {1: "int8", 2: "float16", 4: "float32", 8: "float64"}
 SHORT_DTYPE_NAMES = ("int8", "uint8", "fp16", "bf16", "int16", "fp32", "int32", "fp64", "int64")  # hccl-sim's --dtype
 
 
@@ -54,6 +56,21 @@ def _bfloat16() -> np.dtype:
     DTYPE_CODES[dtype] = BFLOAT16_CODE
     DTYPES_BY_CODE[BFLOAT16_CODE] = dtype
     return dtype
+
+
+def default_dtype(itemsize: int) -> str:
+    """The dtype a call of ``itemsize``-byte elements is modeled with when none is given."""
+    return _DEFAULT_DTYPES.get(itemsize, "float32")
+
+
+def dtype_named(name: "str | np.dtype") -> np.dtype:
+    """The numpy dtype of ``name`` in any spelling of :data:`DTYPE_SPELLINGS` (``"fp32"``,
+    ``"bfloat16"``: ml_dtypes loaded then), or a dtype as it is."""
+    if isinstance(name, str):
+        name = DTYPE_SPELLINGS.get(name.strip().lower(), name)
+        if name == "bfloat16":
+            return DTYPES_BY_CODE.get(BFLOAT16_CODE) or _bfloat16()
+    return np.dtype(name)
 
 
 def __getattr__(name: str):

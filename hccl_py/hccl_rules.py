@@ -20,7 +20,7 @@ from .algorithms.hierarchical import (
 )
 from .algorithms.pipeline import PIPELINED
 from .algorithms.registry import SCHEDULES, algos_for
-from .cost_model import default_dtype
+from .dtypes import default_dtype
 from .errors import HcclNotSupportedError
 
 GiB = 1 << 30

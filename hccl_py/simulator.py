@@ -27,7 +27,9 @@ from topology import Topology
 from .algorithms.hierarchical_flows import flows_of
 from .algorithms.registry import FLOWS, ROOTED_FLOWS, get_schedule
 from .algorithms.schedule import Schedule, StepFlows, message_numbers
-from .cost_model import Arrival, CostModel, StepCost, default_dtype, flow_shares, step_end
+from .collectives import CallSpec
+from .cost_model import Arrival, CostModel, StepCost, flow_shares, step_end
+from .dtypes import default_dtype
 
 
 @dataclass(frozen=True)
@@ -120,7 +122,10 @@ def prepare(
     model = cost_model or CostModel(topology)
     fn = get_schedule(collective, algo)
     schedules = [fn(r, size, count, root) for r in range(size)]
-    costs = model.call_costs(fn, size, count, root, itemsize, ranks, dtype=dtype, op=op, schedules=schedules)
+    spec = CallSpec.of(collective, count, dtype=dtype, itemsize=itemsize, op=op, root=root)
+    if spec.itemsize != itemsize:
+        raise ValueError(f"{collective}: dtype {dtype} has {spec.itemsize}-byte elements, not itemsize={itemsize}")
+    costs = model.call_costs(fn, spec, ranks, schedules=schedules)
     return PreparedCall(f"{collective}/{algo}", schedules, costs, [message_numbers(s) for s in schedules])
 
 

@@ -45,8 +45,8 @@ from topology.figures import (
     resolve_figures,
 )
 
+from ..collectives import CallSpec, spellings
 from ..collectives import collective as lookup
-from ..collectives import spellings
 from ..cost_model import CostModel
 from ..dtypes import DTYPE_SPELLINGS, ITEMSIZE_BY_NAME
 from ..errors import HcclError
@@ -358,9 +358,7 @@ class Runs:
             itemsize = ITEMSIZE_BY_NAME.get(m.dtype, 4)
             count = lookup(m.collective).test_elements(m.size, itemsize, topo.num_ranks)
             out.append(
-                simulate_call(
-                    m.collective, topo, count, itemsize=itemsize, dtype=m.dtype, op=m.op, cost_model=model
-                ).time_s
+                simulate_call(CallSpec.of(m.collective, count, dtype=m.dtype, op=m.op), topo, cost_model=model).time_s
             )
         return np.array(out)
 

@@ -2,7 +2,7 @@
 (``hccl_py/simulator.py``): ``algo="auto"`` resolved by HCCL's rules (``algo_select``),
 two-level algorithms on HCCL's partition, an all-to-all-v under each algorithm it has::
 
-    simulate_call("allreduce", Topology.preset("2x8p-roce"), count=1 << 20).time_s
+    simulate_call(CallSpec.of("allreduce", 1 << 20), Topology.preset("2x8p-roce")).time_s
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from typing import Sequence
 
 from topology import Topology
 
-from ..algo_names import hier_levels, partition_of, server_partition
+from ..algo_names import groups_for, hier_levels, schedule_fn
 from ..algo_select import auto
 from ..algorithms.alltoallv import VSchedule, as_matrix
-from ..algorithms.hierarchical import schedule_for
 from ..algorithms.registry import algos_for
+from ..collectives import CallSpec
 from ..cost_model import CostModel
 from ..hccl_rules import staged_alltoall
 from ..simulator import PreparedCall, SimResult, can_simulate_flows, prepare, simulate, simulate_flows
@@ -38,54 +38,35 @@ class CallResult:
 
 
 def simulate_call(
-    collective: str,
+    spec: CallSpec,
     topology: Topology,
-    count: int,
     *,
-    algo: str = "auto",
-    itemsize: int = 4,
-    root: int = 0,
-    dtype: str | None = None,
-    op: str = "sum",
     cost_model: CostModel | None = None,
     world_ranks: Sequence[int] | None = None,
     deterministic: str = "false",
 ) -> CallResult:
-    """Modeled time of one call as a program would run it: ``algo`` is ``auto`` (HCCL's rules,
+    """Modeled time of one call as a program would run it: ``spec.algo`` is ``auto`` (HCCL's rules,
     ``algo_select.auto``), a flat algorithm, or ``hier:<inner>/<outer>`` (on the partition by
-    server; ``...@groups``: HCCL's mesh groups); simulated all ranks at once where the algorithm has flows, else rank by rank.
-    ``deterministic``: HCCL_DETERMINISTIC as ``auto`` should see it ("false", "true", "strict")."""
+    server; ``...@groups``: HCCL's mesh groups); simulated all ranks at once where the algorithm
+    has flows, else rank by rank. ``deterministic``: HCCL_DETERMINISTIC as ``auto`` should see it
+    ("false", "true", "strict")::
+
+        simulate_call(CallSpec.of("allreduce", 1 << 20), Topology.preset("2x8p-roce")).time_s
+    """
 
     model = cost_model or CostModel(topology)
     ranks = tuple(range(topology.num_ranks) if world_ranks is None else world_ranks)
-    name = algo
+    collective, count = spec.collective, spec.count
+    name = spec.algo
     if name == "auto":
-        name = auto(model, collective, count, itemsize, ranks, root, dtype, op, deterministic=deterministic)
-    levels = hier_levels(name)
-    fn = (
-        name
-        if levels is None
-        else schedule_for(collective, partition_of(topology, name, ranks) or server_partition(topology, ranks), *levels)
-    )
+        name = auto(model, spec, ranks, deterministic=deterministic)
+    # a flat algorithm goes by its name (the flow engine's registry), a two-level one as its schedule
+    fn = name if hier_levels(name) is None else schedule_fn(topology, collective, name, ranks)
+    shape = dict(itemsize=spec.itemsize, cost_model=model, dtype=spec.dtype_name, op=spec.op_name, root=spec.root)
     whole = ranks == tuple(range(topology.num_ranks))
-    if whole and can_simulate_flows(collective, fn, len(ranks), count, root):
-        result = simulate_flows(
-            collective, fn, topology, count, itemsize=itemsize, cost_model=model, dtype=dtype, op=op, root=root
-        )
-        return CallResult(result, name, "all ranks at once (flows)")
-    result = simulate(
-        collective,
-        fn,
-        topology,
-        count,
-        itemsize=itemsize,
-        root=root,
-        world_ranks=ranks,
-        cost_model=model,
-        dtype=dtype,
-        op=op,
-    )
-    return CallResult(result, name, "rank by rank")
+    if whole and can_simulate_flows(collective, fn, len(ranks), count, spec.root):
+        return CallResult(simulate_flows(collective, fn, topology, count, **shape), name, "all ranks at once (flows)")
+    return CallResult(simulate(collective, fn, topology, count, world_ranks=ranks, **shape), name, "rank by rank")
 
 
 def simulate_alltoallv(
@@ -142,8 +123,9 @@ def prepare_alltoallv(
         schedule = VSchedule(algo, as_matrix(counts))
     else:  # a plain hier: name runs on the partition by server, as in simulate_call
         ranks = tuple(range(topology.num_ranks) if world_ranks is None else world_ranks)
-        partition = partition_of(topology, algo, ranks) or server_partition(topology, ranks)
-        schedule = VSchedule(algo, as_matrix(counts), staged=(partition, *levels), itemsize=itemsize)
+        schedule = VSchedule(
+            algo, as_matrix(counts), staged=(groups_for(topology, algo, ranks), *levels), itemsize=itemsize
+        )
     return prepare(
         "alltoallv",
         schedule,

@@ -41,7 +41,7 @@ from ..algo_select import alltoallv_auto, explain_auto
 from ..algorithms.alltoallv import as_matrix, skewed_counts
 from ..algorithms.hierarchical import TWO_LEVEL, schedule_for
 from ..algorithms.registry import algos_for
-from ..collectives import COLLECTIVES, DATA_COLLECTIVES
+from ..collectives import COLLECTIVES, DATA_COLLECTIVES, CallSpec
 from ..collectives import collective as lookup
 from ..cost_model import CostModel
 from ..dtypes import DTYPE_SPELLINGS, ITEMSIZE_BY_NAME, SHORT_DTYPE_NAMES
@@ -222,18 +222,8 @@ def _one(args, topology: Topology, wall_start: float) -> int:
             f"give at least {least} bytes"
         )
     model = CostModel(topology)
-    call = simulate_call(
-        collective,
-        topology,
-        count,
-        algo=args.algo,
-        itemsize=itemsize,
-        root=args.root,
-        dtype=dtype,
-        op=args.op,
-        cost_model=model,
-        deterministic=_deterministic(args),
-    )
+    request = CallSpec.of(collective, count, dtype=dtype, op=args.op, root=args.root, algo=args.algo)
+    call = simulate_call(request, topology, cost_model=model, deterministic=_deterministic(args))
     wall_s = time.perf_counter() - wall_start
     nbytes = spec.in_count(n, count) * itemsize
     algbw = nbytes / call.time_s if call.time_s > 0 else float("inf")
@@ -241,17 +231,7 @@ def _one(args, topology: Topology, wall_start: float) -> int:
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"{collective} {args.dtype} {nbytes} bytes on {topology.name} ({n} ranks), algo {call.algo}")
     if args.algo == "auto":
-        choice = explain_auto(
-            model,
-            collective,
-            count,
-            itemsize,
-            tuple(range(n)),
-            args.root,
-            dtype,
-            args.op,
-            deterministic=_deterministic(args),
-        )
+        choice = explain_auto(model, request, tuple(range(n)), deterministic=_deterministic(args))
         print(f"  auto: {choice.rule}")
     print(f"  modeled time  {call.time_s * 1e6:14.3f} us")
     print(f"  algbw         {algbw / 1e9:14.3f} GB/s")
@@ -278,18 +258,8 @@ def _sweep(args, topology: Topology, sizes: list[int]) -> int:
         if count == 0:
             print(f"{size:<18}| {'-':>14} | {'-':>20} | NULL   # below one element per rank")
             continue
-        call = simulate_call(
-            collective,
-            topology,
-            count,
-            algo=args.algo,
-            itemsize=itemsize,
-            root=args.root,
-            dtype=dtype,
-            op=args.op,
-            cost_model=model,
-            deterministic=_deterministic(args),
-        )
+        request = CallSpec.of(collective, count, dtype=dtype, op=args.op, root=args.root, algo=args.algo)
+        call = simulate_call(request, topology, cost_model=model, deterministic=_deterministic(args))
         algbw = size / call.time_s / 1e9
         sure = sureness(where, size, args.figures, short=True)
         print(f"{size:<18}| {call.time_s * 1e6:>14.2f} | {algbw:>20.5f} | NULL   # {call.algo}; {sure}")
@@ -370,7 +340,7 @@ def _alltoallv(args, topology: Topology, wall_start: float) -> int:
     }
     # all_to_all_v first gathers every rank's [ok, send counts, receive counts] (int64), then exchanges;
     # the continuous pipeline exchanges the counts in its first step instead
-    gather = simulate_call("allgather", topology, 1 + 2 * n, itemsize=8, dtype="int64", cost_model=model)
+    gather = simulate_call(CallSpec.of("allgather", 1 + 2 * n, dtype="int64"), topology, cost_model=model)
     shown = algos if args.algo == "auto" else (args.algo,)
     vc, v = {}, {}
     with without_cyclic_gc():

@@ -34,6 +34,7 @@ def test_alltoallv_is_alltoalls_data_with_counts_per_pair():
 @pytest.mark.usefixtures("no_leaks")
 def test_console_script_alltoallv(tmp_path):
     from hccl_py.algo_select import alltoallv_auto
+    from hccl_py.collectives import CallSpec
     from hccl_py.context import load_topology
     from hccl_py.planning.calls import simulate_alltoallv, simulate_call
 
@@ -50,7 +51,9 @@ def test_console_script_alltoallv(tmp_path):
     hccl = doc["implementations"]["hccl"]
     assert hccl["status"] == "ok" and [r["wrong"] for r in hccl["rows"]] == [0] * 4
     topo = load_topology(2)
-    gather = simulate_call("allgather", topo, 5, itemsize=8, dtype="int64")  # [ok, 2 send, 2 receive counts]
+    gather = simulate_call(
+        CallSpec.of("allgather", 5, itemsize=8, dtype="int64"), topo
+    )  # [ok, 2 send, 2 receive counts]
     for row in hccl["rows"]:
         matrix = [[row["count"] // 2] * 2] * 2
         algo = alltoallv_auto(topo, (0, 1)).algo  # 2 ranks: pairwise

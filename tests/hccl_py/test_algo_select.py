@@ -3,6 +3,7 @@
 import pytest
 
 from hccl_py.algo_names import parse_hccl_algo, resolve
+from hccl_py.collectives import CallSpec
 from hccl_py.errors import HcclNotSupportedError, HcclParamError
 
 
@@ -166,7 +167,7 @@ def test_auto_follows_hccls_rules(preset, collective, nbytes, algo):
     topo = Topology.preset(preset)
     model = CostModel(topo)
     count = nbytes // 4
-    assert auto(model, collective, count, 4, tuple(range(topo.num_ranks))) == algo
+    assert auto(model, CallSpec.of(collective, count), tuple(range(topo.num_ranks))) == algo
 
 
 def test_hccl_level1_tie_breaking_and_unequal_servers():
@@ -345,7 +346,7 @@ def test_pruned_argmin_picks_what_full_evaluation_picks(preset, collective):
 
 def test_explain_auto_says_estimate_where_no_rule_applies():
     topo = Topology.preset("ascend910-8p", n=6)  # a 910 server with 6 NPUs: HCCL takes 1, 2, 4 or 8
-    choice = explain_auto(CostModel(topo), "allgather", 100, 4, tuple(range(6)))
+    choice = explain_auto(CostModel(topo), CallSpec.of("allgather", 100), tuple(range(6)))
     assert choice.algo == "ring" and choice.estimate and "estimate" in choice.rule
 
 
@@ -408,30 +409,40 @@ def test_hccl_algo_naming_level_1_alone_keeps_hccls_level_0():
     two = Topology.preset("4x8p-roce")
     model = CostModel(two)
     ranks = tuple(range(two.num_ranks))
-    assert auto(model, "allgather", 1 << 20, 4, ranks, level1="ring") == "hier:mesh/ring@server"  # not the pipeline
-    assert auto(model, "allreduce", 1 << 20, 4, ranks, level1="hd") == "hier:mesh/hd@server"
-    assert auto(model, "allreduce", 1 << 20, 4, ranks, level1="nhr") == "hier:mesh/nhr@server"
-    assert auto(model, "allreduce", 8, 4, ranks, level1="ring") == "hier:rd/rd@server"  # HCCL's small count: doubling
-    one = Topology.preset("ascend910b-8p")
-    assert auto(CostModel(one), "allreduce", 1 << 20, 4, tuple(range(8)), level1="ring") == "mesh"  # one server
-    flat = Topology.preset("5x1p-roce")
-    assert auto(CostModel(flat), "reduce_scatter", 1 << 20, 4, tuple(range(5)), level1="ring") == "ring"
-    with pytest.raises(HcclNotSupportedError) as info:
-        auto(model, "broadcast", 1 << 20, 4, ranks, level1="nhr")  # HCCL has NHR broadcast, hccl-py not
-    assert (info.value.collective, info.value.algo, info.value.variable) == ("broadcast", "nhr", "HCCL_ALGO")
-    assert auto(model, "alltoall", 1 << 10, 4, ranks, level1="ring") == "hier:mesh/pipeline@groups"  # HCCL's rule
     assert (
-        auto(model, "alltoall", 1 << 10, 4, ranks, level1="nhr") == "hier:mesh/pairwise@groups"
+        auto(model, CallSpec.of("allgather", 1 << 20), ranks, level1="ring") == "hier:mesh/ring@server"
+    )  # not the pipeline
+    assert auto(model, CallSpec.of("allreduce", 1 << 20), ranks, level1="hd") == "hier:mesh/hd@server"
+    assert auto(model, CallSpec.of("allreduce", 1 << 20), ranks, level1="nhr") == "hier:mesh/nhr@server"
+    assert (
+        auto(model, CallSpec.of("allreduce", 8), ranks, level1="ring") == "hier:rd/rd@server"
+    )  # HCCL's small count: doubling
+    one = Topology.preset("ascend910b-8p")
+    assert (
+        auto(CostModel(one), CallSpec.of("allreduce", 1 << 20), tuple(range(8)), level1="ring") == "mesh"
+    )  # one server
+    flat = Topology.preset("5x1p-roce")
+    assert auto(CostModel(flat), CallSpec.of("reduce_scatter", 1 << 20), tuple(range(5)), level1="ring") == "ring"
+    with pytest.raises(HcclNotSupportedError) as info:
+        auto(model, CallSpec.of("broadcast", 1 << 20), ranks, level1="nhr")  # HCCL has NHR broadcast, hccl-py not
+    assert (info.value.collective, info.value.algo, info.value.variable) == ("broadcast", "nhr", "HCCL_ALGO")
+    assert (
+        auto(model, CallSpec.of("alltoall", 1 << 10), ranks, level1="ring") == "hier:mesh/pipeline@groups"
+    )  # HCCL's rule
+    assert (
+        auto(model, CallSpec.of("alltoall", 1 << 10), ranks, level1="nhr") == "hier:mesh/pairwise@groups"
     )  # no pipeline with NHR
     assert (
-        auto(model, "broadcast", 1 << 20, 4, ranks, level1="ring") == "hier:mesh/hd@server"
+        auto(model, CallSpec.of("broadcast", 1 << 20), ranks, level1="ring") == "hier:mesh/hd@server"
     )  # broadcast resets to H-D_R
-    assert auto(model, "reduce", 1 << 20, 4, ranks, level1="nhr") == "hier:mesh/hd@server"  # reduce: NHR becomes H-D_R
+    assert (
+        auto(model, CallSpec.of("reduce", 1 << 20), ranks, level1="nhr") == "hier:mesh/hd@server"
+    )  # reduce: NHR becomes H-D_R
     with pytest.raises(HcclNotSupportedError) as info:
-        auto(model, "scatter", 1 << 10, 4, ranks, level1="nhr")  # HCCL's scatter runs NHR across servers
+        auto(model, CallSpec.of("scatter", 1 << 10), ranks, level1="nhr")  # HCCL's scatter runs NHR across servers
     assert (info.value.collective, info.value.algo) == ("scatter", "nhr")
     assert (
-        auto(CostModel(one), "scatter", 1 << 10, 4, tuple(range(8)), level1="nhr") == "mesh"
+        auto(CostModel(one), CallSpec.of("scatter", 1 << 10), tuple(range(8)), level1="nhr") == "mesh"
     )  # one server: no level 1
     from hccl_py.algo_select import alltoallv_auto
 
@@ -440,7 +451,7 @@ def test_hccl_algo_naming_level_1_alone_keeps_hccls_level_0():
     assert parse_hccl_algo("level0:ring;level1:NA") == {"*": "auto"} and parse_hccl_algo("level0:ring") == {"*": "auto"}
     assert resolve("reduce", "auto", _auto, parse_hccl_algo("level0:NA;level1:pipeline")) == "auto's level 0, hd across"
     assert (
-        auto(CostModel(Topology.preset("3x8p-roce-910")), "broadcast", 1 << 20, 4, tuple(range(24)))
+        auto(CostModel(Topology.preset("3x8p-roce-910")), CallSpec.of("broadcast", 1 << 20), tuple(range(24)))
         == "hier:ring/hd@server"
     )
     # HCCL ignores fullmesh and pairwise at level 1; hccl-py's own names keep their flat meaning

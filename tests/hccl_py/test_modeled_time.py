@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from hccl_py.algorithms.registry import algos_for
+from hccl_py.collectives import CallSpec
 from hccl_py.cost_model import CostModel
 from hccl_py.simulator import simulate
 from tests.mp import run_ranks
@@ -149,7 +150,7 @@ def test_all_to_all_v_vc_and_batch_send_recv_equal_the_simulator(preset, size):
     # all_to_all_v: the counts exchange ([ok, send counts, receive counts] in int64), then the data exchange
     gather_algo, v_algo = v[0][2]
     assert {tuple(c[2]) for c in v} == {(gather_algo, v_algo)}
-    assert gather_algo == auto(model, "allgather", 1 + 2 * size, 8, ranks, dtype="int64")
+    assert gather_algo == auto(model, CallSpec.of("allgather", 1 + 2 * size, itemsize=8, dtype="int64"), ranks)
     assert v_algo == alltoallv_auto(topo, ranks, exchange=True).algo
     if preset == "2x4p-roce":
         assert (
@@ -366,19 +367,24 @@ def test_all_ranks_at_once_equals_rank_by_rank(collective, algo, sizes, preset):
         for count in (size, 1000, 4097):
             assert can_simulate_flows(collective, algo, size, count)
             starts = [0.001 * ((r * 7) % 3) for r in range(size)]  # uneven arrival
-            for dtype, op in (("float32", "sum"), ("float16", "max")):  # inline and vector-unit reductions
-                generic = simulate(collective, algo, topo, count, itemsize=4, start_clocks=starts, dtype=dtype, op=op)
+            for dtype, itemsize, op in (
+                ("float32", 4, "sum"),
+                ("float16", 2, "max"),
+            ):  # inline and vector-unit reductions
+                generic = simulate(
+                    collective, algo, topo, count, itemsize=itemsize, start_clocks=starts, dtype=dtype, op=op
+                )
                 fast = simulate_flows(
-                    collective, algo, topo, count, itemsize=4, start_clocks=starts, dtype=dtype, op=op
+                    collective, algo, topo, count, itemsize=itemsize, start_clocks=starts, dtype=dtype, op=op
                 )
                 assert fast.end_clocks == generic.end_clocks, (size, count, dtype)
     for size in (2, 4, 8):  # recursive doubling (allreduce only)
         topo = Topology.preset("ascend910-8p", n=size)
         for count in (1, 1000):
             assert can_simulate_flows("allreduce", "rd", size, count)
-            generic = simulate("allreduce", "rd", topo, count, dtype="float16", op="max")
+            generic = simulate("allreduce", "rd", topo, count, itemsize=2, dtype="float16", op="max")
             assert (
-                simulate_flows("allreduce", "rd", topo, count, dtype="float16", op="max").end_clocks
+                simulate_flows("allreduce", "rd", topo, count, itemsize=2, dtype="float16", op="max").end_clocks
                 == generic.end_clocks
             )
     assert not can_simulate_flows("allreduce", "hd", 6, 100)  # folds: rank by rank only
@@ -413,12 +419,28 @@ def test_rooted_flows_equal_rank_by_rank(collective, algo):
             for count in (1, 2, size, 1000, 4097):  # 1, 2: fewer elements than ranks (empty chunks)
                 assert can_simulate_flows(collective, algo, size, count)
                 starts = [0.001 * ((r * 7) % 3) for r in range(size)]
-                for dtype, op in (("float32", "sum"), ("float16", "max")):
+                for dtype, itemsize, op in (("float32", 4, "sum"), ("float16", 2, "max")):
                     generic = simulate(
-                        collective, algo, topo, count, start_clocks=starts, dtype=dtype, op=op, cost_model=model
+                        collective,
+                        algo,
+                        topo,
+                        count,
+                        start_clocks=starts,
+                        itemsize=itemsize,
+                        dtype=dtype,
+                        op=op,
+                        cost_model=model,
                     )
                     fast = simulate_flows(
-                        collective, algo, topo, count, start_clocks=starts, dtype=dtype, op=op, cost_model=model
+                        collective,
+                        algo,
+                        topo,
+                        count,
+                        start_clocks=starts,
+                        itemsize=itemsize,
+                        dtype=dtype,
+                        op=op,
+                        cost_model=model,
                     )
                     assert fast.end_clocks == generic.end_clocks, (preset, size, count, dtype)
     assert not can_simulate_flows(collective, algo, 8, 0)
@@ -443,7 +465,7 @@ def test_tree_allreduce_flows_equal_rank_by_rank():
             for count in (1, 1000):
                 assert can_simulate_flows("allreduce", "tree", size, count)
                 starts = [0.001 * ((r * 7) % 3) for r in range(size)]
-                kw = dict(start_clocks=starts, cost_model=model, dtype="float16", op="max")
+                kw = dict(start_clocks=starts, cost_model=model, itemsize=2, dtype="float16", op="max")
                 generic = simulate("allreduce", "tree", topo, count, **kw)
                 assert simulate_flows("allreduce", "tree", topo, count, **kw).end_clocks == generic.end_clocks
     for preset in ("2x4p-roce", "3x8p-roce", "4x2p-roce", "34x2p-roce"):
@@ -478,12 +500,28 @@ def test_hd_broadcast_and_reduce_flows_equal_rank_by_rank(collective):
             for count in (1, 3, size, 1000, 4097):  # fewer elements than ranks: empty chunks move nothing
                 assert can_simulate_flows(collective, "hd", size, count)
                 starts = [0.001 * ((r * 7) % 3) for r in range(size)]
-                for dtype, op in (("float32", "sum"), ("float16", "max")):
+                for dtype, itemsize, op in (("float32", 4, "sum"), ("float16", 2, "max")):
                     generic = simulate(
-                        collective, "hd", topo, count, start_clocks=starts, cost_model=model, dtype=dtype, op=op
+                        collective,
+                        "hd",
+                        topo,
+                        count,
+                        start_clocks=starts,
+                        cost_model=model,
+                        itemsize=itemsize,
+                        dtype=dtype,
+                        op=op,
                     )
                     fast = simulate_flows(
-                        collective, "hd", topo, count, start_clocks=starts, cost_model=model, dtype=dtype, op=op
+                        collective,
+                        "hd",
+                        topo,
+                        count,
+                        start_clocks=starts,
+                        cost_model=model,
+                        itemsize=itemsize,
+                        dtype=dtype,
+                        op=op,
                     )
                     assert fast.end_clocks == generic.end_clocks, (preset, size, count, dtype)
     assert not can_simulate_flows(collective, "hd", 6, 100)  # folds: rank by rank
@@ -508,7 +546,7 @@ def test_flows_serve_any_root_of_the_algorithms_that_number_ranks_from_it():
                 if not can_simulate_flows(collective, algo, size, 1000, root):
                     assert algo == "hd" and size & (size - 1)  # hd's flows: power-of-two sizes
                     continue
-                for dtype, op in (("float32", "sum"), ("float16", "max")):
+                for dtype, itemsize, op in (("float32", 4, "sum"), ("float16", 2, "max")):
                     generic = simulate(
                         collective,
                         algo,
@@ -517,6 +555,7 @@ def test_flows_serve_any_root_of_the_algorithms_that_number_ranks_from_it():
                         root=root,
                         start_clocks=starts,
                         cost_model=model,
+                        itemsize=itemsize,
                         dtype=dtype,
                         op=op,
                     )
@@ -528,6 +567,7 @@ def test_flows_serve_any_root_of_the_algorithms_that_number_ranks_from_it():
                         root=root,
                         start_clocks=starts,
                         cost_model=model,
+                        itemsize=itemsize,
                         dtype=dtype,
                         op=op,
                     )
@@ -767,12 +807,28 @@ def test_two_level_broadcast_and_reduce_flows_equal_rank_by_rank(preset, collect
             more = (g, 3 * g, 10 * g + 1, n + 1, 1000 * g + 3) if outer == "hd" else (g, 3 * g)
             for count in (*more, n, 40 * g, 1000 * g):
                 assert can_simulate_flows(collective, fn, n, count), (inner, outer, count)
-                for dtype, op in (("float32", "sum"), ("float16", "max")):
+                for dtype, itemsize, op in (("float32", 4, "sum"), ("float16", 2, "max")):
                     generic = simulate(
-                        collective, fn, topo, count, start_clocks=starts, cost_model=model, dtype=dtype, op=op
+                        collective,
+                        fn,
+                        topo,
+                        count,
+                        start_clocks=starts,
+                        cost_model=model,
+                        itemsize=itemsize,
+                        dtype=dtype,
+                        op=op,
                     )
                     fast = simulate_flows(
-                        collective, fn, topo, count, start_clocks=starts, cost_model=model, dtype=dtype, op=op
+                        collective,
+                        fn,
+                        topo,
+                        count,
+                        start_clocks=starts,
+                        cost_model=model,
+                        itemsize=itemsize,
+                        dtype=dtype,
+                        op=op,
                     )
                     assert fast.end_clocks == generic.end_clocks, (inner, outer, count, dtype)
     assert not can_simulate_flows(collective, schedule_for(collective, part, "mesh", "hd"), n, g - 1)  # an empty chunk
@@ -920,7 +976,7 @@ def test_hccl_sim_alltoallv_and_batchsendrecv(tmp_path, capsys):
     matrix = skewed_counts(n, (1 << 20) // 4, 1.2)
     assert {sum(row) for row in matrix} == {n << 18} and matrix[0][0] > matrix[0][1] > matrix[0][-1]  # total as uniform
     vc = simulate_alltoallv(topo, matrix)
-    gather = simulate_call("allgather", topo, 1 + 2 * n, itemsize=8, dtype="int64")
+    gather = simulate_call(CallSpec.of("allgather", 1 + 2 * n, itemsize=8, dtype="int64"), topo)
     v = simulate_alltoallv(topo, matrix, start_clocks=gather.result.end_clocks)
     for algo in ("pairwise", "mesh"):
         (row,) = [line.split() for line in out.splitlines() if line.split()[:1] == [algo]]
@@ -1020,7 +1076,7 @@ def test_hccl_deterministic_reaches_the_communicators_auto():
         per_rank = run_ranks(
             _small_allreduce, 8, env={"HCCL_PY_TOPOLOGY": "ascend910b-8p", "HCCL_DETERMINISTIC": mode}, timeout=100
         )
-        expected = simulate_call("allreduce", topo, 16384, deterministic=mode)
+        expected = simulate_call(CallSpec.of("allreduce", 16384), topo, deterministic=mode)
         assert expected.algo == algo
         assert {a for a, _ in per_rank} == {algo}
         assert max(t for _, t in per_rank) == pytest.approx(expected.time_s, rel=1e-12)
@@ -1054,7 +1110,7 @@ def test_auto_runs_hccls_two_level_choice_in_the_emulator_as_in_the_simulator():
     model = CostModel(topo)
     ranks = tuple(range(size))
     for i, (collective, count) in enumerate((("allreduce", 1000), ("allgather", 300), ("allreduce", 1 << 16))):
-        algo = auto(model, collective, count, 4, ranks)
+        algo = auto(model, CallSpec.of(collective, count), ranks)
         assert algo == "hier:mesh/ring@server" and {per_rank[r][i][0] for r in ranks} == {algo}
         fn = schedule_for(collective, server_partition(topo, ranks), *hier_levels(algo))
         starts = [per_rank[r][i][1] for r in ranks]
@@ -1102,12 +1158,14 @@ def test_two_level_scatter_gather_and_alltoall_under_auto_equal_the_simulator():
     model = CostModel(topo)
     ranks = tuple(range(size))
     for i, (collective, count, root) in enumerate((("scatter", 37, 5), ("gather", 37, 2), ("alltoall", 37, 0))):
-        algo = auto(model, collective, count, 4, ranks, root)
+        algo = auto(model, CallSpec.of(collective, count, root=root), ranks)
         assert algo in ("hier:mesh/ring@server", "hier:mesh/pipeline@groups"), (
             collective,
             algo,
         )  # two-level, by HCCL's rules
-        result = simulate_call(collective, topo, count, algo=algo, root=root, cost_model=model, world_ranks=ranks)
+        result = simulate_call(
+            CallSpec.of(collective, count, root=root, algo=algo), topo, cost_model=model, world_ranks=ranks
+        )
         starts = [per_rank[r][i][0] for r in ranks]
         exact = simulate(
             collective,
@@ -1183,7 +1241,7 @@ def test_hccls_level1_choices_under_auto_move_the_right_data_and_equal_the_simul
     model = CostModel(topo)
     ranks = tuple(range(size))
     for i, (collective, count, algo) in enumerate(zip(("allreduce", "allgather", "reduce_scatter"), counts, algos)):
-        assert auto(model, collective, count, 4, ranks) == algo
+        assert auto(model, CallSpec.of(collective, count), ranks) == algo
         assert {per_rank[r][i][0] for r in ranks} == {algo}  # what the emulator ran
         starts = [per_rank[r][i][1] for r in ranks]
         exact = simulate(
@@ -1259,7 +1317,11 @@ def test_any_call_the_flows_take_equals_rank_by_rank(call):
     model = CostModel(topo, degraded=degraded)
     ranks = tuple(range(n))
     try:
-        name = auto(model, collective, count, itemsize, ranks, root, dtype, op) if algo == "auto" else algo
+        name = (
+            auto(model, CallSpec.of(collective, count, itemsize=itemsize, dtype=dtype, op=op, root=root), ranks)
+            if algo == "auto"
+            else algo
+        )
         levels = hier_levels(name)
         fn = (
             name

@@ -29,6 +29,7 @@ from topology.figures import CARD_MODELS, FiguresArg, resolve_figures
 from topology.units import format_size
 
 from ...algorithms.alltoallv_continuous import CCL_BUFFER_BYTES
+from ...collectives import CallSpec
 from ...collectives import collective as lookup
 from ...cost_model import CostModel, cube_flops, kernel_s
 from ...errors import HcclError
@@ -107,15 +108,8 @@ def predict(row: dict, figures: FiguresArg = None) -> tuple[float, str]:
     itemsize = ITEMSIZE[spec["dtype"]]
     c = lookup(row["collective"])
     count = c.test_elements(size, itemsize, topo.num_ranks)
-    call = simulate_call(
-        c.name,
-        topo,
-        count,
-        algo=spec.get("algo", "auto"),
-        itemsize=itemsize,
-        dtype=spec["dtype"],
-        cost_model=CostModel(topo),
-    )
+    request = CallSpec.of(c.name, count, dtype=spec["dtype"], algo=spec.get("algo", "auto"))
+    call = simulate_call(request, topo, cost_model=CostModel(topo))
     seconds = call.time_s
     value = size / seconds / 1e9 if metric == "algbw_GBps" else seconds * 1e6
     return value, call.algo
