@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import os
-import time
 from typing import Sequence
 
 import numpy as np
@@ -27,10 +25,10 @@ from .collectives import collective as collective_named
 from .context import RankContext
 from .device import Device
 from .dtypes import DTYPE_CODES, UFUNCS, ReduceOp, check_op_dtype, dtype_code
-from .errors import HcclError, HcclInternalError, HcclParamError, HcclTimeoutError
-from .executor import P2P_SEQ_BIT, RECV_SIDE_BIT, CallContext, error_from_notice, error_from_refusal, quiet_floats
+from .errors import HcclError, HcclParamError
+from .executor import P2P_SEQ_BIT, quiet_floats
 from .issuing import Call, Issuer, Part, entry
-from .records import CallRecord, CommStats
+from .records import CommStats
 from .transport.base import CallSignature
 from .work import Work
 
@@ -68,16 +66,6 @@ def _whole(value) -> int:
     return number
 
 
-def _op_of(what: str) -> str:
-    """The ``op`` field of an error raised in ``what`` ("all_reduce on 'world'" -> "allreduce", as
-    the executor names it; "split on 'world'" -> "split")."""
-    name = what.split(" ", 1)[0]
-    try:
-        return collective_named(name).name
-    except HcclParamError:
-        return name
-
-
 def _comm_id(*parts: object) -> int:
     digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little") >> 1  # 63 bits: fits the header, never 0 by accident
@@ -95,7 +83,15 @@ class Communicator:
     """
 
     def __init__(
-        self, rc: RankContext, world_ranks: Sequence[int], comm_rank: int, comm_id: int, name: str, *, on_destroy=None
+        self,
+        rc: RankContext,
+        world_ranks: Sequence[int],
+        comm_rank: int,
+        comm_id: int,
+        name: str,
+        *,
+        on_destroy=None,
+        timeout_s: float | None | str = "job",
     ):
         self._rc = rc
         self._engine = rc.engine
@@ -103,26 +99,14 @@ class Communicator:
         self._rank = comm_rank
         self._id = comm_id
         self.name = name
-        self._timeout_s = rc.exec_timeout_s
         self._algo_env = rc.algo_env
-        self._seq = 0
-        self._issued = 0  # calls issued (any kind): a refusal is an error raised before this moves
-        self._calls: dict[tuple, Call] = {}  # per call shape: algorithm, schedule, costs, signature
+        self._calls: dict[tuple, Call] = {}  # per call request (CallSpec): algorithm, schedule, costs, signature
         self._v_names: dict[tuple[str, bool], str] = {}  # (algo, AlltoAllV?) -> what an all-to-all-v runs
-        self._p2p_sent: dict[int, int] = {}
-        self._p2p_received: dict[int, int] = {}
-        self._closed_reason: str | None = None
         self._on_destroy = on_destroy
         self._partition: tuple[tuple[int, ...], ...] | None = None  # groups of algo="hier"; None: auto
-        self._issuer = Issuer(
-            rc,
-            self._engine,
-            comm_id,
-            name,
-            self._world_ranks,
-            lambda: self._closed_reason,
-            self._failed,
-            self._batch_failed,
+        # The call path: numbers, closing, refusals and notices, issuing (public for adapters).
+        self.issuer = Issuer(
+            rc, comm_id, name, self._world_ranks, comm_rank, rc.exec_timeout_s if timeout_s == "job" else timeout_s
         )
 
     # -- identity -------------------------------------------------------------------------------
@@ -173,143 +157,31 @@ class Communicator:
     def __exit__(self, *exc) -> None:
         self.destroy()
 
+    @property
+    def timeout_s(self) -> float | None:
+        """Seconds any wait inside this communicator's calls may take (``HCCL_EXEC_TIMEOUT``; None: no limit)."""
+        return self.issuer.timeout_s
+
+    @property
+    def closed_reason(self) -> str | None:
+        """Why the communicator can no longer be used (``"was destroyed"``, ``"was aborted (...)"``), or None."""
+        return self.issuer.closed_reason
+
     # -- lifecycle -------------------------------------------------------------------------------
     def abort(self, reason: str = "abort() was called") -> None:
         """Stop using this communicator: pending messages are dropped, later calls fail at once."""
-        if self._closed_reason is None:
-            self._closed_reason = f"was aborted ({reason})"
-            if self._engine.transport is not None:
-                self._engine.defer(lambda: self._engine.abandon(self._id))
+        self.issuer.abort(reason)
 
     def destroy(self) -> None:
         """Release the communicator (``HcclCommDestroy``); later calls fail at once. Calls still
-        queued on it finish first."""
-        unreported = None
-        if self._closed_reason is None:
-            self._drain_queued()
-            unreported = self._unreported(f"destroy of communicator '{self.name}'")
-            self._closed_reason = "was destroyed"
-            if self._engine.transport is not None:
-                self._engine.defer(lambda: self._engine.abandon(self._id))
+        queued on it finish first. Raises a failure a peer reported that no call of this rank has
+        raised yet, after releasing."""
+        unreported = self.issuer.close(f"destroy of communicator '{self.name}'")
         if self._on_destroy is not None:
             callback, self._on_destroy = self._on_destroy, None
             callback()
         if unreported is not None:
             raise unreported
-
-    def _unreported(self, what: str) -> HcclError | None:
-        """A failure peers reported that no call of this rank has raised yet (a mismatch or a
-        refusal of a call it had finished as a sender): destroy raises it, after releasing."""
-        if self._engine.idle():
-            self._engine.take_arrivals()  # a peer's notice may be waiting in the transport
-        notice = self._engine.pending_notice(self._id)
-        if notice is not None:
-            self._engine.pass_on_notice(self._id, self._world_ranks)
-            seq, src, body = notice
-            reporter = self._world_ranks.index(src) if src in self._world_ranks else src
-            return error_from_notice(f"{what}: an earlier call failed on a peer", reporter, body, self._fields(what))
-        if self._engine.refused(self._id):
-            return self._late_refusal(what)
-        if self._engine.idle() and self._seq:
-            # A stray of another call (a rank that only sent in its last calls learns here).
-            sig = CallSignature(OpKind.BARRIER, 0, 0, 0, 0, 0)
-            return self._engine.stray_at_close(
-                CallContext(self._id, self.name, self._seq, sig, self._world_ranks, self._rank, self._timeout_s), what
-            )
-        return None
-
-    def _drain_queued(self) -> None:
-        """Wait until no asynchronous call is outstanding (destroy lets them end first)."""
-        self._engine.drain()
-
-    def _check_usable(self, what: str) -> None:
-        if self._engine.forked:  # an attribute, set in a forked child: no system call per collective
-            raise HcclInternalError(
-                f"{what}: communicator '{self.name}' belongs to process {self._engine.owner_pid} (rank {self._world_ranks[self._rank]}); "
-                f"this process ({os.getpid()}) is a child forked from it and cannot use it: the sockets and shared memory "
-                "are the parent's. Run collectives in the rank's own process; start workers that need their own "
-                "communicator as ranks (hccl-launch, launch.spawn) or with multiprocessing's 'spawn' start method",
-                **self._fields(what),
-                state="forked",
-            )
-        if self._closed_reason is not None:
-            raise HcclInternalError(
-                f"{what} on communicator '{self.name}': the communicator {self._closed_reason}; create a new one",
-                **self._fields(what),
-                state=self._closed_reason.split()[1],
-            )
-        engine = self._engine
-        if not engine.unsettled(self._id):  # the common case: one check per call
-            return
-        notice = engine.pending_notice(self._id)
-        if notice is not None:
-            engine.pass_on_notice(self._id, self._world_ranks)
-            self.abort("a peer reported a failed call")
-            seq, src, body = notice
-            reporter = self._world_ranks.index(src) if src in self._world_ranks else src
-            raise error_from_notice(f"{what}: an earlier call failed on a peer", reporter, body, self._fields(what))
-        if engine.refused(self._id) and engine.idle():
-            late = self._late_refusal(what)
-            if late is not None:
-                raise late
-
-    def _late_refusal(self, what: str) -> HcclError | None:
-        """The error of a peer's refusal of a call this rank had already finished (it only sent
-        in it), or None. Refusals of calls not issued yet stay: those calls fail when they run."""
-        refused = self._engine.refused(self._id)
-        found = None
-        for key, (refuser, body, secondary) in list(refused.items()):
-            seq, peer = key
-            if seq & P2P_SEQ_BIT:
-                number = seq & ~(P2P_SEQ_BIT | RECV_SIDE_BIT)
-                counters = self._p2p_received if seq & RECV_SIDE_BIT else self._p2p_sent
-                issued = number <= counters.get(self._world_ranks.index(peer), 0)
-            else:
-                issued = seq <= self._seq
-            if not issued:
-                continue
-            del refused[key]  # done here: reported now (a secondary one was reported by its first refusal)
-            if not secondary and found is None:
-                found = error_from_refusal(what, self._world_ranks.index(refuser), body, self._fields(what), late=True)
-                found.fields["late"] = True
-        if not refused:
-            self._engine._refused.pop(self._id, None)
-        return found
-
-    def _refuse(self, scope: str, args: tuple, kwargs: dict, err: HcclError) -> None:
-        """This rank refused a call before issuing it (``issuing.entry``): spend the call's number and
-        tell the ranks that take part, so theirs fails too and every rank's next call pairs with
-        the others' next call. Nothing to tell when the communicator is closed, or a peer named
-        by the call is no rank of it (no peer can be waiting)."""
-        if self._closed_reason is not None:
-            return
-        secondary = bool(err.fields.get("late"))
-        engine = self._engine
-        others = [w for w in self._world_ranks if w != self._world_ranks[self._rank]]
-        if scope in ("collective", "alltoallv"):
-            self._seq += 1
-            engine.refuse(self._id, (self._seq, -1), others, err, secondary=secondary)
-            if scope == "alltoallv":
-                self._seq += 1  # its data exchange's number: the others spend it on theirs, which fails with the counts
-            err.fields.setdefault("seq", self._seq)
-            return
-        if scope == "batch":
-            items = args[0] if args else kwargs.get("items")
-            try:
-                pairs = [(item[0], item[2]) for item in items]
-            except (TypeError, IndexError, KeyError):
-                return
-        else:
-            pairs = [(scope, args[1] if len(args) > 1 else kwargs.get("dst" if scope == "send" else "src"))]
-        for kind, peer in pairs:
-            if kind not in ("send", "recv") or isinstance(peer, bool) or not isinstance(peer, (int, np.integer)):
-                continue
-            if not 0 <= peer < self.size or peer == self._rank:
-                continue
-            peer = int(peer)
-            number = self._next_p2p(self._p2p_sent if kind == "send" else self._p2p_received, peer)
-            key = (P2P_SEQ_BIT | number | (RECV_SIDE_BIT if kind == "recv" else 0), self._world_ranks[peer])
-            engine.refuse(self._id, key, [self._world_ranks[peer]], err, secondary=secondary)
 
     @entry(None)
     def refuse(self, error: HcclError, *, send_to: int | None = None, recv_from: int | None = None) -> None:
@@ -325,46 +197,17 @@ class Communicator:
                 raise
         """
         if send_to is not None:
-            self._refuse("send", (None, send_to), {}, error)
+            self.issuer.refuse("send", (None, send_to), {}, error)
         elif recv_from is not None:
-            self._refuse("recv", (None, recv_from), {}, error)
+            self.issuer.refuse("recv", (None, recv_from), {}, error)
         else:
-            self._refuse("collective", (), {}, error)
-
-    def _collision(self, name: str, me: int) -> HcclParamError:
-        """A second thread called while this rank's communicators are in use: the ranks cannot agree
-        which thread's call comes first, so this communicator is aborted on every rank."""
-        op, busy_seq, comm, thread = self._issuer.holder()
-        reason = (
-            f"{name} on communicator '{self.name}' from thread {me} while this rank's communicators were in use by "
-            f"thread {thread} ({op} #{busy_seq} on '{comm}')"
-        )
-        err = HcclParamError(
-            f"{reason}: a rank's communicators belong to one thread at a time (as in HCCL and NCCL); communicator "
-            f"'{self.name}' is aborted on every rank, because the ranks cannot agree which thread's call comes first. "
-            "Call the communicators from one thread, or serialize the calls with a lock, and create a new communicator",
-            **self._fields(name),
-            rule="thread",
-            holder_op=op,
-            holder_thread=thread,
-            thread=me,
-        )
-        if self._closed_reason is None:
-            self._closed_reason = f"was aborted ({reason})"
-            self._engine.abort_everywhere(
-                self._id, [w for w in self._world_ranks if w != self._world_ranks[self._rank]], err
-            )
-        return err
+            self.issuer.refuse("collective", (), {}, error)
 
     # -- argument checks ---------------------------------------------------------------------------
-    def _fields(self, what: str) -> dict:
-        """The fields of an error raised in ``what`` ("all_reduce on 'world'"): rank, comm, op."""
-        return {"rank": self._rank, "comm": self.name, "op": _op_of(what)}
-
     def _bad(self, what: str, message: str, **fields) -> HcclParamError:
         """HcclParamError for input to ``what`` that is rejected before anything moves; ``fields``
         name it (``arg``, ``value``, ``rule``, ...)."""
-        return HcclParamError(f"{what}: {message}", **self._fields(what), **fields)
+        return HcclParamError(f"{what}: {message}", **self.issuer.fields(what), **fields)
 
     def _array(self, x, what: str, *, writable: bool, arg: str = "x") -> np.ndarray:
         if not isinstance(x, np.ndarray):
@@ -379,7 +222,7 @@ class Communicator:
             try:
                 dtype_code(x.dtype, where=what)
             except HcclParamError as err:
-                raise HcclParamError(err.message, **self._fields(what), arg=arg, **err.fields) from None
+                raise HcclParamError(err.message, **self.issuer.fields(what), arg=arg, **err.fields) from None
         if writable:
             flags = x.flags
             if not flags.c_contiguous:
@@ -417,7 +260,7 @@ class Communicator:
             check_op_dtype(redop, dtype, where=what)
         except HcclParamError as err:
             message = err.message if err.message.startswith(what) else f"{what}: {err.message}"
-            raise HcclParamError(message, **self._fields(what), **err.fields) from None
+            raise HcclParamError(message, **self.issuer.fields(what), **err.fields) from None
         if isinstance(op, (str, ReduceOp)):
             _CHECKED_OPS[(op, dtype)] = redop
         return redop
@@ -429,7 +272,7 @@ class Communicator:
         call = self._calls.get(spec)
         if call is None:
             call = self._remember(spec, self._prepare(spec))
-        return self._launch(call, bufs, spec.dtype, result, async_op)
+        return self.issuer.issue(call, bufs, result, async_op)
 
     def _prepare(self, spec: CallSpec, fn=None, sig_count: int | None = None) -> Call:
         """Everything about the call ``spec`` that depends only on it (not on the buffers): its
@@ -477,7 +320,8 @@ class Communicator:
             costs,
             ufunc,
             nbytes,
-            CallContext(self._id, self.name, 0, sig, self._world_ranks, self._rank, self._timeout_s),
+            self.issuer.context(sig),
+            dtype,
             dtype.name,
             quiet=quiet_floats(ufunc, dtype),
         )
@@ -487,58 +331,6 @@ class Communicator:
             self._calls.clear()
         self._calls[key] = call
         return call
-
-    def _launch(
-        self,
-        call: Call,
-        bufs,
-        dtype: np.dtype,
-        result,
-        async_op: bool = False,
-        seq: int | None = None,
-        queue: object = "collective",
-    ):
-        """Issue one call (``Issuer.issue``), numbered ``seq`` (default: the next collective
-        number) on queue ``queue`` (collectives share one; point-to-point calls have one per peer
-        and direction). Returns ``result`` (or the Work)."""
-        self._issued += 1
-        if seq is None:
-            self._seq += 1
-            seq = self._seq
-        return self._issuer.issue(call, bufs, dtype, result, seq, async_op, queue)
-
-    def _launch_after(self, what: str, resolve, bufs, dtype: np.dtype, result):
-        """Issue an asynchronous call whose shape ``resolve()`` settles when its turn comes on the
-        communicator's queue (``Issuer.issue_later``); returns its Work."""
-        self._issued += 1
-        self._seq += 1
-        return self._issuer.issue_later(what, resolve, bufs, dtype, result, self._seq)
-
-    def _batch_failed(self, parts: list[Part], error: HcclError) -> None:
-        """What a failed batch leaves behind (its records are written): when a peer refused one
-        item, the others fail with it on both sides and the communicator stays usable; any other
-        failure aborts it."""
-        if "refused_by" not in error.fields:
-            self.abort(f"batch_send_recv on '{self.name}' failed: {error.message}")
-            return
-        for part in parts:
-            sending = part.call.collective == "send"
-            peer = part.call.schedule.steps[0].sends[0].peer if sending else part.call.schedule.steps[0].recvs[0].peer
-            key = (part.seq | (0 if sending else RECV_SIDE_BIT), self._world_ranks[peer])
-            self._engine.refuse(self._id, key, [self._world_ranks[peer]], error, secondary=True)
-
-    def _failed(self, call: Call, ctx: CallContext, record: CallRecord, err: HcclError, clock: float) -> None:
-        """What a failed call leaves behind: its record, an aborted communicator, its peers told
-        (monitored barrier), the flight recorder dumped. A call a peer refused leaves only its
-        record: the communicator stays usable."""
-        rc = self._rc
-        rc.recorder.fail(record, err, clock, time.monotonic())
-        if "refused_by" in err.fields:
-            return
-        self.abort(f"{ctx.what} failed: {err.message}")
-        if call.notify_on_timeout and isinstance(err, HcclTimeoutError):
-            self._engine.notify(ctx, err)
-        rc.dump(f"{type(err).__name__} in {ctx.what}")
 
     # -- collectives -----------------------------------------------------------------------------------
     @entry("collective")
@@ -558,7 +350,7 @@ class Communicator:
             comm.all_reduce(np.ones(3, np.float32))      # array([4., 4., 4.]) with 4 ranks
         """
         what = f"all_reduce on '{self.name}'"
-        self._check_usable(what)
+        self.issuer.check_usable(what)
         x = self._array(x, what, writable=out is None)
         redop = self._op(op, x.dtype, what)
         target = x if out is None else self._into(out, x, what)
@@ -566,13 +358,16 @@ class Communicator:
         spec = CallSpec("allreduce", OpKind.ALLREDUCE, algo, flat.size, x.dtype, redop)
         return self._collective(spec, (flat, flat), target, async_op)
 
-    @entry("collective")
-    def _all_reduce_flat(self, flat: np.ndarray, redop: ReduceOp, what: str) -> None:
+    @entry("collective", name="all_reduce")
+    def all_reduce_flat(self, flat: np.ndarray, redop: ReduceOp, what: str) -> None:
         """Blocking, in-place ``all_reduce(flat, redop)`` without :meth:`all_reduce`'s argument
         checks, for an adapter that made the buffer and the op itself: ``flat`` a 1-D, C-contiguous,
         writable array of a dtype ``redop`` takes (the torch process group's float32 path).
-        ``what`` names the call as all_reduce would ("all_reduce on 'world'")."""
-        self._check_usable(what)
+        ``what`` names the call as all_reduce would ("all_reduce on 'world'")::
+
+            comm.all_reduce_flat(buf, ReduceOp.SUM, "all_reduce on 'world'")
+        """
+        self.issuer.check_usable(what)
         self._collective(
             CallSpec("allreduce", OpKind.ALLREDUCE, "auto", flat.size, flat.dtype, redop), (flat, flat), flat
         )
@@ -590,7 +385,7 @@ class Communicator:
             comm.all_gather(x, out=buf)
         """
         what = f"all_gather on '{self.name}'"
-        self._check_usable(what)
+        self.issuer.check_usable(what)
         x = self._array(x, what, writable=False)
         flat = np.ascontiguousarray(x).reshape(-1)
         result = self._out(out, self.size * flat.size, x.dtype, what)
@@ -605,7 +400,7 @@ class Communicator:
         """Copy root's ``x`` to every rank (``HcclBroadcast``): in place by default, returning
         ``x``; into ``out`` when given (on the root ``out`` gets a copy of ``x``), returning ``out``."""
         what = f"broadcast on '{self.name}'"
-        self._check_usable(what)
+        self.issuer.check_usable(what)
         x = self._array(x, what, writable=out is None)
         root = self._root(root, what)
         target = x if out is None else self._into(out, x, what, copy=self._rank == root)
@@ -628,7 +423,7 @@ class Communicator:
         (returns ``x``), into ``out`` on the root when given (returns ``out``). Other ranks' ``x``
         and ``out`` are left untouched."""
         what = f"reduce on '{self.name}'"
-        self._check_usable(what)
+        self.issuer.check_usable(what)
         x = self._array(x, what, writable=out is None and self._rank == root)
         root = self._root(root, what)
         redop = self._op(op, x.dtype, what)
@@ -661,7 +456,7 @@ class Communicator:
         may be this rank's block of ``y``, NCCL's in-place form).
         """
         what = f"reduce_scatter on '{self.name}'"
-        self._check_usable(what)
+        self.issuer.check_usable(what)
         y = self._array(y, what, writable=False, arg="y")
         redop = self._op(op, y.dtype, what)
         if y.size % self.size:
@@ -690,7 +485,7 @@ class Communicator:
             got = comm.all_to_all(np.arange(comm.size * 2).reshape(comm.size, 2))
         """
         what = f"all_to_all on '{self.name}'"
-        self._check_usable(what)
+        self.issuer.check_usable(what)
         x = self._array(x, what, writable=False)
         if x.ndim == 0 or x.shape[0] % self.size:
             raise self._bad(
@@ -734,7 +529,7 @@ class Communicator:
             comm.all_to_all_v(tokens, sizes_out, None, buf, sizes_in, None)
         """
         what = f"all_to_all_v on '{self.name}'"
-        self._check_usable(what)
+        self.issuer.check_usable(what)
         send, recv, problem = self._v_buffers(what, send, recv)
         counts_out = counts_in = displs_out = displs_in = None
         if problem is None:
@@ -762,29 +557,22 @@ class Communicator:
                     raise problem
                 matrix = self._v_agreed(what, table)
             except HcclError:
-                self._seq += 1  # the data exchange's number, which the others spend too (as the asynchronous form)
+                self.issuer.counter.seq += 1  # the data exchange's number, which the others spend too (as async)
                 raise
-            return self._launch(
-                self._v_call(matrix, displs_out, displs_in, algo, send.dtype, exchange=True),
-                self._v_bufs(send, recv),
-                send.dtype,
-                recv,
-            )
+            call = self._v_call(matrix, displs_out, displs_in, algo, send.dtype, exchange=True)
+            return self.issuer.issue(call, self._v_bufs(send, recv), recv)
         # Asynchronous: the counts exchange and the data exchange queue one after the other; the
         # data exchange learns its matrix when its turn comes, and the caller goes on at once.
         gathered = self._counts_exchange(mine, charged, async_op=True)
         if problem is not None:
-            self._seq += 1  # the data exchange's number, which the other ranks spend on theirs
+            self.issuer.counter.seq += 1  # the data exchange's number, which the other ranks spend on theirs
             raise problem
 
         def resolve() -> Call:
-            if gathered._error is not None:
-                raise gathered._error
-            return self._v_call(
-                self._v_agreed(what, gathered._result), displs_out, displs_in, algo, send.dtype, exchange=True
-            )
+            matrix = self._v_agreed(what, gathered.peek())  # the counts exchange has ended: it queued first
+            return self._v_call(matrix, displs_out, displs_in, algo, send.dtype, exchange=True)
 
-        return self._launch_after(what, resolve, self._v_bufs(send, recv), send.dtype, recv)
+        return self.issuer.issue_later(what, resolve, self._v_bufs(send, recv), recv)
 
     def _v_agreed(self, what: str, table: np.ndarray) -> tuple:
         """The counts matrix of an all-to-all-v from the exchanged rows ``[ok, sent..., expected...]``
@@ -829,7 +617,7 @@ class Communicator:
             comm.all_to_all_vc(tokens, routing_matrix, buf)
         """
         what = f"all_to_all_vc on '{self.name}'"
-        self._check_usable(what)
+        self.issuer.check_usable(what)
         send, recv, problem = self._v_buffers(what, send, recv)
         if problem is not None:
             raise problem
@@ -854,13 +642,8 @@ class Communicator:
         row, column = matrix[self._rank], [r[self._rank] for r in matrix]
         counts_out, displs_out = self._v_layout(what, "send", row, None, send.size)
         counts_in, displs_in = self._v_layout(what, "recv", column, None, recv.size)
-        return self._launch(
-            self._v_call(matrix, displs_out, displs_in, algo, send.dtype),
-            self._v_bufs(send, recv),
-            send.dtype,
-            recv,
-            async_op,
-        )
+        call = self._v_call(matrix, displs_out, displs_in, algo, send.dtype)
+        return self.issuer.issue(call, self._v_bufs(send, recv), recv, async_op)
 
     def _v_buffers(self, what: str, send, recv) -> tuple[np.ndarray, np.ndarray, HcclParamError | None]:
         send = self._array(send, what, writable=False, arg="send")
@@ -1026,7 +809,7 @@ class Communicator:
             part = comm.scatter(table if comm.rank == 0 else None, root=0, out=np.empty(4, np.float32))
         """
         what = f"scatter on '{self.name}'"
-        self._check_usable(what)
+        self.issuer.check_usable(what)
         root = self._root(root, what)
         if x is None:
             if self._rank == root or out is None:
@@ -1070,7 +853,7 @@ class Communicator:
             table = comm.gather(row, root=0)
         """
         what = f"gather on '{self.name}'"
-        self._check_usable(what)
+        self.issuer.check_usable(what)
         x = self._array(x, what, writable=False)
         root = self._root(root, what)
         flat = np.ascontiguousarray(x).reshape(-1)
@@ -1119,7 +902,7 @@ class Communicator:
             comm.barrier(monitored=True)   # HcclTimeoutError: ... Waiting peer rank(s): 2, 3
         """
         what = f"barrier on '{self.name}'"
-        self._check_usable(what)
+        self.issuer.check_usable(what)
         algo = "monitored" if monitored else "dissemination"
         call = self._calls.get(("barrier", algo))
         if call is None:
@@ -1127,14 +910,13 @@ class Communicator:
             if monitored:
                 # Rank 0 names the missing ranks and tells the others; they wait a little
                 # longer than rank 0 so that its finding, not their own timeout, reaches them.
-                timeout = (
-                    None if self._timeout_s is None else (self._timeout_s if self._rank == 0 else self._timeout_s + 2.0)
-                )
+                own = self.timeout_s
+                timeout = None if own is None else (own if self._rank == 0 else own + 2.0)
                 call = call._replace(
                     notify_on_timeout=self._rank == 0, ctx=dataclasses.replace(call.ctx, timeout_s=timeout)
                 )
             call = self._remember(("barrier", algo), call)
-        return self._launch(call, (_NO_DATA, _NO_DATA), _BYTE, None, async_op)
+        return self.issuer.issue(call, (_NO_DATA, _NO_DATA), None, async_op)
 
     # -- point to point ---------------------------------------------------------------------------------
     @entry("send")
@@ -1147,25 +929,23 @@ class Communicator:
         order never deadlock.
         """
         what = f"send on '{self.name}'"
-        self._check_usable(what)
+        self.issuer.check_usable(what)
         x, dst = self._p2p_args(what, x, dst, "dst", writable=False)
         flat = np.ascontiguousarray(x).reshape(-1)
-        seq = P2P_SEQ_BIT | self._next_p2p(self._p2p_sent, dst)
-        return self._launch(
-            self._p2p_call("send", flat.size, x.dtype, dst), (flat, flat), x.dtype, None, async_op, seq, ("send", dst)
-        )
+        seq = P2P_SEQ_BIT | self.issuer.counter.next_p2p(True, dst)
+        call = self._p2p_call("send", flat.size, x.dtype, dst)
+        return self.issuer.issue(call, (flat, flat), None, async_op, seq, ("send", dst))
 
     @entry("recv")
     def recv(self, x: np.ndarray, src: int, *, async_op: bool = False):
         """Receive into ``x`` from rank ``src``'s matching :meth:`send`, in place; returns ``x``."""
         what = f"recv on '{self.name}'"
-        self._check_usable(what)
+        self.issuer.check_usable(what)
         x, src = self._p2p_args(what, x, src, "src", writable=True)
         flat = x.reshape(-1)
-        seq = P2P_SEQ_BIT | self._next_p2p(self._p2p_received, src)
-        return self._launch(
-            self._p2p_call("recv", flat.size, x.dtype, src), (flat, flat), x.dtype, x, async_op, seq, ("recv", src)
-        )
+        seq = P2P_SEQ_BIT | self.issuer.counter.next_p2p(False, src)
+        call = self._p2p_call("recv", flat.size, x.dtype, src)
+        return self.issuer.issue(call, (flat, flat), x, async_op, seq, ("recv", src))
 
     @entry("batch")
     def batch_send_recv(self, items, *, async_op: bool = False):
@@ -1177,7 +957,7 @@ class Communicator:
             comm.batch_send_recv([("send", x, right), ("recv", y, left)])
         """
         what = f"batch_send_recv on '{self.name}'"
-        self._check_usable(what)
+        self.issuer.check_usable(what)
         parts = []
         try:
             items = list(items)
@@ -1212,20 +992,19 @@ class Communicator:
             parts.append((kind, array, peer))
         if not parts:
             return self._done_work(what, []) if async_op else []
-        self._issued += 1
-        prepared, dtypes = [], []
+        counter = self.issuer.counter
+        counter.issued += 1  # before its items are numbered: a failure from here on is no refusal
+        prepared = []
         for kind, array, peer in parts:
             flat = np.ascontiguousarray(array).reshape(-1) if kind == "send" else array.reshape(-1)
-            counters = self._p2p_sent if kind == "send" else self._p2p_received
-            seq = P2P_SEQ_BIT | self._next_p2p(counters, peer)
+            seq = P2P_SEQ_BIT | counter.next_p2p(kind == "send", peer)
             prepared.append(Part(self._p2p_call(kind, flat.size, array.dtype, peer), flat, seq))
-            dtypes.append(array.dtype)
         results = [array for kind, array, _ in parts if kind == "recv"]
-        return self._issuer.issue_batch(what, prepared, dtypes, results, async_op)
+        return self.issuer.issue_batch(what, prepared, results, async_op)
 
     def _done_work(self, what: str, result) -> Work:
         work = Work(what, result, self._rc.device)
-        work._finish(None, self._rc.device.clock)
+        work.finish(None, self._rc.device.clock)
         return work
 
     def _p2p_args(self, what: str, x, peer, name: str, *, writable: bool) -> tuple[np.ndarray, int]:
@@ -1242,7 +1021,7 @@ class Communicator:
         return x, peer
 
     def _p2p_call(self, kind: str, count: int, dtype: np.dtype, peer: int) -> Call:
-        key = (kind, count, dtype, peer)
+        key = CallSpec(kind, OpKind.SEND, "p2p", count, dtype, None, peer)  # a send's or receive's root: its peer
         call = self._calls.get(key)
         if call is None:
             sending = kind == "send"
@@ -1256,18 +1035,11 @@ class Communicator:
                 else None
             )
             schedule = p2p.send_schedule(count, peer) if sending else p2p.recv_schedule(count, peer)
-            ctx = CallContext(self._id, self.name, 0, sig, self._world_ranks, self._rank, self._timeout_s)
+            nbytes = count * dtype.itemsize
             call = self._remember(
-                key, Call(kind, "p2p", schedule, costs, None, count * dtype.itemsize, ctx, dtype.name)
+                key, Call(kind, "p2p", schedule, costs, None, nbytes, self.issuer.context(sig), dtype, dtype.name)
             )
         return call
-
-    @staticmethod
-    def _next_p2p(counters: dict[int, int], peer: int) -> int:
-        # The n-th send to a peer is its n-th receive from us: both sides count one direction,
-        # and the mailbox key carries the sender, so the two directions never collide.
-        counters[peer] = counters.get(peer, 0) + 1
-        return counters[peer]
 
     # -- sub-communicators ---------------------------------------------------------------------------------
     @entry("collective")
@@ -1279,7 +1051,7 @@ class Communicator:
             sub = comm.split(color=comm.rank % 2, key=comm.rank)
         """
         what = f"split on '{self.name}'"
-        self._check_usable(what)
+        self.issuer.check_usable(what)
         for name, value in (("color", color), ("key", key)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer))):
                 raise self._bad(
@@ -1310,7 +1082,7 @@ class Communicator:
             )
         mine = np.array([-1 if color is None else color, key], np.int64)
         table = self.all_gather(mine)
-        seq = self._seq
+        seq = self.issuer.counter.seq
         if color is None:
             return None
         members = sorted((int(k), r) for r, (c, k) in enumerate(table) if c == color)
@@ -1327,7 +1099,7 @@ class Communicator:
             grp = comm.create_group([0, 2])
         """
         what = f"create_group on '{self.name}'"
-        self._check_usable(what)
+        self.issuer.check_usable(what)
         try:
             ranks = [int(r) for r in ranks]
         except (TypeError, ValueError):
@@ -1363,7 +1135,7 @@ class Communicator:
             pair = comm.create_groups([[0, 2], [1, 3]])
         """
         what = f"create_groups on '{self.name}'"
-        self._check_usable(what)
+        self.issuer.check_usable(what)
         partition = self._partition_of(groups, what)
         seq = self._agree(what, partition, "partition", "groups")
         index = next(i for i, group in enumerate(partition) if self._rank in group)
@@ -1381,7 +1153,7 @@ class Communicator:
         except TopologyError as err:
             raise HcclParamError(
                 f"{what}: {err}",
-                **self._fields(what),
+                **self.issuer.fields(what),
                 arg="groups",
                 **{k: v for k, v in err.fields.items() if v is not None},
             ) from None
@@ -1404,7 +1176,7 @@ class Communicator:
             comm.all_reduce(x, algo="hier")     # reduce-scatter in {1,2} and {0,3}, allreduce across, allgather
         """
         what = f"set_partition on '{self.name}'"
-        self._check_usable(what)
+        self.issuer.check_usable(what)
         partition = self._partition_of(groups, what)
         self._agree(what, partition, "partition", "groups")
         self._partition = tuple(tuple(g) for g in partition)
@@ -1424,7 +1196,49 @@ class Communicator:
                 rule="agree",
                 ranks=differ,
             )
-        return self._seq
+        return self.issuer.counter.seq
+
+    def create_sub_comm(
+        self,
+        ranks: Sequence[int],
+        sub_comm_id: object,
+        *,
+        name: str | None = None,
+        timeout_s: "float | None | str" = "job",
+    ) -> "Communicator":
+        """A communicator of ``ranks`` (ranks of this one, in that order) made by those ranks alone,
+        with no call over this communicator (``HcclCreateSubCommConfig``: only the members call it,
+        each with the same ``sub_comm_id``, any value with a stable ``repr``). For a caller that
+        cannot gather every rank of this communicator (torch makes a new group on its members
+        only). ``timeout_s``: its HCCL_EXEC_TIMEOUT (default this job's; None: no limit)::
+
+            pair = comm.create_sub_comm([0, 2], "pair-a") if comm.rank in (0, 2) else None
+        """
+        what = f"create_sub_comm on '{self.name}'"
+        self.issuer.check_usable(what)
+        try:
+            ranks = [_whole(r) for r in ranks]
+        except (TypeError, ValueError):
+            raise self._bad(
+                what, f"ranks must be a sequence of ints, got {ranks!r}", arg="ranks", rule="type"
+            ) from None
+        if self._rank not in ranks or len(set(ranks)) != len(ranks) or not all(0 <= r < self.size for r in ranks):
+            raise self._bad(
+                what,
+                f"ranks {ranks} must list this rank ({self._rank}) and distinct ranks of '{self.name}' "
+                f"(0..{self.size - 1}) once each",
+                arg="ranks",
+                value=ranks,
+                rule="members",
+            )
+        return Communicator(
+            self._rc,
+            [self._world_ranks[r] for r in ranks],
+            ranks.index(self._rank),
+            _comm_id(self._id, "sub", sub_comm_id),
+            name or f"{self.name}/sub{ranks}",
+            timeout_s=timeout_s,
+        )
 
     def _child(self, ranks: list[int], comm_id: int, name: str) -> "Communicator":
         return Communicator(self._rc, [self._world_ranks[r] for r in ranks], ranks.index(self._rank), comm_id, name)

@@ -694,6 +694,19 @@ def _errstate_of(run: "CallRun | BatchRun"):
     return _QuietFloats() if quiet_floats(first.ufunc, first.bufs[0].dtype) else _NULL
 
 
+class ThreadGuard:
+    """Held while a call runs: a rank's communicators share one engine, its transport and scratch,
+    so one thread at a time (as HCCL's and NCCL's communicators). ``issuing.entry`` takes it on
+    every call; ``busy_with`` names the call that holds it in another thread's error."""
+
+    __slots__ = ("busy", "holder", "busy_with")
+
+    def __init__(self) -> None:
+        self.busy = threading.Lock()
+        self.holder: int | None = None  # the thread holding ``busy`` (a call it makes inside another needs no guard)
+        self.busy_with: tuple = ()  # (op, seq, communicator, thread id) of the call holding ``busy``
+
+
 class Engine:
     """The per-process executor state: transport, mailbox, notices, and the progress thread of
     asynchronous calls."""
@@ -720,11 +733,7 @@ class Engine:
         self.owner_pid = os.getpid()
         self.forked = False  # True in a child forked from the process that made this engine: it must not be used
         _engines.add(self)
-        # Held while a call runs: a rank's communicators share this engine, its transport and
-        # scratch, so one thread at a time (as HCCL's and NCCL's communicators).
-        self.busy = threading.Lock()
-        self.busy_with: tuple = ()  # (op, seq, communicator, thread id) holding ``busy``, for another thread's error
-        self.holder: int | None = None  # the thread holding ``busy`` (a call it makes inside another needs no guard)
+        self.guard = ThreadGuard()
         # Asynchronous calls (see ``submit``): queues of calls, the progress thread that drives them.
         self._cv = threading.Condition()
         self._queues: dict[object, deque[_Job]] = {}  # queue key -> calls in issue order (the head is running)
@@ -835,6 +844,10 @@ class Engine:
         """Refusals peers sent for calls of communicator ``comm_id`` that this rank has not failed
         yet: {call key: (refusing world rank, error in wire form, secondary)}."""
         return self._refused.get(comm_id)
+
+    def forget_refusals(self, comm_id: int) -> None:
+        """Drop the (emptied) table of refusals held for communicator ``comm_id``."""
+        self._refused.pop(comm_id, None)
 
     def check_refused(self, ctx: CallContext, key: tuple[int, int]) -> None:
         """Raise the peer's refusal of the call ``key`` (``ctx``), if one arrived."""

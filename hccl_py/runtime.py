@@ -50,14 +50,14 @@ def join(job: JobConfig | None = None, store=None) -> Communicator:
     c10d store torch hands its backend, ``hccl_py.transport.torch.C10dStore``). A live world
     communicator is returned as it is."""
     global _world
-    if _world is not None and _world._engine.forked:
+    if _world is not None and _world.issuer.engine.forked:
         raise HcclInternalError(
             f"init: this process ({os.getpid()}) is a child forked from rank {_world.rank}'s process "
-            f"({_world._engine.owner_pid}), which is already in the job as that rank; a forked child cannot join the job "
+            f"({_world.issuer.engine.owner_pid}), which is already in the job as that rank; a forked child cannot join the job "
             "nor use the parent's communicators. Start ranks with hccl-launch or launch.spawn, and give workers of a "
             "rank multiprocessing's 'spawn' start method"
         )
-    if _world is not None and _world._closed_reason is None:
+    if _world is not None and _world.closed_reason is None:
         return _world
     job = read_job() if job is None else job
     if job.trace_dir:
@@ -87,7 +87,8 @@ def join(job: JobConfig | None = None, store=None) -> Communicator:
 
 def current() -> Communicator | None:
     """The world communicator of this process while it is usable (joined, not destroyed), else None."""
-    return _world if _world is not None and _world._closed_reason is None and not _world._engine.forked else None
+    usable = _world is not None and _world.closed_reason is None and not _world.issuer.engine.forked
+    return _world if usable else None
 
 
 def _check_trace_dir(trace_dir: str) -> None:

@@ -137,8 +137,25 @@ class Work:
         """Modeled seconds on the communication stream when the call ended (0 before)."""
         return self._end_clock
 
-    def _finish(self, error: HcclError | None, end_clock: float) -> None:
-        """Called once by the progress thread when the call ends."""
+    def peek(self) -> Any:
+        """The result of a call that has ended, raising its error; never waits and never joins the
+        card's streams (for a call queued after this one that needs what it returned: an
+        all-to-all-v's data exchange reads its counts exchange). HcclInternalError while it runs."""
+        if not self._done.is_set():
+            raise HcclInternalError(f"{self.what}: peek() before the call ended; wait() for it", state="running")
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+    # -- the issuing side (hccl_py.issuing): a call's start and end, written once each ----------------
+    def started_at(self, start_clock: float) -> None:
+        """The call started on its stream at modeled ``start_clock`` (after the calls before it)."""
+        self._start_clock = start_clock
+
+    def finish(self, error: HcclError | None, end_clock: float) -> None:
+        """The call ended at modeled ``end_clock``, with ``error`` or None: called once, by the
+        thread that ran it (the progress thread for a queued call); wakes the waiters and runs
+        the callbacks."""
         self._error = error
         self._end_clock = end_clock
         with _CALLBACKS_LOCK:

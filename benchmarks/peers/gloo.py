@@ -31,7 +31,8 @@ from .base import importable, read_result, run_workers, worker_env
 
 __all__ = ["GlooBackend", "GlooRankComm"]
 
-_CALLS = {
+# torch.distributed's call per collective (gloo's and the torch "hccl" backend's runs share it)
+TORCH_CALLS = {
     "allreduce": "all_reduce(t) in place",
     "allgather": "all_gather_single(out, t)",
     "broadcast": "broadcast(t) in place",
@@ -123,7 +124,7 @@ class GlooBackend(Backend):
         return None
 
     def unsupported(self, cfg: BenchConfig) -> str | None:
-        if cfg.collective not in _CALLS:
+        if cfg.collective not in TORCH_CALLS:
             return f"no torch.distributed binding for {cfg.collective}"
         if cfg.dt.name == "int16":
             return "gloo has no int16"
@@ -133,7 +134,7 @@ class GlooBackend(Backend):
         return f"torch {importlib.metadata.version('torch')} gloo"
 
     def mode(self, coll: Collective) -> str:
-        return _CALLS[coll.name]
+        return TORCH_CALLS[coll.name]
 
     def run(self, cfg: BenchConfig, progress_path: str | None, workdir: str) -> list[dict[str, Any]]:
         folder = Path(workdir)

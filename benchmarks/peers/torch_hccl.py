@@ -19,7 +19,7 @@ from ..collectives import get as get_collective
 from ..config import BenchConfig
 from ..harness import Backend, BackendError, rank_main
 from .base import importable
-from .gloo import _CALLS, GlooRankComm
+from .gloo import TORCH_CALLS, GlooRankComm
 from .hccl import EXTRA_COLUMNS, unsupported_reason
 
 __all__ = ["TorchHcclBackend", "TorchHcclRankComm"]
@@ -93,7 +93,7 @@ class TorchHcclBackend(Backend):
     def unsupported(self, cfg: BenchConfig) -> str | None:
         from hccl_py.errors import HcclError
 
-        if cfg.collective not in _CALLS:
+        if cfg.collective not in TORCH_CALLS:
             return f"no torch.distributed binding for {cfg.collective}"
         reason = unsupported_reason(cfg)
         if reason is None:
@@ -109,7 +109,7 @@ class TorchHcclBackend(Backend):
         return f"torch {importlib.metadata.version('torch')} + hccl-py {hccl_py.__version__} (backend 'hccl')"
 
     def mode(self, coll: Collective) -> str:
-        return _CALLS[coll.name]
+        return TORCH_CALLS[coll.name]
 
     def run(self, cfg: BenchConfig, progress_path: str | None, workdir: str) -> list[dict[str, Any]]:
         import launch

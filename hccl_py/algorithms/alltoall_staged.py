@@ -135,9 +135,9 @@ def schedule_v(
         return _pipelined(rank, counts, send_displs, recv_displs, partition)
     if outer == CONTINUOUS:  # its own module (alltoallv_continuous), which builds on this one's places
         raise ValueError("HCCL's continuous pipeline is alltoallv_continuous.schedule_v")
-    me_g, me_i = _places(partition, inner, outer)[rank]
+    me_g, me_i = block_places(partition, inner, outer)[rank]
     groups, m = len(partition), len(partition[0])
-    tmp = _Tmp()
+    tmp = TmpLayout()
 
     def block_in(dst: int) -> Region:  # my block for rank dst, in IN
         return Region(IN, send_displs[dst], counts[rank][dst])
@@ -163,7 +163,7 @@ def schedule_v(
         sizes = [counts[src][partition[h][me_i]] for h in range(groups)]
         area = tmp.take(sum(sizes))
         stage1_recvs[src] = area
-        arrived[u] = _split(area, sizes)
+        arrived[u] = split_blocks(area, sizes)
     steps = _exchange(partition[me_g], me_i, inner, stage1_sends, stage1_recvs, firsts) if m > 1 else []
 
     # Stage 2: what my group has for (h, my index): members' blocks in member order.
@@ -189,7 +189,9 @@ def schedule_v(
         sizes = [counts[s][rank] for s in srcs]
         area = tmp.take(sum(sizes))
         stage2_recvs[partition[h][me_i]] = area
-        lasts += [Copy(part, Region(OUT, recv_displs[s], n)) for part, s, n in zip(_split(area, sizes), srcs, sizes)]
+        lasts += [
+            Copy(part, Region(OUT, recv_displs[s], n)) for part, s, n in zip(split_blocks(area, sizes), srcs, sizes)
+        ]
     steps += _exchange(same_index, me_g, outer, stage2_sends, stage2_recvs, seconds)
     if lasts:
         steps.append(Step(copies=tuple(lasts)))
@@ -204,10 +206,10 @@ def _pipelined(
     partition: Partition,
 ) -> Schedule:
     """HCCL's pipelined two-level all-to-all (module doc) on ``partition``: rank ``rank``'s steps."""
-    n, l = _places(partition, "mesh", PIPELINE)[rank]
+    n, l = block_places(partition, "mesh", PIPELINE)[rank]
     groups, m = len(partition), len(partition[0])
     at = lambda g, t: partition[g % groups][t % m]  # noqa: E731 - member t of group g, round the ring
-    tmp = _Tmp()
+    tmp = TmpLayout()
 
     def block_in(dst: int) -> Region:  # my block for rank dst, in IN
         return Region(IN, send_displs[dst], counts[rank][dst])
@@ -233,24 +235,25 @@ def _pipelined(
             recvs.append(Recv(peer, into_out(at(n - s, l + i))))
         steps.append(Step(tuple(copies), tuple(sends), tuple(recvs)))
         if s < groups - 1:
-            came = _split(area, sizes)
+            came = split_blocks(area, sizes)
     return finish(steps)
 
 
 @lru_cache(maxsize=32)
-def _places(partition: Partition, inner: str, outer: str) -> dict[int, tuple[int, int]]:
+def block_places(partition: Partition, inner: str, outer: str) -> dict[int, tuple[int, int]]:
     """rank -> (its group, its index there), once per partition (checked), not once per rank."""
     check_partition(partition, inner, outer)
     return {r: (g, t) for g, members in enumerate(partition) for t, r in enumerate(members)}
 
 
-class _Tmp:
+class TmpLayout:
     """TMP handed out front to back."""
 
     def __init__(self) -> None:
         self.used = 0
 
     def take(self, n: int) -> Region:
+        """The next ``n`` elements of TMP."""
         region = Region(TMP, self.used, n)
         self.used += n
         return region
@@ -332,7 +335,8 @@ def _pipelined_flows(at, groups: int, m: int, size: int, count: int) -> Iterator
         yield StepFlows(to, sent, frm, False, recv_lane=lane, copies=(count,) * (1 + (m if ring else 0)))
 
 
-def _split(area: Region, sizes: list[int]) -> list[Region]:
+def split_blocks(area: Region, sizes: list[int]) -> list[Region]:
+    """``area`` cut, front to back, into consecutive regions of ``sizes`` elements."""
     parts, offset = [], area.offset
     for n in sizes:
         parts.append(Region(area.buf, offset, n))

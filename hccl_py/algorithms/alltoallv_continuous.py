@@ -38,7 +38,7 @@ from typing import Sequence
 
 from ..errors import HcclMemoryError, HcclParamError
 from ._common import finish
-from .alltoall_staged import CONTINUOUS, _places, _split, _Tmp
+from .alltoall_staged import CONTINUOUS, TmpLayout, block_places, split_blocks
 from .schedule import IN, OUT, Copy, Recv, Region, Schedule, Send, Step
 
 Partition = tuple[tuple[int, ...], ...]
@@ -127,7 +127,7 @@ def schedule_v(
     """Rank ``rank``'s continuous-pipeline AlltoAllV of ``counts[i][j]`` elements of ``itemsize``
     bytes from i to j on ``partition`` (groups of one size, at least 2 of at least 2), with a CCL
     buffer of ``buffer_bytes``."""
-    n, l = _places(partition, "mesh", CONTINUOUS)[rank]
+    n, l = block_places(partition, "mesh", CONTINUOUS)[rank]
     servers, g = len(partition), len(partition[0])
     if servers < 2 or g < 2:
         raise HcclParamError(
@@ -159,7 +159,7 @@ def schedule_v(
         offset, n_ = piece(src, rank, loop)
         return Region(OUT, recv_displs[src] + offset, n_)
 
-    tmp = _Tmp()
+    tmp = TmpLayout()
     mates = [at(n, l + i) for i in range(1, g)]
     sync_out = tmp.take(1)
     sync_in = {m: tmp.take(1) for m in mates}
@@ -218,7 +218,7 @@ def schedule_v(
             sizes = [piece(src, at(n, t), loop)[1] for t in range(g)]
             area = tmp.take(sum(sizes))
             recvs.append(Recv(src, area))
-            arrived[(loop, k)] = _split(area, sizes)
+            arrived[(loop, k)] = split_blocks(area, sizes)
         if it["copy"] is not None:
             loop, k = it["copy"]
             staged[(loop, k)] = tmp.pack([from_in(at(n + k, t), loop) for t in range(g)], copies)

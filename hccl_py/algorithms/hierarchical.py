@@ -155,7 +155,7 @@ def _schedule_for(collective: str, partition: Partition, inner: str, outer: str)
         staged.collective, staged.partition, staged.inner, staged.outer = collective, partition, inner, outer
         return staged
     inner_names, outer_names = LEVELS[collective]
-    plan = _Plan.of(partition)
+    plan = LevelPlan.of(partition)
     build = _BUILDERS[collective]
     if across_first(outer):
         if collective != "reduce_scatter" or not plan.uniform:
@@ -205,7 +205,7 @@ def _schedule_for(collective: str, partition: Partition, inner: str, outer: str)
 
 
 @dataclass(frozen=True)
-class _Plan:
+class LevelPlan:
     """Facts about one partition shared by every rank's schedule."""
 
     groups: Partition
@@ -218,7 +218,8 @@ class _Plan:
     holder_table: tuple[tuple[int, ...], ...]
 
     @classmethod
-    def of(cls, groups: Partition) -> "_Plan":
+    def of(cls, groups: Partition) -> "LevelPlan":
+        """The plan of ``groups`` (each a list of ranks)."""
         where = [(0, 0)] * sum(len(g) for g in groups)
         for i, group in enumerate(groups):
             for t, r in enumerate(group):
@@ -229,6 +230,7 @@ class _Plan:
 
     @property
     def k(self) -> int:
+        """The number of groups."""
         return len(self.groups)
 
     def holders(self, j: int) -> tuple[int, ...]:
@@ -340,8 +342,10 @@ def _sub(fns, level: str, collective: str, rank: int, size: int, count: int, roo
 
 
 @dataclass(frozen=True)
-class _Chunks:
-    plan: _Plan
+class Chunks:
+    """One level's chunks of a call of ``count`` elements on a :class:`LevelPlan`."""
+
+    plan: LevelPlan
     count: int
 
     @cached_property
@@ -349,7 +353,8 @@ class _Chunks:
         return chunk_bounds(self.count, self.plan.m)
 
     @property
-    def q(self) -> int:  # slot width: the largest chunk
+    def q(self) -> int:
+        """Slot width: the largest chunk's elements."""
         return self.bounds[0][1]
 
     @property
@@ -358,9 +363,11 @@ class _Chunks:
         return self.plan.uniform and self.count % self.plan.m == 0
 
     def chunk(self, j: int) -> Region:
+        """Chunk ``j`` of OUT."""
         return Region(OUT, *self.bounds[j])
 
-    def bundle(self, i: int) -> int:  # staging elements per member of group i
+    def bundle(self, i: int) -> int:
+        """Staging elements per member of group ``i``."""
         return self.plan.per_member(i) * self.q
 
     def slot(self, i: int, u: int, j: int, base: int) -> Region:
@@ -389,10 +396,10 @@ class _Chunks:
                     c.copy(Region(OUT, 0, q - n), Region(TMP, at + n, q - n))
 
 
-def _allreduce(plan: _Plan, fns, rank: int, count: int, root: int) -> Schedule:
+def _allreduce(plan: LevelPlan, fns, rank: int, count: int, root: int) -> Schedule:
     i, t = plan.where[rank]
     group, g, k = plan.groups[i], len(plan.groups[i]), plan.k
-    ch = _Chunks(plan, count)
+    ch = Chunks(plan, count)
     if ch.direct:
         q = ch.q
         held = Region(TMP, 0, q)
@@ -424,7 +431,7 @@ def across_first(outer: str) -> bool:
     return outer.endswith(FIRST)
 
 
-def _reduce_scatter_across_first(plan: _Plan, fns, rank: int, count: int, root: int) -> Schedule:
+def _reduce_scatter_across_first(plan: LevelPlan, fns, rank: int, count: int, root: int) -> Schedule:
     """HCCL's small-count reduce_scatter (module doc): across groups, then inside."""
     i, t = plan.where[rank]
     m, k = plan.m, plan.k
@@ -451,7 +458,7 @@ def whole_buffer(inner: str) -> bool:
     return ("allreduce", inner) in SCHEDULES and ("reduce_scatter", inner) not in SCHEDULES
 
 
-def _allreduce_whole(plan: _Plan, fns, rank: int, count: int, root: int) -> Schedule:
+def _allreduce_whole(plan: LevelPlan, fns, rank: int, count: int, root: int) -> Schedule:
     """Whole buffers (HCCL's small-count executor, AllReduceMeshOpbaseSmallCountDeterministicExecutor):
     the inner allreduce of the whole buffer in every group, then the outer allreduce of the whole
     buffer among the ranks with one index (each index's ranks compute the same sums in the same
@@ -464,11 +471,11 @@ def _allreduce_whole(plan: _Plan, fns, rank: int, count: int, root: int) -> Sche
     return c.done(aligned=True, whole_rounds=True)  # an outer tree's last idle rounds too: every rank ends alike
 
 
-def _broadcast(plan: _Plan, fns, rank: int, count: int, root: int) -> Schedule:
+def _broadcast(plan: LevelPlan, fns, rank: int, count: int, root: int) -> Schedule:
     i, t = plan.where[rank]
     i0, t0 = plan.where[root]
     group, g, k = plan.groups[i], len(plan.groups[i]), plan.k
-    ch = _Chunks(plan, count)
+    ch = Chunks(plan, count)
     deaf = t0 if i == i0 else None  # the root only sends in its group's allgather
     # Aligned (``_Compose.done``): the other groups idle while the root scatters in its group, and
     # through the outer algorithm's idle steps, so step k is the same moment on every rank.
@@ -515,11 +522,11 @@ def _broadcast(plan: _Plan, fns, rank: int, count: int, root: int) -> Schedule:
     return c.done(aligned=True)
 
 
-def _reduce(plan: _Plan, fns, rank: int, count: int, root: int) -> Schedule:
+def _reduce(plan: LevelPlan, fns, rank: int, count: int, root: int) -> Schedule:
     i, t = plan.where[rank]
     i0, t0 = plan.where[root]
     group, g, k = plan.groups[i], len(plan.groups[i]), plan.k
-    ch = _Chunks(plan, count)
+    ch = Chunks(plan, count)
     if ch.direct:
         q = ch.q
         held = Region(TMP, 0, q)
@@ -567,7 +574,7 @@ def _reduce(plan: _Plan, fns, rank: int, count: int, root: int) -> Schedule:
 # group i that has a member j, held by plan.holders(j); a column's slot is k blocks (group order).
 
 
-def _allgather(plan: _Plan, fns, rank: int, count: int, root: int) -> Schedule:
+def _allgather(plan: LevelPlan, fns, rank: int, count: int, root: int) -> Schedule:
     i, t = plan.where[rank]
     group, g, k, p = plan.groups[i], len(plan.groups[i]), plan.k, plan.size
     whole = Region(OUT, 0, p * count)
@@ -597,7 +604,7 @@ def _allgather(plan: _Plan, fns, rank: int, count: int, root: int) -> Schedule:
     return c.done()
 
 
-def _reduce_scatter(plan: _Plan, fns, rank: int, count: int, root: int) -> Schedule:
+def _reduce_scatter(plan: LevelPlan, fns, rank: int, count: int, root: int) -> Schedule:
     i, t = plan.where[rank]
     group, g, k, p = plan.groups[i], len(plan.groups[i]), plan.k, plan.size
     mine = Region(OUT, 0, count)
@@ -631,7 +638,7 @@ def _reduce_scatter(plan: _Plan, fns, rank: int, count: int, root: int) -> Sched
     return c.done()
 
 
-def _rooted_plan(plan: _Plan, collective: str) -> None:
+def _rooted_plan(plan: LevelPlan, collective: str) -> None:
     if not plan.uniform:
         raise HcclParamError(
             f"hierarchical {collective} needs groups of one size, got sizes {sorted({len(g) for g in plan.groups})}",
@@ -642,7 +649,7 @@ def _rooted_plan(plan: _Plan, collective: str) -> None:
         )
 
 
-def _group_blocks(plan: _Plan, count: int, c: _Compose, whole: Region, into_stage: bool) -> list[Region]:
+def _group_blocks(plan: LevelPlan, count: int, c: _Compose, whole: Region, into_stage: bool) -> list[Region]:
     """Where group h's blocks (its members' blocks in member order, m * count) lie in ``whole``
     (the root's size * count buffer): in place when every group is a run of consecutive ranks in
     order, else in a TMP staging area (copied in from ``whole`` when ``into_stage``, else to be
@@ -660,14 +667,14 @@ def _group_blocks(plan: _Plan, count: int, c: _Compose, whole: Region, into_stag
     return areas
 
 
-def _unstage(plan: _Plan, count: int, c: _Compose, whole: Region, areas: list[Region]) -> None:
+def _unstage(plan: LevelPlan, count: int, c: _Compose, whole: Region, areas: list[Region]) -> None:
     for area, group in zip(areas, plan.groups):
         if area.buf == TMP:
             for u, r in enumerate(group):
                 c.copy(Region(TMP, area.offset + u * count, count), Region(whole.buf, whole.offset + r * count, count))
 
 
-def _scatter(plan: _Plan, fns, rank: int, count: int, root: int) -> Schedule:
+def _scatter(plan: LevelPlan, fns, rank: int, count: int, root: int) -> Schedule:
     """HCCL's two-level Scatter (ScatterMeshExecutor / ScatterRingExecutor on several servers): an
     outer scatter of whole groups' blocks among the ranks with the root's index in their group
     (the root's plane), then an inner scatter inside every group from its plane rank."""
@@ -703,7 +710,7 @@ def _scatter(plan: _Plan, fns, rank: int, count: int, root: int) -> Schedule:
     return c.done(aligned=True)
 
 
-def _gather(plan: _Plan, fns, rank: int, count: int, root: int) -> Schedule:
+def _gather(plan: LevelPlan, fns, rank: int, count: int, root: int) -> Schedule:
     """The mirror of :func:`_scatter` (HCCL has no Gather operator; its GatherMesh / GatherRing
     templates serve its Reduce): an inner gather to every group's plane rank, then an outer
     gather of whole groups' blocks to the root among the root's plane."""

@@ -18,7 +18,7 @@ import itertools
 import numpy as np
 
 from . import alltoall_staged, pipeline
-from .hierarchical import ScheduleFn, _Chunks, _Plan, whole_buffer
+from .hierarchical import Chunks, LevelPlan, ScheduleFn, whole_buffer
 from .registry import FLOWS, SCHEDULES
 from .schedule import StepFlows
 
@@ -41,7 +41,7 @@ def flows_of(fn: ScheduleFn, size: int, count: int):
         return _chunked_rooted_flows(fn, size, count)
     if collective not in _FLOW_PHASES or count < 1:
         raise ValueError("hierarchical flows: allreduce, allgather or reduce_scatter with count >= 1")
-    plan = _Plan.of(fn.partition)
+    plan = LevelPlan.of(fn.partition)
     if not plan.uniform or plan.size != size or plan.m < 2 or plan.k < 2:
         raise ValueError("hierarchical flows need equal groups of at least 2, at least 2 groups")
     g, k = plan.m, plan.k
@@ -68,7 +68,7 @@ def flows_of(fn: ScheduleFn, size: int, count: int):
             ("outer", phase(fn.outer, "allreduce", [count] * g, k)),
         ]
     elif collective == "allreduce":
-        ch = _Chunks(plan, count)
+        ch = Chunks(plan, count)
         phases = [
             ("inner", phase(fn.inner, "reduce_scatter", [ch.q], g)),
             ("outer", phase(fn.outer, "allreduce", [ch.bounds[t][1] for t in range(g)], k)),
@@ -213,7 +213,7 @@ def _rooted_flows(fn: ScheduleFn, size: int, count: int):
     algorithm's in every group at once, mapped to world ranks; each rank's local copies come from
     the composite schedules of its role (the root, another plane rank, any other rank)."""
     collective = fn.collective
-    plan = _Plan.of(fn.partition)
+    plan = LevelPlan.of(fn.partition)
     g, k = plan.m, plan.k
     if not plan.in_rank_order or plan.size != size or g < 2 or k < 2 or count < 1:
         raise ValueError(
@@ -318,7 +318,7 @@ _ALIGNED_OUTER = {"broadcast": ("hd",), "reduce": ("hd", "ring")}
 
 def _chunked_rooted_flows(fn: ScheduleFn, size: int, count: int):
     """Flows of the two-level broadcast / reduce with root 0 on equal groups of g consecutive
-    ranks, ``count >= g``: each member's chunk in place (``_Chunks.direct``), or, chunks of two
+    ranks, ``count >= g``: each member's chunk in place (``Chunks.direct``), or, chunks of two
     sizes, staged through TMP (each column then runs the outer algorithm on its own count).
     Broadcast: the root scatters the chunks in its group (the others idle), every column
     broadcasts its chunk across the groups (the outer algorithm's flows, all columns at once),
@@ -326,7 +326,7 @@ def _chunked_rooted_flows(fn: ScheduleFn, size: int, count: int):
     column reduces across the groups, the root gathers its group's chunks. Local copies come from
     the composite schedules of each role (checked alike on several ranks of each)."""
     collective = fn.collective
-    plan = _Plan.of(fn.partition)
+    plan = LevelPlan.of(fn.partition)
     g, k = plan.m, plan.k
     if not plan.in_rank_order or plan.size != size or g < 2 or k < 2 or count < g:
         raise ValueError(
@@ -338,7 +338,7 @@ def _chunked_rooted_flows(fn: ScheduleFn, size: int, count: int):
             f"hierarchical {collective} flows: {fn.outer!r} across the groups ends at different steps on "
             "different groups (rank by rank)"
         )
-    chunk = [n for _, n in _Chunks(plan, count).bounds]  # column t's elements (chunk t)
+    chunk = [n for _, n in Chunks(plan, count).bounds]  # column t's elements (chunk t)
     q = chunk[0]  # a slot: the largest chunk (what the inner level moves per member)
     level0 = "allgather" if collective == "broadcast" else "reduce_scatter"
     if (collective, fn.outer) not in FLOWS or (level0, fn.inner) not in FLOWS:
@@ -348,7 +348,7 @@ def _chunked_rooted_flows(fn: ScheduleFn, size: int, count: int):
     if len(set(chunk)) == 1:  # every column alike: one outer algorithm's flows, mapped
         outer = FLOWS[(collective, fn.outer)](k, q)
         outer = _without_trailing_idle(itertools.chain([next(outer)], outer))
-    else:  # two chunk sizes: each column its own count (staged through TMP, ``_Chunks``)
+    else:  # two chunk sizes: each column its own count (staged through TMP, ``Chunks``)
         outer = _columns_of(collective, fn.outer, k, chunk)
     role_of = np.full(size, 3)  # the root, its group's others, member 0 of another group, any other
     role_of[:g], role_of[0], role_of[g::g] = 1, 0, 2

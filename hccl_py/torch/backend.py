@@ -18,7 +18,6 @@ the world); ``new_group(timeout=)`` is its HCCL_EXEC_TIMEOUT.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import warnings
 from datetime import timedelta
@@ -151,21 +150,6 @@ def _store_where() -> str:
     return f"{host}:{port}"
 
 
-def member_comm(world: Communicator, ranks: list[int], key: tuple, name: str, timeout_s: float | None) -> Communicator:
-    """A communicator of the world ranks ``ranks`` (in that order), made by those ranks alone:
-    torch calls a backend only on a new group's members, so no call over the world can make it.
-    ``key`` names it the same on every member (torch's group name); ``timeout_s`` is its
-    HCCL_EXEC_TIMEOUT.
-
-    This reaches into the communicator (its rank context and timeout): the public API makes
-    groups collectively over the parent (``create_group``), which torch's members-only creation
-    cannot call."""
-    digest = hashlib.blake2b(repr(("torch", world._id, *key)).encode(), digest_size=8).digest()
-    comm = Communicator(world._rc, ranks, ranks.index(world.rank), int.from_bytes(digest, "little") >> 1, name)
-    comm._timeout_s = timeout_s
-    return comm
-
-
 def _share_cores() -> None:
     """Ranks of one host share its cores: torch's intra-op threads = cores // ranks here, unless
     the user chose (OMP_NUM_THREADS; torchrun sets 1), as hccl-py limits numpy's BLAS threads."""
@@ -186,8 +170,8 @@ def _monitor(world: Communicator, ranks: list[int], key: tuple, default_s: float
         if timeout_s == default_s:
             return None
         if timeout_s not in made:
-            made[timeout_s] = member_comm(
-                world, ranks, (*key, "monitored", timeout_s), f"torch:{key[-1]}:monitored", timeout_s
+            made[timeout_s] = world.create_sub_comm(
+                ranks, ("torch", *key, "monitored", timeout_s), name=f"torch:{key[-1]}:monitored", timeout_s=timeout_s
             )
         return made[timeout_s]
 
@@ -225,7 +209,7 @@ def _default_group(opts) -> HcclProcessGroup:
     key = ("world", _epoch, opts.group_id)
     group = HcclProcessGroup(
         world,
-        monitor=_monitor(world, list(range(size)), key, world._timeout_s),
+        monitor=_monitor(world, list(range(size)), key, world.timeout_s),
         on_shutdown=world.destroy if owns else None,
     )
     return group
@@ -242,7 +226,8 @@ def _subgroup(opts) -> HcclProcessGroup:
         )
     timeout_s = _exec_timeout_s(opts.timeout)
     key = ("group", _epoch, opts.group_id)
-    comm = member_comm(world, ranks, key, f"torch:{opts.group_id}{ranks}", timeout_s)
+    # torch calls a backend on a new group's members only: a members-only sub-communicator
+    comm = world.create_sub_comm(ranks, ("torch", *key), name=f"torch:{opts.group_id}{ranks}", timeout_s=timeout_s)
     return HcclProcessGroup(comm, monitor=_monitor(world, ranks, key, timeout_s), on_shutdown=comm.destroy)
 
 

@@ -297,7 +297,7 @@ class SelfLoop:
     def recv(self, t: torch.Tensor, what: str):
         """Receive into ``t`` from this rank: a waiting send's data, else done when one comes."""
         check(t, what)
-        work = SelfRecvWork(what, t, self._comm._timeout_s)
+        work = SelfRecvWork(what, t, self._comm.timeout_s)
         if self._sent:
             self._match(t, self._sent[0], what)
             work.deliver(self._sent.popleft())
@@ -510,7 +510,7 @@ class HcclProcessGroup(dist.ProcessGroup):
                 if found is not None:
                     a = t.numpy() if t.is_cpu else as_array(t)  # the tensor's memory: C-contiguous, writable, float32
                     try:
-                        self.comm._all_reduce_flat(a if a.ndim == 1 else a.reshape(-1), found[0], self._all_reduce_what)
+                        self.comm.all_reduce_flat(a if a.ndim == 1 else a.reshape(-1), found[0], self._all_reduce_what)
                     except HcclError as err:
                         raise backend_error(err, "all_reduce") from err
                     if found[1]:

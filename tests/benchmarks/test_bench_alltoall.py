@@ -165,7 +165,7 @@ def test_a_peer_without_the_operation_is_refused_at_its_column(monkeypatch):
         for name in NEW:
             assert backend.unsupported(BenchConfig(collective=name)) is None
             assert backend.mode(get(name))
-    monkeypatch.delitem(gloo._CALLS, "alltoall")
+    monkeypatch.delitem(gloo.TORCH_CALLS, "alltoall")
     monkeypatch.setattr(gloo.GlooBackend, "unavailable", lambda self: None)
     log = io.StringIO()
     cfg = BenchConfig(

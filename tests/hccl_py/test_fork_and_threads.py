@@ -73,7 +73,7 @@ def _two_threads(go: str) -> dict:
         thread = threading.Thread(target=worker)
         thread.start()
         started.wait()
-        while not comm._engine.busy.locked():  # the worker is inside its call
+        while not comm._engine.guard.busy.locked():  # the worker is inside its call
             threading.Event().wait(0.001)
         try:
             comm.all_reduce(np.ones(8, np.float32))

@@ -200,3 +200,72 @@ def test_no_import_loop():
     graph = nx.DiGraph((a, b) for a, b, _, _ in _edges())
     loops = list(nx.simple_cycles(graph))
     assert not loops, loops
+
+
+# -- the seams: no module reads another module's private names -------------------------------------
+PROJECT = ("hccl_py", "launch", "benchmarks", "topology")
+# Private names of other libraries that adapters must use, each with why; a name defined in
+# hccl-py too (torch's _C, a process group's _get_backend) would otherwise look like one of ours.
+FOREIGN_PRIVATES = {
+    "_make",
+    "_replace",
+    "_asdict",
+    "_fields",  # NamedTuple's public API spells itself with a leading underscore
+    "_C",
+    "_get_backend",
+    "_allgather_base",
+    "_device",  # torch's (torch._C, ProcessGroup, torch.utils._device)
+}
+
+
+def _private_definitions() -> dict[str, set[Path]]:
+    """Every private name (a leading underscore, not a dunder) each project module defines:
+    functions, classes, module names and attributes it assigns."""
+    defined: dict[str, set[Path]] = {}
+    for root in PROJECT:
+        for path in _modules(ROOT / root):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    name = node.name
+                elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                    name = node.attr
+                elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                    name = node.id
+                else:
+                    continue
+                if name.startswith("_") and not name.startswith("__"):
+                    defined.setdefault(name, set()).add(path)
+    return defined
+
+
+def test_no_module_reads_another_modules_private_names():
+    """A module reads a private attribute only of its own objects (``self``, ``cls``, the classes it
+    defines) and imports no private name from another module: the seams between modules are public
+    (the communicator's call path is ``comm.issuer``; the torch backend's groups come from
+    ``Communicator.create_sub_comm``)."""
+    defined = _private_definitions()
+    found = []
+    for root in PROJECT:
+        for path in _modules(ROOT / root):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+                    value = node.value
+                    if isinstance(value, ast.Name) and value.id in ("self", "cls"):
+                        continue
+                    if isinstance(value, ast.Call) and getattr(value.func, "id", "") == "super":
+                        continue
+                    owners = defined.get(node.attr, set())
+                    if owners and path not in owners and node.attr not in FOREIGN_PRIVATES:
+                        where = ", ".join(sorted(str(p.relative_to(ROOT)) for p in owners))
+                        found.append(f"{path.relative_to(ROOT)}:{node.lineno} reads {ast.unparse(node)} ({where})")
+                elif isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith(PROJECT)):
+                    for alias in node.names:
+                        if alias.name.startswith("_") and not alias.name.startswith("__"):
+                            private_module = (path.parent / f"{alias.name}.py").exists() or (
+                                path.parent / alias.name
+                            ).is_dir()
+                            if (
+                                not private_module
+                            ):  # a package's private module, imported inside the package, is its own
+                                found.append(f"{path.relative_to(ROOT)}:{node.lineno} imports {alias.name}")
+    assert not found, "\n".join(found)

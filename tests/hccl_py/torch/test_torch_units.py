@@ -176,7 +176,7 @@ def test_work_completes_its_future_after_post_and_then_runs_in_the_caller():
     seen, threads = [], []
     work = HcclWork("all_reduce", [inner], [t], post=lambda: t.add_(1))
     assert not work.is_completed() and work.exception() is None
-    threading.Timer(0.05, lambda: inner._finish(None, 1e-6)).start()  # the progress thread ends it later
+    threading.Timer(0.05, lambda: inner.finish(None, 1e-6)).start()  # the progress thread ends it later
     chained = work.get_future().then(
         lambda f: threads.append(threading.current_thread()) or seen.append(f.value()[0].tolist()) or "chained"
     )
@@ -200,14 +200,14 @@ def test_then_on_the_progress_thread_runs_when_the_call_ends():
     progress.start()
     progress.join(30)
     assert not progress.is_alive() and not chained[0].done() and threads == []
-    inner._finish(None, 0.0)  # ends the call on this thread: the callback runs here
+    inner.finish(None, 0.0)  # ends the call on this thread: the callback runs here
     assert chained[0].wait() == "chained" and threads == [threading.current_thread()]
 
 
 def test_a_failed_call_raises_dist_backend_error_everywhere():
     inner = Work("allreduce #2", None, _card())
     work = HcclWork("all_reduce", [inner], [])
-    inner._finish(HcclTimeoutError("allreduce #2: timed out. Waiting peer rank(s): 3", ranks=[3]), 1.0)
+    inner.finish(HcclTimeoutError("allreduce #2: timed out. Waiting peer rank(s): 3", ranks=[3]), 1.0)
     with pytest.raises(dist.DistBackendError, match="Waiting peer rank") as info:
         work.wait()
     assert isinstance(info.value.__cause__, HcclTimeoutError) and info.value.__cause__.ranks == [3]
@@ -221,7 +221,7 @@ def test_wait_with_a_timeout_bounds_only_the_wait():
     work = HcclWork("barrier", [inner], [])
     with pytest.raises(dist.DistBackendError, match="not done within"):
         work.wait(timedelta(milliseconds=20))
-    inner._finish(None, 0.0)
+    inner.finish(None, 0.0)
     assert work.wait(timedelta(seconds=5))
 
 
@@ -239,7 +239,7 @@ def test_one_rank_group(one_rank):
     pg = dist.group.WORLD
     assert isinstance(pg, hccl_py.torch.HcclProcessGroup) and dist.get_backend() == "hccl" and pg.name() == "hccl"
     comm = hccl_py.torch.communicator()
-    assert comm.size == 1 and comm._timeout_s == 42.0  # init_process_group(timeout=) is HCCL_EXEC_TIMEOUT
+    assert comm.size == 1 and comm.timeout_s == 42.0  # init_process_group(timeout=) is HCCL_EXEC_TIMEOUT
     t = torch.arange(4, dtype=torch.float32)
     dist.all_reduce(t, op=dist.ReduceOp.AVG)
     assert t.tolist() == [0, 1, 2, 3]
@@ -296,7 +296,7 @@ def test_destroy_releases_the_world_it_made(one_rank):
     dist.destroy_process_group()
     from hccl_py import runtime
 
-    assert runtime.current() is None and comm._closed_reason == "was destroyed"
+    assert runtime.current() is None and comm.closed_reason == "was destroyed"
     dist.init_process_group("hccl", store=dist.HashStore(), rank=0, world_size=1)  # and joins anew
 
 
