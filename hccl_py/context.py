@@ -14,13 +14,14 @@ import numpy as np
 
 from topology import Topology, TopologyError, default_preset, load_figures
 
+from . import env
 from .cost_model import CostModel
 from .device import Device
 from .env import HCCL_DETERMINISTIC
 from .errors import HcclNotSupportedError, HcclParamError
 from .executor import Engine
 from .faults import Fault
-from .job import JobConfig
+from .job import JobConfig, read_job
 from .records import CallRecord, Recorder
 
 
@@ -128,11 +129,12 @@ class RankContext:
 
 
 def load_topology(
-    size: int, *, preset: str | None = None, rank_table: str | None = None, figures: str | None = None
+    size: int | None, *, preset: str | None = None, rank_table: str | None = None, figures: str | None = None
 ) -> Topology:
     """The modeled cluster: the rank table at ``rank_table``, else the ``preset``, else the
     default preset for ``size`` cards; link and card figures overridden from the JSON file
-    ``figures`` (as RANK_TABLE_FILE, HCCL_PY_TOPOLOGY and HCCL_PY_FIGURES say)::
+    ``figures`` (as RANK_TABLE_FILE, HCCL_PY_TOPOLOGY and HCCL_PY_FIGURES say). ``size`` None:
+    the preset's or the rank table's own cards, unchecked (a host's cards on a larger cluster)::
 
         load_topology(8).name        # 'ascend910-8p'
     """
@@ -143,10 +145,10 @@ def load_topology(
 
             topology = Topology.from_rank_table(RankTable.load(rank_table), preset=preset, figures=loaded)
         else:
-            topology = Topology.preset(preset or default_preset(size), n=size, figures=loaded)
+            topology = Topology.preset(preset or default_preset(size or 1), n=size, figures=loaded)
     except TopologyError as err:
         raise HcclParamError(f"topology: {err}") from None
-    if topology.num_ranks != size:
+    if size is not None and topology.num_ranks != size:
         raise HcclParamError(
             f"topology '{topology.name}' has {topology.num_ranks} cards but the job has {size} ranks; "
             f"choose a preset or rank table with {size} cards"
@@ -180,3 +182,35 @@ def make_context(job: JobConfig, engine: Engine) -> RankContext:
         faults=list(job.faults),
         flight_dir=job.flight_dir,
     )
+
+
+def device_count_from_env(environ=None) -> int:
+    """Cards this host shows (torch's npu device, AscendCL's ``aclrtGetDeviceCount``):
+    ``HCCL_PY_NPU_DEVICES`` (hccl-npu), else LOCAL_WORLD_SIZE (hccl-launch, torchrun), else 1."""
+    environ = os.environ if environ is None else environ
+    for name in (env.HCCL_PY_NPU_DEVICES, env.LOCAL_WORLD_SIZE):
+        text = (environ.get(name) or "").strip()
+        if text:
+            if not text.isdigit() or not 1 <= int(text) <= 64:
+                raise HcclParamError(
+                    f"{name}={text!r}: expected a count of NPUs from 1 to 64",
+                    arg=name,
+                    value=text,
+                    rule="range",
+                    min=1,
+                    max=64,
+                )
+            return int(text)
+    return 1
+
+
+def host_cards(count: int) -> list:
+    """Each of this host's ``count`` cards' model on the modeled cluster (HCCL_PY_TOPOLOGY /
+    RANK_TABLE_FILE as the runtime reads them, else the default preset): its HBM is the pool's
+    capacity (torch's npu device, AscendCL's ``aclrtMalloc``)."""
+    job = read_job(
+        {k: v for k, v in os.environ.items() if k not in (env.RANK, env.WORLD_SIZE)}
+        | {env.RANK: "0", env.WORLD_SIZE: os.environ.get(env.WORLD_SIZE) or str(count)}
+    )
+    topology = load_topology(job.size, preset=job.topology, rank_table=job.rank_table, figures=job.figures)
+    return [topology.card(i % job.size) for i in range(count)]

@@ -43,6 +43,9 @@ class HcclResult(IntEnum):
     E_AGAIN = 20
     E_REMOTE = 21
     E_SUSPENDING = 22
+    E_OPRETRY_FAIL = 23
+    E_OOM = 24
+    E_IN_STATUS = 1041
 
 
 class HcclError(ErrorFields, RuntimeError):
@@ -152,6 +155,12 @@ class HcclParamError(HcclError):
     code = HcclResult.E_PARA
 
 
+class HcclPointerError(HcclParamError):
+    """A null pointer where the C API needs memory (HCCL_E_PTR); a bad argument like the others."""
+
+    code = HcclResult.E_PTR
+
+
 class HcclMemoryError(HcclError):
     """Memory error (HCCL_E_MEMORY)."""
 
@@ -207,6 +216,7 @@ _BY_CODE = {
     cls.code: cls
     for cls in (
         HcclParamError,
+        HcclPointerError,
         HcclMemoryError,
         HcclInternalError,
         HcclNotSupportedError,

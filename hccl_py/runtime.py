@@ -59,7 +59,15 @@ def join(job: JobConfig | None = None, store=None) -> Communicator:
         )
     if _world is not None and _world.closed_reason is None:
         return _world
-    job = read_job() if job is None else job
+    _world = open_world(read_job() if job is None else job, store)
+    return _world
+
+
+def open_world(job: JobConfig, store=None, *, announce: bool = True) -> Communicator:
+    """A new world communicator of ``job`` (this rank joins it, blocking as :func:`init`), not the
+    process's own: for hosts of several ranks or several jobs in one process (HCCL's C API: a
+    thread per device, a communicator per root info). ``announce``: rank 0 prints the transport.
+    Destroying it closes its transport; at exit it closes too."""
     if job.trace_dir:
         _check_trace_dir(job.trace_dir)
     transport = None
@@ -68,7 +76,7 @@ def join(job: JobConfig | None = None, store=None) -> Communicator:
         from .transport.connect import connect
 
         transport, description = connect(job, store)
-        if job.rank == 0:
+        if job.rank == 0 and announce:
             print(f"hccl-py: transport {description}", file=sys.stderr, flush=True)
     try:
         rc = make_context(job, Engine(transport))
@@ -79,10 +87,9 @@ def join(job: JobConfig | None = None, store=None) -> Communicator:
     install_dump_hooks(rc)
     if job.trace_dir:
         rc.device.kernels = deque(maxlen=DEFAULT_RECORDS)  # the compute stream's spans, for the trace
-    _world = Communicator(
+    return Communicator(
         rc, range(job.size), job.rank, WORLD_COMM_ID, "world", on_destroy=_finisher(rc, transport, job.trace_dir)
     )
-    return _world
 
 
 def current() -> Communicator | None:

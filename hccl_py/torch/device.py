@@ -30,9 +30,8 @@ from pathlib import Path
 import torch
 
 from .. import env
-from ..context import load_topology
+from ..context import device_count_from_env, host_cards
 from ..errors import HcclNotSupportedError, HcclParamError
-from ..job import read_job
 
 SUPPORTED_TORCH = "2.13"  # the private registration interfaces change between releases
 SOURCE = Path(__file__).resolve().parent / "csrc" / "npu_device.cpp"
@@ -195,37 +194,6 @@ def parse_alloc_conf(text: str | None) -> dict[str, float | bool]:
     return conf
 
 
-def device_count_from_env(environ=None) -> int:
-    """Cards this host shows: ``HCCL_PY_NPU_DEVICES`` (hccl-npu), else LOCAL_WORLD_SIZE (hccl-launch,
-    torchrun), else 1."""
-    environ = os.environ if environ is None else environ
-    for name in (env.HCCL_PY_NPU_DEVICES, env.LOCAL_WORLD_SIZE):
-        text = (environ.get(name) or "").strip()
-        if text:
-            if not text.isdigit() or not 1 <= int(text) <= 64:
-                raise HcclParamError(
-                    f"{name}={text!r}: expected a count of NPUs from 1 to 64",
-                    arg=name,
-                    value=text,
-                    rule="range",
-                    min=1,
-                    max=64,
-                )
-            return int(text)
-    return 1
-
-
-def cards(count: int) -> list:
-    """Each card's model on the modeled cluster (HCCL_PY_TOPOLOGY / RANK_TABLE_FILE as the runtime
-    reads them, else the default preset): its HBM is the pool's capacity."""
-    job = read_job(
-        {k: v for k, v in os.environ.items() if k not in (env.RANK, env.WORLD_SIZE)}
-        | {env.RANK: "0", env.WORLD_SIZE: os.environ.get(env.WORLD_SIZE) or str(count)}
-    )
-    topology = load_topology(job.size, preset=job.topology, rank_table=job.rank_table, figures=job.figures)
-    return [topology.card(i % job.size) for i in range(count)]
-
-
 def _detach(ext) -> None:
     """At exit: no more calls from the device into Python (the interpreter is going away)."""
     ext.set_recording(False)
@@ -295,7 +263,7 @@ def install(devices: int | None = None):
     ext.set_device_count(count)
     ext.set_device_checks(device_checked_ops())
     split = int(conf.get("max_split_size_mb", 0) * 2**20)
-    for index, card in enumerate(cards(count)):
+    for index, card in enumerate(host_cards(count)):
         ext.set_pool(index, card.hbm_bytes, split, bool(conf.get("expandable_segments", False)))
     torch.utils.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True

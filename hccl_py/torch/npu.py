@@ -243,7 +243,7 @@ _PRODUCT_NAMES = {"ascend910": "Ascend910A", "ascend910b": "Ascend910B3", "ascen
 def get_device_name(device=None) -> str:
     """The modeled card's chip name as torch_npu reports it (e.g. "Ascend910B3" for ascend910b)."""
     card = _card()
-    model = card.model.name if card is not None else _device_impl.cards(device_count())[_index(device)].name
+    model = card.model.name if card is not None else _device_impl.host_cards(device_count())[_index(device)].name
     return _PRODUCT_NAMES.get(model, model)
 
 

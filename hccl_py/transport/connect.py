@@ -59,7 +59,10 @@ from .shm import ShmTransport
 from .tcp import TcpTransport, advertised_address
 from .torch import C10dStore  # torch's store client (imports torch only when used), not the adapter package
 
-_generation = 0  # store rendezvous this process has made: the generation in keys and socket names
+# (job id, rank) -> how often this process joined that job as that rank: the generation in keys and
+# socket names. Counted per rank, not per process, so that ranks hosted as threads of one process
+# (HCCL's C API: a thread per device) agree on it as ranks in processes of their own do.
+_generations: dict[tuple[str, int], int] = {}
 _hosted: dict[tuple[str, int], object] = {}  # stores this process hosts (rank 0, no launcher), kept until exit
 
 
@@ -113,7 +116,6 @@ def _note_host_layout(rank: int, host_ids: list[str]) -> None:
 
 def _connect_store(job: JobConfig, store=None) -> tuple[Transport, str]:
     """Meet through the store; shared memory within a host, TCP across hosts."""
-    global _generation
     rank, size = job.rank, job.size
     deadline = time.monotonic() + job.connect_timeout_s
     hosting = False
@@ -125,14 +127,14 @@ def _connect_store(job: JobConfig, store=None) -> tuple[Transport, str]:
     else:
         client, hosting = _zmq_store(job, deadline)
         where, owned = client.address.removeprefix("tcp://"), True
-    _generation += 1
     one_host = job.local_world_size == size  # hccl-launch on one node, launch.spawn
     strategy = _connect_one_host if one_host and job.transport in (None, "shm") else _connect_hosts
     try:
         job_id = _job_identity(client, job.launcher_id, rank, where)
         if hosting:
             rundir.sweep_stale(keep=job_id)  # no launcher cleans up after this user's crashed jobs
-        transport, description = strategy(client, _Rendezvous(job_id, _generation, where), job, deadline)
+        generation = _generations[(job_id, rank)] = _generations.get((job_id, rank), 0) + 1
+        transport, description = strategy(client, _Rendezvous(job_id, generation, where), job, deadline)
     finally:
         if owned:
             client.close()
@@ -196,7 +198,10 @@ def _report_port_taken(
             if own_id is not None and own_id[0] != store_id:
                 return  # the store refuses this job's ranks: nothing can mix
             membership.report_rival(
-                client, f"{store_id}/g{_generation + 1}", 0, "could not host its job's store: the port was taken"
+                client,
+                f"{store_id}/g{_generations.get((store_id, 0), 0) + 1}",
+                0,
+                "could not host its job's store: the port was taken",
             )
     except HcclError:
         pass  # not a store this job's ranks can reach either

@@ -128,7 +128,7 @@ LAYERS = (
     ("hccl_py",),  # the package's own __init__: the public API
     ("hccl_py.parallel",),
     ("hccl_py.planning",),
-    ("hccl_py.torch",),  # the torch adapter, on the public communicator
+    ("hccl_py.torch", "hccl_py.capi"),  # the adapters on the public communicator: torch, HCCL's C API
 )
 
 
