@@ -316,6 +316,26 @@ def _synchronize_device_with_timeout(timeout_ms: int) -> None:
     RUNTIME.current_card()
 
 
+SATURATION, INFNAN = 0, 1  # aclrtFloatOverflowMode
+
+
+@c_function("aclrtSetDeviceSatMode", ACL)
+def _set_device_sat_mode(mode: int) -> None:
+    """Floating-point overflow: hccl-py computes with numpy, whose overflow gives inf and nan
+    (INFNAN mode, 910B's default); saturating it does not do."""
+    if mode != INFNAN:
+        raise AclError(
+            abi.ACL_ERROR_FEATURE_UNSUPPORTED,
+            f"aclrtSetDeviceSatMode({mode}): hccl-py's cards overflow to inf and nan "
+            "(ACL_RT_OVERFLOW_MODE_INFNAN) only; they do not saturate",
+        )
+
+
+@c_function("aclrtGetDeviceSatMode", ACL)
+def _get_device_sat_mode(mode_out: int) -> None:
+    write(mode_out, "i32", INFNAN, "mode", ACL)
+
+
 def soc_name() -> str:
     """aclrtGetSocName: the name of the current card's chip (the first card before one is set)."""
     index = RUNTIME.current.get(_thread(), 0)
@@ -486,6 +506,14 @@ def _destroy_stream_force(stream: int) -> None:
     _destroy_stream(stream)
 
 
+@c_function("aclrtSetStreamFailureMode", ACL)
+def _set_stream_failure_mode(stream: int, mode: int) -> None:
+    """Stop on the first failure (1) or go on (0): a call here fails when issued, so either holds."""
+    RUNTIME.stream(stream)
+    if mode not in (0, 1):
+        raise AclError(abi.ACL_ERROR_INVALID_PARAM, f"aclrtSetStreamFailureMode: mode {mode} is neither 0 nor 1")
+
+
 @c_function("aclrtSynchronizeStream", ACL)
 def _synchronize_stream(stream: int) -> None:
     RUNTIME.stream(stream)  # its work ran when issued
@@ -569,3 +597,32 @@ def _event_elapsed_time(ms_out: int, start: int, end: int) -> None:
     if first.stamp is None or last.stamp is None:
         raise AclError(abi.ACL_ERROR_INVALID_PARAM, "aclrtEventElapsedTime: an event was never recorded")
     write(ms_out, "f32", (last.stamp - first.stamp) * 1e3, "ms", ACL)
+
+
+# -- what hccl-py's cards lack: declared so that programs link, refused when called ------------------
+def _unsupported(name: str, why: str) -> None:
+    def refuse(*args) -> None:
+        raise AclError(abi.ACL_ERROR_FEATURE_UNSUPPORTED, f"{name}: {why}")
+
+    c_function(name, ACL)(refuse)
+
+
+for _name in (
+    "aclrtReserveMemAddress",
+    "aclrtReleaseMemAddress",
+    "aclrtMallocPhysical",
+    "aclrtFreePhysical",
+    "aclrtMapMem",
+    "aclrtUnmapMem",
+    "aclrtMemGetAllocationGranularity",
+):
+    _unsupported(_name, "hccl-py's cards have no virtual memory management; allocate with aclrtMalloc")
+for _name in (
+    "aclprofInit",
+    "aclprofFinalize",
+    "aclprofStart",
+    "aclprofStop",
+    "aclprofCreateConfig",
+    "aclprofDestroyConfig",
+):
+    _unsupported(_name, "hccl-py has no profiler; hccl-launch --trace writes a timeline of modeled and wall time")

@@ -685,3 +685,22 @@ def shutdown() -> None:
     for server in _stores:
         server.close()
     _stores.clear()
+
+
+# -- what hccl-py's communicators lack: declared so that programs link, refused when called ----------
+def _unsupported(name: str, why: str) -> None:
+    def refuse(*args) -> None:
+        raise HcclNotSupportedError(f"{name}: {why}", rule="feature")
+
+    c_function(name, HCCL)(refuse)
+
+
+for _name in (
+    "HcclCommSetMemoryRange",
+    "HcclCommUnsetMemoryRange",
+    "HcclCommActivateCommMemory",
+    "HcclCommDeactivateCommMemory",
+):
+    _unsupported(_name, "hccl-py has no zero-copy memory ranges; pass memory of aclrtMalloc")
+for _name in ("HcclCommSymWinRegister", "HcclCommSymWinDeregister"):
+    _unsupported(_name, "hccl-py has no symmetric memory windows; pass memory of aclrtMalloc")
