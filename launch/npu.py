@@ -47,15 +47,9 @@ def foreign_torch_npu() -> str | None:
 
 
 def check_ready() -> None:
-    """Refuse before any process starts: without torch (say what to install), or beside a real
-    torch_npu (which would serve 'npu' and 'hccl' itself)."""
-    if importlib.util.find_spec("torch") is None:
-        raise HcclNotSupportedError(
-            "hccl-py's npu device needs torch: pip install 'hccl-py[torch]' (torch 2.13.0; "
-            "docs/torch.md says how to get its CPU build)",
-            module="torch",
-            rule="required",
-        )
+    """Refuse before any process starts beside a real torch_npu (which would serve 'npu' and
+    'hccl' itself). Without torch the host still serves HCCL's C API; a torch program then fails
+    at its own ``import torch``."""
     holder = foreign_torch_npu()
     if holder is not None:
         raise HcclNotSupportedError(
@@ -69,13 +63,36 @@ def check_ready() -> None:
 def npu_environment(environ: dict[str, str], devices: int | None = None) -> dict[str, str]:
     """The variables that make a process tree one host with simulated NPUs: hccl-py's torch_npu
     first on PYTHONPATH, the card count (None: each process's LOCAL_WORLD_SIZE, as under
-    hccl-launch), the backend's Ascend rules on."""
+    hccl-launch), the backend's Ascend rules on; and, when HCCL's C API is built, its prefix
+    where C programs and ctypes loaders look for CANN (``capi_environment``)."""
     path = environ.get("PYTHONPATH", "")
     parts = [p for p in path.split(os.pathsep) if p and Path(p).resolve() != NPU_STANDIN]
     out = {"PYTHONPATH": os.pathsep.join([str(NPU_STANDIN), *parts]), env.HCCL_PY_NPU_STRICT: "1"}
     if devices is not None:
         out[env.HCCL_PY_NPU_DEVICES] = str(devices)
+    out.update(capi_environment(environ))
     return out
+
+
+def capi_environment(environ: dict[str, str]) -> dict[str, str]:
+    """What Makefiles, set_env.sh-style scripts and ctypes loaders read to find CANN, pointed at
+    hccl-py's prefix (none of it when the prefix cannot be built): ASCEND_HOME_PATH and
+    ASCEND_TOOLKIT_HOME, lib64 first on LD_LIBRARY_PATH, HCCL_SO_PATH (vLLM's pyhccl), and
+    HCCL_PY_PYTHON, the Python the library starts in a C program."""
+    from hccl_py import native  # lazy: builds the prefix when its sources changed
+
+    prefix = native.prefix()
+    if prefix is None:
+        return {}
+    lib64 = str(prefix / "lib64")
+    libraries = [p for p in environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p and p != lib64]
+    return {
+        "ASCEND_HOME_PATH": str(prefix),
+        "ASCEND_TOOLKIT_HOME": str(prefix),
+        "LD_LIBRARY_PATH": os.pathsep.join([lib64, *libraries]),
+        "HCCL_SO_PATH": str(prefix / "lib64" / "libhccl.so"),
+        "HCCL_PY_PYTHON": sys.executable,
+    }
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -102,6 +119,12 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"the modeled cluster (an hccl-topo preset): cards, links, HBM (default {DEFAULT_TOPOLOGY} "
         "up to 8 cards, unless HCCL_PY_TOPOLOGY or RANK_TABLE_FILE is set)",
     )
+    parser.add_argument(
+        "--prefix",
+        action="store_true",
+        help="print the CANN-shaped prefix of HCCL's C API (include/, lib64/) and exit: build C programs "
+        "with ASCEND_DIR=$(hccl-npu --prefix); exit 2 when it is not built, saying why",
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the command to run, with its arguments")
     return parser
 
@@ -110,6 +133,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     """hccl-npu's entry point: check, set the environment, exec COMMAND."""
     ns = build_parser().parse_args(argv)
     command = ns.command[1:] if ns.command[:1] == ["--"] else ns.command
+    if ns.prefix:
+        from hccl_py import native  # lazy: only --prefix and C programs need the build
+
+        found = native.prefix()
+        if found is None:
+            print(f"hccl-npu: HCCL's C API is not built: {native.why_not()}", file=sys.stderr)
+            return 2
+        print(found)
+        return 0
     if not command:
         build_parser().error("give a command to run, e.g. hccl-npu --devices 4 python script.py")
     try:

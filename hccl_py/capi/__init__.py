@@ -18,33 +18,6 @@ from ..errors import HcclError, HcclResult
 from . import abi, acl, hccl  # acl and hccl: their entry points register themselves
 from .abi import ACL, ENTRIES, HCCL
 
-_ERROR_STRINGS = {
-    0: "no error",
-    1: "parameter error",
-    2: "empty pointer",
-    3: "memory error",
-    4: "internal error",
-    5: "not support feature",
-    6: "not found specific resource",
-    7: "resource unavailable",
-    8: "call system interface error",
-    9: "timeout",
-    10: "open file fail",
-    11: "tcp connect fail",
-    12: "roce connect fail",
-    13: "tcp transfer fail",
-    14: "roce transfer fail",
-    15: "call runtime api fail",
-    16: "call driver api fail",
-    17: "call profiling api fail",
-    18: "call cce api fail",
-    19: "call network api fail",
-    20: "try again",
-    21: "error cqe",
-    22: "error communicator suspending",
-    23: "retry constraint",
-    24: "out of memory",
-}
 _recent: dict[int, str] = {}  # thread ident -> the last failure's message (aclGetRecentErrMsg)
 
 
@@ -66,20 +39,16 @@ def _failed(name: str, family: str, err: Exception) -> int:
     known = isinstance(err, (abi.AclError, HcclError))
     message = str(err) if known else f"{type(err).__name__}: {err} (an hccl-py bug: please report it)"
     _recent[threading.get_ident()] = message
-    hccl.log_failure(name, err if known else message)
+    if family == HCCL or not known:  # an AscendCL refusal is the caller's to read (aclGetRecentErrMsg)
+        hccl.log_failure(name, err if known else message)
     if not known:
         traceback.print_exc()
     return abi.hccl_code(err) if family == HCCL else abi.acl_code(err)
 
 
 def text(name: str, args: tuple) -> str:
-    """The string a C function returns: ``HcclGetErrorString(code)``, ``aclGetRecentErrMsg()``,
-    ``aclrtGetSocName()``."""
-    if name == "HcclGetErrorString":
-        code = args[0]
-        if code == HcclResult.E_IN_STATUS:
-            return "unknown err"
-        return _ERROR_STRINGS.get(code, "unknown error")
+    """The string a C function returns: ``aclGetRecentErrMsg()``, ``aclrtGetSocName()``
+    (HcclGetErrorString's strings are the C library's own, static as HCCL's)."""
     if name == "aclGetRecentErrMsg":
         return _recent.pop(threading.get_ident(), "")
     if name == "aclrtGetSocName":

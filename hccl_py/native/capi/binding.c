@@ -400,18 +400,11 @@ const char *aclGetRecentErrMsg(void)
     return answer("aclGetRecentErrMsg", recent_message, sizeof(recent_message), "()");
 }
 
-static char soc_names[64][64]; /* per device; a card's name never changes */
+static _Thread_local char soc_name[64];
 
 const char *aclrtGetSocName(void)
 {
-    int32_t device = 0;
-    if (aclrtGetDevice(&device) != ACL_SUCCESS || device < 0 || device >= 64) {
-        device = 0;
-    }
-    if (soc_names[device][0] == '\0') {
-        answer("aclrtGetSocName", soc_names[device], sizeof(soc_names[device]), "()");
-    }
-    return soc_names[device];
+    return answer("aclrtGetSocName", soc_name, sizeof(soc_name), "()"); /* the current device's (or the first) */
 }
 
 /* ---- AscendCL: devices, contexts ---------------------------------------------------------------- */
