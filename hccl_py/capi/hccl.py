@@ -76,7 +76,9 @@ class CComm:
 _comms: dict[int, CComm] = {}
 _lock = threading.Lock()
 _stores: list[StoreServer] = []  # root infos this process made: their stores stay until exit
-_groups = threading.local()  # HcclGroupStart depth and the calls it holds, per thread
+# thread ident -> [group depth, the calls held since its outermost HcclGroupStart] (by ident, not
+# threading.local: a C thread is the same thread from call to call, whatever Python makes of it)
+_groups: dict[int, list] = {}
 
 
 # -- arguments -------------------------------------------------------------------------------------------
@@ -175,8 +177,9 @@ def run(c: CComm, stream: AclStream, what: str, call, p2p: tuple | None = None) 
     """Run ``call`` on ``c``'s communicator from ``stream``'s modeled clock (the stream moves to the
     call's end), or hold it for HcclGroupEnd inside a group (``p2p``: the send or receive as a
     batch item, ``(kind, array, peer)``)."""
-    if getattr(_groups, "depth", 0):
-        _groups.calls.append((c, stream, what, call, p2p))
+    group = _groups.get(threading.get_ident())
+    if group is not None:
+        group[1].append((c, stream, what, call, p2p))
         return
     device = c.comm.device
     device.clock = stream.clock.clock
@@ -645,22 +648,20 @@ def _batch_send_recv(c: CComm, items: int, item_num: int, stream: int) -> Planne
 @c_function("HcclGroupStart", HCCL)
 def _group_start() -> None:
     """Hold this thread's calls until the matching HcclGroupEnd (groups nest)."""
-    if not getattr(_groups, "depth", 0):
-        _groups.calls = []
-    _groups.depth = getattr(_groups, "depth", 0) + 1
+    _groups.setdefault(threading.get_ident(), [0, []])[0] += 1
 
 
 @c_function("HcclGroupEnd", HCCL)
 def _group_end() -> None:
     """Run the calls held since HcclGroupStart in issue order, each run of sends and receives on
     one communicator and stream as one batch (no order of them can deadlock, as in HCCL's group)."""
-    depth = getattr(_groups, "depth", 0)
-    if depth == 0:
+    group = _groups.get(threading.get_ident())
+    if group is None:
         raise HcclParamError("HcclGroupEnd without HcclGroupStart", rule="pairing")
-    _groups.depth = depth - 1
-    if _groups.depth:
+    group[0] -= 1
+    if group[0]:
         return
-    held, _groups.calls = _groups.calls, []
+    held = _groups.pop(threading.get_ident())[1]
     i = 0
     while i < len(held):
         c, stream, what, call, p2p = held[i]

@@ -28,6 +28,31 @@ static PyObject *dispatch_fn; /* hccl_py.capi.dispatch, once the runtime is impo
 static PyObject *text_fn;     /* hccl_py.capi.text */
 static PyObject *shutdown_fn; /* hccl_py.capi.shutdown */
 static char start_failure[1024];
+/* This thread's interpreter state, made at its first call and kept: the thread stays one Python
+   thread from call to call (its current device, its HcclGroupStart), as a Python caller's does. */
+static _Thread_local PyThreadState *kept;
+
+/* Take the interpreter for a call; 1 when leave() must give it back (0: the caller holds it, a
+   Python thread calling through ctypes.PyDLL) */
+static int enter(void)
+{
+    if (PyGILState_Check()) {
+        return 0;
+    }
+    if (kept != NULL) {
+        PyEval_RestoreThread(kept);
+    } else {
+        PyGILState_Ensure(); /* never released: its count stays above 0, the state lives on */
+    }
+    return 1;
+}
+
+static void leave(int release)
+{
+    if (release) {
+        kept = PyEval_SaveThread();
+    }
+}
 
 static void import_api(void)
 {
@@ -54,7 +79,7 @@ static void import_api(void)
    handlers. The interpreter is not finalised: threads of the program may still hold it. */
 static void stop(void)
 {
-    PyGILState_STATE gil = PyGILState_Ensure();
+    int release = enter();
     if (shutdown_fn != NULL) {
         PyObject *done = PyObject_CallNoArgs(shutdown_fn);
         if (done == NULL) {
@@ -69,15 +94,15 @@ static void stop(void)
     }
     Py_XDECREF(ran);
     Py_XDECREF(atexit_module);
-    PyGILState_Release(gil);
+    leave(release);
 }
 
 static void start(void)
 {
     if (Py_IsInitialized()) { /* a Python process: join its interpreter */
-        PyGILState_STATE gil = PyGILState_Ensure();
+        int release = enter();
         import_api();
-        PyGILState_Release(gil);
+        leave(release);
         return;
     }
     const char *python = getenv("HCCL_PY_PYTHON");
@@ -106,7 +131,7 @@ static void start(void)
         return;
     }
     import_api();
-    PyEval_SaveThread(); /* every thread takes the interpreter when it calls, this one too */
+    kept = PyEval_SaveThread(); /* every thread takes the interpreter when it calls, this one too */
     if (dispatch_fn != NULL) {
         atexit(stop);
     }
@@ -128,7 +153,7 @@ static long long forward(const char *name, long long failure, const char *fmt, .
     if (!ready(name)) {
         return failure;
     }
-    PyGILState_STATE gil = PyGILState_Ensure();
+    int release = enter();
     va_list va;
     va_start(va, fmt);
     PyObject *args = Py_VaBuildValue(fmt, va);
@@ -146,7 +171,7 @@ static long long forward(const char *name, long long failure, const char *fmt, .
     }
     Py_XDECREF(result);
     Py_XDECREF(args);
-    PyGILState_Release(gil);
+    leave(release);
     return code;
 }
 
@@ -157,7 +182,7 @@ static const char *answer(const char *name, char *buffer, size_t size, const cha
     if (!ready(name)) {
         return buffer;
     }
-    PyGILState_STATE gil = PyGILState_Ensure();
+    int release = enter();
     va_list va;
     va_start(va, fmt);
     PyObject *args = Py_VaBuildValue(fmt, va);
@@ -172,7 +197,7 @@ static const char *answer(const char *name, char *buffer, size_t size, const cha
     }
     Py_XDECREF(result);
     Py_XDECREF(args);
-    PyGILState_Release(gil);
+    leave(release);
     return buffer;
 }
 

@@ -1,0 +1,224 @@
+"""HCCL's C API: the prefix builds; a C program of our own (c/capi_check.c) runs every operator
+under mpiexec (a rank per process) and as threads (a rank per device, root info and
+HcclCommInitAll), checks results and error codes on every rank, and its modeled allreduce equals
+the simulator's; the library built with ASan and UBSan runs it clean; a ctypes client in a Python
+process joins that process's runtime."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hccl_py import native
+from hccl_py.native import build
+from launch.npu import capi_environment
+from tests.mp import run_command
+
+HERE = Path(__file__).resolve().parent
+CHECK = HERE / "c" / "capi_check.c"
+VENV = Path(sys.prefix)
+MPI_HEADER = VENV / "include" / "mpi.h"
+MPIEXEC = VENV / "bin" / "mpiexec"
+# every symbol hicann/oam-tools' hccl_test references (its 11 binaries, linked with -Wl,-z,now)
+HCCL_TEST_SYMBOLS = """
+HcclAllGather HcclAllGatherV HcclAllReduce HcclAlltoAll HcclAlltoAllV HcclAlltoAllVC HcclBroadcast HcclReduce
+HcclReduceScatter HcclReduceScatterV HcclScatter HcclCommActivateCommMemory HcclCommDeactivateCommMemory
+HcclCommDestroy HcclCommInitRootInfo HcclCommInitRootInfoConfig HcclCommSetMemoryRange HcclCommSymWinDeregister
+HcclCommSymWinRegister HcclCommUnsetMemoryRange HcclGetCommConfigCapability HcclGetRootInfo aclFinalize aclInit
+aclprofCreateConfig aclprofFinalize aclprofInit aclprofStart aclprofStop aclrtCreateEvent aclrtCreateEventWithFlag
+aclrtCreateStream aclrtDestroyEvent aclrtDestroyStream aclrtEventElapsedTime aclrtFree aclrtFreeHost
+aclrtFreePhysical aclrtGetDevice aclrtGetDeviceCount aclrtGetMemInfo aclrtGetSocName aclrtMalloc aclrtMallocHost
+aclrtMallocPhysical aclrtMapMem aclrtMemGetAllocationGranularity aclrtMemcpy aclrtRecordEvent
+aclrtReleaseMemAddress aclrtReserveMemAddress aclrtResetDevice aclrtResetEvent aclrtSetDevice
+aclrtSetDeviceSatMode aclrtSetStreamFailureMode aclrtStreamWaitEvent aclrtSynchronizeStream aclrtUnmapMem
+""".split()
+
+pytestmark = [pytest.mark.timeout(240), pytest.mark.usefixtures("no_leaks")]
+
+
+@pytest.fixture(scope="module")
+def prefix() -> Path:
+    found = native.prefix()
+    if found is None:
+        pytest.fail(f"HCCL's C API did not build: {native.why_not()}")
+    return found
+
+
+def _compile(prefix: Path, out: Path, *, mpi: bool, flags: tuple[str, ...] = (), library: Path | None = None) -> Path:
+    lib64 = library or prefix / "lib64"
+    command = [
+        build.compiler(),
+        "-std=c11",
+        "-Wall",
+        "-Wextra",
+        "-Werror",
+        f"-I{prefix / 'include'}",
+        *flags,
+        str(CHECK),
+        f"-L{lib64}",
+        f"-Wl,-rpath,{lib64}",
+        "-lhccl",
+        "-lpthread",
+        "-o",
+        str(out),
+    ]
+    if mpi:
+        command[1:1] = ["-DWITH_MPI", f"-I{VENV / 'include'}"]
+        command += [f"-L{VENV / 'lib'}", f"-Wl,-rpath,{VENV / 'lib'}", "-lmpi"]
+    subprocess.run(command, check=True, capture_output=True, text=True)
+    return out
+
+
+@pytest.fixture(scope="module")
+def program(prefix, tmp_path_factory) -> Path:
+    return _compile(prefix, tmp_path_factory.mktemp("capi") / "capi_check", mpi=False)
+
+
+def _env(devices: int, **extra: str) -> dict[str, str]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("HCCL_", "RANK", "MASTER_", "PMI"))}
+    environ.update(capi_environment(environ))
+    environ.update({"HCCL_PY_NPU_DEVICES": str(devices), "HCCL_PY_TOPOLOGY": "ascend910b-8p", **extra})
+    return environ
+
+
+def _ranks_ok(out: str, n: int) -> dict[int, float]:
+    """Every rank said ok; its modeled allreduce microseconds."""
+    assert "FAILED" not in out, out
+    assert sorted(int(r) for r in re.findall(r"rank (\d+): ok \d+ checks", out)) == list(range(n)), out
+    return {int(r): float(us) for r, us in re.findall(r"rank (\d+): modeled allreduce \d+ ([\d.]+)", out)}
+
+
+def _simulated_us(n: int, nbytes: int) -> float:
+    from hccl_py.collectives import CallSpec
+    from hccl_py.planning.calls import simulate_call
+    from topology import Topology
+
+    return simulate_call(CallSpec.of("allreduce", nbytes // 4), Topology.preset("ascend910b-8p", n=n)).time_s * 1e6
+
+
+def test_the_prefix_is_cann_shaped_and_exports_what_hccl_test_links(prefix):
+    lib64 = prefix / "lib64"
+    for alias in build.ALIASES:
+        assert (lib64 / alias).resolve() == (lib64 / build.LIBRARY).resolve()
+    for header in (
+        "hccl/hccl.h",
+        "hccl/hccl_types.h",
+        "hccl/hccl_comm.h",
+        "acl/acl.h",
+        "acl/acl_rt.h",
+        "acl/acl_prof.h",
+    ):
+        assert (prefix / "include" / header).is_file(), header
+    library = ctypes.CDLL(str(lib64 / "libacl_rt.so"))  # a name resolves to the one library
+    missing = [name for name in HCCL_TEST_SYMBOLS if not hasattr(library, name)]
+    assert not missing, missing
+    assert build.current(prefix)
+
+
+@pytest.mark.parametrize("language", ["c11", "c++11"])
+def test_the_headers_compile_clean_in_c_and_cpp(prefix, tmp_path, language):
+    source = tmp_path / ("probe.cc" if language == "c++11" else "probe.c")
+    source.write_text(
+        "#include <hccl/hccl.h>\n#include <acl/acl.h>\n#include <acl/acl_prof.h>\n"
+        "int main(void) { HcclCommConfig c; HcclCommConfigInit(&c); HcclRootInfo r;\n"
+        "  return (sizeof(c) == 2248 && sizeof(r) == 4108 && sizeof(HcclSendRecvItem) == 32) ? 0 : 1; }\n"
+    )
+    compiler = "g++" if language == "c++11" else build.compiler()
+    out = tmp_path / "probe"
+    subprocess.run(
+        [
+            compiler,
+            f"-std={language}",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            f"-I{prefix / 'include'}",
+            str(source),
+            "-o",
+            str(out),
+        ],
+        check=True,
+    )
+    assert subprocess.run([str(out)]).returncode == 0  # the struct sizes of HCCL's interface
+
+
+@pytest.mark.parametrize("mode", ["threads", "initall"])
+def test_ranks_as_threads_of_one_process_run_every_operator(program, mode):
+    result = run_command([str(program), mode, "4"], timeout=120, env=_env(4))
+    assert result.returncode == 0, result.stdout + result.stderr
+    modeled = _ranks_ok(result.stdout, 4)
+    assert len(modeled) == 4 and all(
+        us == pytest.approx(_simulated_us(4, 1 << 20), abs=1e-3) for us in modeled.values()
+    )
+
+
+@pytest.mark.skipif(not MPI_HEADER.exists() or not MPIEXEC.exists(), reason="the mpich wheel (pip install -e '.[mpi]')")
+def test_a_rank_per_process_under_mpiexec_with_bad_calls_refused_everywhere(prefix, tmp_path):
+    program = _compile(prefix, tmp_path / "capi_check_mpi", mpi=True)
+    result = run_command([str(MPIEXEC), "-n", "4", str(program), "mpi", "errors"], timeout=120, env=_env(4))
+    assert result.returncode == 0, result.stdout + result.stderr
+    modeled = _ranks_ok(result.stdout, 4)
+    assert len(modeled) == 4 and all(
+        us == pytest.approx(_simulated_us(4, 1 << 20), abs=1e-3) for us in modeled.values()
+    )
+    # rank 1's refusal reached the others, with the runtime's message in their log
+    assert (
+        len(re.findall(r"rank 1 refused this call before any data moved: sendBuf is a null pointer", result.stderr))
+        == 3
+    )
+
+
+def test_the_library_runs_clean_under_address_and_undefined_behaviour_sanitizers(prefix, tmp_path):
+    flags = ("-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=undefined")
+    asan = build.build(tmp_path / "asan", extra_flags=flags, quiet=True)
+    assert asan is not None, build.status(tmp_path / "asan")
+    program = _compile(prefix, tmp_path / "capi_check_asan", mpi=False, flags=flags, library=asan / "lib64")
+    # Python's own allocations live until exit by design: leaks are not the library's to report
+    env = _env(2, ASAN_OPTIONS="detect_leaks=0:abort_on_error=1", UBSAN_OPTIONS="print_stacktrace=1")
+    env["LD_LIBRARY_PATH"] = str(asan / "lib64")
+    result = run_command([str(program), "threads", "2"], timeout=180, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "runtime error" not in result.stderr and "AddressSanitizer" not in result.stderr, result.stderr
+    _ranks_ok(result.stdout, 2)
+
+
+def test_without_a_compiler_nothing_is_built_and_the_prefix_says_why(tmp_path):
+    env = {"PATH": str(tmp_path), "HOME": os.environ.get("HOME", "/")}  # no cc, no gcc
+    code = f"import sys; sys.path.insert(0, {str(build.HERE.parents[1])!r}); from hccl_py.native import build; " + (
+        f"sys.exit(0 if build.build({str(tmp_path / 'p')!r}, quiet=True) is None else 1)"
+    )
+    subprocess.run([sys.executable, "-c", code], env=env, check=True)
+    assert "no C compiler" in build.status(tmp_path / "p")
+    assert not (tmp_path / "p" / "lib64" / "libhccl.so").exists()
+
+
+def test_a_ctypes_client_joins_its_process_runtime(prefix):
+    """In a Python process the library joins the running interpreter (vLLM's pyhccl loads it so):
+    the same entry points, here on one rank."""
+    code = (
+        "import ctypes, numpy as np\n"
+        f"lib = ctypes.CDLL({str(prefix / 'lib64' / 'libhccl.so')!r})\n"
+        "lib.HcclGetErrorString.restype = ctypes.c_char_p\n"
+        "assert lib.aclrtSetDevice(0) == 0\n"
+        "root = ctypes.create_string_buffer(4108); assert lib.HcclGetRootInfo(root) == 0\n"
+        "comm = ctypes.c_void_p(); assert lib.HcclCommInitRootInfo(1, root, 0, ctypes.byref(comm)) == 0\n"
+        "buf = ctypes.c_void_p(); assert lib.aclrtMalloc(ctypes.byref(buf), ctypes.c_size_t(64), 0) == 0\n"
+        "host = (ctypes.c_float * 16)(*range(16))\n"
+        "assert lib.aclrtMemcpy(buf, ctypes.c_size_t(64), host, ctypes.c_size_t(64), 1) == 0\n"
+        "assert lib.HcclAllReduce(buf, buf, ctypes.c_uint64(16), 4, 0, comm, None) == 0\n"
+        "assert lib.HcclAllReduce(None, buf, ctypes.c_uint64(16), 4, 0, comm, None) == 2\n"
+        "assert lib.HcclGetErrorString(2) == b'empty pointer'\n"
+        "out = (ctypes.c_float * 16)(); assert lib.aclrtMemcpy(out, ctypes.c_size_t(64), buf, ctypes.c_size_t(64), 2) == 0\n"
+        "assert list(out) == list(map(float, range(16)))\n"
+        "assert lib.HcclCommDestroy(comm) == 0\n"
+        "import hccl_py.capi.acl as acl; assert acl.RUNTIME.cards  # the process's own runtime served the calls\n"
+        "print('ok')\n"
+    )
+    result = run_command([sys.executable, "-c", code], timeout=60, env=_env(1))
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stdout + result.stderr
