@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +23,7 @@ from tests.mp import run_command
 
 HERE = Path(__file__).resolve().parent
 CHECK = HERE / "c" / "capi_check.c"
+EXAMPLE = HERE.parents[2] / "examples" / "capi"
 VENV = Path(sys.prefix)
 MPI_HEADER = VENV / "include" / "mpi.h"
 MPIEXEC = VENV / "bin" / "mpiexec"
@@ -94,12 +96,14 @@ def _ranks_ok(out: str, n: int) -> dict[int, float]:
     return {int(r): float(us) for r, us in re.findall(r"rank (\d+): modeled allreduce \d+ ([\d.]+)", out)}
 
 
-def _simulated_us(n: int, nbytes: int) -> float:
+def _simulated_us(n: int, nbytes: int, preset: str = "ascend910b-8p") -> float:
+    """What hccl-sim says one float32 allreduce of ``nbytes`` takes on ``n`` cards of ``preset``."""
     from hccl_py.collectives import CallSpec
     from hccl_py.planning.calls import simulate_call
     from topology import Topology
 
-    return simulate_call(CallSpec.of("allreduce", nbytes // 4), Topology.preset("ascend910b-8p", n=n)).time_s * 1e6
+    topology = Topology.preset(preset, n=n) if preset == "ascend910b-8p" else Topology.preset(preset)
+    return simulate_call(CallSpec.of("allreduce", nbytes // 4), topology).time_s * 1e6
 
 
 def test_the_prefix_is_cann_shaped_and_exports_what_hccl_test_links(prefix):
@@ -222,3 +226,32 @@ def test_a_ctypes_client_joins_its_process_runtime(prefix):
     )
     result = run_command([sys.executable, "-c", code], timeout=60, env=_env(1))
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stdout + result.stderr
+
+
+def test_the_c_example_makes_and_prints_what_hccls_examples_print(tmp_path):
+    """examples/capi, as a user runs it: `hccl-npu --devices 8 make test`."""
+    example = tmp_path / "capi"
+    shutil.copytree(EXAMPLE, example)
+    hccl_npu = str(VENV / "bin" / "hccl-npu")
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("HCCL_", "ASCEND_"))}
+    result = run_command([hccl_npu, "--devices", "8", "make", "-s", "test"], timeout=120, env=environ, cwd=example)
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "Found 8 NPU device(s) available"
+    expected = [f"rankId: {r}, output: [ 0 8 16 24 32 40 48 56 ]" for r in range(8)]
+    assert [line.split(", modeled")[0] for line in lines[1:]] == expected
+    modeled = [float(line.split("modeled ")[1].split()[0]) for line in lines[1:]]
+    assert all(us == pytest.approx(_simulated_us(8, 32), abs=1e-3) for us in modeled)
+
+
+@pytest.mark.skipif(not MPI_HEADER.exists() or not MPIEXEC.exists(), reason="the mpich wheel (pip install -e '.[mpi]')")
+def test_ranks_on_two_servers_pay_the_two_level_model(prefix, tmp_path):
+    """8 ranks on 2x4p-roce (a host's cards as ranks of two modeled servers): every operator
+    right, the allreduce's modeled time the simulator's for that cluster."""
+    program = _compile(prefix, tmp_path / "capi_check_mpi", mpi=True)
+    env = _env(4, HCCL_PY_TOPOLOGY="2x4p-roce")
+    result = run_command([str(MPIEXEC), "-n", "8", str(program), "mpi"], timeout=180, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    modeled = _ranks_ok(result.stdout, 8)
+    expected = _simulated_us(8, 1 << 20, preset="2x4p-roce")
+    assert len(modeled) == 8 and all(us == pytest.approx(expected, abs=1e-3) for us in modeled.values())
