@@ -145,6 +145,9 @@ def write_bytes(address: int, data: bytes, what: str, family: str = HCCL) -> Non
 
 
 def read_text(address: int, limit: int, what: str, family: str = HCCL) -> str:
-    """The NUL-terminated string at ``address`` (at most ``limit`` bytes read), as UTF-8."""
-    raw = ctypes.string_at(require(address, what, family), limit)
-    return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
+    """The NUL-terminated string at ``address`` (read up to its NUL, never past it), as UTF-8;
+    one longer than ``limit`` bytes is a parameter error."""
+    raw = ctypes.c_char_p(require(address, what, family)).value or b""
+    if len(raw) > limit:
+        raise HcclParamError(f"{what} is longer than {limit} bytes", arg=what, rule="length")
+    return raw.decode("utf-8", "replace")

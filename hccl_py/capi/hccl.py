@@ -15,12 +15,16 @@ them.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import sys
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
+
+from topology import RankTable, TopologyError
 
 from ..communicator import Communicator
 from ..dtypes import DTYPES_BY_CODE, NAME_BY_CODE, ReduceOp, dtype_named
@@ -28,7 +32,7 @@ from ..errors import HcclError, HcclNotSupportedError, HcclParamError
 from ..job import read_job
 from ..runtime import open_world
 from ..store import StoreServer
-from .abi import HCCL, AclError, c_function, read, read_u64s, require, write, write_bytes
+from .abi import HCCL, AclError, c_function, read, read_text, read_u64s, require, write, write_bytes
 from .acl import RUNTIME, AclStream, Card
 from .config import CommConfig, RootInfo
 
@@ -208,6 +212,24 @@ def _register(comm: Communicator, card: Card) -> CComm:
 def _job(size: int, rank: int, info: RootInfo, config: CommConfig | None):
     """The job of one rank of a root-info communicator: HCCL's settings from the environment and
     ``config``, the ranks and the store from the root info."""
+    return dataclasses.replace(
+        _settings(config),
+        rank=rank,
+        size=size,
+        mpi=None,
+        launcher_env=True,
+        store_addr=info.host,
+        store_port=info.port,
+        torch_store=False,
+        store_hosted=True,
+        local_world_size=None,
+        launcher_id=(info.job_id, "root info"),
+        secret=info.secret,
+    )
+
+
+def _settings(config: CommConfig | None):
+    """HCCL's settings of a new communicator: the environment's, overridden by ``config``'s."""
     base = read_job({k: v for k, v in os.environ.items() if k not in _JOB_VARIABLES})
     overrides = {}
     if config is not None:
@@ -221,21 +243,7 @@ def _job(size: int, rank: int, info: RootInfo, config: CommConfig | None):
             from ..algo_names import parse_hccl_algo  # lazy: only a config with hcclAlgo set needs the grammar
 
             overrides["algo"] = parse_hccl_algo(config.algo)
-    return dataclasses.replace(
-        base,
-        rank=rank,
-        size=size,
-        mpi=None,
-        launcher_env=True,
-        store_addr=info.host,
-        store_port=info.port,
-        torch_store=False,
-        store_hosted=True,
-        local_world_size=None,
-        launcher_id=(info.job_id, "root info"),
-        secret=info.secret,
-        **overrides,
-    )
+    return dataclasses.replace(base, **overrides)
 
 
 def _check_ranks(n_ranks: int, rank: int) -> None:
@@ -273,6 +281,49 @@ def _comm_init_root_info_config(n_ranks: int, root_info: int, rank: int, config:
     require(comm_out, "comm")
     info = RootInfo.read(require(root_info, "rootInfo"))
     c = init_root_info(n_ranks, info, rank, CommConfig.read(config), RUNTIME.current_card())
+    write(comm_out, "ptr", c.handle, "comm")
+
+
+@c_function("HcclCommInitClusterInfo", HCCL)
+def _comm_init_cluster_info(cluster_info: int, rank: int, comm_out: int) -> None:
+    _comm_init_cluster_info_config(cluster_info, rank, 0, comm_out)
+
+
+@c_function("HcclCommInitClusterInfoConfig", HCCL)
+def _comm_init_cluster_info_config(cluster_info: int, rank: int, config: int, comm_out: int) -> None:
+    """The communicator of an HCCL rank table file (its ranks, servers and links the modeled
+    cluster's), rank ``rank`` of it. The ranks meet at MASTER_ADDR:MASTER_PORT when set (hccl-launch
+    sets them), else at a port of this host named by the table's bytes, which rank 0 hosts: two
+    jobs of one table at once need a MASTER_PORT each."""
+    require(comm_out, "comm")
+    path = read_text(require(cluster_info, "clusterInfo"), 4096, "clusterInfo")
+    try:
+        table = RankTable.load(path)
+    except (OSError, TopologyError) as err:
+        raise HcclParamError(
+            f"clusterInfo {path!r}: {err}; pass the path of an HCCL rank table (hccl-topo generate writes one)",
+            arg="clusterInfo",
+            rule="rank_table",
+        ) from None
+    _check_ranks(table.num_ranks, rank)
+    digest = hashlib.blake2b(Path(path).read_bytes(), digest_size=4).digest()
+    port = os.environ.get("MASTER_PORT") or str(20000 + int.from_bytes(digest, "little") % 10000)
+    job = dataclasses.replace(
+        _settings(CommConfig.read(config)),
+        rank=rank,
+        size=table.num_ranks,
+        mpi=None,
+        launcher_env=True,
+        store_addr=os.environ.get("MASTER_ADDR") or "127.0.0.1",
+        store_port=int(port),
+        torch_store=False,
+        store_hosted=False,
+        local_world_size=None,
+        launcher_id=None,
+        rank_table=path,  # with HCCL_PY_TOPOLOGY, if set, naming its cards and links (as RANK_TABLE_FILE)
+    )
+    comm = open_world(job, announce=False)
+    c = _register(comm, RUNTIME.current_card())
     write(comm_out, "ptr", c.handle, "comm")
 
 

@@ -162,6 +162,28 @@ def test_ranks_as_threads_of_one_process_run_every_operator(program, mode):
     )
 
 
+def test_ranks_of_a_rank_table_meet_and_run_every_operator(program, tmp_path):
+    """HcclCommInitClusterInfo: the rank table is the modeled cluster (its cards' links)."""
+    table = tmp_path / "rank_table.json"
+    subprocess.run(
+        [str(VENV / "bin" / "hccl-topo"), "generate", "--preset", "ascend910b-8p", "-n", "4", "-o", str(table)],
+        check=True,
+    )
+    env = _env(4, MASTER_PORT=str(_free_port()))  # HCCL_PY_TOPOLOGY ascend910b-8p: the table's cards are 910B
+    result = run_command([str(program), "cluster", str(table), "4"], timeout=120, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    modeled = _ranks_ok(result.stdout, 4)
+    assert all(us == pytest.approx(_simulated_us(4, 1 << 20), abs=1e-3) for us in modeled.values())
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 @pytest.mark.skipif(not MPI_HEADER.exists() or not MPIEXEC.exists(), reason="the mpich wheel (pip install -e '.[mpi]')")
 def test_a_rank_per_process_under_mpiexec_with_bad_calls_refused_everywhere(prefix, tmp_path):
     program = _compile(prefix, tmp_path / "capi_check_mpi", mpi=True)

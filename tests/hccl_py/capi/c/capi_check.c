@@ -5,6 +5,7 @@
  *   capi_check mpi [errors]      a rank per process, under mpiexec (rank and size from MPI)
  *   capi_check threads N         N ranks as threads of this process, one device each (root info)
  *   capi_check initall N         the same, the communicator made by HcclCommInitAll
+ *   capi_check cluster FILE N    the same, each rank joining the rank table FILE (HcclCommInitClusterInfo)
  *
  * Each rank prints "rank R: ok N checks" or the first failures, and one line
  * "rank R: modeled allreduce BYTES US" (the stream's modeled microseconds of that allreduce);
@@ -31,6 +32,7 @@ typedef struct {
     HcclComm comm;
     aclrtStream stream;
     const HcclRootInfo *root;
+    const char *rank_table; /* set: join by HcclCommInitClusterInfo */
 } Rank;
 
 #define EXPECT(r, cond, ...)                                 \
@@ -342,7 +344,9 @@ static void *run_rank(void *arg)
 {
     Rank *r = arg;
     CALL(r, "aclrtSetDevice", aclrtSetDevice(r->device));
-    if (r->comm == NULL) {
+    if (r->comm == NULL && r->rank_table != NULL) {
+        CALL(r, "HcclCommInitClusterInfo", HcclCommInitClusterInfo(r->rank_table, (uint32_t)r->rank, &r->comm));
+    } else if (r->comm == NULL) {
         CALL(r, "HcclCommInitRootInfo", HcclCommInitRootInfo((uint32_t)r->size, r->root, (uint32_t)r->rank, &r->comm));
     }
     if (r->failures == 0) {
@@ -366,7 +370,7 @@ static void *run_rank(void *arg)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: capi_check mpi [errors] | threads N | initall N\n");
+        fprintf(stderr, "usage: capi_check mpi [errors] | threads N | initall N | cluster FILE N\n");
         return 2;
     }
     uint32_t devices = 0;
@@ -402,7 +406,8 @@ int main(int argc, char **argv)
         return 2;
 #endif
     } else {
-        int n = argc > 2 ? atoi(argv[2]) : 0;
+        const char *table = strcmp(argv[1], "cluster") == 0 && argc > 3 ? argv[2] : NULL;
+        int n = table ? atoi(argv[3]) : argc > 2 ? atoi(argv[2]) : 0;
         if (n < 1 || n > MAXRANKS || n > (int)devices) {
             fprintf(stderr, "capi_check: N must be 1..%d and at most the %u devices\n", MAXRANKS, devices);
             return 2;
@@ -417,7 +422,7 @@ int main(int argc, char **argv)
                 return 1;
             }
             for (int i = 0; i < n; i++) ranks[i].comm = comms[i];
-        } else if (HcclGetRootInfo(&root) != HCCL_SUCCESS) {
+        } else if (table == NULL && HcclGetRootInfo(&root) != HCCL_SUCCESS) {
             printf("HcclGetRootInfo failed\n");
             return 1;
         }
@@ -427,6 +432,7 @@ int main(int argc, char **argv)
             ranks[i].size = n;
             ranks[i].device = i;
             ranks[i].root = &root;
+            ranks[i].rank_table = table;
             pthread_create(&threads[i], NULL, run_rank, &ranks[i]);
         }
         for (int i = 0; i < n; i++) {
