@@ -162,6 +162,19 @@ def test_ranks_as_threads_of_one_process_run_every_operator(program, mode):
     )
 
 
+def test_a_mismatch_and_a_timeout_reach_every_rank_with_hccls_codes(program):
+    """Failures of the runtime, through the C API: calls that disagree fail on both ranks
+    (HCCL_E_PARA, the mismatch named in the log); a rank alone in a call times out
+    (HCCL_E_TIMEOUT), and its peer that comes later fails too (the peer's failure, HCCL_E_REMOTE,
+    or its own timeout), never a hang."""
+    result = run_command([str(program), "failures"], timeout=120, env=_env(2, HCCL_EXEC_TIMEOUT="2"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = set(result.stdout.split("\n"))
+    assert {"rank 0: mismatch 1", "rank 1: mismatch 1", "rank 0: alone 9"} <= lines, result.stdout
+    assert lines & {"rank 1: alone 21", "rank 1: alone 9"}, result.stdout
+    assert "count" in result.stderr and "Waiting peer rank" in result.stderr, result.stderr
+
+
 def test_ranks_of_a_rank_table_meet_and_run_every_operator(program, tmp_path):
     """HcclCommInitClusterInfo: the rank table is the modeled cluster (its cards' links)."""
     table = tmp_path / "rank_table.json"

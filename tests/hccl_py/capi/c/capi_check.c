@@ -6,6 +6,8 @@
  *   capi_check threads N         N ranks as threads of this process, one device each (root info)
  *   capi_check initall N         the same, the communicator made by HcclCommInitAll
  *   capi_check cluster FILE N    the same, each rank joining the rank table FILE (HcclCommInitClusterInfo)
+ *   capi_check failures          2 threads: a mismatch fails both ranks; then a rank alone in a call times
+ *                                out (run with a small HCCL_EXEC_TIMEOUT)
  *
  * Each rank prints "rank R: ok N checks" or the first failures, and one line
  * "rank R: modeled allreduce BYTES US" (the stream's modeled microseconds of that allreduce);
@@ -340,6 +342,43 @@ static void check_errors(Rank *r)
     aclrtFree(d);
 }
 
+/* failures: each rank's codes, on two communicators (the first is aborted by its mismatch) */
+static HcclRootInfo failure_roots[2];
+static pthread_mutex_t alone_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t alone_done = PTHREAD_COND_INITIALIZER;
+static int alone_returned;
+
+static void *run_failures(void *arg)
+{
+    Rank *r = arg;
+    HcclComm comm;
+    void *d = NULL;
+    CALL(r, "aclrtSetDevice", aclrtSetDevice(r->device));
+    CALL(r, "aclrtMalloc", aclrtMalloc(&d, 4096, ACL_MEM_MALLOC_HUGE_FIRST));
+    CALL(r, "HcclCommInitRootInfo", HcclCommInitRootInfo(2, &failure_roots[0], (uint32_t)r->rank, &comm));
+    HcclResult got = HcclAllReduce(d, d, r->rank == 0 ? 16 : 32, HCCL_DATA_TYPE_FP32, HCCL_REDUCE_SUM, comm, NULL);
+    printf("rank %d: mismatch %d\n", r->rank, got);
+    HcclCommDestroy(comm);
+    CALL(r, "HcclCommInitRootInfo", HcclCommInitRootInfo(2, &failure_roots[1], (uint32_t)r->rank, &comm));
+    if (r->rank == 0) { /* alone in the call: rank 1 enters only once this one has returned */
+        got = HcclAllReduce(d, d, 16, HCCL_DATA_TYPE_FP32, HCCL_REDUCE_SUM, comm, NULL);
+        pthread_mutex_lock(&alone_lock);
+        alone_returned = 1;
+        pthread_cond_signal(&alone_done);
+        pthread_mutex_unlock(&alone_lock);
+    } else {
+        pthread_mutex_lock(&alone_lock);
+        while (!alone_returned) pthread_cond_wait(&alone_done, &alone_lock);
+        pthread_mutex_unlock(&alone_lock);
+        got = HcclAllReduce(d, d, 16, HCCL_DATA_TYPE_FP32, HCCL_REDUCE_SUM, comm, NULL);
+    }
+    printf("rank %d: alone %d\n", r->rank, got);
+    HcclCommDestroy(comm);
+    aclrtFree(d);
+    fflush(stdout);
+    return NULL;
+}
+
 static void *run_rank(void *arg)
 {
     Rank *r = arg;
@@ -405,6 +444,17 @@ int main(int argc, char **argv)
         fprintf(stderr, "capi_check: built without MPI\n");
         return 2;
 #endif
+    } else if (strcmp(argv[1], "failures") == 0) {
+        pthread_t threads[2];
+        if (HcclGetRootInfo(&failure_roots[0]) != HCCL_SUCCESS || HcclGetRootInfo(&failure_roots[1]) != HCCL_SUCCESS) {
+            return 1;
+        }
+        for (int i = 0; i < 2; i++) {
+            ranks[i].rank = ranks[i].device = i;
+            pthread_create(&threads[i], NULL, run_failures, &ranks[i]);
+        }
+        for (int i = 0; i < 2; i++) pthread_join(threads[i], NULL);
+        failed = ranks[0].failures + ranks[1].failures;
     } else {
         const char *table = strcmp(argv[1], "cluster") == 0 && argc > 3 ? argv[2] : NULL;
         int n = table ? atoi(argv[3]) : argc > 2 ? atoi(argv[2]) : 0;
