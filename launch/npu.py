@@ -46,10 +46,18 @@ def foreign_torch_npu() -> str | None:
     return None
 
 
-def check_ready() -> None:
-    """Refuse before any process starts beside a real torch_npu (which would serve 'npu' and
-    'hccl' itself). Without torch the host still serves HCCL's C API; a torch program then fails
-    at its own ``import torch``."""
+TORCH_MISSING = (
+    "hccl-py's npu device needs torch: pip install 'hccl-py[torch]' (torch 2.13.0; docs/torch.md says how to "
+    "get its CPU build)"
+)
+
+
+def check_ready(*, torch_required: bool = True) -> None:
+    """Refuse before any process starts: without torch when ``torch_required`` (hccl-launch
+    --npu, whose ranks are torch programs; say what to install), or beside a real torch_npu
+    (which would serve 'npu' and 'hccl' itself)."""
+    if torch_required and importlib.util.find_spec("torch") is None:
+        raise HcclNotSupportedError(TORCH_MISSING, module="torch", rule="required")
     holder = foreign_torch_npu()
     if holder is not None:
         raise HcclNotSupportedError(
@@ -165,7 +173,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 min=1,
                 max=MAX_DEVICES,
             )
-        check_ready()
+        check_ready(torch_required=False)  # a C program of HCCL's API needs no torch
+        if importlib.util.find_spec("torch") is None:
+            print(f"hccl-npu: {TORCH_MISSING}; HCCL's C API is served without it", file=sys.stderr)
     except HcclError as err:
         print(f"hccl-npu: {err}", file=sys.stderr)
         return 2

@@ -306,9 +306,13 @@ def test_hccl_npu_says_what_to_install_without_torch(monkeypatch, capsys):
         hccl_npu.check_ready()
     from launch import cli
 
-    assert hccl_npu.main(["--devices", "2", "true"]) == 2  # before any process starts
-    assert cli.main(["--npu", "-n", "2", str(SCRIPTS / "npu_ddp.py")]) == 2
-    assert capsys.readouterr().err.count("pip install 'hccl-py[torch]'") == 2
+    assert cli.main(["--npu", "-n", "2", str(SCRIPTS / "npu_ddp.py")]) == 2  # torch ranks: before any starts
+    assert capsys.readouterr().err.count("pip install 'hccl-py[torch]'") == 1
+    # hccl-npu still serves HCCL's C API (a C program needs no torch), and says what torch needs
+    monkeypatch.setattr(hccl_npu.os, "execvpe", lambda *args: (_ for _ in ()).throw(SystemExit(0)))
+    with pytest.raises(SystemExit):
+        hccl_npu.main(["--devices", "2", "true"])
+    assert "pip install 'hccl-py[torch]'" in capsys.readouterr().err
 
 
 def test_hccl_npu_refuses_beside_a_real_torch_npu(monkeypatch):
