@@ -367,16 +367,10 @@ def test_all_ranks_at_once_equals_rank_by_rank(collective, algo, sizes, preset):
         for count in (size, 1000, 4097):
             assert can_simulate_flows(collective, algo, size, count)
             starts = [0.001 * ((r * 7) % 3) for r in range(size)]  # uneven arrival
-            for dtype, itemsize, op in (
-                ("float32", 4, "sum"),
-                ("float16", 2, "max"),
-            ):  # inline and vector-unit reductions
-                generic = simulate(
-                    collective, algo, topo, count, itemsize=itemsize, start_clocks=starts, dtype=dtype, op=op
-                )
-                fast = simulate_flows(
-                    collective, algo, topo, count, itemsize=itemsize, start_clocks=starts, dtype=dtype, op=op
-                )
+            for dtype, itemsize, op in (("float32", 4, "sum"), ("float16", 2, "max")):  # inline, vector-unit reductions
+                kw = dict(itemsize=itemsize, start_clocks=starts, dtype=dtype, op=op)
+                generic = simulate(collective, algo, topo, count, **kw)
+                fast = simulate_flows(collective, algo, topo, count, **kw)
                 assert fast.end_clocks == generic.end_clocks, (size, count, dtype)
     for size in (2, 4, 8):  # recursive doubling (allreduce only)
         topo = Topology.preset("ascend910-8p", n=size)
@@ -420,28 +414,9 @@ def test_rooted_flows_equal_rank_by_rank(collective, algo):
                 assert can_simulate_flows(collective, algo, size, count)
                 starts = [0.001 * ((r * 7) % 3) for r in range(size)]
                 for dtype, itemsize, op in (("float32", 4, "sum"), ("float16", 2, "max")):
-                    generic = simulate(
-                        collective,
-                        algo,
-                        topo,
-                        count,
-                        start_clocks=starts,
-                        itemsize=itemsize,
-                        dtype=dtype,
-                        op=op,
-                        cost_model=model,
-                    )
-                    fast = simulate_flows(
-                        collective,
-                        algo,
-                        topo,
-                        count,
-                        start_clocks=starts,
-                        itemsize=itemsize,
-                        dtype=dtype,
-                        op=op,
-                        cost_model=model,
-                    )
+                    kw = dict(start_clocks=starts, itemsize=itemsize, dtype=dtype, op=op, cost_model=model)
+                    generic = simulate(collective, algo, topo, count, **kw)
+                    fast = simulate_flows(collective, algo, topo, count, **kw)
                     assert fast.end_clocks == generic.end_clocks, (preset, size, count, dtype)
     assert not can_simulate_flows(collective, algo, 8, 0)
 
@@ -501,28 +476,9 @@ def test_hd_broadcast_and_reduce_flows_equal_rank_by_rank(collective):
                 assert can_simulate_flows(collective, "hd", size, count)
                 starts = [0.001 * ((r * 7) % 3) for r in range(size)]
                 for dtype, itemsize, op in (("float32", 4, "sum"), ("float16", 2, "max")):
-                    generic = simulate(
-                        collective,
-                        "hd",
-                        topo,
-                        count,
-                        start_clocks=starts,
-                        cost_model=model,
-                        itemsize=itemsize,
-                        dtype=dtype,
-                        op=op,
-                    )
-                    fast = simulate_flows(
-                        collective,
-                        "hd",
-                        topo,
-                        count,
-                        start_clocks=starts,
-                        cost_model=model,
-                        itemsize=itemsize,
-                        dtype=dtype,
-                        op=op,
-                    )
+                    kw = dict(start_clocks=starts, cost_model=model, itemsize=itemsize, dtype=dtype, op=op)
+                    generic = simulate(collective, "hd", topo, count, **kw)
+                    fast = simulate_flows(collective, "hd", topo, count, **kw)
                     assert fast.end_clocks == generic.end_clocks, (preset, size, count, dtype)
     assert not can_simulate_flows(collective, "hd", 6, 100)  # folds: rank by rank
     assert not can_simulate_flows(collective, "hd", 8, 0)
@@ -547,30 +503,9 @@ def test_flows_serve_any_root_of_the_algorithms_that_number_ranks_from_it():
                     assert algo == "hd" and size & (size - 1)  # hd's flows: power-of-two sizes
                     continue
                 for dtype, itemsize, op in (("float32", 4, "sum"), ("float16", 2, "max")):
-                    generic = simulate(
-                        collective,
-                        algo,
-                        topo,
-                        1000,
-                        root=root,
-                        start_clocks=starts,
-                        cost_model=model,
-                        itemsize=itemsize,
-                        dtype=dtype,
-                        op=op,
-                    )
-                    fast = simulate_flows(
-                        collective,
-                        algo,
-                        topo,
-                        1000,
-                        root=root,
-                        start_clocks=starts,
-                        cost_model=model,
-                        itemsize=itemsize,
-                        dtype=dtype,
-                        op=op,
-                    )
+                    kw = dict(root=root, start_clocks=starts, cost_model=model, itemsize=itemsize, dtype=dtype, op=op)
+                    generic = simulate(collective, algo, topo, 1000, **kw)
+                    fast = simulate_flows(collective, algo, topo, 1000, **kw)
                     assert fast.end_clocks == generic.end_clocks, (preset, collective, algo, root, dtype)
 
 
@@ -672,12 +607,9 @@ def test_two_level_flows_equal_rank_by_rank(preset, collective):
         for count in (n, 1000, 4097):  # 4097: allreduce's staged path (chunks of unequal size)
             assert can_simulate_flows(collective, fn, n, count)
             starts = [0.001 * ((r * 5) % 3) for r in range(n)]
-            generic = simulate(
-                collective, fn, topo, count, itemsize=2, start_clocks=starts, cost_model=model, dtype="float16"
-            )
-            fast = simulate_flows(
-                collective, fn, topo, count, itemsize=2, start_clocks=starts, cost_model=model, dtype="float16"
-            )
+            kw = dict(itemsize=2, start_clocks=starts, cost_model=model, dtype="float16")
+            generic = simulate(collective, fn, topo, count, **kw)
+            fast = simulate_flows(collective, fn, topo, count, **kw)
             assert fast.end_clocks == generic.end_clocks, (inner, outer, count)
 
 
@@ -700,12 +632,9 @@ def test_two_level_scatter_and_gather_flows_equal_rank_by_rank(preset, collectiv
             for count in (1, 7, 1000):
                 assert can_simulate_flows(collective, fn, n, count)
                 starts = [0.001 * ((r * 5) % 3) for r in range(n)]
-                generic = simulate(
-                    collective, fn, topo, count, itemsize=2, start_clocks=starts, cost_model=model, dtype="float16"
-                )
-                fast = simulate_flows(
-                    collective, fn, topo, count, itemsize=2, start_clocks=starts, cost_model=model, dtype="float16"
-                )
+                kw = dict(itemsize=2, start_clocks=starts, cost_model=model, dtype="float16")
+                generic = simulate(collective, fn, topo, count, **kw)
+                fast = simulate_flows(collective, fn, topo, count, **kw)
                 assert fast.end_clocks == generic.end_clocks, (inner, outer, count)
     uneven = schedule_for(collective, [[0, 2], [1, 3, 4, 5, 6, 7]], "mesh", "ring")
     assert not can_simulate_flows(collective, uneven, 8, 10)  # unequal groups: rank by rank
@@ -808,28 +737,9 @@ def test_two_level_broadcast_and_reduce_flows_equal_rank_by_rank(preset, collect
             for count in (*more, n, 40 * g, 1000 * g):
                 assert can_simulate_flows(collective, fn, n, count), (inner, outer, count)
                 for dtype, itemsize, op in (("float32", 4, "sum"), ("float16", 2, "max")):
-                    generic = simulate(
-                        collective,
-                        fn,
-                        topo,
-                        count,
-                        start_clocks=starts,
-                        cost_model=model,
-                        itemsize=itemsize,
-                        dtype=dtype,
-                        op=op,
-                    )
-                    fast = simulate_flows(
-                        collective,
-                        fn,
-                        topo,
-                        count,
-                        start_clocks=starts,
-                        cost_model=model,
-                        itemsize=itemsize,
-                        dtype=dtype,
-                        op=op,
-                    )
+                    kw = dict(start_clocks=starts, cost_model=model, itemsize=itemsize, dtype=dtype, op=op)
+                    generic = simulate(collective, fn, topo, count, **kw)
+                    fast = simulate_flows(collective, fn, topo, count, **kw)
                     assert fast.end_clocks == generic.end_clocks, (inner, outer, count, dtype)
     assert not can_simulate_flows(collective, schedule_for(collective, part, "mesh", "hd"), n, g - 1)  # an empty chunk
     if collective == "reduce":  # a chain across, chunks of two sizes: rank by rank

@@ -147,7 +147,20 @@ static int ready(const char *name)
     return 1;
 }
 
-/* Call hccl_py.capi.dispatch(name, args): args built from fmt (Py_BuildValue's, a tuple) */
+/* fn(name, args), args a tuple built from fmt and va (Py_BuildValue's format); a new reference,
+   or NULL with the error printed. The caller holds the interpreter. */
+static PyObject *call_api(PyObject *fn, const char *name, const char *fmt, va_list va)
+{
+    PyObject *args = Py_VaBuildValue(fmt, va);
+    PyObject *result = args ? PyObject_CallFunction(fn, "sO", name, args) : NULL;
+    Py_XDECREF(args);
+    if (result == NULL) {
+        PyErr_Print();
+    }
+    return result;
+}
+
+/* hccl_py.capi.dispatch(name, args): the C result, or failure when the call itself failed */
 static long long forward(const char *name, long long failure, const char *fmt, ...)
 {
     if (!ready(name)) {
@@ -156,21 +169,14 @@ static long long forward(const char *name, long long failure, const char *fmt, .
     int release = enter();
     va_list va;
     va_start(va, fmt);
-    PyObject *args = Py_VaBuildValue(fmt, va);
+    PyObject *result = call_api(dispatch_fn, name, fmt, va);
     va_end(va);
-    long long code = failure;
-    PyObject *result = args ? PyObject_CallFunction(dispatch_fn, "sO", name, args) : NULL;
-    if (result != NULL) {
-        code = PyLong_AsLongLong(result);
-        if (code == -1 && PyErr_Occurred()) {
-            code = failure;
-        }
-    }
-    if (PyErr_Occurred()) {
+    long long code = result ? PyLong_AsLongLong(result) : failure;
+    if (PyErr_Occurred()) { /* not an int */
         PyErr_Print();
+        code = failure;
     }
     Py_XDECREF(result);
-    Py_XDECREF(args);
     leave(release);
     return code;
 }
@@ -185,18 +191,15 @@ static const char *answer(const char *name, char *buffer, size_t size, const cha
     int release = enter();
     va_list va;
     va_start(va, fmt);
-    PyObject *args = Py_VaBuildValue(fmt, va);
+    PyObject *result = call_api(text_fn, name, fmt, va);
     va_end(va);
-    PyObject *result = args ? PyObject_CallFunction(text_fn, "sO", name, args) : NULL;
     const char *text = result ? PyUnicode_AsUTF8(result) : NULL;
     if (text != NULL) {
         snprintf(buffer, size, "%s", text);
-    }
-    if (PyErr_Occurred()) {
+    } else if (PyErr_Occurred()) {
         PyErr_Print();
     }
     Py_XDECREF(result);
-    Py_XDECREF(args);
     leave(release);
     return buffer;
 }
