@@ -75,6 +75,27 @@ class Stream:
         return f"Stream({self.name!r}, clock={self.clock!r})"
 
 
+# A torch npu stream as C sees it (torch_npu's ``npu_stream``, an aclrtStream): a tag, the card and
+# torch's stream id in one integer, which HCCL's C API (hccl_py.capi) resolves to the same stream.
+_STREAM_TAG = 0x4E5 << 48  # "NP"; far above any address or handle the C API hands out
+
+
+def stream_handle(device: int, stream_id: int) -> int:
+    """The aclrtStream of torch's stream ``stream_id`` on card ``device``::
+
+    stream_handle(1, 0)     # 0x4e50001_00000000: card 1's default stream
+    """
+    return _STREAM_TAG | (device & 0xFFFF) << 32 | (stream_id & 0xFFFFFFFF)
+
+
+def stream_of_handle(handle: int) -> tuple[int, int] | None:
+    """(card, torch stream id) of a :func:`stream_handle`, or None for any other value."""
+    if handle >> 48 != _STREAM_TAG >> 48:
+        return None
+    stream_id = handle & 0xFFFFFFFF
+    return (handle >> 32) & 0xFFFF, stream_id - (1 << 32) if stream_id >= 1 << 31 else stream_id
+
+
 @dataclass
 class Device:
     """One simulated card: ``model`` (a topology ``CardModel``), ``clock`` in modeled seconds."""

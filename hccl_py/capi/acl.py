@@ -30,7 +30,7 @@ from ..context import device_count_from_env, load_topology
 from ..cost_model import host_copy_s
 from ..device import ALIGNMENT, Device, Stream
 from ..job import read_job
-from . import abi
+from . import abi, torch_bridge
 from .abi import ACL, AclError, c_function, require, write
 
 # aclrtMemcpyKind
@@ -154,8 +154,11 @@ class Runtime:
         return self._topology
 
     def current_card(self) -> Card:
-        """The calling thread's device (``aclrtSetDevice``); ``ACL_ERROR_RT_CONTEXT_NULL`` before one."""
+        """The calling thread's device (``aclrtSetDevice``, else torch's current npu card in a
+        process hosting the npu device); ``ACL_ERROR_RT_CONTEXT_NULL`` before one."""
         index = self.current.get(threading.get_ident())
+        if index is None:
+            index = torch_bridge.current_device()
         if index is None:
             raise AclError(abi.ACL_ERROR_RT_CONTEXT_NULL, "no device is set on this thread: call aclrtSetDevice first")
         return self.card(index)
@@ -195,13 +198,18 @@ class Runtime:
             block.card.hbm.free(block.ledger)
 
     def block_of(self, address: int, nbytes: int) -> Block | None:
-        """The block holding ``nbytes`` at ``address`` whole, or None."""
+        """The block holding ``nbytes`` at ``address`` whole (an ``aclrtMalloc``'s, or an npu
+        tensor's in a process hosting the npu device), or None."""
         with self.lock:
             i = bisect.bisect_right(self._starts, address) - 1
-            if i < 0:
-                return None
-            block = self.blocks[self._starts[i]]
-        return block if address + nbytes <= block.address + block.nbytes else None
+            block = self.blocks[self._starts[i]] if i >= 0 else None
+        if block is not None and address + nbytes <= block.address + block.nbytes:
+            return block
+        found = torch_bridge.npu_block(address, nbytes)
+        if found is None:
+            return None
+        card, start, memory = found
+        return Block(start, memory.size, self.card(card), memory)
 
     # -- handles ----------------------------------------------------------------------------------------
     def new_handle(self) -> int:
@@ -210,10 +218,18 @@ class Runtime:
             return next(self._handles)
 
     def stream(self, handle: int, card: Card | None = None) -> AclStream:
-        """The stream of ``handle`` (0: the default stream of ``card``, else of the current device)."""
+        """The stream of ``handle`` (0: the default stream of ``card``, else of the current
+        device; a torch npu stream's ``npu_stream``: that stream, on its card's modeled clock)."""
         if not handle:
             return (card or self.current_card()).default_stream
         found = self.streams.get(handle)
+        if found is None and torch_bridge.torch_stream(handle) is not None:
+            index, stream_id = torch_bridge.torch_stream(handle)
+            with self.lock:
+                found = self.streams.get(handle)
+                if found is None:
+                    clock = torch_bridge.CardClock(f"torch npu:{index} stream {stream_id}")
+                    found = self.streams[handle] = AclStream(handle, self.card(index), clock)
         if found is None:
             raise AclError(abi.ACL_ERROR_RT_INVALID_HANDLE, f"stream {handle:#x} is no stream of this process")
         return found
@@ -270,6 +286,7 @@ def _get_version(major: int, minor: int, patch: int) -> None:
 @c_function("aclrtSetDevice", ACL)
 def _set_device(device: int) -> None:
     card = RUNTIME.card(device)
+    torch_bridge.set_device(device)
     with RUNTIME.lock:
         if RUNTIME.current.get(_thread()) != device:
             card.users += 1

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import ctypes
 import functools
 import importlib.abc
 import importlib.machinery
@@ -45,6 +46,7 @@ import torch.utils._device
 
 from .. import env, runtime
 from ..cost_model import cube_flops, host_copy_s
+from ..device import stream_handle
 from ..errors import HcclNotSupportedError
 from ..executor import on_progress_thread
 from . import amp  # noqa: F401  (torch.npu.amp, torch_npu.npu.amp)
@@ -71,6 +73,12 @@ def _ext():
 def _card():
     comm = runtime.current()
     return None if comm is None else comm.device
+
+
+def process_card():
+    """The simulated card whose modeled clock this process's npu ops and events keep (the world
+    its "hccl" group joined), or None while it has none."""
+    return _card()
 
 
 # torch's scalar type names (c10::toString) as numpy's, which the cost model takes.
@@ -467,7 +475,30 @@ class Event(metaclass=_EventType):
 
 
 class Stream(torch.Stream):
-    """A stream of the card: calls issued on it run in order (work finishes when its call returns)."""
+    """A stream of the card: calls issued on it run in order (work finishes when its call returns).
+    ``npu_stream`` is its aclrtStream for C, as torch_npu's: a ctypes client passes it to HCCL's C
+    API (hccl-py's libhccl.so), which runs the call on this stream's card and modeled clock::
+
+        lib.HcclAllReduce(src, dst, n, dtype, op, comm, ctypes.c_void_p(torch.npu.current_stream().npu_stream))
+    """
+
+    @classmethod
+    def of(cls, stream: torch.Stream) -> "Stream":
+        """``stream`` (torch's own type) as this class: the same stream, with ``npu_stream``."""
+        if isinstance(stream, cls):
+            return stream
+        return torch.Stream.__new__(
+            cls, stream_id=stream.stream_id, device_index=stream.device_index, device_type=stream.device_type
+        )
+
+    @property
+    def npu_stream(self) -> int:
+        """The stream's aclrtStream (an integer), as torch_npu's ``Stream.npu_stream``."""
+        return stream_handle(self.device_index, self.stream_id)
+
+    @property
+    def _as_parameter_(self) -> ctypes.c_void_p:  # ctypes passes a Stream where an aclrtStream goes
+        return ctypes.c_void_p(self.npu_stream)
 
     def __new__(cls, device=None, priority: int = 0, **kwargs):
         _lazy_init()
@@ -481,13 +512,13 @@ class Stream(torch.Stream):
 
 def current_stream(device=None) -> torch.Stream:
     """This thread's current stream on the card (also ``default_stream``: the card's stream 0)."""
-    return torch.accelerator.current_stream(torch.device("npu", _index(device)))
+    return Stream.of(torch.accelerator.current_stream(torch.device("npu", _index(device))))
 
 
 def default_stream(device=None) -> torch.Stream:
     """The card's default stream (stream 0)."""
     index = _index(device)
-    return torch.Stream(stream_id=0, device_index=index, device_type=_NPU_TYPE)
+    return Stream.of(torch.Stream(stream_id=0, device_index=index, device_type=_NPU_TYPE))
 
 
 def set_stream(stream: torch.Stream) -> None:

@@ -164,8 +164,46 @@ struct Block {  // what an npu DataPtr's context holds
   int format = -1;    // torch_npu's ACL storage format, as metadata (-1: the tensor's base format)
 };
 
+// Every live npu block by address, so that HCCL's C API can tell a card's memory (and which card)
+// from any other pointer a ctypes client passes (vLLM's pyhccl hands it tensors' data_ptr()).
+// Zero-copy blocks may share an address with another: a multimap.
+std::mutex g_blocks_mu;
+std::multimap<uintptr_t, std::pair<int64_t, c10::DeviceIndex>> g_blocks;  // start -> (bytes, card)
+
+Block* noted(Block* block) {
+  std::lock_guard<std::mutex> lock(g_blocks_mu);
+  g_blocks.emplace(reinterpret_cast<uintptr_t>(block->data), std::make_pair(block->nbytes, block->device));
+  return block;
+}
+
+void forget(const Block* block) {
+  std::lock_guard<std::mutex> lock(g_blocks_mu);
+  auto [first, last] = g_blocks.equal_range(reinterpret_cast<uintptr_t>(block->data));
+  for (auto it = first; it != last; ++it) {
+    if (it->second.first == block->nbytes && it->second.second == block->device) {
+      g_blocks.erase(it);
+      return;
+    }
+  }
+}
+
+// The card and the block (start, bytes) holding `nbytes` at `address` whole, or None.
+py::object block_at(uintptr_t address, int64_t nbytes) {
+  std::lock_guard<std::mutex> lock(g_blocks_mu);
+  auto after = g_blocks.upper_bound(address);
+  if (after == g_blocks.begin()) return py::none();
+  auto [first, last] = g_blocks.equal_range(std::prev(after)->first);  // blocks do not overlap, but share a start
+  for (auto it = first; it != last; ++it) {
+    if (address + nbytes <= it->first + it->second.first) {
+      return py::make_tuple(int(it->second.second), it->first, it->second.first);
+    }
+  }
+  return py::none();
+}
+
 void release(void* ctx) {
   auto* block = static_cast<Block*>(ctx);
+  forget(block);
   unbook(block->device, block->nbytes);
   if (!block->keep) free(block->data);
   delete block;
@@ -188,7 +226,7 @@ struct NpuAllocator final : at::Allocator {
       std::lock_guard<std::mutex> lock(pool.mu);
       out_of_memory(device, nbytes, pool, "; the host refused the memory");
     }
-    auto* block = new Block{data, int64_t(nbytes), device, c10::Storage(), -1};
+    auto* block = noted(new Block{data, int64_t(nbytes), device, c10::Storage(), -1});
     return {data, block, &release, c10::Device(kNpu, device)};
   }
   at::DeleterFnPtr raw_deleter() const override { return nullptr; }
@@ -258,7 +296,7 @@ c10::Storage npu_storage_of(const c10::Storage& cpu, c10::DeviceIndex device) {
   int64_t nbytes = cpu.nbytes();
   book(device, nbytes);
   void* data = cpu.mutable_data();
-  auto* block = new Block{data, nbytes, device, cpu, -1};
+  auto* block = noted(new Block{data, nbytes, device, cpu, -1});
   return c10::Storage(c10::Storage::use_byte_size_t(), nbytes, c10::DataPtr(data, block, &release, c10::Device(kNpu, device)),
                       &g_allocator, /*resizable=*/true);
 }
@@ -1379,6 +1417,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("current_device", []() { return int(hccl_npu::t_device); });
   m.def("set_device", [](int d) { hccl_npu::NpuGuard().setDevice(c10::Device(hccl_npu::kNpu, c10::DeviceIndex(d))); });
   m.def("set_pool", &hccl_npu::set_pool);
+  m.def("block_at", &hccl_npu::block_at, "the (card, start, bytes) of the npu block holding nbytes at an address, or None");
   m.def("memory_stats", &hccl_npu::memory_stats);
   m.def("reset_peak", &hccl_npu::reset_peak);
   m.def("empty_cache", &hccl_npu::empty_cache);

@@ -290,3 +290,25 @@ def test_ranks_on_two_servers_pay_the_two_level_model(prefix, tmp_path):
     modeled = _ranks_ok(result.stdout, 8)
     expected = _simulated_us(8, 1 << 20, preset="2x4p-roce")
     assert len(modeled) == 8 and all(us == pytest.approx(expected, abs=1e-3) for us in modeled.values())
+
+
+@pytest.mark.timeout(300)
+def test_a_pyhccl_client_all_reduces_and_broadcasts_npu_tensors_under_torchrun():
+    """vLLM-ascend's way (our own client of its shape, scripts/pyhccl_client.py): root info over a
+    gloo group, npu tensors' data_ptr() as buffers, torch.npu.current_stream().npu_stream as the
+    stream; a CPU tensor refused on every rank."""
+    pytest.importorskip("torch")
+    torchrun = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--master-port",
+        str(_free_port()),
+    ]
+    command = [str(VENV / "bin" / "hccl-npu"), "--devices", "2", *torchrun, str(HERE / "scripts" / "pyhccl_client.py")]
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("HCCL_", "MASTER_", "RANK", "WORLD_SIZE"))}
+    result = run_command(command, timeout=240, env=environ)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert sorted(re.findall(r"rank (\d): ok", result.stdout)) == ["0", "1"], result.stdout + result.stderr

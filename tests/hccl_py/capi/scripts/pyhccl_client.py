@@ -1,0 +1,72 @@
+"""A ctypes client of HCCL's C API in vLLM-ascend's pyhccl shape (written for hccl-py's tests):
+a gloo group carries the root info as a ByteTensor, the library is HCCL_SO_PATH, the buffers are
+npu tensors' data_ptr() and the stream torch.npu.current_stream().npu_stream.
+
+    hccl-npu --devices 2 torchrun --nproc-per-node 2 pyhccl_client.py
+"""
+
+import ctypes
+import os
+
+import torch
+import torch.distributed as dist
+import torch_npu  # noqa: F401
+
+
+class RootInfo(ctypes.Structure):
+    _fields_ = [("internal", ctypes.c_byte * 4108)]
+
+
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+torch.npu.set_device(rank)
+device = torch.device(f"npu:{rank}")
+lib = ctypes.CDLL(os.environ["HCCL_SO_PATH"])
+lib.HcclGetErrorString.restype = ctypes.c_char_p
+lib.HcclGetRootInfo.argtypes = [ctypes.POINTER(RootInfo)]
+lib.HcclCommInitRootInfo.argtypes = [
+    ctypes.c_int,
+    ctypes.POINTER(RootInfo),
+    ctypes.c_int,
+    ctypes.POINTER(ctypes.c_void_p),
+]
+lib.HcclAllReduce.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int]
+lib.HcclAllReduce.argtypes += [ctypes.c_void_p, ctypes.c_void_p]
+lib.HcclBroadcast.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+lib.HcclBroadcast.argtypes += [ctypes.c_void_p]
+lib.HcclCommDestroy.argtypes = [ctypes.c_void_p]
+
+root = RootInfo()
+if rank == 0:
+    with torch.npu.device(device):
+        assert lib.HcclGetRootInfo(ctypes.byref(root)) == 0
+carrier = torch.ByteTensor(list(root.internal))  # as vLLM sends it: a tensor of its bytes
+dist.broadcast(carrier, src=0)
+for i, byte in enumerate(carrier.tolist()):
+    root.internal[i] = byte
+comm = ctypes.c_void_p()
+with torch.npu.device(device):
+    assert lib.HcclCommInitRootInfo(world, ctypes.byref(root), rank, ctypes.byref(comm)) == 0
+
+stream = torch.npu.current_stream()
+x = torch.arange(1024, dtype=torch.float32, device=device) + rank
+out = torch.empty_like(x)
+code = lib.HcclAllReduce(x.data_ptr(), out.data_ptr(), x.numel(), 4, 0, comm, stream.npu_stream)
+assert code == 0, lib.HcclGetErrorString(code)
+stream.synchronize()
+expected = torch.arange(1024, dtype=torch.float32) * world + sum(range(world))
+assert torch.equal(out.cpu(), expected), out[:4]
+
+y = torch.full((257,), float(rank * 10 + 3), dtype=torch.float16, device=device)
+assert lib.HcclBroadcast(y.data_ptr(), y.numel(), 3, world - 1, comm, stream) == 0  # a Stream is its aclrtStream
+assert torch.equal(y.cpu(), torch.full((257,), float((world - 1) * 10 + 3), dtype=torch.float16))
+
+# a CPU tensor is no card memory: refused on every rank, the communicator still usable
+cpu = torch.zeros(16)
+assert lib.HcclAllReduce(cpu.data_ptr(), cpu.data_ptr(), 16, 4, 0, comm, stream.npu_stream) == 1
+code = lib.HcclAllReduce(x.data_ptr(), x.data_ptr(), x.numel(), 4, 2, comm, stream.npu_stream)  # in place, max
+assert code == 0 and torch.equal(x.cpu(), torch.arange(1024, dtype=torch.float32) + world - 1)
+
+assert lib.HcclCommDestroy(comm) == 0
+dist.destroy_process_group()
+print(f"rank {rank}: ok")
