@@ -54,6 +54,7 @@ class Block:
     card: "Card | None"  # None: host memory
     memory: np.ndarray  # keeps the bytes alive
     ledger: int = 0  # the card's HBM booking (Device.malloc's handle)
+    owner: object = None  # in a process hosting the npu device: the npu tensor whose bytes these are
 
 
 @dataclass(eq=False)
@@ -168,6 +169,10 @@ class Runtime:
         """A zeroed, 512-byte aligned block of ``nbytes`` (``card``'s HBM, or the host's)."""
         if nbytes <= 0:
             raise AclError(abi.ACL_ERROR_INVALID_PARAM, f"cannot allocate {nbytes} bytes: give a size above 0")
+        if card is not None:
+            on_npu = self._npu_allocate(card, nbytes)
+            if on_npu is not None:
+                return on_npu
         ledger = card.hbm.malloc(nbytes, "aclrtMalloc") if card is not None else 0
         try:
             memory = np.zeros(nbytes + ALIGNMENT, np.uint8)  # calloc: pages are zeroed as they are touched
@@ -185,6 +190,21 @@ class Runtime:
             bisect.insort(self._starts, address)
         return block
 
+    def _npu_allocate(self, card: Card, nbytes: int) -> Block | None:
+        """In a process hosting the npu device, device memory is its pool's (one ledger per card)."""
+        try:
+            found = torch_bridge.npu_allocate(card.index, nbytes)
+        except RuntimeError as err:  # torch's OutOfMemoryError: the card's HBM is full
+            raise AclError(abi.ACL_ERROR_RT_MEMORY_ALLOCATION, str(err).splitlines()[0]) from None
+        if found is None:
+            return None
+        owner, memory = found
+        block = Block(memory.ctypes.data, nbytes, card, memory, owner=owner)
+        with self.lock:
+            self.blocks[block.address] = block
+            bisect.insort(self._starts, block.address)
+        return block
+
     def release(self, address: int, host: bool) -> None:
         """Free the block at ``address`` (host memory when ``host``)."""
         with self.lock:
@@ -194,7 +214,7 @@ class Runtime:
                 raise AclError(abi.ACL_ERROR_INVALID_PARAM, f"{address:#x} is no block of {what}")
             del self.blocks[address]
             self._starts.pop(bisect.bisect_left(self._starts, address))
-        if block.card is not None:
+        if block.card is not None and block.owner is None:
             block.card.hbm.free(block.ledger)
 
     def block_of(self, address: int, nbytes: int) -> Block | None:
@@ -362,11 +382,13 @@ def soc_name() -> str:
 
 @c_function("aclrtGetMemInfo", ACL)
 def _get_mem_info(attribute: int, free_out: int, total_out: int) -> None:
-    """aclrtGetMemInfo: HBM kinds give the current card's ledger; DDR kinds 0 (a host-run card)."""
+    """aclrtGetMemInfo: HBM kinds give the current card's ledger (the npu device's pool in a
+    process hosting it); DDR kinds 0 (a host-run card)."""
     card = RUNTIME.current_card()
     hbm = attribute in (1, 4, 5, 8, 9, 10, 11) or attribute >= 12
-    write(free_out, "u64", card.hbm.free_bytes if hbm else 0, "free", ACL)
-    write(total_out, "u64", card.hbm.capacity_bytes if hbm else 0, "total", ACL)
+    free, total = torch_bridge.memory_info(card.index) or (card.hbm.free_bytes, card.hbm.capacity_bytes)
+    write(free_out, "u64", free if hbm else 0, "free", ACL)
+    write(total_out, "u64", total if hbm else 0, "total", ACL)
 
 
 # -- contexts: one per device, as a thread's current device ----------------------------------------------

@@ -4,7 +4,8 @@ pyhccl, under ``hccl-npu torchrun``): the card memory, current device and stream
 Nothing here imports torch: in a process without the npu device every function answers None and
 the C API keeps its own devices, memory and streams (a C program). With it:
 
-- an npu tensor's ``data_ptr()`` is device memory of its card (the npu allocator's blocks);
+- an npu tensor's ``data_ptr()`` is device memory of its card (the npu allocator's blocks), and
+  ``aclrtMalloc`` allocates from that pool (one HBM ledger per card);
 - the current device is torch's (``torch.npu.set_device``, ``with torch.npu.device(d)``), and
   ``aclrtSetDevice`` sets torch's too;
 - ``torch.npu.current_stream().npu_stream`` resolves to that stream, whose modeled clock is the
@@ -38,6 +39,23 @@ def set_device(index: int) -> None:
     ext = _extension()
     if ext is not None:
         ext.set_device(index)
+
+
+def npu_allocate(index: int, nbytes: int) -> tuple[object, np.ndarray] | None:
+    """``nbytes`` of card ``index`` from the npu device's pool (its HBM booking, its out-of-memory
+    error), zeroed: (the npu tensor that owns them, their bytes); None without the npu device."""
+    ext = _extension()
+    if ext is None:
+        return None
+    torch = sys.modules["torch"]
+    owner = torch.zeros(nbytes, dtype=torch.uint8, device=torch.device("npu", index))
+    return owner, ext.as_cpu(owner).numpy()
+
+
+def memory_info(index: int) -> tuple[int, int] | None:
+    """(free, total) bytes of card ``index``'s HBM as the npu device's pool counts them, or None."""
+    npu = sys.modules.get("hccl_py.torch.npu")
+    return npu.mem_get_info(index) if npu is not None and _extension() is not None else None
 
 
 def npu_block(address: int, nbytes: int) -> tuple[int, int, np.ndarray] | None:

@@ -67,6 +67,17 @@ assert lib.HcclAllReduce(cpu.data_ptr(), cpu.data_ptr(), 16, 4, 0, comm, stream.
 code = lib.HcclAllReduce(x.data_ptr(), x.data_ptr(), x.numel(), 4, 2, comm, stream.npu_stream)  # in place, max
 assert code == 0 and torch.equal(x.cpu(), torch.arange(1024, dtype=torch.float32) + world - 1)
 
+# aclrtMalloc books the npu device's pool: one HBM ledger per card
+before = torch.npu.memory_allocated(rank)
+buf = ctypes.c_void_p()
+assert lib.aclrtMalloc(ctypes.byref(buf), ctypes.c_size_t(1 << 20), 0) == 0
+assert torch.npu.memory_allocated(rank) - before == 1 << 20
+free, total = ctypes.c_size_t(), ctypes.c_size_t()
+assert lib.aclrtGetMemInfo(1, ctypes.byref(free), ctypes.byref(total)) == 0
+assert (free.value, total.value) == torch.npu.mem_get_info(rank)
+assert lib.HcclAllReduce(buf, buf, (1 << 20) // 4, 4, 0, comm, stream.npu_stream) == 0  # aclrtMalloc's memory too
+assert lib.aclrtFree(buf) == 0 and torch.npu.memory_allocated(rank) == before
+
 assert lib.HcclCommDestroy(comm) == 0
 dist.destroy_process_group()
 print(f"rank {rank}: ok")
