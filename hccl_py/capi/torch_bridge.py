@@ -81,6 +81,7 @@ class CardClock(Stream):
 
     @property
     def clock(self) -> float:
+        """Modeled seconds of the stream: the card's clock (its own while there is no card)."""
         card = _card()
         return self._own if card is None else _modeled_clock()
 

@@ -298,8 +298,10 @@ def agree(
         return
     # Every rank fails alike; the rank whose process hosts the store must not take it away before
     # the others have read the views (they would fail on a lost store instead of this reason).
-    client.set(f"{prefix}/decided/{rank}", b"1")
+    # The decision stands once the views are read: a store that went away meanwhile (its host read
+    # the last "decided" and left before answering this rank) changes nothing of it.
     try:
+        client.set(f"{prefix}/decided/{rank}", b"1")
         client.wait([f"{prefix}/decided/{r}" for r in range(size)], DECIDED_WAIT_S)
     except HcclError:
         pass  # a rank that is gone cannot read anything

@@ -281,6 +281,43 @@ static void check_point_to_point(Rank *r)
     free(h);
 }
 
+/* a sub-communicator of the even ranks (HcclCreateSubCommConfig: members only), its config of
+   version 6 as sglang sends it (312 bytes, its own header written here), named */
+static void check_sub_comm(Rank *r)
+{
+    if (r->rank % 2) return;
+    uint32_t members[MAXRANKS], n = 0;
+    for (int k = 0; k < r->size; k += 2) members[n++] = (uint32_t)k;
+    unsigned char config[312];
+    memset(config, 0, sizeof(config));
+    uint64_t size = sizeof(config);
+    uint32_t magic = HCCL_COMM_CONFIG_MAGIC_WORD, version = 6, not_set = 0xffffffffu;
+    memcpy(config, &size, 8);
+    memcpy(config + 8, &magic, 4);
+    memcpy(config + 12, &version, 4);
+    memcpy(config + 24, &not_set, 4); /* hcclBufferSize: the environment's */
+    memcpy(config + 28, &not_set, 4); /* hcclDeterministic */
+    strcpy((char *)config + 32, "evens");
+    HcclComm sub = NULL;
+    CALL(r, "HcclCreateSubCommConfig",
+         HcclCreateSubCommConfig(&r->comm, n, members, 42, (uint32_t)(r->rank / 2), (HcclCommConfig *)config, &sub));
+    if (sub == NULL) return;
+    uint32_t rank = 99, ranks = 0;
+    char name[COMM_NAME_MAX_LENGTH] = "";
+    CALL(r, "HcclGetRankId", HcclGetRankId(sub, &rank));
+    CALL(r, "HcclGetRankSize", HcclGetRankSize(sub, &ranks));
+    CALL(r, "HcclGetCommName", HcclGetCommName(sub, name));
+    EXPECT(r, rank == (uint32_t)r->rank / 2 && ranks == n && strcmp(name, "evens") == 0, "sub: rank %u of %u, '%s'", rank,
+           ranks, name);
+    int32_t value = r->rank;
+    void *d = device_copy(r, &value, 4);
+    CALL(r, "HcclAllReduce on the sub", HcclAllReduce(d, d, 1, HCCL_DATA_TYPE_INT32, HCCL_REDUCE_SUM, sub, r->stream));
+    host_copy(r, &value, d, 4);
+    EXPECT(r, value == (int)(n * (n - 1)), "sub allreduce gives %d", value); /* 0 + 2 + ... + 2(n-1) */
+    CALL(r, "HcclCommDestroy sub", HcclCommDestroy(sub));
+    aclrtFree(d);
+}
+
 static void time_allreduce(Rank *r)
 {
     size_t bytes = 1 << 20;
@@ -396,6 +433,7 @@ static void *run_rank(void *arg)
         check_gathers(r);
         check_alltoalls(r);
         if (r->size > 1) check_point_to_point(r);
+        check_sub_comm(r);
         if (r->errors_mode) check_errors(r);
         CALL(r, "aclrtDestroyStream", aclrtDestroyStream(r->stream));
         CALL(r, "HcclCommDestroy", HcclCommDestroy(r->comm));
