@@ -67,6 +67,20 @@ assert lib.HcclAllReduce(cpu.data_ptr(), cpu.data_ptr(), 16, 4, 0, comm, stream.
 code = lib.HcclAllReduce(x.data_ptr(), x.data_ptr(), x.numel(), 4, 2, comm, stream.npu_stream)  # in place, max
 assert code == 0 and torch.equal(x.cpu(), torch.arange(1024, dtype=torch.float32) + world - 1)
 
+# Ray's way: no argtypes at all, pointers wrapped in c_void_p, counts and enums as plain ints
+untyped = ctypes.CDLL(os.environ["HCCL_SO_PATH"])  # a handle of its own: its functions carry no argtypes
+z = torch.full((300,), float(rank + 1), device=device)
+code = untyped.HcclAllReduce(
+    ctypes.c_void_p(z.data_ptr()),
+    ctypes.c_void_p(z.data_ptr()),
+    z.numel(),
+    4,
+    2,
+    comm,
+    ctypes.c_void_p(stream.npu_stream),
+)
+assert code == 0 and torch.equal(z.cpu(), torch.full((300,), float(world))), code
+
 # aclrtMalloc books the npu device's pool: one HBM ledger per card
 before = torch.npu.memory_allocated(rank)
 buf = ctypes.c_void_p()
