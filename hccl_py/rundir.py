@@ -36,6 +36,7 @@ import errno
 import hashlib
 import os
 import re
+import shutil
 import socket
 import stat
 import time
@@ -48,6 +49,7 @@ BASE_MAX = 64  # longest user dir taken from XDG_RUNTIME_DIR; longer ones fall b
 STALE_AGE_S = 10.0  # a job directory untouched this long whose sockets all refuse is a dead job's
 _SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,23}")
 LAUNCHER_MARK = "launcher."  # <job>/launcher.<pid>: a launcher of the job (see claim_job)
+FLIGHT_DIR = "flight."  # <job>/flight.<pid>: where that launcher's ranks dump their flight recorders
 
 
 def user_dir(create: bool = True) -> str:
@@ -256,6 +258,14 @@ def _ours(path: str) -> bool:
     return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid()
 
 
+def flight_dir(job_id: str) -> str:
+    """This launcher's folder for its ranks' flight recorders, inside the job's directory (private
+    to this user, and swept with the job when the launcher is killed): ``<job>/flight.<pid>``."""
+    path = os.path.join(job_dir(job_id, create=True), f"{FLIGHT_DIR}{os.getpid()}")
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    return path
+
+
 def remove_job(job_id: str) -> None:
     """When a job has ended (hccl-launch, ``launch.spawn``): remove the sockets of its ranks
     that are gone (SIGKILLed ranks leave theirs), this process's launcher mark, and the job
@@ -337,6 +347,8 @@ def sweep_abandoned(keep: str | None = None) -> list[str]:
             try:
                 if stat.S_ISSOCK(os.lstat(full).st_mode) and not listening(full):
                     _unlink(full)
+                elif entry.startswith(FLIGHT_DIR) and stat.S_ISDIR(os.lstat(full).st_mode):
+                    shutil.rmtree(full, ignore_errors=True)  # dumps nobody will read: their launcher is gone
                 elif entry not in marks:
                     left.append(entry)
             except OSError:

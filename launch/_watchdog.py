@@ -31,6 +31,7 @@ milliseconds and never imports hccl_py; the launcher imports the same functions 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import stat
@@ -113,11 +114,14 @@ def kill_sessions(sessions: Mapping[int, int | None], patience_s: float = KILL_P
 
 
 def remove_job_files(mark: bytes | str) -> None:
-    """The launcher that wrote ``mark`` is gone and its ranks with it: remove the mark, the
-    sockets of its job directory that nobody listens on, and the directory if it is then empty
-    (``rundir.remove_job``'s clean-up, here without importing hccl_py). A socket that still
-    listens (another launcher's rank of the same job) stays."""
+    """The launcher that wrote ``mark`` is gone and its ranks with it: remove the mark, its flight
+    folder, the sockets of its job directory that nobody listens on, and the directory if it is
+    then empty (``rundir.remove_job``'s clean-up, here without importing hccl_py). A socket that
+    still listens (another launcher's rank of the same job) stays."""
     folder = os.path.dirname(mark)
+    pid = os.path.basename(mark).rsplit(b"." if isinstance(mark, bytes) else ".", 1)[-1]
+    flight = os.path.join(folder, (b"flight." if isinstance(mark, bytes) else "flight.") + pid)  # rundir.FLIGHT_DIR
+    shutil.rmtree(flight, ignore_errors=True)
     try:
         os.unlink(mark)
         names = os.listdir(folder)

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from hccl_py import env, rundir, tracefile
-from hccl_py.errors import HcclError, HcclTimeoutError
+from hccl_py.errors import HcclError, HcclSyscallError, HcclTimeoutError
 from hccl_py.store import StoreClient, StoreServer, store_address, user_secret
 
 from . import fork
@@ -116,8 +116,11 @@ class Supervisor:
         if config.log_dir is not None:
             self._flight_dir = config.log_dir / "flight"
             self._own_flight_dir = False
-        else:
-            self._flight_dir = Path(tempfile.mkdtemp(prefix=f"hccl-launch-{self.job_id}-"))
+        else:  # in the job's private directory: a killed launcher's is swept with the job's sockets
+            try:
+                self._flight_dir = Path(rundir.flight_dir(self.job_id))
+            except (HcclSyscallError, OSError):  # no usable run directory (the ranks will say why)
+                self._flight_dir = Path(tempfile.mkdtemp(prefix=f"hccl-launch-{self.job_id}-"))
             self._own_flight_dir = True
 
     # -- public ------------------------------------------------------------------------------
@@ -167,9 +170,9 @@ class Supervisor:
                 self._watchdog.close()  # it sweeps any session not cleaned up above, and exits
             if self._store is not None:
                 self._store.close()
-            rundir.remove_job(self.job_id)  # sockets of ranks that were killed
             if self._own_flight_dir:
                 shutil.rmtree(self._flight_dir, ignore_errors=True)
+            rundir.remove_job(self.job_id)  # sockets of ranks that were killed; the folder once empty
             if self.config.trace_dir is not None:
                 merged = tracefile.merge(self.config.trace_dir)
                 if merged is not None:

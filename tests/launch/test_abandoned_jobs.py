@@ -74,14 +74,18 @@ def _watchdog_of(launcher: subprocess.Popen) -> int:
 @pytest.mark.usefixtures("no_leaks")
 @pytest.mark.parametrize("watchdog_too", [False, True], ids=["launcher", "launcher-and-watchdog"])
 def test_the_sockets_of_a_sigkilled_launchers_job_are_removed(tmp_path: Path, watchdog_too: bool) -> None:
-    """The watchdog removes them once the ranks are gone; if it was killed too, the next launch."""
+    """The watchdog removes them once the ranks are gone; if it was killed too, the next launch.
+    The launcher's flight folder lives in the job's directory and goes with it (nothing is left in
+    the temporary directory either)."""
     before = job_dirs()
+    temporary_before = set(Path(tempfile.gettempdir()).glob("hccl-launch-*"))
     killed = _blocking_job(tmp_path)
     pids: set[int] = set()
     try:
         pids = read_pids(wait_for_files(tmp_path, "rank_*.pid", 2, within=60))
         (job,) = job_dirs() - before
         assert len(_sockets(job)) == 2
+        assert [name for name in os.listdir(job) if name.startswith("flight.")] == [f"flight.{killed.pid}"]
         if watchdog_too:
             dog = _watchdog_of(killed)
             os.kill(dog, signal.SIGKILL)
@@ -100,6 +104,7 @@ def test_the_sockets_of_a_sigkilled_launchers_job_are_removed(tmp_path: Path, wa
     done = _another_launch()
     assert done.returncode == 0, done.stderr
     assert not os.path.exists(job), os.listdir(job)
+    assert set(Path(tempfile.gettempdir()).glob("hccl-launch-*")) == temporary_before
 
 
 @pytest.mark.timeout(120)
