@@ -1,4 +1,4 @@
-"""The runtime's layers (README, "Layout"): every module of hccl_py imports only from its own
+"""The runtime's layers (docs/layout.md): every module of hccl_py imports only from its own
 layer or those below it (``LAYERS``, bottom up), with no import loop, imports inside functions
 included; an import inside a function is kept only for its cost (a heavy or optional library,
 or an internal one marked ``# lazy: <why>`` on its line or the one above). hccl_py never imports launch or benchmarks;
@@ -99,7 +99,7 @@ def test_importing_hccl_py_imports_no_launcher_no_zmq_no_torch():
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=60)
 
 
-# hccl_py's layers, bottom up (README's Layout mirrors it): a module imports from its own layer and
+# hccl_py's layers, bottom up (docs/layout.md mirrors it): a module imports from its own layer and
 # those below. A name is a module or a package (then every module in it, unless listed itself).
 LAYERS = (
     (
