@@ -1100,25 +1100,7 @@ class Communicator:
         """
         what = f"create_group on '{self.name}'"
         self.issuer.check_usable(what)
-        try:
-            ranks = [int(r) for r in ranks]
-        except (TypeError, ValueError):
-            raise self._bad(
-                what,
-                f"ranks must be a sequence of ints, got {ranks!r}",
-                arg="ranks",
-                value=ranks,
-                rule="type",
-                expected="sequence of int",
-            ) from None
-        if not ranks:
-            raise self._bad(
-                what, "ranks is empty; a group needs at least one rank", arg="ranks", value=ranks, rule="nonempty"
-            )
-        for r in ranks:
-            self._root(r, what, "rank")
-        if len(set(ranks)) != len(ranks):
-            raise self._bad(what, f"ranks {ranks} lists a rank twice", arg="ranks", value=ranks, rule="unique")
+        ranks = self._rank_list(ranks, what)
         seq = self._agree(what, ranks, "rank list", "ranks")
         if self._rank not in ranks:
             return None
@@ -1216,29 +1198,45 @@ class Communicator:
         """
         what = f"create_sub_comm on '{self.name}'"
         self.issuer.check_usable(what)
-        try:
-            ranks = [_whole(r) for r in ranks]
-        except (TypeError, ValueError):
-            raise self._bad(
-                what, f"ranks must be a sequence of ints, got {ranks!r}", arg="ranks", rule="type"
-            ) from None
-        if self._rank not in ranks or len(set(ranks)) != len(ranks) or not all(0 <= r < self.size for r in ranks):
+        ranks = self._rank_list(ranks, what)
+        if self._rank not in ranks:
             raise self._bad(
                 what,
-                f"ranks {ranks} must list this rank ({self._rank}) and distinct ranks of '{self.name}' "
-                f"(0..{self.size - 1}) once each",
+                f"ranks {ranks} must list this rank ({self._rank}): only the members make it",
                 arg="ranks",
                 value=ranks,
                 rule="members",
             )
-        return Communicator(
-            self._rc,
-            [self._world_ranks[r] for r in ranks],
-            ranks.index(self._rank),
-            _comm_id(self._id, "sub", sub_comm_id),
-            name or f"{self.name}/sub{ranks}",
-            timeout_s=timeout_s,
-        )
+        comm_id = _comm_id(self._id, "sub", sub_comm_id)
+        return self._child(ranks, comm_id, name or f"{self.name}/sub{ranks}", timeout_s)
 
-    def _child(self, ranks: list[int], comm_id: int, name: str) -> "Communicator":
-        return Communicator(self._rc, [self._world_ranks[r] for r in ranks], ranks.index(self._rank), comm_id, name)
+    def _rank_list(self, ranks, what: str) -> list[int]:
+        """``ranks``, a group's members, checked: whole numbers, ranks of this communicator, at
+        least one, each once."""
+        try:
+            ranks = [_whole(r) for r in ranks]
+        except (TypeError, ValueError):
+            raise self._bad(
+                what,
+                f"ranks must be a sequence of ints, got {ranks!r}",
+                arg="ranks",
+                value=ranks,
+                rule="type",
+                expected="sequence of int",
+            ) from None
+        if not ranks:
+            raise self._bad(
+                what, "ranks is empty; a group needs at least one rank", arg="ranks", value=ranks, rule="nonempty"
+            )
+        for r in ranks:
+            self._root(r, what, "rank")
+        if len(set(ranks)) != len(ranks):
+            raise self._bad(what, f"ranks {ranks} lists a rank twice", arg="ranks", value=ranks, rule="unique")
+        return ranks
+
+    def _child(
+        self, ranks: list[int], comm_id: int, name: str, timeout_s: "float | None | str" = "job"
+    ) -> "Communicator":
+        return Communicator(
+            self._rc, [self._world_ranks[r] for r in ranks], ranks.index(self._rank), comm_id, name, timeout_s=timeout_s
+        )

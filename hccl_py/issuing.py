@@ -155,18 +155,10 @@ class Issuer:
         """The fields of an error raised in ``what`` ("all_reduce on 'world'"): rank, comm, op."""
         return {"rank": self.comm_rank, "comm": self.name, "op": op_of(what)}
 
-    def context(self, sig: CallSignature, seq: int = 0, timeout_s: float | None = None) -> CallContext:
+    def context(self, sig: CallSignature, seq: int = 0) -> CallContext:
         """The executor's context of a call of signature ``sig`` (numbered ``seq``, set per call
         otherwise) on this communicator."""
-        return CallContext(
-            self.comm_id,
-            self.name,
-            seq,
-            sig,
-            self.world_ranks,
-            self.comm_rank,
-            self.timeout_s if timeout_s is None else timeout_s,
-        )
+        return CallContext(self.comm_id, self.name, seq, sig, self.world_ranks, self.comm_rank, self.timeout_s)
 
     # -- closing ------------------------------------------------------------------------------------
     def abort(self, reason: str) -> None:
@@ -288,9 +280,8 @@ class Issuer:
             others = [w for w in world if w != world[self.comm_rank]]
             engine.refuse(self.comm_id, (counter.seq, -1), others, err, secondary=secondary)
             if scope == "alltoallv":
-                counter.seq += (
-                    1  # its data exchange's number: the others spend it on theirs, which fails with the counts
-                )
+                # its data exchange's number: the others spend it on theirs, which fails with the counts
+                counter.seq += 1
             err.fields.setdefault("seq", counter.seq)
             return
         if scope == "batch":

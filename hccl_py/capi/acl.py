@@ -90,7 +90,6 @@ class Card:
         self.model = topology.card(self.topology_rank)
         self.hbm = Device(self.model, index)  # the ledger: capacity, use, peak
         self.default_stream = AclStream(0, self)
-        self.users = 0  # aclrtSetDevice calls not yet reset
 
     def copy_s(self, kind: int, nbytes: int) -> float:
         """Modeled seconds of a copy of ``kind`` on this card: PCIe to or from the host, twice
@@ -144,7 +143,7 @@ class Runtime:
         """The modeled cluster the cards sit on (HCCL_PY_TOPOLOGY, RANK_TABLE_FILE, else the preset
         for this host's cards)."""
         if self._topology is None:
-            job = read_job({k: v for k, v in os.environ.items() if k not in _RANK_VARIABLES})
+            job = read_job(settings_environ())
             named = job.topology or job.rank_table  # then its own cards: a host's 8 of 2x8p-roce's 16
             self._topology = load_topology(
                 None if named else self.device_count(),
@@ -262,7 +261,28 @@ class Runtime:
         return found
 
 
-_RANK_VARIABLES = ("RANK", "WORLD_SIZE", "RANK_ID", "RANK_SIZE")  # a card's model does not depend on them
+# Who the ranks are and where they meet: a card's model and a communicator's settings do not
+# come from them (a root info or a rank table says, or the C program's own MPI).
+_LAUNCH_VARIABLES = (
+    "RANK",
+    "WORLD_SIZE",
+    "RANK_ID",
+    "RANK_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "LOCAL_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "HCCL_PY_STORE_ADDR",
+    "HCCL_PY_STORE_PORT",
+    "HCCL_PY_STORE_HOSTED",
+)
+
+
+def settings_environ() -> dict[str, str]:
+    """The environment without the launch variables: HCCL's settings, the topology, faults."""
+    return {k: v for k, v in os.environ.items() if k not in _LAUNCH_VARIABLES}
+
+
 RUNTIME = Runtime()
 
 
@@ -305,21 +325,16 @@ def _get_version(major: int, minor: int, patch: int) -> None:
 # -- devices ---------------------------------------------------------------------------------------------
 @c_function("aclrtSetDevice", ACL)
 def _set_device(device: int) -> None:
-    card = RUNTIME.card(device)
+    RUNTIME.card(device)  # an id past the count is refused
     torch_bridge.set_device(device)
-    with RUNTIME.lock:
-        if RUNTIME.current.get(_thread()) != device:
-            card.users += 1
-        RUNTIME.current[_thread()] = device
+    RUNTIME.current[_thread()] = device
 
 
 @c_function("aclrtResetDevice", ACL)
 def _reset_device(device: int) -> None:
-    card = RUNTIME.card(device)
-    with RUNTIME.lock:
-        if RUNTIME.current.get(_thread()) == device:
-            del RUNTIME.current[_thread()]
-            card.users = max(card.users - 1, 0)
+    RUNTIME.card(device)
+    if RUNTIME.current.get(_thread()) == device:
+        del RUNTIME.current[_thread()]
 
 
 @c_function("aclrtResetDeviceForce", ACL)
@@ -482,9 +497,9 @@ def copy(dst: int, dest_max: int, src: int, nbytes: int, kind: int, stream: AclS
         _device_side(src, nbytes, "src")
     if kind in (H2D, D2D, _INNER_D2D, _INTER_D2D):
         _device_side(dst, nbytes, "dst")
+    stream = stream or RUNTIME.current_card().default_stream  # before any byte moves: it may be refused
     if nbytes:
         ctypes.memmove(dst, src, nbytes)
-    stream = stream or RUNTIME.current_card().default_stream
     stream.run(stream.card.copy_s(kind, nbytes))
 
 

@@ -33,7 +33,7 @@ from ..job import read_job
 from ..runtime import open_world
 from ..store import StoreServer
 from .abi import HCCL, AclError, c_function, read, read_text, read_u64s, require, write, write_bytes
-from .acl import RUNTIME, AclStream, Card
+from .acl import RUNTIME, AclStream, Card, settings_environ
 from .config import CommConfig, RootInfo
 
 COMM_NAME_BYTES = 128
@@ -49,21 +49,6 @@ _UNSUPPORTED_TYPES = {
     16: "float8_e5m2",
     17: "float8_e8m0",
 }
-# What the job of a root-info communicator takes from the environment: HCCL's settings, the
-# topology, faults; not who the ranks are or where they meet (the root info says).
-_JOB_VARIABLES = (
-    "RANK",
-    "WORLD_SIZE",
-    "RANK_ID",
-    "RANK_SIZE",
-    "LOCAL_WORLD_SIZE",
-    "LOCAL_RANK",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "HCCL_PY_STORE_ADDR",
-    "HCCL_PY_STORE_PORT",
-    "HCCL_PY_STORE_HOSTED",
-)
 
 
 @dataclass(eq=False)
@@ -230,7 +215,7 @@ def _job(size: int, rank: int, info: RootInfo, config: CommConfig | None):
 
 def _settings(config: CommConfig | None):
     """HCCL's settings of a new communicator: the environment's, overridden by ``config``'s."""
-    base = read_job({k: v for k, v in os.environ.items() if k not in _JOB_VARIABLES})
+    base = read_job(settings_environ())
     overrides = {}
     if config is not None:
         if config.buffer_bytes is not None:
@@ -395,14 +380,13 @@ def _create_sub_comm_config(
 
 
 def _destroy(c: CComm) -> None:
+    """Destroy ``c`` and the sub-communicators made from it (theirs first: they share its transport)."""
+    for child in c.children:
+        if child.handle in _comms:
+            _destroy(child)
     with _lock:
         _comms.pop(c.handle, None)
-    try:
-        c.comm.destroy()
-    finally:
-        for child in c.children:
-            with _lock:
-                _comms.pop(child.handle, None)
+    c.comm.destroy()
 
 
 @c_function("HcclCommDestroy", HCCL)
@@ -731,7 +715,8 @@ def shutdown() -> None:
     """At exit: destroy the communicators still open, close the stores this process hosts."""
     for c in list(_comms.values()):
         try:
-            _destroy(c)
+            if c.handle in _comms:  # not destroyed with its parent meanwhile
+                _destroy(c)
         except HcclError:
             pass
     for server in _stores:
