@@ -10,12 +10,15 @@ the C API keeps its own devices, memory and streams (a C program). With it:
   ``aclrtSetDevice`` sets torch's too;
 - ``torch.npu.current_stream().npu_stream`` resolves to that stream, whose modeled clock is the
   card's (the npu device's one clock, of the world its "hccl" group joined; without one the stream
-  keeps its own clock).
+  keeps its own clock);
+- ``torch.npu.Event().npu_event`` resolves to that event: C's ``aclrtRecordEvent`` stamps it and
+  ``aclrtEventElapsedTime`` reads it, as torch's ``record`` and ``elapsed_time`` do.
 """
 
 from __future__ import annotations
 
 import ctypes
+import importlib
 import sys
 
 import numpy as np
@@ -70,28 +73,22 @@ def npu_block(address: int, nbytes: int) -> tuple[int, int, np.ndarray] | None:
 
 
 class CardClock(Stream):
-    """The modeled clock of a torch npu stream: the card's (the npu device's compute stream), kept
-    here too while the process has no card (no "hccl" world)."""
+    """The modeled clock of a torch npu stream: the card's (the npu device's compute stream, which
+    torch's events stamp), of the world its "hccl" group joined or, without one, the process's."""
 
-    __slots__ = ("_own",)
+    __slots__ = ()
 
     def __init__(self, name: str):  # not Stream's: setting the clock would move the card's
         self.name = name
-        self._own = 0.0
 
     @property
     def clock(self) -> float:
-        """Modeled seconds of the stream: the card's clock (its own while there is no card)."""
-        card = _card()
-        return self._own if card is None else _modeled_clock()
+        """Modeled seconds of the stream: the card's."""
+        return _npu().modeled_clock()
 
     @clock.setter
     def clock(self, value: float) -> None:
-        card = _card()
-        if card is None:
-            self._own = value
-        else:
-            card.clock = value
+        _npu().set_modeled_clock(value)
 
 
 def torch_stream(handle: int) -> tuple[int, int] | None:
@@ -99,10 +96,35 @@ def torch_stream(handle: int) -> tuple[int, int] | None:
     return stream_of_handle(handle) if _extension() is not None else None
 
 
-def _card():
-    npu = sys.modules.get("hccl_py.torch.npu")
-    return npu.process_card() if npu is not None else None
+class TorchEvent:
+    """A torch npu event as the C API sees one (an ``AclEvent``'s fields): its card and its stamp,
+    which is the torch event's own (recorded from C or from torch, read by both)."""
+
+    __slots__ = ("handle", "card")
+
+    def __init__(self, handle: int, card):
+        self.handle = handle
+        self.card = card
+
+    @property
+    def stamp(self) -> float | None:
+        found = _extension().event_stamp(self.handle)
+        return None if found is None else found[1]
+
+    @stamp.setter
+    def stamp(self, modeled_s: float | None) -> None:
+        # torch has no unrecorded state for an event it made: a reset leaves the last stamp
+        if modeled_s is not None:
+            _extension().set_event_stamp(self.handle, modeled_s)
 
 
-def _modeled_clock() -> float:
-    return sys.modules["hccl_py.torch.npu"].modeled_clock()
+def torch_event(handle: int) -> int | None:
+    """The card of a live torch npu event at ``handle`` (its ``npu_event``), or None."""
+    ext = _extension()
+    found = ext.event_stamp(handle) if ext is not None and handle else None
+    return None if found is None else found[0]
+
+
+def _npu():
+    """hccl_py.torch.npu (torch is loaded: a torch stream's handle was resolved)."""
+    return importlib.import_module("hccl_py.torch.npu")

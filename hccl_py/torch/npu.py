@@ -141,12 +141,28 @@ def _synchronize_device() -> None:
     _join_all(raise_errors=False)
 
 
+# The card's modeled clock while this process has joined no world (no "hccl" group): HCCL's C API
+# advances it by the calls it runs on torch's streams (vLLM's pyhccl over a gloo group), so that
+# torch's events time those calls as they time the "hccl" group's.
+_unjoined_clock_s = 0.0
+
+
 def modeled_clock() -> float:
     """This process's card's modeled clock (compute stream, seconds, torch ops charged up to
-    now); 0 before hccl-py is initialised."""
+    now); before a world is joined, what HCCL's C API ran on torch's streams."""
     charge_kernels()
     card = _card()
-    return 0.0 if card is None else card.clock
+    return _unjoined_clock_s if card is None else card.clock
+
+
+def set_modeled_clock(modeled_s: float) -> None:
+    """Move this process's card's modeled clock to ``modeled_s`` (a call that ended then)."""
+    global _unjoined_clock_s
+    card = _card()
+    if card is None:
+        _unjoined_clock_s = modeled_s
+    else:
+        card.clock = modeled_s
 
 
 def _index(device) -> int:
@@ -453,25 +469,52 @@ class _EventType(type):
         return isinstance(obj, torch.Event) and obj.device.type == "npu"
 
 
-class Event(metaclass=_EventType):
+class Event(torch.Event, metaclass=_EventType):
     """An event on the card: ``record()`` stamps the card's modeled clock and ``elapsed_time(end)``
     is the modeled milliseconds between two stamps (what the program would take on the modeled
-    cluster, not the wall time of this emulation). It makes a plain ``torch.Event`` of the current
-    card: torch's streams and ``elapsed_time`` take only that exact type (FSDP2 passes
-    ``torch.npu.Event()`` to ``stream.wait_event``); ``isinstance(e, torch.npu.Event)`` holds for
-    any npu event::
+    cluster, not the wall time of this emulation). It is a ``torch.Event`` of the current card
+    (FSDP2 passes ``torch.npu.Event()`` to ``stream.wait_event``); ``isinstance(e, torch.npu.Event)``
+    holds for any npu event. ``npu_event`` is its aclrtEvent for C, as torch_npu's (0 until its first
+    record): HCCL's C API (hccl-py's libhccl.so) reads and records the same stamp::
 
         start, end = torch.npu.Event(enable_timing=True), torch.npu.Event(enable_timing=True)
         start.record(); y = x @ x; end.record(); start.elapsed_time(end)   # modeled ms
+        lib.aclrtEventElapsedTime(ctypes.byref(ms), start.npu_event, end.npu_event)  # the same
     """
 
     def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
-        return torch.Event(
+        event = super().__new__(
+            cls,
             device=torch.device("npu", current_device()),
             enable_timing=enable_timing,
             blocking=blocking,
             interprocess=interprocess,
         )
+        event.enable_timing = enable_timing
+        return event
+
+    @property
+    def npu_event(self) -> int:
+        """The event's aclrtEvent (an integer; 0 before its first record), as torch_npu's."""
+        return self.event_id
+
+    @property
+    def _as_parameter_(self) -> ctypes.c_void_p:  # ctypes passes an Event where an aclrtEvent goes
+        return ctypes.c_void_p(self.npu_event)
+
+    def elapsed_time(self, end_event: torch.Event) -> float:
+        """Modeled milliseconds from this event's record to ``end_event``'s (torch's own method takes
+        only a plain ``torch.Event`` as ``end_event``)."""
+        if type(end_event) is torch.Event:
+            return super().elapsed_time(end_event)
+        if not isinstance(end_event, torch.Event):
+            raise TypeError(f"expected end_event to be a torch.Event, got {type(end_event).__name__}")
+        if not (self.enable_timing and getattr(end_event, "enable_timing", True)):
+            raise ValueError("Both events must be created with argument 'enable_timing=True'.")
+        start, end = _ext().event_stamp(self.event_id), _ext().event_stamp(end_event.event_id)
+        if start is None or end is None:
+            raise RuntimeError("Both events must be recorded before calculating elapsed time.")
+        return (end[1] - start[1]) * 1e3
 
 
 class Stream(torch.Stream):

@@ -43,6 +43,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace hccl_npu {
 
@@ -322,7 +323,47 @@ at::Tensor as_cpu(const at::Tensor& t, SharedStorages* shared = nullptr) {
 }
 
 // --- the device guard -------------------------------------------------------------------------
-struct Stamp { double modeled_s = -1.0; };
+struct Stamp {
+  double modeled_s = -1.0;
+  int device = 0;
+};
+
+// The live stamps, so that an event's address (torch_npu's ``Event.npu_event``, an aclrtEvent for C)
+// can be read and recorded through HCCL's C API without trusting an arbitrary pointer.
+std::mutex g_stamps_mu;
+std::unordered_set<Stamp*> g_stamps;
+
+Stamp* new_stamp() {
+  auto* stamp = new Stamp();
+  std::lock_guard<std::mutex> lock(g_stamps_mu);
+  g_stamps.insert(stamp);
+  return stamp;
+}
+
+void delete_stamp(Stamp* stamp) {
+  {
+    std::lock_guard<std::mutex> lock(g_stamps_mu);
+    g_stamps.erase(stamp);
+  }
+  delete stamp;
+}
+
+// (card, modeled seconds) of the event at `address`, or None when no live event is there.
+py::object event_stamp(uintptr_t address) {
+  std::lock_guard<std::mutex> lock(g_stamps_mu);
+  auto found = g_stamps.find(reinterpret_cast<Stamp*>(address));
+  if (found == g_stamps.end()) return py::none();
+  return py::make_tuple((*found)->device, (*found)->modeled_s);
+}
+
+// Stamps the live event at `address` with `modeled_s` (C's aclrtRecordEvent); false if there is none.
+bool set_event_stamp(uintptr_t address, double modeled_s) {
+  std::lock_guard<std::mutex> lock(g_stamps_mu);
+  auto found = g_stamps.find(reinterpret_cast<Stamp*>(address));
+  if (found == g_stamps.end()) return false;
+  (*found)->modeled_s = modeled_s;
+  return true;
+}
 
 // Whether Python can be called back: not while the interpreter shuts down (a thread that asks for
 // the GIL then is ended by the interpreter, which kills the process from a C++ frame).
@@ -378,13 +419,14 @@ struct NpuGuard final : c10::impl::DeviceGuardImplInterface {
   c10::DeviceIndex deviceCount() const noexcept override { return c10::DeviceIndex(g_device_count.load()); }
   // Events: work on this device has finished when its call returns (results are computed at
   // once), so an event is only a stamp of the card's modeled clock.
-  void record(void** event, const c10::Stream&, const c10::DeviceIndex, const c10::EventFlag) const override {
-    if (*event == nullptr) *event = new Stamp();
+  void record(void** event, const c10::Stream& stream, const c10::DeviceIndex, const c10::EventFlag) const override {
+    if (*event == nullptr) *event = new_stamp();
+    static_cast<Stamp*>(*event)->device = stream.device_index();
     static_cast<Stamp*>(*event)->modeled_s = modeled_clock();
   }
   void block(void*, const c10::Stream&) const override {}
   bool queryEvent(void*) const override { return true; }
-  void destroyEvent(void* event, const c10::DeviceIndex) const noexcept override { delete static_cast<Stamp*>(event); }
+  void destroyEvent(void* event, const c10::DeviceIndex) const noexcept override { delete_stamp(static_cast<Stamp*>(event)); }
   bool queryStream(const c10::Stream&) const override { return true; }
   void synchronizeStream(const c10::Stream&) const override {}
   void synchronizeEvent(void*) const override {}
@@ -1418,6 +1460,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_device", [](int d) { hccl_npu::NpuGuard().setDevice(c10::Device(hccl_npu::kNpu, c10::DeviceIndex(d))); });
   m.def("set_pool", &hccl_npu::set_pool);
   m.def("block_at", &hccl_npu::block_at, "the (card, start, bytes) of the npu block holding nbytes at an address, or None");
+  m.def("event_stamp", &hccl_npu::event_stamp, "(card, modeled seconds) of the recorded event at an address, or None");
+  m.def("set_event_stamp", &hccl_npu::set_event_stamp, "stamp the event at an address; false if there is none");
   m.def("memory_stats", &hccl_npu::memory_stats);
   m.def("reset_peak", &hccl_npu::reset_peak);
   m.def("empty_cache", &hccl_npu::empty_cache);

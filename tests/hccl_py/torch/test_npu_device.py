@@ -143,6 +143,16 @@ start, end = torch.npu.Event(enable_timing=True), torch.npu.Event(enable_timing=
 start.record(); took = card.run(1e12, 0.0); end.record(); end.synchronize(); torch.npu.synchronize()
 ms = start.elapsed_time(end)
 assert ms > 0 and abs(ms - took * 1e3) < 1e-9, (ms, took)
+# torch_npu's Event: npu_event (its aclrtEvent) 0 until recorded; elapsed_time with torch's own events
+fresh, plain = torch.npu.Event(enable_timing=True), torch.Event(device="npu", enable_timing=True)
+assert fresh.npu_event == 0 and start.npu_event != 0 and isinstance(plain, torch.npu.Event)
+fresh.record(); card.run(1e12, 0.0); plain.record()
+assert abs(fresh.elapsed_time(plain) - took * 1e3) < 1e-9 and abs(start.elapsed_time(fresh) - ms) < 1e-9
+try:
+    torch.npu.Event().elapsed_time(end)
+    raise SystemExit("elapsed_time of an event without timing")
+except ValueError as err:
+    assert "enable_timing=True" in str(err), err
 # torch ops on npu tensors charge the card's modeled compute, as hccl-py's own device ops do
 from hccl_py.cost_model import cube_flops
 a, b = torch.randn(64, 128, device="npu"), torch.randn(128, 32, device="npu")

@@ -13,6 +13,11 @@ import torch.distributed as dist
 import torch_npu  # noqa: F401
 
 
+def pytest_approx(value: float) -> float:
+    """``value`` as a C float holds it (aclrtEventElapsedTime writes a float)."""
+    return ctypes.c_float(value).value
+
+
 class RootInfo(ctypes.Structure):
     _fields_ = [("internal", ctypes.c_byte * 4108)]
 
@@ -51,9 +56,21 @@ with torch.npu.device(device):
 stream = torch.npu.current_stream()
 x = torch.arange(1024, dtype=torch.float32, device=device) + rank
 out = torch.empty_like(x)
+start, end = torch.npu.Event(enable_timing=True), torch.npu.Event(enable_timing=True)
+assert start.npu_event == 0  # as torch_npu's: the aclrtEvent is made at the first record
+start.record(stream)
 code = lib.HcclAllReduce(x.data_ptr(), out.data_ptr(), x.numel(), 4, 0, comm, stream.npu_stream)
 assert code == 0, lib.HcclGetErrorString(code)
+end.record(stream)
 stream.synchronize()
+# an Event's npu_event is its aclrtEvent: C reads the stamps torch recorded, C records what torch reads
+ms = ctypes.c_float()
+handles = ctypes.c_void_p(start.npu_event), ctypes.c_void_p(end.npu_event)
+assert lib.aclrtEventElapsedTime(ctypes.byref(ms), *handles) == 0
+assert start.elapsed_time(end) > 0 and ms.value == pytest_approx(start.elapsed_time(end)), (ms, start.elapsed_time(end))
+assert lib.aclrtRecordEvent(start, stream) == 0  # an Event is its aclrtEvent, as a Stream is its aclrtStream
+assert start.elapsed_time(end) == 0.0
+assert lib.aclrtEventElapsedTime(ctypes.byref(ms), ctypes.c_void_p(123456), handles[1]) != 0  # no event there
 expected = torch.arange(1024, dtype=torch.float32) * world + sum(range(world))
 assert torch.equal(out.cpu(), expected), out[:4]
 
