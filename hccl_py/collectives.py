@@ -292,7 +292,9 @@ class CallSpec(NamedTuple):
     (``algo_select.auto``), the cost model, the simulator and the plan cache take it, and it is
     the cache key of the call's prepared plan (so it costs what a tuple costs). ``algo`` is the
     name asked for (``"auto"``, ``"ring"``, ``"hier:mesh/ring"``); ``op`` is None for an operation
-    that does not reduce; ``modeled`` False for an exchange that costs no modeled time::
+    that does not reduce; ``modeled`` False for an exchange that costs no modeled time; ``then``
+    the step the caller takes on the result afterwards (``dtypes.THEN_STEPS``' code: 1, torch's
+    AVG), which only the signature carries::
 
         spec = CallSpec.of("allreduce", 1024, dtype="float32", op="max")
         spec.nbytes, spec.op_name              # (4096, 'max')
@@ -306,6 +308,7 @@ class CallSpec(NamedTuple):
     op: ReduceOp | None = None
     root: int = 0
     modeled: bool = True
+    then: int = 0
 
     @classmethod
     def of(

@@ -24,7 +24,7 @@ from .collectives import CallSpec, OpKind
 from .collectives import collective as collective_named
 from .context import RankContext
 from .device import Device
-from .dtypes import DTYPE_CODES, UFUNCS, ReduceOp, check_op_dtype, dtype_code
+from .dtypes import DTYPE_CODES, UFUNCS, ReduceOp, check_op_dtype, dtype_code, signature_redop, then_code
 from .errors import HcclError, HcclParamError
 from .executor import P2P_SEQ_BIT, quiet_floats
 from .issuing import Call, Issuer, Part, entry
@@ -298,7 +298,7 @@ class Communicator:
             spec.kind,
             algo_code(name, getattr(fn, "__qualname__", "") + repr(getattr(fn, "staged", None))),
             dtype_code(dtype, where=collective),
-            int(spec.op or 0),
+            signature_redop(spec.op, spec.then),
             count if sig_count is None else sig_count,
             root,
         )
@@ -342,10 +342,15 @@ class Communicator:
         out: np.ndarray | None = None,
         algo: str = "auto",
         async_op: bool = False,
+        then: str = "",
     ):
         """Reduce ``x`` over all ranks (``HcclAllReduce``): in place by default, returning ``x``;
         into ``out`` (HCCL's recvBuf) when given, returning ``out``. ``async_op=True`` returns a
-        :class:`~hccl_py.work.Work` at once (``wait()`` gives the result)::
+        :class:`~hccl_py.work.Work` at once (``wait()`` gives the result). ``then``: what the caller
+        does to the result afterwards, which every rank must share (``"average"``: it divides it by
+        the group size, as torch's AVG over HCCL; the call itself reduces with ``op``); ranks that
+        disagree fail with a call mismatch, as for ``op`` (also on :meth:`reduce` and
+        :meth:`reduce_scatter`)::
 
             comm.all_reduce(np.ones(3, np.float32))      # array([4., 4., 4.]) with 4 ranks
         """
@@ -355,21 +360,23 @@ class Communicator:
         redop = self._op(op, x.dtype, what)
         target = x if out is None else self._into(out, x, what)
         flat = target.reshape(-1)
-        spec = CallSpec("allreduce", OpKind.ALLREDUCE, algo, flat.size, x.dtype, redop)
+        step = then_code(then, where=what) if then else 0
+        spec = CallSpec("allreduce", OpKind.ALLREDUCE, algo, flat.size, x.dtype, redop, then=step)
         return self._collective(spec, (flat, flat), target, async_op)
 
     @entry("collective", name="all_reduce")
-    def all_reduce_flat(self, flat: np.ndarray, redop: ReduceOp, what: str) -> None:
+    def all_reduce_flat(self, flat: np.ndarray, redop: ReduceOp, what: str, then: int = 0) -> None:
         """Blocking, in-place ``all_reduce(flat, redop)`` without :meth:`all_reduce`'s argument
         checks, for an adapter that made the buffer and the op itself: ``flat`` a 1-D, C-contiguous,
         writable array of a dtype ``redop`` takes (the torch process group's float32 path).
-        ``what`` names the call as all_reduce would ("all_reduce on 'world'")::
+        ``what`` names the call as all_reduce would ("all_reduce on 'world'"); ``then`` the code
+        of all_reduce's ``then`` (``dtypes.then_code``)::
 
             comm.all_reduce_flat(buf, ReduceOp.SUM, "all_reduce on 'world'")
         """
         self.issuer.check_usable(what)
         self._collective(
-            CallSpec("allreduce", OpKind.ALLREDUCE, "auto", flat.size, flat.dtype, redop), (flat, flat), flat
+            CallSpec("allreduce", OpKind.ALLREDUCE, "auto", flat.size, flat.dtype, redop, then=then), (flat, flat), flat
         )
 
     @entry("collective")
@@ -418,6 +425,7 @@ class Communicator:
         out: np.ndarray | None = None,
         algo: str = "auto",
         async_op: bool = False,
+        then: str = "",
     ):
         """Reduce ``x`` over all ranks onto ``root`` (``HcclReduce``): in place by default
         (returns ``x``), into ``out`` on the root when given (returns ``out``). Other ranks' ``x``
@@ -435,7 +443,8 @@ class Communicator:
             result = self._into(out, x, what, copy=False)
             target = x
         flat = np.ascontiguousarray(target).reshape(-1)
-        spec = CallSpec("reduce", OpKind.REDUCE, algo, flat.size, x.dtype, redop, root)
+        step = then_code(then, where=what) if then else 0
+        spec = CallSpec("reduce", OpKind.REDUCE, algo, flat.size, x.dtype, redop, root, then=step)
         return self._collective(spec, (flat, flat), result, async_op)
 
     @entry("collective")
@@ -447,6 +456,7 @@ class Communicator:
         out: np.ndarray | None = None,
         algo: str = "auto",
         async_op: bool = False,
+        then: str = "",
     ):
         """Reduce ``y`` over all ranks and return this rank's block (``HcclReduceScatter``).
 
@@ -472,7 +482,8 @@ class Communicator:
         shape = (y.shape[0] // self.size, *y.shape[1:]) if y.ndim >= 1 and y.shape[0] % self.size == 0 else (count,)
         result = self._out(out, count, y.dtype, what)
         flat = _apart_from(np.ascontiguousarray(y).reshape(-1), result)
-        spec = CallSpec("reduce_scatter", OpKind.REDUCE_SCATTER, algo, count, y.dtype, redop)
+        step = then_code(then, where=what) if then else 0
+        spec = CallSpec("reduce_scatter", OpKind.REDUCE_SCATTER, algo, count, y.dtype, redop, then=step)
         return self._collective(spec, (flat, result.reshape(-1)), result.reshape(shape), async_op)
 
     @entry("collective")

@@ -117,6 +117,38 @@ class ReduceOp(IntEnum):
 
 _REDUCE_OPS = {**{op: op for op in ReduceOp}, **{op.name.lower(): op for op in ReduceOp}}
 
+# What a caller does to a reduction's result after the call, which every rank must share (torch's
+# ReduceOp.AVG: HCCL has no average; the sum is divided by the group size after it). The call's
+# signature carries it beside the op, so AVG on one rank against SUM on another is a call mismatch.
+THEN_STEPS = ("", "average")
+
+
+def then_code(then: str, *, where: str) -> int:
+    """The signature's code of the step ``then`` ("" none, "average"); HcclParamError otherwise."""
+    try:
+        return THEN_STEPS.index(then)
+    except ValueError:
+        raise HcclParamError(
+            f"{where}: then={then!r} is not a step; use one of {THEN_STEPS}",
+            arg="then",
+            value=repr(then),
+            rule="choices",
+            choices=list(THEN_STEPS),
+        ) from None
+
+
+def signature_redop(op: "ReduceOp | None", then: int) -> int:
+    """The signature's reduction byte: the op, and the step after it in the high bits."""
+    return int(op or 0) | then << 4
+
+
+def redop_label(code: int) -> str:
+    """``op=...`` of a signature's reduction byte (:func:`signature_redop`) for a mismatch message."""
+    then = code >> 4
+    step = f" then {THEN_STEPS[then]}" if 0 < then < len(THEN_STEPS) else (f" then step#{then}" if then else "")
+    op = code & 0xF
+    return (ReduceOp(op).name.lower() if op in ReduceOp._value2member_map_ else f"op#{op}") + step
+
 
 UFUNCS = {ReduceOp.SUM: np.add, ReduceOp.PROD: np.multiply, ReduceOp.MAX: np.maximum, ReduceOp.MIN: np.minimum}
 

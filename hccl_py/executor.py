@@ -29,7 +29,7 @@ from .algorithms.schedule import Schedule, message_numbers
 from .collectives import OpKind, of_kind
 from .cost_model import StepCost, step_end
 from .device import Device
-from .dtypes import NAME_BY_CODE, ReduceOp
+from .dtypes import NAME_BY_CODE, redop_label
 from .errors import (
     CANN_INCONSISTENT,
     CANN_TIMEOUT,
@@ -102,7 +102,7 @@ def describe_call(sig: tuple, caller: int | None = None) -> str:
     )
     parts = [count, f"dtype={dtype}"]
     if spec is not None and spec.reduces:
-        parts.append(f"op={ReduceOp(sig.redop).name.lower()}")
+        parts.append(f"op={redop_label(sig.redop)}")
     if spec is not None and spec.rooted:
         parts.append(f"root={sig.root}")
     if op is OpKind.SEND:

@@ -430,16 +430,18 @@ class HcclProcessGroup(dist.ProcessGroup):
             raise backend_error(err, "_end_coalescing") from err
 
     # -- the one issue path --------------------------------------------------------------------
-    def _call(self, what: str, async_op: bool, prep, *args):
+    def _call(self, what: str, async_op: bool, prep, *args, spends: int = 1):
         """``prep(what, *args)`` checks the arguments and returns (issue, post, result):
         ``issue(async_op)`` starts the hccl-py call (returning its Work when asynchronous),
-        ``post()`` (or None) runs once it succeeded, ``result`` is what the future holds."""
+        ``post()`` (or None) runs once it succeeded, ``result`` is what the future holds.
+        ``spends``: the communicator's call numbers the call takes on the other ranks (an
+        all-to-all-v two: its exchange of counts, then its data), which a refusal spends too."""
         if self._charge is not None:
             self._charge()
         try:
             issue, post, result = prep(what, *args)
         except HcclError as err:
-            raise self._refused(err, what) from err
+            raise self._refused(err, what, times=spends) from err
         try:
             if not async_op:
                 issue(False)
@@ -488,8 +490,13 @@ class HcclProcessGroup(dist.ProcessGroup):
                     post()
 
             if opts is not None and not opts.asyncOp:
-                for issue, _, _ in prepared:
-                    issue(False)
+                for index, (issue, _, _) in enumerate(prepared):
+                    try:
+                        issue(False)
+                    except HcclError as err:
+                        # the calls after it are refused here too, as the others issue (or refuse)
+                        # every call of theirs: the ranks stay in step
+                        raise self._refused(err, what, times=len(prepared) - index - 1) from err
                 post_all()
                 return DONE
             return HcclWork(what, [issue(True) for issue, _, _ in prepared], result, post_all)
@@ -510,7 +517,8 @@ class HcclProcessGroup(dist.ProcessGroup):
                 if found is not None:
                     a = t.numpy() if t.is_cpu else as_array(t)  # the tensor's memory: C-contiguous, writable, float32
                     try:
-                        self.comm.all_reduce_flat(a if a.ndim == 1 else a.reshape(-1), found[0], self._all_reduce_what)
+                        flat = a if a.ndim == 1 else a.reshape(-1)
+                        self.comm.all_reduce_flat(flat, found[0], self._all_reduce_what, 1 if found[1] else 0)
                     except HcclError as err:
                         raise backend_error(err, "all_reduce") from err
                     if found[1]:
@@ -519,9 +527,10 @@ class HcclProcessGroup(dist.ProcessGroup):
         return self._call("all_reduce", opts.asyncOp, self._allreduce, self._one(tensors, "all_reduce"), opts.reduceOp)
 
     def _reduced(self, t, red_op, what: str, keep: bool = True):
-        """A reduction into ``t``: (its staging, hccl-py's op, what runs after the call: the result
-        copied back into ``t`` and, for AVG, divided by the group size; nothing unless ``keep``,
-        as on a non-root of reduce)."""
+        """A reduction into ``t``: (its staging, hccl-py's op, the call's ``then`` ("average" for
+        AVG: every rank must share it), what runs after the call: the result copied back into
+        ``t`` and, for AVG, divided by the group size; nothing unless ``keep``, as on a non-root
+        of reduce)."""
         staged = Staged(t, what)
         op, then = _op(red_op, t.dtype, what)
 
@@ -534,11 +543,11 @@ class HcclProcessGroup(dist.ProcessGroup):
                     with torch.no_grad():
                         t.mul_(then)
 
-        return staged, op, post
+        return staged, op, "average" if then is True else "", post
 
     def _allreduce(self, what, t, red_op):
-        staged, op, post = self._reduced(t, red_op, what)
-        return lambda a: self.comm.all_reduce(staged.array, op, async_op=a), post, [t]
+        staged, op, step, post = self._reduced(t, red_op, what)
+        return lambda a: self.comm.all_reduce(staged.array, op, async_op=a, then=step), post, [t]
 
     def allreduce_coalesced(self, tensors, opts=None):
         """Each tensor all-reduced with ``opts.reduceOp``; one dtype across the list (as torch's
@@ -569,8 +578,8 @@ class HcclProcessGroup(dist.ProcessGroup):
         )
 
     def _reduce(self, what, t, root, red_op):
-        staged, op, post = self._reduced(t, red_op, what, keep=self.comm.rank == root)
-        return lambda a: self.comm.reduce(staged.array, root, op, async_op=a), post, [t]
+        staged, op, step, post = self._reduced(t, red_op, what, keep=self.comm.rank == root)
+        return lambda a: self.comm.reduce(staged.array, root, op, async_op=a, then=step), post, [t]
 
     def allgather(self, output_tensors, input_tensors, opts=None):
         opts = opts if opts is not None else dist.AllgatherOptions()
@@ -777,14 +786,18 @@ class HcclProcessGroup(dist.ProcessGroup):
         for row, i in zip(padded, ins):
             row[: i.numel()] = i.detach().reshape(-1)
         block = torch.empty(width, dtype=t.dtype, device=t.device)
-        staged, op, post = self._reduced(block, red_op, what)
+        staged, op, step, post = self._reduced(block, red_op, what)
 
         def finish():
             post()
             with torch.no_grad():
                 t.copy_(block[: t.numel()].view(t.shape))
 
-        return lambda a: self.comm.reduce_scatter(as_array(padded), op, out=staged.array, async_op=a), finish, [t]
+        return (
+            lambda a: self.comm.reduce_scatter(as_array(padded), op, out=staged.array, async_op=a, then=step),
+            finish,
+            [t],
+        )
 
     def _reduce_scatter_lifted(self, what, t, ins, red_op):
         """torch_npu's reduce_scatter of an input list whose length is not the group's, or whose
@@ -807,8 +820,8 @@ class HcclProcessGroup(dist.ProcessGroup):
         return self._reduce_scatter_into(what, t, as_array(lifted), red_op)
 
     def _reduce_scatter_into(self, what, output, y, red_op):
-        staged, op, post = self._reduced(output, red_op, what)
-        return lambda a: self.comm.reduce_scatter(y, op, out=staged.array, async_op=a), post, [output]
+        staged, op, step, post = self._reduced(output, red_op, what)
+        return lambda a: self.comm.reduce_scatter(y, op, out=staged.array, async_op=a, then=step), post, [output]
 
     def reduce_scatter_single(self, output, input, opts=None):
         opts = opts if opts is not None else dist.ReduceScatterOptions()
@@ -840,6 +853,13 @@ class HcclProcessGroup(dist.ProcessGroup):
 
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         opts = opts if opts is not None else dist.AllToAllOptions()
+        even = (
+            not output_split_sizes
+            and not input_split_sizes
+            and output.shape == input.shape
+            and input.dim()
+            and input.shape[0] % self.comm.size == 0
+        )
         return self._call(
             "all_to_all_single",
             opts.asyncOp,
@@ -848,6 +868,7 @@ class HcclProcessGroup(dist.ProcessGroup):
             input,
             output_split_sizes,
             input_split_sizes,
+            spends=1 if even else 2,  # the other ranks' all_to_all or all_to_all_v (counts, then data)
         )
 
     def _all_to_all_single(self, what, output, input, output_split_sizes, input_split_sizes):
@@ -888,7 +909,7 @@ class HcclProcessGroup(dist.ProcessGroup):
 
     def alltoall(self, output_tensors, input_tensors, opts=None):
         opts = opts if opts is not None else dist.AllToAllOptions()
-        return self._call("all_to_all", opts.asyncOp, self._alltoall, output_tensors, input_tensors)
+        return self._call("all_to_all", opts.asyncOp, self._alltoall, output_tensors, input_tensors, spends=2)
 
     def _alltoall(self, what, output_tensors, input_tensors):
         n = self.comm.size

@@ -54,6 +54,12 @@ def _cases(size: int):
             lambda c, bad: c.all_reduce(np.ones(5, f32), op="bogus" if bad else "sum"),
         )
         yield (
+            "all_reduce bad then",
+            refuser,
+            "choices",
+            lambda c, bad: c.all_reduce(np.ones(5, f32), then="bogus" if bad else ""),
+        )
+        yield (
             "all_reduce bad algo",
             refuser,
             None,
@@ -277,6 +283,8 @@ def _mismatched(case: str, algo: str) -> list:
                 comm.all_reduce(x, algo=algo)
             else:
                 comm.reduce(x, root=1, algo=algo)
+        elif case == "average against sum":  # rank 0 divides the sum afterwards, the others do not
+            comm.all_reduce(x, then="average" if comm.rank == 0 else "", algo=algo)
         elif case == "reduce roots":  # rank 0 reduces to 1, the others to 0
             comm.reduce(x, root=1 if comm.rank == 0 else 0, algo=algo)
         else:  # gather roots
@@ -294,7 +302,7 @@ def _mismatched(case: str, algo: str) -> list:
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("case", ["reduce vs all_reduce", "reduce roots", "gather roots"])
+@pytest.mark.parametrize("case", ["reduce vs all_reduce", "reduce roots", "gather roots", "average against sum"])
 @pytest.mark.parametrize("algo", ["auto", "ring"])
 def test_a_mismatch_that_no_receive_takes_is_found_and_every_rank_learns(case, algo):
     results = run_ranks(_mismatched, 3, case, algo, env={"HCCL_EXEC_TIMEOUT": "20"}, timeout=100)
