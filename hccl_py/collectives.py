@@ -15,6 +15,7 @@ keeping their own alias maps and factors::
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
@@ -284,6 +285,25 @@ def spellings() -> dict[str, str]:
 def of_kind(kind: int) -> Collective | None:
     """The collective with wire code ``kind``; None for point-to-point (``OpKind.SEND``)."""
     return _BY_KIND.get(kind)
+
+
+# A v-call's signature count (all_gather_v, reduce_scatter_v): the count itself when every block
+# has it (the call pairs with the plain one), else this bit and a digest of the counts, so that
+# ranks whose lists differ are a call mismatch even where the largest count agrees.
+BLOCKS_BIT = 1 << 63
+
+
+def blocks_count(counts: tuple[int, ...]) -> int:
+    """The signature count of blocks of ``counts`` elements, one per rank::
+
+    blocks_count((4, 4)) == 4;  blocks_count((3, 4)) & BLOCKS_BIT
+    """
+    if len(set(counts)) <= 1:
+        return counts[0] if counts else 0
+    return (
+        BLOCKS_BIT
+        | int.from_bytes(hashlib.blake2b(repr(tuple(counts)).encode(), digest_size=8).digest(), "little") >> 1
+    )
 
 
 class CallSpec(NamedTuple):

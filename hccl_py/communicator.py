@@ -20,7 +20,7 @@ from .algorithms._common import packed_displacements
 from .algorithms.alltoallv import VSchedule, as_matrix
 from .algorithms.alltoallv import digest as alltoallv_digest
 from .algorithms.registry import algo_code
-from .collectives import CallSpec, OpKind
+from .collectives import CallSpec, OpKind, blocks_count
 from .collectives import collective as collective_named
 from .context import RankContext
 from .device import Device
@@ -401,6 +401,66 @@ class Communicator:
         return self._collective(spec, (flat, result.reshape(-1)), result.reshape((self.size, *x.shape)), async_op)
 
     @entry("collective")
+    def all_gather_v(
+        self, x: np.ndarray, counts, *, out: np.ndarray | None = None, algo: str = "auto", async_op: bool = False
+    ):
+        """Gather blocks of another size per rank (``HcclAllGatherV``; torch_npu's uneven
+        all_gather): rank i's ``x`` holds ``counts[i]`` elements, and every rank passes the same
+        ``counts`` (ranks whose lists differ fail with a call mismatch, even where the largest
+        count agrees). The blocks travel padded to the largest count, as one allgather of that
+        count (its modeled time too). Returns the rows, shape ``(size, max(counts))``, into ``out``
+        when given: row i's first ``counts[i]`` elements are rank i's block, the rest zeros::
+
+            rows = comm.all_gather_v(x, [3, 1, 2, 2])
+            blocks = [rows[i, :n] for i, n in enumerate([3, 1, 2, 2])]
+        """
+        what = f"all_gather_v on '{self.name}'"
+        self.issuer.check_usable(what)
+        x = self._array(x, what, writable=False)
+        counts = self._block_counts(counts, what, own=x.size)
+        width = max(counts)
+        padded = np.zeros(width, x.dtype)
+        padded[: x.size] = x.reshape(-1)
+        result = self._out(out, self.size * width, x.dtype, what)
+        call = self._blocks_call("allgather", OpKind.ALLGATHER, algo, counts, x.dtype, None)
+        return self.issuer.issue(call, (padded, result.reshape(-1)), result.reshape(self.size, width), async_op)
+
+    def _block_counts(self, counts, what: str, *, own: int | None = None) -> tuple[int, ...]:
+        """A v-call's counts: one whole non-negative number per rank (this rank's ``own``, if given)."""
+        try:
+            found = tuple(_whole(c) for c in counts)
+        except (TypeError, ValueError):
+            raise self._bad(what, f"counts must be {self.size} whole numbers", arg="counts", rule="type") from None
+        if len(found) != self.size or min(found, default=0) < 0:
+            raise self._bad(
+                what,
+                f"counts must be {self.size} non-negative counts, one per rank; got {list(found)}",
+                arg="counts",
+                rule="shape",
+                expected=self.size,
+            )
+        if own is not None and found[self._rank] != own:
+            raise self._bad(
+                what,
+                f"counts[{self._rank}]={found[self._rank]} but this rank's block holds {own} elements",
+                arg="counts",
+                value=found[self._rank],
+                expected=own,
+                rule="own",
+            )
+        return found
+
+    def _blocks_call(self, collective: str, kind: OpKind, algo: str, counts: tuple, dtype, redop, then=0) -> Call:
+        """The call of blocks padded to the largest of ``counts``, whose signature carries the
+        counts (``blocks_count``): a rank with another list is a call mismatch."""
+        key = ("blocks", collective, algo, counts, dtype, redop, then)
+        call = self._calls.get(key)
+        if call is None:
+            spec = CallSpec(collective, kind, algo, max(counts), np.dtype(dtype), redop, then=then)
+            call = self._remember(key, self._prepare(spec, sig_count=blocks_count(counts)))
+        return call
+
+    @entry("collective")
     def broadcast(
         self, x: np.ndarray, root: int = 0, *, out: np.ndarray | None = None, algo: str = "auto", async_op: bool = False
     ):
@@ -485,6 +545,54 @@ class Communicator:
         step = then_code(then, where=what) if then else 0
         spec = CallSpec("reduce_scatter", OpKind.REDUCE_SCATTER, algo, count, y.dtype, redop, then=step)
         return self._collective(spec, (flat, result.reshape(-1)), result.reshape(shape), async_op)
+
+    @entry("collective")
+    def reduce_scatter_v(
+        self,
+        y: np.ndarray,
+        counts,
+        op: ReduceOp | str = "sum",
+        *,
+        out: np.ndarray | None = None,
+        algo: str = "auto",
+        async_op: bool = False,
+        then: str = "",
+    ):
+        """Reduce blocks of another size per rank and give rank i the reduction of every rank's
+        block i (``HcclReduceScatterV``; torch_npu's uneven reduce_scatter): ``y`` holds the blocks
+        packed in rank order, ``counts[i]`` elements each, the same ``counts`` on every rank
+        (ranks whose lists differ fail with a call mismatch). The blocks travel padded to the
+        largest count, as one reduce_scatter of that count. Returns this rank's block
+        (``counts[rank]`` elements), into ``out`` when given (``max(counts)`` elements, this rank's
+        block first); ``then`` as :meth:`all_reduce`'s::
+
+            mine = comm.reduce_scatter_v(y, [3, 1, 2, 2])
+        """
+        what = f"reduce_scatter_v on '{self.name}'"
+        self.issuer.check_usable(what)
+        y = self._array(y, what, writable=False, arg="y")
+        redop = self._op(op, y.dtype, what)
+        counts = self._block_counts(counts, what)
+        if sum(counts) != y.size:
+            raise self._bad(
+                what,
+                f"y holds {y.size} elements but the counts add up to {sum(counts)}",
+                arg="y.size",
+                value=y.size,
+                expected=sum(counts),
+                rule="size",
+            )
+        width = max(counts)
+        padded = np.zeros((self.size, width), y.dtype)
+        flat, start = y.reshape(-1), 0
+        for row, n in zip(padded, counts):
+            row[:n] = flat[start : start + n]
+            start += n
+        result = self._out(out, width, y.dtype, what)
+        step = then_code(then, where=what) if then else 0
+        call = self._blocks_call("reduce_scatter", OpKind.REDUCE_SCATTER, algo, counts, y.dtype, redop, step)
+        mine = result.reshape(-1)[: counts[self._rank]]
+        return self.issuer.issue(call, (padded.reshape(-1), result.reshape(-1)), mine, async_op)
 
     @entry("collective")
     def all_to_all(self, x: np.ndarray, *, out: np.ndarray | None = None, algo: str = "auto", async_op: bool = False):

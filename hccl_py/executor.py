@@ -26,7 +26,7 @@ import numpy as np
 
 from .algorithms.registry import algo_label
 from .algorithms.schedule import Schedule, message_numbers
-from .collectives import OpKind, of_kind
+from .collectives import BLOCKS_BIT, OpKind, of_kind
 from .cost_model import StepCost, step_end
 from .device import Device
 from .dtypes import NAME_BY_CODE, redop_label
@@ -95,11 +95,12 @@ def describe_call(sig: tuple, caller: int | None = None) -> str:
     spec = of_kind(op)
     dtype = NAME_BY_CODE.get(sig.dtype, f"dtype#{sig.dtype}")
     # An all-to-all-v's count is a digest of its counts matrix: a name to compare, not a number.
-    count = (
-        f"counts matrix #{sig.count & 0xFFFFFFFF:08x}"
-        if spec is not None and spec.name == "alltoallv"
-        else f"count={sig.count}"
-    )
+    if spec is not None and spec.name == "alltoallv":
+        count = f"counts matrix #{sig.count & 0xFFFFFFFF:08x}"
+    elif sig.count & BLOCKS_BIT:  # an all_gather_v / reduce_scatter_v of blocks of other sizes
+        count = f"counts #{sig.count & 0xFFFFFFFF:08x}"
+    else:
+        count = f"count={sig.count}"
     parts = [count, f"dtype={dtype}"]
     if spec is not None and spec.reduces:
         parts.append(f"op={redop_label(sig.redop)}")

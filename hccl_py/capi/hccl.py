@@ -572,9 +572,9 @@ def _all_to_all_vc(c: CComm, send: int, matrix: int, send_type: int, recv: int, 
 def _all_gather_v(
     c: CComm, send: int, send_count: int, recv: int, recv_counts: int, recv_displs: int, dtype: int, stream: int
 ) -> Planned:
-    """Every rank's ``sendCount`` elements, rank i's at ``recvDispls[i]``: an allgather of blocks
-    padded to the largest count (its modeled time is that allgather's), each block then moved to
-    its place."""
+    """Every rank's ``sendCount`` elements, rank i's at ``recvDispls[i]``: the communicator's
+    ``all_gather_v`` (blocks padded to the largest count; ranks whose counts differ are a call
+    mismatch), each block then moved to its place."""
     dt, n, me, s = dtype_of(dtype), c.comm.size, c.comm.rank, stream_of(c, stream)
     counts, displs = read_u64s(recv_counts, n, "recvCounts"), read_u64s(recv_displs, n, "recvDispls")
     if counts[me] != send_count:
@@ -584,14 +584,11 @@ def _all_gather_v(
             rule="equal",
         )
     x, y = buffer(c, send, send_count, dt, "sendBuf"), buffer(c, recv, _extent(counts, displs), dt, "recvBuf")
-    width = max(counts, default=0)
 
     def call() -> None:
-        padded = np.zeros(width, dt)
-        padded[:send_count] = x
-        gathered = c.comm.all_gather(padded)
+        rows = c.comm.all_gather_v(x, counts)
         for i in range(n):
-            y[displs[i] : displs[i] + counts[i]] = gathered[i, : counts[i]]
+            y[displs[i] : displs[i] + counts[i]] = rows[i, : counts[i]]
 
     return Planned(s, call)
 
@@ -609,19 +606,16 @@ def _reduce_scatter_v(
     stream: int,
 ) -> Planned:
     """Rank i gets the reduction of every rank's block i (``sendCounts[i]`` at ``sendDispls[i]``):
-    a reduce_scatter of blocks padded to the largest count, the padding dropped."""
+    the communicator's ``reduce_scatter_v`` of the blocks packed in rank order."""
     dt, red, n, me, s = dtype_of(dtype), op_of(op), c.comm.size, c.comm.rank, stream_of(c, stream)
     counts, displs = read_u64s(send_counts, n, "sendCounts"), read_u64s(send_displs, n, "sendDispls")
     if counts[me] != recv_count:
         raise HcclParamError(f"recvCount={recv_count} but sendCounts[{me}]={counts[me]}", arg="recvCount", rule="equal")
     x, y = buffer(c, send, _extent(counts, displs), dt, "sendBuf"), buffer(c, recv, recv_count, dt, "recvBuf")
-    width = max(counts, default=0)
 
     def call() -> None:
-        padded = np.zeros((n, width), dt)
-        for i in range(n):
-            padded[i, : counts[i]] = x[displs[i] : displs[i] + counts[i]]
-        y[:] = c.comm.reduce_scatter(padded, red)[0, :recv_count]
+        packed = np.concatenate([x[displs[i] : displs[i] + counts[i]] for i in range(n)]) if n else x[:0]
+        y[:] = c.comm.reduce_scatter_v(packed, counts, red)
 
     return Planned(s, call)
 

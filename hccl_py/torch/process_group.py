@@ -609,8 +609,8 @@ class HcclProcessGroup(dist.ProcessGroup):
 
     def _allgather_uneven(self, what, outs, t):
         """torch_npu's all_gather of tensors of other sizes per rank (``tensor_list[r]`` has rank r's
-        size): every rank's tensor padded to the largest, gathered, and each cut to its size. The
-        padded count is the call's, so ranks whose lists disagree get a call mismatch, not data."""
+        size): ``all_gather_v``, whose signature carries the sizes, so ranks whose lists disagree
+        get a call mismatch, not data."""
         check(t, what)
         for o in outs:
             check(o, what)
@@ -631,17 +631,16 @@ class HcclProcessGroup(dist.ProcessGroup):
                 expected=t.numel(),
                 rule="size",
             )
-        width = max(o.numel() for o in outs)
-        padded = torch.zeros(width, dtype=t.dtype, device=t.device)
-        padded[: t.numel()] = t.detach().reshape(-1)
-        buffer = torch.empty((self.comm.size, width), dtype=t.dtype, device=t.device)
+        counts = [o.numel() for o in outs]
+        x = contiguous_array(t, what).reshape(-1)
+        buffer = torch.empty((self.comm.size, max(counts)), dtype=t.dtype, device=t.device)
 
         def post():
             with torch.no_grad():
                 for o, row in zip(outs, buffer):
                     o.copy_(row[: o.numel()].view(o.shape))
 
-        return lambda a: self.comm.all_gather(as_array(padded), out=as_array(buffer), async_op=a), post, outs
+        return lambda a: self.comm.all_gather_v(x, counts, out=as_array(buffer), async_op=a), post, outs
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
         """torch's layout, the same in ``dist.all_gather_coalesced`` and here: ``output_lists`` has
@@ -768,9 +767,8 @@ class HcclProcessGroup(dist.ProcessGroup):
 
     def _reduce_scatter_uneven(self, what, t, ins, red_op):
         """torch_npu's reduce_scatter of blocks of other sizes (``input_list[r]`` is rank r's block,
-        ``output`` this rank's size): every block padded to the largest, reduce-scattered, and this
-        rank's cut to its size. The padded count is the call's, so ranks whose lists disagree get a
-        call mismatch, not data."""
+        ``output`` this rank's size): ``reduce_scatter_v``, whose signature carries the sizes, so
+        ranks whose lists disagree get a call mismatch, not data."""
         for i in ins:
             check(i, what)
             if i.dtype != t.dtype:
@@ -781,11 +779,18 @@ class HcclProcessGroup(dist.ProcessGroup):
                     expected=str(t.dtype),
                     rule="dtype",
                 )
-        width = max(i.numel() for i in ins)
-        padded = torch.zeros((self.comm.size, width), dtype=t.dtype, device=t.device)
-        for row, i in zip(padded, ins):
-            row[: i.numel()] = i.detach().reshape(-1)
-        block = torch.empty(width, dtype=t.dtype, device=t.device)
+        counts = [i.numel() for i in ins]
+        if t.numel() != counts[self.comm.rank]:
+            raise HcclParamError(
+                f"{what}: output holds {t.numel()} elements; input_list[{self.comm.rank}] (this rank's block) "
+                f"{counts[self.comm.rank]}",
+                arg="output",
+                value=t.numel(),
+                expected=counts[self.comm.rank],
+                rule="size",
+            )
+        y = as_array(torch.cat([i.detach().reshape(-1) for i in ins]))
+        block = torch.empty(max(counts), dtype=t.dtype, device=t.device)
         staged, op, step, post = self._reduced(block, red_op, what)
 
         def finish():
@@ -794,7 +799,7 @@ class HcclProcessGroup(dist.ProcessGroup):
                 t.copy_(block[: t.numel()].view(t.shape))
 
         return (
-            lambda a: self.comm.reduce_scatter(as_array(padded), op, out=staged.array, async_op=a, then=step),
+            lambda a: self.comm.reduce_scatter_v(y, counts, op, out=staged.array, async_op=a, then=step),
             finish,
             [t],
         )

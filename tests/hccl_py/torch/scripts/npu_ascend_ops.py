@@ -3,7 +3,8 @@ checked against a value every rank can compute: a batch with a send and a receiv
 itself, uneven all_gather and reduce_scatter, the 'lifted' reduce_scatter, premul sum,
 torch_npu.distributed's uneven tensor forms; and the refusals with torch_npu's messages (a
 non-contiguous tensor, a CPU tensor, an internal-format view at an offset); HCCL's group
-(the backend's _group_start/_group_end) and torch's coalescing manager given the device.
+(the backend's _group_start/_group_end) and torch's coalescing manager given the device; uneven
+lists that disagree between ranks, a call mismatch.
 
     hccl-npu --devices 2 torchrun --nproc-per-node 2 npu_ascend_ops.py
 """
@@ -133,5 +134,15 @@ out = torch.ops._c10d_functional.all_gather_into_tensor_out(
 )
 out = torch.ops._c10d_functional.wait_tensor(out)
 assert out[:, 0].cpu().tolist() == [float(r) for r in range(world) for _ in range(2)], out
+
+# uneven lists that disagree between ranks but share the largest size: a call mismatch on every
+# rank, no data (the last call: a mismatch aborts the communicator)
+sizes = [2] * world
+sizes[me] = 3  # each rank's own block is the big one: every rank's list differs from the others'
+try:
+    dist.all_gather([torch.empty(n, device="npu") for n in sizes], torch.ones(3, device="npu"))
+    raise SystemExit("uneven lists that disagree moved data")
+except dist.DistBackendError as err:
+    assert "call mismatch" in str(err) and "counts #" in str(err), err
 dist.destroy_process_group()
 print(f"OK {me}", flush=True)
