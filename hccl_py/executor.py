@@ -14,6 +14,7 @@ wait is bounded by the call's deadline, and a dead peer is named to every member
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import threading
 import time
@@ -50,6 +51,15 @@ PROGRESS_THREAD_NAME = "hccl-py-progress"
 _make_header = new_header
 _NONE: list = []  # an empty list never appended to: "nothing pending" without allocating
 LIVENESS_CHECK_S = 0.5  # how often a blocked wait checks that the peers it waits for still live
+# A collective that has waited this long for a peer sends it a probe: an empty slice with the
+# call's signature under PROBE_INDEX, which no receive takes. A peer whose call of that number has
+# another signature finds it as it finds any stray (a mismatch on every rank), so ranks that
+# disagree so that nobody sends (each its own root of a reduce) do not wait for HCCL_EXEC_TIMEOUT;
+# a peer in the same call drops it. Once per call: a slow peer costs one small message.
+PROBE_AFTER_S = 1.0
+PROBE_INDEX = 0xFFFFFFFF  # the message index of a probe (a schedule's messages count from 0)
+_EMPTY = np.empty(0, np.uint8)  # a probe's payload
+_SIGNATURES_KEPT = 64  # signatures of a communicator's last calls, to answer a late probe
 POLL_WITHOUT_WAKE_S = (
     0.002  # the progress thread's longest wait on a transport it cannot wake (a new call waits that long)
 )
@@ -365,6 +375,7 @@ class CallRun:
         "deadline",
         "last_liveness",
         "suspects",
+        "probe_at",
     )
 
     def __init__(
@@ -403,6 +414,9 @@ class CallRun:
         self.deadline = None if ctx.timeout_s is None else now + ctx.timeout_s
         self.last_liveness = now  # when the peers it waits for were last checked
         self.suspects: list[int] = []  # peers found dead at that check (dead twice: gone)
+        self.probe_at = now + PROBE_AFTER_S  # when the peers it waits for are probed (once; inf after)
+        if not ctx.seq & P2P_SEQ_BIT:
+            engine.note_signature(ctx)
 
     @property
     def done(self) -> bool:
@@ -717,6 +731,7 @@ class Engine:
         self.exit_codes: dict[int, int] = {}  # peers found gone -> the code they exited with (read while zombies)
         self.world_rank = transport.world_rank if transport is not None else 0
         self._mailbox: dict[tuple[int, int, int, int], deque[Incoming]] = {}
+        self._signatures: dict[int, dict[int, CallSignature]] = {}  # comm id -> {seq: its call's signature}
         self._notices: dict[int, list[tuple[int, int, bytes]]] = {}  # comm -> [(seq, world rank, errors.to_wire)]
         self._passed_on: set[int] = set()  # comms whose first notice this rank sent on (pass_on_notice)
         self._abandoned: set[int] = set()
@@ -1052,6 +1067,8 @@ class Engine:
         run.last_liveness = now
         if self._mailbox and not run.ctx.seq & P2P_SEQ_BIT:
             self.check_strays(run.ctx, finished=False)
+        if getattr(run, "probe_at", math.inf) <= now:
+            self._probe(run)
         dead = [peer for peer in run.waiting_on() if not self.transport.peer_alive(peer)]
         if dead and dead == run.suspects:
             raise self._peer_died(run.ctx, dead)
@@ -1059,6 +1076,26 @@ class Engine:
             self._note_exit_code(peer)
         run.suspects = dead
         return bool(dead)
+
+    def _probe(self, run: "CallRun") -> None:
+        """Send the peers ``run`` waits to receive from a probe of its call (see PROBE_AFTER_S)."""
+        run.probe_at = math.inf
+        ctx = run.ctx
+        for peer in sorted({recv.peer for recv in run.receiving}):
+            header = _make_header((KIND_INLINE, *run.head, PROBE_INDEX, *ctx.sig, 0, 0, 0, -1, 0.0, 0.0))
+            try:
+                self.transport.try_send(peer, header, _EMPTY)  # a full queue: the peer is busy, not silent
+            except HcclRemoteError:
+                pass  # a peer that is gone: the liveness check names it, with the call's fields
+
+    def note_signature(self, ctx: CallContext) -> None:
+        """Keep the signature of collective ``ctx`` (its communicator's last calls), for a probe
+        that comes after this rank's call has ended."""
+        kept = self._signatures.get(ctx.comm_id)
+        if kept is None:
+            kept = self._signatures[ctx.comm_id] = {}
+        kept[ctx.seq] = ctx.sig
+        kept.pop(ctx.seq - _SIGNATURES_KEPT, None)
 
     def _note_exit_code(self, peer: int) -> None:
         pid = self.transport.peer_pid(peer)
@@ -1293,12 +1330,29 @@ class Engine:
         send where this rank expects nothing: the rank that receives its slices finds it here,
         after its call or while it waits, and every rank learns of it."""
         comm_id, seq = ctx.comm_id, ctx.seq
+        answered = []
         for key, box in self._mailbox.items():
             if key[0] != comm_id or key[1] & P2P_SEQ_BIT or key[1] > seq or not box:
                 continue
             inc = box[0]
+            if key[3] == PROBE_INDEX:
+                if self._probe_agrees(ctx, inc):
+                    answered.append(key)
+                    continue
+                self._mismatch(ctx, inc, self._signatures.get(comm_id, {}).get(inc.seq, ctx.sig))
             if finished or key[1] < seq or inc.sig != ctx.sig:
                 self._mismatch(ctx, inc)
+        for key in answered:
+            for inc in self._mailbox.pop(key):
+                self.transport.release(inc)
+
+    def _probe_agrees(self, ctx: CallContext, probe: Incoming) -> bool:
+        """Whether a peer's probe of its call matches this rank's call of that number (this call's,
+        or one that ended: its kept signature; one too old to be kept is taken to match)."""
+        if probe.seq == ctx.seq:
+            return probe.sig == ctx.sig
+        mine = self._signatures.get(ctx.comm_id, {}).get(probe.seq)
+        return mine is None or probe.sig == mine
 
     def take_arrivals(self) -> None:
         """Take in what the transport holds now (notices, slices), without waiting. On the
@@ -1320,6 +1374,8 @@ class Engine:
         for key, box in self._mailbox.items():
             if key[0] == ctx.comm_id and not key[1] & P2P_SEQ_BIT and key[1] <= ctx.seq and box:
                 inc = box[0]
+                if key[3] == PROBE_INDEX and self._probe_agrees(ctx, inc):
+                    continue
                 theirs = describe_call(inc.sig, ctx.comm_rank_of(inc.src))
                 error = HcclParamError(
                     f"{what}: call mismatch: rank {ctx.peer_label(inc.src)} called {theirs} as its call #{inc.seq}, "
@@ -1333,10 +1389,15 @@ class Engine:
                 return error
         return None
 
-    def _mismatch(self, ctx: CallContext, inc: Incoming) -> None:
-        mine = describe_call(ctx.sig, ctx.comm_rank)
+    def _mismatch(self, ctx: CallContext, inc: Incoming, mine_sig: CallSignature | None = None) -> None:
+        """Raise (and tell every member) the call mismatch ``inc`` shows: a slice of another call,
+        or a probe (``mine_sig``: this rank's call of the probe's number)."""
+        mine = describe_call(ctx.sig if mine_sig is None else mine_sig, ctx.comm_rank)
         theirs = describe_call(inc.sig, ctx.comm_rank_of(inc.src))
-        if inc.seq != ctx.seq:
+        if inc.msg_index == PROBE_INDEX:
+            mine += f" as its call #{inc.seq}"
+            theirs += f" and waits for rank {ctx.comm_rank}, whose call sends it nothing"
+        elif inc.seq != ctx.seq:
             theirs += f" as its call #{inc.seq}, which sent this rank a message its own call #{inc.seq} did not expect"
         elif inc.sig == ctx.sig:
             theirs += f" with a different schedule ({inc.msg_count} elements in message {inc.msg_index}, expected another size)"

@@ -285,6 +285,10 @@ def _mismatched(case: str, algo: str) -> list:
                 comm.reduce(x, root=1, algo=algo)
         elif case == "average against sum":  # rank 0 divides the sum afterwards, the others do not
             comm.all_reduce(x, then="average" if comm.rank == 0 else "", algo=algo)
+        elif case == "reduce to one's own rank":  # every rank a root: nobody sends, the probes find it
+            comm.reduce(x, root=comm.rank, algo=algo)
+        elif case == "gather to one's own rank":
+            comm.gather(x, root=comm.rank, algo=algo)
         elif case == "reduce roots":  # rank 0 reduces to 1, the others to 0
             comm.reduce(x, root=1 if comm.rank == 0 else 0, algo=algo)
         else:  # gather roots
@@ -302,7 +306,17 @@ def _mismatched(case: str, algo: str) -> list:
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("case", ["reduce vs all_reduce", "reduce roots", "gather roots", "average against sum"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "reduce vs all_reduce",
+        "reduce roots",
+        "gather roots",
+        "average against sum",
+        "reduce to one's own rank",
+        "gather to one's own rank",
+    ],
+)
 @pytest.mark.parametrize("algo", ["auto", "ring"])
 def test_a_mismatch_that_no_receive_takes_is_found_and_every_rank_learns(case, algo):
     results = run_ranks(_mismatched, 3, case, algo, env={"HCCL_EXEC_TIMEOUT": "20"}, timeout=100)

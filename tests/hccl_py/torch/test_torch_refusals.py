@@ -194,6 +194,10 @@ def _disagree(case: str) -> str:
             dist.all_reduce(t.double(), op=avg if rank == 0 else total, async_op=True).wait()
         elif case == "reduce_scatter_tensor AVG against SUM":
             dist.reduce_scatter_tensor(torch.empty(2), torch.ones(2 * world), op=avg if rank == 1 else total)
+        elif case == "reduce to one's own rank":  # every rank a root: nobody sends
+            dist.reduce(t, dst=rank)
+        elif case == "gather to one's own rank":
+            dist.gather(t, [torch.empty(4) for _ in range(world)], dst=rank)
         return f"returned {t.tolist()}"
     except dist.DistBackendError as err:
         return f"{type(err.__cause__).__name__}: {err.__cause__}"
@@ -208,6 +212,8 @@ def _disagree(case: str) -> str:
         "all_reduce AVG against SUM",
         "all_reduce AVG against SUM, async",
         "reduce_scatter_tensor AVG against SUM",
+        "reduce to one's own rank",
+        "gather to one's own rank",
     ],
 )
 def test_ranks_that_disagree_on_a_call_fail_with_a_mismatch_on_every_rank(case):
