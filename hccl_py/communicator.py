@@ -188,9 +188,10 @@ class Communicator:
         """Refuse this rank's next call on every rank that takes part, with ``error``: for an
         adapter that checks arguments of its own before it calls the communicator (torch's
         process group). As a refusal of the communicator's own, it spends the call's number (the
-        next collective's; with ``send_to``/``recv_from`` the next send to / receive from that
-        rank) and the other ranks' matching call fails with ``error``; the communicator stays
-        usable. The caller raises ``error`` itself::
+        next collective's; with ``send_to`` the next send to that rank) and the other ranks'
+        matching call fails with ``error``; the communicator stays usable. A refused receive
+        (``recv_from``) consumes nothing: the peer's message waits for the next receive from it.
+        The caller raises ``error`` itself::
 
             except HcclParamError as err:
                 comm.refuse(err)

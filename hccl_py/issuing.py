@@ -268,8 +268,10 @@ class Issuer:
         """This rank refused a call before issuing it (:func:`entry`): spend the call's number and
         tell the ranks that take part, so theirs fails too and every rank's next call pairs with
         the others' next call. Nothing to tell when the communicator is closed, or a peer named
-        by the call is no rank of it (no peer can be waiting)."""
-        if self.closed_reason is not None:
+        by the call is no rank of it (no peer can be waiting). A refused receive (not in a batch)
+        consumes nothing, as MPI's and torch's: it spends no number and tells nobody, and the
+        peer's message waits for this rank's next receive from it."""
+        if self.closed_reason is not None or scope == "recv":
             return
         secondary = bool(err.fields.get("late"))
         engine = self.engine

@@ -20,6 +20,22 @@ from tests.mp import run_ranks
 SIZES = (2, 3, 4, 5)
 
 
+def _refused_recv_then_recv(comm, peer: int) -> None:
+    """A refused receive consumes nothing: the peer's message waits for the next receive, which
+    gets it; then the refusal is raised for the sweep (the sender's send passed)."""
+    from hccl_py import HcclParamError
+
+    buf = np.empty(4, np.float32)
+    buf.flags.writeable = False
+    try:
+        comm.recv(buf, peer)
+    except HcclParamError:
+        got = comm.recv(np.empty(4, np.float32), peer)
+        assert (got == 1).all(), got
+        raise
+    raise AssertionError("a read-only receive was not refused")
+
+
 def _cases(size: int):
     """(name, refuser, rule, call(comm, bad) -> None): ``bad`` on the refusing rank only."""
     f32 = np.float32
@@ -166,7 +182,7 @@ def _cases(size: int):
                 refuser,
                 "writable",
                 lambda c, bad, a=peer, b=refuser: (
-                    c.recv(ro(np.empty(4, f32)) if bad else np.empty(4, f32), a)
+                    _refused_recv_then_recv(c, a)
                     if c.rank == b
                     else c.send(np.ones(4, f32), b)
                     if c.rank == a

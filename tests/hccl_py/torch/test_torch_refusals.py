@@ -223,3 +223,57 @@ def test_ranks_that_disagree_on_a_call_fail_with_a_mismatch_on_every_rank(case):
         assert "call mismatch" in seen, f"rank {rank}: {seen}"
     if "AVG" in case:
         assert any("then average" in seen for seen in results), results
+
+
+# -- point to point: a refused receive consumes nothing; a refused send fails the peer's receive --
+def _p2p() -> dict:
+    import warnings
+
+    import torch.distributed as dist
+
+    import hccl_py.torch  # noqa: F401  (registers "hccl")
+
+    warnings.filterwarnings("ignore")
+    dist.init_process_group("hccl")
+    rank = dist.get_rank()
+    seen = {}
+    if rank == 0:
+        dist.send(torch.arange(4.0), 1)
+        dist.send(torch.arange(4.0) + 1, 1)  # the refused receive leaves it for the next one
+    else:
+        z = torch.zeros(8)
+        dist.recv(z[::2], 0)  # strided: staged, received
+        seen["strided"] = z.tolist()
+        try:
+            dist.group.WORLD.recv([torch.zeros(4), torch.zeros(4)], 0, 0).wait()  # two tensors: refused here
+            seen["refused"] = "ok"
+        except dist.DistBackendError as err:
+            seen["refused"] = _outcome(err)
+        w = torch.zeros(4)
+        dist.recv(w, 0)
+        seen["next"] = w.tolist()
+    if rank == 1:  # a send rank 1 refuses (two tensors where send takes one) fails rank 0's receive
+        try:
+            dist.group.WORLD.send([torch.ones(2), torch.ones(2)], 0, 0).wait()
+        except dist.DistBackendError as err:
+            seen["send"] = _outcome(err)
+    else:
+        try:
+            dist.recv(torch.empty(2), 1)
+            seen["send"] = "ok"
+        except dist.DistBackendError as err:
+            seen["send"] = _outcome(err)
+    t = torch.full((2,), float(rank + 1))
+    dist.all_reduce(t)
+    seen["after"] = t.tolist()
+    dist.destroy_process_group()
+    return seen
+
+
+@pytest.mark.timeout(120)
+def test_a_refused_receive_consumes_nothing_and_a_refused_send_fails_the_receive():
+    sender, receiver = run_ranks(_p2p, 2, env=ENV, timeout=100)
+    assert receiver["strided"] == [0.0, 0, 1, 0, 2, 0, 3, 0], receiver
+    assert receiver["refused"][1] is None and receiver["next"] == [1.0, 2.0, 3.0, 4.0], receiver
+    assert receiver["send"][1] is None and sender["send"][1] == 1, (sender, receiver)
+    assert sender["after"] == receiver["after"] == [3.0, 3.0]
