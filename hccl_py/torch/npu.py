@@ -166,18 +166,29 @@ def set_modeled_clock(modeled_s: float) -> None:
 
 
 def _index(device) -> int:
-    """A card index from an int, "npu:N"/"npu", a torch.device or None (the current card)."""
+    """A card index from an int, "npu:N"/"npu", a torch.device or None (the current card; so is a
+    negative int, as torch.cuda's -1); past the host's cards, torch_npu's "Invalid device id"."""
     if device is None:
         return current_device()
     if isinstance(device, int) and not isinstance(device, bool):
-        return device
-    if isinstance(device, str):
-        device = torch.device(device)
-    if isinstance(device, torch.device):
+        index = device
+    else:
+        if isinstance(device, str):
+            device = torch.device(device)
+        if not isinstance(device, torch.device):
+            raise TypeError(f"Invalid device, expected int, str or torch.device, got {type(device).__name__}")
         if device.type != "npu":
             raise ValueError(f"Expected an npu device, but got: {device}")
-        return current_device() if device.index is None else device.index
-    raise TypeError(f"Invalid device, expected int, str or torch.device, got {type(device).__name__}")
+        index = current_device() if device.index is None else device.index
+    if index < 0:
+        return current_device()
+    count = device_count()
+    if index >= count:
+        shown = f"npu:0 to npu:{count - 1}" if count else "none"
+        raise RuntimeError(
+            f"Invalid device id: npu:{index} (this host shows {count} NPUs: {shown}; hccl-npu --devices N sets how many)"
+        )
+    return index
 
 
 def _get_device_index(device, optional: bool = False, allow_cpu: bool = False) -> int:

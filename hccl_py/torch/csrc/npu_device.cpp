@@ -390,6 +390,11 @@ struct NpuGuard final : c10::impl::DeviceGuardImplInterface {
     return old;
   }
   c10::Device getDevice() const override { return c10::Device(kNpu, t_device); }
+  // Every index that reaches a per-card array, checked first (never a read past it).
+  static void check_index(int index) {
+    TORCH_CHECK(index >= 0 && index < g_device_count.load() && index < kMaxDevices, "Invalid device id: npu:", index,
+                " (this host shows ", g_device_count.load(), " NPUs; hccl-npu --devices N sets how many)");
+  }
   void setDevice(c10::Device d) const override {
     TORCH_CHECK(d.type() == kNpu, "expected an npu device, got ", d);
     if (d.index() < 0) return;
@@ -402,6 +407,7 @@ struct NpuGuard final : c10::impl::DeviceGuardImplInterface {
   }
   c10::Stream getStream(c10::Device d) const override {
     auto index = d.index() < 0 ? t_device : d.index();
+    check_index(index);
     return c10::Stream(c10::Stream::UNSAFE, c10::Device(kNpu, index), t_stream[index]);
   }
   c10::Stream getDefaultStream(c10::Device d) const override {
@@ -413,6 +419,7 @@ struct NpuGuard final : c10::impl::DeviceGuardImplInterface {
   }
   c10::Stream exchangeStream(c10::Stream s) const override {
     auto old = getStream(s.device());
+    check_index(s.device_index());
     t_stream[s.device_index()] = s.id();
     return old;
   }
@@ -1457,7 +1464,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_device_count", &hccl_npu::set_device_count);
   m.def("device_count", []() { return hccl_npu::g_device_count.load(); });
   m.def("current_device", []() { return int(hccl_npu::t_device); });
-  m.def("set_device", [](int d) { hccl_npu::NpuGuard().setDevice(c10::Device(hccl_npu::kNpu, c10::DeviceIndex(d))); });
+  m.def("set_device", [](int d) {
+    hccl_npu::NpuGuard::check_index(d);  // before the cast to c10's 8-bit index (256 would be card 0)
+    hccl_npu::NpuGuard().setDevice(c10::Device(hccl_npu::kNpu, c10::DeviceIndex(d)));
+  });
   m.def("set_pool", &hccl_npu::set_pool);
   m.def("block_at", &hccl_npu::block_at, "the (card, start, bytes) of the npu block holding nbytes at an address, or None");
   m.def("event_stamp", &hccl_npu::event_stamp, "(card, modeled seconds) of the recorded event at an address, or None");

@@ -369,3 +369,35 @@ def test_reduced_losses_run_without_torchs_resize_warning(tmp_path):
     resized since it had shape []" on every npu call (torch's out= form under its default functional);
     now the CPU's functional kernel runs: the CPU's values and gradients, no warning."""
     _run(tmp_path, _LOSSES_WITHOUT_WARNINGS)
+
+
+_DEVICE_INDICES = r"""
+# every index past the host's 2 cards: torch_npu's "Invalid device id", never a wrap to another
+# card (256 was card 0), an internal assert (128, 1000) or a read past an array (current_stream(120))
+calls = {
+    "set_device(256)": lambda: torch.npu.set_device(256),
+    "set_device(257)": lambda: torch.npu.set_device(257),
+    "set_device(128)": lambda: torch.npu.set_device(128),
+    "set_device(1000)": lambda: torch.npu.set_device(1000),
+    "set_device('npu:2')": lambda: torch.npu.set_device("npu:2"),
+    "current_stream(120)": lambda: torch.npu.current_stream(120),
+    "get_device_name(5)": lambda: torch.npu.get_device_name(5),
+    "memory_allocated(9)": lambda: torch.npu.memory_allocated(9),
+    "device('npu', 2)": lambda: torch.npu.device(2).__enter__(),
+    "a tensor on npu:5": lambda: torch.ones(2, device="npu:5"),
+}
+for name, call in calls.items():
+    torch.npu.set_device(1)
+    try:
+        call()
+        raise SystemExit(f"{name} was accepted")
+    except RuntimeError as err:
+        assert "Invalid device id" in str(err), (name, err)
+    assert torch.npu.current_device() == 1, name  # nothing changed
+torch.npu.set_device(-1)  # as torch.cuda: a negative index is the current card, nothing changes
+assert torch.npu.current_device() == 1 and torch.ones(1, device="npu").device == torch.device("npu", 1)
+"""
+
+
+def test_every_device_index_is_checked_against_the_card_count(tmp_path):
+    _run(tmp_path, _DEVICE_INDICES)
