@@ -139,15 +139,22 @@ class CallContext:
     @property
     def what(self) -> str:
         """The call in words for messages: ``allreduce #3 on communicator 'world' (rank 1 of 4)``."""
-        op = OpKind(self.sig.op).label
+        op = self.op_label
         seq = self.seq & ~P2P_SEQ_BIT
         return f"{op} #{seq} on communicator '{self.comm_name}' (rank {self.comm_rank} of {len(self.world_ranks)})"
+
+    @property
+    def op_label(self) -> str:
+        """The operation's name; a point-to-point call's side: "recv" where this rank is not the
+        sender (the pair shares one signature, whose root is the sender)."""
+        op = OpKind(self.sig.op)
+        return "recv" if op is OpKind.SEND and self.comm_rank != self.sig.root else op.label
 
     def fields(self, **more) -> dict:
         """This call as error fields: rank, op, seq, comm (and ``more``)."""
         return {
             "rank": self.comm_rank,
-            "op": OpKind(self.sig.op).label,
+            "op": self.op_label,
             "seq": self.seq & ~P2P_SEQ_BIT,
             "comm": self.comm_name,
             **more,

@@ -143,9 +143,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--npu",
         action="store_true",
-        help="run a script written for Ascend (torch_npu, torch.npu, transfer_to_npu) on CPU tensors: "
-        "a torch_npu stand-in goes first on the ranks' path, events time the modeled card "
-        "(see docs/torch.md)",
+        help="run a script written for Ascend (torch_npu, torch.npu, transfer_to_npu) unchanged, as under "
+        "hccl-npu: its npu tensors live on hccl-py's simulated npu device, one card per rank, and its ops "
+        "and events run on the modeled card's clock (see docs/torch.md)",
     )
     parser.add_argument(
         "--start",

@@ -346,3 +346,26 @@ def test_a_mismatch_that_no_receive_takes_is_found_and_every_rank_learns(case, a
     # The ranks a stray reaches find it; a rank that only sent learns from their notice at its next
     # call or destroy, unless it got there first (docs/failures.md): at least two of three learn.
     assert learned >= 2, results
+
+
+def _p2p_mismatch() -> list:
+    import hccl_py
+
+    comm = hccl_py.init()
+    try:
+        if comm.rank == 0:
+            comm.send(np.ones(4, np.float32), 1)
+            comm.barrier()
+        else:
+            comm.recv(np.empty(3, np.float32), 0)
+        return ["returned"]
+    except hccl_py.HcclError as err:
+        return [err.op, str(err)]
+
+
+@pytest.mark.timeout(60)
+def test_a_receive_that_mismatches_its_send_is_named_a_receive():
+    results = run_ranks(_p2p_mismatch, 2, env={"HCCL_EXEC_TIMEOUT": "20"}, timeout=50)
+    op, message = results[1]
+    assert op == "recv" and message.startswith("recv #1 on communicator 'world' (rank 1 of 2)"), results
+    assert "rank 1 called recv(count=3" in message and "rank 0 called send(count=4" in message, message
