@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -204,13 +205,15 @@ def device_count_from_env(environ=None) -> int:
     return 1
 
 
-def host_cards(count: int) -> list:
+def host_cards(count: int, environ: Mapping[str, str] | None = None) -> list:
     """Each of this host's ``count`` cards' model on the modeled cluster (HCCL_PY_TOPOLOGY /
-    RANK_TABLE_FILE as the runtime reads them, else the default preset): its HBM is the pool's
-    capacity (torch's npu device, AscendCL's ``aclrtMalloc``)."""
+    RANK_TABLE_FILE as the runtime reads them from ``environ``, default the process's, else the
+    default preset): its HBM is the pool's capacity (torch's npu device, AscendCL's
+    ``aclrtMalloc``). HcclParamError when the topology has fewer cards (hccl-npu checks first)."""
+    environ = os.environ if environ is None else environ
     job = read_job(
-        {k: v for k, v in os.environ.items() if k not in (env.RANK, env.WORLD_SIZE)}
-        | {env.RANK: "0", env.WORLD_SIZE: os.environ.get(env.WORLD_SIZE) or str(count)}
+        {k: v for k, v in environ.items() if k not in (env.RANK, env.WORLD_SIZE)}
+        | {env.RANK: "0", env.WORLD_SIZE: environ.get(env.WORLD_SIZE) or str(count)}
     )
     topology = load_topology(job.size, preset=job.topology, rank_table=job.rank_table, figures=job.figures)
     return [topology.card(i % job.size) for i in range(count)]

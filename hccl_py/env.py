@@ -341,3 +341,58 @@ def job_secret(environ: Mapping[str, str] = os.environ) -> str | None:
     """``HCCL_PY_JOB_SECRET`` if set (hccl-launch and ``launch.spawn`` set one per job), else None."""
     secret = environ.get(JOB_SECRET)
     return secret if secret else None
+
+
+ALLOC_CONF_KEYS = ("max_split_size_mb", "garbage_collection_threshold", "expandable_segments")
+_MAX_SPLIT_MB_LIMIT = 2**43  # MiB: 2**63 bytes, what the device's pool counts in
+
+
+def alloc_conf(environ: Mapping[str, str] | None = None) -> dict[str, float | bool]:
+    """``PYTORCH_NPU_ALLOC_CONF`` ("key:value,key:value"), checked: the keys hccl-py's npu device
+    honours; an unknown key or a bad value is refused by name (torch_npu refuses unknown keys
+    too), never a raw OverflowError at ``import torch``. ``max_split_size_mb``: a finite number
+    of MiB above 20; ``garbage_collection_threshold``: between 0 and 1; ``expandable_segments``:
+    True or False::
+
+        alloc_conf({"PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True"})   # {'expandable_segments': True}
+    """
+    text = (os.environ if environ is None else environ).get(PYTORCH_NPU_ALLOC_CONF)
+    conf: dict[str, float | bool] = {}
+    for item in (text or "").split(","):
+        if not item.strip():
+            continue
+        key, _, value = item.partition(":")
+        key, value = key.strip(), value.strip()
+        if key not in ALLOC_CONF_KEYS:
+            raise HcclParamError(
+                f"{PYTORCH_NPU_ALLOC_CONF}: unrecognized key {key!r}; hccl-py's npu device "
+                f"honours {', '.join(ALLOC_CONF_KEYS)}",
+                arg=PYTORCH_NPU_ALLOC_CONF,
+                value=key,
+                rule="choices",
+                choices=list(ALLOC_CONF_KEYS),
+            )
+        try:
+            if key == "expandable_segments":
+                if value not in ("True", "False"):
+                    raise ValueError(value)
+                conf[key] = value == "True"
+            elif key == "max_split_size_mb":
+                conf[key] = float(value)
+                # torch_npu's floor: a split size below the large segment is meaningless
+                if not (math.isfinite(conf[key]) and 20 < conf[key] < _MAX_SPLIT_MB_LIMIT):
+                    raise ValueError(value)
+            else:
+                conf[key] = float(value)
+                if not 0.0 < conf[key] < 1.0:
+                    raise ValueError(value)
+        except ValueError:
+            raise HcclParamError(
+                f"{PYTORCH_NPU_ALLOC_CONF}: bad value {value!r} for {key} (expandable_segments: "
+                "True or False; max_split_size_mb: a finite number of MB above 20; garbage_collection_threshold: "
+                "between 0 and 1)",
+                arg=key,
+                value=value,
+                rule="value",
+            ) from None
+    return conf

@@ -31,12 +31,11 @@ import torch
 
 from .. import env
 from ..context import device_count_from_env, host_cards
-from ..errors import HcclNotSupportedError, HcclParamError
+from ..errors import HcclNotSupportedError
 
 SUPPORTED_TORCH = "2.13"  # the private registration interfaces change between releases
 SOURCE = Path(__file__).resolve().parent / "csrc" / "npu_device.cpp"
 CANN_VERSION = "9.2.0 (hccl-py simulated)"  # torch.version.cann: the CANN of hicann/hccl (its version.cmake)
-ALLOC_CONF_KEYS = ("max_split_size_mb", "garbage_collection_threshold", "expandable_segments")
 
 _C = None  # the loaded extension, once installed
 
@@ -151,49 +150,6 @@ def device_checked_ops(yaml_path: str | os.PathLike | None = None) -> dict[str, 
     return checked
 
 
-def parse_alloc_conf(text: str | None) -> dict[str, float | bool]:
-    """``PYTORCH_NPU_ALLOC_CONF`` ("key:value,key:value"): the keys this device honours; any other
-    is refused by name (torch_npu refuses unknown keys too)."""
-    conf: dict[str, float | bool] = {}
-    for item in (text or "").split(","):
-        if not item.strip():
-            continue
-        key, _, value = item.partition(":")
-        key, value = key.strip(), value.strip()
-        if key not in ALLOC_CONF_KEYS:
-            raise HcclParamError(
-                f"{env.PYTORCH_NPU_ALLOC_CONF}: unrecognized key {key!r}; hccl-py's npu device "
-                f"honours {', '.join(ALLOC_CONF_KEYS)}",
-                arg=env.PYTORCH_NPU_ALLOC_CONF,
-                value=key,
-                rule="choices",
-                choices=list(ALLOC_CONF_KEYS),
-            )
-        try:
-            if key == "expandable_segments":
-                if value not in ("True", "False"):
-                    raise ValueError(value)
-                conf[key] = value == "True"
-            elif key == "max_split_size_mb":
-                conf[key] = float(value)
-                if conf[key] <= 20:  # torch_npu's floor: a split size below the large segment is meaningless
-                    raise ValueError(value)
-            else:
-                conf[key] = float(value)
-                if not 0.0 < conf[key] < 1.0:
-                    raise ValueError(value)
-        except ValueError:
-            raise HcclParamError(
-                f"{env.PYTORCH_NPU_ALLOC_CONF}: bad value {value!r} for {key} (expandable_segments: "
-                "True or False; max_split_size_mb: MB above 20; garbage_collection_threshold: between "
-                "0 and 1)",
-                arg=key,
-                value=value,
-                rule="value",
-            ) from None
-    return conf
-
-
 def _detach(ext) -> None:
     """At exit: no more calls from the device into Python (the interpreter is going away)."""
     ext.set_recording(False)
@@ -254,7 +210,7 @@ def install(devices: int | None = None):
             holder=str(holder),
             rule="unique",
         )
-    conf = parse_alloc_conf(os.environ.get(env.PYTORCH_NPU_ALLOC_CONF))
+    conf = env.alloc_conf()
     count = devices if devices is not None else device_count_from_env()
     if torch._C._get_privateuse1_backend_name() != "npu":
         torch.utils.rename_privateuse1_backend("npu")
@@ -262,9 +218,10 @@ def install(devices: int | None = None):
     ext.register_hooks()
     ext.set_device_count(count)
     ext.set_device_checks(device_checked_ops())
-    split = int(conf.get("max_split_size_mb", 0) * 2**20)
+    # max_split_size_mb is checked, and changes nothing: the pool keeps totals (allocated, reserved
+    # in whole segments), not a list of blocks, so there is no block split for it to limit
     for index, card in enumerate(host_cards(count)):
-        ext.set_pool(index, card.hbm_bytes, split, bool(conf.get("expandable_segments", False)))
+        ext.set_pool(index, card.hbm_bytes, bool(conf.get("expandable_segments", False)))
     torch.utils.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
     )

@@ -64,7 +64,6 @@ struct Pool {
   std::mutex mu;
   int64_t allocated = 0, peak_allocated = 0, reserved = 0, peak_reserved = 0;
   int64_t limit = INT64_MAX;            // the card's HBM bytes
-  int64_t max_split = INT64_MAX;        // PYTORCH_NPU_ALLOC_CONF max_split_size_mb
   bool expandable = false;              // expandable_segments: reserved grows by exactly what is needed
   int64_t allocs = 0, frees = 0, grows = 0, ooms = 0;
 };
@@ -1316,12 +1315,11 @@ void set_device_count(int n) {
   g_device_count = n;
 }
 
-void set_pool(int device, int64_t limit, int64_t max_split, bool expandable) {
+void set_pool(int device, int64_t limit, bool expandable) {
   TORCH_CHECK(device >= 0 && device < kMaxDevices, "no npu device ", device);
   Pool& pool = g_pool[device];
   std::lock_guard<std::mutex> lock(pool.mu);
   pool.limit = limit > 0 ? limit : INT64_MAX;
-  pool.max_split = max_split > 0 ? max_split : INT64_MAX;
   pool.expandable = expandable;
 }
 

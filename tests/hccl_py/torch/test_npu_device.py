@@ -310,6 +310,28 @@ def test_hccl_npu_sets_the_host_and_refuses_bad_input():
         hccl_npu.main([])
 
 
+@pytest.mark.parametrize(
+    "args, environ, said",
+    [
+        (["--devices", "16", "--topology", "ascend910b-8p"], {}, "has 8 cards; 16 were asked for"),
+        ([], {"PYTORCH_NPU_ALLOC_CONF": "max_split_size_mb:inf"}, "bad value 'inf' for max_split_size_mb"),
+        ([], {"PYTORCH_NPU_ALLOC_CONF": "max_split_size_mb:1e300"}, "bad value '1e300'"),
+        ([], {"PYTORCH_NPU_ALLOC_CONF": "pinned:True"}, "unrecognized key 'pinned'"),
+        ([], {"HCCL_EXEC_TIMEOUT": "soon"}, "HCCL_EXEC_TIMEOUT='soon' is not accepted"),
+    ],
+)
+def test_hccl_npu_refuses_what_would_fail_every_import_before_it_starts_the_command(
+    args, environ, said, monkeypatch, capsys, tmp_path
+):
+    """Exit 2 with the cause, and the command never runs (its `import torch` would fail in every
+    process, the cause buried in a chained traceback)."""
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    ran = tmp_path / "ran"
+    assert hccl_npu.main([*args, "touch", str(ran)]) == 2
+    assert said in capsys.readouterr().err and not ran.exists()
+
+
 def test_hccl_npu_says_what_to_install_without_torch(monkeypatch, capsys):
     monkeypatch.setattr(hccl_npu.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(HcclNotSupportedError, match=r"pip install 'hccl-py\[torch\]'"):
@@ -347,18 +369,24 @@ def test_the_entry_point_lives_only_on_the_hccl_npu_path():
 
 # -- settings ----------------------------------------------------------------------------------------------------
 def test_alloc_conf_keys_are_honoured_or_refused_by_name():
-    from hccl_py.torch import device
+    from hccl_py import env
 
-    assert device.parse_alloc_conf(
-        "max_split_size_mb:128, expandable_segments:True,garbage_collection_threshold:0.6"
-    ) == {"max_split_size_mb": 128.0, "expandable_segments": True, "garbage_collection_threshold": 0.6}
-    assert device.parse_alloc_conf("") == {}
+    def parse(text):
+        return env.alloc_conf({env.PYTORCH_NPU_ALLOC_CONF: text})
+
+    assert parse("max_split_size_mb:128, expandable_segments:True,garbage_collection_threshold:0.6") == {
+        "max_split_size_mb": 128.0,
+        "expandable_segments": True,
+        "garbage_collection_threshold": 0.6,
+    }
+    assert parse("") == {}
     with pytest.raises(HcclParamError, match="unrecognized key 'roundup_power2_divisions'") as err:
-        device.parse_alloc_conf("roundup_power2_divisions:4")
+        parse("roundup_power2_divisions:4")
     assert err.value.code == 1
-    for bad in ("expandable_segments:yes", "max_split_size_mb:10", "garbage_collection_threshold:1.5"):
+    bad_values = ("expandable_segments:yes", "max_split_size_mb:10", "garbage_collection_threshold:1.5")
+    for bad in (*bad_values, "max_split_size_mb:inf", "max_split_size_mb:nan", "max_split_size_mb:1e300"):
         with pytest.raises(HcclParamError, match="bad value"):
-            device.parse_alloc_conf(bad)
+            parse(bad)
 
 
 def test_device_checked_ops_are_torchs_own(tmp_path):
