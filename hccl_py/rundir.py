@@ -82,29 +82,36 @@ def _default_base() -> str:
     return f"/tmp/hccl_py-{uid}"
 
 
-def _make_dir(path: str) -> None:
+def _make_dir(path: str, variable: str = env.RUN_DIR) -> None:
     try:
         os.mkdir(path, 0o700)
     except FileExistsError:
         pass
     except OSError as err:
         raise HcclSyscallError(
-            f"cannot create {path}: {err.strerror}; set {env.RUN_DIR} to a directory of yours",
+            f"cannot create {path}: {err.strerror}; set {variable} to a directory of yours",
             path=path,
             errno=err.errno,
-            variable=env.RUN_DIR,
+            variable=variable,
         ) from None
 
 
-def _check_private(path: str, what: str, *, fix: bool) -> None:
+def _check_private(
+    path: str,
+    what: str,
+    *,
+    fix: bool,
+    variable: str = env.RUN_DIR,
+    keeps: str = "job sockets and its secret",
+) -> None:
     try:
         st = os.lstat(path)
     except OSError as err:
         raise HcclSyscallError(
-            f"{what}: {err.strerror}; set {env.RUN_DIR} to a directory of yours",
+            f"{what}: {err.strerror}; set {variable} to a directory of yours",
             path=path,
             errno=err.errno,
-            variable=env.RUN_DIR,
+            variable=variable,
         ) from None
     problem = None
     if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
@@ -118,12 +125,40 @@ def _check_private(path: str, what: str, *, fix: bool) -> None:
             problem = f"is writable by other users (mode {stat.S_IMODE(st.st_mode):o})"
     if problem:
         raise HcclSyscallError(
-            f"{what} {problem}: hccl-py keeps job sockets and its secret there only if nobody else can "
-            f"change it; remove it, or set {env.RUN_DIR} to a directory only you can write",
+            f"{what} {problem}: hccl-py keeps {keeps} there only if nobody else can "
+            f"change it; remove it, or set {variable} to a directory only you can write",
             path=path,
             rule="private",
-            variable=env.RUN_DIR,
+            variable=variable,
         )
+
+
+def private_dir(path: str, *, variable: str, keeps: str) -> str:
+    """``path`` made if missing (mode 0700, its parents as usual) and checked as the run directory
+    is: a directory, not a symlink, this user's, writable by nobody else, in a parent that nobody
+    else can rename it out of (writable by others only with the sticky bit, as /tmp). For what
+    hccl-py runs or trusts from disk (the npu extension's build cache); HcclSyscallError naming
+    ``variable`` otherwise::
+
+        private_dir(os.path.expanduser("~/.cache/hccl-py"), variable="HCCL_PY_CACHE", keeps="compiled code")
+    """
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.lexists(path):
+        os.makedirs(parent, exist_ok=True)
+        _make_dir(path, variable)
+    st = os.stat(parent)
+    others_write = st.st_mode & 0o002 or st.st_mode & 0o020 and st.st_gid != os.getegid()
+    if others_write and not st.st_mode & stat.S_ISVTX:
+        raise HcclSyscallError(
+            f"{path}'s directory {parent} is writable by other users (mode {stat.S_IMODE(st.st_mode):o}), who could "
+            f"put a directory of theirs in its place: hccl-py keeps {keeps} only where nobody else can; set {variable} "
+            "to a directory only you can write",
+            path=parent,
+            rule="private",
+            variable=variable,
+        )
+    _check_private(path, path, fix=False, variable=variable, keeps=keeps)
+    return path
 
 
 def job_dir_name(job_id: str) -> str:

@@ -108,6 +108,7 @@ class TorchEvent:
 
     @property
     def stamp(self) -> float | None:
+        """Modeled seconds of the torch event's last record (None: no live event there)."""
         found = _extension().event_stamp(self.handle)
         return None if found is None else found[1]
 

@@ -32,6 +32,7 @@ import torch
 from .. import env
 from ..context import device_count_from_env, host_cards
 from ..errors import HcclNotSupportedError
+from ..rundir import private_dir
 
 SUPPORTED_TORCH = "2.13"  # the private registration interfaces change between releases
 SOURCE = Path(__file__).resolve().parent / "csrc" / "npu_device.cpp"
@@ -74,10 +75,15 @@ def build():
     from torch.utils import cpp_extension
 
     where = cache_dir()
-    where.mkdir(parents=True, exist_ok=True)
+    # compiled code this process loads: the cache and its build folder must be this user's alone
+    # (another user who can write there could swap the extension and run code as this one)
+    keeps = "the compiled npu extension it loads"
+    private_dir(str(where.parent), variable=env.HCCL_PY_CACHE, keeps=keeps)
+    private_dir(str(where), variable=env.HCCL_PY_CACHE, keeps=keeps)
     if shutil.which("ninja") is None:  # the pip ninja of torch's extra sits beside this Python
         os.environ["PATH"] = str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")
-    with open(where / "hccl-py.lock", "w") as lock:
+    lock_fd = os.open(where / "hccl-py.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)  # never a symlink's target
+    with open(lock_fd, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         with contextlib.suppress(FileNotFoundError):
             (where / "lock").unlink()  # torch's own baton, left by a build that was killed: we hold the real lock

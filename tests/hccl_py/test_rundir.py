@@ -156,3 +156,34 @@ def test_sweep_removes_only_old_dead_jobs(run_dir: str) -> None:
         {"dead-new", "live-old", "mine", "not-sockets"} <= left and "dead-old" not in left and "empty-old" not in left
     )
     socks["live-old"].close()
+
+
+# -- private directories for what hccl-py loads from disk (the npu extension's build cache) --------------
+def test_a_private_directory_is_made_private_and_an_unsafe_one_refused(tmp_path) -> None:
+    made = rundir.private_dir(str(tmp_path / "cache"), variable="HCCL_PY_CACHE", keeps="compiled code")
+    assert stat.S_IMODE(os.lstat(made).st_mode) == 0o700
+    open_to_all = tmp_path / "open"
+    open_to_all.mkdir()
+    open_to_all.chmod(0o777)
+    with pytest.raises(HcclSyscallError, match="writable by other users") as err:
+        rundir.private_dir(str(open_to_all), variable="HCCL_PY_CACHE", keeps="compiled code")
+    assert err.value.fields["variable"] == "HCCL_PY_CACHE" and err.value.fields["rule"] == "private"
+    (tmp_path / "link").symlink_to(made)
+    with pytest.raises(HcclSyscallError, match="symlink"):
+        rundir.private_dir(str(tmp_path / "link"), variable="HCCL_PY_CACHE", keeps="compiled code")
+    shared = tmp_path / "shared"  # another user could rename the cache out of it and put theirs there
+    shared.mkdir()
+    shared.chmod(0o777)
+    with pytest.raises(HcclSyscallError, match="put a directory of theirs in its place"):
+        rundir.private_dir(str(shared / "cache"), variable="HCCL_PY_CACHE", keeps="compiled code")
+    shared.chmod(0o1777)  # sticky, as /tmp: nobody else can rename what is ours
+    assert rundir.private_dir(str(shared / "cache"), variable="HCCL_PY_CACHE", keeps="compiled code")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a directory to another user needs root")
+def test_a_directory_of_another_user_is_refused(tmp_path) -> None:
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o700)
+    os.chown(theirs, 12345, 12345)
+    with pytest.raises(HcclSyscallError, match="belongs to uid 12345"):
+        rundir.private_dir(str(theirs), variable="HCCL_PY_CACHE", keeps="compiled code")

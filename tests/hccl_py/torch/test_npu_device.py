@@ -525,3 +525,25 @@ def test_fsdp2_and_tensor_parallel_on_npu_train_as_one_process_does(tmp_path):
     for kind in ("fsdp2", "tp"):
         for r in range(2):
             torch.testing.assert_close(got[r][kind], expected[kind][r], rtol=1e-5, atol=1e-7)
+
+
+def test_the_extension_is_never_loaded_from_a_cache_another_user_can_change(tmp_path, monkeypatch):
+    """The build refuses, before any compile or load, a cache folder writable by others (another
+    user could swap the compiled extension), and its lock is never a symlink's target."""
+    from hccl_py.errors import HcclSyscallError
+    from hccl_py.torch import device
+
+    open_to_all = tmp_path / "cache"
+    open_to_all.mkdir()
+    open_to_all.chmod(0o777)
+    monkeypatch.setenv("HCCL_PY_CACHE", str(open_to_all))
+    with pytest.raises(HcclSyscallError, match="writable by other users"):
+        device.build()
+    assert list(open_to_all.iterdir()) == []  # nothing built, nothing locked
+    open_to_all.chmod(0o700)
+    where = device.cache_dir()
+    where.mkdir(mode=0o700)
+    (where / "hccl-py.lock").symlink_to(tmp_path / "victim")
+    with pytest.raises(OSError):
+        device.build()
+    assert not (tmp_path / "victim").exists()
