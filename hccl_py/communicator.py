@@ -266,6 +266,16 @@ class Communicator:
             _CHECKED_OPS[(op, dtype)] = redop
         return redop
 
+    def _then(self, then: str, what: str) -> int:
+        """The signature code of a reduction's ``then`` (``dtypes.then_code``; "" at once: the
+        common case), refused with this call's fields."""
+        if not then:
+            return 0
+        try:
+            return then_code(then, where=what)
+        except HcclParamError as err:
+            raise HcclParamError(err.message, **self.issuer.fields(what), **err.fields) from None
+
     # -- the call path: one for every operation --------------------------------------------------
     def _collective(self, spec: CallSpec, bufs, result, async_op: bool = False):
         """Issue the call ``spec`` on ``bufs`` (flat IN and OUT), its plan prepared once per spec;
@@ -361,7 +371,7 @@ class Communicator:
         redop = self._op(op, x.dtype, what)
         target = x if out is None else self._into(out, x, what)
         flat = target.reshape(-1)
-        step = then_code(then, where=what) if then else 0
+        step = self._then(then, what)
         spec = CallSpec("allreduce", OpKind.ALLREDUCE, algo, flat.size, x.dtype, redop, then=step)
         return self._collective(spec, (flat, flat), target, async_op)
 
@@ -504,7 +514,7 @@ class Communicator:
             result = self._into(out, x, what, copy=False)
             target = x
         flat = np.ascontiguousarray(target).reshape(-1)
-        step = then_code(then, where=what) if then else 0
+        step = self._then(then, what)
         spec = CallSpec("reduce", OpKind.REDUCE, algo, flat.size, x.dtype, redop, root, then=step)
         return self._collective(spec, (flat, flat), result, async_op)
 
@@ -543,7 +553,7 @@ class Communicator:
         shape = (y.shape[0] // self.size, *y.shape[1:]) if y.ndim >= 1 and y.shape[0] % self.size == 0 else (count,)
         result = self._out(out, count, y.dtype, what)
         flat = _apart_from(np.ascontiguousarray(y).reshape(-1), result)
-        step = then_code(then, where=what) if then else 0
+        step = self._then(then, what)
         spec = CallSpec("reduce_scatter", OpKind.REDUCE_SCATTER, algo, count, y.dtype, redop, then=step)
         return self._collective(spec, (flat, result.reshape(-1)), result.reshape(shape), async_op)
 
@@ -590,7 +600,7 @@ class Communicator:
             row[:n] = flat[start : start + n]
             start += n
         result = self._out(out, width, y.dtype, what)
-        step = then_code(then, where=what) if then else 0
+        step = self._then(then, what)
         call = self._blocks_call("reduce_scatter", OpKind.REDUCE_SCATTER, algo, counts, y.dtype, redop, step)
         mine = result.reshape(-1)[: counts[self._rank]]
         return self.issuer.issue(call, (padded.reshape(-1), result.reshape(-1)), mine, async_op)

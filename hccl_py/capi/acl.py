@@ -256,8 +256,9 @@ class Runtime:
     def event(self, handle: int) -> AclEvent:
         """The event of ``handle`` (a torch npu event's ``npu_event``: that event)."""
         found = self.events.get(handle) if handle else None
-        if found is None and torch_bridge.torch_event(handle) is not None:
-            found = torch_bridge.TorchEvent(handle, self.card(torch_bridge.torch_event(handle)))
+        card = torch_bridge.torch_event(handle) if found is None else None
+        if card is not None:
+            found = torch_bridge.TorchEvent(handle, self.card(card))
         if found is None:
             raise AclError(abi.ACL_ERROR_INVALID_PARAM, f"event {handle:#x} is no event of this process")
         return found
