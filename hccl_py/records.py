@@ -17,16 +17,14 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import sys
-import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import tracefile
+from . import sigterm, tracefile
 from .errors import HcclInternalError, HcclParamError, HcclSyscallError
 
 DEFAULT_RECORDS = 20_000
@@ -266,15 +264,12 @@ def install_dump_hooks(rc) -> None:
         previous_hook(kind, value, tb)
 
     sys.excepthook = excepthook
-    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+    sigterm.on_sigterm(_dump_on_sigterm)
 
-        def on_sigterm(signum, frame):
-            if _hooked:
-                _hooked[0].dump("stopped by SIGTERM")
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGTERM)
 
-        signal.signal(signal.SIGTERM, on_sigterm)
+def _dump_on_sigterm() -> None:
+    if _hooked:
+        _hooked[0].dump("stopped by SIGTERM")
 
 
 def dump_flight_recorder(reason: str = "on demand", path: str | os.PathLike[str] | None = None) -> str | None:

@@ -14,13 +14,14 @@ The kernel checks the directories' permissions on every ``connect``/``sendto`` b
 other users get EACCES before a byte arrives; nothing is checked per message (a connected
 datagram socket keeps its peer). Root passes any permission check, as everywhere.
 
-Clean-up: a rank unlinks its own socket on close and tries to remove the job directory;
-hccl-launch and ``launch.spawn`` call :func:`remove_job` when the job ends (sockets of ranks
-that were SIGKILLed refuse connections, so they are recognised as dead); a rank 0 started
-without a launcher calls :func:`sweep_stale` at init for the directories of dead jobs. A launcher
-that is SIGKILLed cleans up nothing, so each launcher marks its job's directory with
-:func:`claim_job`, and the next one's :func:`sweep_abandoned` removes the dead sockets of every
-job whose launchers are all gone (by pid and start time).
+Clean-up: a rank unlinks its own socket on close, and on SIGTERM (torchrun and mp.spawn stop
+their workers so), and tries to remove the job directory; hccl-launch and ``launch.spawn`` call
+:func:`remove_job` when the job ends (sockets of ranks that were SIGKILLed refuse connections,
+so they are recognised as dead). A launcher that is SIGKILLed cleans up nothing, so each
+launcher marks its job's directory with :func:`claim_job`. Every job's start, whatever started
+it (hccl-launch; the first rank of each host under torchrun, env:// or mpiexec), calls
+:func:`sweep_dead_jobs`: the directories of jobs whose launchers are all gone (by pid and start
+time), and of unmarked jobs whose sockets all refuse, lose their dead sockets and go.
 
 Example::
 
@@ -41,7 +42,7 @@ import socket
 import stat
 import time
 
-from . import env
+from . import env, sigterm
 from .errors import HcclConnectError, HcclSyscallError
 
 UNIX_PATH_MAX = 107  # sun_path is 108 bytes, one for the terminating NUL
@@ -50,6 +51,7 @@ STALE_AGE_S = 10.0  # a job directory untouched this long whose sockets all refu
 _SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,23}")
 LAUNCHER_MARK = "launcher."  # <job>/launcher.<pid>: a launcher of the job (see claim_job)
 FLIGHT_DIR = "flight."  # <job>/flight.<pid>: where that launcher's ranks dump their flight recorders
+_bound: dict[str, tuple[int, int]] = {}  # this process's socket files: path -> (inode, pid that bound it)
 
 
 def user_dir(create: bool = True) -> str:
@@ -220,7 +222,10 @@ def bind(sock: socket.socket, job_id: str, name: str) -> tuple[str, int]:
                 path=path,
                 errno=err.errno,
             ) from None
-        return path, os.lstat(path).st_ino
+        inode = os.lstat(path).st_ino
+        _bound[path] = (inode, os.getpid())
+        sigterm.on_sigterm(_unlink_bound)
+        return path, inode
     raise HcclConnectError(
         f"cannot bind the socket {name} of job {job_id!r} in {user_dir(create=False)}: "
         "its directory keeps vanishing (is something removing it?)",
@@ -230,6 +235,7 @@ def bind(sock: socket.socket, job_id: str, name: str) -> tuple[str, int]:
 
 def unbind(path: str, inode: int) -> None:
     """Remove our socket file (if it is still ours), then the job directory if it is empty."""
+    _bound.pop(path, None)
     try:
         if os.lstat(path).st_ino == inode:
             os.unlink(path)
@@ -239,6 +245,14 @@ def unbind(path: str, inode: int) -> None:
         os.rmdir(os.path.dirname(path))
     except OSError:
         pass  # other ranks' sockets are still there (or it is gone already)
+
+
+def _unlink_bound() -> None:
+    """At SIGTERM: remove the socket files this process bound and still holds (a child forked
+    from a rank inherits the list, not the sockets: it removes nothing)."""
+    for path, (inode, pid) in list(_bound.items()):
+        if pid == os.getpid():
+            unbind(path, inode)
 
 
 def listening(path: str) -> bool:
@@ -447,10 +461,16 @@ def _launcher_alive(mark: str) -> bool | None:
     return not start.strip() or now[1] == start.strip()
 
 
+def sweep_dead_jobs(keep: str | None = None) -> list[str]:
+    """At a job's start: remove what dead jobs left in the run directory, except job ``keep``
+    (:func:`sweep_abandoned`, then :func:`sweep_stale`); the directories removed."""
+    return sweep_abandoned(keep) + sweep_stale(keep)
+
+
 def sweep_stale(keep: str | None = None) -> list[str]:
     """Remove the directories of dead jobs (every socket in them refuses connections and none
-    changed for STALE_AGE_S), except job ``keep``; the directories removed. Called by a rank 0
-    started without a launcher, which has nobody to clean up after a crash."""
+    changed for STALE_AGE_S), except job ``keep``; the directories removed. A job started
+    without a launcher has nobody to clean up after a crash: this finds it dead."""
     try:
         base = user_dir(create=False)
         names = os.listdir(base)

@@ -158,7 +158,7 @@ class Supervisor:
             mark = rundir.claim_job(self.job_id)
             if mark is not None and self._watchdog is not None:
                 self._watchdog.remove_at_end(mark)
-            rundir.sweep_abandoned(keep=self.job_id)  # jobs whose launcher (and watchdog) were killed
+            rundir.sweep_dead_jobs(keep=self.job_id)  # killed launchers' jobs, and torchrun's ranks' leftovers
             self._start_ranks(port)
             return self._supervise()
         finally:

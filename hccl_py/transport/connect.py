@@ -114,6 +114,15 @@ def _note_host_layout(rank: int, host_ids: list[str]) -> None:
     os.environ.setdefault(env.LOCAL_RANK, str(here.index(rank)))
 
 
+def _sweeps(job: JobConfig, hosting: bool) -> bool:
+    """Whether this rank sweeps the run directory at the job's start: the first rank of its host
+    (LOCAL_RANK 0, as torchrun sets it), or rank 0 (or the store's host) where nobody says."""
+    local_rank = os.environ.get(env.LOCAL_RANK)
+    if local_rank is not None:
+        return local_rank.strip() == "0"
+    return hosting or job.rank == 0
+
+
 def _connect_store(job: JobConfig, store=None) -> tuple[Transport, str]:
     """Meet through the store; shared memory within a host, TCP across hosts."""
     rank, size = job.rank, job.size
@@ -131,8 +140,8 @@ def _connect_store(job: JobConfig, store=None) -> tuple[Transport, str]:
     strategy = _connect_one_host if one_host and job.transport in (None, "shm") else _connect_hosts
     try:
         job_id = _job_identity(client, job.launcher_id, rank, where)
-        if hosting:
-            rundir.sweep_stale(keep=job_id)  # no launcher cleans up after this user's crashed jobs
+        if _sweeps(job, hosting):
+            rundir.sweep_dead_jobs(keep=job_id)  # torchrun, env://, mpiexec: no launcher of ours cleans up
         generation = _generations[(job_id, rank)] = _generations.get((job_id, rank), 0) + 1
         transport, description = strategy(client, _Rendezvous(job_id, generation, where), job, deadline)
     finally:

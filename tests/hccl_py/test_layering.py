@@ -104,6 +104,7 @@ def test_importing_hccl_py_imports_no_launcher_no_zmq_no_torch():
 LAYERS = (
     (
         "hccl_py.errors",
+        "hccl_py.sigterm",
         "hccl_py.dtypes",
         "hccl_py.collectives",
         "hccl_py.env",

@@ -213,6 +213,83 @@ def test_staggered_reinit_by_hand_and_rank_0_sweeps_dead_jobs() -> None:
     assert not os.path.exists(stale)
 
 
+SIGTERMED_SCRIPT = """
+import json, os, signal, sys
+import numpy as np
+import hccl_py
+if os.environ["RANK"] == "1":  # a program with its own SIGTERM handler: it still runs, after ours
+    def stop(signum, frame):
+        print(json.dumps({"own handler": True}), flush=True)
+        sys.exit(3)
+    signal.signal(signal.SIGTERM, stop)
+comm = hccl_py.init()
+comm.all_reduce(np.ones(4, np.float32))
+print(json.dumps({"ready": os.getpid()}), flush=True)
+sys.stdin.readline()  # stopped here, as torchrun stops its workers
+"""
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.usefixtures("no_leaks")
+def test_ranks_stopped_by_sigterm_remove_their_sockets() -> None:
+    """torchrun and mp.spawn stop workers with SIGTERM, which skips Python's clean-up: the ranks'
+    socket files must go all the same, and a program's own SIGTERM handler still runs."""
+    before = job_dirs()
+    port = _free_port()
+    procs = [_start(SIGTERMED_SCRIPT, r, 2, port, LOCAL_RANK=str(r)) for r in range(2)]
+    try:
+        for p in procs:
+            _line(p)
+        assert len(job_dirs() - before) == 1  # the job's sockets are there while it runs
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        outs = [p.communicate(timeout=30) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+    assert [p.returncode for p in procs] == [-signal.SIGTERM, 3], [err for _, err in outs]
+    assert json.loads(outs[1][0]) == {"own handler": True}
+    assert job_dirs() == before  # no socket left, no directory
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.usefixtures("no_leaks")
+def test_the_first_rank_of_a_host_sweeps_dead_jobs_at_start_whoever_hosts_the_store() -> None:
+    """Under torchrun the store is the agent's and LOCAL_RANK 0 is not always rank 0: the first
+    rank of the host sweeps: a dead torchrun job's sockets (no launcher mark) and a killed
+    launcher's job."""
+    stale = {}
+    for job, mark in (("sigkilled-torchrun-job", None), ("killed-launcher-job", "launcher.999999")):
+        path = rundir.job_dir(job, create=True)
+        dead = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        dead.bind(os.path.join(path, "g1.0.99998"))
+        dead.close()
+        if mark is not None:
+            with open(os.path.join(path, mark), "w") as f:
+                f.write("another-boot  1")
+        past = time.time() - 3600
+        os.utime(path, (past, past))
+        stale[job] = path
+    port = _free_port()
+    procs = [_start(RANK_SCRIPT, r, 2, port, LOCAL_RANK=str(1 - r)) for r in range(2)]
+    try:
+        for p in procs:
+            _line(p)
+        for p in procs:
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        outs = [p.communicate(timeout=30) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+    assert [p.returncode for p in procs] == [0, 0], [err for _, err in outs]
+    assert [os.path.exists(path) for path in stale.values()] == [False, False]
+
+
 def _killed_after_init() -> None:
     import hccl_py
 
