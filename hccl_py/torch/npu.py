@@ -15,9 +15,9 @@ is what ``torch.npu`` then holds:
 - random numbers: ``manual_seed``, ``manual_seed_all``, ``seed``, ``initial_seed``: npu ops draw
   from torch's CPU generator, so a seed gives the same numbers as on the CPU.
 
-``transfer_to_npu`` (``from torch_npu.contrib import transfer_to_npu``) maps CUDA code onto it:
-``torch.cuda`` is this module, "cuda" device arguments become "npu", ``.cuda()`` is ``.npu()``,
-"nccl" becomes "hccl". Example, under ``hccl-npu --devices 2 python``::
+``transfer_to_npu`` (``from torch_npu.contrib import transfer_to_npu``, hccl_py/torch/transfer.py)
+maps CUDA code onto it: ``torch.cuda`` is this module, "cuda" devices are npu devices, "nccl"
+becomes "hccl". Example, under ``hccl-npu --devices 2 python``::
 
     import torch, torch_npu
     torch.npu.set_device(1)
@@ -177,6 +177,7 @@ def _index(device) -> int:
             device = torch.device(device)
         if not isinstance(device, torch.device):
             raise TypeError(f"Invalid device, expected int, str or torch.device, got {type(device).__name__}")
+        device = _cuda_as_npu(device)
         if device.type != "npu":
             raise ValueError(f"Expected an npu device, but got: {device}")
         index = current_device() if device.index is None else device.index
@@ -191,12 +192,22 @@ def _index(device) -> int:
     return index
 
 
+def _cuda_as_npu(device: torch.device) -> torch.device:
+    """A cuda device as the npu one once transfer_to_npu made ``torch.cuda`` this module (a device
+    made before it, or by code that holds torch's own class), else ``device``."""
+    if device.type == "cuda" and torch.cuda is sys.modules[__name__]:
+        return torch.device("npu", device.index) if device.index is not None else torch.device("npu")
+    return device
+
+
 def _get_device_index(device, optional: bool = False, allow_cpu: bool = False) -> int:
     """torch's device-module hook (``torch.npu._utils._get_device_index``, which ``torch.load``'s
     ``map_location`` and DataParallel-style helpers call): the card index of an int, "npu[:N]" or
     an npu torch.device; with ``optional``, an index-less device or None is the current card."""
     if isinstance(device, str):
         device = torch.device(device)
+    if isinstance(device, torch.device):
+        device = _cuda_as_npu(device)
     if isinstance(device, torch.device) and device.type != "npu" and not (allow_cpu and device.type == "cpu"):
         raise ValueError(f"Expected an npu device, but got: {device}")
     if device is None or (isinstance(device, torch.device) and device.type == "npu" and device.index is None):
@@ -410,7 +421,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         return spec
 
 
-def _patch_when_imported(name: str, patch) -> None:
+def patch_when_imported(name: str, patch) -> None:
     """``patch(module)`` now if ``name`` is imported, else right after its first import."""
     if name in sys.modules:
         patch(sys.modules[name])
@@ -610,7 +621,9 @@ class device:  # noqa: N801  (torch.npu.device, a context manager)
 
 
 def __getattr__(name: str):
-    if _patched and hasattr(_REAL_CUDA, name):  # torch.cuda is this module now: torch's own uses of it still work
+    if torch.cuda is sys.modules[__name__] and hasattr(
+        _REAL_CUDA, name
+    ):  # transfer_to_npu made torch.cuda this module: torch's own uses of it still work
         return getattr(_REAL_CUDA, name)
     raise AttributeError(f"torch.npu.{name} is not part of hccl-py's torch.npu (see docs/torch.md for what it covers)")
 
@@ -632,7 +645,7 @@ def install() -> types.ModuleType:
     _device_impl.install()
     _data_parallel.install()
     dist.is_hccl_available = lambda: True
-    _patch_when_imported(_DTENSOR_RANDOM, _dtensor_random_as_on_cpu)
+    patch_when_imported(_DTENSOR_RANDOM, _dtensor_random_as_on_cpu)
     if _under_hccl_launch() and not getattr(dist.init_process_group, "__hccl_py_refused__", False):
         dist.init_process_group = _refuse_nested_ranks(dist.init_process_group)
     global _shutdown_registered
@@ -696,132 +709,3 @@ def _refuse_nested_ranks(fn):
 
     refuse.__hccl_py_refused__ = True
     return refuse
-
-
-# -- transfer_to_npu ----------------------------------------------------------------------------------------
-_FACTORIES = (
-    "tensor",
-    "as_tensor",
-    "zeros",
-    "ones",
-    "empty",
-    "full",
-    "rand",
-    "randn",
-    "randint",
-    "arange",
-    "linspace",
-    "logspace",
-    "eye",
-    "zeros_like",
-    "ones_like",
-    "empty_like",
-    "full_like",
-    "rand_like",
-    "randn_like",
-    "randint_like",
-    "randperm",
-    "range",
-    "normal",
-    "empty_strided",
-    "scalar_tensor",
-    "tril_indices",
-    "triu_indices",
-    "frombuffer",
-    "load",
-    "hann_window",
-    "hamming_window",
-    "bartlett_window",
-    "blackman_window",
-    "kaiser_window",
-)
-_TENSOR_METHODS = ("to", "new_empty", "new_empty_strided", "new_full", "new_ones", "new_tensor", "new_zeros")
-_DEVICE_KWARGS = ("device", "device_type", "map_location", "device_id")
-
-
-def _is_cuda(value) -> bool:
-    if isinstance(value, torch.device):
-        return value.type == "cuda"
-    return isinstance(value, str) and value.split(":", 1)[0].strip() == "cuda"
-
-
-def _as_npu(value):
-    """ "cuda[:N]" / torch.device("cuda", N) as the same npu device."""
-    text = str(value).replace("cuda", "npu", 1)
-    return torch.device(text) if isinstance(value, torch.device) else text
-
-
-def _on_npu(fn):
-    """``fn`` with 'cuda' device arguments (keywords, and positional strings or devices) made 'npu'."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        for name in _DEVICE_KWARGS:
-            if name in kwargs and _is_cuda(kwargs[name]):
-                kwargs[name] = _as_npu(kwargs[name])
-        if any(_is_cuda(a) for a in args):
-            args = tuple(_as_npu(a) if _is_cuda(a) else a for a in args)
-        return fn(*args, **kwargs)
-
-    wrapper.__hccl_py_transfer__ = True
-    return wrapper
-
-
-def _to_hccl(name):
-    return name.replace("nccl", "hccl") if isinstance(name, str) else name
-
-
-def _nccl_to_hccl(fn):
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        if "backend" in kwargs:
-            kwargs["backend"] = _to_hccl(kwargs["backend"])
-        if "device_id" in kwargs and _is_cuda(kwargs["device_id"]):
-            kwargs["device_id"] = _as_npu(kwargs["device_id"])
-        args = tuple(_to_hccl(a) if isinstance(a, str) and "nccl" in a else a for a in args)
-        return fn(*args, **kwargs)
-
-    wrapper.__hccl_py_transfer__ = True
-    return wrapper
-
-
-def _cuda(self, device=None, non_blocking: bool = False, **kwargs):
-    """tensor.cuda() / module.cuda() under transfer_to_npu: .npu()."""
-    return self.npu(device) if device is not None else self.npu()
-
-
-_patched = False
-
-
-def _freeze_torch_tables() -> None:
-    """Build, before the factories are wrapped, torch's cached tables of its own functions: torch
-    fills them on first use and compares by identity against the functions a mode sees (always
-    the originals). Built after the wrapping, ``with torch.device("meta"):`` would no longer see
-    ``torch.empty`` as a factory, and FSDP2's deferred init would build on the CPU."""
-    torch.utils._device._device_constructors()
-    torch.overrides.get_ignored_functions()
-    torch.overrides.get_default_nowrap_functions()
-    torch.overrides._get_tensor_methods()
-
-
-def transfer_to_npu() -> None:
-    """What ``from torch_npu.contrib import transfer_to_npu`` does here (see the module doc)."""
-    global _patched
-    install()
-    if _patched:
-        return
-    _patched = True
-    _freeze_torch_tables()
-    torch.cuda = sys.modules[__name__]
-    for name in _FACTORIES:
-        if hasattr(torch, name):
-            setattr(torch, name, _on_npu(getattr(torch, name)))
-    for name in _TENSOR_METHODS:
-        setattr(torch.Tensor, name, _on_npu(getattr(torch.Tensor, name)))
-    torch.Tensor.cuda = _cuda
-    torch.nn.Module.cuda = _cuda
-    torch.nn.Module.to = _on_npu(torch.nn.Module.to)
-    torch.nn.Module.to_empty = _on_npu(torch.nn.Module.to_empty)
-    dist.init_process_group = _nccl_to_hccl(dist.init_process_group)
-    dist.new_group = _nccl_to_hccl(dist.new_group)
-    dist.is_nccl_available = lambda: True

@@ -252,6 +252,64 @@ def test_the_npu_device_in_one_process(tmp_path):
     assert done.returncode == 0 and done.stdout.strip().endswith("OK"), done.stdout[-2000:] + done.stderr[-3000:]
 
 
+_CUDA_FORMS = r"""
+# CUDA code's device forms (pytorch/examples' tutorials and what they call), under transfer_to_npu
+import torch_npu
+from torch_npu.contrib import transfer_to_npu
+import os, tempfile, torch, torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.nn.parallel import DistributedDataParallel as DDP
+npu1 = torch.device("npu:1")
+assert torch.device("cuda:1") == torch.device("cuda", 1) == torch.device(type="cuda", index=1) == npu1
+assert isinstance(torch.device("cuda"), torch.device) and isinstance(npu1, torch.device) and torch.device("cuda").type == "npu"
+for how in (torch.device("cuda:1"), "cuda:1", 1):
+    torch.cuda.set_device(0); torch.cuda.set_device(how); assert torch.cuda.current_device() == 1, how
+torch.cuda.set_device(0)
+with torch.cuda.device("cuda:1"):
+    assert torch.cuda.current_device() == 1
+assert torch.cuda.current_device() == 0
+with torch.device("cuda:1"):
+    assert torch.zeros(2).device == npu1
+for made in (torch.rand(2, device="cuda:1"), torch.ones(2, device=torch.device("cuda", 1)), torch.ones(2).to("cuda:1"),
+             torch.ones(2).to(torch.device("cuda:1")), torch.ones(2).cuda(1), torch.zeros(1).new_ones(2, device="cuda:1"),
+             torch.fft.fftfreq(4, device="cuda:1"), torch.nn.Linear(2, 2).to("cuda:1").weight):
+    assert made.device == npu1, made
+assert torch.nn.Linear(2, 2).cuda().weight.device == torch.device("npu:0")
+# the npu's generator is the CPU's: a seeded "cuda" generator draws the CPU's numbers
+g = torch.Generator(device="cuda"); g.manual_seed(5)
+assert torch.equal(torch.rand(3, generator=g, device="cuda").cpu(), torch.rand(3, generator=torch.Generator().manual_seed(5)))
+assert torch.Stream("cuda:1").device == npu1 and torch.Event("cuda").device.type == "npu"
+assert torch.cuda.Stream(torch.device("cuda:1")).device_index == 1 and torch.cuda.Event(enable_timing=True) is not None
+for autocast in (lambda: torch.autocast("cuda", dtype=torch.bfloat16), lambda: torch.amp.autocast(device_type="cuda", dtype=torch.bfloat16)):
+    with autocast():
+        assert torch.nn.Linear(2, 2).cuda()(torch.ones(1, 2, device="cuda")).dtype == torch.bfloat16
+assert torch.cuda.get_device_properties("cuda:1").total_memory > 0 and torch.cuda.memory_allocated(torch.device("cuda:1")) >= 0
+torch.cuda.synchronize("cuda:1")
+assert torch.get_device_module("cuda") is torch.cuda is torch.npu
+torch.set_default_device("cuda:1"); assert torch.zeros(1).device == npu1; torch.set_default_device(None)
+snapshot = os.path.join(tempfile.mkdtemp(), "w.pt"); torch.save({"w": torch.ones(2)}, snapshot)
+for where in ("cuda:1", torch.device("cuda:1"), {"cpu": "cuda:1"}):
+    assert torch.load(snapshot, map_location=where)["w"].device == npu1, where
+# "nccl" is "hccl"; device_id, DDP's device_ids and the mesh take cuda's forms
+dist.init_process_group(backend="nccl", store=dist.HashStore(), rank=0, world_size=1, device_id=torch.device("cuda:0"))
+assert dist.get_backend() == "hccl" and dist.is_nccl_available()
+t = torch.ones(2, device="cuda"); dist.all_reduce(t); assert t.cpu().tolist() == [1.0, 1.0]
+ddp = DDP(torch.nn.Linear(2, 2).cuda(), device_ids=[0]); ddp(torch.ones(1, 2, device="cuda")).sum().backward()
+assert ddp.module.weight.grad.device == torch.device("npu:0")
+assert init_device_mesh("cuda", (1,)).device_type == "npu"
+dist.destroy_process_group()
+print("OK")
+"""
+
+
+@pytest.mark.timeout(120)
+def test_cuda_codes_device_forms_land_on_the_cards_under_transfer_to_npu(tmp_path):
+    probe = tmp_path / "cuda_forms.py"
+    probe.write_text(_CUDA_FORMS)
+    done = _hccl_npu("--devices", "2", sys.executable, str(probe), timeout=110)
+    assert done.returncode == 0 and done.stdout.strip().endswith("OK"), done.stdout[-2000:] + done.stderr[-3000:]
+
+
 # -- programs with several ranks ------------------------------------------------------------------------------
 @pytest.mark.timeout(150)
 @pytest.mark.usefixtures("no_leaks")
