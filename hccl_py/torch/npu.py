@@ -52,6 +52,7 @@ from ..executor import on_progress_thread
 from . import amp  # noqa: F401  (torch.npu.amp, torch_npu.npu.amp)
 from . import data_parallel as _data_parallel
 from . import device as _device_impl
+from . import ipc as _ipc
 from .work import synchronize as _join_all
 
 _NPU_TYPE = 20  # c10::DeviceType::PrivateUse1, as torch.Stream(device_type=) takes it
@@ -644,6 +645,7 @@ def install() -> types.ModuleType:
     the "hccl" backend registered for npu tensors."""
     _device_impl.install()
     _data_parallel.install()
+    _ipc.install()
     dist.is_hccl_available = lambda: True
     patch_when_imported(_DTENSOR_RANDOM, _dtensor_random_as_on_cpu)
     if _under_hccl_launch() and not getattr(dist.init_process_group, "__hccl_py_refused__", False):

@@ -162,6 +162,7 @@ struct Block {  // what an npu DataPtr's context holds
   c10::DeviceIndex device;
   c10::Storage keep;  // a CPU storage whose bytes this npu storage shows (zero-copy results), else empty
   int format = -1;    // torch_npu's ACL storage format, as metadata (-1: the tensor's base format)
+  bool booked = true; // on this process's pool; not a block another process's card owns (opened_shared)
 };
 
 // Every live npu block by address, so that HCCL's C API can tell a card's memory (and which card)
@@ -204,7 +205,7 @@ py::object block_at(uintptr_t address, int64_t nbytes) {
 void release(void* ctx) {
   auto* block = static_cast<Block*>(ctx);
   forget(block);
-  unbook(block->device, block->nbytes);
+  if (block->booked) unbook(block->device, block->nbytes);
   if (!block->keep) free(block->data);
   delete block;
 }
@@ -1409,6 +1410,61 @@ int get_format(const at::Tensor& t) {
   return block == nullptr ? -1 : block->format;
 }
 
+// torch.multiprocessing (hccl_py/torch/ipc.py): the card memory of a storage shared between the
+// processes of a host, as torch_npu's IPC shares it. The sender's storage moves, in place, into
+// `shared` (POSIX shared memory made by the caller): every tensor on it keeps its storage, now
+// over the shared bytes, and stays booked as it was.
+void move_into_shared(const at::Tensor& npu, const at::Tensor& shared) {
+  TORCH_CHECK(is_npu(npu) && shared.device().is_cpu(), "move_into_shared: an npu tensor and a CPU tensor");
+  c10::StorageImpl* impl = npu.storage().unsafeGetStorageImpl();
+  TORCH_CHECK(impl->data_ptr().get_deleter() == &release, "this npu storage is not the card's memory");
+  auto* block = static_cast<Block*>(impl->data_ptr().get_context());
+  const c10::Storage& target = shared.storage();
+  TORCH_CHECK(int64_t(target.nbytes()) >= block->nbytes && int64_t(impl->nbytes()) <= block->nbytes,
+              "move_into_shared: ", target.nbytes(), " shared bytes for a block of ", block->nbytes);
+  void* bytes = target.nbytes() == 0 ? nullptr : target.mutable_data();
+  if (block->nbytes > 0) std::memcpy(bytes, block->data, block->nbytes);
+  forget(block);
+  void* old = block->data;
+  const bool owned = !block->keep;
+  block->data = bytes;
+  block->keep = target;  // drops a zero-copy block's previous CPU storage
+  noted(block);
+  at::DataPtr previous = impl->set_data_ptr(c10::DataPtr(bytes, block, &release, npu.device()));
+  previous.release_context();  // the block lives on in the new DataPtr: not released
+  if (owned) free(old);
+}
+
+// The CPU bytes an npu storage shows, as a uint8 tensor, when it shows a CPU storage's (a shared
+// one after move_into_shared, a zero-copy result's); else None.
+py::object cpu_backing(const at::Tensor& npu) {
+  Block* block = block_of(npu);
+  if (block == nullptr || !block->keep) return py::none();
+  auto cpu = at::empty({0}, at::TensorOptions().dtype(at::kByte));
+  cpu.unsafeGetTensorImpl()->set_storage_keep_dtype(block->keep);
+  cpu.unsafeGetTensorImpl()->set_sizes_contiguous({int64_t(block->keep.nbytes())});
+  return py::cast(cpu);
+}
+
+// The receiver's side: an npu uint8 tensor on card `device` over the shared CPU bytes of `shared`,
+// not booked here (the sender's card holds them, as an opened IPC handle is not the receiver's).
+at::Tensor opened_shared(const at::Tensor& shared, int device) {
+  TORCH_CHECK(shared.device().is_cpu() && device >= 0 && device < g_device_count.load(),
+              "opened_shared: card ", device, " of ", g_device_count.load());
+  const c10::Storage& cpu = shared.storage();
+  int64_t nbytes = cpu.nbytes();
+  void* data = nbytes == 0 ? nullptr : cpu.mutable_data();
+  auto* block = new Block{data, nbytes, c10::DeviceIndex(device), cpu, -1};
+  block->booked = false;
+  noted(block);
+  c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes,
+                       c10::DataPtr(data, block, &release, c10::Device(kNpu, c10::DeviceIndex(device))), &g_allocator,
+                       /*resizable=*/false);
+  auto t = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), kNpuKeys, caffe2::TypeMeta::Make<uint8_t>());
+  t.unsafeGetTensorImpl()->set_sizes_contiguous({nbytes});
+  return t;
+}
+
 // The factor of a premul-sum ReduceOp (torch.distributed._make_nccl_premul_sum(f), torch_npu's
 // _make_hccl_premul_sum): torch keeps it in C++ only.
 double premul_factor(const c10d::ReduceOp& op) {
@@ -1482,6 +1538,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "what ran on npu tensors since the last drain: (name, m, n, k, batch, nbytes, dtype, kind) each, kind 0 a "
         "kernel, 1 the pool's growth (nbytes: the segment), 2 a host-to-npu copy, 3 an npu-to-host copy");
   m.def("premul_factor", &hccl_npu::premul_factor);
+  m.def("move_into_shared", &hccl_npu::move_into_shared, "move an npu storage's bytes into a shared CPU storage, in place");
+  m.def("cpu_backing", &hccl_npu::cpu_backing, "the CPU bytes an npu storage shows, or None");
+  m.def("opened_shared", &hccl_npu::opened_shared, "an npu tensor over a shared CPU storage's bytes, unbooked");
   m.def("set_format", &hccl_npu::set_format);
   m.def("get_format", &hccl_npu::get_format);
   m.def("as_cpu", [](const at::Tensor& t) { return hccl_npu::as_cpu(t); }, "the CPU tensor showing an npu tensor's bytes, without a copy");

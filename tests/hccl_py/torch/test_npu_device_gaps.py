@@ -401,3 +401,54 @@ assert torch.npu.current_device() == 1 and torch.ones(1, device="npu").device ==
 
 def test_every_device_index_is_checked_against_the_card_count(tmp_path):
     _run(tmp_path, _DEVICE_INDICES)
+
+
+_ACROSS_PROCESSES = r"""
+import torch.multiprocessing as mp
+
+
+def child(queue, simple, back):
+    x, view, param, storage, nz = queue.get(timeout=60)  # a Queue: pickled by its feeder thread, after put()
+    assert x.device == torch.device("npu:1") and x.cpu().tolist() == [1.0, 2.0, 3.0, 4.0], x
+    assert view.device == torch.device("npu:1") and view.cpu().tolist() == [2.0, 4.0], view
+    assert view.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()  # one storage, as sent
+    assert type(param) is torch.nn.Parameter and param.requires_grad and param.device == torch.device("npu:0")
+    assert storage.device == torch.device("npu:1") and storage.nbytes() == 12
+    assert torch_npu.get_npu_format(nz) == 29 and nz.cpu().tolist() == [5.0, 5.0]
+    before = torch.npu.memory_allocated(1)
+    x.add_(10)  # the sender sees it: the card's memory is shared
+    again = simple.get()  # the same tensor again: the same bytes
+    again.mul_(2)
+    back.put(torch.npu.memory_allocated(1) - before)
+
+
+if __name__ == "__main__":
+    ctx = mp.get_context("spawn")
+    queue, simple, back = ctx.Queue(), ctx.SimpleQueue(), ctx.Queue()
+    x = torch.tensor([1.0, 2.0, 3.0, 4.0], device="npu:1")
+    param = torch.nn.Parameter(torch.ones(2, device="npu:0"))
+    nz = torch_npu.npu_format_cast(torch.full((2,), 5.0, device="npu:1"), 29)
+    booked = torch.npu.memory_allocated(1)
+    proc = ctx.Process(target=child, args=(queue, simple, back))
+    proc.start()
+    queue.put((x, x[1::2], param, torch.zeros(3, device="npu:1").untyped_storage(), nz))
+    simple.put(x)
+    assert back.get(timeout=60) == 0  # the receiver books nothing: the bytes are the sender's card's
+    proc.join(60)
+    assert proc.exitcode == 0, proc.exitcode
+    assert x.cpu().tolist() == [22.0, 24.0, 26.0, 28.0], x
+    assert torch.npu.memory_allocated(1) == booked  # moving into shared memory kept the booking
+    assert (x @ x).item() == 22.0**2 + 24.0**2 + 26.0**2 + 28.0**2  # the card's kernels read the shared bytes
+    # torch's own refusal, raised in the sender's put (a SimpleQueue pickles there)
+    try:
+        ctx.SimpleQueue().put(torch.ones(2, device="npu:0", requires_grad=True) * 2)
+        raise SystemExit("a non-leaf tensor that requires grad was pickled")
+    except RuntimeError as err:
+        assert "Cowardly refusing to serialize non-leaf tensor" in str(err), err
+"""
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.usefixtures("no_leaks")
+def test_npu_tensors_cross_torch_multiprocessing_with_the_cards_memory_shared(tmp_path):
+    _run(tmp_path, _ACROSS_PROCESSES)
