@@ -680,6 +680,7 @@ class HcclProcessGroup(dist.ProcessGroup):
         return self._call("all_gather_into_tensor", opts.asyncOp, self._all_gather_single, output, input)
 
     def _all_gather_single(self, what, output, input):
+        same_device([output], input, what, "all_gather_into_tensor")
         staged = Staged(output, what)
         x = contiguous_array(input, what)
         self._check_numel(output, input.numel() * self.comm.size, what, "output")
@@ -714,6 +715,7 @@ class HcclProcessGroup(dist.ProcessGroup):
         if self.comm.rank != root:
             return lambda a: self.comm.gather(x, root, async_op=a), None, output_tensors
         outs = _single(output_tensors, what)
+        same_device(outs, t, what, "gather")
         self._check_list(outs, t, what, "gather_list", outputs=True)
         buffer = torch.empty((self.comm.size, *t.shape), dtype=t.dtype, device=t.device)
 
@@ -735,6 +737,7 @@ class HcclProcessGroup(dist.ProcessGroup):
         x = None
         if self.comm.rank == root:
             ins = _single(input_tensors, what)
+            same_device(ins, t, what, "scatter")
             self._check_list(ins, t, what, "scatter_list")
             x = as_array(torch.stack([i.detach() for i in ins]))
         return lambda a: self.comm.scatter(x, root, out=staged.array, async_op=a), staged.copy_back, [t]
@@ -835,6 +838,7 @@ class HcclProcessGroup(dist.ProcessGroup):
         )
 
     def _reduce_scatter_single(self, what, output, input, red_op):
+        same_device([output], input, what, "reduce_scatter_tensor")
         self._check_numel(input, output.numel() * self.comm.size, what, "input")
         return self._reduce_scatter_into(what, output, contiguous_array(input, what), red_op)
 
@@ -877,6 +881,7 @@ class HcclProcessGroup(dist.ProcessGroup):
         )
 
     def _all_to_all_single(self, what, output, input, output_split_sizes, input_split_sizes):
+        same_device([output], input, what, "all_to_all_single")
         n = self.comm.size
         staged = Staged(output, what)
         x = contiguous_array(input, what)
@@ -928,6 +933,7 @@ class HcclProcessGroup(dist.ProcessGroup):
             )
         for t in (*output_tensors, *input_tensors):
             check(t, what)
+        same_device([*output_tensors, *input_tensors[1:]], input_tensors[0], what, "all_to_all")
         dtypes = {t.dtype for t in (*output_tensors, *input_tensors)}
         if len(dtypes) > 1:
             raise HcclParamError(

@@ -491,6 +491,7 @@ at::Tensor npu_empty_strided(at::IntArrayRef size, at::IntArrayRef stride, std::
 void grow_storage(const c10::Storage& storage, size_t nbytes) {
   c10::StorageImpl* impl = storage.unsafeGetStorageImpl();
   if (nbytes <= impl->nbytes() && impl->data() != nullptr) return;
+  TORCH_CHECK(impl->resizable(), "Trying to resize storage that is not resizable");  // e.g. one opened_shared
   c10::DeviceGuard guard(storage.device());
   at::DataPtr fresh = g_allocator.allocate(nbytes);
   if (impl->nbytes() > 0 && impl->data() != nullptr) std::memcpy(fresh.get(), impl->data(), std::min(nbytes, impl->nbytes()));
@@ -525,6 +526,11 @@ const at::Tensor& npu_resize_(const at::Tensor& self, at::IntArrayRef size, std:
 
 at::Tensor& npu_set_storage(at::Tensor& self, c10::Storage source, int64_t offset, at::IntArrayRef size,
                             at::IntArrayRef stride) {
+  // torch's checkSetStorage, as CPU's and CUDA's set_ run it: a tensor never shows another
+  // device's storage (a card's tensor over CPU bytes, or over another card's HBM).
+  TORCH_CHECK(self.storage().device() == source.device(), "Attempted to set the storage of a tensor on device \"",
+              self.storage().device(), "\" to a storage on different device \"", source.device(),
+              "\".  This is no longer allowed; the devices must match.");
   auto* impl = self.unsafeGetTensorImpl();
   impl->set_storage_keep_dtype(std::move(source));
   impl->set_sizes_and_strides(size, stride, offset);
@@ -644,6 +650,33 @@ struct OneCard {
   }
 };
 
+// Ops whose CUDA kernels are a TensorIterator over all their tensors (where: native_functions.yaml
+// gives it `device_check: NoCheck` for that reason): the iterator lets a CPU tensor beside a card's
+// through only as a 0-dim scalar, and refuses any other with its own message.
+bool iterates_devices(const std::string& name) { return name == "aten::where"; }
+
+void check_cpu_scalars_only(const c10::FunctionSchema& schema, const torch::jit::Stack& stack, size_t begin) {
+  // The iterator's device is the output's; without out= torch makes it on the first card given.
+  std::optional<c10::Device> common;
+  const auto& args = schema.arguments();
+  for (int pass = 0; pass < 2 && !common; ++pass) {
+    for (size_t i = 0; i < args.size() && !common; ++i) {
+      const auto& value = stack[begin + i];
+      if ((pass == 0) == args[i].is_out() && value.isTensor() && is_npu(value.toTensor())) common = value.toTensor().device();
+    }
+  }
+  if (!common) return;
+  for (int pass = 0; pass < 2; ++pass) {  // outputs first, as the iterator adds them
+    for (size_t i = 0; i < args.size(); ++i) {
+      if ((pass == 0) != args[i].is_out() || !stack[begin + i].isTensor()) continue;
+      const at::Tensor& t = stack[begin + i].toTensor();
+      if (!t.defined() || (t.device().is_cpu() && t.dim() == 0)) continue;
+      TORCH_CHECK(t.device() == *common, "Expected all tensors to be on the same device, but found at least two devices, ",
+                  *common, " and ", t.device(), "!");
+    }
+  }
+}
+
 // Ops whose tensors may sit on several cards, as on CUDA: the _foreach_ family takes lists that
 // torch groups by device only on its fast path.
 bool spans_cards(const std::string& name) {
@@ -729,6 +762,7 @@ void npu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   std::vector<Written> written;
   SharedStorages shared;
   check_common_device(schema, *stack, begin);
+  if (iterates_devices(schema.name())) check_cpu_scalars_only(schema, *stack, begin);
   OneCard card{schema.name().c_str(), std::nullopt};
   const bool any_card = spans_cards(schema.name());
   auto alias = [&](const at::Tensor& t, bool write, const char* arg) -> at::Tensor {

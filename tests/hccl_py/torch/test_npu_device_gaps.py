@@ -452,3 +452,68 @@ if __name__ == "__main__":
 @pytest.mark.usefixtures("no_leaks")
 def test_npu_tensors_cross_torch_multiprocessing_with_the_cards_memory_shared(tmp_path):
     _run(tmp_path, _ACROSS_PROCESSES)
+
+
+_CROSS_STORAGE = r"""
+import torch.distributed as dist
+
+a = torch.ones(4, device="npu:0")
+# set_: a tensor never shows another device's storage (torch's checkSetStorage, as on CPU and CUDA)
+for name, source in {
+    "a CPU storage": lambda: torch.ones(4).untyped_storage(),
+    "a CPU tensor": lambda: torch.ones(4),
+    "another card's storage": lambda: torch.ones(4, device="npu:1").untyped_storage(),
+    "another card's tensor": lambda: torch.ones(4, device="npu:1"),
+}.items():
+    target = torch.empty(0, device="npu:0")
+    try:
+        target.set_(source())
+        raise SystemExit(f"set_ onto {name} was accepted: {target.device}")
+    except RuntimeError as err:
+        assert "Attempted to set the storage of a tensor on device \"npu:0\" to a storage on different device" in str(err), err
+    assert target.device == torch.device("npu:0") and target.numel() == 0  # unchanged
+try:
+    torch.empty(0, device="npu:0").set_(torch.ones(4, device="npu:1").untyped_storage(), 0, (4,), (1,))
+    raise SystemExit("set_(storage, offset, size, stride) onto another card was accepted")
+except RuntimeError as err:
+    assert "to a storage on different device \"npu:1\"" in str(err), err
+assert torch.empty(0, device="npu:0").set_(a.untyped_storage()).data_ptr() == a.data_ptr()  # its own card: a view
+
+# torch.where is a TensorIterator: a CPU tensor beside a card's only as a 0-dim scalar
+for name, op in {
+    "a CPU input": lambda: torch.where(a > 0, torch.ones(4), a),
+    "a CPU other": lambda: torch.where(a > 0, a, torch.zeros(4)),
+    "a CPU condition": lambda: torch.where(torch.ones(4) > 0, a, a),
+}.items():
+    try:
+        op()
+        raise SystemExit(f"where with {name} was computed")
+    except RuntimeError as err:
+        assert "Expected all tensors to be on the same device, but found at least two devices, npu:0 and cpu!" in str(err), (name, err)
+assert torch.where(a > 1, torch.tensor(5.0), a).cpu().tolist() == [1.0] * 4  # a CPU scalar stays allowed
+
+# collectives whose output and input sit on different cards (or a card and the CPU)
+dist.init_process_group("hccl", store=dist.HashStore(), rank=0, world_size=1)
+for name, call in {
+    "all_gather_into_tensor": lambda: dist.all_gather_into_tensor(torch.empty(4, device="npu:1"), a),
+    "reduce_scatter_tensor": lambda: dist.reduce_scatter_tensor(torch.empty(4, device="npu:1"), a),
+    "all_to_all_single": lambda: dist.all_to_all_single(torch.empty(4, device="npu:1"), a),
+    "all_to_all": lambda: dist.all_to_all([torch.empty(4, device="npu:1")], [a]),
+    "gather": lambda: dist.gather(a, [torch.empty(4, device="npu:1")], dst=0),
+    "scatter": lambda: dist.scatter(torch.empty(4, device="npu:0"), [torch.ones(4, device="npu:1")], src=0),
+    "all_gather_into_tensor with a CPU output": lambda: dist.all_gather_into_tensor(torch.empty(4), a),
+}.items():
+    try:
+        call()
+        raise SystemExit(f"{name} across devices was run")
+    except RuntimeError as err:
+        op = name.split(" ")[0]
+        assert f"Corresponding input/output tensors to {op} must all reside on the same device" in str(err), (name, err)
+out = torch.empty(4, device="npu:0"); dist.all_gather_into_tensor(out, a); assert out.cpu().tolist() == [1.0] * 4
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.timeout(120)
+def test_cross_device_storages_wheres_and_collectives_are_refused_as_on_cuda(tmp_path):
+    _run(tmp_path, _CROSS_STORAGE)
