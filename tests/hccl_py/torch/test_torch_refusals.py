@@ -20,9 +20,11 @@ pytestmark = pytest.mark.usefixtures("no_leaks")
 ENV = {"GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", "HCCL_EXEC_TIMEOUT": "15"}
 
 
-def _cases(dist, rank: int, world: int, bad: bool) -> dict:
-    """{name: (call, async)}: ``call()`` runs one torch call (``bad``: this rank's is wrong)."""
+def _cases(dist, rank: int, world: int, bad_rank: int) -> dict:
+    """{name: (call, async)}: ``call()`` runs one torch call (rank ``bad_rank``'s is wrong; it is
+    the root where only the root's list is checked)."""
     n = world
+    bad = rank == bad_rank
     big = 1 if bad else 0  # one element too many on the bad rank
 
     def ones(k, dtype=torch.float32):
@@ -38,16 +40,24 @@ def _cases(dist, rank: int, world: int, bad: bool) -> dict:
         return run
 
     cases = {
+        "all_reduce dtype": lambda a: dist.all_reduce(ones(2, torch.float8_e5m2 if bad else torch.float32), async_op=a),
+        "broadcast layout": lambda a: dist.broadcast(ones(3).to_sparse() if bad else ones(3), src=0, async_op=a),
+        # the group's method: torch's all_gather refuses mixed dtypes itself, on that rank only
+        "all_gather list dtype": lambda a: dist.group.WORLD.allgather(
+            [[ones(2, torch.float64 if bad and i == 0 else torch.float32) for i in range(n)]],
+            [ones(2)],
+            _gather_opts(dist, a),
+        ),
         "all_reduce list": lambda a: dist.group.WORLD.allreduce([ones(2), ones(2)] if bad else [ones(2)]),
         "broadcast root": lambda a: dist.broadcast(ones(3), src=n if bad else 0, async_op=a),
         "reduce root": lambda a: dist.reduce(ones(3), dst=-1 if bad else 0, async_op=a),
         "all_gather size": lambda a: dist.all_gather([ones(2 + big) for _ in range(n)], ones(2), async_op=a),
         "all_gather_into_tensor size": lambda a: dist.all_gather_into_tensor(ones(2 * n + big), ones(2), async_op=a),
         "gather size": lambda a: dist.gather(
-            ones(2), [ones(2 + big) for _ in range(n)] if bad else None, dst=n - 1, async_op=a
+            ones(2), [ones(2 + big) for _ in range(n)] if bad else None, dst=bad_rank, async_op=a
         ),
         "scatter size": lambda a: dist.scatter(
-            ones(2), [ones(2 + big) for _ in range(n)] if bad else None, src=n - 1, async_op=a
+            ones(2), [ones(2 + big) for _ in range(n)] if bad else None, src=bad_rank, async_op=a
         ),
         "reduce_scatter size": lambda a: dist.reduce_scatter(ones(2), [ones(2 + big) for _ in range(n)], async_op=a),
         "reduce_scatter_tensor size": lambda a: dist.reduce_scatter_tensor(ones(2), ones(2 * n + big), async_op=a),
@@ -81,6 +91,12 @@ def _cases(dist, rank: int, world: int, bad: bool) -> dict:
         ),
     }
     return cases
+
+
+def _gather_opts(dist, async_op: bool):
+    opts = dist.distributed_c10d.AllgatherOptions()
+    opts.asyncOp = async_op
+    return opts
 
 
 def _coalesced_opts(dist, async_op: bool):
@@ -130,7 +146,7 @@ def _sweep(bad_rank: int) -> dict:
     dist.init_process_group("hccl")
     rank, world = dist.get_rank(), dist.get_world_size()
     seen = {}
-    for tag, (name, call) in enumerate(_cases(dist, rank, world, rank == bad_rank).items()):
+    for tag, (name, call) in enumerate(_cases(dist, rank, world, bad_rank).items()):
         for async_op in (False, True):
             key = f"{name} {'async' if async_op else 'blocking'}"
             try:
@@ -151,9 +167,8 @@ def _sweep(bad_rank: int) -> dict:
 
 
 @pytest.mark.timeout(400)
-@pytest.mark.parametrize("world", [2, 3])
-def test_a_call_one_rank_refuses_fails_on_every_rank_and_the_next_call_pairs(world):
-    bad = world - 1
+@pytest.mark.parametrize(("world", "bad"), [(2, 0), (2, 1), (3, 1), (4, 3)])
+def test_a_call_one_rank_refuses_fails_on_every_rank_and_the_next_call_pairs(world, bad):
     results = run_ranks(_sweep, world, bad, env=ENV, timeout=360)
     problems = []
     for key, mine in results[bad].items():
