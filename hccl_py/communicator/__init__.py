@@ -14,23 +14,23 @@ import numpy as np
 
 from topology import Topology, TopologyError, auto_partition, load_partition, validate_partition
 
-from . import algo_names, algo_select
-from .algorithms import p2p
-from .algorithms._common import packed_displacements
-from .algorithms.alltoallv import VSchedule, as_matrix
-from .algorithms.alltoallv import digest as alltoallv_digest
-from .algorithms.registry import algo_code
-from .collectives import CallSpec, OpKind, blocks_count
-from .collectives import collective as collective_named
-from .context import RankContext
-from .device import Device
-from .dtypes import DTYPE_CODES, UFUNCS, ReduceOp, check_op_dtype, dtype_code, signature_redop, then_code
-from .errors import HcclError, HcclParamError
-from .executor import P2P_SEQ_BIT, quiet_floats
-from .issuing import Call, Issuer, Part, entry
-from .records import CommStats
-from .transport.base import CallSignature
-from .work import Work
+from .. import algo_names, algo_select
+from ..algorithms import p2p
+from ..algorithms._common import packed_displacements
+from ..algorithms.alltoallv import VSchedule, as_matrix
+from ..algorithms.alltoallv import digest as alltoallv_digest
+from ..algorithms.registry import algo_code
+from ..collectives import CallSpec, OpKind, blocks_count
+from ..collectives import collective as collective_named
+from ..context import RankContext
+from ..device import Device
+from ..dtypes import DTYPE_CODES, UFUNCS, ReduceOp, check_op_dtype, dtype_code, signature_redop, then_code
+from ..errors import HcclError, HcclParamError
+from ..executor import P2P_SEQ_BIT, quiet_floats
+from ..issuing import Call, Issuer, Part, entry
+from ..records import CommStats
+from ..transport.base import CallSignature
+from ..work import Work
 
 _CHECKED_OPS: dict[tuple, ReduceOp] = {}  # (op as passed, dtype) -> ReduceOp, for pairs that passed the checks
 _BYTE = np.dtype(np.uint8)
