@@ -1,4 +1,5 @@
-"""The public communicator: argument checks, call signatures, algorithm choice, sub-groups.
+"""The public communicator: argument checks, call signatures, algorithm choice; its sends and
+receives (point_to_point.py) and sub-communicators (subgroups.py) are mixins of this one class.
 
 Every argument is checked before a byte moves, so bad input never hangs a peer or half-writes
 a buffer. Names follow HCCL's operators in Python style (``HcclAllReduce`` -> ``all_reduce``).
@@ -7,17 +8,14 @@ a buffer. Names follow HCCL's operators in Python style (``HcclAllReduce`` -> ``
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from typing import Sequence
 
 import numpy as np
 
-from topology import Topology, TopologyError, auto_partition, load_partition, validate_partition
+from topology import Topology
 
 from .. import algo_names, algo_select
-from ..algorithms import p2p
-from ..algorithms._common import packed_displacements
-from ..algorithms.alltoallv import VSchedule, as_matrix
+from ..algorithms.alltoallv import VSchedule
 from ..algorithms.alltoallv import digest as alltoallv_digest
 from ..algorithms.registry import algo_code
 from ..collectives import CallSpec, OpKind, blocks_count
@@ -26,11 +24,13 @@ from ..context import RankContext
 from ..device import Device
 from ..dtypes import DTYPE_CODES, UFUNCS, ReduceOp, check_op_dtype, dtype_code, signature_redop, then_code
 from ..errors import HcclError, HcclParamError
-from ..executor import P2P_SEQ_BIT, quiet_floats
-from ..issuing import Call, Issuer, Part, entry
+from ..executor import quiet_floats
+from ..issuing import Call, Issuer, entry
 from ..records import CommStats
 from ..transport.base import CallSignature
-from ..work import Work
+from .alltoallv_args import agreed, layout, vc_matrix, whole
+from .point_to_point import PointToPoint
+from .subgroups import SubGroups
 
 _CHECKED_OPS: dict[tuple, ReduceOp] = {}  # (op as passed, dtype) -> ReduceOp, for pairs that passed the checks
 _BYTE = np.dtype(np.uint8)
@@ -55,23 +55,7 @@ def _apart_from(src: np.ndarray, out: np.ndarray) -> np.ndarray:
     return src.copy() if a0 < b1 and b0 < a1 else src
 
 
-def _whole(value) -> int:
-    """``value`` as an int when it is a whole number (an int, a numpy integer, or a float or
-    array element without a fraction); ValueError for 1.5, TypeError for what is no number."""
-    if isinstance(value, bool):
-        raise TypeError("bool is not a count")
-    number = int(value)
-    if number != value:
-        raise ValueError(f"{value!r} is not a whole number")
-    return number
-
-
-def _comm_id(*parts: object) -> int:
-    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") >> 1  # 63 bits: fits the header, never 0 by accident
-
-
-class Communicator:
+class Communicator(PointToPoint, SubGroups):
     """A group of ranks that run collectives together (an ``HcclComm``).
 
     Obtain the world communicator from :func:`hccl_py.init`; derive others with
@@ -439,7 +423,7 @@ class Communicator:
     def _block_counts(self, counts, what: str, *, own: int | None = None) -> tuple[int, ...]:
         """A v-call's counts: one whole non-negative number per rank (this rank's ``own``, if given)."""
         try:
-            found = tuple(_whole(c) for c in counts)
+            found = tuple(whole(c) for c in counts)
         except (TypeError, ValueError):
             raise self._bad(what, f"counts must be {self.size} whole numbers", arg="counts", rule="type") from None
         if len(found) != self.size or min(found, default=0) < 0:
@@ -664,8 +648,8 @@ class Communicator:
         counts_out = counts_in = displs_out = displs_in = None
         if problem is None:
             try:
-                counts_out, displs_out = self._v_layout(what, "send", send_counts, send_displs, send.size)
-                counts_in, displs_in = self._v_layout(what, "recv", recv_counts, recv_displs, recv.size)
+                counts_out, displs_out = layout(self.size, what, "send", send_counts, send_displs, send.size, self._bad)
+                counts_in, displs_in = layout(self.size, what, "recv", recv_counts, recv_displs, recv.size, self._bad)
             except HcclParamError as err:
                 problem = err
         # Every rank takes part in the exchange of counts, also one whose own are bad: the others
@@ -685,7 +669,7 @@ class Communicator:
                 table = self._counts_exchange(mine, charged)
                 if problem is not None:
                     raise problem
-                matrix = self._v_agreed(what, table)
+                matrix = agreed(self.size, what, table, self._bad)
             except HcclError:
                 self.issuer.counter.seq += 1  # the data exchange's number, which the others spend too (as async)
                 raise
@@ -699,43 +683,12 @@ class Communicator:
             raise problem
 
         def resolve() -> Call:
-            matrix = self._v_agreed(what, gathered.peek())  # the counts exchange has ended: it queued first
+            matrix = agreed(
+                self.size, what, gathered.peek(), self._bad
+            )  # the counts exchange has ended: it queued first
             return self._v_call(matrix, displs_out, displs_in, algo, send.dtype, exchange=True)
 
         return self.issuer.issue_later(what, resolve, self._v_bufs(send, recv), recv)
-
-    def _v_agreed(self, what: str, table: np.ndarray) -> tuple:
-        """The counts matrix of an all-to-all-v from the exchanged rows ``[ok, sent..., expected...]``
-        of every rank; HcclParamError when a rank rejected its own or two ranks disagree."""
-        bad = [r for r in range(self.size) if table[r, 0] != 1]
-        if bad:
-            raise self._bad(
-                what,
-                f"rank(s) {bad} passed counts or displacements they reject (see their own error); no data moved",
-                arg="counts",
-                rule="peer",
-                ranks=bad,
-            )
-        sent, expected = table[:, 1 : 1 + self.size], table[:, 1 + self.size :]
-        wrong = [
-            [int(i), int(j), int(sent[i, j]), int(expected[j, i])]
-            for i in range(self.size)
-            for j in range(self.size)
-            if sent[i, j] != expected[j, i]
-        ]  # [sender, receiver, sent, expected]
-        if wrong:
-            shown = "; ".join(
-                f"rank {i} sends {n} element(s) to rank {j}, which expects {m} from rank {i}"
-                for i, j, n, m in wrong[:6]
-            )
-            raise self._bad(
-                what,
-                f"send and receive counts disagree: {shown}{' ...' if len(wrong) > 6 else ''}; no data moved",
-                arg="counts",
-                rule="agree",
-                mismatches=wrong,
-            )
-        return as_matrix(sent)
 
     @entry("collective")
     def all_to_all_vc(self, send: np.ndarray, counts, recv: np.ndarray, *, algo: str = "auto", async_op: bool = False):
@@ -751,27 +704,10 @@ class Communicator:
         send, recv, problem = self._v_buffers(what, send, recv)
         if problem is not None:
             raise problem
-        try:
-            matrix = tuple(tuple(_whole(c) for c in row) for row in counts)
-        except (TypeError, ValueError):
-            raise self._bad(
-                what, f"counts must be a {self.size} x {self.size} matrix of whole numbers", arg="counts", rule="type"
-            ) from None
-        if (
-            len(matrix) != self.size
-            or any(len(row) != self.size for row in matrix)
-            or any(c < 0 for row in matrix for c in row)
-        ):
-            raise self._bad(
-                what,
-                f"counts must be a {self.size} x {self.size} matrix of non-negative ints",
-                arg="counts",
-                rule="shape",
-                expected=[self.size, self.size],
-            )
+        matrix = vc_matrix(self.size, what, counts, self._bad)
         row, column = matrix[self._rank], [r[self._rank] for r in matrix]
-        counts_out, displs_out = self._v_layout(what, "send", row, None, send.size)
-        counts_in, displs_in = self._v_layout(what, "recv", column, None, recv.size)
+        counts_out, displs_out = layout(self.size, what, "send", row, None, send.size, self._bad)
+        counts_in, displs_in = layout(self.size, what, "recv", column, None, recv.size, self._bad)
         call = self._v_call(matrix, displs_out, displs_in, algo, send.dtype)
         return self.issuer.issue(call, self._v_bufs(send, recv), recv, async_op)
 
@@ -791,63 +727,6 @@ class Communicator:
                 ),
             )
         return send, recv, None
-
-    def _v_layout(self, what: str, side: str, counts, displs, available: int) -> tuple[list[int], list[int]]:
-        """``counts`` and ``displs`` (None: packed) of the ``side`` buffer, checked: one per rank,
-        non-negative, inside ``available`` elements, blocks not overlapping."""
-        try:
-            counts = [_whole(c) for c in counts]
-            displs = packed_displacements(counts) if displs is None else [_whole(d) for d in displs]
-        except (TypeError, ValueError):
-            raise self._bad(
-                what,
-                f"{side}_counts and {side}_displs must be sequences of whole numbers (no fractions), "
-                f"got {counts!r} and {displs!r}",
-                arg=f"{side}_counts",
-                rule="type",
-            ) from None
-        if len(counts) != self.size or len(displs) != self.size:
-            raise self._bad(
-                what,
-                f"{side}_counts and {side}_displs need {self.size} entries (one per rank), got "
-                f"{len(counts)} and {len(displs)}",
-                arg=f"{side}_counts",
-                rule="length",
-                expected=self.size,
-            )
-        for name, values in ((f"{side}_counts", counts), (f"{side}_displs", displs)):
-            negative = [i for i, v in enumerate(values) if v < 0]
-            if negative:
-                raise self._bad(
-                    what,
-                    f"{name}[{negative[0]}] = {values[negative[0]]} is negative",
-                    arg=name,
-                    value=values[negative[0]],
-                    rule="range",
-                    expected=">= 0",
-                )
-        past = [j for j in range(self.size) if displs[j] + counts[j] > available]
-        if past:
-            j = past[0]
-            raise self._bad(
-                what,
-                f"{side} block {j} ({counts[j]} elements at {displs[j]}) runs past the {side} buffer "
-                f"({available} elements)",
-                arg=f"{side}_displs",
-                value=displs[j],
-                rule="range",
-            )
-        blocks = sorted((displs[j], displs[j] + counts[j], j) for j in range(self.size) if counts[j])
-        for (a0, a1, ja), (b0, b1, jb) in zip(blocks, blocks[1:]):
-            if b0 < a1:
-                raise self._bad(
-                    what,
-                    f"{side} blocks {ja} and {jb} overlap ({a0}..{a1} and {b0}..{b1})",
-                    arg=f"{side}_displs",
-                    rule="overlap",
-                    value=[ja, jb],
-                )
-        return counts, list(displs)
 
     @staticmethod
     def _v_bufs(send: np.ndarray, recv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -1047,326 +926,3 @@ class Communicator:
                 )
             call = self._remember(("barrier", algo), call)
         return self.issuer.issue(call, (_NO_DATA, _NO_DATA), None, async_op)
-
-    # -- point to point ---------------------------------------------------------------------------------
-    @entry("send")
-    def send(self, x: np.ndarray, dst: int, *, async_op: bool = False):
-        """Send ``x`` to rank ``dst``, which posts a matching :meth:`recv` (``HcclSend``).
-
-        Returns once the data has been handed over (copied out of ``x``); a large message
-        waits for the receiver to drain it, as MPI's rendezvous protocol does. Sends and
-        receives progress per peer and direction, so ``async_op=True`` sends and receives in any
-        order never deadlock.
-        """
-        what = f"send on '{self.name}'"
-        self.issuer.check_usable(what)
-        x, dst = self._p2p_args(what, x, dst, "dst", writable=False)
-        flat = np.ascontiguousarray(x).reshape(-1)
-        seq = P2P_SEQ_BIT | self.issuer.counter.next_p2p(True, dst)
-        call = self._p2p_call("send", flat.size, x.dtype, dst)
-        return self.issuer.issue(call, (flat, flat), None, async_op, seq, ("send", dst))
-
-    @entry("recv")
-    def recv(self, x: np.ndarray, src: int, *, async_op: bool = False):
-        """Receive into ``x`` from rank ``src``'s matching :meth:`send`, in place; returns ``x``."""
-        what = f"recv on '{self.name}'"
-        self.issuer.check_usable(what)
-        x, src = self._p2p_args(what, x, src, "src", writable=True)
-        flat = x.reshape(-1)
-        seq = P2P_SEQ_BIT | self.issuer.counter.next_p2p(False, src)
-        call = self._p2p_call("recv", flat.size, x.dtype, src)
-        return self.issuer.issue(call, (flat, flat), x, async_op, seq, ("recv", src))
-
-    @entry("batch")
-    def batch_send_recv(self, items, *, async_op: bool = False):
-        """Several sends and receives as one call (``HcclBatchSendRecv``): ``items`` are
-        ``("send", array, peer)`` and ``("recv", array, peer)``; they progress together, so no
-        order of them (on either side) can deadlock. Each matches the peer's send or receive
-        as separate calls would (the k-th send to a peer is its k-th receive from us)::
-
-            comm.batch_send_recv([("send", x, right), ("recv", y, left)])
-        """
-        what = f"batch_send_recv on '{self.name}'"
-        self.issuer.check_usable(what)
-        parts = []
-        try:
-            items = list(items)
-        except TypeError:
-            raise self._bad(
-                what,
-                f"items must be a sequence of ('send' or 'recv', array, peer), got {type(items).__name__}",
-                arg="items",
-                rule="type",
-                expected="sequence",
-            ) from None
-        for i, item in enumerate(items):
-            try:
-                kind, array, peer = item
-            except (TypeError, ValueError):
-                raise self._bad(
-                    what,
-                    f"items[{i}] must be ('send' or 'recv', array, peer), got {item!r}",
-                    arg=f"items[{i}]",
-                    rule="format",
-                ) from None
-            if kind not in ("send", "recv"):
-                raise self._bad(
-                    what,
-                    f"items[{i}]: {kind!r} is neither 'send' nor 'recv'",
-                    arg=f"items[{i}]",
-                    value=kind,
-                    rule="choices",
-                    choices=["send", "recv"],
-                )
-            array, peer = self._p2p_args(what, array, peer, "peer", writable=kind == "recv")
-            parts.append((kind, array, peer))
-        if not parts:
-            return self._done_work(what, []) if async_op else []
-        counter = self.issuer.counter
-        counter.issued += 1  # before its items are numbered: a failure from here on is no refusal
-        prepared = []
-        for kind, array, peer in parts:
-            flat = np.ascontiguousarray(array).reshape(-1) if kind == "send" else array.reshape(-1)
-            seq = P2P_SEQ_BIT | counter.next_p2p(kind == "send", peer)
-            prepared.append(Part(self._p2p_call(kind, flat.size, array.dtype, peer), flat, seq))
-        results = [array for kind, array, _ in parts if kind == "recv"]
-        return self.issuer.issue_batch(what, prepared, results, async_op)
-
-    def _done_work(self, what: str, result) -> Work:
-        work = Work(what, result, self._rc.device)
-        work.finish(None, self._rc.device.clock)
-        return work
-
-    def _p2p_args(self, what: str, x, peer, name: str, *, writable: bool) -> tuple[np.ndarray, int]:
-        x = self._array(x, what, writable=writable)
-        peer = self._root(peer, what, name)
-        if peer == self._rank:
-            raise self._bad(
-                what,
-                f"{name}={peer} is this rank; {'receive from' if name == 'src' else 'send to'} another rank",
-                arg=name,
-                value=peer,
-                rule="self",
-            )
-        return x, peer
-
-    def _p2p_call(self, kind: str, count: int, dtype: np.dtype, peer: int) -> Call:
-        key = CallSpec(kind, OpKind.SEND, "p2p", count, dtype, None, peer)  # a send's or receive's root: its peer
-        call = self._calls.get(key)
-        if call is None:
-            sending = kind == "send"
-            src, dst = (self._rank, peer) if sending else (peer, self._rank)
-            sig = CallSignature(OpKind.SEND, 0, dtype_code(dtype, where=kind), 0, count, src)
-            costs = (
-                self._rc.cost_model.p2p_costs(
-                    self._world_ranks[src], self._world_ranks[dst], count * dtype.itemsize, sender=sending
-                )
-                if self._rc.modeled
-                else None
-            )
-            schedule = p2p.send_schedule(count, peer) if sending else p2p.recv_schedule(count, peer)
-            nbytes = count * dtype.itemsize
-            call = self._remember(
-                key, Call(kind, "p2p", schedule, costs, None, nbytes, self.issuer.context(sig), dtype, dtype.name)
-            )
-        return call
-
-    # -- sub-communicators ---------------------------------------------------------------------------------
-    @entry("collective")
-    def split(self, color: int | None, key: int = 0) -> "Communicator | None":
-        """Partition by ``color`` (``MPI_Comm_split``); ranks ordered by ``key`` then rank.
-
-        Every rank calls it; a rank with ``color=None`` takes part but gets ``None``::
-
-            sub = comm.split(color=comm.rank % 2, key=comm.rank)
-        """
-        what = f"split on '{self.name}'"
-        self.issuer.check_usable(what)
-        for name, value in (("color", color), ("key", key)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer))):
-                raise self._bad(
-                    what,
-                    f"{name} must be an int{' or None' if name == 'color' else ''}, got {value!r}",
-                    arg=name,
-                    value=value,
-                    rule="type",
-                    expected="int or None" if name == "color" else "int",
-                )
-        if color is not None and not 0 <= color < 2**63:
-            raise self._bad(
-                what,
-                f"color must be in 0 .. 2**63-1 or None, got {color}",
-                arg="color",
-                value=int(color),
-                rule="range",
-                expected="0 .. 2**63-1",
-            )
-        if not -(2**63) <= key < 2**63:
-            raise self._bad(
-                what,
-                f"key must fit in 64 bits (-2**63 .. 2**63-1), got {key}",
-                arg="key",
-                value=int(key),
-                rule="range",
-                expected="-2**63 .. 2**63-1",
-            )
-        mine = np.array([-1 if color is None else color, key], np.int64)
-        table = self.all_gather(mine)
-        seq = self.issuer.counter.seq
-        if color is None:
-            return None
-        members = sorted((int(k), r) for r, (c, k) in enumerate(table) if c == color)
-        ranks = [r for _, r in members]
-        return self._child(ranks, _comm_id(self._id, seq, "split", int(color)), f"{self.name}/split({color})")
-
-    @entry("collective")
-    def create_group(self, ranks: Sequence[int]) -> "Communicator | None":
-        """A communicator of ``ranks`` (ranks of this communicator, in that order).
-
-        Like ``HcclCreateSubCommConfig``: every rank of this communicator calls it with the
-        same list; ranks outside the list get ``None``::
-
-            grp = comm.create_group([0, 2])
-        """
-        what = f"create_group on '{self.name}'"
-        self.issuer.check_usable(what)
-        ranks = self._rank_list(ranks, what)
-        seq = self._agree(what, ranks, "rank list", "ranks")
-        if self._rank not in ranks:
-            return None
-        return self._child(ranks, _comm_id(self._id, seq, "group", tuple(ranks)), f"{self.name}/group{ranks}")
-
-    @entry("collective")
-    def create_groups(self, groups: "str | Sequence[Sequence[int]]" = "auto") -> "Communicator":
-        """Partition this communicator into groups in one call; returns this rank's group.
-
-        ``groups`` is ``"auto"`` (HCCL's rule on the topology: by server, then by HCCS island,
-        otherwise consecutive ranks), a list of rank lists, or the text form ``"0,2;1,3"``.
-        Every rank must pass the same partition; each rank must appear exactly once::
-
-            pair = comm.create_groups([[0, 2], [1, 3]])
-        """
-        what = f"create_groups on '{self.name}'"
-        self.issuer.check_usable(what)
-        partition = self._partition_of(groups, what)
-        seq = self._agree(what, partition, "partition", "groups")
-        index = next(i for i, group in enumerate(partition) if self._rank in group)
-        mine = list(partition[index])
-        return self._child(mine, _comm_id(self._id, seq, "groups", index, tuple(mine)), f"{self.name}/groups[{index}]")
-
-    def _partition_of(self, groups: "str | Sequence[Sequence[int]]", what: str) -> list[list[int]]:
-        """``groups`` ("auto", rank lists or "0,2;1,3"; a file path too) as a checked partition."""
-        try:
-            if isinstance(groups, str) and groups.strip().lower() == "auto":
-                by_world = auto_partition(self._rc.topology, list(self._world_ranks))
-                return [[self._world_ranks.index(w) for w in group] for group in by_world]
-            partition = load_partition(groups, self.size) if isinstance(groups, str) else groups
-            return validate_partition(partition, self.size)
-        except TopologyError as err:
-            raise HcclParamError(
-                f"{what}: {err}",
-                **self.issuer.fields(what),
-                arg="groups",
-                **{k: v for k, v in err.fields.items() if v is not None},
-            ) from None
-
-    @property
-    def partition(self) -> tuple[tuple[int, ...], ...]:
-        """The groups ``algo="hier"`` runs on (ranks of this communicator): the last
-        :meth:`set_partition`, by default HCCL's automatic grouping of this communicator."""
-        if self._partition is None:
-            self._partition = tuple(tuple(g) for g in self._partition_of("auto", f"partition of '{self.name}'"))
-        return self._partition
-
-    @entry("collective")
-    def set_partition(self, groups: "str | Sequence[Sequence[int]]" = "auto") -> None:
-        """Set the groups of this communicator's hierarchical collectives (``algo="hier"``):
-        ``"auto"``, a list of rank lists, ``"0,2;1,3"`` or a file. Every rank calls it with the
-        same partition (checked with one small all_gather)::
-
-            comm.set_partition("1,2;0,3")
-            comm.all_reduce(x, algo="hier")     # reduce-scatter in {1,2} and {0,3}, allreduce across, allgather
-        """
-        what = f"set_partition on '{self.name}'"
-        self.issuer.check_usable(what)
-        partition = self._partition_of(groups, what)
-        self._agree(what, partition, "partition", "groups")
-        self._partition = tuple(tuple(g) for g in partition)
-        self._calls = {key: call for key, call in self._calls.items() if not call.algo.startswith("hier")}
-
-    def _agree(self, what: str, value, name: str, arg: str) -> int:
-        """Check that every rank passed the same ``value`` (argument ``arg``, one small allgather);
-        returns the call's sequence number, which names the communicators made from it."""
-        digest = np.frombuffer(hashlib.blake2b(repr(value).encode(), digest_size=8).digest(), np.int64)
-        digests = self.all_gather(digest.copy()).reshape(-1)
-        differ = [r for r in range(self.size) if digests[r] != digests[0]]
-        if differ:
-            raise self._bad(
-                what,
-                f"ranks {differ} passed a different {name} than rank 0; every rank must pass the same {name}",
-                arg=arg,
-                rule="agree",
-                ranks=differ,
-            )
-        return self.issuer.counter.seq
-
-    def create_sub_comm(
-        self,
-        ranks: Sequence[int],
-        sub_comm_id: object,
-        *,
-        name: str | None = None,
-        timeout_s: "float | None | str" = "job",
-    ) -> "Communicator":
-        """A communicator of ``ranks`` (ranks of this one, in that order) made by those ranks alone,
-        with no call over this communicator (``HcclCreateSubCommConfig``: only the members call it,
-        each with the same ``sub_comm_id``, any value with a stable ``repr``). For a caller that
-        cannot gather every rank of this communicator (torch makes a new group on its members
-        only). ``timeout_s``: its HCCL_EXEC_TIMEOUT (default this job's; None: no limit)::
-
-            pair = comm.create_sub_comm([0, 2], "pair-a") if comm.rank in (0, 2) else None
-        """
-        what = f"create_sub_comm on '{self.name}'"
-        self.issuer.check_usable(what)
-        ranks = self._rank_list(ranks, what)
-        if self._rank not in ranks:
-            raise self._bad(
-                what,
-                f"ranks {ranks} must list this rank ({self._rank}): only the members make it",
-                arg="ranks",
-                value=ranks,
-                rule="members",
-            )
-        comm_id = _comm_id(self._id, "sub", sub_comm_id)
-        return self._child(ranks, comm_id, name or f"{self.name}/sub{ranks}", timeout_s)
-
-    def _rank_list(self, ranks, what: str) -> list[int]:
-        """``ranks``, a group's members, checked: whole numbers, ranks of this communicator, at
-        least one, each once."""
-        try:
-            ranks = [_whole(r) for r in ranks]
-        except (TypeError, ValueError):
-            raise self._bad(
-                what,
-                f"ranks must be a sequence of ints, got {ranks!r}",
-                arg="ranks",
-                value=ranks,
-                rule="type",
-                expected="sequence of int",
-            ) from None
-        if not ranks:
-            raise self._bad(
-                what, "ranks is empty; a group needs at least one rank", arg="ranks", value=ranks, rule="nonempty"
-            )
-        for r in ranks:
-            self._root(r, what, "rank")
-        if len(set(ranks)) != len(ranks):
-            raise self._bad(what, f"ranks {ranks} lists a rank twice", arg="ranks", value=ranks, rule="unique")
-        return ranks
-
-    def _child(
-        self, ranks: list[int], comm_id: int, name: str, timeout_s: "float | None | str" = "job"
-    ) -> "Communicator":
-        return Communicator(
-            self._rc, [self._world_ranks[r] for r in ranks], ranks.index(self._rank), comm_id, name, timeout_s=timeout_s
-        )
