@@ -83,6 +83,14 @@ def _by_hand_env(rank: int, size: int, port: int, **extra: str) -> dict[str, str
     }
 
 
+def _reap(procs: list[subprocess.Popen[str]]) -> None:
+    """Kill and wait for whichever of ``procs`` still runs (a test's finally: nothing outlives it)."""
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+
+
 def _start(script: str, rank: int, size: int, port: int, **extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-c", script],
@@ -204,10 +212,7 @@ def test_staggered_reinit_by_hand_and_rank_0_sweeps_dead_jobs() -> None:
     try:
         outs = [p.communicate(timeout=60) for p in procs]
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.communicate()
+        _reap(procs)
     assert [p.returncode for p in procs] == [0, 0, 0], [err for _, err in outs]
     assert [json.loads(out) for out, _ in outs] == [[6.0, 9.0, 12.0]] * 3
     assert not os.path.exists(stale)
@@ -245,10 +250,7 @@ def test_ranks_stopped_by_sigterm_remove_their_sockets() -> None:
             p.send_signal(signal.SIGTERM)
         outs = [p.communicate(timeout=30) for p in procs]
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.communicate()
+        _reap(procs)
     assert [p.returncode for p in procs] == [-signal.SIGTERM, 3], [err for _, err in outs]
     assert json.loads(outs[1][0]) == {"own handler": True}
     assert job_dirs() == before  # no socket left, no directory
@@ -282,10 +284,7 @@ def test_the_first_rank_of_a_host_sweeps_dead_jobs_at_start_whoever_hosts_the_st
             p.stdin.flush()
         outs = [p.communicate(timeout=30) for p in procs]
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.communicate()
+        _reap(procs)
     assert [p.returncode for p in procs] == [0, 0], [err for _, err in outs]
     assert [os.path.exists(path) for path in stale.values()] == [False, False]
 
