@@ -56,22 +56,27 @@ def test_hang_report_names_the_rank_that_never_entered(tmp_path):
 
 @pytest.mark.timeout(90)
 def test_injected_hang_and_crash_are_diagnosed():
+    # The hang is armed on the second call, so that every rank has finished one call together
+    # first: on the first, a rank descheduled for longer than the timeout on a busy machine could
+    # be stopped before it ever reached the call that hangs (and its report would say so).
     hang = _launch(
         "-n",
         "3",
         "--grace",
         "30",
         "--fault",
-        "rank=1,op=allreduce,seq=1,action=hang",
+        "rank=1,op=allgather,seq=2,action=hang",
         str(ROOT / "examples" / "allreduce.py"),
         env={"HCCL_EXEC_TIMEOUT": "1.5"},
     )
-    assert hang.returncode == 1
-    assert "rank 1: injected hang (rank=1,op=allreduce,seq=1,action=hang) in allreduce #1" in hang.stderr
+    assert hang.returncode == 1, hang.stderr
+    assert "rank 1: injected hang (rank=1,op=allgather,seq=2,action=hang) in allgather #2" in hang.stderr, hang.stderr
     crash = _launch("-n", "3", "--fault", "rank=2,action=crash,at=allgather#2", str(ROOT / "examples" / "allreduce.py"))
-    assert crash.returncode == 1
-    assert "rank       : 2" in crash.stderr  # the root cause is the crashed rank
-    assert "rank 2: injected crash (rank=2,action=crash,at=allgather#2) entering allgather #2" in crash.stderr
+    assert crash.returncode == 1, crash.stderr
+    assert "rank       : 2" in crash.stderr, crash.stderr  # the root cause is the crashed rank
+    assert "rank 2: injected crash (rank=2,action=crash,at=allgather#2) entering allgather #2" in crash.stderr, (
+        crash.stderr
+    )
 
 
 _FOUND_TOGETHER = """
