@@ -21,9 +21,9 @@ import time
 import numpy as np
 
 from hccl_py.communicator import Communicator
-from hccl_py.context import RankContext, load_topology
-from hccl_py.device import Device
-from hccl_py.executor import Engine
+from hccl_py.engine.context import RankContext, load_topology
+from hccl_py.engine.executor import Engine
+from hccl_py.modeled.card import Device
 from hccl_py.transport.base import KIND_INLINE, Incoming, SliceHeader
 from topology.units import parse_size
 

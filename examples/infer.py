@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 import hccl_py
-from hccl_py.device import Device
+from hccl_py.modeled.card import Device
 from hccl_py.parallel import (
     POLICIES,
     DataParallel,

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from . import env
-from .algo_names import parse_hccl_algo
+from .choice.names import parse_hccl_algo
 from .errors import HcclParamError
 from .faults import check_ranks, parse_faults
 from .transport.choice import mpi_launch, requested_transport

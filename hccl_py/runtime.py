@@ -16,9 +16,9 @@ from collections import deque
 
 from . import tracefile
 from .communicator import Communicator
-from .context import RankContext, make_context
+from .engine.context import RankContext, make_context
+from .engine.executor import Engine
 from .errors import HcclInternalError, HcclParamError
-from .executor import Engine
 from .job import JobConfig, read_job
 from .records import DEFAULT_RECORDS, install_dump_hooks, write_rank_trace
 from .transport.base import Transport

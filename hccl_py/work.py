@@ -147,7 +147,7 @@ class Work:
             raise self._error
         return self._result
 
-    # -- the issuing side (hccl_py.issuing): a call's start and end, written once each ----------------
+    # -- the issuing side (hccl_py.engine.issuing): a call's start and end, written once each ----------------
     def started_at(self, start_clock: float) -> None:
         """The call started on its stream at modeled ``start_clock`` (after the calls before it)."""
         self._start_clock = start_clock

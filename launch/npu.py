@@ -186,7 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif not environ.get(env.HCCL_PY_TOPOLOGY) and not environ.get(env.RANK_TABLE_FILE) and devices <= DEFAULT_DEVICES:
         environ[env.HCCL_PY_TOPOLOGY] = DEFAULT_TOPOLOGY  # the server Ascend programs are written for today
     try:  # what would make every process's `import torch` fail, said once, before anything starts
-        from hccl_py.context import host_cards
+        from hccl_py.engine.context import host_cards
 
         env.alloc_conf(environ)
         host_cards(devices, environ)

@@ -59,7 +59,7 @@ def algo_env(cfg: BenchConfig) -> dict[str, str]:
     if cfg.algo == "auto":
         return {}
     from hccl_py import env
-    from hccl_py.algo_names import parse_hccl_algo
+    from hccl_py.choice.names import parse_hccl_algo
 
     op = get_collective(cfg.collective).spec.name
     text = f"{op}={cfg.algo}"

@@ -10,7 +10,7 @@ Buffers are named, not passed: ``IN`` is the caller's input, ``OUT`` the caller'
 in-place collectives (allreduce, broadcast, reduce) ``IN`` and ``OUT`` are the *same* array, so
 a schedule must stay correct under that aliasing. Offsets and counts are in elements.
 
-Semantics, shared by the executor (``hccl_py/executor.py``) and the in-process player
+Semantics, shared by the executor (``hccl_py/engine/executor.py``) and the in-process player
 (``playback.py``):
 
 * A step first runs its ``copies`` in order, then all its sends and receives concurrently; it

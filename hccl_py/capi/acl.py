@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..context import device_count_from_env, load_topology
-from ..cost_model import host_copy_s
-from ..device import ALIGNMENT, Device, Stream
+from ..engine.context import device_count_from_env, load_topology
 from ..job import read_job
+from ..modeled.card import ALIGNMENT, Device, Stream
+from ..modeled.cost_model import host_copy_s
 from . import abi, torch_bridge
 from .abi import ACL, AclError, c_function, require, write
 

@@ -225,7 +225,7 @@ def _settings(config: CommConfig | None):
         if config.exec_timeout_s is not None:
             overrides["exec_timeout_s"] = config.exec_timeout_s or None  # 0: no limit, as HCCL_EXEC_TIMEOUT=0
         if config.algo:
-            from ..algo_names import parse_hccl_algo  # lazy: only a config with hcclAlgo set needs the grammar
+            from ..choice.names import parse_hccl_algo  # lazy: only a config with hcclAlgo set needs the grammar
 
             overrides["algo"] = parse_hccl_algo(config.algo)
     return dataclasses.replace(base, **overrides)

@@ -23,7 +23,7 @@ import sys
 
 import numpy as np
 
-from ..device import Stream, stream_of_handle
+from ..modeled.card import Stream, stream_of_handle
 
 
 def _extension():

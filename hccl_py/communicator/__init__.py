@@ -14,18 +14,19 @@ import numpy as np
 
 from topology import Topology
 
-from .. import algo_names, algo_select
 from ..algorithms.alltoallv import VSchedule
 from ..algorithms.alltoallv import digest as alltoallv_digest
 from ..algorithms.registry import algo_code
+from ..choice import names as algo_names
+from ..choice import select as algo_select
 from ..collectives import CallSpec, OpKind, blocks_count
 from ..collectives import collective as collective_named
-from ..context import RankContext
-from ..device import Device
 from ..dtypes import DTYPE_CODES, UFUNCS, ReduceOp, check_op_dtype, dtype_code, signature_redop, then_code
+from ..engine.context import RankContext
+from ..engine.executor import quiet_floats
+from ..engine.issuing import Call, Issuer, entry
 from ..errors import HcclError, HcclParamError
-from ..executor import quiet_floats
-from ..issuing import Call, Issuer, entry
+from ..modeled.card import Device
 from ..records import CommStats
 from ..transport.base import CallSignature
 from .alltoallv_args import agreed, layout, vc_matrix, whole

@@ -17,8 +17,8 @@ import numpy as np
 
 from topology import TopologyError, auto_partition, load_partition, validate_partition
 
+from ..engine.issuing import entry
 from ..errors import HcclParamError
-from ..issuing import entry
 from .alltoallv_args import whole
 
 

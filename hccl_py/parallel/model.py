@@ -13,7 +13,7 @@ names (``model.param_shapes()`` lists them; ``model.save_npz(path)`` writes a va
 
 HBM is reserved *before* a tensor is created, so a model that does not fit raises the card's
 :class:`~hccl_py.HcclMemoryError` without touching host memory. On a ``dry`` card (see
-``hccl_py.device``) weights are left uninitialised and kernels only advance the clock.
+``hccl_py.modeled.card``) weights are left uninitialised and kernels only advance the clock.
 
 The first ``load`` in a rank process limits numpy's BLAS threads to cores / ranks on the host
 (``blas.py``), unless ``OPENBLAS_NUM_THREADS`` or the like is set.
@@ -32,8 +32,8 @@ import numpy as np
 
 from topology import CARD_MODELS, CardModel
 
-from ..device import Device
 from ..errors import HcclParamError
+from ..modeled.card import Device
 from .blas import auto_limit
 from .timeline import Timeline
 

@@ -35,8 +35,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..communicator import Communicator
-from ..cost_model import transfer_s
 from ..errors import HcclParamError
+from ..modeled.cost_model import transfer_s
 from .balance import balanced_split, split_from_counts, stage_times
 from .model import Model
 from .sharding import even_split

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from ..device import Device
+from ..modeled.card import Device
 from .timeline import Segment
 
 

@@ -41,12 +41,12 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .. import algo_argmin
+from ..choice import argmin as algo_argmin
 from ..communicator import Communicator
-from ..cost_model import CostModel
-from ..device import Device
 from ..errors import HcclParamError
-from ..simulator import simulate
+from ..modeled.card import Device
+from ..modeled.cost_model import CostModel
+from ..modeled.simulator import simulate
 from .model import UNLIMITED_HBM, Ops
 from .overlap import OverlapDriver
 from .sharding import even_split

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Iterator, NamedTuple, Sequence
 
 from .. import tracefile
-from ..device import Device
+from ..modeled.card import Device
 
 KINDS = ("compute", "comm", "wait")
 

@@ -17,9 +17,9 @@ from topology import Topology
 from topology.units import format_size
 
 from ..algorithms.hierarchical import Partition, schedule_for
-from ..cost_model import CostModel
 from ..errors import HcclParamError
-from ..simulator import simulate
+from ..modeled.cost_model import CostModel
+from ..modeled.simulator import simulate
 from .transformer import TransformerEncoder
 
 

@@ -47,9 +47,9 @@ from topology.figures import (
 
 from ..collectives import CallSpec, spellings
 from ..collectives import collective as lookup
-from ..cost_model import CostModel
 from ..dtypes import DTYPE_SPELLINGS, ITEMSIZE_BY_NAME
 from ..errors import HcclError
+from ..modeled.cost_model import CostModel
 from .calls import simulate_call
 
 

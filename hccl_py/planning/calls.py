@@ -1,5 +1,5 @@
 """Modeled time of a call as a program would run it, on the schedule simulator
-(``hccl_py/simulator.py``): ``algo="auto"`` resolved by HCCL's rules (``algo_select``),
+(``hccl_py/modeled/simulator.py``): ``algo="auto"`` resolved by HCCL's rules (``algo_select``),
 two-level algorithms on HCCL's partition, an all-to-all-v under each algorithm it has::
 
     simulate_call(CallSpec.of("allreduce", 1 << 20), Topology.preset("2x8p-roce")).time_s
@@ -12,14 +12,14 @@ from typing import Sequence
 
 from topology import Topology
 
-from ..algo_names import groups_for, hier_levels, schedule_fn
-from ..algo_select import auto
 from ..algorithms.alltoallv import VSchedule, as_matrix
 from ..algorithms.registry import algos_for
+from ..choice.hccl_rules import staged_alltoall
+from ..choice.names import groups_for, hier_levels, schedule_fn
+from ..choice.select import auto
 from ..collectives import CallSpec
-from ..cost_model import CostModel
-from ..hccl_rules import staged_alltoall
-from ..simulator import PreparedCall, SimResult, can_simulate_flows, prepare, simulate, simulate_flows
+from ..modeled.cost_model import CostModel
+from ..modeled.simulator import PreparedCall, SimResult, can_simulate_flows, prepare, simulate, simulate_flows
 
 
 @dataclass(frozen=True)

@@ -36,17 +36,17 @@ from topology.cli import quiet_on_closed_pipe
 from topology.units import parse_size
 
 from .. import env
-from ..algo_names import hier_levels, is_continuous
-from ..algo_select import alltoallv_auto, explain_auto
 from ..algorithms.alltoallv import as_matrix, skewed_counts
 from ..algorithms.hierarchical import TWO_LEVEL, schedule_for
 from ..algorithms.registry import algos_for
+from ..choice.names import hier_levels, is_continuous
+from ..choice.select import alltoallv_auto, explain_auto
 from ..collectives import COLLECTIVES, DATA_COLLECTIVES, CallSpec
 from ..collectives import collective as lookup
-from ..cost_model import CostModel
 from ..dtypes import DTYPE_SPELLINGS, ITEMSIZE_BY_NAME, SHORT_DTYPE_NAMES
 from ..errors import HcclError
-from ..simulator import simulate_batch, simulate_p2p, without_cyclic_gc
+from ..modeled.cost_model import CostModel
+from ..modeled.simulator import simulate_batch, simulate_p2p, without_cyclic_gc
 from .calls import alltoallv_algos, prepare_alltoallv, simulate_call
 from .fidelity import format_checks, situation, sureness, validate
 

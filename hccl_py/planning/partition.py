@@ -39,10 +39,10 @@ from topology.units import format_size, parse_size
 
 from ..algorithms.hierarchical import HIER_COLLECTIVES, Partition, schedule_for
 from ..collectives import collective as lookup
-from ..cost_model import CostModel, flow_load, route_share
 from ..errors import HcclParamError
+from ..modeled.cost_model import CostModel, flow_load, route_share
+from ..modeled.simulator import simulate
 from ..parallel.workload import DpInferWorkload
-from ..simulator import simulate
 
 DEFAULT_BUDGET = 1200  # simulations an exhaustive search may take
 

@@ -33,8 +33,8 @@ from typing import Sequence
 from topology import Topology, TopologyError
 
 from ..algorithms.hierarchical import format_partition
-from ..cost_model import CostModel
 from ..errors import HcclError
+from ..modeled.cost_model import CostModel
 from .partition import DEFAULT_BUDGET, auto, manual, optimize, parse_workload
 
 __all__ = ["main", "build_parser", "run", "format_table", "Row", "manual_examples"]

@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from .. import env
-from ..context import device_count_from_env, host_cards
+from ..engine.context import device_count_from_env, host_cards
 from ..errors import HcclNotSupportedError
 from ..rundir import private_dir
 

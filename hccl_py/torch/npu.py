@@ -45,10 +45,10 @@ import torch.overrides
 import torch.utils._device
 
 from .. import env, runtime
-from ..cost_model import cube_flops, host_copy_s
-from ..device import stream_handle
+from ..engine.executor import on_progress_thread
 from ..errors import HcclNotSupportedError
-from ..executor import on_progress_thread
+from ..modeled.card import stream_handle
+from ..modeled.cost_model import cube_flops, host_copy_s
 from . import amp  # noqa: F401  (torch.npu.amp, torch_npu.npu.amp)
 from . import data_parallel as _data_parallel
 from . import device as _device_impl

@@ -42,8 +42,8 @@ import torch
 import torch.distributed as dist
 from torch.futures import Future
 
+from ..engine.executor import on_progress_thread
 from ..errors import HcclError, HcclParamError
-from ..executor import on_progress_thread
 
 # Asynchronous calls not waited for yet, for torch.npu.synchronize() (the stand-in waits on them).
 _in_flight: weakref.WeakSet = weakref.WeakSet()

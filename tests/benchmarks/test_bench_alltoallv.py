@@ -33,9 +33,9 @@ def test_alltoallv_is_alltoalls_data_with_counts_per_pair():
 @pytest.mark.timeout(90)
 @pytest.mark.usefixtures("no_leaks")
 def test_console_script_alltoallv(tmp_path):
-    from hccl_py.algo_select import alltoallv_auto
+    from hccl_py.choice.select import alltoallv_auto
     from hccl_py.collectives import CallSpec
-    from hccl_py.context import load_topology
+    from hccl_py.engine.context import load_topology
     from hccl_py.planning.calls import simulate_alltoallv, simulate_call
 
     mpi = _has("mpi4py")

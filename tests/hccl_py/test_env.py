@@ -66,7 +66,7 @@ def test_rank_and_size_checked(environ, variable):
 
 
 def test_strict_determinism_is_refused_off_a_910b():
-    from hccl_py.context import make_context
+    from hccl_py.engine.context import make_context
     from hccl_py.errors import HcclNotSupportedError
 
     job = read_job({"HCCL_DETERMINISTIC": "strict", "HCCL_PY_TOPOLOGY": "ascend910-8p"})

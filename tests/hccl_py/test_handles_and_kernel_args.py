@@ -14,7 +14,7 @@ import pytest
 
 import hccl_py
 from hccl_py import HcclInternalError, HcclParamError, HcclSyscallError
-from hccl_py.device import Device
+from hccl_py.modeled.card import Device
 from tests.mp import run_ranks, wait_for_file
 from topology import Topology
 

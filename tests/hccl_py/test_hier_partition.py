@@ -10,8 +10,9 @@ from itertools import combinations
 import pytest
 
 from hccl_py.algorithms.hierarchical import schedule_for
-from hccl_py.cost_model import CostModel, transfer_s
 from hccl_py.errors import HcclParamError
+from hccl_py.modeled.cost_model import CostModel, transfer_s
+from hccl_py.modeled.simulator import simulate
 from hccl_py.parallel.workload import DpInferWorkload
 from hccl_py.planning.partition import (
     CollectiveWorkload,
@@ -28,7 +29,6 @@ from hccl_py.planning.partition import (
     parse_workload,
     set_partitions,
 )
-from hccl_py.simulator import simulate
 from topology import Topology, TopologyError
 
 

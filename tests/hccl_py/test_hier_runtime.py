@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from hccl_py.algorithms.hierarchical import schedule_for
-from hccl_py.cost_model import CostModel
-from hccl_py.simulator import simulate
+from hccl_py.modeled.cost_model import CostModel
+from hccl_py.modeled.simulator import simulate
 from tests.mp import run_ranks
 from topology import Topology
 

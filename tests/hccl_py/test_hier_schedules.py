@@ -7,13 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hccl_py import algo_names
 from hccl_py.algorithms.hierarchical import HIER_COLLECTIVES, format_partition, schedule_for
 from hccl_py.algorithms.playback import play
 from hccl_py.algorithms.registry import ALL_ALGOS, SCHEDULES, algos_for, get_schedule
 from hccl_py.algorithms.schedule import TMP
+from hccl_py.choice import names as algo_names
 from hccl_py.errors import HcclNotSupportedError, HcclParamError
-from hccl_py.simulator import simulate
+from hccl_py.modeled.simulator import simulate
 from topology import Topology
 
 PARTITIONS = [

@@ -56,7 +56,7 @@ def test_the_runtime_never_imports_the_launcher_or_the_benchmarks(path):
 def test_schedules_do_no_io(path):
     forbidden = (
         "hccl_py.transport",
-        "hccl_py.executor",
+        "hccl_py.engine.executor",
         "hccl_py.communicator",
         "hccl_py.runtime",
         "hccl_py.store",
@@ -71,7 +71,7 @@ def test_schedules_do_no_io(path):
 @pytest.mark.parametrize("path", _modules(PACKAGE / "transport"), ids=lambda p: p.name)
 def test_transports_know_nothing_of_algorithms(path):
     for module, _ in _imports(path):
-        assert not module.startswith(("hccl_py.algorithms", "hccl_py.executor", "hccl_py.communicator")), (
+        assert not module.startswith(("hccl_py.algorithms", "hccl_py.engine.executor", "hccl_py.communicator")), (
             f"{path.name} imports {module}"
         )
 
@@ -90,7 +90,7 @@ def test_importing_hccl_py_imports_no_launcher_no_zmq_no_torch():
         "import sys, hccl_py; loaded = {m.split('.')[0] for m in sys.modules}; "
         "bad = {'launch', 'benchmarks', 'zmq', 'torch', 'mpi4py', 'matplotlib'} & loaded; assert not bad, bad; "
         # the cluster-scale simulator loads only when auto has no HCCL rule (algo_argmin), or for hccl-sim
-        "assert not {'hccl_py.simulator', 'hccl_py.algo_argmin'} & set(sys.modules); "
+        "assert not {'hccl_py.modeled.simulator', 'hccl_py.choice.argmin'} & set(sys.modules); "
         # the runtime loads on first use of hccl_py.init or hccl_py.Communicator, not on import
         "assert 'hccl_py.communicator' not in sys.modules; "
         "assert hccl_py.init.__module__ == 'hccl_py.runtime' and hccl_py.Communicator.__name__ == 'Communicator'; "
@@ -113,17 +113,17 @@ LAYERS = (
         "hccl_py.rundir",
     ),
     ("hccl_py.algorithms",),  # the schedules: pure data
-    ("hccl_py.algo_names",),  # what an algorithm's name means: HCCL_ALGO's grammar, levels, schedule
-    ("hccl_py.cost_model", "hccl_py.faults"),
-    ("hccl_py.simulator", "hccl_py.device", "hccl_py.records"),
-    ("hccl_py.hccl_rules", "hccl_py.algo_argmin"),  # HCCL's own selection; the model's argmin
-    ("hccl_py.algo_select",),  # auto: the two above
+    ("hccl_py.modeled.cost_model", "hccl_py.faults"),  # modeled/: time, apart from the data that moves
+    ("hccl_py.modeled", "hccl_py.records"),  # the simulator, the card
+    ("hccl_py.choice", "hccl_py.choice.names"),  # choice/: what an algorithm's name means (HCCL_ALGO's grammar)
+    ("hccl_py.choice.hccl_rules", "hccl_py.choice.argmin"),  # HCCL's own selection; the model's argmin
+    ("hccl_py.choice.select",),  # auto: the two above
     ("hccl_py.store", "hccl_py.transport"),  # transports and the rendezvous store
     ("hccl_py.job",),  # the job's configuration, assembled from env and the grammars above
     ("hccl_py.transport.connect", "hccl_py.transport.membership"),  # meeting: the job, the store, the transports
-    ("hccl_py.executor",),
-    ("hccl_py.context",),
-    ("hccl_py.issuing",),
+    ("hccl_py.engine", "hccl_py.engine.executor"),  # engine/: running a call on this rank
+    ("hccl_py.engine.context",),
+    ("hccl_py.engine.issuing",),
     ("hccl_py.communicator",),
     ("hccl_py.runtime",),
     ("hccl_py",),  # the package's own __init__: the public API

@@ -31,9 +31,9 @@ from topology.units import format_size
 from ...algorithms.alltoallv_continuous import CCL_BUFFER_BYTES
 from ...collectives import CallSpec
 from ...collectives import collective as lookup
-from ...cost_model import CostModel, cube_flops, kernel_s
 from ...errors import HcclError
-from ...simulator import simulate_p2p
+from ...modeled.cost_model import CostModel, cube_flops, kernel_s
+from ...modeled.simulator import simulate_p2p
 from ..calls import simulate_call
 
 TABLE = Path(__file__).with_name("measurements.json")

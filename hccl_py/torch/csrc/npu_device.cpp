@@ -73,7 +73,7 @@ py::object* g_clock = nullptr;  // () -> modeled seconds of this process's card 
 py::object* g_flush = nullptr;  // () -> None: charges the recorded kernels to the card (when the log fills)
 
 // What ran on npu tensors, in order, for the card's modeled clock: the cost formulas live in
-// Python (hccl_py/cost_model.py, as for hccl-py's own device ops); this only records what ran.
+// Python (hccl_py/modeled/cost_model.py, as for hccl-py's own device ops); this only records what ran.
 // Besides kernels: the pool's growth (a new segment) and copies between host memory and a card.
 enum EntryKind : int { kKernelRun = 0, kSegmentAlloc = 1, kHostToDevice = 2, kDeviceToHost = 3 };
 

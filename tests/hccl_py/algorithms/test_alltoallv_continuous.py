@@ -140,8 +140,8 @@ def test_it_needs_servers_of_two_or_more_and_an_element_size():
 
 
 def test_a_buffer_too_small_for_the_counts_table_fails_as_hccl_does():
+    from hccl_py.choice.hccl_rules import staged_alltoall
     from hccl_py.errors import HcclMemoryError
-    from hccl_py.hccl_rules import staged_alltoall
     from topology import Topology
 
     assert alltoallv_continuous.fits(5112, 639) and not alltoallv_continuous.fits(5120, 640)  # 200 MB: 8 N^2 + 128 N

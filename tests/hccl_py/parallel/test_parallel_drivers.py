@@ -18,7 +18,7 @@ SMALL = dict(layers=6, d_model=32, heads=4, seq_len=12, vocab=50, classes=5)  # 
 
 
 def _reference(model, x):
-    from hccl_py.device import Device
+    from hccl_py.modeled.card import Device
     from topology import CARD_MODELS
 
     return model.load(Device(CARD_MODELS["ascend910"])).forward(x)
@@ -69,7 +69,7 @@ def test_data_parallel_equals_one_card_and_balances_a_straggler():
 def _pipeline(figures_hbm_limited: bool):
     import hccl_py
     from hccl_py import HcclMemoryError
-    from hccl_py.device import Device
+    from hccl_py.modeled.card import Device
     from hccl_py.parallel import PipelineParallel, TransformerConfig, TransformerEncoder
 
     comm = hccl_py.init()

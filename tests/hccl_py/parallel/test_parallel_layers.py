@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from hccl_py import HcclMemoryError, HcclParamError
-from hccl_py.device import Device
+from hccl_py.modeled.card import Device
 from hccl_py.parallel import MLPClassifier, MLPConfig, TransformerConfig, TransformerEncoder
 from topology import CARD_MODELS
 

@@ -30,7 +30,7 @@ TINY_MOE = dict(
 
 
 def _reference(model, x):
-    from hccl_py.device import Device
+    from hccl_py.modeled.card import Device
     from topology import CARD_MODELS
 
     card = Device(CARD_MODELS["ascend910"])

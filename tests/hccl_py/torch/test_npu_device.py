@@ -154,7 +154,7 @@ try:
 except ValueError as err:
     assert "enable_timing=True" in str(err), err
 # torch ops on npu tensors charge the card's modeled compute, as hccl-py's own device ops do
-from hccl_py.cost_model import cube_flops
+from hccl_py.modeled.cost_model import cube_flops
 a, b = torch.randn(64, 128, device="npu"), torch.randn(128, 32, device="npu")
 torch.npu.synchronize()
 start.record(); c = a @ b; end.record()
@@ -210,7 +210,7 @@ assert abs(timed(empty_beside_a_call) - comm_ms) < 1e-9 and torch.npu.memory_res
 works.pop().wait()
 
 # copies between host memory and the card cross the card's PCIe link: latency + bytes / bandwidth
-from hccl_py.cost_model import host_copy_s
+from hccl_py.modeled.cost_model import host_copy_s
 topology = hccl_py.torch.communicator().topology
 route = topology.host_route(card.rank)
 assert [topology.link(*hop).kind for hop in route.hops] == ["PCIE"]

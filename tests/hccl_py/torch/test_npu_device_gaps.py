@@ -142,7 +142,7 @@ def test_batch_norm_and_recurrent_kernels_refuse_shapes_torch_refuses(tmp_path):
 _CONVOLUTIONS = r"""
 import torch.distributed as dist
 import hccl_py.torch
-from hccl_py.cost_model import cube_flops
+from hccl_py.modeled.cost_model import cube_flops
 torch.manual_seed(0)
 cases = [
     (torch.nn.Conv1d(4, 6, 3, padding=1), (2, 4, 9)),

@@ -19,7 +19,7 @@ import torch.distributed as dist  # noqa: E402
 import hccl_py.torch  # noqa: E402
 from hccl_py import HcclConnectError, HcclNotSupportedError, HcclParamError, HcclTimeoutError, init  # noqa: E402
 from hccl_py.dtypes import bfloat16  # noqa: E402
-from hccl_py.executor import PROGRESS_THREAD_NAME  # noqa: E402
+from hccl_py.engine.executor import PROGRESS_THREAD_NAME  # noqa: E402
 from hccl_py.torch import backend  # noqa: E402
 from hccl_py.torch.tensors import Staged, as_array, check  # noqa: E402
 from hccl_py.torch.work import HcclWork  # noqa: E402
@@ -164,7 +164,7 @@ def _closed_port() -> int:
 
 # -- Work and futures ------------------------------------------------------------------------------------------
 def _card():
-    from hccl_py.device import Device
+    from hccl_py.modeled.card import Device
     from topology import CARD_MODELS
 
     return Device(CARD_MODELS["ascend910b"])

@@ -31,8 +31,8 @@ import numpy as np
 
 from topology import CardModel
 
+from ..errors import HcclMemoryError, HcclParamError
 from .cost_model import cube_flops, kernel_s
-from .errors import HcclMemoryError, HcclParamError
 
 ALIGNMENT = 512  # HBM allocations are rounded up to 512 bytes, as the Ascend runtime does
 

@@ -25,13 +25,11 @@ from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 
-from .algorithms.registry import algo_label
-from .algorithms.schedule import Schedule, message_numbers
-from .collectives import BLOCKS_BIT, OpKind, of_kind
-from .cost_model import StepCost, step_end
-from .device import Device
-from .dtypes import NAME_BY_CODE, redop_label
-from .errors import (
+from ..algorithms.registry import algo_label
+from ..algorithms.schedule import Schedule, message_numbers
+from ..collectives import BLOCKS_BIT, OpKind, of_kind
+from ..dtypes import NAME_BY_CODE, redop_label
+from ..errors import (
     CANN_INCONSISTENT,
     CANN_TIMEOUT,
     HcclError,
@@ -41,8 +39,10 @@ from .errors import (
     from_wire,
     to_wire,
 )
-from .transport.base import KIND_INLINE, KIND_NOTICE, CallSignature, Incoming, Transport, new_header
-from .transport.common import process_exit_code
+from ..modeled.card import Device
+from ..modeled.cost_model import StepCost, step_end
+from ..transport.base import KIND_INLINE, KIND_NOTICE, CallSignature, Incoming, Transport, new_header
+from ..transport.common import process_exit_code
 
 _UNSTAMPED = (0.0, 0.0)
 # The thread that drives a process's transport and ends its asynchronous calls (callbacks run on it).

@@ -6,9 +6,9 @@ from __future__ import annotations
 import math
 import weakref
 
-from .algo_names import schedule_fn
-from .algorithms.registry import ALL_ALGOS, algos_for
-from .simulator import simulate
+from ..algorithms.registry import ALL_ALGOS, algos_for
+from ..modeled.simulator import simulate
+from .names import schedule_fn
 
 # ----------------------------------------------------------------------------- the argmin of the model
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from hccl_py.algo_names import parse_hccl_algo, resolve
+from hccl_py.choice.names import parse_hccl_algo, resolve
 from hccl_py.collectives import CallSpec
 from hccl_py.errors import HcclNotSupportedError, HcclParamError
 
@@ -89,12 +89,12 @@ def test_unknown_algo_argument():
 
 # ---------------------------------------------------------------------------------- HCCL's own rules
 
-from hccl_py.algo_argmin import fastest  # noqa: E402
-from hccl_py.algo_select import auto, explain_auto  # noqa: E402
 from hccl_py.algorithms.registry import algos_for  # noqa: E402
-from hccl_py.cost_model import CostModel  # noqa: E402
-from hccl_py.hccl_rules import CallShape, call_shape, hccl_choice  # noqa: E402
-from hccl_py.simulator import simulate  # noqa: E402
+from hccl_py.choice.argmin import fastest  # noqa: E402
+from hccl_py.choice.hccl_rules import CallShape, call_shape, hccl_choice  # noqa: E402
+from hccl_py.choice.select import auto, explain_auto  # noqa: E402
+from hccl_py.modeled.cost_model import CostModel  # noqa: E402
+from hccl_py.modeled.simulator import simulate  # noqa: E402
 from topology import Topology  # noqa: E402
 
 KB, MB, GB = 1024, 1024 * 1024, 1024**3
@@ -351,7 +351,7 @@ def test_explain_auto_says_estimate_where_no_rule_applies():
 
 
 def test_alltoallv_auto_follows_the_alltoall_rule():
-    from hccl_py.algo_select import alltoallv_auto
+    from hccl_py.choice.select import alltoallv_auto
 
     assert alltoallv_auto(Topology.preset("ascend910b-8p"), tuple(range(8))).algo == "mesh"
     assert alltoallv_auto(Topology.preset("4x1p-roce"), tuple(range(4))).algo == "pairwise"
@@ -371,7 +371,7 @@ def test_alltoallv_auto_follows_the_alltoall_rule():
     )
     assert alltoallv_auto(*two, "nhr", exchange=True).algo == "hier:mesh/pairwise@groups"
     assert alltoallv_auto(Topology.preset("ascend910b-8p"), tuple(range(8)), exchange=True).algo == "mesh"
-    from hccl_py.hccl_rules import alltoall_rule
+    from hccl_py.choice.hccl_rules import alltoall_rule
 
     exact = alltoall_rule(
         CallShape("alltoall", 1 * MB, "ascend910b", 2, 8, "mesh")
@@ -385,8 +385,8 @@ def test_alltoallv_auto_follows_the_alltoall_rule():
 
 
 def test_the_staged_alltoall_is_hccls_on_its_groups_and_refuses_uneven_ones():
-    from hccl_py.algo_names import partition_of
     from hccl_py.algorithms import alltoall_staged
+    from hccl_py.choice.names import partition_of
 
     topo = Topology.preset("2x8p-roce-910")
     assert partition_of(topo, "hier:mesh/pairwise@groups", tuple(range(16))) == tuple(
@@ -444,7 +444,7 @@ def test_hccl_algo_naming_level_1_alone_keeps_hccls_level_0():
     assert (
         auto(CostModel(one), CallSpec.of("scatter", 1 << 10), tuple(range(8)), level1="nhr") == "mesh"
     )  # one server: no level 1
-    from hccl_py.algo_select import alltoallv_auto
+    from hccl_py.choice.select import alltoallv_auto
 
     assert alltoallv_auto(two, ranks, "nhr").algo == "hier:mesh/pairwise@groups"  # AlltoAllV as AlltoAll
     # HCCL ignores level 0 set alone; a pipeline named for broadcast or reduce is reset to H-D_R

@@ -15,15 +15,15 @@ import numpy as np
 
 from topology import Topology, TopologyError, default_preset, load_figures
 
-from . import env
-from .cost_model import CostModel
-from .device import Device
-from .env import HCCL_DETERMINISTIC
-from .errors import HcclNotSupportedError, HcclParamError
+from .. import env
+from ..env import HCCL_DETERMINISTIC
+from ..errors import HcclNotSupportedError, HcclParamError
+from ..faults import Fault
+from ..job import JobConfig, read_job
+from ..modeled.card import Device
+from ..modeled.cost_model import CostModel
+from ..records import CallRecord, Recorder
 from .executor import Engine
-from .faults import Fault
-from .job import JobConfig, read_job
-from .records import CallRecord, Recorder
 
 
 @dataclass

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from hccl_py.algorithms.registry import algos_for
 from hccl_py.collectives import CallSpec
-from hccl_py.cost_model import CostModel
-from hccl_py.simulator import simulate
+from hccl_py.modeled.cost_model import CostModel
+from hccl_py.modeled.simulator import simulate
 from tests.mp import run_ranks
 from topology import Topology
 
@@ -135,11 +135,11 @@ def test_all_to_all_v_vc_and_batch_send_recv_equal_the_simulator(preset, size):
     batch_send_recv ring exchange end at the simulator's clocks to the last bit; auto runs the
     algorithm HCCL's all-to-all rule names (across 910B servers: the continuous pipeline for
     all_to_all_v, the two-level pipeline for all_to_all_vc)."""
-    from hccl_py.algo_names import hier_levels, partition_of
-    from hccl_py.algo_select import alltoallv_auto, auto
     from hccl_py.algorithms.alltoallv import VSchedule
+    from hccl_py.choice.names import hier_levels, partition_of
+    from hccl_py.choice.select import alltoallv_auto, auto
+    from hccl_py.modeled.simulator import simulate_batch
     from hccl_py.planning.calls import simulate_alltoallv
-    from hccl_py.simulator import simulate_batch
 
     per_rank = run_ranks(_clocked_v_and_batch_calls, size, size, env={"HCCL_PY_TOPOLOGY": preset}, timeout=100)
     topo = Topology.preset(preset, n=size)
@@ -157,8 +157,8 @@ def test_all_to_all_v_vc_and_batch_send_recv_equal_the_simulator(preset, size):
             v_algo == "hier:mesh/continuous@groups" and alltoallv_auto(topo, ranks).algo == "hier:mesh/pipeline@groups"
         )
     if hier_levels(gather_algo) is not None:  # across servers: HCCL's two-level allgather
-        from hccl_py.algo_names import server_partition
         from hccl_py.algorithms.hierarchical import schedule_for
+        from hccl_py.choice.names import server_partition
 
         gather_algo = schedule_for(
             "allgather",
@@ -253,7 +253,7 @@ def test_mesh_allgather_follows_hccl_closed_form(p):
 
 
 def test_auto_is_the_argmin_of_the_model():
-    from hccl_py.algo_argmin import fastest
+    from hccl_py.choice.argmin import fastest
 
     topo = Topology.preset("ascend910-8p")
     model = CostModel(topo)
@@ -317,8 +317,8 @@ def test_stats_and_chrome_trace(tmp_path):
 
 
 def test_device_memory_and_roofline():
-    from hccl_py.device import Device
     from hccl_py.errors import HcclMemoryError
+    from hccl_py.modeled.card import Device
 
     card = Topology.preset("ascend910-8p").card(0)
     dev = Device(card, rank=0)
@@ -355,7 +355,7 @@ def test_device_memory_and_roofline():
 )
 @pytest.mark.parametrize("preset", ["ascend910-8p", "2x8p-roce"])
 def test_all_ranks_at_once_equals_rank_by_rank(collective, algo, sizes, preset):
-    from hccl_py.simulator import can_simulate_flows, simulate_flows
+    from hccl_py.modeled.simulator import can_simulate_flows, simulate_flows
 
     for size in sizes:
         full = Topology.preset(preset)
@@ -401,7 +401,7 @@ def test_rooted_flows_equal_rank_by_rank(collective, algo):
     rank-by-rank simulator, bit for bit: exclusive links (the active part costs what it costs in
     the whole pattern), shared PCIe (mixed-4p: whole arrays instead), a degraded link, inline and
     vector-unit reductions."""
-    from hccl_py.simulator import can_simulate_flows, simulate_flows
+    from hccl_py.modeled.simulator import can_simulate_flows, simulate_flows
 
     for preset in ("ascend910-8p", "2x8p-roce", "mixed-4p", "2x4p-roce-910"):
         full = Topology.preset(preset)
@@ -426,9 +426,9 @@ def test_tree_allreduce_flows_equal_rank_by_rank():
     flat at every size from 2 to 9 and 16 (its rounds: a rank idles through the ones it has no
     part in) and as the outer level of the two-level allreduce on 2, 3, 4 and 34 servers, chunked
     and whole-buffer, against rank by rank to the last bit, with uneven starts and a degraded link."""
-    from hccl_py.algo_names import server_partition
     from hccl_py.algorithms.hierarchical import schedule_for
-    from hccl_py.simulator import can_simulate_flows, simulate_flows
+    from hccl_py.choice.names import server_partition
+    from hccl_py.modeled.simulator import can_simulate_flows, simulate_flows
 
     for preset in ("ascend910-8p", "2x8p-roce", "mixed-4p"):
         full = Topology.preset(preset)
@@ -463,7 +463,7 @@ def test_hd_broadcast_and_reduce_flows_equal_rank_by_rank(collective):
     """``hd`` broadcast (binomial scatter, doubling) and reduce (halving, binomial gather), all
     ranks at once (power-of-two sizes), against rank by rank: exclusive links, shared PCIe, a
     degraded link, inline and vector-unit reductions."""
-    from hccl_py.simulator import can_simulate_flows, simulate_flows
+    from hccl_py.modeled.simulator import can_simulate_flows, simulate_flows
 
     for preset in ("ascend910-8p", "2x8p-roce", "mixed-4p", "2x4p-roce-910"):
         full = Topology.preset(preset)
@@ -489,7 +489,7 @@ def test_flows_serve_any_root_of_the_algorithms_that_number_ranks_from_it():
     (``simulator._Rotated``), bit for bit as rank by rank, degraded links included; the mesh
     scatter, whose root sends in rank order, takes root 0 only."""
     from hccl_py.algorithms.registry import ROOTED_FLOWS
-    from hccl_py.simulator import can_simulate_flows, simulate_flows
+    from hccl_py.modeled.simulator import can_simulate_flows, simulate_flows
 
     assert {("broadcast", "ring"), ("broadcast", "hd"), ("gather", "mesh")} <= ROOTED_FLOWS
     assert ("scatter", "mesh") not in ROOTED_FLOWS and not can_simulate_flows("scatter", "mesh", 8, 100, root=3)
@@ -575,9 +575,9 @@ def test_the_simulator_pauses_the_cyclic_collector_and_restores_it():
 @pytest.mark.parametrize("preset", ["2x4p-roce", "4x2p-roce", "2x4p-roce-910"])
 @pytest.mark.parametrize("collective", ["allreduce", "allgather", "reduce_scatter"])
 def test_two_level_flows_equal_rank_by_rank(preset, collective):
-    from hccl_py.algo_names import server_partition
     from hccl_py.algorithms.hierarchical import schedule_for
-    from hccl_py.simulator import can_simulate_flows, simulate_flows
+    from hccl_py.choice.names import server_partition
+    from hccl_py.modeled.simulator import can_simulate_flows, simulate_flows
 
     topo = Topology.preset(preset)
     n = topo.num_ranks
@@ -618,9 +618,9 @@ def test_two_level_flows_equal_rank_by_rank(preset, collective):
 def test_two_level_scatter_and_gather_flows_equal_rank_by_rank(preset, collective):
     """HCCL's two-level scatter (and its mirrored gather): the root plane's outer algorithm and
     every server's inner one as flows, against rank by rank, with a degraded link."""
-    from hccl_py.algo_names import server_partition
     from hccl_py.algorithms.hierarchical import schedule_for
-    from hccl_py.simulator import can_simulate_flows, simulate_flows
+    from hccl_py.choice.names import server_partition
+    from hccl_py.modeled.simulator import can_simulate_flows, simulate_flows
 
     topo = Topology.preset(preset)
     n = topo.num_ranks
@@ -645,7 +645,7 @@ def test_two_level_scatter_and_gather_flows_equal_rank_by_rank(preset, collectiv
 def test_pairwise_alltoall_flows_equal_rank_by_rank():
     """The flat pairwise all-to-all (HCCL's choice on servers of different NPU counts, or of one
     NPU each) all ranks at once, against rank by rank."""
-    from hccl_py.simulator import can_simulate_flows, simulate_flows
+    from hccl_py.modeled.simulator import can_simulate_flows, simulate_flows
 
     for preset, n in (("ascend910-8p", 5), ("mixed-4p", None), ("2x4p-roce", None), ("34x1p-roce", None)):
         topo = Topology.preset(preset, n=n)
@@ -667,9 +667,9 @@ def test_staged_alltoall_flows_equal_rank_by_rank(preset):
     """HCCL's staged all-to-all (each level mesh or pairwise) and its pipelined one, all ranks at
     once, against rank by rank: servers and 910 islands as groups, a leaf-spine cluster, groups
     not in rank order, a degraded link, uneven start clocks."""
-    from hccl_py.algo_names import partition_of, server_partition
     from hccl_py.algorithms.hierarchical import schedule_for
-    from hccl_py.simulator import can_simulate_flows, simulate_flows
+    from hccl_py.choice.names import partition_of, server_partition
+    from hccl_py.modeled.simulator import can_simulate_flows, simulate_flows
 
     topo = Topology.preset(preset)
     n = topo.num_ranks
@@ -718,9 +718,9 @@ def test_two_level_broadcast_and_reduce_flows_equal_rank_by_rank(preset, collect
     """HCCL's two-level broadcast (scatter in the root's server, broadcast across, allgather) and
     reduce (reduce-scatter, reduce across, gather to the root) with root 0, all ranks at once,
     against rank by rank: inline and vector-unit reductions, a degraded link, uneven starts."""
-    from hccl_py.algo_names import server_partition
     from hccl_py.algorithms.hierarchical import schedule_for
-    from hccl_py.simulator import can_simulate_flows, simulate_flows
+    from hccl_py.choice.names import server_partition
+    from hccl_py.modeled.simulator import can_simulate_flows, simulate_flows
 
     topo = Topology.preset(preset)
     n = topo.num_ranks
@@ -838,8 +838,8 @@ def test_hccl_sim_sweep_prints_hccl_tests_columns(capsys):
 def test_hccl_sim_sendrecv_and_figures(tmp_path, capsys):
     import json as _json
 
+    from hccl_py.modeled.simulator import simulate_p2p
     from hccl_py.planning.cli import main
-    from hccl_py.simulator import simulate_p2p
 
     assert main(["sendrecv", "--preset", "2x8p-roce", "--src", "0", "--dst", "8", "--bytes", "1G"]) == 0
     out = capsys.readouterr().out
@@ -875,9 +875,9 @@ def test_hccl_sim_sendrecv_and_figures(tmp_path, capsys):
 
 def test_hccl_sim_alltoallv_and_batchsendrecv(tmp_path, capsys):
     from hccl_py.algorithms.alltoallv import skewed_counts
+    from hccl_py.modeled.simulator import simulate_batch
     from hccl_py.planning.calls import simulate_alltoallv, simulate_call
     from hccl_py.planning.cli import main
-    from hccl_py.simulator import simulate_batch
 
     topo = Topology.preset("2x8p-roce")
     n = topo.num_ranks
@@ -1010,9 +1010,9 @@ def _auto_calls() -> list:
 
 @pytest.mark.timeout(120)
 def test_auto_runs_hccls_two_level_choice_in_the_emulator_as_in_the_simulator():
-    from hccl_py.algo_names import hier_levels, server_partition
-    from hccl_py.algo_select import auto
     from hccl_py.algorithms.hierarchical import schedule_for
+    from hccl_py.choice.names import hier_levels, server_partition
+    from hccl_py.choice.select import auto
 
     preset, size = "2x2p-roce", 4
     per_rank = run_ranks(_auto_calls, size, env={"HCCL_PY_TOPOLOGY": preset}, timeout=100)
@@ -1058,8 +1058,8 @@ def _two_level_auto_calls(size: int) -> list:
 
 @pytest.mark.timeout(120)
 def test_two_level_scatter_gather_and_alltoall_under_auto_equal_the_simulator():
-    from hccl_py.algo_names import schedule_fn
-    from hccl_py.algo_select import auto
+    from hccl_py.choice.names import schedule_fn
+    from hccl_py.choice.select import auto
     from hccl_py.planning.calls import simulate_call
 
     preset, size = "2x4p-roce", 8
@@ -1143,8 +1143,8 @@ def _level1_auto_calls(size: int, counts: tuple) -> list:
     ],
 )
 def test_hccls_level1_choices_under_auto_move_the_right_data_and_equal_the_simulator(preset, size, algos, counts):
-    from hccl_py.algo_names import schedule_fn
-    from hccl_py.algo_select import auto
+    from hccl_py.choice.names import schedule_fn
+    from hccl_py.choice.select import auto
 
     per_rank = run_ranks(_level1_auto_calls, size, size, counts, env={"HCCL_PY_TOPOLOGY": preset}, timeout=100)
     topo = Topology.preset(preset)
@@ -1215,12 +1215,12 @@ def test_any_call_the_flows_take_equals_rank_by_rank(call):
     """Wherever ``can_simulate_flows`` says yes (what ``simulate_call`` then runs at scale), the
     flows' clocks equal the rank-by-rank walk's to the last bit, on any of the drawn calls
     (4,000 examples, 925 of them as flows, all equal when written; 300 here)."""
-    from hccl_py.algo_names import hier_levels, partition_of, server_partition
-    from hccl_py.algo_select import auto
     from hccl_py.algorithms.hierarchical import schedule_for
     from hccl_py.algorithms.registry import get_schedule
+    from hccl_py.choice.names import hier_levels, partition_of, server_partition
+    from hccl_py.choice.select import auto
     from hccl_py.errors import HcclError
-    from hccl_py.simulator import can_simulate_flows, simulate_flows
+    from hccl_py.modeled.simulator import can_simulate_flows, simulate_flows
 
     topo, collective, algo, count, root, degraded, starts, (dtype, itemsize), op = call
     n = topo.num_ranks

@@ -21,9 +21,9 @@ from typing import Callable
 
 from topology import auto_partition
 
-from . import env
-from .algorithms.alltoall_staged import CONTINUOUS
-from .algorithms.hierarchical import (
+from .. import env
+from ..algorithms.alltoall_staged import CONTINUOUS
+from ..algorithms.hierarchical import (
     FIRST,
     LEVELS,
     TWO_LEVEL,
@@ -31,10 +31,10 @@ from .algorithms.hierarchical import (
     schedule_for,
     whole_buffer,
 )
-from .algorithms.pipeline import PIPELINED
-from .algorithms.registry import ALL_ALGOS, SCHEDULES, algos_for, get_schedule
-from .collectives import collective
-from .errors import HcclNotSupportedError, HcclParamError
+from ..algorithms.pipeline import PIPELINED
+from ..algorithms.registry import ALL_ALGOS, SCHEDULES, algos_for, get_schedule
+from ..collectives import collective
+from ..errors import HcclNotSupportedError, HcclParamError
 
 AUTO = "auto"
 HIER = "hier"

@@ -40,8 +40,8 @@ import numpy as np
 
 from topology import CardModel, Route, Topology
 
-from .algorithms.schedule import Schedule
-from .collectives import CallSpec
+from ..algorithms.schedule import Schedule
+from ..collectives import CallSpec
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,8 @@
 """Which algorithm serves a call: the caller's ``algo=``, else ``HCCL_ALGO``, else the auto rule.
 
 ``algo="auto"`` (:func:`auto`) is HCCL's own rule where one is known (``hccl_rules.py``) and the
-model's argmin elsewhere (``algo_argmin.py``); ``algo_names.py`` reads the names and
-``HCCL_ALGO``'s grammar (:func:`~hccl_py.algo_names.resolve` turns a call's name into the
+model's argmin elsewhere (``argmin.py``); ``names.py`` reads the names and
+``HCCL_ALGO``'s grammar (:func:`~hccl_py.choice.names.resolve` turns a call's name into the
 algorithm it runs, asking :func:`auto` only when the choice is left open).
 """
 
@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import weakref
 
-from .algo_names import A2A_CONTINUOUS, A2A_PIPELINE, STAGED
-from .algorithms.alltoallv_continuous import fits as fits_ccl_buffer
-from .algorithms.hierarchical import HIER_COLLECTIVES
-from .collectives import CallSpec
+from ..algorithms.alltoallv_continuous import fits as fits_ccl_buffer
+from ..algorithms.hierarchical import HIER_COLLECTIVES
+from ..collectives import CallSpec
 from .hccl_rules import FLAT_RULES, Choice, call_shape, flat_choice, hccl_choice
+from .names import A2A_CONTINUOUS, A2A_PIPELINE, STAGED
 
 
 def alltoallv_auto(
@@ -84,7 +84,7 @@ def explain_auto(
     if len(world_ranks) > 1 and collective in FLAT_RULES:
         return flat_choice(cost_model.topology, collective, count, itemsize, world_ranks, level1)
     if len(world_ranks) == 1 or collective not in HIER_COLLECTIVES:
-        from .algo_argmin import fastest  # lazy: it loads the simulator, which a rule's answer never needs
+        from .argmin import fastest  # lazy: it loads the simulator, which a rule's answer never needs
 
         best = fastest(cost_model, collective, count, itemsize, world_ranks, root)
         return Choice(best, "no HCCL rule: the least modeled time (estimate)", True)

@@ -24,12 +24,12 @@ import numpy as np
 
 from topology import Topology
 
-from .algorithms.hierarchical_flows import flows_of
-from .algorithms.registry import FLOWS, ROOTED_FLOWS, get_schedule
-from .algorithms.schedule import Schedule, StepFlows, message_numbers
-from .collectives import CallSpec
+from ..algorithms.hierarchical_flows import flows_of
+from ..algorithms.registry import FLOWS, ROOTED_FLOWS, get_schedule
+from ..algorithms.schedule import Schedule, StepFlows, message_numbers
+from ..collectives import CallSpec
+from ..dtypes import default_dtype
 from .cost_model import Arrival, CostModel, StepCost, flow_shares, step_end
-from .dtypes import default_dtype
 
 
 @dataclass(frozen=True)

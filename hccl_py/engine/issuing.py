@@ -33,12 +33,15 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .algorithms.schedule import Schedule
-from .collectives import OpKind
-from .collectives import collective as collective_named
+from ..algorithms.schedule import Schedule
+from ..collectives import OpKind
+from ..collectives import collective as collective_named
+from ..errors import HcclError, HcclInternalError, HcclMemoryError, HcclParamError, HcclTimeoutError
+from ..modeled.card import Stream
+from ..records import CallRecord
+from ..transport.base import CallSignature
+from ..work import Work
 from .context import RankContext
-from .device import Stream
-from .errors import HcclError, HcclInternalError, HcclMemoryError, HcclParamError, HcclTimeoutError
 from .executor import (
     P2P_SEQ_BIT,
     RECV_SIDE_BIT,
@@ -47,9 +50,6 @@ from .executor import (
     error_from_notice,
     error_from_refusal,
 )
-from .records import CallRecord
-from .transport.base import CallSignature
-from .work import Work
 
 
 class Call(NamedTuple):

@@ -9,19 +9,19 @@ from typing import Callable
 
 from topology import CARD_MODELS
 
-from . import env
-from .algo_names import A2A_CONTINUOUS, A2A_PIPELINE, HIER, SERVER, STAGED, server_partition, topology_partition
-from .algorithms.alltoallv_continuous import CCL_BUFFER_BYTES
-from .algorithms.alltoallv_continuous import fits as fits_ccl_buffer
-from .algorithms.hierarchical import (
+from .. import env
+from ..algorithms.alltoallv_continuous import CCL_BUFFER_BYTES
+from ..algorithms.alltoallv_continuous import fits as fits_ccl_buffer
+from ..algorithms.hierarchical import (
     FIRST,
     HIER_COLLECTIVES,
     LEVELS,
 )
-from .algorithms.pipeline import PIPELINED
-from .algorithms.registry import SCHEDULES, algos_for
-from .dtypes import default_dtype
-from .errors import HcclNotSupportedError
+from ..algorithms.pipeline import PIPELINED
+from ..algorithms.registry import SCHEDULES, algos_for
+from ..dtypes import default_dtype
+from ..errors import HcclNotSupportedError
+from .names import A2A_CONTINUOUS, A2A_PIPELINE, HIER, SERVER, STAGED, server_partition, topology_partition
 
 GiB = 1 << 30
 
