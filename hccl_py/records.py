@@ -50,7 +50,7 @@ class CallRecord:
         "wall_end",
     )
 
-    def __init__(
+    def __init__(  # params: one per field of the record, built once per call on the call path
         self,
         comm: str,
         seq: int,

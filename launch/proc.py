@@ -97,7 +97,7 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def rank_env(
+def rank_env(  # params: one per variable group a rank starts with (HCCL's and torchrun's names)
     rank: int,
     world_size: int,
     store_addr: str,

@@ -539,7 +539,7 @@ def _extent(counts: list[int], displs: list[int]) -> int:
 
 
 @operation("HcclAlltoAllV", comm_at=8)
-def _all_to_all_v(
+def _all_to_all_v(  # params: HCCL's HcclAlltoAllV, argument for argument
     c: CComm,
     send: int,
     send_counts: int,
@@ -594,7 +594,7 @@ def _all_gather_v(
 
 
 @operation("HcclReduceScatterV", comm_at=7)
-def _reduce_scatter_v(
+def _reduce_scatter_v(  # params: HCCL's HcclReduceScatterV, argument for argument
     c: CComm,
     send: int,
     send_counts: int,

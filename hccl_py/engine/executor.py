@@ -385,7 +385,7 @@ class CallRun:
         "probe_at",
     )
 
-    def __init__(
+    def __init__(  # params: a call's run, built once per call on the call path from what the issuer already holds
         self,
         engine: "Engine",
         ctx: CallContext,

@@ -66,7 +66,7 @@ def without_cyclic_gc() -> Iterator[None]:
 
 
 @without_cyclic_gc()
-def simulate(
+def simulate(  # params: public, a call's fields by keyword; algo may be a schedule (simulate_call takes a CallSpec)
     collective: str,
     algo: str,
     topology: Topology,
@@ -98,7 +98,7 @@ def simulate(
 
 
 @without_cyclic_gc()
-def prepare(
+def prepare(  # params: simulate's, less the start clocks
     collective: str,
     algo: str,
     topology: Topology,
@@ -204,7 +204,7 @@ def _flows_of(collective: str, algo, size: int, count: int):
 
 
 @without_cyclic_gc()
-def simulate_flows(
+def simulate_flows(  # params: simulate's, for the flow engine
     collective: str,
     algo,
     topology: Topology,

@@ -264,7 +264,7 @@ def _settle(client, prefix: str, seen: list[dict], deadline: float) -> list[dict
     return rivals
 
 
-def agree(
+def agree(  # params: the meeting's state as connect holds it (store client, job, this rank's claim)
     client, prefix: str, rank: int, size: int, infos: list[dict], where: str, addr: str, port: int, deadline: float
 ) -> None:
     """Step 2 and 3 of the module doc for the rank ``rank`` of ``size`` whose claims read back as
