@@ -9,7 +9,7 @@ Where ranks meet: hccl-py's own store is at ``HCCL_PY_STORE_ADDR``/``HCCL_PY_STO
 (started by hand or by a plain launcher: rank 0 hosts it). ``MASTER_ADDR``/``MASTER_PORT`` belong
 to torch when hccl-launch starts the job (a free port for torch's ``env://`` rendezvous); under
 torchrun (``TORCHELASTIC_USE_AGENT_STORE=True``) they name torchrun's agent store, which
-hccl-py then meets through with torch's own client (``hccl_py/transport/torch.py``).
+hccl-py then meets through with torch's own client (``hccl_py/rendezvous/torch.py``).
 """
 
 from __future__ import annotations

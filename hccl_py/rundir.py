@@ -5,7 +5,7 @@ Layout::
 
     <user dir>/                     0700, ours: $XDG_RUNTIME_DIR/hccl_py, else /tmp/hccl_py-<uid>
                                     (HCCL_PY_RUN_DIR overrides; it must be ours and not writable by others)
-        secret                      0600: the per-user store secret (store.py)
+        secret                      0600: the per-user store secret (rendezvous/secret.py)
         <job>/                      0700: one directory per job id
             g<gen>[.<host>].<rank>.<pid>    a rank's datagram socket (generation, host tag, local rank, pid)
             launcher.<pid>                  the launcher running the job here (boot id, pid namespace, start time)

@@ -47,7 +47,7 @@ def init() -> Communicator:
 def join(job: JobConfig | None = None, store=None) -> Communicator:
     """:func:`init` for adapters (the torch backend): ``job`` instead of the environment's (torch
     gives the rank, the size and the timeout), ``store`` a store client to meet through (the
-    c10d store torch hands its backend, ``hccl_py.transport.torch.C10dStore``). A live world
+    c10d store torch hands its backend, ``hccl_py.rendezvous.torch.C10dStore``). A live world
     communicator is returned as it is."""
     global _world
     if _world is not None and _world.issuer.engine.forked:
@@ -73,7 +73,7 @@ def open_world(job: JobConfig, store=None, *, announce: bool = True) -> Communic
     transport = None
     if job.size > 1:
         # lazy: zmq (the store), needed by worlds of 2 or more; import hccl_py stays cheap
-        from .transport.connect import connect
+        from .rendezvous.connect import connect
 
         transport, description = connect(job, store)
         if job.rank == 0 and announce:

@@ -58,8 +58,8 @@ WARM_MODULES = (
     "zmq",
     "hccl_py",
     "hccl_py.runtime",
-    "hccl_py.store",
-    "hccl_py.transport.connect",
+    "hccl_py.rendezvous.store",
+    "hccl_py.rendezvous.connect",
     "hccl_py.transport.shm",
 )
 

@@ -47,7 +47,7 @@ from typing import Any
 
 from hccl_py import env as envnames
 from hccl_py import rundir
-from hccl_py.store import StoreServer
+from hccl_py.rendezvous.store import StoreServer
 
 from . import _watchdog
 from .fork import WARM_MODULES

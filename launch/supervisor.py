@@ -38,7 +38,8 @@ from typing import BinaryIO
 
 from hccl_py import env, rundir, tracefile
 from hccl_py.errors import HcclError, HcclSyscallError, HcclTimeoutError
-from hccl_py.store import StoreClient, StoreServer, store_address, user_secret
+from hccl_py.rendezvous.secret import user_secret
+from hccl_py.rendezvous.store import StoreClient, StoreServer, store_address
 
 from . import fork
 from ._watchdog import Watchdog, start_time, supported

@@ -362,7 +362,7 @@ def store_barrier(name: str, ranks: list[int] | range, rank: int | None = None, 
     every rank of ``ranks`` has reached the barrier ``name``. Use it before a call whose own
     timeout must not include the ranks' start-up (e.g. ``hccl_py.init()`` under a short
     HCCL_CONNECT_TIMEOUT)."""
-    from hccl_py.store import StoreClient
+    from hccl_py.rendezvous.store import StoreClient
 
     me = int(os.environ["RANK"]) if rank is None else rank
     with StoreClient.from_env(timeout_s=within) as store:

@@ -30,8 +30,8 @@ from ..communicator import Communicator
 from ..dtypes import DTYPES_BY_CODE, NAME_BY_CODE, ReduceOp, dtype_named
 from ..errors import HcclError, HcclNotSupportedError, HcclParamError
 from ..job import read_job
+from ..rendezvous.store import StoreServer
 from ..runtime import open_world
-from ..store import StoreServer
 from .abi import HCCL, AclError, c_function, read, read_text, read_u64s, require, write, write_bytes
 from .acl import RUNTIME, AclStream, Card, settings_environ
 from .config import CommConfig, RootInfo

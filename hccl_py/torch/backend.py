@@ -7,7 +7,7 @@ How a rank meets the others when ``init_process_group("hccl")`` makes the defaul
 - under ``hccl-launch`` (``HCCL_PY_STORE_PORT`` set): through hccl-launch's store, exactly as any
   hccl-py program (fault injection, flight recorder, traces as usual);
 - otherwise (torchrun, ``env://`` or ``tcp://`` by hand): through the c10d store torch hands the
-  backend (``hccl_py.transport.torch.C10dStore``), so nothing listens besides torch's own store.
+  backend (``hccl_py.rendezvous.torch.C10dStore``), so nothing listens besides torch's own store.
 
 ``init_process_group(timeout=...)`` becomes the group's HCCL_EXEC_TIMEOUT; when it is torch's
 default (30 minutes, i.e. none was given) a HCCL_EXEC_TIMEOUT in the environment wins.
@@ -31,7 +31,7 @@ from .. import env, runtime
 from ..communicator import Communicator
 from ..errors import HcclError, HcclNotSupportedError
 from ..job import JobConfig, read_job
-from ..transport.torch import C10dStore
+from ..rendezvous.torch import C10dStore
 from . import device
 from .process_group import HcclProcessGroup
 from .tensors import strict

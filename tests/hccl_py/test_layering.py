@@ -59,7 +59,7 @@ def test_schedules_do_no_io(path):
         "hccl_py.engine.executor",
         "hccl_py.communicator",
         "hccl_py.runtime",
-        "hccl_py.store",
+        "hccl_py.rendezvous.store",
         "socket",
         "zmq",
         "mpi4py",
@@ -118,9 +118,11 @@ LAYERS = (
     ("hccl_py.choice", "hccl_py.choice.names"),  # choice/: what an algorithm's name means (HCCL_ALGO's grammar)
     ("hccl_py.choice.hccl_rules", "hccl_py.choice.argmin"),  # HCCL's own selection; the model's argmin
     ("hccl_py.choice.select",),  # auto: the two above
-    ("hccl_py.store", "hccl_py.transport"),  # transports and the rendezvous store
+    ("hccl_py.transport",),  # the transports: byte movers only
     ("hccl_py.job",),  # the job's configuration, assembled from env and the grammars above
-    ("hccl_py.transport.connect", "hccl_py.transport.membership"),  # meeting: the job, the store, the transports
+    ("hccl_py.rendezvous", "hccl_py.rendezvous.secret"),  # rendezvous/: how the ranks meet
+    ("hccl_py.rendezvous.store", "hccl_py.rendezvous.torch", "hccl_py.rendezvous.membership"),
+    ("hccl_py.rendezvous.connect",),  # meeting: the job, the store, the transports
     ("hccl_py.engine", "hccl_py.engine.executor"),  # engine/: running a call on this rank
     ("hccl_py.engine.context",),
     ("hccl_py.engine.issuing",),

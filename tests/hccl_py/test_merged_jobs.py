@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from hccl_py.store import StoreClient, store_address
+from hccl_py.rendezvous.store import StoreClient, store_address
 from tests.mp import LIVENESS_S, free_port, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]

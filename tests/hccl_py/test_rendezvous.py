@@ -17,7 +17,7 @@ import pytest
 
 import launch
 from hccl_py import env, rundir
-from hccl_py.store import StoreServer
+from hccl_py.rendezvous.store import StoreServer
 from tests.mp import job_dirs, run_ranks
 
 ROOT = Path(__file__).resolve().parents[2]

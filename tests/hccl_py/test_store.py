@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from hccl_py.errors import HcclConnectError, HcclMemoryError, HcclParamError, HcclTimeoutError
-from hccl_py.store import StoreClient, StoreServer
+from hccl_py.rendezvous.store import StoreClient, StoreServer
 from tests.mp import wait_until
 
 pytestmark = pytest.mark.timeout(30)
@@ -252,7 +252,7 @@ def test_a_client_with_another_secret_is_refused_at_the_handshake() -> None:
 
 def test_the_default_secret_is_hccl_py_job_secret_else_the_user_file(monkeypatch: pytest.MonkeyPatch) -> None:
     from hccl_py import rundir
-    from hccl_py.store import default_secret, user_secret
+    from hccl_py.rendezvous.secret import default_secret, user_secret
 
     monkeypatch.delenv("HCCL_PY_JOB_SECRET", raising=False)
     secret = default_secret()
@@ -277,7 +277,7 @@ def _read_file(path: str) -> str:
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to create a second, unprivileged user (nobody)")
 def test_another_user_cannot_read_the_secret_file() -> None:
     from hccl_py import rundir
-    from hccl_py.store import user_secret
+    from hccl_py.rendezvous.secret import user_secret
     from tests.mp import run_as_nobody
 
     user_secret()
@@ -288,10 +288,10 @@ def test_another_user_cannot_read_the_secret_file() -> None:
 def test_a_full_store_refuses_more_with_a_memory_error(
     store: tuple[StoreServer, StoreClient], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import hccl_py.store
+    import hccl_py.rendezvous.store
 
     _, client = store
-    monkeypatch.setattr(hccl_py.store, "MAX_STORE_BYTES", 64 * 1024)
+    monkeypatch.setattr(hccl_py.rendezvous.store, "MAX_STORE_BYTES", 64 * 1024)
     client.set("a", b"x" * 20_000)
     client.set("b", b"x" * 20_000)
     with pytest.raises(HcclMemoryError) as info:
@@ -300,7 +300,7 @@ def test_a_full_store_refuses_more_with_a_memory_error(
     assert client.delete("a")
     client.set("c", b"x" * 30_000)  # room again
     with pytest.raises(HcclParamError):  # one value over the frame limit: refused before it is sent
-        client.set("huge", bytes(hccl_py.store.MAX_FRAME_BYTES + 1))
+        client.set("huge", bytes(hccl_py.rendezvous.store.MAX_FRAME_BYTES + 1))
 
 
 def _rss_mib() -> float:

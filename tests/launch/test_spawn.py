@@ -10,7 +10,7 @@ import pytest
 
 import launch
 from hccl_py.errors import HcclTimeoutError
-from hccl_py.store import StoreClient
+from hccl_py.rendezvous.store import StoreClient
 from tests.mp import block_forever, is_gone, run_ranks, wait_until
 
 pytestmark = pytest.mark.usefixtures("no_leaks")

@@ -20,10 +20,10 @@ import hccl_py.torch  # noqa: E402
 from hccl_py import HcclConnectError, HcclNotSupportedError, HcclParamError, HcclTimeoutError, init  # noqa: E402
 from hccl_py.dtypes import bfloat16  # noqa: E402
 from hccl_py.engine.executor import PROGRESS_THREAD_NAME  # noqa: E402
+from hccl_py.rendezvous.torch import C10dStore  # noqa: E402
 from hccl_py.torch import backend  # noqa: E402
 from hccl_py.torch.tensors import Staged, as_array, check  # noqa: E402
 from hccl_py.torch.work import HcclWork  # noqa: E402
-from hccl_py.transport.torch import C10dStore  # noqa: E402
 from hccl_py.work import Work  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -32,7 +32,7 @@ if opts.init:
     hccl_py.init()
 
 if opts.store_check:
-    from hccl_py.store import StoreClient
+    from hccl_py.rendezvous.store import StoreClient
 
     with StoreClient.from_env(timeout_s=10) as store:
         store.set(f"rank{rank}", str(os.getpid()).encode())
@@ -47,7 +47,7 @@ if opts.pid_dir:
 
 if opts.fail_rank >= 0 or opts.sigkill_rank >= 0:
     # Check in; the rank about to fail waits for every rank first (no guessed sleep).
-    from hccl_py.store import StoreClient
+    from hccl_py.rendezvous.store import StoreClient
 
     with StoreClient.from_env(timeout_s=60) as store:
         store.set(f"up/{rank}", b"1")

@@ -3,12 +3,12 @@ next to the transports they build.
 
 ``connect(job)`` returns this rank's transport and a one-line description (printed once by rank
 0). Ranks started by hccl-launch or ``launch.spawn`` meet through the rendezvous store
-(``hccl_py/store.py``): shared memory between ranks of one host (``shm.py``), TCP across hosts
+(``hccl_py/rendezvous/store.py``): shared memory between ranks of one host (``shm.py``), TCP across hosts
 (``tcp.py``), both at once (``hosts.py``). Ranks started by ``mpiexec`` or ``srun`` meet and move
 bytes through MPI (``mpi.py``). Which applies is decided in ``choice.py``. Ranks started by
 torchrun meet through torchrun's agent store (a c10d TCPStore, reached with torch's client), and
 the torch backend passes the c10d store torch hands it (``connect(job, store)``): both through
-``hccl_py/transport/torch.py``, which offers the store client's calls over a c10d store.
+``hccl_py/rendezvous/torch.py``, which offers the store client's calls over a c10d store.
 
 Who belongs to a job: its id is the launcher's (``env.launcher_job_id``: HCCL_PY_JOB_ID,
 torchrun's run id, Slurm's job and step), else the id of the store the ranks meet at (a random
@@ -42,10 +42,8 @@ from ..errors import (
     HcclTimeoutError,
 )
 from ..job import JobConfig
-from ..store import StoreClient, StoreServer, store_address
-from . import membership
-from .base import Transport
-from .choice import (
+from ..transport.base import Transport
+from ..transport.choice import (
     StorePlan,
     describe_hosts,
     host_identity,
@@ -53,10 +51,12 @@ from .choice import (
     plan_store_transport,
     use_mpi,
 )
-from .hosts import HostSplitTransport
-from .mpi import MpiTransport, import_mpi, library_version, wait_request
-from .shm import ShmTransport
-from .tcp import TcpTransport, advertised_address
+from ..transport.hosts import HostSplitTransport
+from ..transport.mpi import MpiTransport, import_mpi, library_version, wait_request
+from ..transport.shm import ShmTransport
+from ..transport.tcp import TcpTransport, advertised_address
+from . import membership
+from .store import StoreClient, StoreServer, store_address
 from .torch import C10dStore  # torch's store client (imports torch only when used), not the adapter package
 
 # (job id, rank) -> how often this process joined that job as that rank: the generation in keys and
@@ -70,7 +70,7 @@ def connect(job: JobConfig, store=None) -> tuple[Transport, str]:
     """This rank's transport to every other rank of ``job`` (blocks until all have joined, at
     most ``job.connect_timeout_s``), and what it is, e.g. ``"shm (4 ranks, 1 host)"``.
     ``store``: a store client to meet through instead of the one the job names (the torch
-    backend's c10d store, ``hccl_py.transport.torch.C10dStore``); it stays open."""
+    backend's c10d store, ``hccl_py.rendezvous.torch.C10dStore``); it stays open."""
     if store is None and _mpi_serves(job):
         return _connect_mpi(job)
     return _connect_store(job, store)

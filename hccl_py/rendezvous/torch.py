@@ -35,7 +35,7 @@ RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT"  # torchrun: how often the workers 
 
 class C10dStore:
     """A c10d ``Store`` (TCPStore, PrefixStore, FileStore, HashStore) behind the interface of
-    :class:`hccl_py.store.StoreClient` that ``connect.py`` uses. ``where`` is ``host:port`` for
+    :class:`hccl_py.rendezvous.store.StoreClient` that ``connect.py`` uses. ``where`` is ``host:port`` for
     messages and for choosing the TCP transport's route; ``job_id`` the id to propose for the job
     (default: the launcher's, ``env.launcher_job_id``, else a random one)."""
 

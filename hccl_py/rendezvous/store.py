@@ -27,7 +27,7 @@ ZAP handler the serving thread answers), so a peer without it is dropped at the 
 never reaches a key; the client notices the refusal at once (HcclConnectError), not at its
 timeout. The secret is ``HCCL_PY_JOB_SECRET`` (hccl-launch and ``launch.spawn`` make one per
 job) or else this user's secret file (``<user dir>/secret``, 0600, made on first use; see
-``rundir.py``): processes of one user on one host share it, others cannot read it.
+``secret.py``): processes of one user on one host share it, others cannot read it.
 PLAIN sends the secret in clear: across hosts it guards against other users, not against
 someone who can read the network. Memory is bounded: frames over ``MAX_FRAME_BYTES`` close the
 connection (``ZMQ_MAXMSGSIZE``; checked before anything is allocated, also during the
@@ -42,9 +42,6 @@ that the store they reach belongs to their job.
 from __future__ import annotations
 
 import hmac
-import os
-import secrets
-import stat
 import struct
 import threading
 import time
@@ -55,19 +52,19 @@ from types import TracebackType
 
 import zmq
 
-from . import env, rundir
-from .errors import (
+from .. import env
+from ..errors import (
     HcclConnectError,
     HcclError,
     HcclMemoryError,
     HcclParamError,
-    HcclSyscallError,
     HcclTimeoutError,
     from_wire,
     to_wire,
 )
+from .secret import MAX_SECRET_BYTES, default_secret
 
-__all__ = ["StoreServer", "StoreClient", "store_address", "default_secret", "user_secret"]
+__all__ = ["StoreServer", "StoreClient", "store_address"]
 
 # Ops are single bytes: cheap to send and to compare.
 _SET = b"S"
@@ -96,99 +93,11 @@ HANDSHAKE_S = 10.0  # a connection that has not authenticated by then is closed
 _ZAP_ENDPOINT = "inproc://zeromq.zap.01"  # where libzmq asks a context's ZAP handler
 _ZAP_DOMAIN = b"hccl_py"
 _PLAIN_USER = b"hccl_py"
-_MAX_SECRET_BYTES = 255  # PLAIN's limit
-_SECRET_FILE = "secret"
 _REFUSED = {zmq.EVENT_HANDSHAKE_FAILED_AUTH, zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL}
 
 
 class _StoreFull(Exception):
     """A request would take the store past MAX_STORE_BYTES: (message, bytes requested)."""
-
-
-def default_secret() -> str:
-    """The job secret a store and its clients use when not given one: ``HCCL_PY_JOB_SECRET``,
-    else this user's secret file (:func:`user_secret`)."""
-    secret = env.job_secret()
-    if secret is None:
-        return user_secret()
-    if len(secret.encode()) > _MAX_SECRET_BYTES:
-        raise HcclParamError(
-            f"{env.JOB_SECRET} is {len(secret.encode())} bytes; at most {_MAX_SECRET_BYTES} are used "
-            "by the store's handshake: set a shorter one (e.g. 32 hex digits)",
-            variable=env.JOB_SECRET,
-            value=len(secret.encode()),
-            rule="range",
-            expected=f"<= {_MAX_SECRET_BYTES} bytes",
-        )
-    return secret
-
-
-def user_secret() -> str:
-    """This user's store secret: ``<user dir>/secret`` (0600), created on first use. Every
-    process of this user on this host reads the same one; other users cannot."""
-    path = os.path.join(rundir.user_dir(), _SECRET_FILE)
-    try:
-        return _read_secret(path)
-    except FileNotFoundError:
-        pass
-    tmp = f"{path}.{os.getpid()}.{secrets.token_hex(4)}"
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        try:
-            os.write(fd, secrets.token_hex(32).encode() + b"\n")
-        finally:
-            os.close(fd)
-        try:
-            os.link(tmp, path)  # atomic: a racing process either wins or reads the winner's
-        except FileExistsError:
-            pass
-    except OSError as err:
-        raise HcclSyscallError(
-            f"cannot create the store secret {path}: {err.strerror}; set {env.JOB_SECRET} "
-            f"(the same value for every rank of the job) or {env.RUN_DIR}",
-            path=path,
-            errno=err.errno,
-            variable=env.JOB_SECRET,
-        ) from None
-    finally:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-    return _read_secret(path)
-
-
-def _read_secret(path: str) -> str:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise
-    except OSError as err:
-        raise HcclSyscallError(
-            f"cannot read the store secret {path}: {err.strerror}; remove it (it is made again) "
-            f"or set {env.JOB_SECRET}",
-            path=path,
-            errno=err.errno,
-            variable=env.JOB_SECRET,
-        ) from None
-    try:
-        st = os.fstat(fd)
-        data = os.read(fd, 4096).strip()
-    finally:
-        os.close(fd)
-    if (
-        not stat.S_ISREG(st.st_mode)
-        or st.st_uid != os.geteuid()
-        or st.st_mode & 0o077
-        or not 32 <= len(data) <= _MAX_SECRET_BYTES
-    ):
-        raise HcclSyscallError(
-            f"the store secret {path} is not a private file of this user with 32-255 bytes "
-            f"(mode {stat.S_IMODE(st.st_mode):o}, uid {st.st_uid}); remove it (it is made again)",
-            path=path,
-            rule="private",
-        )
-    return data.decode(errors="replace")
 
 
 def store_address(host: str, port: int | str) -> str:
@@ -515,13 +424,13 @@ class StoreClient:
                 expected="> 0",
             )
         password = (secret if secret is not None else default_secret()).encode()
-        if not password or len(password) > _MAX_SECRET_BYTES:
+        if not password or len(password) > MAX_SECRET_BYTES:
             raise HcclParamError(
-                f"StoreClient: the job secret must be 1-{_MAX_SECRET_BYTES} bytes, got {len(password)}",
+                f"StoreClient: the job secret must be 1-{MAX_SECRET_BYTES} bytes, got {len(password)}",
                 arg="secret",
                 value=len(password),
                 rule="range",
-                expected=f"1..{_MAX_SECRET_BYTES} bytes",
+                expected=f"1..{MAX_SECRET_BYTES} bytes",
             )
         self._ctx = zmq.Context(io_threads=1)
         self._sock = self._ctx.socket(zmq.DEALER)
