@@ -30,292 +30,33 @@ errors are raised as ``torch.distributed.DistBackendError`` with HCCL's message.
 
 from __future__ import annotations
 
-import collections
-import threading
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-from torch.futures import Future
 
-from ..dtypes import ReduceOp
-from ..errors import HcclError, HcclNotSupportedError, HcclParamError, HcclTimeoutError
+from ..errors import HcclError, HcclNotSupportedError, HcclParamError
 from . import device as _device
+from .args import (
+    FAST_OP_TYPE,
+    OPS,
+    check_list,
+    check_numel,
+    check_pair,
+    check_pairs,
+    divide,
+    one_dtype,
+    reduce_op,
+    one_tensor,
+    split_sizes,
+)
 from .npu import charge_kernels
-from .tensors import Staged, as_array, check, contiguous_array, refusal, same_device, strict
+from .self_loop import SelfLoop
+from .tensors import Staged, as_array, check, contiguous_array, same_device, strict
 from .work import DONE, HcclWork, backend_error, group_end, group_start
 
-_RedOp = dist.ReduceOp.RedOpType
-_ReduceOpT = dist.ReduceOp
-# An op's code (SUM 0, AVG 1, PRODUCT 2, MIN 3, MAX 4, ..., PREMUL_SUM 8) is what torch's ReduceOp
-# and its RedOpType hash to: one hash and one int lookup is the cheapest way to read it (reading
-# .op and comparing pybind enums costs about a microsecond). Only those two types are read that way
-# (:func:`_code`); the import checks the rule holds for this torch, else ops are read by int(.op).
-_NAMES = {int(kind): name for name, kind in _RedOp.__members__.items()}
-_PREMUL_SUM = int(_RedOp.PREMUL_SUM)
-_HASH_IS_CODE = all(hash(kind) == int(kind) for kind in _RedOp.__members__.values()) and all(
-    hash(_ReduceOpT(kind)) == int(kind) for name, kind in _RedOp.__members__.items() if name != "PREMUL_SUM"
-)
-_OPS = {
-    int(_RedOp.SUM): (ReduceOp.SUM, False),
-    int(_RedOp.PRODUCT): (ReduceOp.PROD, False),
-    int(_RedOp.MIN): (ReduceOp.MIN, False),
-    int(_RedOp.MAX): (ReduceOp.MAX, False),
-    int(_RedOp.AVG): (ReduceOp.SUM, True),
-}  # AVG: SUM, then divided by the group size
-# bool travels as uint8: "sum" and "max" are a logical or, "product" and "min" a logical and.
-_BOOL_OPS = {
-    int(_RedOp.SUM): (ReduceOp.MAX, False),
-    int(_RedOp.MAX): (ReduceOp.MAX, False),
-    int(_RedOp.PRODUCT): (ReduceOp.MIN, False),
-    int(_RedOp.MIN): (ReduceOp.MIN, False),
-}
 _F32 = torch.float32
-_FAST_OP_TYPE = _ReduceOpT if _HASH_IS_CODE else None  # opts.reduceOp read by hash on the short path
 _NO_TIMEOUT = timedelta(0)
-
-
-def _code(red_op) -> int | None:
-    """The op code of torch's ``ReduceOp`` (``dist.ReduceOp.SUM``, ``ReduceOp.RedOpType.SUM``, a
-    ``ReduceOp`` instance such as ``opts.reduceOp`` or a premul_sum); None for anything else."""
-    kind = type(red_op)
-    if _HASH_IS_CODE and (kind is _ReduceOpT or kind is _RedOp):
-        return hash(red_op)
-    if isinstance(red_op, _ReduceOpT):
-        return int(red_op.op)
-    if isinstance(red_op, _RedOp):
-        return int(red_op)
-    return None
-
-
-def _op(red_op, dtype: torch.dtype, what: str) -> tuple[ReduceOp, bool | float]:
-    """(hccl-py's op, what to do to the result: False nothing, True divide by the group size (AVG),
-    a float multiply by it (PREMUL_SUM: the sum of factor * x is factor times the sum, equal up to
-    rounding; floating types only, as NCCL's and HCCL's)) for torch's ReduceOp."""
-    code = _code(red_op)
-    if code == _PREMUL_SUM and dtype.is_floating_point:
-        ext = _device.installed()
-        if ext is not None:
-            return ReduceOp.SUM, float(ext.premul_factor(red_op))
-    found = (_BOOL_OPS if dtype is torch.bool else _OPS).get(code)
-    if found is None:
-        name = f"ReduceOp.{_NAMES[code]}" if code in _NAMES else repr(red_op)
-        raise HcclNotSupportedError(
-            f"{what}: {name} is not supported by hccl-py (SUM, PRODUCT, MIN, MAX"
-            f"{' on bool' if dtype is torch.bool else ', AVG'}; PREMUL_SUM on floating "
-            "types with the npu device)",
-            arg="op",
-            value=name,
-            rule="choices",
-        )
-    return found
-
-
-def _divide(t: torch.Tensor, n: int) -> None:
-    """AVG: the sum divided by the group size, in place (integers truncate, as NCCL's ncclAvg)."""
-    with torch.no_grad():
-        if t.is_floating_point():
-            t.div_(n)
-        else:
-            torch.div(t, n, rounding_mode="trunc", out=t)
-
-
-def _single(tensors: list, what: str) -> torch.Tensor:
-    """The one tensor of torch's list argument (one device per process); HcclParamError else."""
-    if len(tensors) != 1:
-        raise HcclParamError(
-            f"{what}: takes one tensor per call (one device per process), got {len(tensors)}",
-            arg="tensors",
-            value=len(tensors),
-            rule="length",
-            expected=1,
-        )
-    return tensors[0]
-
-
-def _splits(splits, numel0: int, n: int, rows: int, what: str, side: str) -> list[int]:
-    """Element counts per rank of an all_to_all_single side: split sizes (rows along dim 0) times
-    the elements of a row; equal blocks when none are given. Refused with torch's own text (c10d's
-    ``checkSplitSizes``, what gloo, NCCL and Ascend's backend say) and hccl-py's fields."""
-    if not splits:
-        if rows % n:
-            raise refusal(
-                "Tensor's dim 0 does not divide equally across group size",
-                None,
-                what,
-                f"{side} has {rows} rows along dim 0 and the group {n} ranks; give {side}_split_sizes",
-                arg=f"{side}_split_sizes",
-                value=rows,
-                rule="divisible",
-                expected=n,
-            )
-        return [rows // n * numel0] * n
-    splits = [int(s) for s in splits]
-    if len(splits) != n:
-        raise refusal(
-            "Number of tensor splits not equal to group size",
-            None,
-            what,
-            f"{side}_split_sizes {splits}: {len(splits)} sizes for {n} ranks",
-            arg=f"{side}_split_sizes",
-            value=splits,
-            rule="count",
-            expected=n,
-        )
-    if sum(splits) != rows:
-        raise refusal(
-            "Split sizes doesn't match total dim 0 size",
-            None,
-            what,
-            f"{side}_split_sizes {splits} sum to {sum(splits)}; {side} has {rows} rows along dim 0",
-            arg=f"{side}_split_sizes",
-            value=splits,
-            rule="sum",
-            expected=rows,
-        )
-    return [s * numel0 for s in splits]
-
-
-def _one_dtype(tensors: list, what: str, arg: str) -> None:
-    """A coalesced call's list holds one dtype (as torch's Python API and gloo ask)."""
-    dtypes = [str(t.dtype) for t in tensors]
-    if len(set(dtypes)) > 1:
-        raise HcclParamError(
-            f"{what}: {arg} holds tensors of several dtypes {dtypes}; give them one dtype",
-            arg=arg,
-            value=dtypes,
-            expected=dtypes[0],
-            rule="dtype",
-        )
-
-
-def _pair(t: torch.Tensor, like: torch.Tensor, numel: int, what: str, name: str, like_name: str) -> None:
-    """A tensor of a coalesced call matches the one it pairs with: ``like``'s dtype, ``numel`` elements."""
-    arg = name.split("[")[0]
-    if t.dtype != like.dtype:
-        raise HcclParamError(
-            f"{what}: {name} is {t.dtype}; {like_name} is {like.dtype}",
-            arg=arg,
-            value=str(t.dtype),
-            expected=str(like.dtype),
-            rule="dtype",
-        )
-    if t.numel() != numel:
-        raise HcclParamError(
-            f"{what}: {name} has {t.numel()} elements; expected {numel} ({like_name} has {like.numel()})",
-            arg=arg,
-            value=t.numel(),
-            expected=numel,
-            rule="size",
-        )
-
-
-def _pairs(sized: list, like: list, numel, what: str, names: tuple[str, str]) -> list:
-    """The pairs (sized[i], like[i]) of a coalesced call with one tensor per side per call, each
-    checked: one per ``like``, ``numel(like[i])`` elements of ``like[i]``'s dtype. ``names``: the
-    two arguments as torch names them."""
-    if len(sized) != len(like):
-        raise HcclParamError(
-            f"{what}: {len(sized)} {names[0]} for {len(like)} {names[1]}; give one each",
-            arg=names[0],
-            value=len(sized),
-            expected=len(like),
-            rule="length",
-        )
-    for i, (t, x) in enumerate(zip(sized, like)):
-        _pair(t, x, numel(x), what, f"{names[0]}[{i}]", f"{names[1]}[{i}]")
-    return list(zip(sized, like))
-
-
-class SelfRecvWork(dist.Work):
-    """A receive from this rank itself posted before its send: done when the send comes."""
-
-    def __init__(self, what: str, tensor: torch.Tensor, timeout_s: float | None):
-        super().__init__()
-        self._what, self._tensor, self._timeout_s = what, tensor, timeout_s
-        self._done = threading.Event()
-        self._future = Future()
-
-    def deliver(self, data: torch.Tensor) -> None:
-        """The send has come: copy its data into the receive's tensor and complete."""
-        with torch.no_grad():
-            self._tensor.copy_(data.reshape(self._tensor.shape))
-        self._done.set()
-        self._future.set_result([self._tensor])
-
-    def wait(self, timeout: timedelta | None = None) -> bool:
-        limit = timeout.total_seconds() if timeout is not None else self._timeout_s
-        if not self._done.wait(limit):
-            raise backend_error(
-                HcclTimeoutError(
-                    f"{self._what}: this rank never sent to itself within {limit} s", op="recv", peer=-1, rule="timeout"
-                ),
-                self._what,
-            )
-        return True
-
-    def is_completed(self) -> bool:
-        return self._done.is_set()
-
-    def is_success(self) -> bool:
-        return self._done.is_set()
-
-    def exception(self):
-        return None
-
-    def result(self) -> list:
-        return [self._tensor]
-
-    def synchronize(self) -> None:
-        self.wait()
-
-    def get_future(self) -> Future:
-        return self._future
-
-
-class SelfLoop:
-    """Point-to-point calls from a rank to itself, as NCCL and Ascend's HCCL allow in a batch: the
-    k-th send to itself is its k-th receive from itself, in either order of posting."""
-
-    def __init__(self, comm):
-        self._comm = comm
-        self._sent: collections.deque[torch.Tensor] = collections.deque()
-        self._waiting: collections.deque[SelfRecvWork] = collections.deque()
-
-    def send(self, t: torch.Tensor, what: str):
-        """Send ``t`` to this rank: a waiting receive gets it, else it waits for one (a copy)."""
-        check(t, what)
-        data = t.detach().clone(memory_format=torch.contiguous_format)
-        if self._waiting:
-            self._match(self._waiting[0]._tensor, data, what)  # a mismatch leaves the receive waiting
-            work = self._waiting.popleft()
-            work.deliver(data)
-        else:
-            self._sent.append(data)
-        return DONE
-
-    def recv(self, t: torch.Tensor, what: str):
-        """Receive into ``t`` from this rank: a waiting send's data, else done when one comes."""
-        check(t, what)
-        work = SelfRecvWork(what, t, self._comm.timeout_s)
-        if self._sent:
-            self._match(t, self._sent[0], what)
-            work.deliver(self._sent.popleft())
-        else:
-            self._waiting.append(work)
-        return work
-
-    @staticmethod
-    def _match(into: torch.Tensor, data: torch.Tensor, what: str) -> None:
-        if into.numel() != data.numel() or into.dtype != data.dtype:
-            raise HcclParamError(
-                f"{what}: this rank sent itself {data.numel()} x {data.dtype} but receives "
-                f"{into.numel()} x {into.dtype}",
-                arg="tensor",
-                rule="match",
-                value=[into.numel(), str(into.dtype)],
-                expected=[data.numel(), str(data.dtype)],
-            )
 
 
 class HcclProcessGroup(dist.ProcessGroup):
@@ -455,7 +196,7 @@ class HcclProcessGroup(dist.ProcessGroup):
     def _one(self, tensors: list, what: str) -> torch.Tensor:
         """The one tensor of a collective's list argument; a refusal on every rank else."""
         try:
-            return _single(tensors, what)
+            return one_tensor(tensors, what)
         except HcclError as err:
             raise self._refused(err, what) from err
 
@@ -513,7 +254,7 @@ class HcclProcessGroup(dist.ProcessGroup):
             on_device = t.is_cpu and self._serves_cpu or t.device.type == "npu" and t.storage_offset() == 0
             if t.dtype is _F32 and on_device and t.is_contiguous() and not t.requires_grad:
                 red_op = opts.reduceOp
-                found = _OPS.get(hash(red_op)) if type(red_op) is _FAST_OP_TYPE else None
+                found = OPS.get(hash(red_op)) if type(red_op) is FAST_OP_TYPE else None
                 if found is not None:
                     a = t.numpy() if t.is_cpu else as_array(t)  # the tensor's memory: C-contiguous, writable, float32
                     try:
@@ -532,13 +273,13 @@ class HcclProcessGroup(dist.ProcessGroup):
         ``t`` and, for AVG, divided by the group size; nothing unless ``keep``, as on a non-root
         of reduce)."""
         staged = Staged(t, what)
-        op, then = _op(red_op, t.dtype, what)
+        op, then = reduce_op(red_op, t.dtype, what)
 
         def post():
             if keep:
                 staged.copy_back()
                 if then is True:
-                    _divide(t, self.comm.size)
+                    divide(t, self.comm.size)
                 elif then is not False:  # a premul factor (0.0 included)
                     with torch.no_grad():
                         t.mul_(then)
@@ -556,7 +297,7 @@ class HcclProcessGroup(dist.ProcessGroup):
         what = "all_reduce_coalesced"
 
         def calls():
-            _one_dtype(tensors, what, "tensors")
+            one_dtype(tensors, what, "tensors")
             return [(t, opts.reduceOp) for t in tensors]
 
         return self._coalesced(what, opts, self._allreduce, calls, list(tensors), len(tensors))
@@ -595,7 +336,7 @@ class HcclProcessGroup(dist.ProcessGroup):
         same_device(outs, t, what, "all_gather")
         if t.device.type == "npu" and len(outs) == self.comm.size and any(o.numel() != t.numel() for o in outs):
             return self._allgather_uneven(what, outs, t)
-        self._check_list(outs, t, what, arg, outputs=True)
+        check_list(outs, t, self.comm.size, what, arg, outputs=True)
         x = contiguous_array(t, what)
         buffer = torch.empty((self.comm.size, *t.shape), dtype=t.dtype, device=t.device)
 
@@ -650,7 +391,7 @@ class HcclProcessGroup(dist.ProcessGroup):
 
         def calls():
             n, k = self.comm.size, len(input_list)
-            _one_dtype(input_list, what, "input_tensor_list")
+            one_dtype(input_list, what, "input_tensor_list")
             if len(output_lists) != n:
                 raise HcclParamError(
                     f"{what}: output_tensor_lists has {len(output_lists)} lists; expected one per "
@@ -670,7 +411,7 @@ class HcclProcessGroup(dist.ProcessGroup):
                         expected=k,
                     )
                 for i, (o, t) in enumerate(zip(outs, input_list)):
-                    _pair(o, t, t.numel(), what, f"output_tensor_lists[{r}][{i}]", f"input_tensor_list[{i}]")
+                    check_pair(o, t, t.numel(), what, f"output_tensor_lists[{r}][{i}]", f"input_tensor_list[{i}]")
             return [([outs[i] for outs in output_lists], t, "output_tensor_lists") for i, t in enumerate(input_list)]
 
         return self._coalesced(what, opts, self._allgather, calls, list(output_lists), len(input_list))
@@ -683,7 +424,7 @@ class HcclProcessGroup(dist.ProcessGroup):
         same_device([output], input, what, "all_gather_into_tensor")
         staged = Staged(output, what)
         x = contiguous_array(input, what)
-        self._check_numel(output, input.numel() * self.comm.size, what, "output")
+        check_numel(output, input.numel() * self.comm.size, what, "output")
         return lambda a: self.comm.all_gather(x, out=staged.array, async_op=a), staged.copy_back, [output]
 
     _allgather_base = all_gather_single  # the names before torch 2.13
@@ -697,7 +438,7 @@ class HcclProcessGroup(dist.ProcessGroup):
             what,
             opts,
             self._all_gather_single,
-            lambda: _pairs(outputs, inputs, lambda x: x.numel() * self.comm.size, what, ("outputs", "inputs")),
+            lambda: check_pairs(outputs, inputs, lambda x: x.numel() * self.comm.size, what, ("outputs", "inputs")),
             list(outputs),
             len(inputs),
         )
@@ -714,9 +455,9 @@ class HcclProcessGroup(dist.ProcessGroup):
         x = contiguous_array(t, what)
         if self.comm.rank != root:
             return lambda a: self.comm.gather(x, root, async_op=a), None, output_tensors
-        outs = _single(output_tensors, what)
+        outs = one_tensor(output_tensors, what)
         same_device(outs, t, what, "gather")
-        self._check_list(outs, t, what, "gather_list", outputs=True)
+        check_list(outs, t, self.comm.size, what, "gather_list", outputs=True)
         buffer = torch.empty((self.comm.size, *t.shape), dtype=t.dtype, device=t.device)
 
         def post():
@@ -736,9 +477,9 @@ class HcclProcessGroup(dist.ProcessGroup):
         staged = Staged(t, what)
         x = None
         if self.comm.rank == root:
-            ins = _single(input_tensors, what)
+            ins = one_tensor(input_tensors, what)
             same_device(ins, t, what, "scatter")
-            self._check_list(ins, t, what, "scatter_list")
+            check_list(ins, t, self.comm.size, what, "scatter_list")
             x = as_array(torch.stack([i.detach() for i in ins]))
         return lambda a: self.comm.scatter(x, root, out=staged.array, async_op=a), staged.copy_back, [t]
 
@@ -764,7 +505,7 @@ class HcclProcessGroup(dist.ProcessGroup):
             return self._reduce_scatter_uneven(what, t, ins, red_op)
         if strict() and ins and (len(ins) != self.comm.size or any(i.numel() != t.numel() for i in ins)):
             return self._reduce_scatter_lifted(what, t, ins, red_op)
-        self._check_list(ins, t, what, "input_list")
+        check_list(ins, t, self.comm.size, what, "input_list")
         y = as_array(torch.cat([i.detach().reshape(-1) for i in ins]))
         return self._reduce_scatter_into(what, t, y, red_op)
 
@@ -839,7 +580,7 @@ class HcclProcessGroup(dist.ProcessGroup):
 
     def _reduce_scatter_single(self, what, output, input, red_op):
         same_device([output], input, what, "reduce_scatter_tensor")
-        self._check_numel(input, output.numel() * self.comm.size, what, "input")
+        check_numel(input, output.numel() * self.comm.size, what, "input")
         return self._reduce_scatter_into(what, output, contiguous_array(input, what), red_op)
 
     _reduce_scatter_base = reduce_scatter_single
@@ -853,7 +594,7 @@ class HcclProcessGroup(dist.ProcessGroup):
         n = self.comm.size
 
         def calls():
-            pairs = _pairs(inputs, outputs, lambda o: o.numel() * n, what, ("inputs", "outputs"))
+            pairs = check_pairs(inputs, outputs, lambda o: o.numel() * n, what, ("inputs", "outputs"))
             return [(o, i, red_op) for i, o in pairs]
 
         return self._coalesced(what, opts, self._reduce_scatter_single, calls, list(outputs), len(inputs))
@@ -905,8 +646,8 @@ class HcclProcessGroup(dist.ProcessGroup):
                 [output],
             )
         rows_in, rows_out = (input.shape[0] if input.dim() else 1), (output.shape[0] if output.dim() else 1)
-        send = _splits(input_split_sizes, input.numel() // max(rows_in, 1), n, rows_in, what, "input")
-        recv = _splits(output_split_sizes, output.numel() // max(rows_out, 1), n, rows_out, what, "output")
+        send = split_sizes(input_split_sizes, input.numel() // max(rows_in, 1), n, rows_in, what, "input")
+        recv = split_sizes(output_split_sizes, output.numel() // max(rows_out, 1), n, rows_out, what, "output")
         return (
             lambda a: self.comm.all_to_all_v(
                 x.reshape(-1), send, None, staged.array.reshape(-1), recv, None, async_op=a
@@ -961,7 +702,7 @@ class HcclProcessGroup(dist.ProcessGroup):
     def send(self, tensors, dstRank, tag=0):
         what = f"send to {dstRank}"
         try:
-            t = _single(tensors, what)
+            t = one_tensor(tensors, what)
             if dstRank == self.comm.rank:
                 return self._loop.send(t, what)
             x = contiguous_array(t, what)
@@ -975,7 +716,7 @@ class HcclProcessGroup(dist.ProcessGroup):
     def recv(self, tensors, srcRank, tag=0):
         what = f"recv from {srcRank}"
         try:
-            t = _single(tensors, what)
+            t = one_tensor(tensors, what)
             if srcRank == self.comm.rank:
                 return self._loop.recv(t, what)
             staged = Staged(t, what)
@@ -1030,47 +771,3 @@ class HcclProcessGroup(dist.ProcessGroup):
             raise backend_error(err, "monitored_barrier") from err
 
     # -- checks ----------------------------------------------------------------------------------------
-    def _check_list(self, tensors: list, like: torch.Tensor, what: str, arg: str, outputs: bool = False) -> None:
-        """``tensors`` (one per rank) of ``like``'s dtype and element count; ``outputs``: each is
-        written with ``copy_`` from a block of ``like``'s shape, so that block must broadcast into
-        it as it is (inputs travel flattened, any shape)."""
-        if len(tensors) != self.comm.size:
-            raise HcclParamError(
-                f"{what}: {arg} has {len(tensors)} tensors; the group has {self.comm.size} ranks",
-                arg=arg,
-                value=len(tensors),
-                rule="length",
-                expected=self.comm.size,
-            )
-        for t in tensors:
-            check(t, what)
-            if t.dtype != like.dtype or t.numel() != like.numel():
-                raise HcclParamError(
-                    f"{what}: {arg} holds a {t.dtype} tensor of {t.numel()} elements; expected "
-                    f"{like.dtype} of {like.numel()}",
-                    arg=arg,
-                    value=[str(t.dtype), t.numel()],
-                    expected=[str(like.dtype), like.numel()],
-                )
-            if not outputs:
-                continue
-            try:
-                fits = torch.broadcast_shapes(t.shape, like.shape) == t.shape
-            except RuntimeError:
-                fits = False
-            if not fits:
-                raise HcclParamError(
-                    f"{what}: {arg} holds a tensor of shape {tuple(t.shape)}, which a block of the "
-                    f"input's shape {tuple(like.shape)} does not fill; give it that shape",
-                    arg=arg,
-                    value=list(t.shape),
-                    expected=list(like.shape),
-                    rule="shape",
-                )
-
-    @staticmethod
-    def _check_numel(t: torch.Tensor, numel: int, what: str, arg: str) -> None:
-        if t.numel() != numel:
-            raise HcclParamError(
-                f"{what}: {arg} has {t.numel()} elements; expected {numel}", arg=arg, value=t.numel(), expected=numel
-            )

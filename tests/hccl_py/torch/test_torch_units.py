@@ -284,11 +284,11 @@ def test_every_form_of_reduce_op(one_rank):
             assert isinstance(info.value.__cause__, HcclNotSupportedError)
     with pytest.raises(dist.DistBackendError, match="AVG is not supported"):
         dist.all_reduce(torch.ones(2, dtype=torch.bool), op=R.AVG)
-    from hccl_py.torch.process_group import _op
+    from hccl_py.torch.args import reduce_op
 
     for other in (0, 1, True, "sum", hccl_py.ReduceOp.SUM):  # no torch ReduceOp: refused, whatever it hashes to
         with pytest.raises(HcclNotSupportedError):
-            _op(other, torch.float32, "all_reduce")
+            reduce_op(other, torch.float32, "all_reduce")
 
 
 def test_destroy_releases_the_world_it_made(one_rank):
