@@ -46,8 +46,8 @@ from .args import (
     check_pairs,
     divide,
     one_dtype,
-    reduce_op,
     one_tensor,
+    reduce_op,
     split_sizes,
 )
 from .npu import charge_kernels
