@@ -22,8 +22,8 @@ from ..collectives import CallSpec, OpKind, blocks_count
 from ..collectives import collective as collective_named
 from ..dtypes import DTYPE_CODES, UFUNCS, ReduceOp, check_op_dtype, dtype_code, signature_redop, then_code
 from ..engine.context import RankContext
-from ..engine.executor import quiet_floats
 from ..engine.issuing import Call, Issuer, entry
+from ..engine.run import quiet_floats
 from ..errors import HcclError, HcclParamError
 from ..modeled.card import Device
 from ..records import CommStats

@@ -15,8 +15,8 @@ import numpy as np
 from ..algorithms import p2p
 from ..collectives import CallSpec, OpKind
 from ..dtypes import dtype_code
-from ..engine.executor import P2P_SEQ_BIT
 from ..engine.issuing import Call, Part, entry
+from ..engine.plan import P2P_SEQ_BIT
 from ..transport.base import CallSignature
 from ..work import Work
 

@@ -42,14 +42,9 @@ from ..records import CallRecord
 from ..transport.base import CallSignature
 from ..work import Work
 from .context import RankContext
-from .executor import (
-    P2P_SEQ_BIT,
-    RECV_SIDE_BIT,
-    BatchRun,
-    CallContext,
-    error_from_notice,
-    error_from_refusal,
-)
+from .executor import error_from_notice, error_from_refusal
+from .plan import P2P_SEQ_BIT, RECV_SIDE_BIT, CallContext
+from .run import BatchRun
 
 
 class Call(NamedTuple):

@@ -235,6 +235,7 @@ def check_list(tensors: list, like: torch.Tensor, size: int, what: str, arg: str
 
 
 def check_numel(t: torch.Tensor, numel: int, what: str, arg: str) -> None:
+    """``t`` holds ``numel`` elements (``arg`` names it in the HcclParamError otherwise)."""
     if t.numel() != numel:
         raise HcclParamError(
             f"{what}: {arg} has {t.numel()} elements; expected {numel}", arg=arg, value=t.numel(), expected=numel

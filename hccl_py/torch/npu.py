@@ -45,7 +45,7 @@ import torch.overrides
 import torch.utils._device
 
 from .. import env, runtime
-from ..engine.executor import on_progress_thread
+from ..engine.progress import on_progress_thread
 from ..errors import HcclNotSupportedError
 from ..modeled.card import stream_handle
 from ..modeled.cost_model import cube_flops, host_copy_s

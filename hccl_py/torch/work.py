@@ -42,7 +42,7 @@ import torch
 import torch.distributed as dist
 from torch.futures import Future
 
-from ..engine.executor import on_progress_thread
+from ..engine.progress import on_progress_thread
 from ..errors import HcclError, HcclParamError
 
 # Asynchronous calls not waited for yet, for torch.npu.synchronize() (the stand-in waits on them).

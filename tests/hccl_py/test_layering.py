@@ -123,7 +123,10 @@ LAYERS = (
     ("hccl_py.rendezvous", "hccl_py.rendezvous.secret"),  # rendezvous/: how the ranks meet
     ("hccl_py.rendezvous.store", "hccl_py.rendezvous.torch", "hccl_py.rendezvous.membership"),
     ("hccl_py.rendezvous.connect",),  # meeting: the job, the store, the transports
-    ("hccl_py.engine", "hccl_py.engine.executor"),  # engine/: running a call on this rank
+    ("hccl_py.engine", "hccl_py.engine.plan"),  # engine/: running a call on this rank; a call's plan
+    ("hccl_py.engine.run",),  # one call's walk over its plan
+    ("hccl_py.engine.progress",),  # the progress thread of asynchronous calls
+    ("hccl_py.engine.executor",),  # the engine: transport, mailbox, notices, refusals, waits
     ("hccl_py.engine.context",),
     ("hccl_py.engine.issuing",),
     ("hccl_py.communicator",),

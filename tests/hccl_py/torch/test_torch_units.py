@@ -19,7 +19,7 @@ import torch.distributed as dist  # noqa: E402
 import hccl_py.torch  # noqa: E402
 from hccl_py import HcclConnectError, HcclNotSupportedError, HcclParamError, HcclTimeoutError, init  # noqa: E402
 from hccl_py.dtypes import bfloat16  # noqa: E402
-from hccl_py.engine.executor import PROGRESS_THREAD_NAME  # noqa: E402
+from hccl_py.engine.progress import PROGRESS_THREAD_NAME  # noqa: E402
 from hccl_py.rendezvous.torch import C10dStore  # noqa: E402
 from hccl_py.torch import backend  # noqa: E402
 from hccl_py.torch.tensors import Staged, as_array, check  # noqa: E402

@@ -29,9 +29,9 @@ def _notices_behind_a_full_queue(count: int) -> int:
     # Counted wherever they land: read here, or taken by this rank's engine (its progress thread
     # may read the transport too, and keeps notices by communicator).
     got, deadline = 0, time.monotonic() + 20
-    while got + len(comm._engine._notices.get(COMM_ID, ())) < count and time.monotonic() < deadline:
+    while got + len(comm._engine.held_notices.get(COMM_ID, ())) < count and time.monotonic() < deadline:
         got += sum(1 for inc in transport.progress(0.1) if inc.kind == KIND_NOTICE and inc.comm_id == COMM_ID)
-    return got + len(comm._engine._notices.get(COMM_ID, ()))
+    return got + len(comm._engine.held_notices.get(COMM_ID, ()))
 
 
 @pytest.mark.timeout(60)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from hccl_py.algorithms.registry import get_schedule
-from hccl_py.engine.executor import plan_steps
+from hccl_py.engine.plan import plan_steps
 from tests.mp import run_ranks
 
 SMALL = 12_000  # float32 elements: 48 KB per message, inline (above the 16 KiB the bytes are gathered by sendmsg)
