@@ -28,7 +28,7 @@ from hccl_py.errors import HcclError, HcclNotSupportedError, HcclParamError
 
 # hccl-py's torch_npu (hccl_py/torch/standin/torch_npu), found without importing torch
 NPU_STANDIN = Path(hccl_py.__file__).resolve().parent / "torch" / "standin"
-MAX_DEVICES = 64  # the device's limit (csrc/npu_device.cpp)
+MAX_DEVICES = 64  # the device's limit (csrc/state.h, kMaxDevices)
 DEFAULT_DEVICES = 8  # one Atlas server's cards
 DEFAULT_TOPOLOGY = "ascend910b-8p"  # an Atlas 800T A2 (910B) server, unless --topology, a preset or a rank table says
 

@@ -5,7 +5,7 @@ by rank is out of reach.
 Each phase is the flat algorithm's flows, run by every group (inner) or every column of holders
 (outer) at once and mapped to communicator ranks; local copies come from one rank's composite
 schedule (every rank of equal groups copies the same amounts, checked). Flows equal the rank by
-rank walk of the same schedules (tests/hccl_py/modeled/test_modeled_time.py, ``test_two_level_*flows*``)::
+rank walk of the same schedules (tests/hccl_py/modeled/test_flows.py, ``test_two_level_*flows*``)::
 
     fn = schedule_for("allreduce", [[0, 1], [2, 3]], inner="ring", outer="hd")
     for step in flows_of(fn, 4, 1024): ...

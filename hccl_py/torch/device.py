@@ -1,7 +1,7 @@
 """The ``npu`` device in torch: build, load and install hccl-py's simulated NPU.
 
 torch's PrivateUse1 backend renamed ``npu`` (as torch_npu does), from a small C++ extension in
-torch's open-registration pattern (``csrc/npu_device.cpp``): a device guard that reports N cards,
+torch's open-registration pattern (``csrc/npu_device.cpp`` and the parts it includes): a device guard that reports N cards,
 an allocator booking each card's HBM from host memory, events stamped with the card's modeled
 clock, and kernels that run torch's CPU kernels on the same bytes (no copies). Why C++ and not
 torch's Python route: autograd's engine asks the device guard for the device count, which only a
@@ -35,7 +35,7 @@ from ..errors import HcclNotSupportedError
 from ..rundir import private_dir
 
 SUPPORTED_TORCH = "2.13"  # the private registration interfaces change between releases
-SOURCE = Path(__file__).resolve().parent / "csrc" / "npu_device.cpp"
+SOURCE = Path(__file__).resolve().parent / "csrc" / "npu_device.cpp"  # the one translation unit; its parts beside it
 CANN_VERSION = "9.2.0 (hccl-py simulated)"  # torch.version.cann: the CANN of hicann/hccl (its version.cmake)
 
 _C = None  # the loaded extension, once installed
@@ -54,6 +54,11 @@ def check_torch(version: str | None = None) -> None:
         )
 
 
+def sources() -> list[Path]:
+    """The extension's source files: ``SOURCE`` and the parts it includes (csrc/*.h), by name."""
+    return [SOURCE, *sorted(SOURCE.parent.glob("*.h"))]
+
+
 def cache_dir() -> Path:
     """Where the compiled extension is kept: one folder per source, torch version and torch install."""
     root = os.environ.get(env.HCCL_PY_CACHE) or os.path.join(
@@ -61,11 +66,11 @@ def cache_dir() -> Path:
     )
     # The torch install is part of the key: torch's build names its headers' paths, so two venvs
     # sharing one folder would rebuild each other's extension at every load.
-    digest = hashlib.blake2b(
-        SOURCE.read_bytes() + torch.__version__.encode() + sys.version.encode() + torch.__file__.encode(),
-        digest_size=8,
-    ).hexdigest()
-    return Path(root) / f"npu-{digest}"
+    key = hashlib.blake2b(digest_size=8)
+    for part in sources():
+        key.update(part.name.encode() + b"\0" + part.read_bytes())
+    key.update(torch.__version__.encode() + sys.version.encode() + torch.__file__.encode())
+    return Path(root) / f"npu-{key.hexdigest()}"
 
 
 def build():
@@ -90,9 +95,11 @@ def build():
         # Built from a copy in the cache folder, never from this checkout's path: torch's build file
         # names its sources, so two checkouts of the same source (a clone beside a working tree)
         # compiling from their own paths would each rebuild the other's extension, a minute or more.
+        for part in sources():
+            copy = where / part.name
+            if not copy.exists() or copy.read_bytes() != part.read_bytes():
+                shutil.copyfile(part, copy)
         source = where / SOURCE.name
-        if not source.exists() or source.read_bytes() != SOURCE.read_bytes():
-            shutil.copyfile(SOURCE, source)
         try:
             return cpp_extension.load(
                 name="hccl_py_npu",

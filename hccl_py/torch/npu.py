@@ -97,7 +97,7 @@ _NUMPY_NAMES = {
 }
 
 
-# What the device logs besides kernels (csrc/npu_device.cpp, EntryKind).
+# What the device logs besides kernels (csrc/state.h, EntryKind).
 _KERNEL, _SEGMENT, _HOST_TO_DEVICE, _DEVICE_TO_HOST = 0, 1, 2, 3
 _COPY_NAMES = {_HOST_TO_DEVICE: "aclrtMemcpy H2D", _DEVICE_TO_HOST: "aclrtMemcpy D2H"}
 

@@ -4,7 +4,7 @@
   whose default lower precision is float16 as on Ascend; inside it the npu device casts as torch
   casts for its accelerators (matmuls, convolutions and linear layers in the lower precision,
   losses, norms and reductions in float32, mixed inputs promoted: torch's own op lists, which the
-  device registers under ``AutocastPrivateUse1``, csrc/npu_device.cpp);
+  device registers under ``AutocastPrivateUse1``, csrc/amp.h);
 - ``custom_fwd``/``custom_bwd``: torch's, for the npu;
 - ``GradScaler``: ``torch.amp.GradScaler("npu")``.
 """

@@ -1,5 +1,5 @@
 """Mixed precision on the npu device (``hccl_py/torch/amp``, the device's ``AutocastPrivateUse1``
-kernels in csrc/npu_device.cpp): ``torch_npu.npu.amp.autocast`` and ``torch.autocast("npu")`` cast
+kernels in csrc/amp.h): ``torch_npu.npu.amp.autocast`` and ``torch.autocast("npu")`` cast
 as torch casts for its accelerators (without the device's kernels every op stayed float32), and
 ``GradScaler`` runs on npu gradients. A script under ``hccl-npu --devices 2`` in a child process.
 """

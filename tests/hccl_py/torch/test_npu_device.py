@@ -485,12 +485,16 @@ def test_checkouts_of_one_source_share_one_build(tmp_path, monkeypatch):
     monkeypatch.setattr(cpp_extension, "load", lambda **kw: built.append(kw["sources"]) or "loaded")
     clone = tmp_path / "clone" / "npu_device.cpp"
     clone.parent.mkdir()
-    clone.write_bytes(device.SOURCE.read_bytes())
+    for part in device.sources():
+        (clone.parent / part.name).write_bytes(part.read_bytes())
     assert device.build() == "loaded"
     monkeypatch.setattr(device, "SOURCE", clone)
     assert device.build() == "loaded"
     assert built[0] == built[1] == [str(device.cache_dir() / "npu_device.cpp")]
     assert (device.cache_dir() / "npu_device.cpp").read_bytes() == clone.read_bytes()
+    assert sorted(p.name for p in device.sources()) == sorted(
+        p.name for p in device.cache_dir().iterdir() if p.suffix in (".cpp", ".h")
+    )
 
 
 def test_another_torch_is_refused_naming_the_supported_one():
