@@ -24,6 +24,7 @@ except ImportError:
         "hccl_py.torch needs torch: pip install 'hccl-py[torch]' (the CPU build of torch 2.13.0)", module="torch"
     ) from None
 
+from . import install  # noqa: E402, F401  (what `import torch_npu` changes, registered in order)
 from .backend import communicator, foreign_registration, monitored_barrier, register  # noqa: E402
 from .process_group import HcclProcessGroup  # noqa: E402
 from .work import HcclWork, synchronize  # noqa: E402

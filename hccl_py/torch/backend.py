@@ -32,7 +32,6 @@ from ..communicator import Communicator
 from ..errors import HcclError, HcclNotSupportedError
 from ..job import JobConfig, read_job
 from ..rendezvous.torch import C10dStore
-from . import device
 from .process_group import HcclProcessGroup
 from .tensors import strict
 from .work import backend_error
@@ -122,9 +121,6 @@ def _route_npu_kernels() -> None:
         warnings.simplefilter("ignore")
         lib.impl("_allgather_base_", allgather_base, "PrivateUse1")
     _npu_kernels.append(lib)
-
-
-device.on_install(lambda ext: serve_npu())
 
 
 def _exec_timeout_s(timeout: timedelta | None) -> float | None:

@@ -207,10 +207,10 @@ def installed():
 
 def install(devices: int | None = None):
     """Make ``npu`` a torch device backed by hccl-py's simulated cards (idempotent): the rename,
-    the extension, ``.npu()``/``.is_npu``, then what registered :func:`on_install`: ``torch.npu``
-    (``hccl_py.torch.npu``) and the "hccl" backend for npu tensors (both register on import, and
-    any import of ``hccl_py.torch`` imports them). ``devices``: the count (default
-    :func:`device_count_from_env`)."""
+    the extension, ``.npu()``/``.is_npu``, then what registered :func:`on_install`:
+    ``hccl_py/torch/install.py``'s steps (``torch.npu``, the "hccl" backend for npu tensors; any
+    import of ``hccl_py.torch`` registers them). The whole of ``import torch_npu`` is
+    ``install.install``. ``devices``: the count (default :func:`device_count_from_env`)."""
     global _C
     if _C is not None:
         return _C
@@ -242,7 +242,7 @@ def install(devices: int | None = None):
     atexit.register(_drain_autograd_workers, ext)  # runs before _detach (atexit is last in, first out)
     torch.version.cann = CANN_VERSION
     _C = ext
-    for hook in _hooks:  # torch.npu (npu.py), then the "hccl" backend for npu tensors (backend.py)
+    for hook in _hooks:  # install.py's: torch.npu, then the "hccl" backend for npu tensors
         hook(ext)
     ext.set_recording(True)
     return ext
@@ -252,8 +252,8 @@ _hooks: list = []
 
 
 def on_install(hook) -> None:
-    """Call ``hook(ext)`` once the device is installed (now, if it is): how the modules above this
-    one (``torch.npu``, the backend) join the install without this module importing them."""
+    """Call ``hook(ext)`` once the device is installed (now, if it is): how ``install.py``, above
+    this module, joins the install without this module importing it."""
     _hooks.append(hook)
     if _C is not None:
         hook(_C)

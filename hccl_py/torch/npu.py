@@ -50,9 +50,7 @@ from ..errors import HcclNotSupportedError
 from ..modeled.card import stream_handle
 from ..modeled.cost_model import cube_flops, host_copy_s
 from . import amp  # noqa: F401  (torch.npu.amp, torch_npu.npu.amp)
-from . import data_parallel as _data_parallel
 from . import device as _device_impl
-from . import ipc as _ipc
 from .work import synchronize as _join_all
 
 _NPU_TYPE = 20  # c10::DeviceType::PrivateUse1, as torch.Stream(device_type=) takes it
@@ -629,23 +627,18 @@ def __getattr__(name: str):
     raise AttributeError(f"torch.npu.{name} is not part of hccl-py's torch.npu (see docs/torch.md for what it covers)")
 
 
-# -- install: torch_npu's import ------------------------------------------------------------------------
-def _as_torch_npu(ext) -> None:
+# -- install: torch_npu's import (the list, in order: hccl_py/torch/install.py) -------------------------
+def as_torch_npu(ext) -> None:
     """``torch.npu`` is this module, the card's clock and kernel charging the extension's."""
     torch._register_device_module("npu", sys.modules[__name__])
     ext.set_clock(modeled_clock)
     ext.set_flush(charge_kernels)
 
 
-_device_impl.on_install(_as_torch_npu)
-
-
-def install() -> types.ModuleType:
-    """What ``import torch_npu`` does here: the npu device installed, ``torch.npu`` this module,
-    the "hccl" backend registered for npu tensors."""
-    _device_impl.install()
-    _data_parallel.install()
-    _ipc.install()
+def patch_distributed() -> None:
+    """What torch_npu changes in torch.distributed and at exit (idempotent): ``is_hccl_available``,
+    DTensor's random ops as on the CPU, ``init_process_group`` refused in a process a rank of
+    ``hccl-launch --npu`` spawned, and the exit handler that waits for shared tensors."""
     dist.is_hccl_available = lambda: True
     patch_when_imported(_DTENSOR_RANDOM, _dtensor_random_as_on_cpu)
     if _under_hccl_launch() and not getattr(dist.init_process_group, "__hccl_py_refused__", False):
@@ -658,7 +651,6 @@ def install() -> types.ModuleType:
         # returns, and this one must run before the one (priority 0) that removes the sharer's socket.
         multiprocessing.util.Finalize(None, _npu_shutdown, exitpriority=1)
         _shutdown_registered = True
-    return sys.modules[__name__]
 
 
 _shutdown_registered = False

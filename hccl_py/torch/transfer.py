@@ -34,6 +34,7 @@ import torch.distributed as dist
 import torch.overrides
 import torch.utils._device
 
+from . import install as _install
 from . import npu as _npu
 
 _FACTORIES = (
@@ -206,7 +207,7 @@ _patched = False
 def transfer_to_npu() -> None:
     """What ``from torch_npu.contrib import transfer_to_npu`` does here (see the module doc)."""
     global _patched
-    _npu.install()
+    _install.install()
     if _patched:
         return
     _patched = True

@@ -24,10 +24,10 @@ if "torch" not in sys.modules:
         else:
             os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = _AUTOLOAD
 
-from hccl_py.torch import npu  # noqa: E402
+from hccl_py.torch import install, npu  # noqa: E402
 from hccl_py.torch.formats import get_npu_format, npu_format_cast, npu_format_cast_  # noqa: E402
 
-npu.install()
+install.install()
 sys.modules[__name__ + ".npu"] = npu
 # torch_npu.npu.amp (torch.npu.amp): torch_npu.npu is hccl_py.torch.npu, a module, so its
 # subpackage is named here for imports such as `from torch_npu.npu.amp.autocast_mode import autocast`.
