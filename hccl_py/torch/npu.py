@@ -95,9 +95,10 @@ _NUMPY_NAMES = {
 }
 
 
-# What the device logs besides kernels (csrc/state.h, EntryKind).
-_KERNEL, _SEGMENT, _HOST_TO_DEVICE, _DEVICE_TO_HOST = 0, 1, 2, 3
-_COPY_NAMES = {_HOST_TO_DEVICE: "aclrtMemcpy H2D", _DEVICE_TO_HOST: "aclrtMemcpy D2H"}
+# The kernel log's entry is the extension's (csrc/state.h: Kernel, EntryKind): its kinds are read
+# from it when the device loads (as_torch_npu); charge_kernels unpacks its ext.ENTRY_FIELDS.
+_KERNEL = _SEGMENT = -1  # set from ext.ENTRY_KINDS
+_COPY_NAMES: dict[int, str] = {}  # copy kind -> the ACL call the card's timeline names
 
 
 def charge_kernels() -> None:
@@ -630,6 +631,10 @@ def __getattr__(name: str):
 # -- install: torch_npu's import (the list, in order: hccl_py/torch/install.py) -------------------------
 def as_torch_npu(ext) -> None:
     """``torch.npu`` is this module, the card's clock and kernel charging the extension's."""
+    global _KERNEL, _SEGMENT
+    kinds = ext.ENTRY_KINDS
+    _KERNEL, _SEGMENT = kinds["kernel"], kinds["segment"]
+    _COPY_NAMES.update({kinds["host_to_device"]: "aclrtMemcpy H2D", kinds["device_to_host"]: "aclrtMemcpy D2H"})
     torch._register_device_module("npu", sys.modules[__name__])
     ext.set_clock(modeled_clock)
     ext.set_flush(charge_kernels)

@@ -209,6 +209,15 @@ void register_hooks() {
 }  // namespace hccl_npu
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  // The kernel log's entry as Python reads it (drain_kernels' tuples): its fields in order, and
+  // its kinds, from the one definition of each (state.h's Kernel and EntryKind).
+  m.attr("ENTRY_FIELDS") = py::make_tuple("name", "m", "n", "k", "batch", "nbytes", "dtype", "kind");
+  py::dict kinds;
+  kinds["kernel"] = int(hccl_npu::kKernelRun);
+  kinds["segment"] = int(hccl_npu::kSegmentAlloc);
+  kinds["host_to_device"] = int(hccl_npu::kHostToDevice);
+  kinds["device_to_host"] = int(hccl_npu::kDeviceToHost);
+  m.attr("ENTRY_KINDS") = kinds;
   m.def("register_hooks", &hccl_npu::register_hooks, "register the npu device's hooks (after the rename)");
   m.def("set_device_count", &hccl_npu::set_device_count);
   m.def("device_count", []() { return hccl_npu::g_device_count.load(); });
@@ -230,8 +239,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_device_checks", &hccl_npu::set_device_checks,
         "the ops that refuse tensors on two devices: {'aten::mm': wrapper name for the message, ...}");
   m.def("drain_kernels", &hccl_npu::drain_kernels,
-        "what ran on npu tensors since the last drain: (name, m, n, k, batch, nbytes, dtype, kind) each, kind 0 a "
-        "kernel, 1 the pool's growth (nbytes: the segment), 2 a host-to-npu copy, 3 an npu-to-host copy");
+        "what ran on npu tensors since the last drain: a tuple of ENTRY_FIELDS each, its kind one of ENTRY_KINDS "
+        "(a kernel, the pool's growth with nbytes the segment, a host-to-npu or an npu-to-host copy)");
   m.def("premul_factor", &hccl_npu::premul_factor);
   m.def("move_into_shared", &hccl_npu::move_into_shared, "move an npu storage's bytes into a shared CPU storage, in place");
   m.def("cpu_backing", &hccl_npu::cpu_backing, "the CPU bytes an npu storage shows, or None");

@@ -252,6 +252,42 @@ def test_the_npu_device_in_one_process(tmp_path):
     assert done.returncode == 0 and done.stdout.strip().endswith("OK"), done.stdout[-2000:] + done.stderr[-3000:]
 
 
+_KERNEL_LOG = r"""
+# The kernel log as the card's clock reads it: entries of the extension's fields and kinds
+import torch, torch_npu
+from hccl_py.torch import device as npu_device
+
+ext = npu_device.installed()
+assert tuple(ext.ENTRY_FIELDS) == ("name", "m", "n", "k", "batch", "nbytes", "dtype", "kind"), ext.ENTRY_FIELDS
+kinds = dict(ext.ENTRY_KINDS)
+assert sorted(kinds.values()) == [0, 1, 2, 3] and set(kinds) == {"kernel", "segment", "host_to_device", "device_to_host"}
+ext.drain_kernels()
+a = torch.ones(64, 32).npu()                 # a segment grows, then a host-to-card copy
+b = torch.ones(32, 16, device="npu")
+c = a @ b                                    # the matmul family: m, n, k
+host = c.cpu()                               # a card-to-host copy
+entries = [dict(zip(ext.ENTRY_FIELDS, e)) for e in ext.drain_kernels()]
+by_kind = {}
+for e in entries:
+    by_kind.setdefault(e["kind"], []).append(e)
+assert by_kind[kinds["segment"]][0]["name"] == "aclrtMalloc", entries
+assert by_kind[kinds["host_to_device"]][0]["nbytes"] == 64 * 32 * 4, entries
+assert by_kind[kinds["device_to_host"]][0]["nbytes"] == 64 * 16 * 4, entries
+mm = [e for e in by_kind[kinds["kernel"]] if e["m"]]
+assert [(e["m"], e["n"], e["k"]) for e in mm] == [(64, 16, 32)], entries
+assert torch.equal(host, torch.full((64, 16), 32.0))
+print("OK")
+"""
+
+
+@pytest.mark.timeout(120)
+def test_the_kernel_log_carries_the_extensions_fields_and_kinds(tmp_path):
+    probe = tmp_path / "kernel_log.py"
+    probe.write_text(_KERNEL_LOG)
+    done = _hccl_npu("--devices", "1", sys.executable, str(probe), timeout=110)
+    assert done.returncode == 0 and done.stdout.strip().endswith("OK"), done.stdout[-2000:] + done.stderr[-3000:]
+
+
 _CUDA_FORMS = r"""
 # CUDA code's device forms (pytorch/examples' tutorials and what they call), under transfer_to_npu
 import torch_npu
