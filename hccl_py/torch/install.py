@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import types
 
-from . import backend, data_parallel, device, ipc, npu
+from . import backend, device, ipc, nn_parallel, npu
 
 
 def install(devices: int | None = None) -> types.ModuleType:
@@ -30,7 +30,7 @@ def install(devices: int | None = None) -> types.ModuleType:
     6. torch.distributed's and exit's changes (:func:`~hccl_py.torch.npu.patch_distributed`).
     """
     device.install(devices)
-    data_parallel.install()
+    nn_parallel.install()
     ipc.install()
     npu.patch_distributed()
     return npu

@@ -1,4 +1,4 @@
-"""Single-process data parallelism over npu cards (``hccl_py/torch/data_parallel.py``):
+"""Single-process data parallelism over npu cards (``hccl_py/torch/nn_parallel.py``):
 ``nn.DataParallel`` and ``torch.nn.parallel.comm`` on npu tensors, as torch_npu serves them on an
 Ascend host (torch's CPU build has no ``torch._C._broadcast_coalesced``, ``_scatter``, ``_gather``:
 ``nn.DataParallel`` over npu cards failed with an AttributeError). Each check is a script run under
