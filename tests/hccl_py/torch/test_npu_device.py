@@ -57,6 +57,13 @@ def _hccl_npu(*args: str, timeout: float = 150, cwd: Path = ROOT, **extra: str) 
     return run_command([sys.executable, "-m", "launch.npu", *args], env=_env(**extra), cwd=cwd, timeout=timeout)
 
 
+def _runs_ok(path: Path, script: str, *, devices: int) -> None:
+    """``script`` run as ``path`` under ``hccl-npu --devices N`` ends with "OK"."""
+    path.write_text(script)
+    done = _hccl_npu("--devices", str(devices), sys.executable, str(path), timeout=110)
+    assert done.returncode == 0 and done.stdout.strip().endswith("OK"), done.stdout[-2000:] + done.stderr[-3000:]
+
+
 def _torchrun(n: int) -> list[str]:
     return [
         sys.executable,
@@ -246,10 +253,7 @@ print("OK")
 
 @pytest.mark.timeout(120)
 def test_the_npu_device_in_one_process(tmp_path):
-    probe = tmp_path / "probe.py"
-    probe.write_text(_PROBE)
-    done = _hccl_npu("--devices", "3", sys.executable, str(probe), timeout=110)
-    assert done.returncode == 0 and done.stdout.strip().endswith("OK"), done.stdout[-2000:] + done.stderr[-3000:]
+    _runs_ok(tmp_path / "probe.py", _PROBE, devices=3)
 
 
 _KERNEL_LOG = r"""
@@ -282,10 +286,7 @@ print("OK")
 
 @pytest.mark.timeout(120)
 def test_the_kernel_log_carries_the_extensions_fields_and_kinds(tmp_path):
-    probe = tmp_path / "kernel_log.py"
-    probe.write_text(_KERNEL_LOG)
-    done = _hccl_npu("--devices", "1", sys.executable, str(probe), timeout=110)
-    assert done.returncode == 0 and done.stdout.strip().endswith("OK"), done.stdout[-2000:] + done.stderr[-3000:]
+    _runs_ok(tmp_path / "kernel_log.py", _KERNEL_LOG, devices=1)
 
 
 _CUDA_FORMS = r"""
@@ -340,10 +341,7 @@ print("OK")
 
 @pytest.mark.timeout(120)
 def test_cuda_codes_device_forms_land_on_the_cards_under_transfer_to_npu(tmp_path):
-    probe = tmp_path / "cuda_forms.py"
-    probe.write_text(_CUDA_FORMS)
-    done = _hccl_npu("--devices", "2", sys.executable, str(probe), timeout=110)
-    assert done.returncode == 0 and done.stdout.strip().endswith("OK"), done.stdout[-2000:] + done.stderr[-3000:]
+    _runs_ok(tmp_path / "cuda_forms.py", _CUDA_FORMS, devices=2)
 
 
 # -- programs with several ranks ------------------------------------------------------------------------------
