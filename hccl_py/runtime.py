@@ -1,7 +1,7 @@
 """``hccl_py.init``: the world communicator of this process.
 
 ``init`` reads the environment once (``job.read_job``: rank, size, store address, HCCL
-settings), connects this rank to the others (``transport/connect.py``: the rendezvous store and
+settings), connects this rank to the others (``rendezvous/connect.py``: the rendezvous store and
 shared memory or TCP, or MPI under mpiexec/srun), builds the rank's shared state
 (``context.make_context``: card, topology, cost model, flight recorder, faults) and returns the
 world communicator. Run plainly, the world is this one process.

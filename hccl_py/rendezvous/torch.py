@@ -1,4 +1,4 @@
-"""hccl-py's rendezvous over a c10d store: the calls ``transport/connect.py`` makes on its store
+"""hccl-py's rendezvous over a c10d store: the calls ``rendezvous/connect.py`` makes on its store
 client (set, get, wait, check, add, set_if_absent, job_id, close), served by a
 ``torch.distributed.Store``.
 
