@@ -1,6 +1,7 @@
 """Everything ``import torch_npu`` changes in torch, in order, in one place (openreg's
 ``Module.cpp`` and ``__init__.py`` together): :func:`install` is what hccl-py's torch_npu stand-in
-(``standin/torch_npu``), ``transfer_to_npu`` and a process that receives an npu tensor run::
+(``standin/torch_npu``) and ``transfer_to_npu`` run; a process that only receives npu tensors
+installs the device alone, with steps 2 and 3 (:func:`_when_loaded`)::
 
     from hccl_py.torch import install
     install.install(devices=2)      # as `import torch_npu` under hccl-npu --devices 2
