@@ -54,8 +54,8 @@ from .progress import Progress, QueuedCall
 from .run import LIVENESS_CHECK_S, BatchRun, CallRun, PendingSend, QuietFloats, errstate_of
 
 _UNSTAMPED = (0.0, 0.0)
-# The executor writes kind KIND_INLINE and slot -1: a transport that sends a slice another way repacks.
-_make_header = new_header
+# Headers the engine and its runs write (new_header) carry kind KIND_INLINE and slot -1: a transport
+# that sends a slice another way repacks.
 # a probe (see run.PROBE_AFTER_S): an empty slice under this message index, which no receive takes
 PROBE_INDEX = 0xFFFFFFFF  # the message index of a probe (a schedule's messages count from 0)
 _EMPTY = np.empty(0, np.uint8)  # a probe's payload
@@ -482,7 +482,7 @@ class Engine(Progress):
         run.probe_at = math.inf
         ctx = run.ctx
         for peer in sorted({recv.peer for recv in run.receiving}):
-            header = _make_header((KIND_INLINE, *run.head, PROBE_INDEX, *ctx.sig, 0, 0, 0, -1, 0.0, 0.0))
+            header = new_header((KIND_INLINE, *run.head, PROBE_INDEX, *ctx.sig, 0, 0, 0, -1, 0.0, 0.0))
             try:
                 self.transport.try_send(peer, header, _EMPTY)  # a full queue: the peer is busy, not silent
             except HcclRemoteError:
@@ -537,7 +537,7 @@ class Engine(Progress):
                 continue
             total = e - o
             if (total * itemsize <= slice_bytes or total <= 1) and try_send(
-                peer, _make_header((KIND_INLINE, *head, msg_index, *sig, total, 0, total, -1, *stamps)), data
+                peer, new_header((KIND_INLINE, *head, msg_index, *sig, total, 0, total, -1, *stamps)), data
             ):
                 continue
             pending.append(PendingSend(peer, data, msg_index, stamps))
@@ -555,7 +555,7 @@ class Engine(Progress):
                 send = plan.sends[i]
                 peers.append(send.peer)
                 stamps = _UNSTAMPED if send_costs is None else (t0, t0 + send_costs[i])
-                headers.append(_make_header((KIND_INLINE, *head, send.msg_index, *sig, total, 0, total, -1, *stamps)))
+                headers.append(new_header((KIND_INLINE, *head, send.msg_index, *sig, total, 0, total, -1, *stamps)))
             if self._send_shared(peers, headers, bufs[first.buf][first.start : first.end]):
                 posted.update(group)
         return posted

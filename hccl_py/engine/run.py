@@ -18,7 +18,6 @@ from .plan import P2P_SEQ_BIT, RECV_SIDE_BIT, CallContext, StepPlan, run_copies
 
 LIVENESS_CHECK_S = 0.5  # how often a blocked wait checks that the peers it waits for still live
 _NONE: list = []  # an empty list never appended to: "nothing pending" without allocating
-_make_header = new_header  # the executor writes kind KIND_INLINE and slot -1
 # A collective that has waited this long for a peer sends it a probe: an empty slice with the
 # call's signature under PROBE_INDEX, which no receive takes. A peer whose call of that number has
 # another signature finds it as it finds any stray (a mismatch on every rank), so ranks that
@@ -259,7 +258,7 @@ class CallRun:
             total = data.size
             while True:
                 n = min(total - send.pos, transport.max_slice_bytes(send.peer) // data.itemsize or 1)
-                header = _make_header((KIND_INLINE, *head, send.msg_index, *sig, total, send.pos, n, -1, *send.stamps))
+                header = new_header((KIND_INLINE, *head, send.msg_index, *sig, total, send.pos, n, -1, *send.stamps))
                 if not transport.try_send(send.peer, header, data[send.pos : send.pos + n]):
                     break
                 send.pos += n

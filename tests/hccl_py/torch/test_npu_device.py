@@ -57,11 +57,12 @@ def _hccl_npu(*args: str, timeout: float = 150, cwd: Path = ROOT, **extra: str) 
     return run_command([sys.executable, "-m", "launch.npu", *args], env=_env(**extra), cwd=cwd, timeout=timeout)
 
 
-def _runs_ok(path: Path, script: str, *, devices: int) -> None:
-    """``script`` run as ``path`` under ``hccl-npu --devices N`` ends with "OK"."""
+def _runs_ok(path: Path, script: str, *, devices: int) -> subprocess.CompletedProcess[str]:
+    """``script`` run as ``path`` under ``hccl-npu --devices N`` ends cleanly with "OK"."""
     path.write_text(script)
     done = _hccl_npu("--devices", str(devices), sys.executable, str(path), timeout=110)
     assert done.returncode == 0 and done.stdout.strip().endswith("OK"), done.stdout[-2000:] + done.stderr[-3000:]
+    return done
 
 
 def _torchrun(n: int) -> list[str]:

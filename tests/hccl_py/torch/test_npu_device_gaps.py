@@ -8,23 +8,19 @@ statistics have an npu timer.
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 
 pytest.importorskip("torch")
 
-from tests.hccl_py.torch.test_npu_device import _hccl_npu  # noqa: E402
+from tests.hccl_py.torch.test_npu_device import _runs_ok  # noqa: E402
 
 
 def _run(tmp_path, body: str):
     """Run ``body`` under ``hccl-npu --devices 2``; it prints OK when its asserts held, and the
     process must end cleanly too."""
-    script = tmp_path / "probe.py"
-    script.write_text("import torch, torch_npu\n" + body + '\nprint("OK", flush=True)\n')
-    done = _hccl_npu("--devices", "2", sys.executable, str(script), timeout=110)
-    assert done.returncode == 0 and done.stdout.strip().endswith("OK"), done.stdout[-2000:] + done.stderr[-3000:]
-    return done
+    return _runs_ok(
+        tmp_path / "probe.py", "import torch, torch_npu\n" + body + '\nprint("OK", flush=True)\n', devices=2
+    )
 
 
 _MIXED_CARDS = r"""
